@@ -1,0 +1,164 @@
+//! Profiling settings and the `MEMPROF_*` environment contract shared by the CLI and the
+//! preload library.
+#![forbid(unsafe_code)]
+
+use crate::error::Error;
+
+/// Default mean sampling interval: 512 KiB, jemalloc's and Go's default.
+pub const DEFAULT_INTERVAL: u64 = 512 * 1024;
+/// Default maximum call-stack depth.
+pub const DEFAULT_DEPTH: usize = 128;
+/// Default capacity of the postponed-event queue, in events.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 16 * 1024;
+/// Largest depth accepted (a stack deeper than this is truncated).
+pub const MAX_DEPTH: usize = 4096;
+
+/// How return addresses are collected on the sample path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unwinder {
+    /// Frame pointers when a probe at start shows the code keeps them, else `Dwarf`.
+    #[default]
+    Auto,
+    /// Walk the frame-pointer chain (fast; needs code built with frame pointers).
+    FramePointer,
+    /// libgcc's DWARF unwinder through `backtrace` (always correct, slow).
+    Dwarf,
+}
+
+/// Settings of a profiling session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Mean interval between sample points, in bytes (R). `1.0` is the exact mode: every
+    /// allocation is recorded with its exact size.
+    pub interval: f64,
+    /// Maximum frames captured per sample (stacks deeper than this are marked truncated).
+    pub depth: usize,
+    /// Seed for the sampler's random numbers. `None` draws a seed from the clock and pid;
+    /// `Some` makes every thread's sequence deterministic (thread n uses `seed` mixed with n).
+    pub seed: Option<u64>,
+    /// Capacity of the postponed-event queue; events beyond it are counted as lost.
+    pub queue_capacity: usize,
+    /// Run callbacks on a background thread as well as at `poll`/`stop`.
+    pub drain_thread: bool,
+    /// How call stacks are captured.
+    pub unwinder: Unwinder,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            interval: DEFAULT_INTERVAL as f64,
+            depth: DEFAULT_DEPTH,
+            seed: None,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            drain_thread: false,
+            unwinder: Unwinder::Auto,
+        }
+    }
+}
+
+impl Config {
+    /// A config with mean interval `bytes` (1 = exact mode).
+    pub fn with_interval(bytes: f64) -> Self {
+        Config { interval: bytes, ..Config::default() }
+    }
+
+    /// A config from statmemprof's rate λ: the probability that a given 8-byte word is a
+    /// sample point, so the interval is `8 / λ` bytes.
+    pub fn with_rate(lambda: f64) -> Result<Self, Error> {
+        Ok(Config { interval: interval_from_rate(lambda)?, ..Config::default() })
+    }
+
+    /// The exact mode: every allocation is recorded with its exact size.
+    pub fn exact() -> Self {
+        Config::with_interval(1.0)
+    }
+
+    /// Checks that the settings are usable.
+    pub fn validate(&self) -> Result<(), Error> {
+        if !(self.interval.is_finite() && self.interval >= 1.0) {
+            return Err(Error::Config(format!(
+                "sampling interval must be a number of bytes >= 1, got {}",
+                self.interval
+            )));
+        }
+        if self.depth == 0 || self.depth > MAX_DEPTH {
+            return Err(Error::Config(format!(
+                "call-stack depth must be between 1 and {MAX_DEPTH}, got {}",
+                self.depth
+            )));
+        }
+        if self.queue_capacity < 2 || self.queue_capacity > (1 << 24) {
+            return Err(Error::Config(format!(
+                "queue capacity must be between 2 and {}, got {}",
+                1 << 24,
+                self.queue_capacity
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Converts statmemprof's λ (sample points per 8-byte word) to an interval in bytes.
+pub fn interval_from_rate(lambda: f64) -> Result<f64, Error> {
+    if !(lambda.is_finite() && lambda > 0.0 && lambda <= 8.0) {
+        return Err(Error::Config(format!(
+            "rate must be in (0, 8] sample points per 8-byte word, got {lambda}"
+        )));
+    }
+    Ok(8.0 / lambda)
+}
+
+/// Parses a size such as `512K`, `4KiB`, `1M`, `800`, `1` (bytes).
+pub fn parse_size(text: &str) -> Result<f64, Error> {
+    let t = text.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(Error::Config(format!("unknown size unit in {text:?} (use B, K, M or G)"))),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| Error::Config(format!("not a size: {text:?} (examples: 800, 512K, 1M)")))?;
+    let v = n * mult;
+    if !(v.is_finite() && v >= 1.0) {
+        return Err(Error::Config(format!("size must be at least 1 byte, got {text:?}")));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("800").unwrap(), 800.0);
+        assert_eq!(parse_size("512K").unwrap(), 524288.0);
+        assert_eq!(parse_size("4KiB").unwrap(), 4096.0);
+        assert_eq!(parse_size("1m").unwrap(), 1048576.0);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("abc").is_err());
+    }
+
+    #[test]
+    fn rate_is_per_word() {
+        assert_eq!(interval_from_rate(0.01).unwrap(), 800.0);
+        assert!(interval_from_rate(0.0).is_err());
+        assert!(interval_from_rate(f64::NAN).is_err());
+        assert!(Config::with_rate(9.0).is_err());
+    }
+
+    #[test]
+    fn validation() {
+        assert!(Config::default().validate().is_ok());
+        assert!(Config::with_interval(0.5).validate().is_err());
+        assert!(Config { depth: 0, ..Config::default() }.validate().is_err());
+    }
+}

@@ -1,0 +1,198 @@
+//! The profile model: what a recording holds, independent of how it was made.
+//!
+//! A [`Profile`] is built by the [`Recorder`](crate::Recorder) in process, or read back
+//! from a `.mprof` stream ([`format`]). Reports read only this model, so a file recorded
+//! anywhere (in process, under the preload library, on another machine) is reported the
+//! same way.
+//!
+//! # 1. Tables
+//! Call stacks are interned: each distinct stack of return addresses gets a [`StackId`],
+//! its index in [`Profile::stacks`]. Samples name their stack by id. Return addresses are
+//! raw program counters as captured; [`Profile::symbols`] maps an address to the chain of
+//! (possibly inlined) functions at that address, innermost first. An address without
+//! symbols is shown as `module+0xoffset` using [`Profile::modules`], or as a bare address.
+//!
+//! # 2. Estimates
+//! A sample with `k` sample points stands for `k × interval` bytes and `k × interval / size`
+//! objects (an unbiased estimate: each byte is a sample point with probability
+//! 1/interval). With `interval == 1` every allocation is a sample with `k == size`, and the
+//! estimates are the exact totals.
+
+pub mod format;
+pub mod symbolize;
+
+use std::collections::HashMap;
+
+/// Index of a stack in [`Profile::stacks`].
+pub type StackId = u32;
+
+/// Run-level facts written first in every `.mprof` stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    /// Format version of the stream this came from ([`format::VERSION`] when written).
+    pub version: u32,
+    /// Mean sampling interval in bytes (R). 1.0 is the exact mode.
+    pub interval: f64,
+    /// Maximum number of frames captured per stack.
+    pub depth: u32,
+    /// Process id of the profiled process.
+    pub pid: u32,
+    /// Path of the profiled executable.
+    pub executable: String,
+    /// Command line of the profiled process.
+    pub cmdline: Vec<String>,
+    /// Wall-clock start of the recording, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+}
+
+impl Default for Header {
+    fn default() -> Self {
+        Header {
+            version: format::VERSION,
+            interval: crate::config::DEFAULT_INTERVAL as f64,
+            depth: crate::config::DEFAULT_DEPTH as u32,
+            pid: 0,
+            executable: String::new(),
+            cmdline: Vec::new(),
+            start_unix_ns: 0,
+        }
+    }
+}
+
+/// A loaded object (executable or shared library) of the profiled process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// Path of the file as the loader saw it.
+    pub path: String,
+    /// Load bias: runtime address minus the address in the file.
+    pub base: u64,
+    /// Lowest runtime address covered by the module's segments.
+    pub start: u64,
+    /// One past the highest runtime address covered.
+    pub end: u64,
+}
+
+/// One interned call stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Stack {
+    /// Return addresses, innermost (the allocating frame) first.
+    pub frames: Vec<u64>,
+    /// True when the real stack was deeper than the configured depth.
+    pub truncated: bool,
+}
+
+/// One source-level frame at an address. An address can have several (inlining).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Symbol {
+    /// Demangled function name.
+    pub function: String,
+    /// Source file, when debug info has it.
+    pub file: Option<String>,
+    /// Line number, when debug info has it.
+    pub line: Option<u32>,
+}
+
+/// A sampled allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Unique id of this sample within the run; frees and moves refer to it.
+    pub id: u64,
+    /// The allocating call stack.
+    pub stack: StackId,
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+    /// Small thread number (1 = first thread that allocated after start).
+    pub thread: u32,
+    /// Address of the block.
+    pub addr: u64,
+    /// Requested size in bytes.
+    pub size: u64,
+    /// Number of sample points inside the allocation (k ≥ 1).
+    pub k: u64,
+}
+
+/// The sampled block `id` was freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Free {
+    /// The sample whose block was freed.
+    pub id: u64,
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+}
+
+/// The sampled block `id` was reallocated in place or moved, keeping its sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Move {
+    /// The sample whose block moved.
+    pub id: u64,
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+    /// New address of the block.
+    pub new_addr: u64,
+    /// New size of the block in bytes.
+    pub new_size: u64,
+}
+
+/// Events the profiler had to drop, reported so that nothing is lost silently.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lost {
+    /// Events that did not fit in the postponed queue.
+    pub events: u64,
+    /// Sampled blocks that could not be entered in the live table (their frees are unseen).
+    pub untracked: u64,
+    /// Callbacks that panicked (caught; the event was dropped).
+    pub callback_panics: u64,
+}
+
+/// A whole recording.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// Run-level facts.
+    pub header: Header,
+    /// Loaded modules, for symbolization and `module+offset` names.
+    pub modules: Vec<Module>,
+    /// Interned stacks; a [`StackId`] indexes this.
+    pub stacks: Vec<Stack>,
+    /// Symbols by return address, innermost inline frame first.
+    pub symbols: HashMap<u64, Vec<Symbol>>,
+    /// Alloc samples in the order they were recorded.
+    pub samples: Vec<Sample>,
+    /// Frees of sampled blocks.
+    pub frees: Vec<Free>,
+    /// Reallocations of sampled blocks that kept their sample.
+    pub moves: Vec<Move>,
+    /// Dropped-event counts.
+    pub lost: Lost,
+    /// Problems met while reading (e.g. "file was cut after 1234 bytes"); empty when clean.
+    pub warnings: Vec<String>,
+    /// True when the stream ended with its end record.
+    pub complete: bool,
+}
+
+impl Profile {
+    /// Estimated bytes a sample stands for: `k × interval`.
+    pub fn estimated_bytes(&self, s: &Sample) -> f64 {
+        s.k as f64 * self.header.interval
+    }
+
+    /// Estimated number of objects a sample stands for: `k × interval / size`
+    /// (exactly 1 per sample in exact mode, where `k == size`).
+    pub fn estimated_objects(&self, s: &Sample) -> f64 {
+        if s.size == 0 {
+            return 0.0;
+        }
+        // An allocation of `size` bytes is sampled with probability 1-(1-1/R)^size; the
+        // unbiased Horvitz-Thompson count weights each sample by the inverse of that. With
+        // k points we use k·R/size, which is unbiased for the count as well (E[k] = size/R).
+        s.k as f64 * self.header.interval / s.size as f64
+    }
+
+    /// Ids of samples whose blocks were never freed (still live at the end of the record).
+    pub fn live_ids(&self) -> std::collections::HashSet<u64> {
+        let mut live: std::collections::HashSet<u64> = self.samples.iter().map(|s| s.id).collect();
+        for f in &self.frees {
+            live.remove(&f.id);
+        }
+        live
+    }
+}
