@@ -119,7 +119,9 @@ pub fn parse_size(text: &str) -> Result<f64, Error> {
         "k" | "kb" | "kib" => 1024.0,
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        _ => return Err(Error::Config(format!("unknown size unit in {text:?} (use B, K, M or G)"))),
+        _ => {
+            return Err(Error::Config(format!("unknown size unit in {text:?} (use B, K, M or G)")))
+        }
     };
     let n: f64 = num
         .trim()

@@ -23,7 +23,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Config(m) => write!(f, "invalid configuration: {m}"),
-            Error::AlreadyRunning => write!(f, "a memprof session is already running in this process"),
+            Error::AlreadyRunning => {
+                write!(f, "a memprof session is already running in this process")
+            }
             Error::Io(what, e) => write!(f, "{what}: {e}"),
             Error::Format(m) => write!(f, "{m}"),
             Error::Other(m) => write!(f, "{m}"),

@@ -1,0 +1,445 @@
+//! Symbolization: the modules of this process, addresses to functions, and the names that
+//! reports give to frames.
+//!
+//! # 1. In process
+//! [`current_modules`] lists the loaded objects (`dl_iterate_phdr`), so that a profile can be
+//! symbolized later from the binaries even if the process crashed. [`resolve_in_process`]
+//! turns return addresses into inline chains with `backtrace` (addr2line over the binaries'
+//! debug info). It runs on a cold path only: it allocates and takes backtrace's lock.
+//!
+//! # 2. Naming frames
+//! Stacks hold return addresses, innermost first. A return address points after its call, so
+//! lookups use `addr - 1`; the maps stay keyed by the original address. An address expands
+//! to its inline chain (innermost first); an address without symbols is named
+//! `module+0xoffset` (offset from the module's load bias) or `0xaddr`.
+//!
+//! Frames of the profiler itself (the allocator hooks, the capture, the preload library's
+//! `malloc`) sit at the leaf end of every stack. [`Profile::frame_locations`] drops the
+//! innermost frames up to and including the outermost such frame found within the first
+//! [`TRIM_WINDOW`] expanded frames, so that reports start at the program's own call to the
+//! allocator. [`Profile::site_name`] further skips standard-library allocation plumbing
+//! (`alloc::`, `core::`, `std::`, `hashbrown::`) to name the allocation *site*: the first
+//! frame of the program itself.
+
+use std::collections::HashMap;
+
+use super::{Module, Profile, StackId, Symbol};
+
+/// How many expanded frames, from the innermost, are searched for profiler machinery.
+pub const TRIM_WINDOW: usize = 24;
+
+/// Name given to a stack that has no frames left to show.
+pub const UNKNOWN_STACK: &str = "[unknown stack]";
+
+/// Root frame added by [`Profile::frame_names`] above stacks cut at the configured depth.
+pub const TRUNCATED: &str = "[truncated]";
+
+/// The loaded objects of this process: the main executable first, then shared libraries in
+/// the loader's order. Objects without loadable segments (and unnamed objects other than the
+/// main executable, such as the vDSO on some systems) are left out.
+pub fn current_modules() -> Vec<Module> {
+    struct Raw {
+        name: Vec<u8>,
+        base: u64,
+        start: u64,
+        end: u64,
+    }
+
+    unsafe extern "C" fn callback(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `&mut Vec<Raw>` passed to `dl_iterate_phdr` below, which is
+        // alive and not otherwise borrowed during the iteration.
+        let out = unsafe { &mut *(data as *mut Vec<Raw>) };
+        // SAFETY: the loader passes a valid `dl_phdr_info` for the duration of the call.
+        let info = unsafe { &*info };
+        let name = if info.dlpi_name.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
+            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes().to_vec()
+        };
+        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+            &[]
+        } else {
+            // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers owned by the loader.
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        let base = info.dlpi_addr;
+        let (mut start, mut end) = (u64::MAX, 0u64);
+        for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD) {
+            let s = base.wrapping_add(ph.p_vaddr);
+            start = start.min(s);
+            end = end.max(s.wrapping_add(ph.p_memsz));
+        }
+        if start < end {
+            out.push(Raw { name, base, start, end });
+        }
+        0
+    }
+
+    let mut raw: Vec<Raw> = Vec::new();
+    // SAFETY: the callback only reads the loader's data during the call and writes to `raw`,
+    // which outlives the call; it never unwinds (it does not panic short of an allocation
+    // failure, which aborts).
+    unsafe {
+        libc::dl_iterate_phdr(Some(callback), &mut raw as *mut Vec<Raw> as *mut libc::c_void);
+    }
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    let mut modules = Vec::with_capacity(raw.len());
+    for (i, r) in raw.into_iter().enumerate() {
+        let path = if r.name.is_empty() {
+            match (&exe, i) {
+                (Some(exe), 0) => exe.to_string_lossy().into_owned(),
+                _ => continue,
+            }
+        } else {
+            String::from_utf8_lossy(&r.name).into_owned()
+        };
+        modules.push(Module { path, base: r.base, start: r.start, end: r.end });
+    }
+    modules
+}
+
+/// Drops a trailing legacy-mangling hash (`::h0123456789abcdef`) from a demangled name.
+pub fn strip_hash(name: &str) -> &str {
+    if let Some(pos) = name.rfind("::h") {
+        let hash = &name[pos + 3..];
+        if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return &name[..pos];
+        }
+    }
+    name
+}
+
+/// Resolves return addresses of this process to their inline chains (innermost first),
+/// keyed by the address as given. Addresses without any named symbol are left out.
+pub fn resolve_in_process(addrs: impl IntoIterator<Item = u64>) -> HashMap<u64, Vec<Symbol>> {
+    let mut out = HashMap::new();
+    for addr in addrs {
+        if out.contains_key(&addr) {
+            continue;
+        }
+        let mut chain = Vec::new();
+        let lookup = addr.saturating_sub(1) as usize as *mut std::ffi::c_void;
+        backtrace::resolve(lookup, |sym| {
+            let Some(name) = sym.name() else { return };
+            // `{:#}` asks the demangler to leave the hash out; strip_hash catches the rest.
+            let function = strip_hash(&format!("{name:#}")).to_owned();
+            let file = sym.filename().map(|f| f.to_string_lossy().into_owned());
+            chain.push(Symbol { function, file, line: sym.lineno() });
+        });
+        if !chain.is_empty() {
+            out.insert(addr, chain);
+        }
+    }
+    out
+}
+
+/// True for frames of the profiler itself, which are trimmed from the leaf end of stacks.
+pub fn is_profiler_frame(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "memprof::alloc::",
+        "<memprof::alloc::",
+        "memprof::callstack::",
+        "memprof::sampler::",
+        "memprof::tracker::",
+        "memprof::postponed::",
+        "memprof_preload::",
+        "backtrace::",
+        "__rustc::",
+        "__rust_alloc",
+        "__rust_realloc",
+        "__rust_alloc_zeroed",
+        "__rust_dealloc",
+        "__rg_",
+        "__rdl_",
+        "std::alloc::__default_lib_allocator",
+    ];
+    const EXPORTS: &[&str] = &[
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || EXPORTS.contains(&name)
+}
+
+/// True for standard-library allocation plumbing, skipped when naming the allocation site.
+pub fn is_std_plumbing(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "alloc::",
+        "<alloc::",
+        "core::",
+        "<core::",
+        "std::",
+        "<std::",
+        "hashbrown::",
+        "<hashbrown::",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// One source-level frame of a stack, as reports show it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FrameLocation {
+    /// Function name (demangled), or `module+0xoffset` / `0xaddr` when unresolved.
+    pub function: String,
+    /// Source file, when known.
+    pub file: Option<String>,
+    /// Line, when known.
+    pub line: Option<u32>,
+    /// The return address this frame belongs to.
+    pub addr: u64,
+    /// True when this frame is inlined into the next (outer) frame at the same address.
+    pub inlined: bool,
+}
+
+impl Profile {
+    /// The module whose segments contain `addr`.
+    pub fn module_of(&self, addr: u64) -> Option<&Module> {
+        self.modules.iter().find(|m| m.start <= addr && addr < m.end)
+    }
+
+    /// Name of an address without symbols: `basename+0xoffset` inside a module, else `0xaddr`.
+    pub fn unresolved_name(&self, addr: u64) -> String {
+        match self.module_of(addr.saturating_sub(1)) {
+            Some(m) => {
+                let base = m.path.rsplit('/').next().unwrap_or(&m.path);
+                format!("{base}+{:#x}", addr.wrapping_sub(m.base))
+            }
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    /// The frames of a stack, innermost first, inline chains expanded, profiler frames
+    /// trimmed from the leaf end (see the [module documentation](self)). Empty for an unknown
+    /// stack id or when nothing is left.
+    pub fn frame_locations(&self, stack: StackId) -> Vec<FrameLocation> {
+        let Some(stack) = self.stacks.get(stack as usize) else { return Vec::new() };
+        let mut out = Vec::with_capacity(stack.frames.len());
+        for &addr in &stack.frames {
+            match self.symbols.get(&addr) {
+                Some(chain) if !chain.is_empty() => {
+                    let last = chain.len() - 1;
+                    out.extend(chain.iter().enumerate().map(|(i, s)| FrameLocation {
+                        function: s.function.clone(),
+                        file: s.file.clone(),
+                        line: s.line,
+                        addr,
+                        inlined: i < last,
+                    }));
+                }
+                _ => out.push(FrameLocation {
+                    function: self.unresolved_name(addr),
+                    file: None,
+                    line: None,
+                    addr,
+                    inlined: false,
+                }),
+            }
+        }
+        let cut = out
+            .iter()
+            .take(TRIM_WINDOW)
+            .rposition(|f| is_profiler_frame(&f.function))
+            .map_or(0, |i| i + 1);
+        out.drain(..cut);
+        out
+    }
+
+    /// Function names of a stack, outermost (root) first, leaf last, after trimming. A stack
+    /// cut at the configured depth gets a [`TRUNCATED`] root; a stack with nothing left is
+    /// named [`UNKNOWN_STACK`].
+    pub fn frame_names(&self, stack: StackId) -> Vec<String> {
+        let frames = self.frame_locations(stack);
+        let truncated = self.stacks.get(stack as usize).is_some_and(|s| s.truncated);
+        let mut names = Vec::with_capacity(frames.len() + 1);
+        if truncated {
+            names.push(TRUNCATED.to_owned());
+        }
+        if frames.is_empty() {
+            names.push(UNKNOWN_STACK.to_owned());
+        }
+        names.extend(frames.into_iter().rev().map(|f| f.function));
+        names
+    }
+
+    /// The allocation site of a stack: its innermost frame (after trimming) that is not
+    /// standard-library allocation plumbing, or the innermost frame if all of them are.
+    pub fn site_name(&self, stack: StackId) -> String {
+        let mut frames = self.frame_locations(stack);
+        match frames.iter().position(|f| !is_std_plumbing(&f.function)) {
+            Some(i) => frames.swap_remove(i).function,
+            None if !frames.is_empty() => frames.swap_remove(0).function,
+            None => UNKNOWN_STACK.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Stack;
+
+    fn sym(f: &str) -> Symbol {
+        Symbol { function: f.into(), file: Some("src/x.rs".into()), line: Some(7) }
+    }
+
+    fn profile() -> Profile {
+        let mut p = Profile::default();
+        p.modules.push(Module {
+            path: "/usr/lib/libfoo.so".into(),
+            base: 0x7000,
+            start: 0x8000,
+            end: 0x9000,
+        });
+        let table: &[(u64, &[&str])] = &[
+            (0x10, &["malloc"]),
+            (
+                0x20,
+                &[
+                    "memprof::alloc::hook",
+                    "<memprof::alloc::Sampled<A> as core::alloc::global::GlobalAlloc>::alloc",
+                ],
+            ),
+            (0x30, &["__rust_alloc"]),
+            (0x40, &["alloc::raw_vec::finish_grow", "alloc::raw_vec::RawVec<T>::grow"]),
+            (0x50, &["<alloc::vec::Vec<T> as core::clone::Clone>::clone"]),
+            (0x60, &["app::load", "app::main"]),
+            (0x70, &["std::rt::lang_start"]),
+            (0x80, &["main"]),
+        ];
+        for (addr, names) in table {
+            p.symbols.insert(*addr, names.iter().map(|n| sym(n)).collect());
+        }
+        p.stacks.push(Stack {
+            frames: vec![0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80],
+            truncated: false,
+        });
+        p.stacks.push(Stack { frames: vec![0x8123, 0x60, 0xdead], truncated: true });
+        p.stacks.push(Stack { frames: vec![0x10, 0x40], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x10, 0x20], truncated: false });
+        p.stacks.push(Stack { frames: vec![], truncated: false });
+        p
+    }
+
+    #[test]
+    fn names_are_trimmed_and_outermost_first() {
+        let p = profile();
+        assert_eq!(
+            p.frame_names(0),
+            [
+                "main",
+                "std::rt::lang_start",
+                "app::main",
+                "app::load",
+                "<alloc::vec::Vec<T> as core::clone::Clone>::clone",
+                "alloc::raw_vec::RawVec<T>::grow",
+                "alloc::raw_vec::finish_grow",
+            ]
+        );
+        assert_eq!(p.site_name(0), "app::load");
+    }
+
+    #[test]
+    fn unresolved_and_truncated() {
+        let p = profile();
+        assert_eq!(
+            p.frame_names(1),
+            ["[truncated]", "0xdead", "app::main", "app::load", "libfoo.so+0x1123"]
+        );
+        // An unresolved leaf is not plumbing: it is the site.
+        assert_eq!(p.site_name(1), "libfoo.so+0x1123");
+    }
+
+    #[test]
+    fn all_plumbing_or_nothing_left() {
+        let p = profile();
+        assert_eq!(p.site_name(2), "alloc::raw_vec::finish_grow");
+        assert_eq!(p.frame_names(3), [UNKNOWN_STACK]);
+        assert_eq!(p.site_name(3), UNKNOWN_STACK);
+        assert_eq!(p.frame_names(4), [UNKNOWN_STACK]);
+        assert_eq!(p.frame_names(99), [UNKNOWN_STACK]);
+        assert_eq!(p.site_name(99), UNKNOWN_STACK);
+    }
+
+    #[test]
+    fn trimming_only_looks_at_the_leaf_window() {
+        let mut p = profile();
+        // A profiler-looking frame deep in the stack (e.g. a user function named malloc far
+        // from the leaf) is kept.
+        let mut frames = vec![0x60; TRIM_WINDOW];
+        frames.push(0x10);
+        p.stacks.push(Stack { frames, truncated: false });
+        let names = p.frame_names(5);
+        assert_eq!(names.first().map(String::as_str), Some("malloc"));
+        assert_eq!(names.len(), 2 * TRIM_WINDOW + 1);
+    }
+
+    #[test]
+    fn locations_mark_inlining() {
+        let p = profile();
+        let locs = p.frame_locations(0);
+        let inl: Vec<(u64, bool)> = locs.iter().map(|f| (f.addr, f.inlined)).collect();
+        assert_eq!(
+            inl,
+            [
+                (0x40, true),
+                (0x40, false),
+                (0x50, false),
+                (0x60, true),
+                (0x60, false),
+                (0x70, false),
+                (0x80, false)
+            ]
+        );
+        assert_eq!(locs[0].line, Some(7));
+    }
+
+    #[test]
+    fn hashes_are_stripped() {
+        assert_eq!(strip_hash("foo::bar::h0123456789abcdef"), "foo::bar");
+        assert_eq!(strip_hash("foo::bar::hello"), "foo::bar::hello");
+        assert_eq!(strip_hash("foo"), "foo");
+    }
+
+    #[inline(never)]
+    fn a_function_to_find() -> u64 {
+        std::hint::black_box(42)
+    }
+
+    #[test]
+    fn resolves_a_real_function() {
+        assert_eq!(a_function_to_find(), 42);
+        // A "return address" a few bytes into the function: addr - 1 still lies inside it.
+        let addr = a_function_to_find as fn() -> u64 as usize as u64 + 4;
+        let map = resolve_in_process([addr]);
+        let chain = map.get(&addr).expect("the test binary has symbols");
+        assert!(chain.iter().any(|s| s.function.contains("a_function_to_find")), "{chain:?}");
+        assert!(chain.iter().all(|s| !s.function.contains("::h")), "{chain:?}");
+    }
+
+    #[test]
+    fn modules_contain_this_code() {
+        let modules = current_modules();
+        assert!(!modules.is_empty());
+        let here = resolves_a_real_function as fn() as usize as u64;
+        let m = modules
+            .iter()
+            .find(|m| m.start <= here && here < m.end)
+            .expect("a module holds this code");
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(m.path, exe.to_string_lossy());
+        let p = Profile { modules: modules.clone(), ..Profile::default() };
+        let base = exe.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(p.unresolved_name(here).starts_with(&format!("{base}+0x")));
+    }
+}

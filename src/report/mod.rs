@@ -1,1 +1,144 @@
-//! Reports.
+//! Reports: what a [`Profile`] says, as a top-sites table, folded stacks, a flamegraph or a
+//! pprof profile.
+//!
+//! # 1. Views
+//! Every report counts samples through a [`View`]: [`View::Alloc`] counts every sampled
+//! allocation (who allocated the memory), [`View::Live`] only the samples whose block was
+//! never freed before the recording ended (who still holds it).
+//!
+//! # 2. Numbers
+//! A sample stands for `k × interval` bytes and `k × interval / size` objects
+//! ([`Profile::estimated_bytes`], [`Profile::estimated_objects`]); sums are kept as `f64` and
+//! rounded only when printed or encoded. In the exact mode (interval 1) every number is an
+//! exact integer.
+//!
+//! # 3. Determinism
+//! Every exporter's output depends only on the profile: folded lines are sorted, tables
+//! are sorted by value then name, the pprof string table is insertion-ordered over a sorted
+//! walk, and flamegraph colours are derived from the function names.
+#![forbid(unsafe_code)]
+
+pub mod flamegraph;
+pub mod folded;
+pub mod pprof;
+pub mod top;
+
+pub use flamegraph::{flamegraph, FlameOptions};
+pub use folded::{collapsed, write_collapsed};
+pub use pprof::{pprof, write_pprof, PprofOptions};
+pub use top::{site_totals, top_table, SiteTotal, TopOptions};
+
+use crate::profile::{Profile, StackId};
+
+/// Which samples a report counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum View {
+    /// Every sampled allocation.
+    #[default]
+    Alloc,
+    /// Samples whose block was still allocated at the end of the recording.
+    Live,
+}
+
+impl View {
+    /// A short lowercase name: `alloc` or `live`.
+    pub fn name(self) -> &'static str {
+        match self {
+            View::Alloc => "alloc",
+            View::Live => "live",
+        }
+    }
+}
+
+impl std::str::FromStr for View {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "alloc" => Ok(View::Alloc),
+            "live" | "inuse" => Ok(View::Live),
+            other => Err(crate::Error::Config(format!(
+                "unknown view {other:?} (expected alloc or live)"
+            ))),
+        }
+    }
+}
+
+/// Estimated totals of one stack under a view.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StackTotal {
+    /// The stack.
+    pub stack: StackId,
+    /// Estimated bytes.
+    pub bytes: f64,
+    /// Estimated objects.
+    pub objects: f64,
+    /// Number of samples counted.
+    pub samples: u64,
+}
+
+/// Per-stack estimated bytes and objects under `view`, for the stacks with at least one
+/// counted sample, in stack-id order.
+pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
+    let live = match view {
+        View::Alloc => None,
+        View::Live => Some(profile.live_ids()),
+    };
+    let mut totals: std::collections::BTreeMap<StackId, StackTotal> = Default::default();
+    for s in &profile.samples {
+        if live.as_ref().is_some_and(|l| !l.contains(&s.id)) {
+            continue;
+        }
+        let t =
+            totals.entry(s.stack).or_insert(StackTotal { stack: s.stack, ..Default::default() });
+        t.bytes += profile.estimated_bytes(s);
+        t.objects += profile.estimated_objects(s);
+        t.samples += 1;
+    }
+    totals.into_values().collect()
+}
+
+/// True when the profile is in the exact mode (every allocation recorded with its size).
+pub(crate) fn is_exact(profile: &Profile) -> bool {
+    profile.header.interval == 1.0
+}
+
+/// `n` bytes in binary units: `512 B`, `1.50 KiB`, `3.25 MiB`, `1.00 GiB`.
+pub fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n.abs() < 1024.0 {
+        return format!("{} B", n.round());
+    }
+    let mut v = n / 1024.0;
+    let mut unit = UNITS[0];
+    for u in &UNITS[1..] {
+        if v.abs() < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    format!("{v:.2} {unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human() {
+        assert_eq!(human_bytes(0.0), "0 B");
+        assert_eq!(human_bytes(1023.0), "1023 B");
+        assert_eq!(human_bytes(1536.0), "1.50 KiB");
+        assert_eq!(human_bytes(3.25 * 1048576.0), "3.25 MiB");
+        assert_eq!(human_bytes(1073741824.0), "1.00 GiB");
+        assert_eq!(human_bytes(5.0 * 1099511627776.0), "5.00 TiB");
+    }
+
+    #[test]
+    fn views_parse() {
+        assert_eq!("live".parse::<View>().unwrap(), View::Live);
+        assert_eq!("alloc".parse::<View>().unwrap(), View::Alloc);
+        assert!("gc".parse::<View>().is_err());
+    }
+}

@@ -1,0 +1,148 @@
+//! The allocation hooks and `Sampled<A>`, the sampling `#[global_allocator]`.
+//!
+//! # 1. Hooks
+//! [`on_alloc`], [`on_dealloc`] and [`on_realloc`] are the three places where an allocator
+//! tells the profiler what happened; `Sampled<A>` calls them, the preload library calls
+//! them from `malloc` and friends, the managed heap calls them from its allocator and sweep.
+//!
+//! # 2. Costs
+//! An unsampled allocation costs the sampler's countdown (a thread-local subtract and a
+//! branch, plus an epoch compare). A free costs one load from the live-table filter. Only
+//! sampled blocks take the cold path: call-stack capture, a queue push and a live-table
+//! insertion, all without allocating through the profiled allocator, without user-visible
+//! locks and with errno preserved.
+//!
+//! # 3. Reentrancy
+//! The sampler's [`Busy`](crate::sampler::Busy) flag is set on the cold path and while
+//! callbacks run; allocations made then still advance the countdown but are never
+//! reported, so the profiler never profiles itself and never recurses.
+//!
+//! # 4. Realloc
+//! A reallocation is an allocation of the new size as far as sampling goes (heaptrack and
+//! jemalloc count it the same way). If the new size is sampled, the old sample (if any)
+//! dies and a new one is born; otherwise a sampled old block *moves*, keeping its sample and
+//! token, and the tracker's `realloc` callback hears of it. The old block leaves the live
+//! table before the real `realloc` can free it, and goes back if `realloc` fails.
+
+use crate::live::{self, Entry};
+use crate::postponed::EventKind;
+use crate::sampler;
+use crate::tracker::hot;
+use core::alloc::{GlobalAlloc, Layout};
+
+/// Reports an allocation of `size` bytes at `addr` (null is ignored).
+#[inline(always)]
+pub fn on_alloc(addr: *mut u8, size: usize) {
+    if addr.is_null() {
+        return;
+    }
+    if let Some(hit) = sampler::sample(size) {
+        hot::record_alloc(addr as usize, size, hit);
+    }
+}
+
+/// Reports that the block at `addr` is about to be freed. Call it *before* the memory is
+/// returned, so a concurrent reuse of the address cannot be confused with this block.
+#[inline(always)]
+pub fn on_dealloc(addr: *mut u8) {
+    if let Some(entry) = live::remove(addr as usize) {
+        hot::record_other(EventKind::Dealloc, entry, 0, 0);
+    }
+}
+
+/// The first half of a reallocation: takes the old block out of the live table. Pass the
+/// result to [`on_realloc`] once the real reallocation has returned.
+#[inline(always)]
+pub fn before_realloc(old: *mut u8) -> Option<Entry> {
+    if old.is_null() {
+        return None;
+    }
+    live::remove(old as usize)
+}
+
+/// The second half of a reallocation: `new` is the result (null if it failed, in which case
+/// the old block stays live), `new_size` the requested size.
+#[inline(always)]
+pub fn on_realloc(old: *mut u8, old_entry: Option<Entry>, new: *mut u8, new_size: usize) {
+    if new.is_null() {
+        if let Some(e) = old_entry {
+            if !live::insert(old as usize, e) {
+                // Could not put it back: its free will go unseen, like any untracked block.
+            }
+        }
+        return;
+    }
+    match sampler::sample(new_size) {
+        Some(hit) => {
+            if let Some(e) = old_entry {
+                hot::record_other(EventKind::Dealloc, e, 0, 0);
+            }
+            hot::record_alloc(new as usize, new_size, hit);
+        }
+        None => {
+            if let Some(e) = old_entry {
+                hot::record_other(EventKind::Move, e, new as usize, new_size);
+            }
+        }
+    }
+}
+
+/// A `GlobalAlloc` that samples the allocations of `A`:
+///
+/// ```no_run
+/// #[global_allocator]
+/// static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std::alloc::System);
+/// ```
+///
+/// With no session running it costs a few instructions per allocation.
+pub struct Sampled<A> {
+    inner: A,
+}
+
+impl<A> Sampled<A> {
+    /// Wraps `inner`.
+    pub const fn new(inner: A) -> Self {
+        Sampled { inner }
+    }
+
+    /// The wrapped allocator.
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
+}
+
+// SAFETY: every method forwards to `A` with the caller's arguments unchanged and returns
+// A's result; the hooks only observe addresses and sizes.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Sampled<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { self.inner.alloc(layout) };
+        on_alloc(p, layout.size());
+        p
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { self.inner.alloc_zeroed(layout) };
+        on_alloc(p, layout.size());
+        p
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        on_dealloc(ptr);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = before_realloc(ptr);
+        // SAFETY: forwarded with the caller's guarantees.
+        let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        on_realloc(ptr, old, new, new_size);
+        new
+    }
+}

@@ -1,0 +1,353 @@
+//! The sampled live table: address → sample, for the blocks that were sampled and not yet
+//! freed.
+//!
+//! # 1. The free path
+//! Every `free`/`dealloc` must ask "was this block sampled?", so the common answer "no"
+//! has to be nearly free. A counting filter of 2 Mi one-byte counters, indexed by a hash
+//! of the address, answers it with one load: zero means no sampled block hashes there.
+//! Counters saturate at 255 and then stay there (only false positives, never a false "no").
+//! With 20k live samples about 1% of frees look further.
+//!
+//! # 2. The table
+//! 64 shards, each an open-addressing hash table (linear probing, backward-shift deletion,
+//! so no tombstones) behind a spin lock that is held for a few instructions and only ever
+//! inside the profiler, so user code can never hold it. Tables grow by doubling into memory
+//! from [`crate::rawmem`], never from the profiled allocator. An insertion that cannot get
+//! memory fails and the caller counts the sample as untracked.
+//!
+//! # 3. Address reuse
+//! A block is removed from the table *before* the real free returns its memory, so when
+//! another thread gets the same address back immediately, its insertion finds the slot free
+//! and the two samples never mix.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+const FILTER_LEN: usize = 1 << 21;
+const SHARD_BITS: u32 = 6;
+const SHARDS: usize = 1 << SHARD_BITS;
+const MIN_CAP: usize = 64;
+
+static FILTER: [AtomicU8; FILTER_LEN] = [const { AtomicU8::new(0) }; FILTER_LEN];
+
+/// What the table keeps for a sampled block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Sample id.
+    pub id: u64,
+    /// Session epoch of the sample.
+    pub epoch: u64,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    addr: usize,
+    entry: Entry,
+}
+
+struct Table {
+    slots: *mut Slot,
+    cap: usize,
+    len: usize,
+}
+
+struct Shard {
+    lock: AtomicBool,
+    table: UnsafeCell<Table>,
+}
+
+// SAFETY: `table` is only touched while `lock` is held (see `with_shard`).
+unsafe impl Sync for Shard {}
+
+static TABLE: [Shard; SHARDS] = [const {
+    Shard {
+        lock: AtomicBool::new(false),
+        table: UnsafeCell::new(Table { slots: core::ptr::null_mut(), cap: 0, len: 0 }),
+    }
+}; SHARDS];
+
+#[inline]
+fn hash(addr: usize) -> u64 {
+    ((addr as u64) >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+#[inline]
+fn filter_index(h: u64) -> usize {
+    (h >> 20) as usize & (FILTER_LEN - 1)
+}
+
+#[inline]
+fn shard_index(h: u64) -> usize {
+    (h >> (64 - SHARD_BITS)) as usize
+}
+
+fn with_shard<R>(i: usize, f: impl FnOnce(&mut Table) -> R) -> R {
+    let shard = &TABLE[i];
+    let mut spins = 0u32;
+    while shard.lock.swap(true, Ordering::Acquire) {
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    struct Unlock<'a>(&'a AtomicBool);
+    impl Drop for Unlock<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let _unlock = Unlock(&shard.lock);
+    // SAFETY: the spin lock gives this thread exclusive access to the table.
+    f(unsafe { &mut *shard.table.get() })
+}
+
+impl Table {
+    fn slot(&self, i: usize) -> *mut Slot {
+        // SAFETY: callers pass i < cap; slots has cap entries.
+        unsafe { self.slots.add(i) }
+    }
+
+    fn grow(&mut self) -> bool {
+        let new_cap = if self.cap == 0 { MIN_CAP } else { self.cap * 2 };
+        let Some(bytes) = new_cap.checked_mul(core::mem::size_of::<Slot>()) else {
+            return false;
+        };
+        let new = crate::rawmem::alloc_zeroed(bytes) as *mut Slot;
+        if new.is_null() {
+            return false;
+        }
+        let old = core::mem::replace(self, Table { slots: new, cap: new_cap, len: 0 });
+        for i in 0..old.cap {
+            // SAFETY: i < old.cap.
+            let s = unsafe { *old.slot(i) };
+            if s.addr != 0 {
+                self.put(s.addr, s.entry);
+            }
+        }
+        if !old.slots.is_null() {
+            // SAFETY: old.slots came from rawmem and is no longer referenced.
+            unsafe { crate::rawmem::free(old.slots as *mut u8) };
+        }
+        true
+    }
+
+    /// Inserts or overwrites; the caller ensures there is room.
+    fn put(&mut self, addr: usize, entry: Entry) {
+        let mask = self.cap - 1;
+        let mut i = (hash(addr) as usize) & mask;
+        loop {
+            let s = self.slot(i);
+            // SAFETY: i <= mask < cap.
+            unsafe {
+                if (*s).addr == 0 {
+                    *s = Slot { addr, entry };
+                    self.len += 1;
+                    return;
+                }
+                if (*s).addr == addr {
+                    (*s).entry = entry;
+                    return;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn take(&mut self, addr: usize) -> Option<Entry> {
+        if self.cap == 0 {
+            return None;
+        }
+        let mask = self.cap - 1;
+        let mut i = (hash(addr) as usize) & mask;
+        loop {
+            // SAFETY: i <= mask < cap.
+            let s = unsafe { *self.slot(i) };
+            if s.addr == 0 {
+                return None;
+            }
+            if s.addr == addr {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        // SAFETY: i < cap.
+        let found = unsafe { (*self.slot(i)).entry };
+        // Backward-shift deletion: move later members of the probe run into the hole.
+        let mut hole = i;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            // SAFETY: j <= mask < cap.
+            let s = unsafe { *self.slot(j) };
+            if s.addr == 0 {
+                break;
+            }
+            let home = (hash(s.addr) as usize) & mask;
+            // Move s if its home is not cyclically within (hole, j].
+            let dist_home = j.wrapping_sub(home) & mask;
+            let dist_hole = j.wrapping_sub(hole) & mask;
+            if dist_home >= dist_hole {
+                // SAFETY: hole, j < cap.
+                unsafe { *self.slot(hole) = s };
+                hole = j;
+            }
+        }
+        // SAFETY: hole < cap.
+        unsafe { (*self.slot(hole)).addr = 0 };
+        self.len -= 1;
+        Some(found)
+    }
+}
+
+fn filter_inc(i: usize) {
+    let c = &FILTER[i];
+    let mut v = c.load(Ordering::Relaxed);
+    while v < u8::MAX {
+        match c.compare_exchange_weak(v, v + 1, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(x) => v = x,
+        }
+    }
+}
+
+fn filter_dec(i: usize) {
+    let c = &FILTER[i];
+    let mut v = c.load(Ordering::Relaxed);
+    while v > 0 && v < u8::MAX {
+        match c.compare_exchange_weak(v, v - 1, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(x) => v = x,
+        }
+    }
+}
+
+/// Records that the block at `addr` is the sampled block `entry`. Returns false when the
+/// table could not grow (the sample is then untracked: its free will not be seen).
+pub fn insert(addr: usize, entry: Entry) -> bool {
+    if addr == 0 {
+        return false;
+    }
+    let h = hash(addr);
+    let ok = with_shard(shard_index(h), |t| {
+        if (t.len + 1) * 2 > t.cap && !t.grow() {
+            return false;
+        }
+        t.put(addr, entry);
+        true
+    });
+    if ok {
+        filter_inc(filter_index(h));
+    }
+    ok
+}
+
+/// Removes and returns the sample of the block at `addr`, if it is a sampled block.
+/// The common case (not sampled) costs one load.
+#[inline]
+pub fn remove(addr: usize) -> Option<Entry> {
+    let h = hash(addr);
+    let fi = filter_index(h);
+    if FILTER[fi].load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    remove_slow(addr, h, fi)
+}
+
+#[cold]
+#[inline(never)]
+fn remove_slow(addr: usize, h: u64, fi: usize) -> Option<Entry> {
+    let found = with_shard(shard_index(h), |t| t.take(addr));
+    if found.is_some() {
+        filter_dec(fi);
+    }
+    found
+}
+
+/// Forgets every entry (a new session starts).
+pub fn clear() {
+    for i in 0..SHARDS {
+        with_shard(i, |t| {
+            for j in 0..t.cap {
+                // SAFETY: j < cap.
+                let s = unsafe { &mut *t.slot(j) };
+                if s.addr != 0 {
+                    filter_dec(filter_index(hash(s.addr)));
+                    s.addr = 0;
+                }
+            }
+            t.len = 0;
+        });
+    }
+    for c in FILTER.iter() {
+        // Reading an untouched page maps the shared zero page; only dirty counters are written.
+        if c.load(Ordering::Relaxed) != 0 {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Number of sampled blocks in the table.
+pub fn len() -> usize {
+    (0..SHARDS).map(|i| with_shard(i, |t| t.len)).sum()
+}
+
+/// Takes every shard lock (before `fork`, so the child never inherits a held lock).
+pub fn lock_all() {
+    for shard in TABLE.iter() {
+        while shard.lock.swap(true, Ordering::Acquire) {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// Releases the locks taken by [`lock_all`].
+pub fn unlock_all() {
+    for shard in TABLE.iter() {
+        shard.lock.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The table is process-global; each test uses its own address range.
+
+    #[test]
+    fn insert_remove_many() {
+        let base = 0x7000_0000_0000usize;
+        for i in 0..10_000usize {
+            assert!(insert(base + i * 16, Entry { id: i as u64, epoch: 7 }));
+        }
+        for i in (0..10_000usize).rev() {
+            assert_eq!(remove(base + i * 16), Some(Entry { id: i as u64, epoch: 7 }));
+            assert_eq!(remove(base + i * 16), None);
+        }
+    }
+
+    #[test]
+    fn concurrent_reuse() {
+        let threads: Vec<_> = (0..4usize)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let base = 0x6000_0000_0000usize + t * 0x1000_0000;
+                    for round in 0..2_000u64 {
+                        for i in 0..50usize {
+                            assert!(insert(base + i * 32, Entry { id: round, epoch: 1 }));
+                        }
+                        for i in 0..50usize {
+                            assert_eq!(remove(base + i * 32).map(|e| e.id), Some(round));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The bounded queue of events that wait for a safe point.
+//!
+//! # 1. Why postpone
+//! An allocation is sampled deep inside `malloc` or `GlobalAlloc::alloc`, where user code
+//! must not run: it could allocate (recursion), take a lock the interrupted code holds
+//! (deadlock) or panic (unwinding through the allocator). So the sample path only records
+//! an [`Event`] here; callbacks run later at a safe point (`poll`, `stop`, the drain
+//! thread), as statmemprof's postponed callbacks do.
+//!
+//! # 2. The queue
+//! A bounded multi-producer queue (Vyukov's sequence-numbered ring): a producer claims a
+//! slot with one compare-and-swap on the tail, writes the event and its call stack into the
+//! slot in place, and publishes it by storing the slot's sequence number. No locks, no
+//! allocation, no panics. A full queue refuses the event and the refusal is counted as
+//! lost. Slots are fixed-size (header plus `depth` frames) in one block from
+//! [`crate::rawmem`], so the frames are copied once, from the capture buffer.
+//!
+//! # 3. Lifetime
+//! Producers can be inside `push` at any moment, including while a session stops, so a
+//! queue is never freed: it is reused by the next session when it is large enough and
+//! retired (left allocated) otherwise. Events carry the session epoch; the consumer drops
+//! those of other sessions. One consumer drains at a time (a try-lock, so a callback that
+//! calls `poll` does not deadlock).
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// What happened to a sampled block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A sampled allocation (carries a call stack).
+    Alloc,
+    /// A sampled block was freed.
+    Dealloc,
+    /// A sampled block was reallocated and kept its sample (new address and size).
+    Move,
+}
+
+/// One queued event. Plain data: `Copy`, no heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// Session epoch the event belongs to.
+    pub epoch: u64,
+    /// Sample id (unique within the session).
+    pub id: u64,
+    /// Thread number within the session.
+    pub thread: u32,
+    /// Nanoseconds since the session started.
+    pub time_ns: u64,
+    /// Block address (the new address for `Move`).
+    pub addr: usize,
+    /// Block size in bytes (the new size for `Move`).
+    pub size: usize,
+    /// Sample points inside the block (`Alloc` only).
+    pub k: u64,
+    /// The call stack was deeper than the depth (`Alloc` only).
+    pub truncated: bool,
+}
+
+#[repr(C)]
+struct SlotHead {
+    seq: AtomicUsize,
+    event: UnsafeCell<Event>,
+    nframes: UnsafeCell<usize>,
+}
+
+/// A bounded MPMC ring of events with inline call stacks.
+pub struct Queue {
+    base: *mut u8,
+    stride: usize,
+    mask: usize,
+    depth: usize,
+    tail: AtomicUsize,
+    head: AtomicUsize,
+    draining: AtomicBool,
+    lost: AtomicU64,
+}
+
+// SAFETY: slots are handed between threads by the sequence-number protocol: a slot's
+// contents are written only by the producer that claimed it and read only by the consumer
+// after the Release store of its sequence number, and the consumer is unique (try-lock).
+unsafe impl Sync for Queue {}
+// SAFETY: the raw block is owned by the queue and has no thread affinity.
+unsafe impl Send for Queue {}
+
+impl Queue {
+    /// A queue of at least `capacity` events (rounded up to a power of two), each with room
+    /// for `depth` frames. `None` when memory is short.
+    pub fn new(capacity: usize, depth: usize) -> Option<Queue> {
+        let cap = capacity.max(2).checked_next_power_of_two()?;
+        let head = core::mem::size_of::<SlotHead>();
+        let stride = head.checked_add(depth.checked_mul(core::mem::size_of::<usize>())?)?;
+        let stride = stride.checked_add(63)? & !63;
+        let bytes = stride.checked_mul(cap)?;
+        let base = crate::rawmem::alloc_zeroed(bytes);
+        if base.is_null() {
+            return None;
+        }
+        for i in 0..cap {
+            // SAFETY: slot i lies inside the block; the block is zeroed, suitably aligned
+            // (malloc alignment ≥ 16, stride a multiple of 64) and not yet shared.
+            unsafe {
+                let s = base.add(i * stride) as *mut SlotHead;
+                core::ptr::addr_of_mut!((*s).seq).write(AtomicUsize::new(i));
+            }
+        }
+        Some(Queue {
+            base,
+            stride,
+            mask: cap - 1,
+            depth,
+            tail: AtomicUsize::new(0),
+            head: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            lost: AtomicU64::new(0),
+        })
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Frames each slot can hold.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    fn slot(&self, pos: usize) -> *mut SlotHead {
+        // SAFETY: (pos & mask) < capacity, so the offset stays inside the block.
+        unsafe { self.base.add((pos & self.mask) * self.stride) as *mut SlotHead }
+    }
+
+    fn frames_ptr(slot: *mut SlotHead) -> *mut usize {
+        // SAFETY: the frames follow the head inside the same slot.
+        unsafe { (slot as *mut u8).add(core::mem::size_of::<SlotHead>()) as *mut usize }
+    }
+
+    /// Queues an event with its frames (at most `depth` are kept). Returns false, and counts
+    /// the event as lost, when the queue is full. Lock-free; never allocates or panics.
+    pub fn push(&self, event: &Event, frames: &[usize]) -> bool {
+        let mut pos = self.tail.load(Ordering::Relaxed);
+        loop {
+            let slot = self.slot(pos);
+            // SAFETY: slot points at an initialised SlotHead.
+            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) };
+            let diff = seq as isize - pos as isize;
+            if diff == 0 {
+                match self.tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        let n = frames.len().min(self.depth);
+                        // SAFETY: winning the CAS gives this thread exclusive use of the slot
+                        // until the Release store below; the frames area has `depth` words.
+                        unsafe {
+                            (*slot).event.get().write(*event);
+                            (*slot).nframes.get().write(n);
+                            core::ptr::copy_nonoverlapping(
+                                frames.as_ptr(),
+                                Self::frames_ptr(slot),
+                                n,
+                            );
+                            (*slot).seq.store(pos.wrapping_add(1), Ordering::Release);
+                        }
+                        return true;
+                    }
+                    Err(actual) => pos = actual,
+                }
+            } else if diff < 0 {
+                self.lost.fetch_add(1, Ordering::Relaxed);
+                return false;
+            } else {
+                pos = self.tail.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Events refused because the queue was full, since the queue was made.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` on each published event in order, until the queue is empty or an event is
+    /// claimed but not yet published. Returns the number handled, or `None` when another
+    /// thread is draining.
+    pub fn drain(&self, mut f: impl FnMut(&Event, &[usize])) -> Option<usize> {
+        if self.draining.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        struct Release<'a>(&'a AtomicBool);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _release = Release(&self.draining);
+        let mut n = 0;
+        // The consumer runs at a safe point and may allocate.
+        let mut frames: Vec<usize> = Vec::with_capacity(self.depth);
+        loop {
+            let pos = self.head.load(Ordering::Relaxed);
+            let slot = self.slot(pos);
+            // SAFETY: slot points at an initialised SlotHead.
+            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) };
+            if seq != pos.wrapping_add(1) {
+                return Some(n);
+            }
+            // SAFETY: the Acquire load saw the producer's Release store, so the event and
+            // frames are fully written; nobody writes the slot until we release it below.
+            // Copy out first so `f` can push more events (even into this slot's ring).
+            let (event, count) = unsafe { (*(*slot).event.get(), *(*slot).nframes.get()) };
+            let count = count.min(self.depth);
+            frames.clear();
+            // SAFETY: `count` frames were written by the producer. They are copied out so
+            // the slot is recycled before `f` runs (which may push more events).
+            frames.extend_from_slice(unsafe {
+                core::slice::from_raw_parts(Self::frames_ptr(slot), count)
+            });
+            self.head.store(pos.wrapping_add(1), Ordering::Relaxed);
+            // SAFETY: hands the slot back to producers one lap later.
+            unsafe { (*slot).seq.store(pos.wrapping_add(self.mask + 1), Ordering::Release) };
+            f(&event, &frames);
+            n += 1;
+        }
+    }
+
+    /// True when a producer has claimed a slot the consumer has not seen published yet.
+    pub fn has_unpublished(&self) -> bool {
+        self.tail.load(Ordering::Acquire) != self.head.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: u64) -> Event {
+        Event {
+            kind: EventKind::Alloc,
+            epoch: 1,
+            id,
+            thread: 1,
+            time_ns: 0,
+            addr: 0,
+            size: 8,
+            k: 1,
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn fifo_and_full() {
+        let q = Queue::new(4, 3).unwrap();
+        for i in 0..4 {
+            assert!(q.push(&ev(i), &[i as usize, 2, 3, 4]));
+        }
+        assert!(!q.push(&ev(9), &[]));
+        assert_eq!(q.lost(), 1);
+        let mut seen = Vec::new();
+        q.drain(|e, f| seen.push((e.id, f.to_vec()))).unwrap();
+        assert_eq!(seen.len(), 4);
+        assert_eq!(seen[2], (2, vec![2, 2, 3]));
+        assert!(q.push(&ev(5), &[]));
+    }
+
+    #[test]
+    fn many_producers_one_consumer() {
+        let q = std::sync::Arc::new(Queue::new(1024, 4).unwrap());
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    let mut pushed = 0;
+                    for i in 0..20_000u64 {
+                        let id = t * 1_000_000 + i;
+                        while !q.push(&ev(id), &[id as usize]) {
+                            std::thread::yield_now();
+                        }
+                        pushed += 1;
+                    }
+                    pushed
+                })
+            })
+            .collect();
+        let mut seen = std::collections::HashMap::new();
+        let mut total = 0;
+        while total < 80_000 {
+            q.drain(|e, f| {
+                assert_eq!(f, &[e.id as usize]);
+                let last = seen.entry(e.id / 1_000_000).or_insert(-1i64);
+                assert!((e.id % 1_000_000) as i64 > *last, "per-producer order kept");
+                *last = (e.id % 1_000_000) as i64;
+                total += 1;
+            });
+        }
+        for t in threads {
+            assert_eq!(t.join().unwrap(), 20_000);
+        }
+        assert_eq!(total, 80_000);
+    }
+}

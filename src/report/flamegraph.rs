@@ -1,0 +1,149 @@
+//! Flamegraphs (SVG, via inferno) of allocated or live bytes.
+//!
+//! The input is the [folded stacks](super::folded) of the view; colours come from inferno's
+//! `mem` palette with `deterministic` set, so a frame's colour depends only on its name and
+//! two renders of one profile are byte-identical.
+//!
+//! A view with no samples (a live view where everything was freed, or an empty recording)
+//! still yields a small valid SVG that carries the title and says "no samples", rather than
+//! an error: a report run should not fail because a program freed all its memory. inferno
+//! itself refuses empty input, so that SVG is written here.
+
+use std::io::Write;
+
+use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
+
+use super::{collapsed, human_bytes, is_exact, View};
+use crate::profile::Profile;
+use crate::Error;
+
+/// Options of [`flamegraph`].
+#[derive(Clone, Debug, Default)]
+pub struct FlameOptions {
+    /// Which samples to draw.
+    pub view: View,
+    /// Title; `None` derives it from the view ("memprof: allocated bytes (estimated)").
+    pub title: Option<String>,
+    /// Subtitle; `None` describes the recording (executable, sampling interval, status).
+    pub subtitle: Option<String>,
+    /// Image width in pixels; `None` lets the SVG fill its container.
+    pub image_width: Option<usize>,
+}
+
+/// The default title of a view.
+pub fn default_title(profile: &Profile, view: View) -> String {
+    let kind = if is_exact(profile) { "exact" } else { "estimated" };
+    match view {
+        View::Alloc => format!("memprof: allocated bytes ({kind})"),
+        View::Live => format!("memprof: live bytes at end ({kind})"),
+    }
+}
+
+/// The default subtitle: what was recorded and how.
+pub fn default_subtitle(profile: &Profile) -> String {
+    let h = &profile.header;
+    let mut s = if h.executable.is_empty() {
+        "unknown executable".to_owned()
+    } else {
+        h.executable.clone()
+    };
+    if is_exact(profile) {
+        s.push_str(" · every allocation recorded");
+    } else {
+        s.push_str(&format!(" · mean sampling interval {}", human_bytes(h.interval)));
+    }
+    s.push_str(&format!(" · {} samples", profile.samples.len()));
+    if !profile.complete {
+        s.push_str(" · INCOMPLETE recording");
+    }
+    s
+}
+
+/// Renders a flamegraph of `profile` as SVG into `w`.
+pub fn flamegraph(
+    profile: &Profile,
+    options: &FlameOptions,
+    mut w: impl Write,
+) -> Result<(), Error> {
+    let title = options.title.clone().unwrap_or_else(|| default_title(profile, options.view));
+    let subtitle = options.subtitle.clone().unwrap_or_else(|| default_subtitle(profile));
+    let lines = collapsed(profile, options.view);
+    let io = |e| Error::io("writing flamegraph", e);
+    if lines.is_empty() {
+        w.write_all(empty_svg(&title, &subtitle, options.image_width).as_bytes()).map_err(io)?;
+        return w.flush().map_err(io);
+    }
+    let mut o = inferno_fg::Options::default();
+    o.colors = Palette::Basic(BasicPalette::Mem);
+    o.deterministic = true;
+    o.title = title;
+    o.subtitle = Some(subtitle);
+    o.count_name = "bytes".to_owned();
+    o.name_type = "Function:".to_owned();
+    o.image_width = options.image_width;
+    inferno_fg::from_lines(&mut o, lines.iter().map(String::as_str), &mut w).map_err(io)?;
+    w.flush().map_err(io)
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A small valid SVG for a view without samples.
+fn empty_svg(title: &str, subtitle: &str, width: Option<usize>) -> String {
+    let width = width.unwrap_or(1200);
+    let mid = width / 2;
+    format!(
+        concat!(
+            "<?xml version=\"1.0\" standalone=\"no\"?>\n",
+            "<svg version=\"1.1\" width=\"{w}\" height=\"110\" viewBox=\"0 0 {w} 110\" ",
+            "xmlns=\"http://www.w3.org/2000/svg\">\n",
+            "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"#eef2ee\"/>\n",
+            "<text x=\"{m}\" y=\"24\" text-anchor=\"middle\" font-family=\"Verdana\" ",
+            "font-size=\"17\">{t}</text>\n",
+            "<text x=\"{m}\" y=\"48\" text-anchor=\"middle\" font-family=\"Verdana\" ",
+            "font-size=\"12\" fill=\"#a0a0a0\">{s}</text>\n",
+            "<text x=\"{m}\" y=\"84\" text-anchor=\"middle\" font-family=\"Verdana\" ",
+            "font-size=\"14\">no samples in this view</text>\n",
+            "</svg>\n"
+        ),
+        w = width,
+        m = mid,
+        t = xml_escape(title),
+        s = xml_escape(subtitle),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_profile_gives_a_valid_svg() {
+        let p = Profile::default();
+        let mut out = Vec::new();
+        flamegraph(
+            &p,
+            &FlameOptions { title: Some("a <b> & c".into()), ..Default::default() },
+            &mut out,
+        )
+        .unwrap();
+        let svg = String::from_utf8(out).unwrap();
+        assert!(svg.starts_with("<?xml"));
+        assert!(svg.contains("a &lt;b&gt; &amp; c"));
+        assert!(svg.contains("no samples"));
+        assert!(svg.trim_end().ends_with("</svg>"));
+    }
+}

@@ -1,0 +1,76 @@
+//! Folded ("collapsed") stacks: one line per distinct stack, `root;…;leaf bytes`, the input
+//! format of flamegraph tools (inferno, Brendan Gregg's `flamegraph.pl`, speedscope).
+//!
+//! Stacks are named with [`Profile::frame_names`]; stacks whose names are equal are merged,
+//! the value is the estimated bytes rounded to an integer, lines with a value of 0 are left
+//! out and lines are sorted. A `;` inside a function name (Rust's `[u8; 8]`) would split the
+//! frame, so it is written as `,`; line breaks and other control characters become spaces.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use super::{stack_totals, View};
+use crate::profile::{Profile, StackId};
+use crate::Error;
+
+/// A frame name made safe for a folded line.
+pub fn folded_frame(name: &str) -> String {
+    if name.is_empty() {
+        return "[unnamed]".to_owned();
+    }
+    name.chars()
+        .map(|c| {
+            if c == ';' {
+                ','
+            } else if c.is_control() {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// The `root;…;leaf` key of a stack.
+pub(crate) fn folded_stack(profile: &Profile, stack: StackId) -> String {
+    let names: Vec<String> = profile.frame_names(stack).iter().map(|n| folded_frame(n)).collect();
+    names.join(";")
+}
+
+/// Folded stacks of `profile` under `view`, merged by name and sorted.
+pub fn collapsed(profile: &Profile, view: View) -> Vec<String> {
+    let mut merged: BTreeMap<String, f64> = BTreeMap::new();
+    for t in stack_totals(profile, view) {
+        *merged.entry(folded_stack(profile, t.stack)).or_default() += t.bytes;
+    }
+    let mut lines: Vec<String> = merged
+        .into_iter()
+        .filter_map(|(stack, bytes)| {
+            let v = bytes.round();
+            (v >= 1.0).then(|| format!("{stack} {v:.0}"))
+        })
+        .collect();
+    // Sorted as lines (not only by stack), which is what flamegraph tools expect.
+    lines.sort_unstable();
+    lines
+}
+
+/// Writes [`collapsed`] lines, one per line.
+pub fn write_collapsed(mut w: impl Write, profile: &Profile, view: View) -> Result<(), Error> {
+    for line in collapsed(profile, view) {
+        writeln!(w, "{line}").map_err(|e| Error::io("writing folded stacks", e))?;
+    }
+    w.flush().map_err(|e| Error::io("writing folded stacks", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_sanitized() {
+        assert_eq!(folded_frame("<[u8; 8] as Foo>::bar"), "<[u8, 8] as Foo>::bar");
+        assert_eq!(folded_frame("a\nb"), "a b");
+        assert_eq!(folded_frame(""), "[unnamed]");
+    }
+}

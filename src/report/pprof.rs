@@ -1,0 +1,298 @@
+//! pprof profiles (gzip-compressed protobuf), readable by `go tool pprof`, pprof's web UI,
+//! Speedscope, Pyroscope and friends.
+//!
+//! The profile follows Go's heap-profile conventions, so that viewers treat it as one:
+//! - sample types `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`,
+//!   `inuse_space/bytes`; the default sample type is `inuse_space` (as in Go), or
+//!   `alloc_space` when [`PprofOptions::default_view`] is [`View::Alloc`];
+//! - period type `space/bytes`, period = the sampling interval rounded to bytes;
+//! - values are already scaled estimates (like Go's), rounded to integers: every sample
+//!   carries alloc values, and inuse values when its block was never freed;
+//! - samples with the same stack and allocation size are merged and carry Go's numeric
+//!   label `bytes` = the allocation size.
+//!
+//! Tables: the string table starts with `""` and is insertion-ordered; functions are unique
+//! by (name, file); a location is one return address with its inline chain as `line`
+//! entries, innermost first (the last entry is the caller the others were inlined into);
+//! mappings come from the profile's modules. Locations and functions are built while
+//! walking stacks in id order, so the output is deterministic. Stacks are trimmed of
+//! profiler frames like every other report; a stack cut at the configured depth gets a
+//! synthetic `[truncated]` root location, and a stack with no frames left a single
+//! `[unknown stack]` one, both at address 0.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+
+use pprof::protos::{self, Message};
+
+use super::View;
+use crate::profile::symbolize::{TRUNCATED, UNKNOWN_STACK};
+use crate::profile::{Profile, StackId};
+use crate::Error;
+
+/// Options of [`pprof()`] and [`write_pprof`].
+#[derive(Clone, Debug)]
+pub struct PprofOptions {
+    /// The view viewers open first: [`View::Live`] → `inuse_space` (Go's default),
+    /// [`View::Alloc`] → `alloc_space`.
+    pub default_view: View,
+    /// Attach Go's numeric `bytes` label (the allocation size) to every sample.
+    pub size_labels: bool,
+}
+
+impl Default for PprofOptions {
+    fn default() -> Self {
+        PprofOptions { default_view: View::Live, size_labels: true }
+    }
+}
+
+/// Interns strings into an insertion-ordered table whose entry 0 is `""`.
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        let mut s = Strings { table: Vec::new(), index: HashMap::new() };
+        s.get("");
+        s
+    }
+
+    fn get(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_owned());
+        self.index.insert(s.to_owned(), i);
+        i
+    }
+}
+
+/// Builds the location and function tables.
+struct Tables<'p> {
+    profile: &'p Profile,
+    strings: Strings,
+    functions: Vec<protos::Function>,
+    function_ids: HashMap<(String, Option<String>), u64>,
+    locations: Vec<protos::Location>,
+    location_ids: HashMap<(u64, Vec<(u64, i64)>), u64>,
+    mappings: Vec<protos::Mapping>,
+}
+
+impl Tables<'_> {
+    fn function(&mut self, name: &str, file: Option<&str>) -> u64 {
+        let key = (name.to_owned(), file.map(str::to_owned));
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        let id = self.functions.len() as u64 + 1;
+        let name = self.strings.get(name);
+        let filename = file.map_or(0, |f| self.strings.get(f));
+        self.functions.push(protos::Function {
+            id,
+            name,
+            system_name: name,
+            filename,
+            start_line: 0,
+        });
+        self.function_ids.insert(key, id);
+        id
+    }
+
+    fn location(&mut self, addr: u64, lines: Vec<(u64, i64)>) -> u64 {
+        let key = (addr, lines);
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let id = self.locations.len() as u64 + 1;
+        let mapping_id = if addr == 0 {
+            0
+        } else {
+            let probe = addr.saturating_sub(1);
+            self.profile
+                .modules
+                .iter()
+                .position(|m| m.start <= probe && probe < m.end)
+                .map_or(0, |i| i as u64 + 1)
+        };
+        self.locations.push(protos::Location {
+            id,
+            mapping_id,
+            address: addr,
+            line: key
+                .1
+                .iter()
+                .map(|&(function_id, line)| protos::Line { function_id, line })
+                .collect(),
+            is_folded: false,
+        });
+        self.location_ids.insert(key, id);
+        id
+    }
+
+    /// Location ids of a stack, innermost first.
+    fn stack(&mut self, stack: StackId) -> Vec<u64> {
+        let frames = self.profile.frame_locations(stack);
+        let mut ids = Vec::new();
+        let mut i = 0;
+        while i < frames.len() {
+            let addr = frames[i].addr;
+            let mut lines = Vec::new();
+            while i < frames.len() && frames[i].addr == addr {
+                let f = &frames[i];
+                let fid = self.function(&f.function, f.file.as_deref());
+                lines.push((fid, f.line.map_or(0, i64::from)));
+                i += 1;
+                if !f.inlined {
+                    break;
+                }
+            }
+            ids.push(self.location(addr, lines));
+        }
+        if ids.is_empty() {
+            let fid = self.function(UNKNOWN_STACK, None);
+            ids.push(self.location(0, vec![(fid, 0)]));
+        }
+        if self.profile.stacks.get(stack as usize).is_some_and(|s| s.truncated) {
+            let fid = self.function(TRUNCATED, None);
+            ids.push(self.location(0, vec![(fid, 0)]));
+        }
+        ids
+    }
+}
+
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Builds the pprof profile of `profile`.
+pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
+    let mut t = Tables {
+        profile,
+        strings: Strings::new(),
+        functions: Vec::new(),
+        function_ids: HashMap::new(),
+        locations: Vec::new(),
+        location_ids: HashMap::new(),
+        mappings: Vec::new(),
+    };
+    let value_type = |s: &mut Strings, ty: &str, unit: &str| protos::ValueType {
+        ty: s.get(ty),
+        unit: s.get(unit),
+    };
+    let sample_type = vec![
+        value_type(&mut t.strings, "alloc_objects", "count"),
+        value_type(&mut t.strings, "alloc_space", "bytes"),
+        value_type(&mut t.strings, "inuse_objects", "count"),
+        value_type(&mut t.strings, "inuse_space", "bytes"),
+    ];
+    let period_type = value_type(&mut t.strings, "space", "bytes");
+    let default_sample_type = match options.default_view {
+        View::Alloc => t.strings.get("alloc_space"),
+        View::Live => t.strings.get("inuse_space"),
+    };
+    let bytes_key = t.strings.get("bytes");
+
+    let symbolized = !profile.symbols.is_empty();
+    for (i, m) in profile.modules.iter().enumerate() {
+        let filename = t.strings.get(&m.path);
+        t.mappings.push(protos::Mapping {
+            id: i as u64 + 1,
+            memory_start: m.start,
+            memory_limit: m.end,
+            file_offset: 0,
+            filename,
+            build_id: 0,
+            has_functions: true,
+            has_filenames: symbolized,
+            has_line_numbers: symbolized,
+            has_inline_frames: symbolized,
+        });
+    }
+
+    // Merge samples by (stack, size): [alloc objects, alloc bytes, inuse objects, inuse bytes].
+    let live = profile.live_ids();
+    let mut merged: BTreeMap<(StackId, u64), [f64; 4]> = BTreeMap::new();
+    for s in &profile.samples {
+        let v = merged.entry((s.stack, s.size)).or_default();
+        let (objects, bytes) = (profile.estimated_objects(s), profile.estimated_bytes(s));
+        v[0] += objects;
+        v[1] += bytes;
+        if live.contains(&s.id) {
+            v[2] += objects;
+            v[3] += bytes;
+        }
+    }
+
+    let mut stack_locations: HashMap<StackId, Vec<u64>> = HashMap::new();
+    let mut samples = Vec::with_capacity(merged.len());
+    for ((stack, size), v) in merged {
+        let value: Vec<i64> = v.iter().map(|x| x.round() as i64).collect();
+        if value.iter().all(|&x| x == 0) {
+            continue;
+        }
+        let location_id = stack_locations.entry(stack).or_insert_with(|| t.stack(stack)).clone();
+        let label = if options.size_labels {
+            vec![protos::Label { key: bytes_key, str: 0, num: clamp_i64(size), num_unit: 0 }]
+        } else {
+            Vec::new()
+        };
+        samples.push(protos::Sample { location_id, value, label });
+    }
+
+    let h = &profile.header;
+    let mut comments = vec![format!("memprof recording of {}", h.executable)];
+    if !h.cmdline.is_empty() {
+        comments.push(format!("command: {}", h.cmdline.join(" ")));
+    }
+    comments.push(format!("mean sampling interval: {} bytes", h.interval));
+    if !profile.complete {
+        comments.push("incomplete recording (no end record)".to_owned());
+    }
+    comments.extend(profile.warnings.iter().map(|w| format!("warning: {w}")));
+    let l = &profile.lost;
+    if l.events != 0 || l.untracked != 0 || l.callback_panics != 0 {
+        comments.push(format!(
+            "lost: {} events dropped, {} blocks untracked, {} callback panics",
+            l.events, l.untracked, l.callback_panics
+        ));
+    }
+    let comment = comments.iter().map(|c| t.strings.get(c)).collect();
+
+    let end = profile
+        .samples
+        .iter()
+        .map(|s| s.time_ns)
+        .chain(profile.frees.iter().map(|f| f.time_ns))
+        .chain(profile.moves.iter().map(|m| m.time_ns))
+        .max()
+        .unwrap_or(0);
+
+    protos::Profile {
+        sample_type,
+        sample: samples,
+        mapping: t.mappings,
+        location: t.locations,
+        function: t.functions,
+        string_table: t.strings.table,
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos: clamp_i64(h.start_unix_ns),
+        duration_nanos: clamp_i64(end),
+        period_type: Some(period_type),
+        period: h.interval.round().max(1.0) as i64,
+        comment,
+        default_sample_type,
+    }
+}
+
+/// Writes the pprof profile of `profile`, gzip-compressed (what `go tool pprof` reads).
+pub fn write_pprof(profile: &Profile, options: &PprofOptions, w: impl Write) -> Result<(), Error> {
+    let bytes = pprof(profile, options).encode_to_vec();
+    let io = |e| Error::io("writing pprof profile", e);
+    let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+    gz.write_all(&bytes).map_err(io)?;
+    gz.finish().map_err(io)?.flush().map_err(io)
+}

@@ -1,0 +1,530 @@
+//! Sessions and the [`Tracker`] callbacks.
+//!
+//! # 1. The contract
+//! [`start`] begins a session with a [`Config`] and a [`Tracker`]; from then on the sampler
+//! picks allocations (see [`crate::sampler`]) and queues an event for each sampled
+//! allocation, each free of a sampled block and each reallocation that keeps its sample.
+//! The tracker's callbacks run only at safe points — [`poll`], [`Session::stop`] and the
+//! optional drain thread — never inside the allocator. They may allocate (their own
+//! allocations are not sampled) and may panic (the panic is caught, counted and the event
+//! dropped). The value [`Tracker::alloc`] returns is the sample's token: it is handed back
+//! to [`Tracker::realloc`] and, exactly once, to [`Tracker::dealloc`] when the block dies.
+//! Returning `None` stops tracking that block.
+//!
+//! # 2. One session at a time
+//! Sampling state is process-global (the global allocator is), so a second [`start`] while
+//! a session runs is an error. Stopping disables sampling, waits briefly for producers that
+//! are mid-push, drains the queue, forgets the live table and hands the tracker back.
+
+use crate::config::{Config, Unwinder};
+use crate::error::Error;
+use crate::postponed::{Event, EventKind, Queue};
+use crate::sampler::{self, Busy};
+use std::any::Any;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A sampled call stack: return addresses, innermost first.
+#[derive(Clone, Copy, Debug)]
+pub struct Callstack<'a> {
+    frames: &'a [usize],
+    truncated: bool,
+}
+
+impl<'a> Callstack<'a> {
+    /// Return addresses, innermost (inside the profiler) first.
+    pub fn frames(&self) -> &'a [usize] {
+        self.frames
+    }
+
+    /// True when the real stack was deeper than the configured depth.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+/// A sampled allocation, as seen by [`Tracker::alloc`].
+#[derive(Clone, Copy, Debug)]
+pub struct Allocation<'a> {
+    /// Sample id, unique within the session.
+    pub id: u64,
+    /// Requested size in bytes.
+    pub size: usize,
+    /// Number of sample points inside the block (≥ 1).
+    pub k: u64,
+    /// `k × interval`: the bytes this sample stands for (unbiased).
+    pub estimated_bytes: f64,
+    /// Thread number within the session (1-based, in order of first allocation).
+    pub thread: u32,
+    /// Nanoseconds since the session started.
+    pub time_ns: u64,
+    /// Address of the block.
+    pub addr: usize,
+    /// Where it was allocated.
+    pub callstack: Callstack<'a>,
+}
+
+/// A sampled block that was reallocated and kept its sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reallocation {
+    /// Sample id.
+    pub id: u64,
+    /// Thread number within the session.
+    pub thread: u32,
+    /// Nanoseconds since the session started.
+    pub time_ns: u64,
+    /// New address.
+    pub new_addr: usize,
+    /// New size in bytes.
+    pub new_size: usize,
+}
+
+/// A sampled block that was freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deallocation {
+    /// Sample id.
+    pub id: u64,
+    /// Thread number within the session.
+    pub thread: u32,
+    /// Nanoseconds since the session started.
+    pub time_ns: u64,
+}
+
+/// Facts about a session, given to [`Tracker::started`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionInfo {
+    /// Mean sampling interval in bytes (1 = exact).
+    pub interval: f64,
+    /// Maximum frames per call stack.
+    pub depth: usize,
+    /// The unwinder in use.
+    pub unwinder: Unwinder,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+}
+
+/// Counters of a session: what was seen and what had to be dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Alloc events delivered to the tracker.
+    pub samples: u64,
+    /// Dealloc events delivered.
+    pub frees: u64,
+    /// Events that did not fit in the queue.
+    pub lost_events: u64,
+    /// Sampled blocks that could not be entered in the live table.
+    pub untracked: u64,
+    /// Callbacks that panicked (caught).
+    pub callback_panics: u64,
+}
+
+/// User callbacks for sampled allocations. See the module documentation for when they run.
+pub trait Tracker: Send + 'static {
+    /// Per-sample value kept while the block lives.
+    type Token: Send + 'static;
+
+    /// Called once when the session starts.
+    fn started(&mut self, info: &SessionInfo) {
+        let _ = info;
+    }
+
+    /// A sampled allocation. Return a token to be told about the block's reallocations and
+    /// death, or `None` to stop tracking it.
+    fn alloc(&mut self, allocation: &Allocation<'_>) -> Option<Self::Token>;
+
+    /// A tracked block was reallocated and kept its sample.
+    fn realloc(&mut self, token: &mut Self::Token, reallocation: &Reallocation) {
+        let _ = (token, reallocation);
+    }
+
+    /// A tracked block was freed; its token comes back.
+    fn dealloc(&mut self, token: Self::Token, deallocation: &Deallocation) {
+        let _ = (token, deallocation);
+    }
+
+    /// Called once when the session stops, after the last event.
+    fn stopped(&mut self, stats: &Stats) {
+        let _ = stats;
+    }
+}
+
+/// The type-erased consumer side of a session.
+trait Drive: Send {
+    fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
+    fn finish(&mut self, stats: &Stats);
+    fn counts(&self) -> (u64, u64, u64);
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+struct Driver<T: Tracker> {
+    tracker: T,
+    tokens: HashMap<u64, T::Token>,
+    samples: u64,
+    frees: u64,
+    panics: u64,
+}
+
+impl<T: Tracker> Drive for Driver<T> {
+    fn event(&mut self, e: &Event, frames: &[usize], interval: f64) {
+        let tracker = &mut self.tracker;
+        match e.kind {
+            EventKind::Alloc => {
+                self.samples += 1;
+                let a = Allocation {
+                    id: e.id,
+                    size: e.size,
+                    k: e.k,
+                    estimated_bytes: e.k as f64 * interval,
+                    thread: e.thread,
+                    time_ns: e.time_ns,
+                    addr: e.addr,
+                    callstack: Callstack { frames, truncated: e.truncated },
+                };
+                match catch_unwind(AssertUnwindSafe(|| tracker.alloc(&a))) {
+                    Ok(Some(token)) => {
+                        self.tokens.insert(e.id, token);
+                    }
+                    Ok(None) => {}
+                    Err(_) => self.panics += 1,
+                }
+            }
+            EventKind::Move => {
+                if let Some(token) = self.tokens.get_mut(&e.id) {
+                    let r = Reallocation {
+                        id: e.id,
+                        thread: e.thread,
+                        time_ns: e.time_ns,
+                        new_addr: e.addr,
+                        new_size: e.size,
+                    };
+                    if catch_unwind(AssertUnwindSafe(|| tracker.realloc(token, &r))).is_err() {
+                        self.panics += 1;
+                    }
+                }
+            }
+            EventKind::Dealloc => {
+                if let Some(token) = self.tokens.remove(&e.id) {
+                    self.frees += 1;
+                    let d = Deallocation { id: e.id, thread: e.thread, time_ns: e.time_ns };
+                    if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
+                        self.panics += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, stats: &Stats) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.stopped(stats))).is_err() {
+            self.panics += 1;
+        }
+    }
+
+    fn counts(&self) -> (u64, u64, u64) {
+        (self.samples, self.frees, self.panics)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        Box::new(self.tracker)
+    }
+}
+
+// ---- state shared with the hot path (atomics only) ----
+
+static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
+static DEPTH: AtomicUsize = AtomicUsize::new(0);
+static START_NS: AtomicU64 = AtomicU64::new(0);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static UNTRACKED: AtomicU64 = AtomicU64::new(0);
+static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
+static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
+
+// ---- cold-path state ----
+
+struct Control {
+    epoch: u64,
+    lost_at_start: u64,
+    drain: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+static CONTROL: Mutex<Option<Control>> = Mutex::new(None);
+static DRIVER: Mutex<Option<Box<dyn Drive>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Monotonic clock in nanoseconds (vDSO; no allocation, no lock).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC is always supported.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// The session queue, when one exists.
+#[inline]
+pub(crate) fn queue() -> Option<&'static Queue> {
+    let q = QUEUE.load(Ordering::Acquire);
+    // SAFETY: queues are leaked, never freed (see postponed.rs §3), so a non-null pointer
+    // stays valid for the life of the process.
+    unsafe { q.as_ref() }
+}
+
+/// Hot-path helpers used by `alloc` (and the preload library and the managed heap).
+pub(crate) mod hot {
+    use super::*;
+    use crate::callstack::{self, Captured};
+    use crate::live::{self, Entry};
+    use crate::sampler::Hit;
+
+    /// Records a sampled allocation: capture, queue, live table. Never allocates through
+    /// the profiled allocator, never blocks on a user-held lock, never panics, keeps errno.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn record_alloc(addr: usize, size: usize, hit: Hit) {
+        let Some(_busy) = Busy::enter() else {
+            return;
+        };
+        let saved = callstack::errno();
+        if let Some(q) = queue() {
+            let mut frames = Captured::new();
+            callstack::capture(&mut frames, DEPTH.load(Ordering::Relaxed).min(q.depth()));
+            let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+            let event = Event {
+                kind: EventKind::Alloc,
+                epoch: hit.epoch,
+                id,
+                thread: hit.thread,
+                time_ns: monotonic_ns().wrapping_sub(START_NS.load(Ordering::Relaxed)),
+                addr,
+                size,
+                k: hit.k,
+                truncated: frames.truncated(),
+            };
+            if q.push(&event, frames.frames())
+                && !live::insert(addr, Entry { id, epoch: hit.epoch })
+            {
+                UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        callstack::set_errno(saved);
+    }
+
+    /// Queues the death (`addr == 0`) or the move of a sampled block.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn record_other(kind: EventKind, entry: Entry, addr: usize, size: usize) {
+        let _busy = Busy::enter();
+        if let Some(q) = queue() {
+            let event = Event {
+                kind,
+                epoch: entry.epoch,
+                id: entry.id,
+                thread: 0,
+                time_ns: monotonic_ns().wrapping_sub(START_NS.load(Ordering::Relaxed)),
+                addr,
+                size,
+                k: 0,
+                truncated: false,
+            };
+            if q.push(&event, &[]) && kind == EventKind::Move && !live::insert(addr, entry) {
+                UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Starts a profiling session. Fails when the configuration is invalid or a session is
+/// already running.
+pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error> {
+    config.validate()?;
+    let mut control = lock(&CONTROL);
+    if control.is_some() {
+        return Err(Error::AlreadyRunning);
+    }
+    // The profiler's own setup allocations are not sampled (no session yet) nor counted.
+    let unwinder = crate::callstack::select(config.unwinder);
+    let q = match queue() {
+        Some(q) if q.capacity() >= config.queue_capacity && q.depth() >= config.depth => q,
+        _ => {
+            let q = Queue::new(config.queue_capacity, config.depth).ok_or_else(|| {
+                Error::Other(format!(
+                    "cannot allocate the event queue ({} events × {} frames)",
+                    config.queue_capacity, config.depth
+                ))
+            })?;
+            let q: &'static Queue = Box::leak(Box::new(q));
+            QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
+            q
+        }
+    };
+    // Discard leftovers of an earlier session.
+    let _ = q.drain(|_, _| {});
+    crate::live::clear();
+    NEXT_ID.store(1, Ordering::Relaxed);
+    UNTRACKED.store(0, Ordering::Relaxed);
+    DEPTH.store(config.depth, Ordering::Relaxed);
+    INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
+    START_NS.store(monotonic_ns(), Ordering::Relaxed);
+    let start_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut driver =
+        Box::new(Driver { tracker, tokens: HashMap::new(), samples: 0, frees: 0, panics: 0 });
+    let info =
+        SessionInfo { interval: config.interval, depth: config.depth, unwinder, start_unix_ns };
+    {
+        let _busy = Busy::enter();
+        let t = &mut driver.tracker;
+        if catch_unwind(AssertUnwindSafe(|| t.started(&info))).is_err() {
+            driver.panics += 1;
+        }
+    }
+    *lock(&DRIVER) = Some(driver);
+    let seed = config.seed.unwrap_or_else(sampler::entropy_seed);
+    let epoch = sampler::begin(config.interval, seed);
+    SESSION_EPOCH.store(epoch, Ordering::Release);
+    let drain = if config.drain_thread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("memprof-drain".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    poll();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+            .map_err(|e| Error::io("cannot start the drain thread", e))?;
+        Some((stop, handle))
+    } else {
+        None
+    };
+    *control = Some(Control { epoch, lost_at_start: q.lost(), drain });
+    Ok(Session { epoch, info, _tracker: PhantomData })
+}
+
+/// Runs pending callbacks now, on this thread. Returns the number of events handled (0 when
+/// no session runs or another thread is already running callbacks).
+pub fn poll() -> usize {
+    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
+    let Some(q) = queue() else {
+        return 0;
+    };
+    let Ok(mut guard) = DRIVER.try_lock() else {
+        return 0;
+    };
+    let Some(driver) = guard.as_mut() else {
+        return 0;
+    };
+    let Some(_busy) = Busy::enter() else {
+        return 0;
+    };
+    let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
+    q.drain(|e, frames| {
+        if e.epoch == epoch {
+            driver.event(e, frames, interval);
+        }
+    })
+    .unwrap_or(0)
+}
+
+/// A running profiling session. Stop it with [`Session::stop`] to get the tracker back;
+/// dropping it stops the session too (and drops the tracker).
+pub struct Session<T: Tracker> {
+    epoch: u64,
+    info: SessionInfo,
+    _tracker: PhantomData<fn() -> T>,
+}
+
+impl<T: Tracker> Session<T> {
+    /// Facts about this session (interval, depth, unwinder, start time).
+    pub fn info(&self) -> &SessionInfo {
+        &self.info
+    }
+
+    /// Counters so far (lost events, untracked samples, callback panics).
+    pub fn stats(&self) -> Stats {
+        let base =
+            lock(&CONTROL).as_ref().filter(|c| c.epoch == self.epoch).map(|c| c.lost_at_start);
+        current_stats(base)
+    }
+
+    /// Stops sampling, runs the remaining callbacks, calls [`Tracker::stopped`] and returns
+    /// the tracker.
+    pub fn stop(mut self) -> Result<T, Error> {
+        let t = self.stop_inner()?;
+        t.into_any()
+            .downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| Error::Other("session tracker has an unexpected type".into()))
+    }
+
+    fn stop_inner(&mut self) -> Result<Box<dyn Drive>, Error> {
+        let mut control = lock(&CONTROL);
+        let Some(c) = control.take().filter(|c| c.epoch == self.epoch) else {
+            return Err(Error::Other("this session is not running".into()));
+        };
+        sampler::end();
+        if let Some((flag, handle)) = c.drain {
+            flag.store(true, Ordering::Release);
+            let _ = handle.join();
+        }
+        // Producers that passed the sampler before `end` may still be publishing.
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        loop {
+            poll();
+            match queue() {
+                Some(q) if q.has_unpublished() && std::time::Instant::now() < deadline => {
+                    std::thread::yield_now()
+                }
+                _ => break,
+            }
+        }
+        let stats = current_stats(Some(c.lost_at_start));
+        SESSION_EPOCH.store(0, Ordering::Release);
+        crate::live::clear();
+        let mut driver =
+            lock(&DRIVER).take().ok_or_else(|| Error::Other("session has no tracker".into()))?;
+        {
+            let _busy = Busy::enter();
+            driver.finish(&stats);
+        }
+        Ok(driver)
+    }
+}
+
+impl<T: Tracker> Drop for Session<T> {
+    fn drop(&mut self) {
+        let running = lock(&CONTROL).as_ref().is_some_and(|c| c.epoch == self.epoch);
+        if running {
+            let _ = self.stop_inner();
+        }
+    }
+}
+
+/// Counters of the running session; `lost_at_start` is the queue's lost count when it
+/// started (None: not running, so no events are attributed to it).
+fn current_stats(lost_at_start: Option<u64>) -> Stats {
+    let (samples, frees, panics) = match DRIVER.try_lock() {
+        Ok(g) => g.as_ref().map_or((0, 0, 0), |d| d.counts()),
+        Err(_) => (0, 0, 0),
+    };
+    Stats {
+        samples,
+        frees,
+        lost_events: match (queue(), lost_at_start) {
+            (Some(q), Some(base)) => q.lost().saturating_sub(base),
+            _ => 0,
+        },
+        untracked: UNTRACKED.load(Ordering::Relaxed),
+        callback_panics: panics,
+    }
+}

@@ -1,0 +1,653 @@
+//! Reports of hand-built profiles whose true totals are known: the top table, folded stacks
+//! (golden files), flamegraphs, pprof (decoded back, and by `go tool pprof` as an
+//! independent decoder), and the `.mprof` fixtures.
+//!
+//! Golden files live in `fixtures/expected/`; `MEMPROF_BLESS=1` rewrites them.
+#![cfg(feature = "report")]
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use memprof::profile::{Free, Header, Module, Profile, Sample, Stack, Symbol};
+use memprof::report::{self, FlameOptions, PprofOptions, SiteTotal, TopOptions, View};
+
+// ---------------------------------------------------------------------------------------------
+// The three-sites profile
+
+const CONFIG_LOAD: &str = "app::config::load";
+const CACHE_INSERT: &str = "app::cache::Cache::insert";
+const PARSE_LINE: &str = "app::parse::parse_line";
+
+/// One allocation of the workload: stack, size, sample points in the sampled variant, freed?
+struct Alloc {
+    stack: u32,
+    size: u64,
+    k_sampled: u64,
+    freed: bool,
+}
+
+fn allocations() -> Vec<Alloc> {
+    let mut v = Vec::new();
+    let mut push = |stack, size, k_sampled, n, freed: &dyn Fn(usize) -> bool| {
+        for i in 0..n {
+            v.push(Alloc { stack, size, k_sampled, freed: freed(i) });
+        }
+    };
+    // app::config::load via Vec growth (stack 0): 100, 200, 300 bytes; the 200 is freed.
+    push(0, 100, 1, 1, &|_| false);
+    push(0, 200, 1, 1, &|_| true);
+    push(0, 300, 2, 1, &|_| false);
+    // Cache::insert inlined into app::cache::fill (stack 1): 10 × 64 bytes, half freed;
+    // and from a truncated stack (stack 4): 2 × 1000 bytes, kept.
+    push(1, 64, 1, 10, &|i| i % 2 == 0);
+    push(4, 1000, 3, 2, &|_| false);
+    // parse_line from two stacks: one 4096-byte buffer (stack 2, kept), 20 × 16 bytes
+    // (stack 3, all freed).
+    push(2, 4096, 9, 1, &|_| false);
+    push(3, 16, 1, 20, &|_| true);
+    v
+}
+
+const INTERVAL_SAMPLED: f64 = 512.0;
+
+/// The true totals per site, computed from the workload, not by memprof.
+fn expected(exact: bool) -> Vec<SiteTotal> {
+    let site = |stack: u32| match stack {
+        0 => CONFIG_LOAD,
+        1 | 4 => CACHE_INSERT,
+        _ => PARSE_LINE,
+    };
+    let mut by: HashMap<&str, SiteTotal> = HashMap::new();
+    for a in allocations() {
+        let (bytes, objects) = if exact {
+            (a.size as f64, 1.0)
+        } else {
+            let b = a.k_sampled as f64 * INTERVAL_SAMPLED;
+            (b, b / a.size as f64)
+        };
+        let t = by
+            .entry(site(a.stack))
+            .or_insert_with(|| SiteTotal { site: site(a.stack).into(), ..Default::default() });
+        t.alloc_bytes += bytes;
+        t.alloc_objects += objects;
+        if !a.freed {
+            t.live_bytes += bytes;
+            t.live_objects += objects;
+        }
+    }
+    let mut v: Vec<SiteTotal> = by.into_values().collect();
+    v.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes).then(a.site.cmp(&b.site)));
+    v
+}
+
+fn sym(function: &str, file: &str, line: u32) -> Symbol {
+    Symbol { function: function.into(), file: Some(file.into()), line: Some(line) }
+}
+
+/// A profile of the workload above: exact mode, or sampled with interval 512.
+fn three_sites(exact: bool) -> Profile {
+    let mut p = Profile {
+        header: Header {
+            interval: if exact { 1.0 } else { INTERVAL_SAMPLED },
+            depth: 16,
+            pid: 4321,
+            executable: "/opt/app/bin/app".into(),
+            cmdline: vec!["app".into(), "--input".into(), "data.txt".into()],
+            start_unix_ns: 1_700_000_000_000_000_000,
+            ..Header::default()
+        },
+        complete: true,
+        ..Profile::default()
+    };
+    p.modules = vec![
+        Module { path: "/opt/app/bin/app".into(), base: 0x0, start: 0x1000, end: 0x6000 },
+        Module {
+            path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+            base: 0x7f00_0000_0000,
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_0020_0000,
+        },
+    ];
+    let symbols: Vec<(u64, Vec<Symbol>)> = vec![
+        (0x1010, vec![sym("malloc", "preload/src/lib.rs", 30)]),
+        (0x1020, vec![sym("__rust_alloc", "src/alloc.rs", 1)]),
+        (
+            0x2000,
+            vec![
+                sym("alloc::raw_vec::finish_grow", "alloc/src/raw_vec.rs", 480),
+                sym("alloc::raw_vec::RawVec<T,A>::grow_one", "alloc/src/raw_vec.rs", 340),
+            ],
+        ),
+        (0x3000, vec![sym(CONFIG_LOAD, "src/config.rs", 42)]),
+        (
+            0x3100,
+            vec![
+                sym(CACHE_INSERT, "src/cache.rs", 10),
+                sym("app::cache::fill", "src/cache.rs", 20),
+            ],
+        ),
+        (0x3200, vec![sym(PARSE_LINE, "src/parse.rs", 7)]),
+        (0x3300, vec![sym("app::parse::parse_file", "src/parse.rs", 70)]),
+        (0x4000, vec![sym("app::main", "src/main.rs", 5)]),
+        (0x4100, vec![sym("main", "src/main.rs", 1)]),
+    ];
+    p.symbols = symbols.into_iter().collect();
+    let libc_start = 0x7f00_0000_1234; // unresolved: named libc.so.6+0x1234
+    let stacks: Vec<(Vec<u64>, bool)> = vec![
+        (vec![0x1010, 0x1020, 0x2000, 0x3000, 0x4000, 0x4100, libc_start], false),
+        (vec![0x1010, 0x1020, 0x3100, 0x4000, 0x4100, libc_start], false),
+        (vec![0x1010, 0x2000, 0x3200, 0x3300, 0x4000, 0x4100, libc_start], false),
+        (vec![0x1010, 0x3200, 0x3300, 0x4000, 0x4100, libc_start], false),
+        (vec![0x1010, 0x3100, 0x4000], true),
+    ];
+    p.stacks = stacks.into_iter().map(|(frames, truncated)| Stack { frames, truncated }).collect();
+    for (i, a) in allocations().into_iter().enumerate() {
+        let id = 100 + i as u64;
+        let time_ns = 1000 * i as u64;
+        p.samples.push(Sample {
+            id,
+            stack: a.stack,
+            time_ns,
+            thread: 1 + (i % 2) as u32,
+            addr: 0x5555_0000 + 0x1000 * i as u64,
+            size: a.size,
+            k: if exact { a.size } else { a.k_sampled },
+        });
+        if a.freed {
+            p.frees.push(Free { id, time_ns: time_ns + 500 });
+        }
+    }
+    p.frees.sort_by_key(|f| f.time_ns);
+    p
+}
+
+fn total(sites: &[SiteTotal]) -> SiteTotal {
+    sites.iter().fold(SiteTotal::default(), |mut t, s| {
+        t.alloc_bytes += s.alloc_bytes;
+        t.alloc_objects += s.alloc_objects;
+        t.live_bytes += s.live_bytes;
+        t.live_objects += s.live_objects;
+        t
+    })
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Golden files
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn blessing() -> bool {
+    std::env::var_os("MEMPROF_BLESS").is_some_and(|v| v == "1")
+}
+
+/// Compares `actual` with the golden file, or rewrites it under `MEMPROF_BLESS=1`.
+fn golden(relative: &str, actual: &[u8]) {
+    let path = fixtures().join(relative);
+    if blessing() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e} (run with MEMPROF_BLESS=1 to create it)", path.display())
+    });
+    if expected != actual {
+        panic!(
+            "{} differs from the output (run with MEMPROF_BLESS=1 to accept it):\n--- expected\n{}\n--- actual\n{}",
+            path.display(),
+            String::from_utf8_lossy(&expected),
+            String::from_utf8_lossy(actual)
+        );
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memprof-report-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Top table
+
+mod top {
+    use super::*;
+
+    #[test]
+    fn exact_totals_are_exact() {
+        let p = three_sites(true);
+        let got = report::site_totals(&p);
+        let want = expected(true);
+        assert_eq!(got, want);
+        let t = total(&got);
+        assert_eq!(t.alloc_bytes, 7656.0);
+        assert_eq!(t.alloc_objects, 36.0);
+        assert_eq!(t.live_bytes, 100.0 + 300.0 + 5.0 * 64.0 + 2000.0 + 4096.0);
+        assert_eq!(t.live_objects, 10.0);
+    }
+
+    #[test]
+    fn sampled_totals_are_k_times_interval() {
+        let p = three_sites(false);
+        let got = report::site_totals(&p);
+        let want = expected(false);
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.site, w.site);
+            assert!(close(g.alloc_bytes, w.alloc_bytes), "{g:?} vs {w:?}");
+            assert!(close(g.alloc_objects, w.alloc_objects), "{g:?} vs {w:?}");
+            assert!(close(g.live_bytes, w.live_bytes), "{g:?} vs {w:?}");
+            assert!(close(g.live_objects, w.live_objects), "{g:?} vs {w:?}");
+        }
+    }
+
+    #[test]
+    fn table_exact_golden() {
+        let p = three_sites(true);
+        let text =
+            report::top_table(&p, &TopOptions { human_bytes: false, ..TopOptions::default() });
+        assert!(text.contains("sampling: exact"));
+        let totals = text.lines().last().unwrap();
+        assert!(totals.contains("7656") && totals.contains("total (3 sites)"), "{totals}");
+        // Objects are integers in the exact mode.
+        assert!(!text.contains(".0 "), "{text}");
+        golden("expected/three_sites.exact.top.txt", text.as_bytes());
+    }
+
+    #[test]
+    fn table_sampled_golden_with_limit_and_warnings() {
+        let mut p = three_sites(false);
+        p.complete = false;
+        p.warnings.push(
+            "profile was cut at byte 999 (the program may have crashed); read 3 samples".into(),
+        );
+        p.lost.events = 4;
+        let text = report::top_table(&p, &TopOptions { limit: 2, ..TopOptions::default() });
+        assert!(text.contains("INCOMPLETE"));
+        assert!(text.contains("warning: profile was cut at byte 999"));
+        assert!(text.contains("lost: 4 events dropped"));
+        assert!(text.contains("total (3 sites, 2 shown)"));
+        assert!(!text.contains(CONFIG_LOAD), "the smallest site is past the limit");
+        golden("expected/three_sites.sampled.top.txt", text.as_bytes());
+    }
+
+    #[test]
+    fn empty_profile() {
+        let text = report::top_table(&Profile::default(), &TopOptions::default());
+        assert!(text.contains("no samples"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Folded stacks
+
+mod folded {
+    use super::*;
+
+    fn sum(lines: &[String]) -> u64 {
+        lines.iter().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum()
+    }
+
+    #[test]
+    fn golden_exact_and_sampled() {
+        for (name, exact, view) in [
+            ("three_sites.exact.alloc", true, View::Alloc),
+            ("three_sites.exact.live", true, View::Live),
+            ("three_sites.sampled.alloc", false, View::Alloc),
+        ] {
+            let p = three_sites(exact);
+            let mut out = Vec::new();
+            report::write_collapsed(&mut out, &p, view).unwrap();
+            golden(&format!("expected/{name}.folded"), &out);
+        }
+    }
+
+    #[test]
+    fn values_sum_to_the_totals_and_lines_are_sorted() {
+        let p = three_sites(true);
+        let alloc = report::collapsed(&p, View::Alloc);
+        let live = report::collapsed(&p, View::Live);
+        let t = total(&expected(true));
+        assert_eq!(sum(&alloc) as f64, t.alloc_bytes);
+        assert_eq!(sum(&live) as f64, t.live_bytes);
+        let mut sorted = alloc.clone();
+        sorted.sort();
+        assert_eq!(alloc, sorted);
+        // Stacks 2 and 3 differ in addresses; their names differ too (finish_grow), so they
+        // stay apart, while the profiler frames are trimmed from every line.
+        assert!(alloc.iter().all(|l| !l.contains("malloc") && !l.contains("__rust_alloc")));
+        assert!(alloc.iter().any(|l| l.starts_with("[truncated];app::main;app::cache::fill;")));
+        assert!(alloc
+            .iter()
+            .all(|l| l.starts_with("libc.so.6+0x1234;main;") || l.starts_with("[truncated]")));
+    }
+
+    #[test]
+    fn identical_names_merge() {
+        let mut p = three_sites(true);
+        // A second stack with other addresses but the same symbols as stack 3.
+        p.symbols.insert(0x3201, p.symbols[&0x3200].clone());
+        let mut s = p.stacks[3].clone();
+        s.frames[1] = 0x3201;
+        p.stacks.push(s);
+        let mut extra = p.samples[0];
+        extra.id = 9999;
+        extra.stack = 5;
+        extra.size = 7;
+        extra.k = 7;
+        p.samples.push(extra);
+        let before = report::collapsed(&three_sites(true), View::Alloc);
+        let after = report::collapsed(&p, View::Alloc);
+        assert_eq!(before.len(), after.len());
+        assert_eq!(sum(&after), sum(&before) + 7);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flamegraphs
+
+mod flamegraph {
+    use super::*;
+
+    fn render(p: &Profile, view: View) -> String {
+        let mut out = Vec::new();
+        report::flamegraph(p, &FlameOptions { view, ..FlameOptions::default() }, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn contains_the_sites_and_is_deterministic() {
+        let p = three_sites(true);
+        let svg = render(&p, View::Alloc);
+        assert!(svg.starts_with("<?xml"));
+        for name in [CONFIG_LOAD, CACHE_INSERT, PARSE_LINE, "app::main", "libc.so.6+0x1234"] {
+            assert!(svg.contains(name), "flamegraph lacks {name}");
+        }
+        assert!(svg.contains("memprof: allocated bytes (exact)"));
+        assert!(svg.contains("bytes"));
+        assert_eq!(svg, render(&p, View::Alloc), "two renders differ");
+
+        let sampled = render(&three_sites(false), View::Live);
+        assert!(sampled.contains("memprof: live bytes at end (estimated)"));
+        assert_eq!(sampled, render(&three_sites(false), View::Live));
+    }
+
+    #[test]
+    fn all_freed_live_view_is_a_small_valid_svg() {
+        let mut p = three_sites(true);
+        p.frees = p.samples.iter().map(|s| Free { id: s.id, time_ns: s.time_ns + 1 }).collect();
+        let svg = render(&p, View::Live);
+        assert!(svg.contains("no samples"));
+        assert!(svg.contains("memprof: live bytes at end (exact)"));
+        assert!(svg.trim_end().ends_with("</svg>"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// pprof
+
+mod pprof {
+    use super::*;
+    use ::pprof::protos::{self, Message};
+
+    fn encoded(p: &Profile) -> Vec<u8> {
+        let mut out = Vec::new();
+        report::write_pprof(p, &PprofOptions::default(), &mut out).unwrap();
+        out
+    }
+
+    fn decode(gz: &[u8]) -> protos::Profile {
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz).read_to_end(&mut raw).unwrap();
+        protos::Profile::decode(&raw[..]).unwrap()
+    }
+
+    /// Sums of the four sample values.
+    fn sums(p: &protos::Profile) -> [i64; 4] {
+        let mut s = [0i64; 4];
+        for sample in &p.sample {
+            for (acc, v) in s.iter_mut().zip(&sample.value) {
+                *acc += v;
+            }
+        }
+        s
+    }
+
+    fn string(p: &protos::Profile, i: i64) -> &str {
+        &p.string_table[i as usize]
+    }
+
+    #[test]
+    fn decodes_back_with_go_heap_conventions() {
+        let p = three_sites(true);
+        let d = decode(&encoded(&p));
+        assert_eq!(d.string_table[0], "");
+        let types: Vec<(&str, &str)> =
+            d.sample_type.iter().map(|t| (string(&d, t.ty), string(&d, t.unit))).collect();
+        assert_eq!(
+            types,
+            [
+                ("alloc_objects", "count"),
+                ("alloc_space", "bytes"),
+                ("inuse_objects", "count"),
+                ("inuse_space", "bytes")
+            ]
+        );
+        assert_eq!(string(&d, d.default_sample_type), "inuse_space");
+        let period = d.period_type.clone().unwrap();
+        assert_eq!((string(&d, period.ty), string(&d, period.unit)), ("space", "bytes"));
+        assert_eq!(d.period, 1);
+        assert_eq!(d.time_nanos, 1_700_000_000_000_000_000);
+        assert_eq!(d.mapping.len(), 2);
+        assert_eq!(string(&d, d.mapping[1].filename), "/lib/x86_64-linux-gnu/libc.so.6");
+
+        let t = total(&expected(true));
+        assert_eq!(
+            sums(&d),
+            [
+                t.alloc_objects as i64,
+                t.alloc_bytes as i64,
+                t.live_objects as i64,
+                t.live_bytes as i64
+            ]
+        );
+
+        // The inline chain at 0x3100 is one location, innermost first, with line numbers.
+        let functions: HashMap<u64, &str> =
+            d.function.iter().map(|f| (f.id, string(&d, f.name))).collect();
+        let loc = d.location.iter().find(|l| l.address == 0x3100).unwrap();
+        let chain: Vec<(&str, i64)> =
+            loc.line.iter().map(|l| (functions[&l.function_id], l.line)).collect();
+        assert_eq!(chain, [(CACHE_INSERT, 10), ("app::cache::fill", 20)]);
+        assert_eq!(loc.mapping_id, 1);
+        // Functions are unique by (name, file); locations by address and lines.
+        let mut keys: Vec<(i64, i64)> = d.function.iter().map(|f| (f.name, f.filename)).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), d.function.len());
+        // Profiler frames are gone; the bytes label carries the size.
+        assert!(!functions.values().any(|f| *f == "malloc" || *f == "__rust_alloc"));
+        let bytes_key = d.string_table.iter().position(|s| s == "bytes").unwrap() as i64;
+        for s in &d.sample {
+            assert_eq!(s.label.len(), 1);
+            assert_eq!(s.label[0].key, bytes_key);
+            assert!(s.label[0].num > 0);
+        }
+    }
+
+    #[test]
+    fn sampled_sums_agree_with_site_totals() {
+        let p = three_sites(false);
+        let d = decode(&encoded(&p));
+        assert_eq!(d.period, 512);
+        let t = total(&report::site_totals(&p));
+        let s = sums(&d);
+        // Each merged sample rounds once: the error is at most 0.5 per sample.
+        let tol = d.sample.len() as f64 * 0.5;
+        for (got, want) in
+            s.iter().zip([t.alloc_objects, t.alloc_bytes, t.live_objects, t.live_bytes])
+        {
+            assert!((*got as f64 - want).abs() <= tol, "{s:?} vs {t:?}");
+        }
+        // Bytes are exact multiples of the interval here.
+        assert_eq!(s[1] as f64, t.alloc_bytes);
+        assert_eq!(s[3] as f64, t.live_bytes);
+    }
+
+    #[test]
+    fn deterministic_and_alloc_default() {
+        let p = three_sites(true);
+        assert_eq!(encoded(&p), encoded(&p));
+        let d = report::pprof(&p, &PprofOptions { default_view: View::Alloc, size_labels: false });
+        assert_eq!(d.string_table[d.default_sample_type as usize], "alloc_space");
+        assert!(d.sample.iter().all(|s| s.label.is_empty()));
+    }
+
+    /// Runs `go tool pprof -raw` (an independent protobuf decoder) on the file and sums the
+    /// four sample values, plus the text of the report.
+    fn go_pprof_raw(path: &Path) -> Option<([i64; 4], String)> {
+        let go = std::process::Command::new("go").arg("version").output();
+        if !matches!(go, Ok(ref o) if o.status.success()) {
+            if std::env::var_os("MEMPROF_SKIP_GO").is_some_and(|v| v == "1") {
+                eprintln!("go not found; MEMPROF_SKIP_GO=1: skipping the go tool pprof check");
+                return None;
+            }
+            panic!(
+                "`go` is not on PATH: install it (Debian: apt-get install golang-go) or set \
+                 MEMPROF_SKIP_GO=1 to skip the independent pprof decoder check"
+            );
+        }
+        let home = scratch("go-home");
+        std::fs::create_dir_all(&home).unwrap();
+        let out = std::process::Command::new("go")
+            .args(["tool", "pprof", "-raw"])
+            .arg(path)
+            .env("HOME", &home)
+            .env("PPROF_TMPDIR", &home)
+            .env("GOFLAGS", "-mod=mod")
+            .env("PPROF_BINARY_PATH", &home)
+            .output()
+            .expect("running go tool pprof");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "go tool pprof failed: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Sample lines look like "   3   600   2   400: 1 2 3"; label lines like
+        // "                bytes:[100]".
+        let mut sums = [0i64; 4];
+        let mut in_samples = false;
+        for line in text.lines() {
+            if line.starts_with("Samples:") {
+                in_samples = true;
+                continue;
+            }
+            if line.starts_with("Locations") {
+                break;
+            }
+            let Some((values, _)) = line.split_once(':') else { continue };
+            if !in_samples {
+                continue;
+            }
+            let nums: Result<Vec<i64>, _> = values.split_whitespace().map(str::parse).collect();
+            match nums {
+                Ok(v) if v.len() == 4 => {
+                    for (acc, x) in sums.iter_mut().zip(v) {
+                        *acc += x;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some((sums, text))
+    }
+
+    #[test]
+    fn go_tool_pprof_agrees() {
+        for exact in [true, false] {
+            let p = three_sites(exact);
+            let path =
+                scratch(&format!("three_sites.{}.pb.gz", if exact { "exact" } else { "sampled" }));
+            std::fs::write(&path, encoded(&p)).unwrap();
+            let Some((go_sums, text)) = go_pprof_raw(&path) else { return };
+            let ours = sums(&decode(&std::fs::read(&path).unwrap()));
+            assert_eq!(go_sums, ours, "go tool pprof -raw:\n{text}");
+            let t = total(&report::site_totals(&p));
+            assert_eq!(go_sums[1] as f64, t.alloc_bytes, "{text}");
+            assert_eq!(go_sums[3] as f64, t.live_bytes, "{text}");
+            if exact {
+                assert_eq!(go_sums[0] as f64, t.alloc_objects, "{text}");
+                assert_eq!(go_sums[2] as f64, t.live_objects, "{text}");
+            }
+            for name in [CONFIG_LOAD, CACHE_INSERT, PARSE_LINE] {
+                assert!(text.contains(name), "go tool pprof does not show {name}:\n{text}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// .mprof fixtures
+
+mod mprof {
+    use super::*;
+
+    fn small_bytes() -> Vec<u8> {
+        memprof::profile::format::write_profile(Vec::new(), &three_sites(true)).unwrap()
+    }
+
+    /// The small fixture cut three quarters in, inside a record.
+    fn truncated_bytes() -> Vec<u8> {
+        let bytes = small_bytes();
+        let cut = bytes.len() * 3 / 4 + 1;
+        bytes[..cut].to_vec()
+    }
+
+    #[test]
+    fn small_fixture_is_what_the_writer_writes_and_reads_back() {
+        golden("small.mprof", &small_bytes());
+        golden("small-truncated.mprof", &truncated_bytes());
+        let p = Profile::read_file(fixtures().join("small.mprof")).unwrap();
+        let want = three_sites(true);
+        assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
+        assert_eq!(p.header, want.header);
+        assert_eq!(p.samples, want.samples);
+        assert_eq!(p.frees, want.frees);
+        assert_eq!(p.stacks, want.stacks);
+        assert_eq!(p.symbols, want.symbols);
+        assert_eq!(report::site_totals(&p), expected(true));
+    }
+
+    #[test]
+    fn truncated_fixture_reads_the_prefix() {
+        let path = fixtures().join("small-truncated.mprof");
+        let p = Profile::read_file(&path).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(!p.complete);
+        assert!(
+            p.warnings.iter().any(|w| w.contains(&format!("cut at byte {len}"))),
+            "{:?}",
+            p.warnings
+        );
+        let full = three_sites(true);
+        assert!(!p.samples.is_empty() && p.samples.len() < full.samples.len());
+        assert_eq!(p.samples[..], full.samples[..p.samples.len()]);
+        // Reports still work on a cut profile and say so.
+        let text = report::top_table(&p, &TopOptions::default());
+        assert!(text.contains("INCOMPLETE") && text.contains("may have crashed"), "{text}");
+    }
+
+    #[test]
+    fn missing_file_is_an_io_error() {
+        let e = Profile::read_file(fixtures().join("no-such-file.mprof")).unwrap_err();
+        assert!(matches!(e, memprof::Error::Io(..)), "{e}");
+    }
+}
