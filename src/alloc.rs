@@ -33,11 +33,10 @@ use core::alloc::{GlobalAlloc, Layout};
 /// Reports an allocation of `size` bytes at `addr` (null is ignored).
 #[inline(always)]
 pub fn on_alloc(addr: *mut u8, size: usize) {
-    if addr.is_null() {
-        return;
-    }
     if let Some(hit) = sampler::sample(size) {
-        hot::record_alloc(addr as usize, size, hit);
+        if !addr.is_null() {
+            hot::record_alloc(addr as usize, size, hit);
+        }
     }
 }
 

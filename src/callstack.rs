@@ -135,14 +135,22 @@ impl Drop for Captured {
 
 /// Captures the current call stack into `out` (cleared first), at most `depth` frames.
 ///
+/// The walk starts at the caller of `capture`'s caller: the return address into the
+/// function that called `capture` (the profiler's sample path) is not recorded, so the
+/// first frame is the allocator entry point and `depth` counts it and the program's frames. `caller` is the
+/// address of the function that calls `capture` (used to find where to start under the
+/// DWARF unwinder, whose own frames vary).
+///
 /// Never allocates through the profiled allocator and never panics.
 #[inline(never)]
-pub fn capture(out: &mut Captured, depth: usize) {
+pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
     out.clear();
     if MODE.load(Ordering::Relaxed) == USE_FP {
-        capture_fp(out, depth);
+        // The walk is inlined here, so the first record is `capture`'s own: the return into
+        // `caller`. Skipping it starts at the return from `caller` into its caller.
+        capture_fp_from(out, depth, 1);
     } else {
-        capture_dwarf(out, depth);
+        capture_dwarf_from(out, depth, caller);
     }
 }
 
@@ -170,12 +178,33 @@ pub fn select(unwinder: Unwinder) -> Unwinder {
 
 #[inline(never)]
 fn capture_dwarf(out: &mut Captured, depth: usize) {
+    capture_dwarf_from(out, depth, 0)
+}
+
+/// DWARF walk. With `caller != 0`, frames are skipped up to and including the frame of the
+/// function starting at `caller` (looked for among the first few frames only).
+#[inline(never)]
+fn capture_dwarf_from(out: &mut Captured, depth: usize, caller: usize) {
     let mut more = false;
+    let mut skipping = caller != 0;
+    let mut seen = 0usize;
     // SAFETY: trace_unsynchronized requires that no other thread calls it concurrently in a
     // way that breaks libgcc's unwinder; _Unwind_Backtrace is thread-safe on glibc targets,
     // and the closure only writes into `out`, which this thread owns.
     unsafe {
         backtrace::trace_unsynchronized(|frame| {
+            if skipping {
+                seen += 1;
+                if frame.symbol_address() as usize == caller {
+                    skipping = false;
+                    return true;
+                }
+                if seen < 8 {
+                    return true;
+                }
+                // Not found: keep everything from here rather than lose the stack.
+                skipping = false;
+            }
             if out.len >= depth {
                 more = true;
                 return false;
@@ -224,6 +253,12 @@ const MAX_FRAME: usize = 16 << 20;
 
 #[inline(never)]
 fn capture_fp(out: &mut Captured, depth: usize) {
+    capture_fp_from(out, depth, 0)
+}
+
+/// Frame-pointer walk, dropping the `skip` innermost return addresses.
+#[inline(always)]
+fn capture_fp_from(out: &mut Captured, depth: usize, mut skip: usize) {
     let lo = stack_pointer();
     let hi = stack_hi();
     let mut fp = frame_pointer();
@@ -233,7 +268,7 @@ fn capture_fp(out: &mut Captured, depth: usize) {
         if fp < lo || fp % word != 0 || hi == 0 || fp > hi.saturating_sub(2 * word) {
             break;
         }
-        if out.len >= depth {
+        if out.len >= depth && skip == 0 {
             out.truncated = true;
             break;
         }
@@ -241,7 +276,12 @@ fn capture_fp(out: &mut Captured, depth: usize) {
         // mapped and readable; the values read are plain integers.
         let (next, ret) =
             unsafe { ((fp as *const usize).read(), (fp as *const usize).add(1).read()) };
-        if ret == 0 || !out.push(ret) {
+        if ret == 0 {
+            break;
+        }
+        if skip > 0 {
+            skip -= 1;
+        } else if !out.push(ret) {
             break;
         }
         if next <= fp || next - fp > MAX_FRAME {

@@ -108,12 +108,11 @@ pub fn sample(size: usize) -> Option<Hit> {
     let epoch = EPOCH.load(Ordering::Relaxed);
     let fast = STATE.with(|s| {
         let c = s.countdown.get();
-        if size < c && s.epoch.get() == epoch {
-            s.countdown.set(c - size);
-            true
-        } else {
-            false
+        if size >= c || s.epoch.get() != epoch {
+            return false;
         }
+        s.countdown.set(c - size);
+        true
     });
     if fast {
         None

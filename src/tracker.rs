@@ -294,7 +294,8 @@ pub(crate) mod hot {
         let saved = callstack::errno();
         if let Some(q) = queue() {
             let mut frames = Captured::new();
-            callstack::capture(&mut frames, DEPTH.load(Ordering::Relaxed).min(q.depth()));
+            let depth = DEPTH.load(Ordering::Relaxed).min(q.depth());
+            callstack::capture(&mut frames, depth, record_alloc as *const () as usize);
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
             let event = Event {
                 kind: EventKind::Alloc,

@@ -818,10 +818,14 @@ impl Profile {
     /// Reads a `.mprof` file.
     pub fn read_file(path: impl AsRef<Path>) -> Result<Profile, Error> {
         let path = path.as_ref();
-        let f = std::fs::File::open(path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let named = |m: String| Error::Format(format!("{}: {m}", path.display()));
+        if path.is_dir() {
+            return Err(named("is a directory, not a profile".into()));
+        }
+        let f = std::fs::File::open(path).map_err(|e| named(e.to_string()))?;
         Profile::read_from(f).map_err(|e| match e {
-            Error::Format(m) => Error::Format(format!("{}: {m}", path.display())),
+            Error::Format(m) => named(m),
+            Error::Io(what, e) => named(format!("{what}: {e}")),
             other => other,
         })
     }

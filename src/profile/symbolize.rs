@@ -184,7 +184,42 @@ pub fn is_std_plumbing(name: &str) -> bool {
         "hashbrown::",
         "<hashbrown::",
     ];
-    PREFIXES.iter().any(|p| name.starts_with(p))
+    if PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return true;
+    }
+    // `<SELF as TRAIT>::method`: a standard trait implemented for a generic parameter, a
+    // primitive, a reference, slice or tuple (`<T as Into<U>>::into`,
+    // `<u8 as SpecFromElem>::from_elem`) is plumbing too; an impl for a named type of the
+    // program (`<my::Node as Clone>::clone`) is the program's code.
+    let Some(rest) = name.strip_prefix('<') else {
+        return false;
+    };
+    let Some((self_ty, trait_path)) = split_qualified(rest) else {
+        return false;
+    };
+    let std_trait =
+        ["alloc::", "core::", "std::", "hashbrown::"].iter().any(|p| trait_path.starts_with(p));
+    let anonymous_self = !self_ty.contains("::")
+        || self_ty.starts_with(['&', '[', '(', '*'])
+        || PREFIXES.iter().any(|p| self_ty.starts_with(p));
+    std_trait && anonymous_self
+}
+
+/// Splits `SELF as TRAIT>::…` (the text after a leading `<`) at the top-level ` as `.
+fn split_qualified(s: &str) -> Option<(&str, &str)> {
+    let mut depth = 0i32;
+    let bytes = s.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'<' => depth += 1,
+            b'>' => depth -= 1,
+            b' ' if depth == 0 && s[i..].starts_with(" as ") => {
+                return Some((&s[..i], &s[i + 4..]));
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// One source-level frame of a stack, as reports show it.
@@ -287,6 +322,17 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plumbing_through_std_traits() {
+        assert!(is_std_plumbing("<T as core::convert::Into<U>>::into"));
+        assert!(is_std_plumbing("<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem"));
+        assert!(is_std_plumbing("<alloc::vec::Vec<T> as core::clone::Clone>::clone"));
+        assert!(is_std_plumbing("<&[u8] as core::fmt::Debug>::fmt"));
+        assert!(!is_std_plumbing("<app::Node as core::clone::Clone>::clone"));
+        assert!(!is_std_plumbing("<T as app::Make>::make"));
+        assert!(!is_std_plumbing("app::leaky_cache::Cache::remember"));
+    }
     use crate::profile::Stack;
 
     fn sym(f: &str) -> Symbol {

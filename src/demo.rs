@@ -1,0 +1,62 @@
+//! `memprof demo`: profiles the bundled example workloads in this process and writes their
+//! flamegraphs to the gallery (`flamegraphs/`).
+
+#[allow(dead_code)]
+#[path = "../examples/leaky_cache/workload.rs"]
+mod leaky_cache;
+#[allow(dead_code)]
+#[path = "../examples/worst_case/workload.rs"]
+mod worst_case;
+
+use crate::cli::{write_file, DemoArgs};
+use memprof::profile::Profile;
+use memprof::report::{self, FlameOptions, TopOptions, View};
+use memprof::{Config, Error, Recorder};
+use std::path::Path;
+use std::time::Instant;
+
+pub fn run(args: &DemoArgs) -> Result<(), Error> {
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::io(format!("cannot create {}", args.out.display()), e))?;
+
+    // 1. statmemprof's worst case (seed 003), with its own parameters: λ = 0.01, depth 10.
+    let iterations = if args.quick { 200_000 } else { worst_case::ITERATIONS };
+    println!(
+        "== worst_case: {iterations} iterations, rate 0.01 per word (interval 800 B), depth 10"
+    );
+    let started = Instant::now();
+    let session = memprof::start(worst_case::config(), Recorder::new())?;
+    worst_case::run(iterations);
+    let profile = session.stop()?.finish()?;
+    println!("{} samples in {:.2} s", profile.samples.len(), started.elapsed().as_secs_f64());
+    show(&profile, &args.out, "worst_case", &[View::Alloc])?;
+
+    // 2. A leaky cache at the default interval: the alloc and live views disagree.
+    let requests = if args.quick { 20_000 } else { leaky_cache::REQUESTS };
+    println!("\n== leaky_cache: {requests} requests, default interval (512 KiB)");
+    let mprof = args.out.join("leaky_cache.mprof");
+    let session = memprof::start(Config::default(), Recorder::to_file(&mprof))?;
+    let cache = leaky_cache::run(requests);
+    let profile = session.stop()?.finish()?;
+    println!(
+        "{} entries cached, {} samples, profile {}",
+        cache.len(),
+        profile.samples.len(),
+        mprof.display()
+    );
+    drop(cache);
+    show(&profile, &args.out, "leaky_cache", &[View::Alloc, View::Live])?;
+    Ok(())
+}
+
+fn show(profile: &Profile, out: &Path, name: &str, views: &[View]) -> Result<(), Error> {
+    print!("{}", report::top_table(profile, &TopOptions { limit: 8, ..Default::default() }));
+    for &view in views {
+        let path = out.join(format!("{name}.{}.svg", view.name()));
+        write_file(&path, |w| {
+            report::flamegraph(profile, &FlameOptions { view, ..Default::default() }, w)
+        })?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! The `memprof` command as a user meets it: reports of recorded files, exports, the demo,
+//! and one-line errors (never a panic) for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn memprof(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memprof")).args(args).output().expect("memprof runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memprof-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name).display().to_string()
+}
+
+/// A failing command: non-zero exit, exactly one line on stderr naming the problem, no panic.
+fn assert_one_line_error(out: &Output, code: i32, needle: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");
+    assert!(err.starts_with("memprof: error: "), "{err:?}");
+    assert!(err.contains(needle), "{err:?} should mention {needle:?}");
+    assert!(!err.contains("panicked"), "{err:?}");
+}
+
+#[test]
+fn report_prints_top_sites() {
+    let out = memprof(&["report", &fixture("small.mprof")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    // The fixture's three sites, largest first, exact numbers (exact mode).
+    let parse = s.find("app::parse::parse_line").unwrap();
+    let cache = s.find("app::cache::Cache::insert").unwrap();
+    let config = s.find("app::config::load").unwrap();
+    assert!(parse < cache && cache < config, "{s}");
+    assert!(s.contains("exact"), "{s}");
+    assert!(s.contains("total (3 sites)"), "{s}");
+}
+
+#[test]
+fn report_writes_every_export() {
+    let dir = scratch("exports");
+    let (svg, pb, folded) = (dir.join("a.svg"), dir.join("a.pb.gz"), dir.join("a.folded"));
+    let out = memprof(&[
+        "report",
+        &fixture("small.mprof"),
+        "--view",
+        "live",
+        "--flamegraph",
+        svg.to_str().unwrap(),
+        "--pprof",
+        pb.to_str().unwrap(),
+        "--collapsed",
+        folded.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("app::cache::Cache::insert"));
+    let pb = std::fs::read(&pb).unwrap();
+    assert_eq!(&pb[..2], &[0x1f, 0x8b], "gzip magic");
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    let lines: Vec<&str> = folded.lines().collect();
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted, "folded output is sorted");
+    // Live view: the folded values add up to the live bytes of the fixture (6.66 KiB).
+    let total: u64 =
+        lines.iter().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum();
+    let top = text(&memprof(&["report", &fixture("small.mprof")]).stdout);
+    assert!(top.contains("6.66 KiB"), "{top}");
+    assert!((6815..=6825).contains(&total), "live total {total}");
+}
+
+#[test]
+fn truncated_profile_reads_with_a_warning() {
+    let out = memprof(&["report", &fixture("small-truncated.mprof")]);
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("warning") && err.contains("cut at byte"), "{err}");
+    assert!(text(&out.stdout).contains("app::parse::parse_line"));
+}
+
+#[test]
+fn bad_input_gets_one_line_errors() {
+    assert_one_line_error(&memprof(&["report", "/no/such/file.mprof"]), 1, "/no/such/file.mprof");
+    assert_one_line_error(&memprof(&["report", env!("CARGO_MANIFEST_DIR")]), 1, "directory");
+    let dir = scratch("bad");
+    let junk = dir.join("junk.mprof");
+    std::fs::write(&junk, b"this is not a profile at all").unwrap();
+    assert_one_line_error(
+        &memprof(&["report", junk.to_str().unwrap()]),
+        1,
+        "not a memprof profile",
+    );
+    let empty = dir.join("empty.mprof");
+    std::fs::write(&empty, b"").unwrap();
+    let out = memprof(&["report", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stderr).contains("panicked"));
+    assert_one_line_error(
+        &memprof(&["report", &fixture("small.mprof"), "--flamegraph", "/no/such/dir/x.svg"]),
+        1,
+        "/no/such/dir/x.svg",
+    );
+    let out = memprof(&["report", &fixture("small.mprof"), "--view", "sideways"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("sideways"));
+    let out = memprof(&["report", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn demo_writes_flamegraphs_naming_the_examples_functions() {
+    let dir = scratch("demo");
+    let out = memprof(&["demo", "--quick", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
+    let worst = read("worst_case.alloc.svg");
+    assert!(worst.contains("worst_case::allocate"), "worst_case flamegraph names allocate");
+    assert!(worst.contains("worst_case::recur"), "and the recursion");
+    let alloc = read("leaky_cache.alloc.svg");
+    let live = read("leaky_cache.live.svg");
+    assert!(alloc.contains("leaky_cache::parse_request"));
+    assert!(alloc.contains("leaky_cache::render_page"));
+    assert!(live.contains("Cache::remember"));
+    assert!(!live.contains("leaky_cache::parse_request"), "requests die: not in the live view");
+    // The profile the demo streamed reads back.
+    let out = memprof(&["report", dir.join("leaky_cache.mprof").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
