@@ -6,6 +6,7 @@
 //! memprof report OUT.mprof --view live --flamegraph live.svg
 //! ```
 
+#[path = "leaky_cache/workload.rs"]
 mod workload;
 
 #[global_allocator]

@@ -6,6 +6,7 @@
 //! cargo run --release --example worst_case -- 1000000      # fewer iterations
 //! ```
 
+#[path = "worst_case/workload.rs"]
 mod workload;
 
 #[global_allocator]

@@ -205,12 +205,20 @@ impl Table {
     }
 }
 
+/// Set once any counter has saturated (then `clear` must sweep the whole filter).
+static SATURATED: AtomicBool = AtomicBool::new(false);
+
 fn filter_inc(i: usize) {
     let c = &FILTER[i];
     let mut v = c.load(Ordering::Relaxed);
     while v < u8::MAX {
         match c.compare_exchange_weak(v, v + 1, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return,
+            Ok(_) => {
+                if v + 1 == u8::MAX {
+                    SATURATED.store(true, Ordering::Relaxed);
+                }
+                return;
+            }
             Err(x) => v = x,
         }
     }
@@ -283,10 +291,15 @@ pub fn clear() {
             t.len = 0;
         });
     }
-    for c in FILTER.iter() {
-        // Reading an untouched page maps the shared zero page; only dirty counters are written.
-        if c.load(Ordering::Relaxed) != 0 {
-            c.store(0, Ordering::Relaxed);
+    // Every entry decremented its own counter above; only saturated counters (which never
+    // decrement) can be left, so the whole filter is swept only if one ever saturated.
+    if SATURATED.swap(false, Ordering::Relaxed) {
+        for c in FILTER.iter() {
+            // Reading an untouched page maps the shared zero page; only dirty counters are
+            // written.
+            if c.load(Ordering::Relaxed) != 0 {
+                c.store(0, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -54,10 +54,6 @@ impl Cache {
         self.entries.len()
     }
 
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// Serves `requests` requests, returning the cache (so its entries stay live).
