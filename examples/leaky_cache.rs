@@ -30,6 +30,6 @@ fn main() {
             std::process::exit(1);
         }
     };
-    println!("{} entries cached; profile written to {out}", cache.len());
+    println!("{} entries cached; profile written to {out}", cache.entries());
     print!("{}", memprof::report::top::top_table(&profile, &Default::default()));
 }

@@ -40,7 +40,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     let profile = session.stop()?.finish()?;
     println!(
         "{} entries cached, {} samples, profile {}",
-        cache.len(),
+        cache.entries(),
         profile.samples.len(),
         mprof.display()
     );

@@ -50,10 +50,9 @@ impl Cache {
     }
 
     /// Entries held.
-    pub fn len(&self) -> usize {
+    pub fn entries(&self) -> usize {
         self.entries.len()
     }
-
 }
 
 /// Serves `requests` requests, returning the cache (so its entries stay live).
