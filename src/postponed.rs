@@ -12,8 +12,11 @@
 //! slot with one compare-and-swap on the tail, writes the event and its call stack into the
 //! slot in place, and publishes it by storing the slot's sequence number. No locks, no
 //! allocation, no panics. A full queue refuses the event and the refusal is counted as
-//! lost. Slots are fixed-size (header plus `depth` frames) in one block from
-//! [`crate::rawmem`], so the frames are copied once, from the capture buffer.
+//! lost. "Full" means the session's limit: the ring has a power-of-two number of slots,
+//! but at most [`Queue::set_limit`] events (the configured capacity) wait at a time, also
+//! when a later session with a smaller capacity reuses a bigger ring. Slots are fixed-size
+//! (header plus `depth` frames) in one block from [`crate::rawmem`], so the frames are
+//! copied once, from the capture buffer.
 //!
 //! # 3. Lifetime
 //! Producers can be inside `push` at any moment, including while a session stops, so a
@@ -72,6 +75,7 @@ pub struct Queue {
     stride: usize,
     mask: usize,
     depth: usize,
+    limit: AtomicUsize,
     tail: AtomicUsize,
     head: AtomicUsize,
     draining: AtomicBool,
@@ -86,7 +90,7 @@ unsafe impl Sync for Queue {}
 unsafe impl Send for Queue {}
 
 impl Queue {
-    /// A queue of at least `capacity` events (rounded up to a power of two), each with room
+    /// A queue of `capacity` events (slots rounded up to a power of two), each with room
     /// for `depth` frames. `None` when memory is short.
     pub fn new(capacity: usize, depth: usize) -> Option<Queue> {
         let cap = capacity.max(2).checked_next_power_of_two()?;
@@ -111,6 +115,7 @@ impl Queue {
             stride,
             mask: cap - 1,
             depth,
+            limit: AtomicUsize::new(capacity.clamp(1, cap)),
             tail: AtomicUsize::new(0),
             head: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
@@ -121,6 +126,11 @@ impl Queue {
     /// Number of slots.
     pub fn capacity(&self) -> usize {
         self.mask + 1
+    }
+
+    /// Sets how many events may wait at a time (clamped to `1..=capacity()`).
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit.clamp(1, self.capacity()), Ordering::Relaxed);
     }
 
     /// Frames each slot can hold.
@@ -148,6 +158,13 @@ impl Queue {
             let seq = unsafe { (*slot).seq.load(Ordering::Acquire) };
             let diff = seq as isize - pos as isize;
             if diff == 0 {
+                // Events waiting, were `pos` claimed now. Negative when `pos` is stale
+                // (claimed and consumed meanwhile): the CAS below fails and retries.
+                let waiting = pos.wrapping_sub(self.head.load(Ordering::Acquire)) as isize;
+                if waiting >= self.limit.load(Ordering::Relaxed) as isize {
+                    self.lost.fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
                 match self.tail.compare_exchange_weak(
                     pos,
                     pos.wrapping_add(1),
@@ -267,6 +284,24 @@ mod tests {
         assert_eq!(seen.len(), 4);
         assert_eq!(seen[2], (2, vec![2, 2, 3]));
         assert!(q.push(&ev(5), &[]));
+    }
+
+    #[test]
+    fn limit_below_the_ring() {
+        let q = Queue::new(3, 1).unwrap();
+        assert_eq!(q.capacity(), 4);
+        for i in 0..3 {
+            assert!(q.push(&ev(i), &[]));
+        }
+        assert!(!q.push(&ev(3), &[]), "capacity 3 holds 3 events");
+        q.set_limit(2);
+        assert_eq!(q.drain(|_, _| {}), Some(3));
+        assert!(q.push(&ev(4), &[]) && q.push(&ev(5), &[]));
+        assert!(!q.push(&ev(6), &[]));
+        assert_eq!(q.lost(), 2);
+        q.set_limit(100);
+        assert!(q.push(&ev(7), &[]) && q.push(&ev(8), &[]));
+        assert!(!q.push(&ev(9), &[]), "never more than the ring");
     }
 
     #[test]

@@ -156,16 +156,22 @@ pub trait Tracker: Send + 'static {
 trait Drive: Send {
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
     fn finish(&mut self, stats: &Stats);
-    fn counts(&self) -> (u64, u64, u64);
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
 struct Driver<T: Tracker> {
     tracker: T,
     tokens: HashMap<u64, T::Token>,
-    samples: u64,
-    frees: u64,
-    panics: u64,
+}
+
+// Delivery counters of the running session. Atomics rather than fields of the driver, so
+// that `Session::stats` can read them while the drain thread holds the driver.
+static DELIVERED_SAMPLES: AtomicU64 = AtomicU64::new(0);
+static DELIVERED_FREES: AtomicU64 = AtomicU64::new(0);
+static CALLBACK_PANICS: AtomicU64 = AtomicU64::new(0);
+
+fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 impl<T: Tracker> Drive for Driver<T> {
@@ -173,7 +179,7 @@ impl<T: Tracker> Drive for Driver<T> {
         let tracker = &mut self.tracker;
         match e.kind {
             EventKind::Alloc => {
-                self.samples += 1;
+                count(&DELIVERED_SAMPLES);
                 let a = Allocation {
                     id: e.id,
                     size: e.size,
@@ -189,7 +195,7 @@ impl<T: Tracker> Drive for Driver<T> {
                         self.tokens.insert(e.id, token);
                     }
                     Ok(None) => {}
-                    Err(_) => self.panics += 1,
+                    Err(_) => count(&CALLBACK_PANICS),
                 }
             }
             EventKind::Move => {
@@ -202,16 +208,16 @@ impl<T: Tracker> Drive for Driver<T> {
                         new_size: e.size,
                     };
                     if catch_unwind(AssertUnwindSafe(|| tracker.realloc(token, &r))).is_err() {
-                        self.panics += 1;
+                        count(&CALLBACK_PANICS);
                     }
                 }
             }
             EventKind::Dealloc => {
                 if let Some(token) = self.tokens.remove(&e.id) {
-                    self.frees += 1;
+                    count(&DELIVERED_FREES);
                     let d = Deallocation { id: e.id, thread: e.thread, time_ns: e.time_ns };
                     if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
-                        self.panics += 1;
+                        count(&CALLBACK_PANICS);
                     }
                 }
             }
@@ -221,12 +227,8 @@ impl<T: Tracker> Drive for Driver<T> {
     fn finish(&mut self, stats: &Stats) {
         let tracker = &mut self.tracker;
         if catch_unwind(AssertUnwindSafe(|| tracker.stopped(stats))).is_err() {
-            self.panics += 1;
+            count(&CALLBACK_PANICS);
         }
-    }
-
-    fn counts(&self) -> (u64, u64, u64) {
-        (self.samples, self.frees, self.panics)
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -365,8 +367,9 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
             q
         }
     };
-    // Discard leftovers of an earlier session.
+    // Discard leftovers of an earlier session; a reused ring keeps this session's capacity.
     let _ = q.drain(|_, _| {});
+    q.set_limit(config.queue_capacity);
     crate::live::clear();
     NEXT_ID.store(1, Ordering::Relaxed);
     UNTRACKED.store(0, Ordering::Relaxed);
@@ -377,15 +380,17 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut driver =
-        Box::new(Driver { tracker, tokens: HashMap::new(), samples: 0, frees: 0, panics: 0 });
+    for c in [&DELIVERED_SAMPLES, &DELIVERED_FREES, &CALLBACK_PANICS] {
+        c.store(0, Ordering::Relaxed);
+    }
+    let mut driver = Box::new(Driver { tracker, tokens: HashMap::new() });
     let info =
         SessionInfo { interval: config.interval, depth: config.depth, unwinder, start_unix_ns };
     {
         let _busy = Busy::enter();
         let t = &mut driver.tracker;
         if catch_unwind(AssertUnwindSafe(|| t.started(&info))).is_err() {
-            driver.panics += 1;
+            count(&CALLBACK_PANICS);
         }
     }
     *lock(&DRIVER) = Some(driver);
@@ -514,18 +519,14 @@ impl<T: Tracker> Drop for Session<T> {
 /// Counters of the running session; `lost_at_start` is the queue's lost count when it
 /// started (None: not running, so no events are attributed to it).
 fn current_stats(lost_at_start: Option<u64>) -> Stats {
-    let (samples, frees, panics) = match DRIVER.try_lock() {
-        Ok(g) => g.as_ref().map_or((0, 0, 0), |d| d.counts()),
-        Err(_) => (0, 0, 0),
-    };
     Stats {
-        samples,
-        frees,
+        samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
+        frees: DELIVERED_FREES.load(Ordering::Relaxed),
         lost_events: match (queue(), lost_at_start) {
             (Some(q), Some(base)) => q.lost().saturating_sub(base),
             _ => 0,
         },
         untracked: UNTRACKED.load(Ordering::Relaxed),
-        callback_panics: panics,
+        callback_panics: CALLBACK_PANICS.load(Ordering::Relaxed),
     }
 }
