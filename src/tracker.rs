@@ -319,11 +319,13 @@ pub(crate) mod hot {
         callstack::set_errno(saved);
     }
 
-    /// Queues the death (`addr == 0`) or the move of a sampled block.
+    /// Queues the death (`addr == 0`) or the move of a sampled block. Keeps errno (a move
+    /// may grow the live table, and glibc's allocator can leave errno set on success).
     #[cold]
     #[inline(never)]
     pub(crate) fn record_other(kind: EventKind, entry: Entry, addr: usize, size: usize) {
         let _busy = Busy::enter();
+        let saved = callstack::errno();
         if let Some(q) = queue() {
             let event = Event {
                 kind,
@@ -340,6 +342,7 @@ pub(crate) mod hot {
                 UNTRACKED.fetch_add(1, Ordering::Relaxed);
             }
         }
+        callstack::set_errno(saved);
     }
 }
 

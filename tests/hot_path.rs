@@ -1,0 +1,384 @@
+//! The hot path neither allocates through the profiled allocator, nor loses errno, nor
+//! panics.
+//!
+//! The global allocator is `Sampled<Counting>`: `Counting` wraps `System` and counts the
+//! calls that reach it. The profiler sits in front of it, so any allocation the profiler made
+//! through the global allocator (for a call stack, a queue slot, the live table) would reach
+//! `Counting` on top of the test's own. Each check counts the calls between two points with
+//! no `poll` in between and compares with what the test itself allocated.
+//!
+//! Counting is per thread (a const thread-local flag marks the watched thread), so the test
+//! harness's own threads cannot disturb the counts; the profiler does all its sample-path
+//! work on the allocating thread, so nothing it does escapes the count.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use memprof::{Allocation, Config, Deallocation, Stats, Tracker, Unwinder};
+
+/// `System`, counting the calls of the watched thread.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static REALLOCS: AtomicU64 = AtomicU64::new(0);
+static DEALLOCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static WATCHED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note(counter: &AtomicU64) {
+    if WATCHED.try_with(Cell::get).unwrap_or(false) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments and returns its
+// result; the counting touches only atomics and a const thread-local `Cell<bool>` (no
+// allocation, no destructor).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(&ALLOCS);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(&ALLOCS);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note(&DEALLOCS);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(&REALLOCS);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: memprof::Sampled<Counting> = memprof::Sampled::new(Counting);
+
+static SESSIONS: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SESSIONS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Calls that reached `Counting` from this thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Calls {
+    alloc: u64,
+    realloc: u64,
+    dealloc: u64,
+}
+
+fn snapshot() -> Calls {
+    Calls {
+        alloc: ALLOCS.load(Ordering::SeqCst),
+        realloc: REALLOCS.load(Ordering::SeqCst),
+        dealloc: DEALLOCS.load(Ordering::SeqCst),
+    }
+}
+
+/// The calls that `f` makes to the underlying allocator on this thread.
+fn count<R>(f: impl FnOnce() -> R) -> (R, Calls) {
+    WATCHED.with(|w| w.set(true));
+    let before = snapshot();
+    let r = f();
+    let after = snapshot();
+    WATCHED.with(|w| w.set(false));
+    let calls = Calls {
+        alloc: after.alloc - before.alloc,
+        realloc: after.realloc - before.realloc,
+        dealloc: after.dealloc - before.dealloc,
+    };
+    (r, calls)
+}
+
+/// Raw allocation through the global allocator (so the compiler cannot elide it).
+fn alloc(size: usize) -> *mut u8 {
+    let layout = Layout::from_size_align(size, 8).unwrap();
+    // SAFETY: size > 0 in every call of this file.
+    let p = unsafe { std::alloc::alloc(layout) };
+    assert!(!p.is_null());
+    black_box(p)
+}
+
+fn free(p: *mut u8, size: usize) {
+    let layout = Layout::from_size_align(size, 8).unwrap();
+    // SAFETY: p came from `alloc(size)` or `grow(.., size)` and is freed once.
+    unsafe { std::alloc::dealloc(black_box(p), layout) }
+}
+
+fn grow(p: *mut u8, old: usize, new: usize) -> *mut u8 {
+    let layout = Layout::from_size_align(old, 8).unwrap();
+    // SAFETY: p came from `alloc(old)`; new > 0.
+    let q = unsafe { std::alloc::realloc(p, layout, new) };
+    assert!(!q.is_null());
+    black_box(q)
+}
+
+/// Counts the samples, frees and moves of blocks in a size range, and the deepest stack.
+#[derive(Default)]
+struct Seen {
+    sizes: std::ops::Range<usize>,
+    samples: u64,
+    frees: u64,
+    deepest: usize,
+    stats: Option<Stats>,
+    /// (id, address) of sampled 100-byte blocks, and the ids of freed samples.
+    hundreds: Vec<(u64, usize)>,
+    freed: Vec<u64>,
+}
+
+impl Tracker for Seen {
+    type Token = ();
+
+    fn alloc(&mut self, a: &Allocation<'_>) -> Option<()> {
+        if a.size == 100 {
+            self.hundreds.push((a.id, a.addr));
+        }
+        if self.sizes.contains(&a.size) {
+            self.samples += 1;
+            self.deepest = self.deepest.max(a.callstack.frames().len());
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    fn dealloc(&mut self, _: (), d: &Deallocation) {
+        self.frees += 1;
+        self.freed.push(d.id);
+    }
+
+    fn stopped(&mut self, stats: &Stats) {
+        self.stats = Some(*stats);
+    }
+}
+
+fn seen(sizes: std::ops::Range<usize>) -> Seen {
+    Seen { sizes, ..Seen::default() }
+}
+
+#[inline(never)]
+fn recurse<R>(n: usize, f: &mut dyn FnMut() -> R) -> R {
+    if n == 0 {
+        f()
+    } else {
+        black_box(recurse(n - 1, f))
+    }
+}
+
+/// (a) With a session whose interval is far beyond what the test allocates, no allocation
+/// is sampled and the allocator sees exactly the test's own calls.
+#[test]
+fn unsampled_path_allocates_nothing() {
+    let _g = serial();
+    const N: usize = 10_000;
+    let session = memprof::start(
+        Config { seed: Some(1), ..Config::with_interval(1e15) },
+        seen(1..usize::MAX),
+    )
+    .unwrap();
+    let ((), calls) = count(|| {
+        for i in 0..N {
+            let size = 8 + i % 4000;
+            let p = alloc(size);
+            let p = grow(p, size, 2 * size);
+            free(p, 2 * size);
+        }
+    });
+    assert_eq!(calls, Calls { alloc: N as u64, realloc: N as u64, dealloc: N as u64 });
+    let seen = session.stop().unwrap();
+    assert_eq!(seen.samples, 0, "nothing sampled at an interval of 1e15 bytes");
+}
+
+/// (b) + (c) In the exact mode every allocation takes the slow path: call-stack capture
+/// (with a stack deeper than the 32 inline frames, so the buffer doubles), the queue push
+/// and the live-table insertion (growing the table). Then the frees take the live-table
+/// removal and the dealloc push, and the reallocations both. None of it reaches the global
+/// allocator.
+fn sampled_paths_allocate_nothing(unwinder: Unwinder) {
+    let _g = serial();
+    const N: usize = 2000;
+    const DEEP: usize = 60;
+    const SIZE: usize = 1000;
+    let mut blocks = vec![std::ptr::null_mut::<u8>(); N];
+    let config =
+        Config { seed: Some(2), unwinder, queue_capacity: 4 * N, depth: 128, ..Config::exact() };
+    let session = memprof::start(config, seen(SIZE..SIZE + 1)).unwrap();
+
+    let ((), calls) = count(|| {
+        for (i, b) in blocks.iter_mut().enumerate() {
+            *b = if i % 4 == 0 { recurse(DEEP, &mut || alloc(SIZE)) } else { alloc(SIZE) };
+        }
+    });
+    assert_eq!(calls, Calls { alloc: N as u64, ..Calls::default() }, "{unwinder:?}: capture");
+
+    let ((), calls) = count(|| {
+        for b in blocks.iter_mut().skip(N / 2) {
+            *b = grow(*b, SIZE, 2 * SIZE);
+        }
+    });
+    assert_eq!(calls, Calls { realloc: (N / 2) as u64, ..Calls::default() }, "{unwinder:?}");
+
+    let ((), calls) = count(|| {
+        for (i, &b) in blocks.iter().enumerate() {
+            free(b, if i < N / 2 { SIZE } else { 2 * SIZE });
+        }
+    });
+    assert_eq!(calls, Calls { dealloc: N as u64, ..Calls::default() }, "{unwinder:?}: frees");
+
+    let seen = session.stop().unwrap();
+    // The slow path really ran: every block was sampled, deep stacks were captured whole,
+    // and every sampled block that was freed came back.
+    assert_eq!(seen.samples, N as u64, "{unwinder:?}");
+    assert_eq!(seen.frees, N as u64, "{unwinder:?}");
+    assert!(seen.deepest > DEEP, "{unwinder:?}: deepest stack {}", seen.deepest);
+    let stats = seen.stats.unwrap();
+    assert_eq!((stats.lost_events, stats.untracked), (0, 0), "{unwinder:?}");
+}
+
+#[test]
+fn sampled_paths_allocate_nothing_frame_pointers() {
+    sampled_paths_allocate_nothing(Unwinder::FramePointer);
+}
+
+#[test]
+fn sampled_paths_allocate_nothing_dwarf() {
+    sampled_paths_allocate_nothing(Unwinder::Dwarf);
+}
+
+fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(v: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = v }
+}
+
+/// (d) errno survives allocation, reallocation and free, sampled or not, including the
+/// first sample of a thread (stack bounds are queried then) and live-table growth.
+#[test]
+fn errno_is_preserved() {
+    let _g = serial();
+    const SENTINEL: i32 = 4321;
+    const N: usize = 500;
+    let run = |label: &str| {
+        // A fresh thread: its first sample queries the stack bounds.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut blocks = Vec::with_capacity(N);
+                for i in 0..N {
+                    set_errno(SENTINEL);
+                    let p =
+                        if i % 8 == 0 { recurse(40, &mut || alloc(64 + i)) } else { alloc(64 + i) };
+                    let e = errno(); // read first: formatting a message allocates
+                    assert_eq!(e, SENTINEL, "{label}: alloc {i} changed errno");
+                    set_errno(SENTINEL);
+                    let p = grow(p, 64 + i, 128 + i);
+                    let e = errno();
+                    assert_eq!(e, SENTINEL, "{label}: realloc {i} changed errno");
+                    blocks.push(p);
+                }
+                for (i, p) in blocks.into_iter().enumerate() {
+                    set_errno(SENTINEL);
+                    free(p, 128 + i);
+                    let e = errno();
+                    assert_eq!(e, SENTINEL, "{label}: free {i} changed errno");
+                }
+            });
+        });
+    };
+    run("no session");
+    for (label, config) in [
+        ("exact", Config { seed: Some(3), ..Config::exact() }),
+        ("R = 256", Config { seed: Some(4), ..Config::with_interval(256.0) }),
+        ("R = 1e15", Config { seed: Some(5), ..Config::with_interval(1e15) }),
+        ("full queue", Config { queue_capacity: 2, ..Config::exact() }),
+        ("dwarf", Config { unwinder: Unwinder::Dwarf, ..Config::exact() }),
+    ] {
+        let session = memprof::start(config, seen(1..usize::MAX)).unwrap();
+        run(label);
+        let seen = session.stop().unwrap();
+        if label != "R = 1e15" {
+            assert!(seen.samples > 0, "{label}: the slow path ran");
+        }
+    }
+}
+
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// (e) The hot path does not panic (a panic inside the allocator would abort the process):
+/// tiny and huge sizes, failed allocations and reallocations, a full queue, direct calls
+/// of the sampler and the hooks with extreme sizes. A full queue also allocates nothing.
+#[test]
+fn hot_path_never_panics() {
+    let _g = serial();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        previous(info);
+    }));
+    let huge = Layout::from_size_align(isize::MAX as usize - 4095, 4096).unwrap();
+    for config in [
+        Config { seed: Some(6), ..Config::exact() },
+        Config { seed: Some(7), ..Config::with_interval(4096.0) },
+        Config { seed: Some(8), queue_capacity: 2, ..Config::exact() },
+    ] {
+        let full = config.queue_capacity == 2;
+        let exact = config.interval == 1.0;
+        let session = memprof::start(config, seen(1..usize::MAX)).unwrap();
+        let ((), calls) = count(|| {
+            for i in 0..1000 {
+                let p = alloc(1 + i % 3);
+                free(p, 1 + i % 3);
+            }
+        });
+        assert_eq!(calls, Calls { alloc: 1000, realloc: 0, dealloc: 1000 });
+        if full {
+            assert!(session.stats().lost_events >= 998, "{:?}", session.stats());
+        }
+        // SAFETY: a valid layout of non-zero size; the allocation fails and returns null.
+        // (black_box: an allocation whose result is unused may be assumed to succeed.)
+        let p = black_box(unsafe { std::alloc::alloc(black_box(huge)) });
+        assert!(p.is_null());
+        // A sampled block whose reallocation fails stays tracked, and is freed later.
+        let p = alloc(100);
+        // SAFETY: p came from alloc(100); the new size is valid for the layout but too big.
+        let q = unsafe {
+            std::alloc::realloc(p, Layout::from_size_align(100, 8).unwrap(), huge.size())
+        };
+        let q = black_box(q);
+        assert!(q.is_null());
+        free(p, 100);
+        // The sampler and the hooks with extreme sizes.
+        for size in [0, 1, 7, usize::MAX / 2, usize::MAX - 1, usize::MAX] {
+            black_box(memprof::sampler::sample(size));
+        }
+        let fake = 0x10usize as *mut u8; // never a real block: 16 bytes into page zero
+        memprof::alloc::on_alloc(fake, usize::MAX);
+        memprof::alloc::on_dealloc(fake);
+        let seen = session.stop().unwrap();
+        assert!(seen.stats.unwrap().samples > 0, "{:?}", seen.stats);
+        if exact && !full {
+            let id = seen.hundreds.iter().rev().find(|h| h.1 == p as usize).expect("sampled").0;
+            assert!(seen.freed.contains(&id), "the failed realloc lost track of the block");
+        }
+    }
+    drop(std::panic::take_hook());
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "the hot path panicked");
+}
