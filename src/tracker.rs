@@ -396,10 +396,14 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
             count(&CALLBACK_PANICS);
         }
     }
-    *lock(&DRIVER) = Some(driver);
     let seed = config.seed.unwrap_or_else(sampler::entropy_seed);
+    // The driver stays locked until the epoch is published: a concurrent `poll` that ran
+    // in between would drop this session's first events, uncounted, as another session's.
+    let mut slot = lock(&DRIVER);
+    *slot = Some(driver);
     let epoch = sampler::begin(config.interval, seed);
     SESSION_EPOCH.store(epoch, Ordering::Release);
+    drop(slot);
     let drain = if config.drain_thread {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -423,13 +427,14 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
 /// Runs pending callbacks now, on this thread. Returns the number of events handled (0 when
 /// no session runs or another thread is already running callbacks).
 pub fn poll() -> usize {
-    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
     let Some(q) = queue() else {
         return 0;
     };
     let Ok(mut guard) = DRIVER.try_lock() else {
         return 0;
     };
+    // Read under the driver's lock, which `start` holds until the epoch is published.
+    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
     let Some(driver) = guard.as_mut() else {
         return 0;
     };

@@ -754,6 +754,32 @@ mod callbacks {
         assert!(last.samples > 0);
         session.stop().unwrap();
     }
+
+    /// A thread that polls all the time does not make a new session drop its first events:
+    /// every block allocated right after `start` is delivered.
+    #[test]
+    fn concurrent_poll_at_start_loses_nothing() {
+        let _g = serial();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let poller = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    memprof::poll();
+                }
+            })
+        };
+        let mut missed = 0;
+        for _ in 0..1000 {
+            let session = memprof::start(Config::exact(), Log::default()).unwrap();
+            let v = token_site(1717);
+            let log = session.stop().unwrap();
+            missed += usize::from(log.allocs_of(v.as_ptr() as usize, 1717).len() != 1);
+        }
+        stop.store(true, Ordering::Relaxed);
+        poller.join().unwrap();
+        assert_eq!(missed, 0, "sessions whose first sample was dropped");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
