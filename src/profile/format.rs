@@ -860,10 +860,10 @@ impl Profile {
         if path.is_dir() {
             return Err(named("is a directory, not a profile".into()));
         }
-        let f = std::fs::File::open(path).map_err(|e| named(e.to_string()))?;
+        let f = std::fs::File::open(path).map_err(|e| Error::io(path.display().to_string(), e))?;
         Profile::read_from(f).map_err(|e| match e {
             Error::Format(m) => named(m),
-            Error::Io(what, e) => named(format!("{what}: {e}")),
+            Error::Io(what, e) => Error::io(format!("{}: {what}", path.display()), e),
             other => other,
         })
     }
