@@ -28,8 +28,9 @@ enum Command {
 struct ReportArgs {
     /// The profile to read (.mprof).
     file: PathBuf,
-    /// What to count in the flamegraph and folded output: alloc (every sampled allocation)
-    /// or live (blocks still allocated at the end).
+    /// What to count in the flamegraph and folded output: alloc (every sampled allocation),
+    /// live (blocks still allocated at the end) or gc (estimated GC mark time by allocation
+    /// site, for profiles of a managed heap).
     #[arg(long, default_value = "alloc")]
     view: View,
     /// Number of sites in the top table.

@@ -49,6 +49,6 @@ pub use config::{Config, Unwinder};
 pub use error::Error;
 pub use recorder::Recorder;
 pub use tracker::{
-    poll, start, Allocation, Callstack, Deallocation, Reallocation, Session, SessionInfo, Stats,
-    Tracker,
+    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation, Session,
+    SessionInfo, Stats, Tracker,
 };

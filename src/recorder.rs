@@ -7,7 +7,9 @@
 
 use crate::error::Error;
 use crate::profile::format::Writer;
-use crate::profile::{symbolize, Free, Header, Lost, Move, Profile, Sample, Stack, StackId};
+use crate::profile::{
+    symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId,
+};
 use crate::tracker::{Allocation, Deallocation, Reallocation, SessionInfo, Stats, Tracker};
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -140,6 +142,11 @@ impl Tracker for Recorder {
         let f = Free { id: d.id, time_ns: d.time_ns };
         self.write(|w| w.write_free(&f));
         self.profile.frees.push(f);
+    }
+
+    fn gc_cycle(&mut self, cycle: &GcCycle) {
+        self.write(|w| w.write_gc_cycle(cycle));
+        self.profile.gc_cycles.push(*cycle);
     }
 
     fn stopped(&mut self, stats: &Stats) {

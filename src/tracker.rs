@@ -19,6 +19,7 @@
 use crate::config::{Config, Unwinder};
 use crate::error::Error;
 use crate::postponed::{Event, EventKind, Queue};
+use crate::profile::GcCycle;
 use crate::sampler::{self, Busy};
 use std::any::Any;
 use std::collections::HashMap;
@@ -146,6 +147,12 @@ pub trait Tracker: Send + 'static {
         let _ = (token, deallocation);
     }
 
+    /// A garbage-collection cycle of a managed heap ([`crate::gc`]) finished. It arrives
+    /// after the events that were queued before it; times are relative to the session start.
+    fn gc_cycle(&mut self, cycle: &GcCycle) {
+        let _ = cycle;
+    }
+
     /// Called once when the session stops, after the last event.
     fn stopped(&mut self, stats: &Stats) {
         let _ = stats;
@@ -154,6 +161,7 @@ pub trait Tracker: Send + 'static {
 
 /// The type-erased consumer side of a session.
 trait Drive: Send {
+    fn gc(&mut self, cycle: &GcCycle);
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
     fn finish(&mut self, stats: &Stats);
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
@@ -224,6 +232,13 @@ impl<T: Tracker> Drive for Driver<T> {
         }
     }
 
+    fn gc(&mut self, cycle: &GcCycle) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.gc_cycle(cycle))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
     fn finish(&mut self, stats: &Stats) {
         let tracker = &mut self.tracker;
         if catch_unwind(AssertUnwindSafe(|| tracker.stopped(stats))).is_err() {
@@ -256,13 +271,15 @@ struct Control {
 
 static CONTROL: Mutex<Option<Control>> = Mutex::new(None);
 static DRIVER: Mutex<Option<Box<dyn Drive>>> = Mutex::new(None);
+/// GC cycles reported but not yet delivered (delivered by `poll`, after the queue).
+static PENDING_GC: Mutex<Vec<(u64, GcCycle)>> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Monotonic clock in nanoseconds (vDSO; no allocation, no lock).
-pub(crate) fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC is always supported.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -442,12 +459,43 @@ pub fn poll() -> usize {
         return 0;
     };
     let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
-    q.drain(|e, frames| {
-        if e.epoch == epoch {
-            driver.event(e, frames, interval);
-        }
-    })
-    .unwrap_or(0)
+    let n = q
+        .drain(|e, frames| {
+            if e.epoch == epoch {
+                driver.event(e, frames, interval);
+            }
+        })
+        .unwrap_or(0);
+    // Cycles reported before this drain began follow the events queued before them.
+    let cycles = std::mem::take(&mut *lock(&PENDING_GC));
+    let m = cycles.len();
+    for (_, c) in cycles.iter().filter(|(e, _)| *e == epoch) {
+        driver.gc(c);
+    }
+    n + m
+}
+
+/// Reports a finished garbage-collection cycle of a managed heap to the running session
+/// (no-op without one). `cycle.start_ns` and `cycle.end_ns` are [`monotonic_ns`] readings;
+/// they are converted to times since the session start. Call it outside the allocator (the
+/// collector does, after its sweep); the tracker hears of it at the next safe point, which
+/// this call also is.
+pub fn record_gc_cycle(cycle: &GcCycle) {
+    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
+    if epoch == 0 {
+        return;
+    }
+    let start = START_NS.load(Ordering::Relaxed);
+    let c = GcCycle {
+        start_ns: cycle.start_ns.saturating_sub(start),
+        end_ns: cycle.end_ns.saturating_sub(start),
+        ..*cycle
+    };
+    {
+        let _busy = Busy::enter();
+        lock(&PENDING_GC).push((epoch, c));
+    }
+    poll();
 }
 
 /// A running profiling session. Stop it with [`Session::stop`] to get the tracker back;

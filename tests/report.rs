@@ -651,3 +651,126 @@ mod mprof {
         assert!(matches!(e, memprof::Error::Io(..)), "{e}");
     }
 }
+
+mod gc_view {
+    use super::*;
+    use memprof::profile::GcCycle;
+
+    /// Two managed-heap sites and one malloc site, exact mode, two GC cycles.
+    ///
+    /// | id | site | bytes | alloc t | freed t |
+    /// |----|------|-------|---------|---------|
+    /// | 1  | tree | 800   | 10      | never   |
+    /// | 2  | tree | 160   | 20      | 150 (swept by cycle 1) |
+    /// | 3  | log  | 400   | 30      | 500 (after cycle 1, before cycle 2) |
+    /// | 4  | log  | 80    | 120 (during cycle 1) | never |
+    /// | 5  | malloc site | 4000 | 15 | never |
+    ///
+    /// cycle 1: 100..200 ns, 2.0 ns/word; cycle 2: 1000..1100 ns, 0.5 ns/word.
+    fn gc_profile() -> Profile {
+        let mut p =
+            Profile { header: Header { interval: 1.0, ..Header::default() }, ..Default::default() };
+        let named = |p: &mut Profile, addr: u64, f: &str| {
+            p.symbols.insert(addr, vec![Symbol { function: f.into(), file: None, line: None }]);
+        };
+        named(&mut p, 0x10, "memprof::gc::Heap::alloc");
+        named(&mut p, 0x20, "app::tree::node");
+        named(&mut p, 0x30, "app::log::entry");
+        named(&mut p, 0x40, "app::main");
+        named(&mut p, 0x50, "app::buffer::make");
+        p.stacks.push(Stack { frames: vec![0x10, 0x20, 0x40], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x10, 0x30, 0x40], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false });
+        let s = |id, stack, size, time_ns| Sample {
+            id,
+            stack,
+            time_ns,
+            thread: 1,
+            addr: id * 64,
+            size,
+            k: size,
+        };
+        p.samples = vec![
+            s(1, 0, 800, 10),
+            s(2, 0, 160, 20),
+            s(3, 1, 400, 30),
+            s(4, 1, 80, 120),
+            s(5, 2, 4000, 15),
+        ];
+        p.frees = vec![Free { id: 2, time_ns: 150 }, Free { id: 3, time_ns: 500 }];
+        let cycle = |cycle, start_ns, ns_per_word| GcCycle {
+            cycle,
+            start_ns,
+            end_ns: start_ns + 100,
+            mark_ns: 60,
+            slices: 2,
+            longest_slice_ns: 40,
+            words_marked: 150,
+            ns_per_word,
+            sweep_ns: 40,
+            heap_words: 4096,
+            live_words: 150,
+        };
+        p.gc_cycles = vec![cycle(1, 100, 2.0), cycle(2, 1000, 0.5)];
+        p.complete = true;
+        p
+    }
+
+    #[test]
+    fn mark_time_is_live_words_times_ns_per_word() {
+        let p = gc_profile();
+        // Cycle 1 marks samples 1 (100 words) and 3 (50 words): 150 words × 2.0 ns.
+        // Cycle 2 marks 1 (100 words) and 4 (10 words): 110 words × 0.5 ns.
+        let per_cycle = report::gc_cycle_samples(&p);
+        assert_eq!(per_cycle.len(), 2);
+        assert_eq!(
+            (per_cycle[0].objects, per_cycle[0].bytes, per_cycle[0].mark_ns),
+            (2.0, 1200.0, 300.0)
+        );
+        assert_eq!(
+            (per_cycle[1].objects, per_cycle[1].bytes, per_cycle[1].mark_ns),
+            (2.0, 880.0, 55.0)
+        );
+        let totals = report::stack_totals(&p, View::Gc);
+        let by_stack: HashMap<u32, f64> = totals.iter().map(|t| (t.stack, t.bytes)).collect();
+        // tree: 100 words × 2.0 + 100 × 0.5 = 250 ns; log: 50 × 2.0 + 10 × 0.5 = 105 ns.
+        assert_eq!(by_stack.get(&0), Some(&250.0));
+        assert_eq!(by_stack.get(&1), Some(&105.0));
+        assert_eq!(by_stack.get(&2), None, "malloc blocks are not marked by the collector");
+    }
+
+    #[test]
+    fn folded_flamegraph_and_top_table_show_the_gc() {
+        let p = gc_profile();
+        let lines = report::collapsed(&p, View::Gc);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines.iter().any(|l| l.ends_with("app::tree::node;memprof::gc::Heap::alloc 250")), "{lines:?}");
+        assert!(lines.iter().any(|l| l.ends_with("app::log::entry;memprof::gc::Heap::alloc 105")), "{lines:?}");
+        let mut svg = Vec::new();
+        report::flamegraph(&p, &FlameOptions { view: View::Gc, ..Default::default() }, &mut svg)
+            .unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("GC mark time") && svg.contains("app::tree::node"));
+        assert!(!svg.contains("app::buffer::make"));
+        let top = report::top_table(&p, &TopOptions::default());
+        assert!(top.contains("GC cycles: 2"), "{top}");
+        let rows: Vec<&str> = top.lines().skip_while(|l| !l.starts_with("GC cycles")).collect();
+        assert_eq!(rows.len(), 4, "{top}");
+        assert!(
+            rows[2].trim_start().starts_with('1')
+                && rows[2].contains("2.00")
+                && rows[2].ends_with("2 (1.17 KiB)"),
+            "{top}"
+        );
+        assert!(rows[3].contains("0.50") && rows[3].ends_with("2 (880 B)"), "{top}");
+    }
+
+    #[test]
+    fn cycles_survive_the_file() {
+        let p = gc_profile();
+        let bytes = p.write_to(Vec::new()).unwrap();
+        let q = Profile::read_from(&bytes[..]).unwrap();
+        assert_eq!(q.gc_cycles, p.gc_cycles);
+        assert_eq!(report::stack_totals(&q, View::Gc), report::stack_totals(&p, View::Gc));
+    }
+}

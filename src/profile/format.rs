@@ -19,6 +19,7 @@
 //! | 7   | Move    | id `u`, time_ns `u`, new_addr `u`, new_size `u` |
 //! | 8   | Lost    | events `u`, untracked `u`, callback_panics `u` (cumulative: the last one wins) |
 //! | 9   | End     | samples `u`, frees `u`, moves `u` written before it |
+//! | 0x80 | GcCycle | cycle, start_ns, end_ns, mark_ns, slices, longest_slice_ns, words_marked `u`, ns_per_word `f64`, sweep_ns, heap_words, live_words `u` (ancillary) |
 //!
 //! Stack ids are dense in order of first write (0, 1, 2, …); a stack is written before the
 //! first sample that names it, and a sample before any free or move of its block.
@@ -58,7 +59,7 @@ use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 
-use super::{Free, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Symbol};
+use super::{Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Symbol};
 use crate::Error;
 
 /// The first eight bytes of every `.mprof` stream.
@@ -85,6 +86,7 @@ const TAG_LOST: u8 = 8;
 const TAG_END: u8 = 9;
 /// Tags at or above this are ancillary: skipped when unknown.
 const ANCILLARY: u8 = 0x80;
+const TAG_GC_CYCLE: u8 = ANCILLARY;
 
 // ---------------------------------------------------------------------------------------------
 // Encoding
@@ -322,6 +324,21 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Writes one garbage-collection cycle (an ancillary record: older readers skip it).
+    pub fn write_gc_cycle(&mut self, c: &GcCycle) -> Result<(), Error> {
+        let p = &mut self.payload;
+        p.clear();
+        for v in [c.cycle, c.start_ns, c.end_ns, c.mark_ns, c.slices, c.longest_slice_ns] {
+            put_u(p, v);
+        }
+        put_u(p, c.words_marked);
+        p.extend_from_slice(&c.ns_per_word.to_le_bytes());
+        for v in [c.sweep_ns, c.heap_words, c.live_words] {
+            put_u(p, v);
+        }
+        self.emit(TAG_GC_CYCLE)
+    }
+
     /// Writes the cumulative lost-event counters (the last such record wins).
     pub fn write_lost(&mut self, l: &Lost) -> Result<(), Error> {
         let p = &mut self.payload;
@@ -387,12 +404,14 @@ pub fn write_profile<W: Write>(out: W, profile: &Profile) -> Result<W, Error> {
     events.extend(
         profile.frees.iter().enumerate().map(|(i, f)| (after_sample(f.id, f.time_ns), 2, i)),
     );
+    events.extend(profile.gc_cycles.iter().enumerate().map(|(i, c)| (c.end_ns, 3, i)));
     events.sort_unstable();
     for (_, kind, i) in events {
         match kind {
             0 => w.write_sample(&profile.samples[i])?,
             1 => w.write_move(&profile.moves[i])?,
-            _ => w.write_free(&profile.frees[i])?,
+            2 => w.write_free(&profile.frees[i])?,
+            _ => w.write_gc_cycle(&profile.gc_cycles[i])?,
         }
     }
     if profile.lost != Lost::default() {
@@ -691,6 +710,25 @@ impl Reader {
                 prof.lost = Lost { events: p.u()?, untracked: p.u()?, callback_panics: p.u()? };
             }
             TAG_END => self.end_counts = Some([p.u()?, p.u()?, p.u()?]),
+            TAG_GC_CYCLE => {
+                let (cycle, start_ns, end_ns, mark_ns) = (p.u()?, p.u()?, p.u()?, p.u()?);
+                let (slices, longest_slice_ns, words_marked) = (p.u()?, p.u()?, p.u()?);
+                let ns_per_word = p.f64()?;
+                let (sweep_ns, heap_words, live_words) = (p.u()?, p.u()?, p.u()?);
+                prof.gc_cycles.push(GcCycle {
+                    cycle,
+                    start_ns,
+                    end_ns,
+                    mark_ns,
+                    slices,
+                    longest_slice_ns,
+                    words_marked,
+                    ns_per_word,
+                    sweep_ns,
+                    heap_words,
+                    live_words,
+                });
+            }
             t if t >= ANCILLARY => {} // unknown ancillary record: skipped
             t => return Err(format!("unknown record kind {t} (written by a newer memprof?)")),
         }
@@ -898,6 +936,19 @@ mod tests {
         p.frees.push(Free { id: 9, time_ns: 1000 });
         p.moves.push(Move { id: 0, time_ns: 50, new_addr: 0x9999, new_size: 77 });
         p.lost = Lost { events: 1, untracked: 2, callback_panics: u64::MAX };
+        p.gc_cycles.push(GcCycle {
+            cycle: 1,
+            start_ns: 50,
+            end_ns: 900,
+            mark_ns: 600,
+            slices: 3,
+            longest_slice_ns: 250,
+            words_marked: 1200,
+            ns_per_word: 0.5,
+            sweep_ns: 150,
+            heap_words: 4096,
+            live_words: 1200,
+        });
         p.complete = true;
         p
     }
@@ -915,6 +966,7 @@ mod tests {
         assert_eq!(a.frees, b.frees);
         assert_eq!(a.moves, b.moves);
         assert_eq!(a.lost, b.lost);
+        assert_eq!(a.gc_cycles, b.gc_cycles);
     }
 
     #[test]

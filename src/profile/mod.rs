@@ -133,6 +133,34 @@ pub struct Move {
     pub new_size: u64,
 }
 
+/// One garbage-collection cycle of a managed heap ([`crate::gc`]), timed by the collector.
+/// Times are nanoseconds since the start of the recording, on the samples' clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GcCycle {
+    /// Cycle number within its heap (1-based).
+    pub cycle: u64,
+    /// When the cycle's first mark slice began.
+    pub start_ns: u64,
+    /// When its sweep finished.
+    pub end_ns: u64,
+    /// Time spent marking, summed over slices.
+    pub mark_ns: u64,
+    /// Number of mark slices.
+    pub slices: u64,
+    /// The longest mark slice.
+    pub longest_slice_ns: u64,
+    /// Words scanned by the marker.
+    pub words_marked: u64,
+    /// `mark_ns / words_marked`: the measured cost of marking one word in this cycle.
+    pub ns_per_word: f64,
+    /// Time spent sweeping.
+    pub sweep_ns: u64,
+    /// Heap size in words at the end of the cycle.
+    pub heap_words: u64,
+    /// Words found live (marked) by the cycle.
+    pub live_words: u64,
+}
+
 /// Events the profiler had to drop, reported so that nothing is lost silently.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Lost {
@@ -161,6 +189,8 @@ pub struct Profile {
     pub frees: Vec<Free>,
     /// Reallocations of sampled blocks that kept their sample.
     pub moves: Vec<Move>,
+    /// Garbage-collection cycles, in time order.
+    pub gc_cycles: Vec<GcCycle>,
     /// Dropped-event counts.
     pub lost: Lost,
     /// Problems met while reading (e.g. "file was cut after 1234 bytes"); empty when clean.

@@ -36,6 +36,7 @@ pub fn default_title(profile: &Profile, view: View) -> String {
     match view {
         View::Alloc => format!("memprof: allocated bytes ({kind})"),
         View::Live => format!("memprof: live bytes at end ({kind})"),
+        View::Gc => format!("memprof: GC mark time by allocation site ({kind}, ns)"),
     }
 }
 
@@ -78,7 +79,7 @@ pub fn flamegraph(
     o.deterministic = true;
     o.title = title;
     o.subtitle = Some(subtitle);
-    o.count_name = "bytes".to_owned();
+    o.count_name = if options.view == View::Gc { "ns" } else { "bytes" }.to_owned();
     o.name_type = "Function:".to_owned();
     o.image_width = options.image_width;
     inferno_fg::from_lines(&mut o, lines.iter().map(String::as_str), &mut w).map_err(io)?;

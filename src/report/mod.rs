@@ -26,9 +26,10 @@ pub mod top;
 pub use flamegraph::{flamegraph, FlameOptions};
 pub use folded::{collapsed, write_collapsed};
 pub use pprof::{pprof, write_pprof, PprofOptions};
-pub use top::{site_totals, top_table, SiteTotal, TopOptions};
+pub use top::{gc_table, site_totals, top_table, SiteTotal, TopOptions};
 
 use crate::profile::{Profile, StackId};
+use std::collections::HashMap;
 
 /// Which samples a report counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -38,6 +39,11 @@ pub enum View {
     Alloc,
     /// Samples whose block was still allocated at the end of the recording.
     Live,
+    /// Estimated garbage-collector mark time, in nanoseconds: for every GC cycle, each
+    /// sampled managed-heap block that the cycle found live (allocated before the cycle
+    /// began, not freed by its sweep) counts its estimated words × the cycle's measured ns
+    /// per word marked. See [`gc_samples`].
+    Gc,
 }
 
 impl View {
@@ -46,6 +52,7 @@ impl View {
         match self {
             View::Alloc => "alloc",
             View::Live => "live",
+            View::Gc => "gc",
         }
     }
 }
@@ -57,8 +64,9 @@ impl std::str::FromStr for View {
         match s {
             "alloc" => Ok(View::Alloc),
             "live" | "inuse" => Ok(View::Live),
+            "gc" | "mark" => Ok(View::Gc),
             other => Err(crate::Error::Config(format!(
-                "unknown view {other:?} (expected alloc or live)"
+                "unknown view {other:?} (expected alloc, live or gc)"
             ))),
         }
     }
@@ -80,9 +88,12 @@ pub struct StackTotal {
 /// Per-stack estimated bytes and objects under `view`, for the stacks with at least one
 /// counted sample, in stack-id order.
 pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
+    if view == View::Gc {
+        return gc_stack_totals(profile);
+    }
     let live = match view {
-        View::Alloc => None,
         View::Live => Some(profile.live_ids()),
+        _ => None,
     };
     let mut totals: std::collections::BTreeMap<StackId, StackTotal> = Default::default();
     for s in &profile.samples {
@@ -95,6 +106,76 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
         t.objects += profile.estimated_objects(s);
         t.samples += 1;
     }
+    totals.into_values().collect()
+}
+
+/// True when the stack's allocator entry is the managed heap (`memprof::gc`): its innermost
+/// frames (before the program's own) name a `memprof::gc::` function.
+pub fn is_gc_stack(profile: &Profile, stack: StackId) -> bool {
+    profile.frame_locations(stack).iter().take(8).any(|f| {
+        f.function.starts_with("memprof::gc::") || f.function.starts_with("<memprof::gc::")
+    })
+}
+
+/// What the sampled managed-heap blocks looked like at one GC cycle.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GcSampled {
+    /// Estimated objects the cycle found live (from the samples).
+    pub objects: f64,
+    /// Estimated bytes the cycle found live (from the samples).
+    pub bytes: f64,
+    /// Estimated mark time attributed to them: bytes / 8 × the cycle's ns per word.
+    pub mark_ns: f64,
+}
+
+/// For each GC cycle (in `profile.gc_cycles` order) and each sample it marked, calls
+/// `f(cycle index, sample)`. A sample was marked by a cycle when it is a managed-heap block
+/// allocated before the cycle began and not freed before the cycle ended (blocks freed by
+/// the cycle's own sweep were dead; blocks allocated during marking are allocated black and
+/// not scanned).
+pub fn gc_samples(profile: &Profile, mut f: impl FnMut(usize, &crate::profile::Sample)) {
+    if profile.gc_cycles.is_empty() {
+        return;
+    }
+    let mut gc_stack: HashMap<StackId, bool> = HashMap::new();
+    let freed: HashMap<u64, u64> = profile.frees.iter().map(|x| (x.id, x.time_ns)).collect();
+    for s in &profile.samples {
+        let is_gc = *gc_stack.entry(s.stack).or_insert_with(|| is_gc_stack(profile, s.stack));
+        if !is_gc {
+            continue;
+        }
+        let death = freed.get(&s.id).copied().unwrap_or(u64::MAX);
+        for (i, c) in profile.gc_cycles.iter().enumerate() {
+            if s.time_ns < c.start_ns && death > c.end_ns {
+                f(i, s);
+            }
+        }
+    }
+}
+
+/// Per-cycle totals of the sampled blocks each cycle marked (same order as `gc_cycles`).
+pub fn gc_cycle_samples(profile: &Profile) -> Vec<GcSampled> {
+    let mut out = vec![GcSampled::default(); profile.gc_cycles.len()];
+    gc_samples(profile, |i, s| {
+        let bytes = profile.estimated_bytes(s);
+        out[i].objects += profile.estimated_objects(s);
+        out[i].bytes += bytes;
+        out[i].mark_ns += bytes / 8.0 * profile.gc_cycles[i].ns_per_word;
+    });
+    out
+}
+
+/// The GC view's per-stack totals: `bytes` holds estimated mark nanoseconds, `objects` the
+/// estimated objects marked (summed over cycles).
+fn gc_stack_totals(profile: &Profile) -> Vec<StackTotal> {
+    let mut totals: std::collections::BTreeMap<StackId, StackTotal> = Default::default();
+    gc_samples(profile, |i, s| {
+        let t =
+            totals.entry(s.stack).or_insert(StackTotal { stack: s.stack, ..Default::default() });
+        t.bytes += profile.estimated_bytes(s) / 8.0 * profile.gc_cycles[i].ns_per_word;
+        t.objects += profile.estimated_objects(s);
+        t.samples += 1;
+    });
     totals.into_values().collect()
 }
 

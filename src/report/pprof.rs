@@ -191,7 +191,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     let period_type = value_type(&mut t.strings, "space", "bytes");
     let default_sample_type = match options.default_view {
         View::Alloc => t.strings.get("alloc_space"),
-        View::Live => t.strings.get("inuse_space"),
+        View::Live | View::Gc => t.strings.get("inuse_space"),
     };
     let bytes_key = t.strings.get("bytes");
 

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::{human_bytes, is_exact, stack_totals, View};
+use super::{gc_cycle_samples, human_bytes, is_exact, stack_totals, View};
 use crate::profile::Profile;
 
 /// Options of [`top_table`].
@@ -186,5 +186,83 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         std::array::from_fn(|i| if i < 6 { "-".repeat(width[i]) } else { String::new() });
     line(&rule);
     line(&totals);
+    if !profile.gc_cycles.is_empty() {
+        out.push('\n');
+        out.push_str(&gc_table(profile, options));
+    }
+    out
+}
+
+/// The GC section of the top table: one row per collection cycle (the first and last
+/// `limit / 2` when there are more), with its measured mark timing and the sampled
+/// managed-heap objects it found live.
+pub fn gc_table(profile: &Profile, options: &TopOptions) -> String {
+    let mut out = String::new();
+    let cycles = &profile.gc_cycles;
+    let sampled = gc_cycle_samples(profile);
+    let exact = is_exact(profile);
+    let ms = |ns: u64| format!("{:.3}", ns as f64 / 1e6);
+    let _ = writeln!(
+        out,
+        "GC cycles: {} (mark {} ms, sweep {} ms in all; longest mark slice {} ms)",
+        cycles.len(),
+        ms(cycles.iter().map(|c| c.mark_ns).sum()),
+        ms(cycles.iter().map(|c| c.sweep_ns).sum()),
+        ms(cycles.iter().map(|c| c.longest_slice_ns).max().unwrap_or(0)),
+    );
+    let mut rows: Vec<[String; 11]> = vec![[
+        "cycle",
+        "at ms",
+        "mark ms",
+        "slices",
+        "max slice ms",
+        "words marked",
+        "ns/word",
+        "sweep ms",
+        "heap",
+        "live",
+        "sampled live objs (bytes)",
+    ]
+    .map(str::to_owned)];
+    let keep = options.limit.max(2);
+    let n = cycles.len();
+    let mut skipped = false;
+    for (i, (c, s)) in cycles.iter().zip(&sampled).enumerate() {
+        if n > keep && i >= keep / 2 && i < n - keep / 2 {
+            if !skipped {
+                rows.push(std::array::from_fn(|j| if j == 0 { "…".into() } else { String::new() }));
+                skipped = true;
+            }
+            continue;
+        }
+        let objs = if exact { format!("{:.0}", s.objects) } else { format!("{:.1}", s.objects) };
+        rows.push([
+            c.cycle.to_string(),
+            ms(c.start_ns),
+            ms(c.mark_ns),
+            c.slices.to_string(),
+            ms(c.longest_slice_ns),
+            c.words_marked.to_string(),
+            format!("{:.2}", c.ns_per_word),
+            ms(c.sweep_ns),
+            human_bytes(c.heap_words as f64 * 8.0),
+            human_bytes(c.live_words as f64 * 8.0),
+            format!("{objs} ({})", human_bytes(s.bytes)),
+        ]);
+    }
+    let mut width = [0usize; 11];
+    for r in &rows {
+        for (w, cell) in width.iter_mut().zip(r.iter()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for r in &rows {
+        let mut text = String::new();
+        for (w, cell) in width.iter().zip(r.iter()) {
+            let _ = write!(text, "{cell:>w$}  ");
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
     out
 }
