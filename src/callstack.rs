@@ -118,7 +118,14 @@ impl Captured {
         true
     }
 
+    /// Empties the buffer and returns it to its inline storage.
     fn clear(&mut self) {
+        if !self.heap.is_null() {
+            // SAFETY: `heap` came from rawmem::alloc and is not referenced after this.
+            unsafe { crate::rawmem::free(self.heap as *mut u8) };
+            self.heap = core::ptr::null_mut();
+            self.cap = INLINE_FRAMES;
+        }
         self.len = 0;
         self.truncated = false;
     }
@@ -253,24 +260,39 @@ const MAX_FRAME: usize = 16 << 20;
 
 #[inline(never)]
 fn capture_fp(out: &mut Captured, depth: usize) {
+    out.clear();
     capture_fp_from(out, depth, 0)
 }
 
 /// Frame-pointer walk, dropping the `skip` innermost return addresses.
 #[inline(always)]
-fn capture_fp_from(out: &mut Captured, depth: usize, mut skip: usize) {
+fn capture_fp_from(out: &mut Captured, depth: usize, skip: usize) {
     let lo = stack_pointer();
     let hi = stack_hi();
+    if hi == 0 {
+        return;
+    }
+    // The highest frame record start that keeps [fp, fp + 16) inside the stack.
+    let top = hi.saturating_sub(2 * core::mem::size_of::<usize>());
     let mut fp = frame_pointer();
-    let word = core::mem::size_of::<usize>();
+    let mut skip = skip;
+    let mut n = out.len;
+    // The common case runs in the inline buffer without bounds checks or growth tests.
+    let fast_limit = depth.min(INLINE_FRAMES);
     loop {
-        // A frame record is [saved fp, return address], both inside [lo, hi).
-        if fp < lo || fp % word != 0 || hi == 0 || fp > hi.saturating_sub(2 * word) {
+        // A frame record is [saved fp, return address], word-aligned, inside [lo, hi).
+        if fp < lo || fp > top || fp % core::mem::size_of::<usize>() != 0 {
             break;
         }
-        if out.len >= depth && skip == 0 {
-            out.truncated = true;
-            break;
+        let at_limit = if skip == 0 { n >= fast_limit } else { false };
+        if at_limit {
+            // Inline buffer full or depth reached: hand over to the growing path.
+            out.len = n;
+            if n >= depth {
+                out.truncated = true;
+                return;
+            }
+            return capture_fp_slow(out, depth, fp, lo, top);
         }
         // SAFETY: fp is word-aligned and fp..fp+16 lies inside this thread's stack, which is
         // mapped and readable; the values read are plain integers.
@@ -281,7 +303,36 @@ fn capture_fp_from(out: &mut Captured, depth: usize, mut skip: usize) {
         }
         if skip > 0 {
             skip -= 1;
-        } else if !out.push(ret) {
+        } else {
+            // n < fast_limit <= INLINE_FRAMES, and the buffer is still the inline one (the
+            // capture started empty: `clear` ran first).
+            out.inline[n] = ret;
+            n += 1;
+        }
+        if next <= fp || next - fp > MAX_FRAME {
+            break;
+        }
+        fp = next;
+    }
+    out.len = n;
+}
+
+/// Continues a frame-pointer walk past the inline buffer, doubling it as needed.
+#[cold]
+#[inline(never)]
+fn capture_fp_slow(out: &mut Captured, depth: usize, mut fp: usize, lo: usize, top: usize) {
+    loop {
+        if fp < lo || fp > top || fp % core::mem::size_of::<usize>() != 0 {
+            break;
+        }
+        if out.len >= depth {
+            out.truncated = true;
+            break;
+        }
+        // SAFETY: as in `capture_fp_from`: the record lies inside this thread's stack.
+        let (next, ret) =
+            unsafe { ((fp as *const usize).read(), (fp as *const usize).add(1).read()) };
+        if ret == 0 || !out.push(ret) {
             break;
         }
         if next <= fp || next - fp > MAX_FRAME {

@@ -159,6 +159,32 @@ pub trait Tracker: Send + 'static {
     }
 }
 
+/// Sample ids are distinct integers: one multiply spreads them over a hash table, where
+/// SipHash would cost more than the rest of a dealloc event's handling.
+#[derive(Clone, Copy, Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl std::hash::BuildHasher for IdHasher {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
 /// The type-erased consumer side of a session.
 trait Drive: Send {
     fn gc(&mut self, cycle: &GcCycle);
@@ -169,7 +195,7 @@ trait Drive: Send {
 
 struct Driver<T: Tracker> {
     tracker: T,
-    tokens: HashMap<u64, T::Token>,
+    tokens: HashMap<u64, T::Token, IdHasher>,
 }
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
@@ -403,7 +429,7 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
     for c in [&DELIVERED_SAMPLES, &DELIVERED_FREES, &CALLBACK_PANICS] {
         c.store(0, Ordering::Relaxed);
     }
-    let mut driver = Box::new(Driver { tracker, tokens: HashMap::new() });
+    let mut driver = Box::new(Driver { tracker, tokens: HashMap::default() });
     let info =
         SessionInfo { interval: config.interval, depth: config.depth, unwinder, start_unix_ns };
     {
