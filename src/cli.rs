@@ -81,7 +81,15 @@ pub fn main() -> i32 {
 }
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
-    let profile = Profile::read_file(&args.file)?;
+    let mut profile = Profile::read_file(&args.file)?;
+    // A process that died before writing its symbols: resolve them from its modules.
+    let unresolved =
+        profile.stacks.iter().flat_map(|s| &s.frames).any(|a| !profile.symbols.contains_key(a));
+    if unresolved && !profile.modules.is_empty() {
+        for note in memprof::profile::symbolize::resolve_offline(&mut profile) {
+            eprintln!("memprof: note: {note}");
+        }
+    }
     for w in &profile.warnings {
         eprintln!("memprof: warning: {}: {w}", args.file.display());
     }

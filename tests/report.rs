@@ -744,8 +744,14 @@ mod gc_view {
         let p = gc_profile();
         let lines = report::collapsed(&p, View::Gc);
         assert_eq!(lines.len(), 2, "{lines:?}");
-        assert!(lines.iter().any(|l| l.ends_with("app::tree::node;memprof::gc::Heap::alloc 250")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.ends_with("app::log::entry;memprof::gc::Heap::alloc 105")), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.ends_with("app::tree::node;memprof::gc::Heap::alloc 250")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.ends_with("app::log::entry;memprof::gc::Heap::alloc 105")),
+            "{lines:?}"
+        );
         let mut svg = Vec::new();
         report::flamegraph(&p, &FlameOptions { view: View::Gc, ..Default::default() }, &mut svg)
             .unwrap();

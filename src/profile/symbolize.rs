@@ -138,6 +138,75 @@ pub fn resolve_in_process(addrs: impl IntoIterator<Item = u64>) -> HashMap<u64, 
     out
 }
 
+/// Resolves, from the files of the recorded modules, every stack address that has no
+/// symbols yet: the offline path for profiles whose process never wrote its symbols (it
+/// crashed, was killed, or called `_exit`). Uses the DWARF of each module (inline chains,
+/// file and line; Rust and C++ names demangled) and falls back to the ELF symbol table.
+/// Returns a note for each module that could not be read; addresses it cannot resolve keep
+/// their `module+0xoffset` names.
+#[cfg(feature = "report")]
+pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for stack in &profile.stacks {
+        for &addr in &stack.frames {
+            if profile.symbols.contains_key(&addr) || !seen.insert(addr) {
+                continue;
+            }
+            let lookup = addr.saturating_sub(1);
+            if let Some(i) =
+                profile.modules.iter().position(|m| m.start <= lookup && lookup < m.end)
+            {
+                by_module.entry(i).or_default().push(addr);
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    for (i, addrs) in by_module {
+        let module = &profile.modules[i];
+        let loader = match addr2line::Loader::new(&module.path) {
+            Ok(l) => l,
+            Err(e) => {
+                notes.push(format!("cannot read symbols of {}: {e}", module.path));
+                continue;
+            }
+        };
+        let base = module.base;
+        for addr in addrs {
+            let probe = addr.saturating_sub(1).wrapping_sub(base);
+            let mut chain = Vec::new();
+            if let Ok(mut frames) = loader.find_frames(probe) {
+                while let Ok(Some(frame)) = frames.next() {
+                    let Some(function) = frame.function.as_ref().and_then(|f| f.demangle().ok())
+                    else {
+                        continue;
+                    };
+                    let (file, line) = match &frame.location {
+                        Some(l) => (l.file.map(str::to_owned), l.line),
+                        None => (None, None),
+                    };
+                    chain.push(Symbol { function: strip_hash(&function).to_owned(), file, line });
+                }
+            }
+            if chain.is_empty() {
+                if let Some(name) = loader.find_symbol(probe) {
+                    let name = addr2line::demangle_auto(name.into(), None);
+                    chain.push(Symbol {
+                        function: strip_hash(&name).to_owned(),
+                        file: None,
+                        line: None,
+                    });
+                }
+            }
+            if !chain.is_empty() {
+                profile.symbols.insert(addr, chain);
+            }
+        }
+    }
+    notes
+}
+
 /// True for frames of the profiler itself, which are trimmed from the leaf end of stacks.
 pub fn is_profiler_frame(name: &str) -> bool {
     const PREFIXES: &[&str] = &[
