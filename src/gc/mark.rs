@@ -24,9 +24,12 @@
 //! *fill* mode (waterline `PB_MIN`, seed 004). A block taken from the ring was prefetched
 //! at least `PB_MIN` steps earlier, so its header read usually hits L1: only then is it
 //! marked and its fields scanned. Each pointer found in a field is prefetched and enqueued
-//! in the ring, nothing else: no header read. When the ring is full, its *oldest* entry —
-//! the one prefetched longest ago — is evicted: marked, and its range pushed on the stack.
-//! The stack therefore only grows when the ring overflows.
+//! in the ring, nothing else: no header read. When the ring is full, the pointer is
+//! *spilled* to the stack unread, as an entry `(v, null)`; popping such an entry puts it
+//! back into the ring (prefetching it then), so every header the prefetching marker reads
+//! was prefetched at least `PB_MIN` steps earlier. The stack therefore only grows when the
+//! ring overflows. If the stack is full too, the pointer is marked on the spot and its
+//! range overflows as in §5.
 //!
 //! # 4. Ranges and large blocks
 //! Stack entries are `(start, end)` field ranges, so finishing the tail of a long block
@@ -36,7 +39,8 @@
 //! freed while marking, so their entries stay valid).
 //!
 //! # 5. Mark-stack overflow
-//! The stack holds at most `limit` entries. Pushing a block's range onto a full stack
+//! The stack holds at most `limit` entries (`HeapConfig::mark_stack_limit`; by default
+//! heap words / 16, i.e. at most an eighth of the heap's size in 16-byte entries). Pushing a block's range onto a full stack
 //! instead colours the block gray and records where: for a chunk block, the chunk's
 //! `pending_lo` (lowest offset that may hold a gray block) drops to its offset; a large
 //! block goes on `pending_large` (at most one entry per large block, as only a white or
@@ -122,10 +126,10 @@ pub(crate) struct MarkState {
 }
 
 impl MarkState {
-    pub(crate) fn new(limit: usize) -> Self {
+    pub(crate) fn new() -> Self {
         MarkState {
             stack: Vec::new(),
-            limit: limit.max(1),
+            limit: 1,
             pb: Box::new([0; PB_SIZE]),
             enq: 0,
             deq: 0,
@@ -139,8 +143,9 @@ impl MarkState {
     }
 
     /// Resets the per-cycle counters (the stack and ring are empty between cycles).
-    pub(crate) fn begin_cycle(&mut self) {
+    pub(crate) fn begin_cycle(&mut self, limit: usize) {
         debug_assert!(self.stack.is_empty() && self.enq == self.deq && self.grays == 0);
+        self.limit = limit.max(1);
         self.words_marked = 0;
         self.waterline = PB_MIN;
     }
@@ -331,9 +336,28 @@ impl MarkState {
                     // SAFETY: one past the last field.
                     end = unsafe { p.add(wosz) };
                 }
-            } else if let Some(r) = self.pop_range() {
+            } else if let Some(r) = self.stack.pop() {
+                if r.end.is_null() {
+                    // A spilled pointer (§3): back into the ring, prefetched now and read
+                    // at least PB_MIN steps from now. The ring is at or below its
+                    // waterline, so it has room.
+                    let v = r.start as usize;
+                    prefetch(v - 8);
+                    // SAFETY: masked index.
+                    unsafe { *pb.add(enq & PB_MASK) = v };
+                    enq += 1;
+                    continue;
+                }
                 p = r.start;
-                end = r.end;
+                // SAFETY: start and end bound one block's fields.
+                if unsafe { r.end.offset_from(r.start) } as usize > SCAN_CHUNK {
+                    // SAFETY: start + SCAN_CHUNK < end, inside the block.
+                    let mid = unsafe { r.start.add(SCAN_CHUNK) };
+                    self.stack.push(Range { start: mid, end: r.end });
+                    end = mid;
+                } else {
+                    end = r.end;
+                }
             } else if enq != deq {
                 waterline = 0; // drain mode
                 continue;
@@ -351,21 +375,26 @@ impl MarkState {
                 // SAFETY: stays within or one past the range.
                 p = unsafe { p.add(1) };
                 if w & 1 == 0 {
-                    prefetch(w - 8);
-                    if enq - deq == PB_SIZE {
+                    if enq - deq < PB_SIZE {
+                        prefetch(w - 8);
                         // SAFETY: masked index.
-                        let old = unsafe { *pb.add(deq & PB_MASK) };
-                        deq += 1;
-                        // SAFETY: ring entries are live block values (§1).
-                        unsafe { self.darken(old, chunks) };
+                        unsafe { *pb.add(enq & PB_MASK) = w };
+                        enq += 1;
+                    } else if self.stack.len() < self.limit {
+                        // Ring full: spill the pointer, unread, to the stack.
+                        self.stack.push(Range { start: w as *mut u64, end: core::ptr::null_mut() });
+                    } else {
+                        // Both full: mark it now; its range overflows to gray (§5).
+                        // SAFETY: w is a live block value (§1).
+                        unsafe { self.darken(w, chunks) };
                     }
-                    // SAFETY: masked index.
-                    unsafe { *pb.add(enq & PB_MASK) = w };
-                    enq += 1;
                 }
             }
             if enq - deq > PB_MIN {
                 waterline = PB_MIN; // fill mode
+            }
+            if self.stack.len() > self.max_stack {
+                self.max_stack = self.stack.len();
             }
         };
         self.enq = enq;
@@ -398,6 +427,9 @@ impl MarkState {
                     // SAFETY: w is a live block value (§1).
                     unsafe { self.darken(w, chunks) };
                 }
+            }
+            if self.stack.len() > self.max_stack {
+                self.max_stack = self.stack.len();
             }
         }
     }

@@ -64,7 +64,8 @@ pub struct HeapConfig {
     pub chunk_bytes: usize,
     /// Seed 001's "last known free index" heuristic in the free lists.
     pub free_list_heuristic: bool,
-    /// Most entries the mark stack may hold before blocks are grayed for a later rescan.
+    /// Most entries (16 bytes each) the mark stack may hold before blocks are grayed for a
+    /// later rescan; 0 = automatic: a sixteenth of the heap's words (at least 65536).
     pub mark_stack_limit: usize,
 }
 
@@ -74,7 +75,7 @@ impl Default for HeapConfig {
             marker: Marker::Prefetch,
             chunk_bytes: 1 << 20,
             free_list_heuristic: true,
-            mark_stack_limit: 1 << 22,
+            mark_stack_limit: 0,
         }
     }
 }
@@ -143,7 +144,7 @@ impl Heap {
             root_free: Vec::new(),
             phase: Phase::Idle,
             marker: config.marker,
-            mark: MarkState::new(config.mark_stack_limit),
+            mark: MarkState::new(),
             current: CycleStats::default(),
             cycles: Vec::new(),
             hook: None,
@@ -428,7 +429,11 @@ impl Heap {
     fn start_cycle(&mut self) {
         self.phase = Phase::Mark;
         self.marker = self.config.marker;
-        self.mark.begin_cycle();
+        let limit = match self.config.mark_stack_limit {
+            0 => ((self.chunk_words + self.large_words) / 16).max(1 << 16),
+            n => n,
+        };
+        self.mark.begin_cycle(limit);
         self.current = CycleStats {
             start_ns: monotonic_ns(),
             marker: self.marker,
