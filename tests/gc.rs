@@ -48,7 +48,12 @@ struct World {
 
 impl World {
     fn new(config: HeapConfig, seed: u64) -> World {
-        World { heap: Heap::new(config), nodes: Vec::new(), roots: Vec::new(), rng: SmallRng::seed_from_u64(seed) }
+        World {
+            heap: Heap::new(config),
+            nodes: Vec::new(),
+            roots: Vec::new(),
+            rng: SmallRng::seed_from_u64(seed),
+        }
     }
 
     /// Allocates a node: mostly small blocks, some large ones, some strings.
@@ -259,10 +264,18 @@ fn scenario(marker: Marker, budget: Option<usize>, stack_limit: usize, seed: u64
     assert!(w.reachable_words() > 1000, "live set too small: {}", w.reachable_words());
     w.heap.major_cycle();
     w.check();
-    assert_eq!(w.heap.stats().live_words, w.reachable_words(), "exactly the reachable blocks survive");
+    assert_eq!(
+        w.heap.stats().live_words,
+        w.reachable_words(),
+        "exactly the reachable blocks survive"
+    );
     let last = w.heap.cycles().last().unwrap().clone();
     assert_eq!(last.live_words as usize, w.reachable_words());
-    assert_eq!(last.words_marked as usize, w.reachable_words(), "each reachable block counted once");
+    assert_eq!(
+        last.words_marked as usize,
+        w.reachable_words(),
+        "each reachable block counted once"
+    );
     w
 }
 
@@ -363,7 +376,10 @@ fn free_lists_never_hand_out_a_block_in_use() {
                 let start = v.bits() - 8;
                 let end = v.bits() + n * 8;
                 if let Some((&s, &(e, _))) = live.range(..end).next_back() {
-                    assert!(e <= start || s >= end, "block {start:#x}..{end:#x} overlaps {s:#x}..{e:#x}");
+                    assert!(
+                        e <= start || s >= end,
+                        "block {start:#x}..{end:#x} overlaps {s:#x}..{e:#x}"
+                    );
                 }
                 // SAFETY: fresh block.
                 let id = unsafe { heap.register_root(v) };
@@ -556,7 +572,8 @@ fn profiling_through_gc() {
     let mut heap = Heap::new(HeapConfig { chunk_bytes: 4 << 20, ..HeapConfig::default() });
     // Grow the heap before the session so chunk growth is not in the profile (it is not
     // sampled anyway: chunks come from System directly).
-    let config = memprof::Config { queue_capacity: 1 << 20, seed: Some(5), ..memprof::Config::exact() };
+    let config =
+        memprof::Config { queue_capacity: 1 << 20, seed: Some(5), ..memprof::Config::exact() };
     let session = memprof::start(config, memprof::Recorder::new()).unwrap();
     let mut rng = SmallRng::seed_from_u64(99);
     // address -> site of the block currently there (0 table, 1 temp)
@@ -590,7 +607,8 @@ fn profiling_through_gc() {
     let profile = recorder.into_profile();
     assert_eq!(profile.lost.events, 0);
     assert_eq!(profile.lost.untracked, 0);
-    let gc_samples: Vec<_> = profile.samples.iter().filter(|s| heap.contains(s.addr as usize)).collect();
+    let gc_samples: Vec<_> =
+        profile.samples.iter().filter(|s| heap.contains(s.addr as usize)).collect();
     // Exact mode: every GC allocation is a sample of its exact size.
     assert_eq!(gc_samples.len(), allocated[0] + allocated[1]);
     let gc_ids: HashSet<u64> = gc_samples.iter().map(|s| s.id).collect();
@@ -614,7 +632,8 @@ fn profiling_through_gc() {
     let expected_site0 = reachable.iter().filter(|a| site_at[a] == 0).count();
     assert_eq!(per_site, [expected_site0, reachable.len() - expected_site0]);
     // Every GC block that died yields exactly one free.
-    let gc_frees: Vec<u64> = profile.frees.iter().map(|f| f.id).filter(|id| gc_ids.contains(id)).collect();
+    let gc_frees: Vec<u64> =
+        profile.frees.iter().map(|f| f.id).filter(|id| gc_ids.contains(id)).collect();
     let unique: HashSet<u64> = gc_frees.iter().copied().collect();
     assert_eq!(gc_frees.len(), unique.len(), "a block freed twice");
     assert_eq!(gc_frees.len(), allocated[0] + allocated[1] - reachable.len());

@@ -145,7 +145,7 @@ impl FreeLists {
         debug_assert!(w > n);
         self.free_words -= w + 1;
         let rest = w - n; // whsize of the remainder (>= 1)
-        // SAFETY: the remainder [h, h + rest) is the front of the run we just unlisted.
+                          // SAFETY: the remainder [h, h + rest) is the front of the run we just unlisted.
         unsafe { self.push(h, rest) };
         // SAFETY: h + rest + n + 1 == h + w + 1, the end of the run: still inside it.
         unsafe { h.add(rest) }

@@ -164,7 +164,8 @@ pub unsafe fn compare(a: Value, b: Value) -> Ordering {
 
 #[inline]
 fn mix(h: u64, d: u64) -> u64 {
-    let k = d.wrapping_mul(0x87c3_7b91_1142_53d5).rotate_left(31).wrapping_mul(0x4cf5_ad43_2745_937f);
+    let k =
+        d.wrapping_mul(0x87c3_7b91_1142_53d5).rotate_left(31).wrapping_mul(0x4cf5_ad43_2745_937f);
     (h ^ k).rotate_left(27).wrapping_mul(5).wrapping_add(0x52dc_e729)
 }
 

@@ -80,6 +80,9 @@ impl Default for HeapConfig {
     }
 }
 
+/// A callback that receives each cycle's record as the cycle ends.
+pub type CycleHook = Box<dyn FnMut(&CycleStats)>;
+
 /// A registered root: the collector treats the value in its slot as reachable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RootId(u32);
@@ -105,7 +108,7 @@ pub struct Heap {
     mark: MarkState,
     current: CycleStats,
     cycles: Vec<CycleStats>,
-    hook: Option<Box<dyn FnMut(&CycleStats)>>,
+    hook: Option<CycleHook>,
     chunk_words: usize,
     large_words: usize,
     live_words: usize,
@@ -504,7 +507,7 @@ impl Heap {
     }
 
     /// Calls `hook` with the record of every cycle as it completes.
-    pub fn set_cycle_hook(&mut self, hook: Box<dyn FnMut(&CycleStats)>) {
+    pub fn set_cycle_hook(&mut self, hook: CycleHook) {
         self.hook = Some(hook);
     }
 

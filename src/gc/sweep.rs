@@ -30,7 +30,11 @@ pub(crate) struct Swept {
 /// # Safety
 /// Marking is complete (no gray blocks; every reachable block is black), `chunks` and
 /// `large` are the heap's own, and `free` is its free-list set.
-pub(crate) unsafe fn sweep(chunks: &mut [Chunk], large: &mut Vec<Large>, free: &mut FreeLists) -> Swept {
+pub(crate) unsafe fn sweep(
+    chunks: &mut [Chunk],
+    large: &mut Vec<Large>,
+    free: &mut FreeLists,
+) -> Swept {
     let mut s = Swept::default();
     free.clear();
     for c in chunks.iter() {
