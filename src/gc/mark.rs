@@ -297,6 +297,7 @@ impl MarkState {
         let mut enq = self.enq;
         let mut deq = self.deq;
         let mut waterline = self.waterline;
+        let mut marked = 0u64;
         let done = loop {
             if work <= 0 {
                 break false;
@@ -316,7 +317,7 @@ impl MarkState {
                 // SAFETY: as above.
                 unsafe { *hp = hd | BLACK };
                 let wosz = wosize(hd);
-                self.words_marked += wosz as u64 + 1;
+                marked += wosz as u64 + 1;
                 if tag(hd) >= NO_SCAN_TAG || wosz == 0 {
                     continue;
                 }
@@ -400,6 +401,7 @@ impl MarkState {
         self.enq = enq;
         self.deq = deq;
         self.waterline = waterline;
+        self.words_marked += marked;
         done
     }
 
