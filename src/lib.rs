@@ -34,6 +34,7 @@ pub mod alloc;
 pub mod callstack;
 pub mod config;
 pub mod error;
+pub mod gc;
 pub mod live;
 pub mod postponed;
 pub mod profile;

@@ -1,0 +1,63 @@
+//! The managed heap under a memprof session: a steady live set with churn (see
+//! `gc_workload/workload.rs`), several major cycles, sampled deaths turned into frees.
+//!
+//! ```text
+//! cargo run --release --example gc_workload [-- STEPS]
+//! ```
+
+#[path = "gc_workload/workload.rs"]
+mod workload;
+
+#[global_allocator]
+static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std::alloc::System);
+
+fn main() {
+    let steps = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(workload::STEPS);
+    let session = match memprof::start(memprof::Config::default(), memprof::Recorder::new()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gc_workload: {e}");
+            std::process::exit(1);
+        }
+    };
+    let report = workload::run(workload::RECORDS, steps);
+    let profile = match session.stop() {
+        Ok(r) => r.into_profile(),
+        Err(e) => {
+            eprintln!("gc_workload: {e}");
+            std::process::exit(1);
+        }
+    };
+    let s = &report.stats;
+    println!(
+        "{} cycles; heap {:.1} MB, live {:.1} MB, {} blocks allocated; checksum {}",
+        report.cycles.len(),
+        s.heap_words as f64 * 8.0 / 1048576.0,
+        s.live_words as f64 * 8.0 / 1048576.0,
+        s.allocated_blocks,
+        report.checksum
+    );
+    let n = report.cycles.len();
+    for (i, c) in report.cycles.iter().enumerate() {
+        if i >= 3 && i + 3 < n {
+            continue;
+        }
+        println!(
+            "cycle {i:>3}: {:>4} slices, longest {:>7.3} ms, mark {:>8.3} ms ({:.2} ns/word), sweep {:>7.3} ms, live {} / heap {} words",
+            c.slices,
+            c.longest_slice_ns as f64 / 1e6,
+            c.mark_ns as f64 / 1e6,
+            c.ns_per_word,
+            c.sweep_ns as f64 / 1e6,
+            c.live_words,
+            c.heap_words
+        );
+    }
+    let live = profile.live_ids();
+    println!(
+        "profile: {} samples, {} frees, {} live at the end",
+        profile.samples.len(),
+        profile.frees.len(),
+        live.len()
+    );
+}

@@ -1,0 +1,443 @@
+//! Incremental marking: the prefetching marker (seeds 000 and 004) and a plain depth-first
+//! marker, sharing one bounded mark stack of `(start, end)` ranges.
+//!
+//! # 1. The invariant everything rests on
+//! Every even word in a scanned field (tag below `NO_SCAN_TAG`) is the address of field 0
+//! of a block of this heap that has not been freed: the embedder API only stores values
+//! that came from this heap, and nothing is freed while marking runs (sweep starts only
+//! once marking is complete). So the marker reads `word - 8` as a header without asking
+//! whether the address is in the heap — no page table, no chunk lookup (seed 002's
+//! reasoning, applied to marking).
+//!
+//! # 2. Colours and accounting
+//! White: not reached. Black: reached (and scanned, or its range is on the mark stack or
+//! being scanned). Gray: reached, but its scan was dropped because the mark stack was full
+//! (§5). A block's `whsize` is added to `words_marked` exactly once, when it leaves white,
+//! so rescans after an overflow never count twice. The slice budget counts work done
+//! (fields scanned plus one per block taken from the ring), which can include rescans.
+//!
+//! # 3. The prefetching loop
+//! A 256-entry ring (the prefetch buffer) sits in front of the mark stack. Each step takes
+//! its work from the ring when the ring holds more than its waterline, else a range from
+//! the stack, else — the stack being empty — it switches the ring to *drain* mode
+//! (waterline 0) and empties it; once the ring is above `PB_MIN` again it goes back to
+//! *fill* mode (waterline `PB_MIN`, seed 004). A block taken from the ring was prefetched
+//! at least `PB_MIN` steps earlier, so its header read usually hits L1: only then is it
+//! marked and its fields scanned. Each pointer found in a field is prefetched and enqueued
+//! in the ring, nothing else: no header read. When the ring is full, the pointer is
+//! *spilled* to the stack unread, as an entry `(v, null)`; popping such an entry puts it
+//! back into the ring (prefetching it then), so every header the prefetching marker reads
+//! was prefetched at least `PB_MIN` steps earlier. The stack therefore only grows when the
+//! ring overflows. If the stack is full too, the pointer is marked on the spot and its
+//! range overflows as in §5.
+//!
+//! # 4. Ranges and large blocks
+//! Stack entries are `(start, end)` field ranges, so finishing the tail of a long block
+//! needs no header read. A range longer than `SCAN_CHUNK` words is scanned `SCAN_CHUNK`
+//! words at a time, the rest pushed back — which never overflows, as the range was just
+//! popped. The ring and the stack persist between slices (nothing moves and nothing is
+//! freed while marking, so their entries stay valid).
+//!
+//! # 5. Mark-stack overflow
+//! The stack holds at most `limit` entries (`HeapConfig::mark_stack_limit`; by default
+//! heap words / 16, i.e. at most an eighth of the heap's size in 16-byte entries). Pushing a block's range onto a full stack
+//! instead colours the block gray and records where: for a chunk block, the chunk's
+//! `pending_lo` (lowest offset that may hold a gray block) drops to its offset; a large
+//! block goes on `pending_large` (at most one entry per large block, as only a white or
+//! black block turns gray). When stack and ring are both empty and gray blocks remain, the
+//! marker *redarkens*: it walks the recorded chunks from `pending_lo`, turns gray blocks
+//! black and pushes their ranges until the stack is full again, remembering where it
+//! stopped. Pushes only happen for a block whose header is in hand (a fresh block, an
+//! evicted ring entry, a root, a write-barrier shade, a redarkened block), so no range ever
+//! has to be traced back to its block. Nothing is lost (a gray block is found by the walk)
+//! and nothing is counted twice (§2). Marking is complete when ring, stack and gray count
+//! are all empty.
+//!
+//! # 6. The depth-first marker
+//! Pops a range, scans it, and marks and pushes every white child it finds (reading the
+//! child's header immediately: the cache miss seed 000 measures). Same stack, same
+//! overflow handling, same chunking.
+
+use super::heap::{
+    tag, wosize, Chunk, BLACK, COLOUR_MASK, GRAY, MAX_SMALL_WOSIZE, NO_SCAN_TAG, WHITE,
+};
+
+/// Entries in the prefetch ring.
+pub(crate) const PB_SIZE: usize = 256;
+const PB_MASK: usize = PB_SIZE - 1;
+/// Fill-mode waterline: take from the ring only when it holds more than this.
+pub(crate) const PB_MIN: usize = 64;
+/// Longest run of fields scanned in one step; longer ranges are split.
+pub(crate) const SCAN_CHUNK: usize = 512;
+
+/// A range of fields still to scan.
+#[derive(Clone, Copy)]
+pub(crate) struct Range {
+    start: *mut u64,
+    end: *mut u64,
+}
+
+/// Marking strategy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Marker {
+    /// The prefetching marker (ring in front of the mark stack).
+    #[default]
+    Prefetch,
+    /// Plain depth-first marking with the same mark stack.
+    DepthFirst,
+}
+
+/// Hints the CPU to fetch the cache line holding `p`. Never faults.
+#[inline(always)]
+fn prefetch(p: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: prefetch is a hint; it does not fault on any address. SSE is part of the
+        // x86_64 baseline.
+        #[allow(unused_unsafe)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = p;
+    }
+}
+
+/// The state of the marker; lives across slices.
+pub(crate) struct MarkState {
+    stack: Vec<Range>,
+    limit: usize,
+    pb: Box<[usize; PB_SIZE]>,
+    enq: usize,
+    deq: usize,
+    waterline: usize,
+    /// Words (headers included) of blocks marked this cycle.
+    pub words_marked: u64,
+    /// Gray blocks awaiting redarkening.
+    grays: usize,
+    pending_large: Vec<*mut u64>,
+    /// Blocks grayed because the stack was full (all cycles).
+    pub overflows: u64,
+    /// Deepest the stack has been (all cycles).
+    pub max_stack: usize,
+}
+
+impl MarkState {
+    pub(crate) fn new() -> Self {
+        MarkState {
+            stack: Vec::new(),
+            limit: 1,
+            pb: Box::new([0; PB_SIZE]),
+            enq: 0,
+            deq: 0,
+            waterline: PB_MIN,
+            words_marked: 0,
+            grays: 0,
+            pending_large: Vec::new(),
+            overflows: 0,
+            max_stack: 0,
+        }
+    }
+
+    /// Resets the per-cycle counters (the stack and ring are empty between cycles).
+    pub(crate) fn begin_cycle(&mut self, limit: usize) {
+        debug_assert!(self.stack.is_empty() && self.enq == self.deq && self.grays == 0);
+        self.limit = limit.max(1);
+        self.words_marked = 0;
+        self.waterline = PB_MIN;
+    }
+
+    /// Colours the block at `hp` gray and records it for redarkening.
+    ///
+    /// # Safety
+    /// `hp` is the header of a black block of this heap; `chunks` are the heap's chunks.
+    #[cold]
+    #[inline(never)]
+    unsafe fn gray(&mut self, hp: *mut u64, chunks: &mut [Chunk]) {
+        // SAFETY: hp is a live header (caller).
+        let hd = unsafe { *hp };
+        // SAFETY: as above.
+        unsafe { *hp = (hd & !COLOUR_MASK) | GRAY };
+        self.grays += 1;
+        self.overflows += 1;
+        if wosize(hd) > MAX_SMALL_WOSIZE {
+            self.pending_large.push(hp);
+        } else {
+            // Small blocks live in chunks, sorted by address.
+            let i = chunks.partition_point(|c| c.base <= hp) - 1;
+            let c = &mut chunks[i];
+            // SAFETY: hp lies in chunk i (it is a small block and chunk i is the last chunk
+            // starting at or below it).
+            let off = unsafe { hp.offset_from(c.base) } as usize;
+            c.pending_lo = c.pending_lo.min(off);
+        }
+    }
+
+    /// Pushes the fields of the black block at `hp` (with `wosz > 0` fields), or grays it
+    /// when the stack is full.
+    ///
+    /// # Safety
+    /// `hp` is the header of a black, scannable block of this heap.
+    #[inline(always)]
+    unsafe fn push_block(&mut self, hp: *mut u64, wosz: usize, chunks: &mut [Chunk]) {
+        if self.stack.len() >= self.limit {
+            // SAFETY: forwarded (caller).
+            unsafe { self.gray(hp, chunks) };
+            return;
+        }
+        // SAFETY: fields are hp+1 .. hp+1+wosz, inside the block.
+        let start = unsafe { hp.add(1) };
+        // SAFETY: as above (one past the last field).
+        let end = unsafe { start.add(wosz) };
+        self.stack.push(Range { start, end });
+    }
+
+    /// Marks the block `v` (an even word from a field, a root or the write barrier) and
+    /// queues its fields for scanning.
+    ///
+    /// # Safety
+    /// `v` is a block value of this heap that has not been freed (§1).
+    #[inline]
+    pub(crate) unsafe fn darken(&mut self, v: usize, chunks: &mut [Chunk]) {
+        let hp = (v as *mut u64).wrapping_sub(1);
+        // SAFETY: v is a live block (caller), so its header is readable.
+        let hd = unsafe { *hp };
+        if hd & COLOUR_MASK != WHITE {
+            return;
+        }
+        // SAFETY: as above.
+        unsafe { *hp = hd | BLACK };
+        let wosz = wosize(hd);
+        self.words_marked += wosz as u64 + 1;
+        if tag(hd) < NO_SCAN_TAG && wosz > 0 {
+            // SAFETY: hp is now black and scannable.
+            unsafe { self.push_block(hp, wosz, chunks) };
+        }
+    }
+
+    /// Refills the stack from gray blocks (§5). Called with an empty stack.
+    fn redarken(&mut self, chunks: &mut [Chunk]) {
+        while let Some(hp) = self.pending_large.pop() {
+            if self.stack.len() >= self.limit {
+                self.pending_large.push(hp);
+                return;
+            }
+            // SAFETY: entries of pending_large are gray large blocks, alive while marking.
+            let hd = unsafe { *hp };
+            // SAFETY: as above.
+            unsafe { *hp = (hd & !COLOUR_MASK) | BLACK };
+            self.grays -= 1;
+            // SAFETY: the block is black and was scannable when it was first pushed.
+            unsafe { self.push_block(hp, wosize(hd), chunks) };
+        }
+        for ci in 0..chunks.len() {
+            let (base, words, lo) = (chunks[ci].base, chunks[ci].words, chunks[ci].pending_lo);
+            if lo == usize::MAX {
+                continue;
+            }
+            chunks[ci].pending_lo = usize::MAX;
+            let mut off = lo;
+            while off < words {
+                // SAFETY: off is a block boundary inside the chunk: pending_lo was a gray
+                // block's offset and we step header to header (chunk doc: every word
+                // belongs to a block; splitting a free block keeps its start).
+                let hp = unsafe { base.add(off) };
+                // SAFETY: hp is a header inside the chunk.
+                let hd = unsafe { *hp };
+                if hd & COLOUR_MASK == GRAY {
+                    if self.stack.len() >= self.limit {
+                        chunks[ci].pending_lo = chunks[ci].pending_lo.min(off);
+                        return;
+                    }
+                    // SAFETY: as above.
+                    unsafe { *hp = (hd & !COLOUR_MASK) | BLACK };
+                    self.grays -= 1;
+                    // SAFETY: black scannable block; the stack has room.
+                    unsafe { self.push_block(hp, wosize(hd), chunks) };
+                }
+                off += wosize(hd) + 1;
+            }
+        }
+    }
+
+    /// Takes the next range off the stack, splitting a long one (the rest goes back and
+    /// fits, as one entry was just popped).
+    #[inline(always)]
+    fn pop_range(&mut self) -> Option<Range> {
+        let r = self.stack.pop()?;
+        // SAFETY: start and end bound one block's fields.
+        let len = unsafe { r.end.offset_from(r.start) } as usize;
+        if len > SCAN_CHUNK {
+            // SAFETY: start + SCAN_CHUNK < end, inside the block.
+            let mid = unsafe { r.start.add(SCAN_CHUNK) };
+            self.stack.push(Range { start: mid, end: r.end });
+            return Some(Range { start: r.start, end: mid });
+        }
+        Some(r)
+    }
+
+    /// Runs one slice of marking with `budget` units of work. Returns true when marking
+    /// is complete.
+    pub(crate) fn run(&mut self, marker: Marker, chunks: &mut [Chunk], budget: usize) -> bool {
+        let budget = budget.min(isize::MAX as usize) as isize;
+        let done = match marker {
+            Marker::Prefetch => self.run_prefetch(chunks, budget),
+            Marker::DepthFirst => self.run_dfs(chunks, budget),
+        };
+        self.max_stack = self.max_stack.max(self.stack.len());
+        done
+    }
+
+    fn run_prefetch(&mut self, chunks: &mut [Chunk], mut work: isize) -> bool {
+        // Locals, so the loop keeps them in registers.
+        let pb: *mut usize = self.pb.as_mut_ptr();
+        let mut enq = self.enq;
+        let mut deq = self.deq;
+        let mut waterline = self.waterline;
+        let mut marked = 0u64;
+        let done = loop {
+            if work <= 0 {
+                break false;
+            }
+            let (mut p, end): (*mut u64, *mut u64);
+            if enq - deq > waterline {
+                // SAFETY: the index is masked into the ring.
+                let v = unsafe { *pb.add(deq & PB_MASK) };
+                deq += 1;
+                work -= 1;
+                let hp = (v as *mut u64).wrapping_sub(1);
+                // SAFETY: ring entries are block values read from scanned fields (§1).
+                let hd = unsafe { *hp };
+                if hd & COLOUR_MASK != WHITE {
+                    continue;
+                }
+                // SAFETY: as above.
+                unsafe { *hp = hd | BLACK };
+                let wosz = wosize(hd);
+                marked += wosz as u64 + 1;
+                if tag(hd) >= NO_SCAN_TAG || wosz == 0 {
+                    continue;
+                }
+                p = v as *mut u64;
+                if wosz > SCAN_CHUNK {
+                    if self.stack.len() >= self.limit {
+                        // SAFETY: hp is black; it will be rescanned whole.
+                        unsafe { self.gray(hp, chunks) };
+                        continue;
+                    }
+                    // SAFETY: p + SCAN_CHUNK < p + wosz: inside the block.
+                    let mid = unsafe { p.add(SCAN_CHUNK) };
+                    // SAFETY: one past the last field.
+                    self.stack.push(Range { start: mid, end: unsafe { p.add(wosz) } });
+                    end = mid;
+                } else {
+                    // SAFETY: one past the last field.
+                    end = unsafe { p.add(wosz) };
+                }
+            } else if let Some(r) = self.stack.pop() {
+                if r.end.is_null() {
+                    // A spilled pointer (§3): back into the ring, prefetched now and read
+                    // at least PB_MIN steps from now. The ring is at or below its
+                    // waterline, so it has room.
+                    let v = r.start as usize;
+                    prefetch(v - 8);
+                    // SAFETY: masked index.
+                    unsafe { *pb.add(enq & PB_MASK) = v };
+                    enq += 1;
+                    continue;
+                }
+                p = r.start;
+                // SAFETY: start and end bound one block's fields.
+                if unsafe { r.end.offset_from(r.start) } as usize > SCAN_CHUNK {
+                    // SAFETY: start + SCAN_CHUNK < end, inside the block.
+                    let mid = unsafe { r.start.add(SCAN_CHUNK) };
+                    self.stack.push(Range { start: mid, end: r.end });
+                    end = mid;
+                } else {
+                    end = r.end;
+                }
+            } else if enq != deq {
+                waterline = 0; // drain mode
+                continue;
+            } else if self.grays > 0 {
+                self.redarken(chunks);
+                continue;
+            } else {
+                break true;
+            }
+            // SAFETY: p and end bound fields of one block.
+            work -= unsafe { end.offset_from(p) };
+            while p < end {
+                // SAFETY: p is a field of a black block, before `end`.
+                let w = unsafe { *p } as usize;
+                // SAFETY: stays within or one past the range.
+                p = unsafe { p.add(1) };
+                if w & 1 == 0 {
+                    if enq - deq < PB_SIZE {
+                        prefetch(w - 8);
+                        // SAFETY: masked index.
+                        unsafe { *pb.add(enq & PB_MASK) = w };
+                        enq += 1;
+                    } else if self.stack.len() < self.limit {
+                        // Ring full: spill the pointer, unread, to the stack.
+                        self.stack.push(Range { start: w as *mut u64, end: core::ptr::null_mut() });
+                    } else {
+                        // Both full: mark it now; its range overflows to gray (§5).
+                        // SAFETY: w is a live block value (§1).
+                        unsafe { self.darken(w, chunks) };
+                    }
+                }
+            }
+            if enq - deq > PB_MIN {
+                waterline = PB_MIN; // fill mode
+            }
+            if self.stack.len() > self.max_stack {
+                self.max_stack = self.stack.len();
+            }
+        };
+        self.enq = enq;
+        self.deq = deq;
+        self.waterline = waterline;
+        self.words_marked += marked;
+        done
+    }
+
+    fn run_dfs(&mut self, chunks: &mut [Chunk], mut work: isize) -> bool {
+        debug_assert!(self.enq == self.deq);
+        loop {
+            if work <= 0 {
+                return false;
+            }
+            let Some(Range { start: mut p, end }) = self.pop_range() else {
+                if self.grays > 0 {
+                    self.redarken(chunks);
+                    continue;
+                }
+                return true;
+            };
+            // SAFETY: p and end bound fields of one block.
+            work -= unsafe { end.offset_from(p) };
+            while p < end {
+                // SAFETY: p is a field of a black block, before `end`.
+                let w = unsafe { *p } as usize;
+                // SAFETY: stays within or one past the range.
+                p = unsafe { p.add(1) };
+                if w & 1 == 0 {
+                    // SAFETY: w is a live block value (§1).
+                    unsafe { self.darken(w, chunks) };
+                }
+            }
+            if self.stack.len() > self.max_stack {
+                self.max_stack = self.stack.len();
+            }
+        }
+    }
+
+    /// True when no marking work is queued (ring, stack, gray blocks).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.enq == self.deq && self.stack.is_empty() && self.grays == 0
+    }
+}
