@@ -2,8 +2,12 @@
 //! `gc_workload/workload.rs`), several major cycles, sampled deaths turned into frees.
 //!
 //! ```text
-//! cargo run --release --example gc_workload [-- STEPS]
+//! cargo run --release --example gc_workload [-- STEPS [OUT.mprof]]
+//! memprof report OUT.mprof --view gc --flamegraph gc.svg
 //! ```
+//!
+//! Sampling at a 16 KiB mean interval: the live set is a few MB, so the default 512 KiB
+//! would leave only a handful of live samples to attribute mark time to.
 
 #[path = "gc_workload/workload.rs"]
 mod workload;
@@ -13,7 +17,11 @@ static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std:
 
 fn main() {
     let steps = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(workload::STEPS);
-    let session = match memprof::start(memprof::Config::default(), memprof::Recorder::new()) {
+    let recorder = match std::env::args().nth(2) {
+        Some(path) => memprof::Recorder::to_file(path),
+        None => memprof::Recorder::new(),
+    };
+    let session = match memprof::start(workload::config(), recorder) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("gc_workload: {e}");
@@ -21,8 +29,8 @@ fn main() {
         }
     };
     let report = workload::run(workload::RECORDS, steps);
-    let profile = match session.stop() {
-        Ok(r) => r.into_profile(),
+    let profile = match session.stop().and_then(|r| r.finish()) {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("gc_workload: {e}");
             std::process::exit(1);
@@ -60,4 +68,5 @@ fn main() {
         profile.frees.len(),
         live.len()
     );
+    print!("{}", memprof::report::top_table(&profile, &Default::default()));
 }

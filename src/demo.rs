@@ -2,6 +2,9 @@
 //! flamegraphs to the gallery (`flamegraphs/`).
 
 #[allow(dead_code)]
+#[path = "../examples/gc_workload/workload.rs"]
+mod gc_workload;
+#[allow(dead_code)]
 #[path = "../examples/leaky_cache/workload.rs"]
 mod leaky_cache;
 #[allow(dead_code)]
@@ -46,6 +49,23 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     );
     drop(cache);
     show(&profile, &args.out, "leaky_cache", &[View::Alloc, View::Live])?;
+
+    // 3. The managed heap: a steady live set with churn, collected incrementally; the
+    //    profile holds the sampled blocks and every cycle's mark timing.
+    let steps = if args.quick { 200_000 } else { gc_workload::STEPS };
+    println!("\n== gc_workload: {steps} steps on memprof::gc, interval 16 KiB");
+    let mprof = args.out.join("gc_workload.mprof");
+    let session = memprof::start(gc_workload::config(), Recorder::to_file(&mprof))?;
+    let report = gc_workload::run(gc_workload::RECORDS, steps);
+    let profile = session.stop()?.finish()?;
+    println!(
+        "{} GC cycles, {} samples, {} GC cycles in the profile {}",
+        report.cycles.len(),
+        profile.samples.len(),
+        profile.gc_cycles.len(),
+        mprof.display()
+    );
+    show(&profile, &args.out, "gc_workload", &[View::Live, View::Gc])?;
     Ok(())
 }
 

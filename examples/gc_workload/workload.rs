@@ -9,6 +9,12 @@
 
 use memprof::gc::{CycleStats, Heap, HeapConfig, HeapStats, Value};
 
+/// The sampling configuration the example and the demo use: a 16 KiB mean interval, so a
+/// live set of a few MB holds hundreds of samples.
+pub fn config() -> memprof::Config {
+    memprof::Config::with_interval(16.0 * 1024.0)
+}
+
 /// Records in the table.
 pub const RECORDS: usize = 50_000;
 /// Steps in a default run.

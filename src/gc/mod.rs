@@ -34,7 +34,10 @@
 //! # 4. Timing
 //! Each cycle yields a [`CycleStats`]: mark time summed over slices, slice count, longest
 //! slice, words marked, ns per word, sweep time, heap and live words. [`Heap::cycles`]
-//! keeps them; [`Heap::set_cycle_hook`] streams them out as cycles end.
+//! keeps them; [`Heap::set_cycle_hook`] streams them out as cycles end, and every cycle is
+//! reported to the running profiling session ([`crate::record_gc_cycle`]), which puts it in
+//! the profile beside the samples: `memprof report --view gc` attributes mark time to
+//! allocation sites.
 
 pub mod alloc;
 pub mod compare;
@@ -487,6 +490,20 @@ impl Heap {
             if let Some(h) = self.hook.as_mut() {
                 h(&rec);
             }
+            // Into the running profiling session (if any), after the samples before it.
+            crate::tracker::record_gc_cycle(&crate::profile::GcCycle {
+                cycle: self.cycles.len() as u64 + 1,
+                start_ns: rec.start_ns,
+                end_ns: rec.end_ns,
+                mark_ns: rec.mark_ns,
+                slices: u64::from(rec.slices),
+                longest_slice_ns: rec.longest_slice_ns,
+                words_marked: rec.words_marked,
+                ns_per_word: rec.ns_per_word,
+                sweep_ns: rec.sweep_ns,
+                heap_words: rec.heap_words,
+                live_words: rec.live_words,
+            });
             self.cycles.push(rec);
         }
         done

@@ -252,6 +252,10 @@ pub fn is_std_plumbing(name: &str) -> bool {
         "<std::",
         "hashbrown::",
         "<hashbrown::",
+        // The managed heap's allocator entry is to a GC block what `malloc` is to a
+        // C block: the site is its caller.
+        "memprof::gc::",
+        "<memprof::gc::",
     ];
     if PREFIXES.iter().any(|p| name.starts_with(p)) {
         return true;

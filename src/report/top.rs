@@ -195,7 +195,8 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
 
 /// The GC section of the top table: one row per collection cycle (the first and last
 /// `limit / 2` when there are more), with its measured mark timing and the sampled
-/// managed-heap objects it found live.
+/// managed-heap objects it marked (live at its start and surviving its sweep; blocks
+/// allocated during marking are allocated black, not scanned, and not counted).
 pub fn gc_table(profile: &Profile, options: &TopOptions) -> String {
     let mut out = String::new();
     let cycles = &profile.gc_cycles;
@@ -221,7 +222,7 @@ pub fn gc_table(profile: &Profile, options: &TopOptions) -> String {
         "sweep ms",
         "heap",
         "live",
-        "sampled live objs (bytes)",
+        "sampled marked objs (bytes)",
     ]
     .map(str::to_owned)];
     let keep = options.limit.max(2);
