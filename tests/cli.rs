@@ -137,4 +137,23 @@ fn demo_writes_flamegraphs_naming_the_examples_functions() {
     // The profile the demo streamed reads back.
     let out = memprof(&["report", dir.join("leaky_cache.mprof").to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // The managed heap: samples and GC cycles in one profile, mark time by site.
+    let gc = read("gc_workload.gc.svg");
+    assert!(gc.contains("GC mark time") && gc.contains("gc_workload::make_record"));
+    assert!(!gc.contains("gc_workload::make_temp"), "temporaries die before they are marked");
+    let folded = dir.join("gc.folded");
+    let out = memprof(&[
+        "report",
+        dir.join("gc_workload.mprof").to_str().unwrap(),
+        "--view",
+        "gc",
+        "--collapsed",
+        folded.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let top = text(&out.stdout);
+    assert!(top.contains("GC cycles: ") && top.contains("ns/word"), "{top}");
+    let folded = std::fs::read_to_string(folded).unwrap();
+    assert!(folded.lines().all(|l| l.contains("gc_workload::")), "{folded}");
 }

@@ -220,6 +220,7 @@ mod tests {
     fn views_parse() {
         assert_eq!("live".parse::<View>().unwrap(), View::Live);
         assert_eq!("alloc".parse::<View>().unwrap(), View::Alloc);
-        assert!("gc".parse::<View>().is_err());
+        assert_eq!("gc".parse::<View>().unwrap(), View::Gc);
+        assert!("sideways".parse::<View>().is_err());
     }
 }
