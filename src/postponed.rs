@@ -50,7 +50,8 @@ pub struct Event {
     pub id: u64,
     /// Thread number within the session.
     pub thread: u32,
-    /// Nanoseconds since the session started.
+    /// When it happened: a raw reading of the sample path's clock in the queue (TSC ticks
+    /// or monotonic ns), nanoseconds since the session started once handed to a tracker.
     pub time_ns: u64,
     /// Block address (the new address for `Move`).
     pub addr: usize,

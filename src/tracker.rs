@@ -304,6 +304,82 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The sample path's clock: the TSC where the kernel itself uses it as the clocksource
+/// (constant-rate, synchronised across cores), else `CLOCK_MONOTONIC`. Reading the TSC
+/// costs ~12 ns here against ~31 ns for `clock_gettime`, and a sample reads the clock twice
+/// (its allocation and its free). Ticks become session nanoseconds at the safe point, by
+/// interpolating between the session start and a fresh (TSC, monotonic) pair.
+mod clock {
+    use super::*;
+
+    static USE_TSC: AtomicBool = AtomicBool::new(false);
+    static TSC0: AtomicU64 = AtomicU64::new(0);
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn rdtsc() -> u64 {
+        // SAFETY: RDTSC has no preconditions; it only reads the time-stamp counter.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline(always)]
+    fn rdtsc() -> u64 {
+        monotonic_ns()
+    }
+
+    /// Chooses the clock and records the session's origin (cold path, at start).
+    pub(super) fn start() {
+        let tsc = cfg!(target_arch = "x86_64")
+            && std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            )
+            .is_ok_and(|s| s.trim() == "tsc");
+        USE_TSC.store(tsc, Ordering::Relaxed);
+        START_NS.store(monotonic_ns(), Ordering::Relaxed);
+        TSC0.store(rdtsc(), Ordering::Relaxed);
+    }
+
+    /// A clock reading on the sample path.
+    #[inline(always)]
+    pub(super) fn now() -> u64 {
+        if USE_TSC.load(Ordering::Relaxed) {
+            rdtsc()
+        } else {
+            monotonic_ns()
+        }
+    }
+
+    /// Converts readings of [`now`] to nanoseconds since the session start.
+    pub(super) struct Converter {
+        scale: f64,
+    }
+
+    impl Converter {
+        /// Calibrates against the monotonic clock now (the readings to convert are older).
+        pub(super) fn new() -> Converter {
+            if !USE_TSC.load(Ordering::Relaxed) {
+                return Converter { scale: 0.0 };
+            }
+            let (t, m) = (rdtsc(), monotonic_ns());
+            let ticks = t.wrapping_sub(TSC0.load(Ordering::Relaxed));
+            let ns = m.wrapping_sub(START_NS.load(Ordering::Relaxed));
+            // Too short an interval to measure: assume a 1 GHz counter until it is not.
+            let scale = if ticks > 1_000_000 { ns as f64 / ticks as f64 } else { 1.0 };
+            Converter { scale }
+        }
+
+        pub(super) fn session_ns(&self, reading: u64) -> u64 {
+            if self.scale == 0.0 {
+                reading.wrapping_sub(START_NS.load(Ordering::Relaxed))
+            } else {
+                let ticks = reading.saturating_sub(TSC0.load(Ordering::Relaxed));
+                (ticks as f64 * self.scale) as u64
+            }
+        }
+    }
+}
+
 /// Monotonic clock in nanoseconds (vDSO; no allocation, no lock).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -347,7 +423,7 @@ pub(crate) mod hot {
                 epoch: hit.epoch,
                 id,
                 thread: hit.thread,
-                time_ns: monotonic_ns().wrapping_sub(START_NS.load(Ordering::Relaxed)),
+                time_ns: clock::now(),
                 addr,
                 size,
                 k: hit.k,
@@ -375,7 +451,7 @@ pub(crate) mod hot {
                 epoch: entry.epoch,
                 id: entry.id,
                 thread: 0,
-                time_ns: monotonic_ns().wrapping_sub(START_NS.load(Ordering::Relaxed)),
+                time_ns: clock::now(),
                 addr,
                 size,
                 k: 0,
@@ -421,7 +497,7 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
     UNTRACKED.store(0, Ordering::Relaxed);
     DEPTH.store(config.depth, Ordering::Relaxed);
     INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
-    START_NS.store(monotonic_ns(), Ordering::Relaxed);
+    clock::start();
     let start_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -485,10 +561,12 @@ pub fn poll() -> usize {
         return 0;
     };
     let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
+    let clock = clock::Converter::new();
     let n = q
         .drain(|e, frames| {
             if e.epoch == epoch {
-                driver.event(e, frames, interval);
+                let e = Event { time_ns: clock.session_ns(e.time_ns), ..*e };
+                driver.event(&e, frames, interval);
             }
         })
         .unwrap_or(0);
