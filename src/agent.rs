@@ -157,44 +157,49 @@ fn open_raw(path: &str, flags: libc::c_int) -> Result<File, std::io::Error> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Opens this process's output file (see the module documentation, §2).
-fn open_output(settings: &EnvSettings, me: u32) -> Result<(String, File), String> {
-    match &settings.stem {
-        None => {
-            let path = config::expand_output(&settings.output, me);
-            let file = open_raw(&path, libc::O_CREAT)
-                .map_err(|e| format!("cannot open the profile {path}: {e}"))?;
-            let meta =
-                file.metadata().map_err(|e| format!("cannot open the profile {path}: {e}"))?;
-            if !meta.file_type().is_file() || meta.len() != 0 {
-                return Err(format!(
-                    "{path} exists and is not an empty regular file; it is left alone"
-                ));
-            }
-            Ok((path, file))
-        }
-        Some(stem) => {
-            for n in 0..100 {
-                let path = config::child_output(stem, me, n);
-                match open_raw(&path, libc::O_CREAT | libc::O_EXCL) {
-                    Ok(f) => return Ok((path, f)),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(format!("cannot create the profile {path}: {e}")),
-                }
-            }
-            Err(format!("cannot create a profile named {stem}.{me}.*.mprof: all names taken"))
-        }
+/// Opens the first process's output file (see the module documentation, §2).
+fn open_root(path: &str) -> Result<File, String> {
+    let file = open_raw(path, libc::O_CREAT)
+        .map_err(|e| format!("cannot open the profile {path}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot open the profile {path}: {e}"))?;
+    if !meta.file_type().is_file() || meta.len() != 0 {
+        return Err(format!("{path} exists and is not an empty regular file; it is left alone"));
     }
+    Ok(file)
 }
 
-/// Opens the output and starts the session; `Err` is a message for stderr.
+/// Creates a followed child's file, `<stem>.<pid>[.<n>].mprof`, exclusively.
+fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
+    for n in 0..100 {
+        let path = config::child_output(stem, me, n);
+        match open_raw(&path, libc::O_CREAT | libc::O_EXCL) {
+            Ok(f) => return Ok((path.into(), f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(crate::Error::io(format!("cannot create the profile {path}"), e)),
+        }
+    }
+    Err(crate::Error::Other(format!(
+        "cannot create a profile named {stem}.{me}.*.mprof: all names taken"
+    )))
+}
+
+/// Opens the output and starts the session; `Err` is a message for stderr. A child's file
+/// is created at its first sample, so that a child that only calls `exec` leaves none.
 fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
     let me = pid();
-    let (path, file) = open_output(&settings, me)?;
-    let recorder = Recorder::streaming(&path, file);
-    let stem = match &settings.stem {
-        Some(s) => s.clone(),
-        None => config::output_stem(&path).to_owned(),
+    let (recorder, path, stem) = match &settings.stem {
+        None => {
+            let path = config::expand_output(&settings.output, me);
+            let file = open_root(&path)?;
+            let stem = config::output_stem(&path).to_owned();
+            (Recorder::streaming(&path, file), path, stem)
+        }
+        Some(stem) => {
+            let s = stem.clone();
+            let open: crate::recorder::Opener = Box::new(move || create_child(&s, me));
+            let shown = format!("{stem}.{me}.mprof");
+            (Recorder::streaming_deferred(open), shown, stem.clone())
+        }
     };
     let session = crate::tracker::start(settings.config.clone(), recorder)
         .map_err(|e| format!("cannot start profiling: {e}"))?;
@@ -272,6 +277,15 @@ pub fn finish() {
         Err(e) => say(&format!("cannot stop profiling: {e}")),
     }
     OWNER.store(0, Ordering::Release);
+}
+
+/// Brings the profile up to date when the process ends without exit handlers (`_exit`):
+/// every event so far, the symbols seen so far, flushed. There is no end record, so the
+/// file reads back as cut, with everything the process did.
+pub fn before_quick_exit() {
+    if OWNER.load(Ordering::Acquire) == pid() {
+        tracker::sync();
+    }
 }
 
 /// Brings the profile up to date before a library is unloaded (see §5).

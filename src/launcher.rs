@@ -68,7 +68,7 @@ pub fn find_preload() -> Result<PathBuf, Error> {
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(Error::Config(format!(
+            Err(Error::Other(format!(
                 "{} is set to {}, which is not a file",
                 config::ENV_PRELOAD,
                 p.display()
@@ -109,27 +109,27 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
             return Ok(candidate);
         }
     }
-    Err(Error::Config(format!("program not found: {shown} (not a path, and not in PATH)")))
+    Err(Error::Other(format!("program not found: {shown} (not a path, and not in PATH)")))
 }
 
 fn check_executable(p: &Path, shown: &str) -> Result<(), Error> {
     let meta = fs::metadata(p).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::Config(format!("program not found: {shown}")),
+        std::io::ErrorKind::NotFound => Error::Other(format!("program not found: {shown}")),
         _ => Error::io(format!("cannot run {shown}"), e),
     })?;
     if meta.is_dir() {
-        return Err(Error::Config(format!("{shown} is a directory, not a program")));
+        return Err(Error::Other(format!("{shown} is a directory, not a program")));
     }
     if !meta.is_file() {
-        return Err(Error::Config(format!("{shown} is not a regular file")));
+        return Err(Error::Other(format!("{shown} is not a regular file")));
     }
     let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| Error::Config(format!("{shown}: path contains a NUL byte")))?;
+        .map_err(|_| Error::Other(format!("{shown}: path contains a NUL byte")))?;
     // SAFETY: `c` is a NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0
         || meta.permissions().mode() & 0o111 == 0
     {
-        return Err(Error::Config(format!("{shown} is not executable")));
+        return Err(Error::Other(format!("{shown} is not executable")));
     }
     Ok(())
 }
@@ -202,13 +202,13 @@ pub fn linkage(path: &Path) -> Result<Linkage, Error> {
 pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
     let meta = fs::metadata(path).map_err(|e| Error::io(format!("cannot run {shown}"), e))?;
     if meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0 {
-        return Err(Error::Config(format!(
+        return Err(Error::Other(format!(
             "{shown} is setuid or setgid: the loader ignores LD_PRELOAD for such programs, \
              so memprof cannot profile it"
         )));
     }
     if linkage(path)? == Linkage::Static {
-        return Err(Error::Config(format!(
+        return Err(Error::Other(format!(
             "{shown} is statically linked: it never loads the preload library, so memprof \
              cannot see its allocations (link it dynamically)"
         )));
@@ -289,7 +289,7 @@ fn create_output(path: &[u8], force: bool) -> i32 {
 fn create_error(path: &str, errno: i32, force: bool) -> Error {
     let e = std::io::Error::from_raw_os_error(errno);
     if errno == libc::EEXIST && !force {
-        Error::Config(format!(
+        Error::Other(format!(
             "cannot create the profile {path}: it exists (use --force to replace it, or -o)"
         ))
     } else {
@@ -307,7 +307,7 @@ pub fn record(opts: &RecordOptions, preload: &Path) -> Result<Recorded, Error> {
     let deferred = template.contains("%p");
     if !deferred {
         let c = std::ffi::CString::new(template.as_bytes())
-            .map_err(|_| Error::Config("output path contains a NUL byte".into()))?;
+            .map_err(|_| Error::Other("output path contains a NUL byte".into()))?;
         let errno = create_output(c.as_bytes_with_nul(), opts.force);
         if errno != 0 {
             return Err(create_error(&template, errno, opts.force));

@@ -32,6 +32,9 @@ pub const STREAM_BUFFER: usize = 64 * 1024;
 /// Longest time written records wait in the buffer.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
+/// Opens a file to stream to: its path and the file.
+pub type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
+
 /// Builds a [`Profile`] from a session's samples.
 #[derive(Default)]
 pub struct Recorder {
@@ -40,6 +43,8 @@ pub struct Recorder {
     output: Option<(PathBuf, Option<Writer<BufWriter<File>>>)>,
     /// An already open file to stream to (taken at `started`).
     opened: Option<File>,
+    /// Opens the file at the first sample (taken then).
+    deferred: Option<Opener>,
     /// Keep samples, frees and moves in memory (false: they only go to the file).
     stream_only: bool,
     /// Modules written so far, by (path, base).
@@ -73,6 +78,59 @@ impl Recorder {
             opened: Some(file),
             stream_only: true,
             ..Recorder::default()
+        }
+    }
+
+    /// Like [`Recorder::streaming`], but the file is opened by `open` when the first sample
+    /// arrives, so that a process that never allocates leaves no file (a forked child that
+    /// calls `exec` at once).
+    pub fn streaming_deferred(open: Opener) -> Self {
+        Recorder { deferred: Some(open), stream_only: true, ..Recorder::default() }
+    }
+
+    /// The path of the file being written, once it is open.
+    pub fn path(&self) -> Option<&Path> {
+        self.output.as_ref().map(|(p, _)| p.as_path())
+    }
+
+    /// Opens the output now if it was deferred (see [`Recorder::streaming_deferred`]):
+    /// writes the header and the modules known so far.
+    fn open_deferred(&mut self) {
+        let Some(open) = self.deferred.take() else {
+            return;
+        };
+        match open() {
+            Ok((path, file)) => {
+                self.output = Some((path, None));
+                self.opened = Some(file);
+                self.open_output();
+                let modules = self.profile.modules.clone();
+                self.write(|w| modules.iter().try_for_each(|m| w.write_module(m)));
+                self.flush();
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Creates the writer (and the file, when it was not given open) and writes the header.
+    fn open_output(&mut self) {
+        if let Some((path, writer)) = &mut self.output {
+            let file = match self.opened.take() {
+                Some(f) => Ok(f),
+                None => File::create(&*path)
+                    .map_err(|e| Error::io(format!("cannot create {}", path.display()), e)),
+            };
+            let opened = file.and_then(|f| {
+                Writer::new(BufWriter::with_capacity(STREAM_BUFFER, f), &self.profile.header)
+            });
+            match opened {
+                Ok(w) => *writer = Some(w),
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                }
+            }
         }
     }
 
@@ -208,22 +266,7 @@ impl Tracker for Recorder {
             start_unix_ns: info.start_unix_ns,
             ..Header::default()
         };
-        if let Some((path, writer)) = &mut self.output {
-            let file = match self.opened.take() {
-                Some(f) => Ok(f),
-                None => File::create(&*path)
-                    .map_err(|e| Error::io(format!("cannot create {}", path.display()), e)),
-            };
-            let opened = file.and_then(|f| {
-                Writer::new(BufWriter::with_capacity(STREAM_BUFFER, f), &self.profile.header)
-            });
-            match opened {
-                Ok(w) => *writer = Some(w),
-                Err(e) => {
-                    self.error.get_or_insert(e);
-                }
-            }
-        }
+        self.open_output();
         self.refresh_modules();
         self.flush();
     }
@@ -247,6 +290,9 @@ impl Tracker for Recorder {
     }
 
     fn alloc(&mut self, a: &Allocation<'_>) -> Option<()> {
+        if self.deferred.is_some() {
+            self.open_deferred();
+        }
         let stack = Stack {
             frames: a.callstack.frames().iter().map(|&f| f as u64).collect(),
             truncated: a.callstack.truncated(),

@@ -13,8 +13,10 @@
 //! `realloc(p, 0)` frees `p` and returns NULL, `free(NULL)` does nothing, `calloc` and
 //! `reallocarray` overflows fail with ENOMEM, `posix_memalign` returns EINVAL for a bad
 //! alignment, `aligned_alloc` sets EINVAL for one where the running glibc does (2.38 and
-//! later), and `free` preserves errno. `malloc_usable_size` and `dlclose` are found once with
-//! `dlsym(RTLD_NEXT)` (neither is called by the loader before the constructors run).
+//! later), and `free` preserves errno. `malloc_usable_size`, `dlclose` and `_exit` are
+//! found once with `dlsym(RTLD_NEXT)` (none is called by the loader before the constructors
+//! run). `dlclose` and `_exit` first bring the profile up to date (while the library is
+//! still mapped; before the process ends without exit handlers).
 //!
 //! # 3. Hooks
 //! A block is reported after glibc returned it, and its free before glibc gets it back (so
@@ -264,6 +266,38 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let f: unsafe extern "C" fn(*mut c_void) -> c_int = unsafe { core::mem::transmute(f) };
     // SAFETY: as the caller's contract.
     unsafe { f(handle) }
+}
+
+/// `_exit` (and `_Exit`, the same function in glibc): writes what the profile has so far
+/// ([`memprof::agent::before_quick_exit`]), then glibc's `_exit`.
+///
+/// # Safety
+/// As C's `_exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    memprof::agent::before_quick_exit();
+    let f = next_symbol(&REAL, c"_exit");
+    if !f.is_null() {
+        // SAFETY: `f` is glibc's _exit, of this signature.
+        let f: unsafe extern "C" fn(c_int) -> ! = unsafe { core::mem::transmute(f) };
+        // SAFETY: as the caller's contract.
+        unsafe { f(status) }
+    }
+    loop {
+        // SAFETY: exit_group ends the process; it does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// `_Exit`: see [`_exit`].
+///
+/// # Safety
+/// As C's `_Exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: the same contract.
+    unsafe { _exit(status) }
 }
 
 extern "C" fn init() {
