@@ -54,6 +54,9 @@ struct RecordArgs {
     /// code built with frame pointers).
     #[arg(long, value_name = "fp|dwarf|auto")]
     unwinder: Option<String>,
+    /// Fixed sampler seed: the same program gives the same samples (per thread).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -146,6 +149,7 @@ fn record_settings(args: &RecordArgs) -> Result<EnvSettings, Error> {
     if let Some(d) = args.depth {
         settings.config.depth = d;
     }
+    settings.config.seed = args.seed;
     if let Some(u) = &args.unwinder {
         settings.config.unwinder = config::parse_unwinder(u)?;
     }
