@@ -548,12 +548,12 @@ pub fn sync() {
     driver.after_poll(true);
 }
 
-/// The locks [`fork_prepare`] holds until [`fork_parent`] or [`fork_child`].
-struct ForkLocks(
-    core::cell::UnsafeCell<
-        Option<(MutexGuard<'static, Option<Control>>, MutexGuard<'static, Option<Box<dyn Drive>>>)>,
-    >,
-);
+/// The guards [`fork_prepare`] holds until [`fork_parent`] or [`fork_child`].
+type HeldLocks =
+    (MutexGuard<'static, Option<Control>>, MutexGuard<'static, Option<Box<dyn Drive>>>);
+
+/// Where [`fork_prepare`] keeps its guards.
+struct ForkLocks(core::cell::UnsafeCell<Option<HeldLocks>>);
 
 // SAFETY: the cell is written by fork_prepare after it took both locks and emptied by the
 // fork_parent/fork_child of the same fork, on the same thread, before they are released;
