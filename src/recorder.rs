@@ -39,7 +39,9 @@ pub type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
 #[derive(Default)]
 pub struct Recorder {
     profile: Profile,
-    interned: HashMap<Stack, StackId>,
+    /// Stack ids by a hash of their frames (collisions compared against the stack table),
+    /// so that a lookup neither allocates nor hashes with SipHash.
+    interned: HashMap<u64, Vec<StackId>, crate::tracker::FastHash>,
     output: Option<(PathBuf, Option<Writer<BufWriter<File>>>)>,
     /// An already open file to stream to (taken at `started`).
     opened: Option<File>,
@@ -212,6 +214,15 @@ impl Recorder {
     }
 }
 
+/// A cheap hash of a call stack (the frames are return addresses: already well spread).
+fn stack_hash(frames: &[usize], truncated: bool) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(truncated);
+    for &f in frames {
+        h = (h.rotate_left(5) ^ f as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    h
+}
+
 /// This process's arguments; read from `/proc/self/cmdline` when the standard library has
 /// not seen them (inside a preload library whose constructor runs before std's).
 fn command_line() -> Vec<String> {
@@ -293,20 +304,28 @@ impl Tracker for Recorder {
         if self.deferred.is_some() {
             self.open_deferred();
         }
-        let stack = Stack {
-            frames: a.callstack.frames().iter().map(|&f| f as u64).collect(),
-            truncated: a.callstack.truncated(),
+        let frames = a.callstack.frames();
+        let truncated = a.callstack.truncated();
+        let key = stack_hash(frames, truncated);
+        let same = |s: &Stack| {
+            s.truncated == truncated
+                && s.frames.len() == frames.len()
+                && s.frames.iter().zip(frames).all(|(&x, &y)| x == y as u64)
         };
-        let id = match self.interned.get(&stack) {
-            Some(&id) => id,
+        let found = self.interned.get(&key).and_then(|ids| {
+            ids.iter().copied().find(|&id| same(&self.profile.stacks[id as usize]))
+        });
+        let id = match found {
+            Some(id) => id,
             None => {
+                let stack = Stack { frames: frames.iter().map(|&f| f as u64).collect(), truncated };
                 let id = self.profile.stacks.len() as StackId;
                 if self.output.is_some() && !stack.frames.iter().all(|&a| self.in_known_module(a)) {
                     self.refresh_modules();
                 }
                 self.write(|w| w.write_stack(id, &stack));
-                self.profile.stacks.push(stack.clone());
-                self.interned.insert(stack, id);
+                self.profile.stacks.push(stack);
+                self.interned.entry(key).or_default().push(id);
                 id
             }
         };

@@ -183,6 +183,30 @@ pub trait Tracker: Send + 'static {
     }
 }
 
+/// A hasher for integer keys the profiler makes itself (sample ids, stack hashes): one
+/// multiply, no SipHash. Not for keys an adversary chooses.
+pub type FastHash = std::hash::BuildHasherDefault<IdHasher>;
+
+/// The hasher of [`FastHash`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
+}
+
 /// The type-erased consumer side of a session.
 trait Drive: Send {
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
@@ -193,7 +217,7 @@ trait Drive: Send {
 
 struct Driver<T: Tracker> {
     tracker: T,
-    tokens: HashMap<u64, T::Token>,
+    tokens: HashMap<u64, T::Token, FastHash>,
 }
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
@@ -449,7 +473,7 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
     for c in [&DELIVERED_SAMPLES, &DELIVERED_FREES, &CALLBACK_PANICS] {
         c.store(0, Ordering::Relaxed);
     }
-    let mut driver = Box::new(Driver { tracker, tokens: HashMap::new() });
+    let mut driver = Box::new(Driver { tracker, tokens: HashMap::default() });
     let info =
         SessionInfo { interval: config.interval, depth: config.depth, unwinder, start_unix_ns };
     {
@@ -473,8 +497,10 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
                 let _ = ready_tx.send(());
                 drop(ready_tx);
                 while !flag.load(Ordering::Acquire) {
-                    poll();
-                    std::thread::sleep(Duration::from_millis(5));
+                    // A busy queue is drained again at once; an idle one every 5 ms.
+                    if poll() < 1024 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
                 }
             })
             .map_err(|e| Error::io("cannot start the drain thread", e))?;

@@ -41,13 +41,8 @@ extern "C" {
     fn gnu_get_libc_version() -> *const core::ffi::c_char;
 }
 
-fn errno() -> c_int {
-    // SAFETY: __errno_location returns this thread's errno slot, always valid.
-    unsafe { *libc::__errno_location() }
-}
-
 fn set_errno(v: c_int) {
-    // SAFETY: as in `errno`.
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = v };
 }
 
@@ -63,7 +58,8 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     p
 }
 
-/// `free`: glibc's; a sampled block's death is recorded first. Keeps errno.
+/// `free`: glibc's; a sampled block's death is recorded first. Keeps errno (checked by
+/// `fixtures/c/edge.c`).
 ///
 /// # Safety
 /// As C's `free`: `ptr` is null or a live block of this allocator.
@@ -72,11 +68,11 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    let saved = errno();
+    // The hook keeps errno (its slow path saves and restores it; the fast path is one
+    // load), and so does glibc's free since 2.33.
     on_dealloc(ptr.cast());
     // SAFETY: the caller passes a live block.
     unsafe { __libc_free(ptr) };
-    set_errno(saved);
 }
 
 /// `calloc`: glibc's (which checks `n * size` for overflow), sampled.
