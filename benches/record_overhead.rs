@@ -122,7 +122,7 @@ fn main() {
         totals: vec![],
         samples: 0,
     };
-    let mut cases = vec![
+    let mut cases = [
         case("plain", &plain_bin, vec![]),
         case("default interval (512 KiB)", &plain_bin, preload_env(&preload, &out, &[])),
         case(
