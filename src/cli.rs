@@ -1,9 +1,12 @@
-//! Command-line front end: `memprof report` and `memprof demo`.
+//! Command-line front end: `memprof record`, `memprof report` and `memprof demo`.
 
 use clap::{Args, Parser, Subcommand};
+use memprof::config::{self, EnvSettings};
+use memprof::launcher::{self, RecordOptions};
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
 use memprof::Error;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -18,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a dynamically linked program under the preload library and profile its heap.
+    Record(RecordArgs),
     /// Print the top allocation sites of a .mprof profile and export it.
     Report(ReportArgs),
     /// Profile the bundled workloads in process and write their flamegraphs.
@@ -25,9 +30,52 @@ enum Command {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "Example: memprof record --interval 1 -- ./prog arg1 arg2")]
+struct RecordArgs {
+    /// Mean bytes between samples (e.g. 512K, 800, 1 = exact mode: every allocation).
+    #[arg(long, value_name = "SIZE", conflicts_with = "rate")]
+    interval: Option<String>,
+    /// statmemprof's rate: sample points per 8-byte word (interval = 8/λ bytes).
+    #[arg(long, value_name = "λ")]
+    rate: Option<f64>,
+    /// Maximum call-stack depth.
+    #[arg(long, value_name = "N")]
+    depth: Option<usize>,
+    /// Output profile; `%p` is replaced by the pid [default: memprof.%p.mprof].
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<String>,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Profile forked and exec'd children too, each into <stem>.<pid>.mprof.
+    #[arg(long)]
+    follow_forks: bool,
+    /// Stack unwinder in the program: dwarf (default, always correct) or fp (fast; needs
+    /// code built with frame pointers).
+    #[arg(long, value_name = "fp|dwarf|auto")]
+    unwinder: Option<String>,
+    /// Fixed sampler seed: the same program gives the same samples (per thread).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Number of sites in the summary.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// The program and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROG [ARGS]..."
+    )]
+    command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
 struct ReportArgs {
-    /// The profile to read (.mprof).
-    file: PathBuf,
+    /// The profiles to read (.mprof); several files (a process tree recorded with
+    /// --follow-forks) are reported together.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
     /// What to count in the flamegraph and folded output: alloc (every sampled allocation),
     /// live (blocks still allocated at the end) or gc (estimated GC mark time by allocation
     /// site, for profiles of a managed heap).
@@ -68,6 +116,7 @@ pub fn main() -> i32 {
         }
     };
     let result = match cli.command {
+        Command::Record(args) => return record_cmd(&args),
         Command::Report(args) => report_cmd(&args),
         Command::Demo(args) => crate::demo::run(&args),
     };
@@ -80,18 +129,129 @@ pub fn main() -> i32 {
     }
 }
 
-fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
-    let mut profile = Profile::read_file(&args.file)?;
-    // A process that died before writing its symbols: resolve them from its modules.
-    let unresolved =
-        profile.stacks.iter().flat_map(|s| &s.frames).any(|a| !profile.symbols.contains_key(a));
-    if unresolved && !profile.modules.is_empty() {
-        for note in memprof::profile::symbolize::resolve_offline(&mut profile) {
-            eprintln!("memprof: note: {note}");
+fn record_cmd(args: &RecordArgs) -> i32 {
+    match record(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("memprof: error: {e}");
+            1
         }
     }
-    for w in &profile.warnings {
-        eprintln!("memprof: warning: {}: {w}", args.file.display());
+}
+
+fn record_settings(args: &RecordArgs) -> Result<EnvSettings, Error> {
+    let mut settings = EnvSettings::from_lookup(|_| None)?;
+    if let Some(i) = &args.interval {
+        settings.config.interval = config::parse_size(i)?;
+    }
+    if let Some(r) = args.rate {
+        settings.config.interval = config::interval_from_rate(r)?;
+    }
+    if let Some(d) = args.depth {
+        settings.config.depth = d;
+    }
+    settings.config.seed = args.seed;
+    if let Some(u) = &args.unwinder {
+        settings.config.unwinder = config::parse_unwinder(u)?;
+    }
+    settings.config.validate()?;
+    if let Some(o) = &args.output {
+        settings.output = o.clone();
+    }
+    settings.follow_forks = args.follow_forks;
+    Ok(settings)
+}
+
+/// `memprof record`: runs the program, then summarises its profile. Returns the program's
+/// exit status, or 1 when memprof itself failed (one line on stderr).
+fn record(args: &RecordArgs) -> Result<i32, Error> {
+    let settings = record_settings(args)?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
+    let preload = launcher::find_preload()?;
+    let opts = RecordOptions {
+        settings,
+        force: args.force,
+        program: program.clone(),
+        args: rest.to_vec(),
+    };
+    let run = launcher::record(&opts, &preload)?;
+    let shown = Path::new(program).display().to_string();
+    if let Some(sig) = run.signal {
+        eprintln!("memprof: {shown} was killed by signal {sig}");
+    }
+    let mut files = vec![run.output.clone()];
+    files.extend(run.children.iter().cloned());
+    let empty = std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
+    if empty {
+        return Err(Error::Other(format!(
+            "{} is empty: the preload library did not run in {shown} (a statically linked or \
+             setuid program, or LD_PRELOAD was cleared)",
+            run.output.display()
+        )));
+    }
+    let (profile, labels) = read_profiles(&files)?;
+    if profile.samples.is_empty() {
+        let why = if profile.header.interval <= 1.0 {
+            "it never called malloc or a related function through the dynamic loader \
+             (statically linked allocators and direct mmap are not seen)"
+                .to_owned()
+        } else {
+            format!(
+                "either it never called malloc, or it allocated too little to reach a sample \
+                 point (mean interval {} bytes; try --interval 1)",
+                profile.header.interval
+            )
+        };
+        eprintln!("memprof: error: no allocations were seen in {shown}: {why}");
+        return Ok(if run.exit_code == 0 { 1 } else { run.exit_code });
+    }
+    eprint!(
+        "{}",
+        report::top_table(&profile, &TopOptions { limit: args.top, ..Default::default() })
+    );
+    let svg = PathBuf::from(format!("{}.svg", run.output.display()));
+    write_outputs(&profile, View::Alloc, Some(&svg), None, None)?;
+    eprintln!("memprof: profile {} ({})", run.output.display(), labels.join(", "));
+    Ok(run.exit_code)
+}
+
+/// Reads one or more profiles (merged when several), printing their warnings.
+fn read_profiles(files: &[PathBuf]) -> Result<(Profile, Vec<String>), Error> {
+    let mut profiles = Vec::with_capacity(files.len());
+    let mut labels = Vec::with_capacity(files.len());
+    for f in files {
+        let mut p = Profile::read_file(f)?;
+        for w in &p.warnings {
+            eprintln!("memprof: warning: {}: {w}", f.display());
+        }
+        // A process that died before writing its symbols: resolve them from its modules
+        // (before merging, while the addresses are still the process's own).
+        let unresolved =
+            p.stacks.iter().flat_map(|s| &s.frames).any(|a| !p.symbols.contains_key(a));
+        if unresolved && !p.modules.is_empty() {
+            for note in memprof::profile::symbolize::resolve_offline(&mut p) {
+                eprintln!("memprof: note: {}: {note}", f.display());
+            }
+        }
+        labels.push(format!("{}: {} samples", f.display(), p.samples.len()));
+        profiles.push(p);
+    }
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let mut merged = memprof::profile::merge::merge(profiles, &names)?;
+    if files.len() > 1 {
+        // Each file's warnings were printed above.
+        merged.warnings.clear();
+    }
+    Ok((merged, labels))
+}
+
+fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
+    let (profile, _) = read_profiles(&args.files)?;
+    if args.files.len() > 1 {
+        eprintln!("memprof: {} profiles reported together", args.files.len());
     }
     print!(
         "{}",

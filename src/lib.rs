@@ -30,11 +30,13 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod agent;
 pub mod alloc;
 pub mod callstack;
 pub mod config;
 pub mod error;
 pub mod gc;
+pub mod launcher;
 pub mod live;
 pub mod postponed;
 pub mod profile;

@@ -152,6 +152,16 @@ impl Queue {
     /// Queues an event with its frames (at most `depth` are kept). Returns false, and counts
     /// the event as lost, when the queue is full. Lock-free; never allocates or panics.
     pub fn push(&self, event: &Event, frames: &[usize]) -> bool {
+        self.push_inner(event, frames, true)
+    }
+
+    /// Like [`Queue::push`], but a full queue is not counted as a loss (the caller retries).
+    pub fn try_push(&self, event: &Event, frames: &[usize]) -> bool {
+        self.push_inner(event, frames, false)
+    }
+
+    #[inline]
+    fn push_inner(&self, event: &Event, frames: &[usize], count_lost: bool) -> bool {
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(pos);
@@ -163,7 +173,9 @@ impl Queue {
                 // (claimed and consumed meanwhile): the CAS below fails and retries.
                 let waiting = pos.wrapping_sub(self.head.load(Ordering::Acquire)) as isize;
                 if waiting >= self.limit.load(Ordering::Relaxed) as isize {
-                    self.lost.fetch_add(1, Ordering::Relaxed);
+                    if count_lost {
+                        self.lost.fetch_add(1, Ordering::Relaxed);
+                    }
                     return false;
                 }
                 match self.tail.compare_exchange_weak(
@@ -191,7 +203,9 @@ impl Queue {
                     Err(actual) => pos = actual,
                 }
             } else if diff < 0 {
-                self.lost.fetch_add(1, Ordering::Relaxed);
+                if count_lost {
+                    self.lost.fetch_add(1, Ordering::Relaxed);
+                }
                 return false;
             } else {
                 pos = self.tail.load(Ordering::Relaxed);

@@ -4,6 +4,18 @@
 //! Call stacks are interned as they arrive; symbols are resolved once, when the session
 //! stops, in this process (where the code is mapped), and written into the profile, so a
 //! report needs neither this process nor its binaries.
+//!
+//! # Streaming
+//! A file recorder writes each record as its event arrives, through a bounded buffer
+//! ([`STREAM_BUFFER`] bytes) that is flushed when it fills and at least every
+//! [`FLUSH_EVERY`] by [`Tracker::after_poll`] (the drain thread polls every few
+//! milliseconds), so a process that dies reads back everything up to the last flush. The
+//! header and the modules are flushed at once. Modules loaded later (`dlopen`) are noticed
+//! through the loader's `dlpi_adds` counter at each poll, and when a new stack has a frame
+//! outside every known module; they are written as they appear. A forced poll
+//! ([`crate::tracker::sync`], before `dlclose`) also resolves the symbols seen so far while
+//! their library is still mapped. [`Recorder::streaming`] keeps only the stack table in
+//! memory, so a long run costs memory for its distinct stacks, not for its samples.
 
 use crate::error::Error;
 use crate::profile::format::Writer;
@@ -11,17 +23,41 @@ use crate::profile::{
     symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId,
 };
 use crate::tracker::{Allocation, Deallocation, Reallocation, SessionInfo, Stats, Tracker};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Capacity of a streaming recorder's write buffer.
+pub const STREAM_BUFFER: usize = 64 * 1024;
+/// Longest time written records wait in the buffer.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
+/// Opens a file to stream to: its path and the file.
+pub type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
 
 /// Builds a [`Profile`] from a session's samples.
 #[derive(Default)]
 pub struct Recorder {
     profile: Profile,
-    interned: HashMap<Stack, StackId>,
+    /// Stack ids by a hash of their frames (collisions compared against the stack table),
+    /// so that a lookup neither allocates nor hashes with SipHash.
+    interned: HashMap<u64, Vec<StackId>, crate::tracker::FastHash>,
     output: Option<(PathBuf, Option<Writer<BufWriter<File>>>)>,
+    /// An already open file to stream to (taken at `started`).
+    opened: Option<File>,
+    /// Opens the file at the first sample (taken then).
+    deferred: Option<Opener>,
+    /// Keep samples, frees and moves in memory (false: they only go to the file).
+    stream_only: bool,
+    /// Modules written so far, by (path, base).
+    modules_seen: HashSet<(String, u64)>,
+    /// The loader's `dlpi_adds` when the modules were last listed.
+    loader_adds: u64,
+    /// Addresses whose symbols were written already (by a forced poll).
+    resolved: HashSet<u64>,
+    last_flush: Option<Instant>,
     error: Option<Error>,
 }
 
@@ -35,6 +71,76 @@ impl Recorder {
     /// regular file already).
     pub fn to_file(path: impl AsRef<Path>) -> Self {
         Recorder { output: Some((path.as_ref().to_path_buf(), None)), ..Recorder::default() }
+    }
+
+    /// A recorder that streams to `file` (already open for writing; `path` names it in
+    /// messages) and keeps only the stack table in memory: samples, frees and moves go to
+    /// the file only, so [`Recorder::finish`] returns a profile without them.
+    pub fn streaming(path: impl AsRef<Path>, file: File) -> Self {
+        Recorder {
+            output: Some((path.as_ref().to_path_buf(), None)),
+            opened: Some(file),
+            stream_only: true,
+            ..Recorder::default()
+        }
+    }
+
+    /// Like [`Recorder::streaming`], but the file is opened by `open` when the first sample
+    /// arrives, so that a process that never allocates leaves no file (a forked child that
+    /// calls `exec` at once).
+    pub fn streaming_deferred(open: Opener) -> Self {
+        Recorder { deferred: Some(open), stream_only: true, ..Recorder::default() }
+    }
+
+    /// The path of the file being written, once it is open.
+    pub fn path(&self) -> Option<&Path> {
+        self.output.as_ref().map(|(p, _)| p.as_path())
+    }
+
+    /// Opens the output now if it was deferred (see [`Recorder::streaming_deferred`]):
+    /// writes the header and the modules known so far.
+    fn open_deferred(&mut self) {
+        let Some(open) = self.deferred.take() else {
+            return;
+        };
+        match open() {
+            Ok((path, file)) => {
+                self.output = Some((path, None));
+                self.opened = Some(file);
+                self.open_output();
+                let modules = self.profile.modules.clone();
+                self.write(|w| modules.iter().try_for_each(|m| w.write_module(m)));
+                self.flush();
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Creates the writer (and the file, when it was not given open) and writes the header.
+    fn open_output(&mut self) {
+        if let Some((path, writer)) = &mut self.output {
+            let file = match self.opened.take() {
+                Some(f) => Ok(f),
+                None => File::create(&*path)
+                    .map_err(|e| Error::io(format!("cannot create {}", path.display()), e)),
+            };
+            let opened = file.and_then(|f| {
+                Writer::new(BufWriter::with_capacity(STREAM_BUFFER, f), &self.profile.header)
+            });
+            match opened {
+                Ok(w) => *writer = Some(w),
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    /// The first error met while writing the file, if any.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
     }
 
     /// The profile recorded so far.
@@ -56,15 +162,106 @@ impl Recorder {
     }
 
     fn write(&mut self, f: impl FnOnce(&mut Writer<BufWriter<File>>) -> Result<(), Error>) {
-        if let Some((_, Some(w))) = &mut self.output {
+        if let Some((path, Some(w))) = &mut self.output {
             if let Err(e) = f(w) {
-                self.error.get_or_insert(e);
+                self.error.get_or_insert(Error::Other(format!("{}: {e}", path.display())));
                 if let Some((_, w)) = &mut self.output {
                     *w = None;
                 }
             }
         }
     }
+
+    fn flush(&mut self) {
+        self.last_flush = Some(Instant::now());
+        self.write(|w| w.flush());
+    }
+
+    /// Lists the loaded modules again and writes those not written yet.
+    fn refresh_modules(&mut self) {
+        self.loader_adds = loader_adds();
+        let fresh: Vec<_> = symbolize::current_modules()
+            .into_iter()
+            .filter(|m| !self.modules_seen.contains(&(m.path.clone(), m.base)))
+            .collect();
+        for m in fresh {
+            self.modules_seen.insert((m.path.clone(), m.base));
+            self.write(|w| w.write_module(&m));
+            self.profile.modules.push(m);
+        }
+    }
+
+    fn in_known_module(&self, addr: u64) -> bool {
+        self.profile.modules.iter().any(|m| m.start <= addr && addr < m.end)
+    }
+
+    /// Resolves the symbols of the stack frames not resolved yet and writes them.
+    fn resolve_pending(&mut self) {
+        let addrs: BTreeSet<u64> = self
+            .profile
+            .stacks
+            .iter()
+            .flat_map(|s| s.frames.iter().copied())
+            .filter(|a| !self.resolved.contains(a))
+            .collect();
+        let symbols = symbolize::resolve_in_process(addrs.iter().copied());
+        for a in addrs {
+            self.resolved.insert(a);
+            if let Some(s) = symbols.get(&a) {
+                let s = s.clone();
+                self.write(|w| w.write_symbols(a, &s));
+                self.profile.symbols.insert(a, s);
+            }
+        }
+    }
+}
+
+/// A cheap hash of a call stack (the frames are return addresses: already well spread).
+fn stack_hash(frames: &[usize], truncated: bool) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(truncated);
+    for &f in frames {
+        h = (h.rotate_left(5) ^ f as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    h
+}
+
+/// This process's arguments; read from `/proc/self/cmdline` when the standard library has
+/// not seen them (inside a preload library whose constructor runs before std's).
+fn command_line() -> Vec<String> {
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    if !args.is_empty() {
+        return args;
+    }
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The loader's count of objects ever loaded (`dlpi_adds`): it changes when `dlopen` maps
+/// a new object.
+fn loader_adds() -> u64 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) {
+            // SAFETY: the loader passes a valid info of `size` bytes, which covers
+            // `dlpi_adds`; `data` is the `&mut u64` passed below.
+            unsafe { *(data as *mut u64) = (*info).dlpi_adds };
+        }
+        1
+    }
+    let mut adds = 0u64;
+    // SAFETY: the callback only reads the loader's record and writes `adds`, which outlives
+    // the call; returning 1 stops the iteration after the first object.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut libc::c_void) };
+    adds
 }
 
 impl Tracker for Recorder {
@@ -78,38 +275,59 @@ impl Tracker for Recorder {
             executable: std::env::current_exe()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
-            cmdline: std::env::args().collect(),
+            cmdline: command_line(),
             start_unix_ns: info.start_unix_ns,
             ..Header::default()
         };
-        self.profile.modules = symbolize::current_modules();
-        if let Some((path, writer)) = &mut self.output {
-            let opened = File::create(&*path)
-                .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
-                .and_then(|f| Writer::new(BufWriter::new(f), &self.profile.header));
-            match opened {
-                Ok(w) => *writer = Some(w),
-                Err(e) => {
-                    self.error.get_or_insert(e);
-                }
-            }
+        self.open_output();
+        self.refresh_modules();
+        self.flush();
+    }
+
+    fn after_poll(&mut self, forced: bool) {
+        if !matches!(self.output, Some((_, Some(_)))) {
+            return;
         }
-        let modules = self.profile.modules.clone();
-        self.write(|w| modules.iter().try_for_each(|m| w.write_module(m)));
+        if forced {
+            self.refresh_modules();
+            self.resolve_pending();
+            self.flush();
+            return;
+        }
+        if loader_adds() != self.loader_adds {
+            self.refresh_modules();
+        }
+        if self.last_flush.is_none_or(|t| t.elapsed() >= FLUSH_EVERY) {
+            self.flush();
+        }
     }
 
     fn alloc(&mut self, a: &Allocation<'_>) -> Option<()> {
-        let stack = Stack {
-            frames: a.callstack.frames().iter().map(|&f| f as u64).collect(),
-            truncated: a.callstack.truncated(),
+        if self.deferred.is_some() {
+            self.open_deferred();
+        }
+        let frames = a.callstack.frames();
+        let truncated = a.callstack.truncated();
+        let key = stack_hash(frames, truncated);
+        let same = |s: &Stack| {
+            s.truncated == truncated
+                && s.frames.len() == frames.len()
+                && s.frames.iter().zip(frames).all(|(&x, &y)| x == y as u64)
         };
-        let id = match self.interned.get(&stack) {
-            Some(&id) => id,
+        let found = self.interned.get(&key).and_then(|ids| {
+            ids.iter().copied().find(|&id| same(&self.profile.stacks[id as usize]))
+        });
+        let id = match found {
+            Some(id) => id,
             None => {
+                let stack = Stack { frames: frames.iter().map(|&f| f as u64).collect(), truncated };
                 let id = self.profile.stacks.len() as StackId;
+                if self.output.is_some() && !stack.frames.iter().all(|&a| self.in_known_module(a)) {
+                    self.refresh_modules();
+                }
                 self.write(|w| w.write_stack(id, &stack));
-                self.profile.stacks.push(stack.clone());
-                self.interned.insert(stack, id);
+                self.profile.stacks.push(stack);
+                self.interned.entry(key).or_default().push(id);
                 id
             }
         };
@@ -123,7 +341,9 @@ impl Tracker for Recorder {
             k: a.k,
         };
         self.write(|w| w.write_sample(&sample));
-        self.profile.samples.push(sample);
+        if !self.stream_only {
+            self.profile.samples.push(sample);
+        }
         Some(())
     }
 
@@ -135,13 +355,17 @@ impl Tracker for Recorder {
             new_size: r.new_size as u64,
         };
         self.write(|w| w.write_move(&m));
-        self.profile.moves.push(m);
+        if !self.stream_only {
+            self.profile.moves.push(m);
+        }
     }
 
     fn dealloc(&mut self, _: (), d: &Deallocation) {
         let f = Free { id: d.id, time_ns: d.time_ns };
         self.write(|w| w.write_free(&f));
-        self.profile.frees.push(f);
+        if !self.stream_only {
+            self.profile.frees.push(f);
+        }
     }
 
     fn gc_cycle(&mut self, cycle: &GcCycle) {
@@ -155,9 +379,15 @@ impl Tracker for Recorder {
             untracked: stats.untracked,
             callback_panics: stats.callback_panics,
         };
-        let addrs: BTreeSet<u64> =
-            self.profile.stacks.iter().flat_map(|s| s.frames.iter().copied()).collect();
-        self.profile.symbols = symbolize::resolve_in_process(addrs.iter().copied());
+        let addrs: BTreeSet<u64> = self
+            .profile
+            .stacks
+            .iter()
+            .flat_map(|s| s.frames.iter().copied())
+            .filter(|a| !self.resolved.contains(a))
+            .collect();
+        let fresh = symbolize::resolve_in_process(addrs.iter().copied());
+        self.profile.symbols.extend(fresh);
         let lost = self.profile.lost;
         let symbols: Vec<_> =
             addrs.iter().filter_map(|a| self.profile.symbols.get(a).map(|s| (*a, s))).collect();

@@ -15,6 +15,29 @@
 //! Sampling state is process-global (the global allocator is), so a second [`start`] while
 //! a session runs is an error. Stopping disables sampling, waits briefly for producers that
 //! are mid-push, drains the queue, forgets the live table and hands the tracker back.
+//!
+//! # 3. Keeping an output current
+//! After every drain at a safe point the tracker's [`Tracker::after_poll`] runs (with
+//! `forced == false`), so a tracker that streams somewhere can flush on its own schedule.
+//! [`sync`] drains and calls it with `forced == true`, waiting for a concurrent drain to
+//! finish: the preload library calls it before `dlclose`, while the library is still mapped.
+//!
+//! # 4. Backpressure
+//! With [`Config::backpressure`] a sampling thread that finds the queue full waits (at most
+//! [`BACKPRESSURE_WAIT_MS`](crate::config::BACKPRESSURE_WAIT_MS), sleeping 50 µs at a time)
+//! for the drain thread instead of dropping the event, so the exact mode stays lossless
+//! under load. It only waits while a drain thread runs, holds no lock while waiting, and the
+//! drain thread itself never waits (its allocations are not sampled).
+//!
+//! # 5. fork
+//! [`fork_prepare`], [`fork_parent`] and [`fork_child`] are `pthread_atfork` handlers: the
+//! first takes the session's locks (control, driver, live table) so that no other thread
+//! holds one at the moment of the fork, the parent releases them, and the child releases
+//! them and abandons the session: the child has no drain thread, its queue may hold slots
+//! that threads which do not exist in the child had claimed, and its tracker shares its
+//! output with the parent. The tracker is leaked (never dropped, so it never writes), the
+//! queue is replaced at the next start, and sampling stops. The child may then [`start`] a
+//! session of its own.
 
 use crate::config::{Config, Unwinder};
 use crate::error::Error;
@@ -153,35 +176,41 @@ pub trait Tracker: Send + 'static {
         let _ = cycle;
     }
 
+    /// Called after every drain at a safe point, even when no event was handled.
+    /// `forced` is true when the caller needs the tracker's output up to date now
+    /// ([`sync`]); otherwise the tracker may act on its own schedule (a file tracker flushes
+    /// every few tens of milliseconds).
+    fn after_poll(&mut self, forced: bool) {
+        let _ = forced;
+    }
+
     /// Called once when the session stops, after the last event.
     fn stopped(&mut self, stats: &Stats) {
         let _ = stats;
     }
 }
 
-/// Sample ids are distinct integers: one multiply spreads them over a hash table, where
-/// SipHash would cost more than the rest of a dealloc event's handling.
-#[derive(Clone, Copy, Default)]
-struct IdHasher(u64);
+/// A hasher for integer keys the profiler makes itself (sample ids, stack hashes): one
+/// multiply, no SipHash. Not for keys an adversary chooses.
+pub type FastHash = std::hash::BuildHasherDefault<IdHasher>;
+
+/// The hasher of [`FastHash`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {
         self.0
     }
+
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
     }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
 
-impl std::hash::BuildHasher for IdHasher {
-    type Hasher = IdHasher;
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
     }
 }
 
@@ -190,12 +219,13 @@ trait Drive: Send {
     fn gc(&mut self, cycle: &GcCycle);
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
     fn finish(&mut self, stats: &Stats);
+    fn after_poll(&mut self, forced: bool);
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
 struct Driver<T: Tracker> {
     tracker: T,
-    tokens: HashMap<u64, T::Token, IdHasher>,
+    tokens: HashMap<u64, T::Token, FastHash>,
 }
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
@@ -272,6 +302,13 @@ impl<T: Tracker> Drive for Driver<T> {
         }
     }
 
+    fn after_poll(&mut self, forced: bool) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.after_poll(forced))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         Box::new(self.tracker)
     }
@@ -286,6 +323,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
 static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
+/// Backpressure is on and a drain thread runs: a full queue is worth waiting for.
+static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);
 
 // ---- cold-path state ----
 
@@ -429,13 +468,35 @@ pub(crate) mod hot {
                 k: hit.k,
                 truncated: frames.truncated(),
             };
-            if q.push(&event, frames.frames())
+            if push(q, &event, frames.frames())
                 && !live::insert(addr, Entry { id, epoch: hit.epoch })
             {
                 UNTRACKED.fetch_add(1, Ordering::Relaxed);
             }
         }
         callstack::set_errno(saved);
+    }
+
+    /// Pushes an event; with backpressure on, waits a bounded time for room in a full
+    /// queue. No allocation, no lock held while waiting.
+    #[inline]
+    fn push(q: &Queue, event: &Event, frames: &[usize]) -> bool {
+        if q.try_push(event, frames) {
+            return true;
+        }
+        if WAIT_WHEN_FULL.load(Ordering::Relaxed) {
+            let deadline = monotonic_ns()
+                .saturating_add(crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000));
+            while WAIT_WHEN_FULL.load(Ordering::Relaxed) && monotonic_ns() < deadline {
+                let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
+                // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
+                unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+                if q.try_push(event, frames) {
+                    return true;
+                }
+            }
+        }
+        q.push(event, frames)
     }
 
     /// Queues the death (`addr == 0`) or the move of a sampled block. Keeps errno (a move
@@ -457,7 +518,7 @@ pub(crate) mod hot {
                 k: 0,
                 truncated: false,
             };
-            if q.push(&event, &[]) && kind == EventKind::Move && !live::insert(addr, entry) {
+            if push(q, &event, &[]) && kind == EventKind::Move && !live::insert(addr, entry) {
                 UNTRACKED.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -516,6 +577,31 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
         }
     }
     let seed = config.seed.unwrap_or_else(sampler::entropy_seed);
+    // The drain thread starts before sampling does, and sampling waits until the thread
+    // runs its own code: the allocations of the thread's start-up (the standard library's
+    // thread-local bookkeeping) are not the program's and must not be sampled.
+    let drain = if config.drain_thread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let handle = std::thread::Builder::new()
+            .name("memprof-drain".into())
+            .spawn(move || {
+                let _ = ready_tx.send(());
+                drop(ready_tx);
+                while !flag.load(Ordering::Acquire) {
+                    // A busy queue is drained again at once; an idle one every 5 ms.
+                    if poll() < 1024 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            })
+            .map_err(|e| Error::io("cannot start the drain thread", e))?;
+        let _ = ready_rx.recv();
+        Some((stop, handle))
+    } else {
+        None
+    };
     // The driver stays locked until the epoch is published: a concurrent `poll` that ran
     // in between would drop this session's first events, uncounted, as another session's.
     let mut slot = lock(&DRIVER);
@@ -523,22 +609,7 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
     let epoch = sampler::begin(config.interval, seed);
     SESSION_EPOCH.store(epoch, Ordering::Release);
     drop(slot);
-    let drain = if config.drain_thread {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("memprof-drain".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Acquire) {
-                    poll();
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            })
-            .map_err(|e| Error::io("cannot start the drain thread", e))?;
-        Some((stop, handle))
-    } else {
-        None
-    };
+    WAIT_WHEN_FULL.store(config.backpressure && drain.is_some(), Ordering::Relaxed);
     *control = Some(Control { epoch, lost_at_start: q.lost(), drain });
     Ok(Session { epoch, info, _tracker: PhantomData })
 }
@@ -560,6 +631,15 @@ pub fn poll() -> usize {
     let Some(_busy) = Busy::enter() else {
         return 0;
     };
+    let n = drain_into(q, driver.as_mut(), epoch);
+    driver.after_poll(false);
+    n
+}
+
+/// Delivers the queued events of session `epoch` (their clock readings converted to session
+/// nanoseconds), then the GC cycles reported before this drain began, which follow the events
+/// queued before them. Returns the number delivered.
+fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
     let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
     let clock = clock::Converter::new();
     let n = q
@@ -570,7 +650,6 @@ pub fn poll() -> usize {
             }
         })
         .unwrap_or(0);
-    // Cycles reported before this drain began follow the events queued before them.
     let cycles = std::mem::take(&mut *lock(&PENDING_GC));
     let m = cycles.len();
     for (_, c) in cycles.iter().filter(|(e, _)| *e == epoch) {
@@ -600,6 +679,77 @@ pub fn record_gc_cycle(cycle: &GcCycle) {
         lock(&PENDING_GC).push((epoch, c));
     }
     poll();
+}
+
+/// Runs pending callbacks on this thread, then [`Tracker::after_poll`] with `forced`, waiting
+/// for a drain running on another thread to finish first. Does nothing when no session runs
+/// or when called from inside a callback.
+pub fn sync() {
+    let Some(q) = queue() else {
+        return;
+    };
+    let Some(_busy) = Busy::enter() else {
+        return;
+    };
+    let mut guard = lock(&DRIVER);
+    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
+    let Some(driver) = guard.as_mut() else {
+        return;
+    };
+    let _ = drain_into(q, driver.as_mut(), epoch);
+    driver.after_poll(true);
+}
+
+/// The guards [`fork_prepare`] holds until [`fork_parent`] or [`fork_child`].
+type HeldLocks =
+    (MutexGuard<'static, Option<Control>>, MutexGuard<'static, Option<Box<dyn Drive>>>);
+
+/// Where [`fork_prepare`] keeps its guards.
+struct ForkLocks(core::cell::UnsafeCell<Option<HeldLocks>>);
+
+// SAFETY: the cell is written by fork_prepare after it took both locks and emptied by the
+// fork_parent/fork_child of the same fork, on the same thread, before they are released;
+// another thread's fork_prepare cannot touch it before then because it blocks on CONTROL.
+unsafe impl Sync for ForkLocks {}
+
+static FORK_LOCKS: ForkLocks = ForkLocks(core::cell::UnsafeCell::new(None));
+
+/// `pthread_atfork` prepare handler: takes the session's locks (control, driver, then the
+/// live table's shards) so that the child inherits none of them held by a thread it lacks.
+pub fn fork_prepare() {
+    let control = lock(&CONTROL);
+    let driver = lock(&DRIVER);
+    crate::live::lock_all();
+    // SAFETY: see `ForkLocks`: this thread holds CONTROL, so no other handler uses the cell.
+    unsafe { *FORK_LOCKS.0.get() = Some((control, driver)) };
+}
+
+/// `pthread_atfork` parent handler: releases what [`fork_prepare`] took.
+pub fn fork_parent() {
+    crate::live::unlock_all();
+    // SAFETY: see `ForkLocks`: this thread still holds CONTROL.
+    let locks = unsafe { (*FORK_LOCKS.0.get()).take() };
+    drop(locks);
+}
+
+/// `pthread_atfork` child handler: releases the locks and abandons the parent's session
+/// (see the module documentation, §5). The child's tracker is leaked, never dropped.
+pub fn fork_child() {
+    crate::live::unlock_all();
+    // SAFETY: see `ForkLocks`: this (the only) thread still holds CONTROL.
+    let locks = unsafe { (*FORK_LOCKS.0.get()).take() };
+    sampler::end();
+    WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
+    if let Some((mut control, mut driver)) = locks {
+        // The drain thread does not exist here: forget its handle rather than join it.
+        core::mem::forget(control.take());
+        // The tracker shares its output with the parent: never run or drop it.
+        core::mem::forget(driver.take());
+    }
+    SESSION_EPOCH.store(0, Ordering::Release);
+    // Slots claimed by threads that the child lacks would never be published.
+    QUEUE.store(core::ptr::null_mut(), Ordering::Release);
+    crate::live::clear();
 }
 
 /// A running profiling session. Stop it with [`Session::stop`] to get the tracker back;
@@ -639,6 +789,7 @@ impl<T: Tracker> Session<T> {
             return Err(Error::Other("this session is not running".into()));
         };
         sampler::end();
+        WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
         if let Some((flag, handle)) = c.drain {
             flag.store(true, Ordering::Release);
             let _ = handle.join();

@@ -19,6 +19,7 @@
 //! estimates are the exact totals.
 
 pub mod format;
+pub mod merge;
 pub mod symbolize;
 
 use std::collections::HashMap;

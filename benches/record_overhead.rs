@@ -1,0 +1,225 @@
+//! `memprof record` on an unmodified C program, measured side by side in one run and
+//! printed as ratios.
+//!
+//! ```text
+//! cargo bench --bench record_overhead              # 10 M iterations, 5 rounds
+//! cargo bench --bench record_overhead -- --quick   # 2 M iterations, 3 rounds
+//! ```
+//!
+//! The program is `fixtures/c/worst_case.c`, the C port of seed 003's statmemprof worst
+//! case (recursion depth 20, malloc of 21 and 2 words per iteration, freed soon after),
+//! built with `cc -O2` (no frame pointers, as Debian's gcc builds C) and once more with
+//! `-fno-omit-frame-pointer` for the frame-pointer unwinder. Each configuration runs the
+//! program under the preload library exactly as `memprof record` does (the same
+//! `LD_PRELOAD` and `MEMPROF_*` variables; the launcher's report afterwards is left out),
+//! rounds interleaved, medians compared. Two times are reported: the program's loop
+//! (it prints its own `loop_ns`), the allocation overhead proper, and the whole process
+//! (start-up, the drain thread, and at exit the symbolization and the last writes).
+//!
+//! 1. the default interval (512 KiB) vs the plain program (target ≤ 1.02×);
+//! 2. `--interval 800 --depth 10` (statmemprof's λ = 0.01) with the default DWARF unwinder
+//!    and with frame pointers (target ≤ 1.5×), and the cost per sample;
+//! 3. the exact mode vs heaptrack on the same program and iterations (fewer, since both
+//!    record every allocation; target: faster than heaptrack).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn target_dir() -> PathBuf {
+    // The bench binary lives in target/<profile>/deps/.
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn build(out: &Path, extra: &[&str]) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/worst_case.c");
+    let o = Command::new("cc")
+        .args(["-O2", "-g"])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(&src)
+        .output()
+        .expect("cc runs");
+    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// One run: (loop seconds, process seconds, samples in the profile if any).
+fn run(prog: &Path, iterations: u64, env: &[(&str, String)], out: &Path) -> (f64, f64, u64) {
+    let _ = std::fs::remove_file(out);
+    let mut cmd = Command::new(prog);
+    cmd.arg(iterations.to_string());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let t = Instant::now();
+    let o = cmd.output().expect("the program runs");
+    let total = t.elapsed().as_secs_f64();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let loop_ns: f64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("loop_ns "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(f64::NAN);
+    let samples = if env.is_empty() {
+        0
+    } else {
+        memprof::profile::Profile::read_file(out).map(|p| p.samples.len() as u64).unwrap_or(0)
+    };
+    (loop_ns / 1e9, total, samples)
+}
+
+fn preload_env(preload: &Path, out: &Path, extra: &[(&str, &str)]) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("LD_PRELOAD", preload.display().to_string()),
+        ("MEMPROF_OUTPUT", out.display().to_string()),
+    ];
+    for (k, val) in extra {
+        let key: &'static str = match *k {
+            "MEMPROF_INTERVAL" => "MEMPROF_INTERVAL",
+            "MEMPROF_DEPTH" => "MEMPROF_DEPTH",
+            "MEMPROF_UNWINDER" => "MEMPROF_UNWINDER",
+            _ => unreachable!(),
+        };
+        v.push((key, val.to_string()));
+    }
+    v
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (iterations, rounds) = if quick { (2_000_000u64, 3) } else { (10_000_000, 5) };
+    let dir = std::env::temp_dir().join(format!("memprof-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain_bin = dir.join("worst_case");
+    let fp_bin = dir.join("worst_case_fp");
+    build(&plain_bin, &[]);
+    build(&fp_bin, &["-fno-omit-frame-pointer"]);
+    let preload = target_dir().join("libmemprof_preload.so");
+    assert!(preload.is_file(), "build the preload library first: {}", preload.display());
+    let out = dir.join("bench.mprof");
+
+    struct Case {
+        name: &'static str,
+        prog: PathBuf,
+        env: Vec<(&'static str, String)>,
+        loops: Vec<f64>,
+        totals: Vec<f64>,
+        samples: u64,
+    }
+    let case = |name, prog: &Path, env| Case {
+        name,
+        prog: prog.to_path_buf(),
+        env,
+        loops: vec![],
+        totals: vec![],
+        samples: 0,
+    };
+    let mut cases = [
+        case("plain", &plain_bin, vec![]),
+        case("default interval (512 KiB)", &plain_bin, preload_env(&preload, &out, &[])),
+        case(
+            "interval 800, depth 10, dwarf",
+            &plain_bin,
+            preload_env(&preload, &out, &[("MEMPROF_INTERVAL", "800"), ("MEMPROF_DEPTH", "10")]),
+        ),
+        case("plain, frame pointers", &fp_bin, vec![]),
+        case(
+            "interval 800, depth 10, fp",
+            &fp_bin,
+            preload_env(
+                &preload,
+                &out,
+                &[("MEMPROF_INTERVAL", "800"), ("MEMPROF_DEPTH", "10"), ("MEMPROF_UNWINDER", "fp")],
+            ),
+        ),
+    ];
+    println!("worst_case.c, {iterations} iterations × {rounds} interleaved rounds (medians)");
+    for _ in 0..rounds {
+        for c in cases.iter_mut() {
+            let (l, t, s) = run(&c.prog, iterations, &c.env, &out);
+            c.loops.push(l);
+            c.totals.push(t);
+            c.samples = s;
+        }
+    }
+    let med: Vec<(f64, f64)> =
+        cases.iter_mut().map(|c| (median(&mut c.loops), median(&mut c.totals))).collect();
+    for (i, c) in cases.iter().enumerate() {
+        let base =
+            if c.name.ends_with(", fp") || c.name.contains("frame pointers") { 3 } else { 0 };
+        let (l, t) = med[i];
+        let (bl, bt) = med[base];
+        let per_sample = if c.samples > 0 {
+            format!(
+                ", {:.0} ns per sample ({} samples)",
+                (l - bl) * 1e9 / c.samples as f64,
+                c.samples
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "  {:<32} loop {:>7.3} s ({:.3}×)   process {:>7.3} s ({:.3}×){per_sample}",
+            c.name,
+            l,
+            l / bl,
+            t,
+            t / bt
+        );
+    }
+
+    // Exact mode vs heaptrack: every allocation recorded by both.
+    let exact_iters = iterations / 10;
+    let have_heaptrack = Command::new("heaptrack").arg("--help").output().is_ok();
+    println!("exact mode vs heaptrack, {exact_iters} iterations ({} allocations)", 2 * exact_iters);
+    let exact_env = preload_env(&preload, &out, &[("MEMPROF_INTERVAL", "1")]);
+    let mut plain = vec![];
+    let mut exact = vec![];
+    let mut ht = vec![];
+    for _ in 0..rounds.min(3) {
+        plain.push(run(&plain_bin, exact_iters, &[], &out).1);
+        exact.push(run(&plain_bin, exact_iters, &exact_env, &out).1);
+        if have_heaptrack {
+            let prefix = dir.join("ht");
+            for e in std::fs::read_dir(&dir).unwrap().flatten() {
+                if e.file_name().to_string_lossy().starts_with("ht.") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+            let help = Command::new("heaptrack").arg("--help").output().unwrap();
+            let mut cmd = Command::new("heaptrack");
+            if String::from_utf8_lossy(&help.stdout).contains("--record-only") {
+                cmd.arg("--record-only");
+            } else {
+                cmd.arg("--raw");
+            }
+            let t = Instant::now();
+            let o =
+                cmd.arg("-o").arg(&prefix).arg(&plain_bin).arg(exact_iters.to_string()).output();
+            ht.push(t.elapsed().as_secs_f64());
+            assert!(o.is_ok_and(|o| o.status.success()), "heaptrack failed");
+        }
+    }
+    let (p, e) = (median(&mut plain), median(&mut exact));
+    println!("  plain                            process {p:>7.3} s");
+    println!("  memprof exact (--interval 1)     process {e:>7.3} s ({:.2}× plain)", e / p);
+    if have_heaptrack {
+        let h = median(&mut ht);
+        println!(
+            "  heaptrack (recording only)       process {h:>7.3} s ({:.2}× plain); memprof/heaptrack = {:.2}",
+            h / p,
+            e / h
+        );
+    } else {
+        println!("  heaptrack not installed: comparison skipped");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

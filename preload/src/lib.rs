@@ -1,0 +1,306 @@
+//! `libmemprof_preload.so`: the malloc family of an unmodified, dynamically linked program,
+//! sampled by memprof. `memprof record -- ./prog` loads it with `LD_PRELOAD`.
+//!
+//! # 1. What is here
+//! Only the exported functions and the constructor; the work is in the `memprof` library
+//! ([`memprof::alloc`] hooks, [`memprof::agent`] start, fork and exit).
+//!
+//! # 2. Forwarding
+//! Every export forwards to glibc's own allocator under the names no interposer replaces
+//! (`__libc_malloc`, `__libc_free`, …), so there is no `dlsym` on the allocation path and no
+//! bootstrap problem: the exports work from the first allocation the loader makes, before
+//! any constructor. glibc's semantics are kept: `realloc(NULL, n)` is `malloc(n)`,
+//! `realloc(p, 0)` frees `p` and returns NULL, `free(NULL)` does nothing, `calloc` and
+//! `reallocarray` overflows fail with ENOMEM, `posix_memalign` returns EINVAL for a bad
+//! alignment, `aligned_alloc` sets EINVAL for one where the running glibc does (2.38 and
+//! later), and `free` preserves errno. `malloc_usable_size`, `dlclose` and `_exit` are
+//! found once with `dlsym(RTLD_NEXT)` (none is called by the loader before the constructors
+//! run). `dlclose` and `_exit` first bring the profile up to date (while the library is
+//! still mapped; before the process ends without exit handlers).
+//!
+//! # 3. Hooks
+//! A block is reported after glibc returned it, and its free before glibc gets it back (so
+//! an address reused at once by another thread is never confused with it). The hooks
+//! never allocate through `malloc` and keep errno; the profiler's own allocations come back
+//! here and pass through untracked ([`memprof::sampler::Busy`]).
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use memprof::alloc::{before_realloc, on_alloc, on_dealloc, on_realloc};
+
+extern "C" {
+    fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_free(ptr: *mut c_void);
+    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
+    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
+    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    fn __libc_valloc(size: usize) -> *mut c_void;
+    fn __libc_pvalloc(size: usize) -> *mut c_void;
+    fn gnu_get_libc_version() -> *const core::ffi::c_char;
+}
+
+fn set_errno(v: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = v };
+}
+
+/// `malloc`: glibc's, sampled.
+///
+/// # Safety
+/// As C's `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    // SAFETY: no preconditions.
+    let p = unsafe { __libc_malloc(size) };
+    on_alloc(p.cast(), size);
+    p
+}
+
+/// `free`: glibc's; a sampled block's death is recorded first. Keeps errno (checked by
+/// `fixtures/c/edge.c`).
+///
+/// # Safety
+/// As C's `free`: `ptr` is null or a live block of this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn free(ptr: *mut c_void) {
+    if ptr.is_null() {
+        return;
+    }
+    // The hook keeps errno (its slow path saves and restores it; the fast path is one
+    // load), and so does glibc's free since 2.33.
+    on_dealloc(ptr.cast());
+    // SAFETY: the caller passes a live block.
+    unsafe { __libc_free(ptr) };
+}
+
+/// `calloc`: glibc's (which checks `n * size` for overflow), sampled.
+///
+/// # Safety
+/// As C's `calloc`.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    // SAFETY: no preconditions.
+    let p = unsafe { __libc_calloc(n, size) };
+    if !p.is_null() {
+        on_alloc(p.cast(), n.wrapping_mul(size));
+    }
+    p
+}
+
+/// `realloc` with glibc's semantics: `realloc(NULL, n)` allocates, `realloc(p, 0)` frees and
+/// returns NULL, a failure leaves the block alone.
+///
+/// # Safety
+/// As C's `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    if ptr.is_null() {
+        // SAFETY: as C's malloc.
+        return unsafe { malloc(size) };
+    }
+    if size == 0 {
+        on_dealloc(ptr.cast());
+        // SAFETY: the caller passes a live block; glibc frees it and returns NULL.
+        return unsafe { __libc_realloc(ptr, 0) };
+    }
+    let old = before_realloc(ptr.cast());
+    // SAFETY: the caller passes a live block.
+    let new = unsafe { __libc_realloc(ptr, size) };
+    on_realloc(ptr.cast(), old, new.cast(), size);
+    new
+}
+
+/// `reallocarray`: `realloc(ptr, n * size)`, or NULL with ENOMEM when the product overflows.
+///
+/// # Safety
+/// As C's `reallocarray`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: as C's realloc.
+        Some(total) => unsafe { realloc(ptr, total) },
+        None => {
+            set_errno(libc::ENOMEM);
+            core::ptr::null_mut()
+        }
+    }
+}
+
+/// `memalign`: glibc's (which rounds the alignment up to a power of two), sampled.
+///
+/// # Safety
+/// As C's `memalign`.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: no preconditions.
+    let p = unsafe { __libc_memalign(align, size) };
+    on_alloc(p.cast(), size);
+    p
+}
+
+/// `posix_memalign`: EINVAL unless the alignment is a power-of-two multiple of
+/// `sizeof(void *)`, ENOMEM when out of memory (glibc's checks), sampled.
+///
+/// # Safety
+/// As C's `posix_memalign`: `out` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    let word = core::mem::size_of::<*mut c_void>();
+    if align == 0 || align % word != 0 || !(align / word).is_power_of_two() {
+        return libc::EINVAL;
+    }
+    // SAFETY: no preconditions.
+    let p = unsafe { __libc_memalign(align, size) };
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    on_alloc(p.cast(), size);
+    // SAFETY: the caller passes a writable `out`.
+    unsafe { *out = p };
+    0
+}
+
+/// 0: not known yet; 1: glibc before 2.38 (aligned_alloc is memalign); 2: 2.38 or later
+/// (aligned_alloc rejects alignments that are not powers of two with EINVAL).
+static ALIGNED_ALLOC_CHECKS: AtomicU8 = AtomicU8::new(0);
+
+fn aligned_alloc_checks() -> bool {
+    let mut v = ALIGNED_ALLOC_CHECKS.load(Ordering::Relaxed);
+    if v == 0 {
+        // SAFETY: returns a static NUL-terminated string such as "2.36".
+        let s = unsafe { core::ffi::CStr::from_ptr(gnu_get_libc_version()) };
+        let mut parts = s.to_str().unwrap_or("").split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        v = if version >= (2, 38) { 2 } else { 1 };
+        ALIGNED_ALLOC_CHECKS.store(v, Ordering::Relaxed);
+    }
+    v == 2
+}
+
+/// `aligned_alloc`: as the running glibc's (see [`ALIGNED_ALLOC_CHECKS`]), sampled.
+///
+/// # Safety
+/// As C's `aligned_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if aligned_alloc_checks() && !align.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: as C's memalign.
+    unsafe { memalign(align, size) }
+}
+
+/// `valloc`: glibc's, sampled.
+///
+/// # Safety
+/// As C's `valloc`.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    // SAFETY: no preconditions.
+    let p = unsafe { __libc_valloc(size) };
+    on_alloc(p.cast(), size);
+    p
+}
+
+/// `pvalloc`: glibc's (the size is rounded up to whole pages), sampled with the size asked.
+///
+/// # Safety
+/// As C's `pvalloc`.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    // SAFETY: no preconditions.
+    let p = unsafe { __libc_pvalloc(size) };
+    on_alloc(p.cast(), size);
+    p
+}
+
+/// Looks `name` up in the objects after this one, once, caching it in `slot`.
+fn next_symbol(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void {
+    let mut f = slot.load(Ordering::Acquire);
+    if f.is_null() {
+        // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a valid pseudo-handle.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        slot.store(f, Ordering::Release);
+    }
+    f
+}
+
+/// `malloc_usable_size`: glibc's.
+///
+/// # Safety
+/// As C's `malloc_usable_size`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let f = next_symbol(&REAL, c"malloc_usable_size");
+    if f.is_null() {
+        return 0;
+    }
+    // SAFETY: `f` is glibc's malloc_usable_size, of this signature.
+    let f: unsafe extern "C" fn(*mut c_void) -> usize = unsafe { core::mem::transmute(f) };
+    // SAFETY: as the caller's contract.
+    unsafe { f(ptr) }
+}
+
+/// `dlclose`: writes what the profile needs from the library while it is still mapped
+/// ([`memprof::agent::before_dlclose`]), then glibc's.
+///
+/// # Safety
+/// As C's `dlclose`.
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let f = next_symbol(&REAL, c"dlclose");
+    if f.is_null() {
+        return -1;
+    }
+    memprof::agent::before_dlclose();
+    // SAFETY: `f` is glibc's dlclose, of this signature.
+    let f: unsafe extern "C" fn(*mut c_void) -> c_int = unsafe { core::mem::transmute(f) };
+    // SAFETY: as the caller's contract.
+    unsafe { f(handle) }
+}
+
+/// `_exit` (and `_Exit`, the same function in glibc): writes what the profile has so far
+/// ([`memprof::agent::before_quick_exit`]), then glibc's `_exit`.
+///
+/// # Safety
+/// As C's `_exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    memprof::agent::before_quick_exit();
+    let f = next_symbol(&REAL, c"_exit");
+    if !f.is_null() {
+        // SAFETY: `f` is glibc's _exit, of this signature.
+        let f: unsafe extern "C" fn(c_int) -> ! = unsafe { core::mem::transmute(f) };
+        // SAFETY: as the caller's contract.
+        unsafe { f(status) }
+    }
+    loop {
+        // SAFETY: exit_group ends the process; it does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// `_Exit`: see [`_exit`].
+///
+/// # Safety
+/// As C's `_Exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: the same contract.
+    unsafe { _exit(status) }
+}
+
+extern "C" fn init() {
+    memprof::agent::init();
+}
+
+/// The constructor: starts profiling when the loader has initialised the process.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;

@@ -1,0 +1,338 @@
+//! The in-process side of `memprof record`: what the preload library runs inside the
+//! profiled program, around the hooks in [`crate::alloc`].
+//!
+//! # 1. Start
+//! The preload library's constructor calls [`init`]. It reads the `MEMPROF_*` variables
+//! ([`crate::config::EnvSettings`]) with `getenv`, opens the output file and starts a session
+//! whose tracker is a streaming [`Recorder`] and whose drain thread writes the file (the
+//! writer never runs inside an allocating call). Everything here allocates through the
+//! process's `malloc`, which is the preload library's own: before the session exists the
+//! hooks are a countdown that never reaches zero, so these allocations pass straight to
+//! glibc. Nothing needs Rust's runtime: a cdylib has none to initialise.
+//!
+//! # 2. Files
+//! The first process (no `MEMPROF_STEM` in its environment) writes the path of
+//! `MEMPROF_OUTPUT` with `%p` replaced by its pid. `memprof record` has created that file
+//! (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0644) before the program started; the process opens it
+//! without following symlinks and refuses a file that is not an empty regular file, so it
+//! never overwrites another run's profile. A followed child creates `<stem>.<pid>.mprof`
+//! exclusively (`<stem>.<pid>.<n>.mprof` for a further image of the same pid after exec).
+//! Every descriptor is close-on-exec.
+//!
+//! # 3. Children
+//! Without `MEMPROF_FOLLOW_FORKS` the library removes itself from `LD_PRELOAD` at start, so
+//! programs this one executes are not profiled, and a forked child stops sampling and
+//! never writes to the inherited file (its recorder is leaked, never dropped). With it, the
+//! library stays in `LD_PRELOAD`, `MEMPROF_STEM` tells exec'd descendants that they are
+//! children, and a forked child starts a session of its own in the `pthread_atfork` child
+//! handler. The prepare handler takes the agent's lock and the session's locks
+//! ([`crate::tracker::fork_prepare`]), so `fork` in a multithreaded program never leaves a
+//! lock held by a thread the child does not have.
+//!
+//! # 4. End
+//! An `atexit` handler registered at start (so it runs after the program's own handlers)
+//! stops the session: the drain thread writes what is left, symbols are resolved in this
+//! process and written with the end record. A process that dies another way (`_exit`, a
+//! signal, `abort`) leaves a file that reads back up to the drain thread's last flush, which
+//! is at most [`crate::recorder::FLUSH_EVERY`] old. Write errors (a full disk) stop the
+//! recording, never the program; they are reported on stderr at exit.
+//!
+//! # 5. dlclose
+//! [`before_dlclose`] brings the file up to date while the library is still mapped: pending
+//! events are written, the modules listed again and the symbols seen so far resolved.
+
+use crate::config::{self, EnvSettings};
+use crate::recorder::Recorder;
+use crate::tracker::{self, Session};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::os::fd::FromRawFd;
+
+struct Agent {
+    session: Option<Session<Recorder>>,
+    path: String,
+    settings: EnvSettings,
+    /// The stem descendants name their files after (when following).
+    stem: String,
+}
+
+/// The agent's state, guarded by `LOCK` (a spin lock, so that the fork handlers can hold it
+/// across `fork` without a guard object).
+struct Slot(UnsafeCell<Option<Agent>>);
+
+// SAFETY: the cell is only accessed by a thread holding `LOCK`.
+unsafe impl Sync for Slot {}
+
+static AGENT: Slot = Slot(UnsafeCell::new(None));
+static LOCK: AtomicBool = AtomicBool::new(false);
+/// The pid whose session this process's agent runs (0: none).
+static OWNER: AtomicU32 = AtomicU32::new(0);
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+fn lock() {
+    while LOCK.swap(true, Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+}
+
+fn unlock() {
+    LOCK.store(false, Ordering::Release);
+}
+
+/// Runs `f` on the agent state under the lock.
+fn with_agent<R>(f: impl FnOnce(&mut Option<Agent>) -> R) -> R {
+    lock();
+    // SAFETY: this thread holds LOCK, the only way to reach the cell.
+    let r = f(unsafe { &mut *AGENT.0.get() });
+    unlock();
+    r
+}
+
+fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Writes `memprof: <msg>` to stderr in one `write` call.
+fn say(msg: &str) {
+    let line = format!("memprof: {msg}\n");
+    // SAFETY: writes `line.len()` bytes from a live buffer to fd 2.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+fn getenv(name: &str) -> Option<&'static str> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: `c` is NUL-terminated; getenv returns null or a NUL-terminated string in the
+    // environment, which stays valid while nobody changes that variable (only `init` does,
+    // after it has copied what it read).
+    let p = unsafe { libc::getenv(c.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p is a non-null NUL-terminated string (see above).
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+fn setenv(name: &str, value: &str) {
+    if let (Ok(n), Ok(v)) = (CString::new(name), CString::new(value)) {
+        // SAFETY: both strings are NUL-terminated; called while the process has one thread
+        // (the constructor, or a fork child handler).
+        unsafe { libc::setenv(n.as_ptr(), v.as_ptr(), 1) };
+    }
+}
+
+/// Removes the preload library from `LD_PRELOAD`, so that exec'd programs are not profiled.
+fn strip_preload() {
+    let Some(list) = getenv("LD_PRELOAD") else {
+        return;
+    };
+    let kept: Vec<&str> = list
+        .split([':', ' '])
+        .filter(|e| !e.is_empty())
+        .filter(|e| {
+            let name = e.rsplit('/').next().unwrap_or(e);
+            !name.starts_with("libmemprof_preload")
+        })
+        .collect();
+    if kept.is_empty() {
+        // SAFETY: the name is a NUL-terminated literal; single-threaded (constructor).
+        unsafe { libc::unsetenv(c"LD_PRELOAD".as_ptr()) };
+    } else {
+        let joined = kept.join(":");
+        setenv("LD_PRELOAD", &joined);
+    }
+}
+
+fn open_raw(path: &str, flags: libc::c_int) -> Result<File, std::io::Error> {
+    let c =
+        CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let flags = flags | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `c` is NUL-terminated; the mode is passed as the variadic third argument.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644 as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a freshly opened descriptor owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Opens the first process's output file (see the module documentation, §2).
+fn open_root(path: &str) -> Result<File, String> {
+    let file = open_raw(path, libc::O_CREAT)
+        .map_err(|e| format!("cannot open the profile {path}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot open the profile {path}: {e}"))?;
+    if !meta.file_type().is_file() || meta.len() != 0 {
+        return Err(format!("{path} exists and is not an empty regular file; it is left alone"));
+    }
+    Ok(file)
+}
+
+/// Creates a followed child's file, `<stem>.<pid>[.<n>].mprof`, exclusively.
+fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
+    for n in 0..100 {
+        let path = config::child_output(stem, me, n);
+        match open_raw(&path, libc::O_CREAT | libc::O_EXCL) {
+            Ok(f) => return Ok((path.into(), f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(crate::Error::io(format!("cannot create the profile {path}"), e)),
+        }
+    }
+    Err(crate::Error::Other(format!(
+        "cannot create a profile named {stem}.{me}.*.mprof: all names taken"
+    )))
+}
+
+/// Opens the output and starts the session; `Err` is a message for stderr. A child's file
+/// is created at its first sample, so that a child that only calls `exec` leaves none.
+fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
+    let me = pid();
+    let (recorder, path, stem) = match &settings.stem {
+        None => {
+            let path = config::expand_output(&settings.output, me);
+            let file = open_root(&path)?;
+            let stem = config::output_stem(&path).to_owned();
+            (Recorder::streaming(&path, file), path, stem)
+        }
+        Some(stem) => {
+            let s = stem.clone();
+            let open: crate::recorder::Opener = Box::new(move || create_child(&s, me));
+            let shown = format!("{stem}.{me}.mprof");
+            (Recorder::streaming_deferred(open), shown, stem.clone())
+        }
+    };
+    let session = crate::tracker::start(settings.config.clone(), recorder)
+        .map_err(|e| format!("cannot start profiling: {e}"))?;
+    OWNER.store(me, Ordering::Release);
+    Ok(Agent { session: Some(session), path, settings, stem })
+}
+
+/// Starts profiling this process from the `MEMPROF_*` environment. Called once by the
+/// preload library's constructor. Problems are reported on stderr and leave the program
+/// running unprofiled.
+pub fn init() {
+    // The agent's own allocations (the file name, the handler registrations) are not the
+    // program's: not sampled.
+    let _busy = crate::sampler::Busy::enter();
+    let settings = match EnvSettings::from_lookup(getenv) {
+        Ok(s) => s,
+        Err(e) => {
+            say(&format!("{e}; this process is not profiled"));
+            return;
+        }
+    };
+    if !settings.follow_forks {
+        strip_preload();
+    }
+    with_agent(|agent| {
+        if agent.is_some() {
+            return;
+        }
+        match start_agent(settings) {
+            Ok(a) => {
+                if a.settings.follow_forks && a.settings.stem.is_none() {
+                    setenv(config::ENV_STEM, &a.stem);
+                }
+                *agent = Some(a);
+            }
+            Err(msg) => say(&format!("{msg}; this process is not profiled")),
+        }
+    });
+    if !REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: the handlers are `extern "C"` functions that live as long as the process
+        // (the preload library is never unloaded).
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+        }
+    }
+}
+
+/// Stops the session and finishes the file (the `atexit` handler). Safe to call more
+/// than once; does nothing in a process that does not own a session.
+pub fn finish() {
+    if OWNER.load(Ordering::Acquire) != pid() {
+        return;
+    }
+    let taken = with_agent(|agent| {
+        // Nothing may allocate before the session stops (it would be sampled as the
+        // program's): the path is moved out, not cloned.
+        agent.as_mut().and_then(|a| a.session.take().map(|s| (s, std::mem::take(&mut a.path))))
+    });
+    let Some((session, path)) = taken else {
+        return;
+    };
+    match session.stop() {
+        Ok(recorder) => {
+            let stats = recorder.profile().lost;
+            if let Some(e) = recorder.error() {
+                say(&format!("the profile {path} is incomplete: {e}"));
+            } else if stats.events > 0 {
+                say(&format!(
+                    "{} events did not fit in the queue and are missing from {path}",
+                    stats.events
+                ));
+            }
+        }
+        Err(e) => say(&format!("cannot stop profiling: {e}")),
+    }
+    OWNER.store(0, Ordering::Release);
+}
+
+/// Brings the profile up to date when the process ends without exit handlers (`_exit`):
+/// every event so far, the symbols seen so far, flushed. There is no end record, so the
+/// file reads back as cut, with everything the process did.
+pub fn before_quick_exit() {
+    if OWNER.load(Ordering::Acquire) == pid() {
+        tracker::sync();
+    }
+}
+
+/// Brings the profile up to date before a library is unloaded (see §5).
+pub fn before_dlclose() {
+    if OWNER.load(Ordering::Acquire) == pid() {
+        tracker::sync();
+    }
+}
+
+extern "C" fn at_exit() {
+    finish();
+}
+
+extern "C" fn fork_prepare() {
+    lock();
+    tracker::fork_prepare();
+}
+
+extern "C" fn fork_parent() {
+    tracker::fork_parent();
+    unlock();
+}
+
+extern "C" fn fork_child() {
+    let _busy = crate::sampler::Busy::enter();
+    tracker::fork_child();
+    // SAFETY: this thread holds LOCK (taken in fork_prepare before the fork).
+    let agent = unsafe { &mut *AGENT.0.get() };
+    OWNER.store(0, Ordering::Release);
+    let follow = match agent.take() {
+        Some(mut a) => {
+            // The parent's session: already abandoned by the tracker; dropping it would be a
+            // no-op, but nothing of it may ever write, so it is forgotten.
+            core::mem::forget(a.session.take());
+            a.settings.follow_forks.then(|| {
+                let mut s = a.settings.clone();
+                s.stem = Some(a.stem.clone());
+                s
+            })
+        }
+        None => None,
+    };
+    if let Some(settings) = follow {
+        match start_agent(settings) {
+            Ok(a) => *agent = Some(a),
+            Err(msg) => say(&format!("{msg}; this process is not profiled")),
+        }
+    }
+    unlock();
+}

@@ -1,0 +1,459 @@
+//! `memprof record`: find the preload library, check the program, set the environment,
+//! run the program and wait for it.
+//!
+//! # 1. Before the program runs
+//! Everything that can be known to fail is checked first, each with a one-line error: the
+//! preload library is found ([`find_preload`]: `MEMPROF_PRELOAD`, next to this executable,
+//! in `deps/` beside it); the program is found (a path, or a name looked up in `PATH`) and is
+//! an executable regular file; it is not setuid or setgid (the loader ignores `LD_PRELOAD`
+//! for those); an ELF program has a `PT_INTERP` header (a statically linked program never
+//! loads the preload library). The output file is created with `O_CREAT|O_EXCL|O_NOFOLLOW`
+//! (mode 0644 before the umask) so that a symlink is never followed and another run's
+//! profile never overwritten, unless `--force` removes it first. A name with `%p` (the
+//! default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`, where its
+//! pid is known; a failure there comes back to this process before the program runs.
+//!
+//! # 2. The contract with the preload library
+//! Settings travel in the `MEMPROF_*` variables ([`crate::config::EnvSettings`]); the
+//! library is put first in `LD_PRELOAD`. The program's exit status is returned (128 + the
+//! signal number when a signal killed it); SIGINT and SIGQUIT are ignored here while the
+//! program runs, so that a Ctrl-C reaches the program and the report still follows.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use crate::config::{self, EnvSettings};
+use crate::error::Error;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// File name of the preload library.
+pub const PRELOAD_NAME: &str = "libmemprof_preload.so";
+
+/// What `memprof record` runs.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Settings passed to the preload library (config, output template, follow forks).
+    pub settings: EnvSettings,
+    /// Replace an existing output file.
+    pub force: bool,
+    /// The program (a path, or a name looked up in `PATH`).
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+/// The outcome of a recorded run.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// The program's exit status (128 + signal when a signal killed it).
+    pub exit_code: i32,
+    /// The signal that killed the program, if one did.
+    pub signal: Option<i32>,
+    /// The profile of the program's process.
+    pub output: PathBuf,
+    /// Profiles of followed children (`<stem>.<pid>.mprof`), sorted.
+    pub children: Vec<PathBuf>,
+}
+
+/// Finds the preload library: `$MEMPROF_PRELOAD`, else next to this executable, else in
+/// `deps/` beside it. The error lists the places tried.
+pub fn find_preload() -> Result<PathBuf, Error> {
+    if let Some(p) = std::env::var_os(config::ENV_PRELOAD).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Error::Other(format!(
+                "{} is set to {}, which is not a file",
+                config::ENV_PRELOAD,
+                p.display()
+            )))
+        };
+    }
+    let exe =
+        std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let tried = [dir.join(PRELOAD_NAME), dir.join("deps").join(PRELOAD_NAME)];
+    if let Some(found) = tried.iter().find(|p| p.is_file()) {
+        return Ok(found.clone());
+    }
+    Err(Error::Other(format!(
+        "cannot find the preload library {PRELOAD_NAME} (tried {}, {}; set {} to its path)",
+        tried[0].display(),
+        tried[1].display(),
+        config::ENV_PRELOAD
+    )))
+}
+
+/// Finds `program` the way `execvp` would: a name with a slash is a path, otherwise the
+/// first executable regular file of that name in `PATH`.
+pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
+    let shown = Path::new(program).display().to_string();
+    if program.is_empty() {
+        return Err(Error::Config("no program given (memprof record -- PROG [ARGS…])".into()));
+    }
+    if program.as_bytes().contains(&b'/') {
+        let p = PathBuf::from(program);
+        check_executable(&p, &shown)?;
+        return Ok(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(program);
+        if candidate.is_file() && check_executable(&candidate, &shown).is_ok() {
+            return Ok(candidate);
+        }
+    }
+    Err(Error::Other(format!("program not found: {shown} (not a path, and not in PATH)")))
+}
+
+fn check_executable(p: &Path, shown: &str) -> Result<(), Error> {
+    let meta = fs::metadata(p).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Other(format!("program not found: {shown}")),
+        _ => Error::io(format!("cannot run {shown}"), e),
+    })?;
+    if meta.is_dir() {
+        return Err(Error::Other(format!("{shown} is a directory, not a program")));
+    }
+    if !meta.is_file() {
+        return Err(Error::Other(format!("{shown} is not a regular file")));
+    }
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Error::Other(format!("{shown}: path contains a NUL byte")))?;
+    // SAFETY: `c` is a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0
+        || meta.permissions().mode() & 0o111 == 0
+    {
+        return Err(Error::Other(format!("{shown} is not executable")));
+    }
+    Ok(())
+}
+
+/// How a program file would be started, as far as the preload library is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Linkage {
+    /// An ELF program with an interpreter (the dynamic loader): `LD_PRELOAD` works.
+    Dynamic,
+    /// An ELF program without an interpreter: it never loads a shared library.
+    Static,
+    /// A script (`#!`): its interpreter is checked when it runs.
+    Script,
+    /// Not ELF and not a script: left to `exec` to accept or refuse.
+    Unknown,
+}
+
+/// Reads the ELF program headers of `path` and says whether it has a `PT_INTERP`.
+pub fn linkage(path: &Path) -> Result<Linkage, Error> {
+    let mut f = fs::File::open(path)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let mut head = Vec::new();
+    (&mut f)
+        .take(64 * 1024)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    if head.starts_with(b"#!") {
+        return Ok(Linkage::Script);
+    }
+    if head.len() < 52 || &head[..4] != b"\x7fELF" {
+        return Ok(Linkage::Unknown);
+    }
+    let is64 = head[4] == 2;
+    let le = head[5] == 1;
+    let u16_at = |o: usize| -> Option<u64> {
+        let b: [u8; 2] = head.get(o..o + 2)?.try_into().ok()?;
+        Some(u64::from(if le { u16::from_le_bytes(b) } else { u16::from_be_bytes(b) }))
+    };
+    let u32_at = |o: usize| -> Option<u64> {
+        let b: [u8; 4] = head.get(o..o + 4)?.try_into().ok()?;
+        Some(u64::from(if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) }))
+    };
+    let u64_at = |o: usize| -> Option<u64> {
+        let b: [u8; 8] = head.get(o..o + 8)?.try_into().ok()?;
+        Some(if le { u64::from_le_bytes(b) } else { u64::from_be_bytes(b) })
+    };
+    let (phoff, phentsize, phnum) = if is64 {
+        (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    } else {
+        (u32_at(0x1c), u16_at(0x2a), u16_at(0x2c))
+    };
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (phoff, phentsize, phnum) else {
+        return Ok(Linkage::Unknown);
+    };
+    const PT_INTERP: u64 = 3;
+    for i in 0..phnum {
+        let at = phoff.saturating_add(i.saturating_mul(phentsize));
+        let Ok(at) = usize::try_from(at) else { break };
+        match u32_at(at) {
+            Some(PT_INTERP) => return Ok(Linkage::Dynamic),
+            Some(_) => {}
+            // Program headers beyond the first 64 KiB: do not guess.
+            None => return Ok(Linkage::Unknown),
+        }
+    }
+    Ok(Linkage::Static)
+}
+
+/// Checks that `path` can be profiled: not setuid/setgid, not statically linked.
+pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
+    let meta = fs::metadata(path).map_err(|e| Error::io(format!("cannot run {shown}"), e))?;
+    if meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        return Err(Error::Other(format!(
+            "{shown} is setuid or setgid: the loader ignores LD_PRELOAD for such programs, \
+             so memprof cannot profile it"
+        )));
+    }
+    if linkage(path)? == Linkage::Static {
+        return Err(Error::Other(format!(
+            "{shown} is statically linked: it never loads the preload library, so memprof \
+             cannot see its allocations (link it dynamically)"
+        )));
+    }
+    Ok(())
+}
+
+/// Expands `%p`/`%%` of `template` with `pid` into `buf`, NUL-terminated, without
+/// allocating (for the child between fork and exec). Returns false when it does not fit.
+fn expand_into(template: &[u8], pid: u32, buf: &mut [u8]) -> bool {
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    let mut v = pid;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let mut out = 0;
+    let mut put = |b: u8, out: &mut usize| -> bool {
+        if *out + 1 >= buf.len() {
+            return false;
+        }
+        buf[*out] = b;
+        *out += 1;
+        true
+    };
+    let mut i = 0;
+    while i < template.len() {
+        let c = template[i];
+        if c == b'%' && template.get(i + 1) == Some(&b'p') {
+            for d in digits[..n].iter().rev() {
+                if !put(*d, &mut out) {
+                    return false;
+                }
+            }
+            i += 2;
+            continue;
+        }
+        if c == b'%' && template.get(i + 1) == Some(&b'%') {
+            i += 1;
+        }
+        if !put(c, &mut out) {
+            return false;
+        }
+        i += 1;
+    }
+    buf[out] = 0;
+    true
+}
+
+/// Creates the output file exclusively (after removing it with `force`). Async-signal-safe:
+/// it runs in the child between fork and exec. Returns 0 or an errno.
+fn create_output(path: &[u8], force: bool) -> i32 {
+    let p = path.as_ptr().cast::<libc::c_char>();
+    // SAFETY: `path` is NUL-terminated (built by `expand_into` or from a CString).
+    unsafe {
+        if force {
+            let mut st: libc::stat = core::mem::zeroed();
+            if libc::lstat(p, &mut st) == 0 && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                libc::unlink(p);
+            }
+        }
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let fd = libc::open(p, flags, 0o644 as libc::c_uint);
+        if fd < 0 {
+            return *libc::__errno_location();
+        }
+        libc::close(fd);
+    }
+    0
+}
+
+fn create_error(path: &str, errno: i32, force: bool) -> Error {
+    let e = std::io::Error::from_raw_os_error(errno);
+    if errno == libc::EEXIST && !force {
+        Error::Other(format!(
+            "cannot create the profile {path}: it exists (use --force to replace it, or -o)"
+        ))
+    } else {
+        Error::io(format!("cannot create the profile {path}"), e)
+    }
+}
+
+/// Runs the program under the preload library and waits for it. `preload` is the library
+/// ([`find_preload`]).
+pub fn record(opts: &RecordOptions, preload: &Path) -> Result<Recorded, Error> {
+    let shown = Path::new(&opts.program).display().to_string();
+    let program = resolve_program(&opts.program)?;
+    check_profilable(&program, &shown)?;
+    let template = opts.settings.output.clone();
+    let deferred = template.contains("%p");
+    if !deferred {
+        let c = std::ffi::CString::new(template.as_bytes())
+            .map_err(|_| Error::Other("output path contains a NUL byte".into()))?;
+        let errno = create_output(c.as_bytes_with_nul(), opts.force);
+        if errno != 0 {
+            return Err(create_error(&template, errno, opts.force));
+        }
+    }
+
+    let mut cmd = Command::new(&program);
+    cmd.arg0(&opts.program).args(&opts.args);
+    for (k, v) in opts.settings.to_env() {
+        cmd.env(k, v);
+    }
+    cmd.env_remove(config::ENV_STEM);
+    let mut preload_list = preload.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload_list.push(":");
+        preload_list.push(old);
+    }
+    cmd.env("LD_PRELOAD", preload_list);
+
+    // A pipe that tells a failure to create the output in the child from a failed exec.
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Error::io("cannot create a pipe", std::io::Error::last_os_error()));
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    if deferred {
+        let tmpl = template.clone().into_bytes();
+        let force = opts.force;
+        let make = move || -> std::io::Result<()> {
+            let mut buf = [0u8; 4096];
+            // SAFETY: getpid has no preconditions.
+            let pid = unsafe { libc::getpid() } as u32;
+            let errno = if expand_into(&tmpl, pid, &mut buf) {
+                create_output(&buf, force)
+            } else {
+                libc::ENAMETOOLONG
+            };
+            if errno != 0 {
+                let bytes = errno.to_ne_bytes();
+                // SAFETY: writes 4 bytes from a live buffer to the pipe's write end.
+                unsafe { libc::write(wr, bytes.as_ptr().cast(), 4) };
+                return Err(std::io::Error::from_raw_os_error(errno));
+            }
+            Ok(())
+        };
+        // SAFETY: the closure only calls async-signal-safe functions (getpid, lstat,
+        // unlink, open, close, write) and does not allocate.
+        unsafe { cmd.pre_exec(make) };
+    }
+    let spawned = cmd.spawn();
+    // SAFETY: closes this process's copy of the write end, which nothing else uses.
+    unsafe { libc::close(wr) };
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let mut b = [0u8; 4];
+            // SAFETY: reads at most 4 bytes into a live buffer; every write end is closed.
+            let n = unsafe { libc::read(rd, b.as_mut_ptr().cast(), 4) };
+            // SAFETY: closes the read end once.
+            unsafe { libc::close(rd) };
+            if n == 4 {
+                return Err(create_error(&template, i32::from_ne_bytes(b), opts.force));
+            }
+            if !deferred {
+                let _ = fs::remove_file(&template);
+            }
+            return Err(Error::io(format!("cannot run {shown}"), e));
+        }
+    };
+    // SAFETY: closes the read end once.
+    unsafe { libc::close(rd) };
+    let pid = child.id();
+    let output = PathBuf::from(config::expand_output(&template, pid));
+
+    // SAFETY: SIG_IGN is a valid disposition for these signals.
+    let old = unsafe {
+        [libc::signal(libc::SIGINT, libc::SIG_IGN), libc::signal(libc::SIGQUIT, libc::SIG_IGN)]
+    };
+    let status = child.wait();
+    // SAFETY: restores the dispositions read above.
+    unsafe {
+        libc::signal(libc::SIGINT, old[0]);
+        libc::signal(libc::SIGQUIT, old[1]);
+    }
+    let status = status.map_err(|e| Error::io(format!("cannot wait for {shown}"), e))?;
+    let (exit_code, signal) = match (status.code(), status.signal()) {
+        (Some(c), _) => (c, None),
+        (None, Some(s)) => (128 + s, Some(s)),
+        (None, None) => (1, None),
+    };
+    let children = if opts.settings.follow_forks { child_profiles(&output) } else { Vec::new() };
+    Ok(Recorded { exit_code, signal, output, children })
+}
+
+/// The files of followed children of the run whose root profile is `root`:
+/// `<stem>.<pid>[.<n>].mprof` beside it.
+pub fn child_profiles(root: &Path) -> Vec<PathBuf> {
+    let dir = match root.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let Some(name) = root.file_name().and_then(|n| n.to_str()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}.", config::output_stem(name));
+    let mut out: Vec<PathBuf> = fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name();
+            let n = n.to_str()?;
+            let rest = n.strip_prefix(&prefix)?.strip_suffix(".mprof")?;
+            let numeric = !rest.is_empty() && rest.split('.').all(|p| p.parse::<u32>().is_ok());
+            numeric.then(|| dir.join(n))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_without_allocating() {
+        let mut buf = [0u8; 64];
+        assert!(expand_into(b"memprof.%p.mprof", 1234, &mut buf));
+        assert_eq!(&buf[..18], b"memprof.1234.mprof");
+        assert_eq!(buf[18], 0);
+        assert!(expand_into(b"a%%p", 7, &mut buf));
+        assert_eq!(&buf[..4], b"a%p\0");
+        assert!(!expand_into(b"0123456789", 1, &mut [0u8; 5]));
+    }
+
+    #[test]
+    fn linkage_of_known_files() {
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(linkage(&me).unwrap(), Linkage::Dynamic);
+        let dir = std::env::temp_dir().join(format!("memprof-linkage-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("s.sh");
+        fs::write(&script, "#!/bin/sh\n").unwrap();
+        assert_eq!(linkage(&script).unwrap(), Linkage::Script);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
