@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example gc_workload [-- STEPS [OUT.mprof]]
 //! memprof report OUT.mprof --view gc --flamegraph gc.svg
+//! memprof record --interval 16K -- target/release/examples/gc_workload   # the same, recorded
 //! ```
 //!
 //! Sampling at a 16 KiB mean interval: the live set is a few MB, so the default 512 KiB
@@ -17,6 +18,17 @@ static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std:
 
 fn main() {
     let steps = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(workload::STEPS);
+    if memprof::gc::profiler::under_record() {
+        // Under `memprof record` the preload library's session records the heap (and the
+        // program's mallocs); it prints the top sites and GC cycles at exit.
+        let report = workload::run(workload::RECORDS, steps);
+        println!(
+            "{} cycles under memprof record; checksum {}",
+            report.cycles.len(),
+            report.checksum
+        );
+        return;
+    }
     let recorder = match std::env::args().nth(2) {
         Some(path) => memprof::Recorder::to_file(path),
         None => memprof::Recorder::new(),

@@ -678,9 +678,13 @@ mod gc_view {
         named(&mut p, 0x30, "app::log::entry");
         named(&mut p, 0x40, "app::main");
         named(&mut p, 0x50, "app::buffer::make");
+        named(&mut p, 0x60, "alloc::raw_vec::RawVec<T>::grow_one");
+        named(&mut p, 0x70, "memprof::gc::mark::MarkState::push");
         p.stacks.push(Stack { frames: vec![0x10, 0x20, 0x40], truncated: false });
         p.stacks.push(Stack { frames: vec![0x10, 0x30, 0x40], truncated: false });
         p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false });
+        // The collector's own mark stack, a malloc block: not a managed-heap block.
+        p.stacks.push(Stack { frames: vec![0x60, 0x70, 0x40], truncated: false });
         let s = |id, stack, size, time_ns| Sample {
             id,
             stack,
@@ -696,6 +700,7 @@ mod gc_view {
             s(3, 1, 400, 30),
             s(4, 1, 80, 120),
             s(5, 2, 4000, 15),
+            s(6, 3, 8000, 5),
         ];
         p.frees = vec![Free { id: 2, time_ns: 150 }, Free { id: 3, time_ns: 500 }];
         let cycle = |cycle, start_ns, ns_per_word| GcCycle {
@@ -737,6 +742,7 @@ mod gc_view {
         assert_eq!(by_stack.get(&0), Some(&250.0));
         assert_eq!(by_stack.get(&1), Some(&105.0));
         assert_eq!(by_stack.get(&2), None, "malloc blocks are not marked by the collector");
+        assert_eq!(by_stack.get(&3), None, "nor is the collector's own malloc'd mark stack");
     }
 
     #[test]

@@ -304,3 +304,34 @@ extern "C" fn init() {
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
+
+/// A block of a managed heap ([`memprof::gc`]) in the profiled program was allocated: the
+/// program's copy of memprof reports it here, to the session of `memprof record`.
+///
+/// # Safety
+/// `ptr` is the block's address and `size` its size in bytes.
+#[no_mangle]
+pub unsafe extern "C" fn memprof_preload_gc_alloc(ptr: *mut u8, size: usize) {
+    on_alloc(ptr, size);
+}
+
+/// A block of a managed heap died (found dead by its sweep, before its memory is reused).
+///
+/// # Safety
+/// `ptr` was reported by [`memprof_preload_gc_alloc`].
+#[no_mangle]
+pub unsafe extern "C" fn memprof_preload_gc_free(ptr: *mut u8) {
+    on_dealloc(ptr);
+}
+
+/// A collection cycle of a managed heap finished (times on the monotonic clock).
+///
+/// # Safety
+/// `cycle` points at a valid `GcCycle` for the duration of the call.
+#[no_mangle]
+pub unsafe extern "C" fn memprof_preload_gc_cycle(cycle: *const memprof::profile::GcCycle) {
+    // SAFETY: the caller passes a valid pointer (memprof::gc's profiler hooks).
+    if let Some(c) = unsafe { cycle.as_ref() } {
+        memprof::tracker::record_gc_cycle(c);
+    }
+}

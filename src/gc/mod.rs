@@ -43,6 +43,7 @@ pub mod alloc;
 pub mod compare;
 pub mod heap;
 pub mod mark;
+pub mod profiler;
 pub mod stats;
 mod sweep;
 
@@ -112,6 +113,8 @@ pub struct Heap {
     current: CycleStats,
     cycles: Vec<CycleStats>,
     hook: Option<CycleHook>,
+    /// Where blocks and cycles are reported (this process, or `memprof record`'s session).
+    profiler: profiler::Hooks,
     chunk_words: usize,
     large_words: usize,
     live_words: usize,
@@ -154,6 +157,7 @@ impl Heap {
             current: CycleStats::default(),
             cycles: Vec::new(),
             hook: None,
+            profiler: profiler::Hooks::resolve(),
             chunk_words: 0,
             large_words: 0,
             live_words: 0,
@@ -245,7 +249,7 @@ impl Heap {
         }
         self.allocated_words += wosize as u64 + 1;
         self.allocated_blocks += 1;
-        crate::alloc::on_alloc(hp as *mut u8, (wosize + 1) * 8);
+        self.profiler.alloc(hp as *mut u8, (wosize + 1) * 8);
         Value(hp as usize + 8)
     }
 
@@ -472,7 +476,9 @@ impl Heap {
         if done {
             debug_assert!(self.mark.is_empty());
             // SAFETY: marking is complete; these are the heap's own structures.
-            let s = unsafe { sweep::sweep(&mut self.chunks, &mut self.large, &mut self.free) };
+            let s = unsafe {
+                sweep::sweep(&mut self.chunks, &mut self.large, &mut self.free, &self.profiler)
+            };
             self.large_words = self.large.iter().map(|b| b.whsize).sum();
             self.live_words = s.live_words;
             let t2 = monotonic_ns();
@@ -491,7 +497,7 @@ impl Heap {
                 h(&rec);
             }
             // Into the running profiling session (if any), after the samples before it.
-            crate::tracker::record_gc_cycle(&crate::profile::GcCycle {
+            self.profiler.cycle(&crate::profile::GcCycle {
                 cycle: self.cycles.len() as u64 + 1,
                 start_ns: rec.start_ns,
                 end_ns: rec.end_ns,

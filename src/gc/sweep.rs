@@ -34,6 +34,7 @@ pub(crate) unsafe fn sweep(
     chunks: &mut [Chunk],
     large: &mut Vec<Large>,
     free: &mut FreeLists,
+    profiler: &super::profiler::Hooks,
 ) -> Swept {
     let mut s = Swept::default();
     free.clear();
@@ -48,7 +49,7 @@ pub(crate) unsafe fn sweep(
             let wh = wosize(hd) + 1;
             match hd & COLOUR_MASK {
                 WHITE => {
-                    crate::alloc::on_dealloc(p as *mut u8);
+                    profiler.free(p as *mut u8);
                     s.freed_words += wh;
                     s.freed_blocks += 1;
                     if run.is_null() {
@@ -84,7 +85,7 @@ pub(crate) unsafe fn sweep(
         // SAFETY: b.hdr is the header of a large block owned by the heap.
         let hd = unsafe { *b.hdr };
         if hd & COLOUR_MASK == WHITE {
-            crate::alloc::on_dealloc(b.hdr as *mut u8);
+            profiler.free(b.hdr as *mut u8);
             s.freed_words += b.whsize;
             s.freed_blocks += 1;
             // SAFETY: allocated by system_alloc(b.whsize); unreachable, so never used again.

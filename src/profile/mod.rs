@@ -136,7 +136,9 @@ pub struct Move {
 
 /// One garbage-collection cycle of a managed heap ([`crate::gc`]), timed by the collector.
 /// Times are nanoseconds since the start of the recording, on the samples' clock.
+/// `repr(C)`: the preload library's copy of memprof receives it from the program's copy.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
 pub struct GcCycle {
     /// Cycle number within its heap (1-based).
     pub cycle: u64,

@@ -217,6 +217,7 @@ pub fn is_profiler_frame(name: &str) -> bool {
         "memprof::tracker::",
         "memprof::postponed::",
         "memprof_preload::",
+        "memprof_preload_",
         "backtrace::",
         "__rustc::",
         "__rust_alloc",

@@ -110,9 +110,10 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
 }
 
 /// True when the stack's allocator entry is the managed heap (`memprof::gc`): its innermost
-/// frames (before the program's own) name a `memprof::gc::` function.
+/// frame, once the profiler's own are trimmed, is a `memprof::gc::` function. (A `malloc`
+/// made by the collector itself, say for its mark stack, has allocation plumbing there.)
 pub fn is_gc_stack(profile: &Profile, stack: StackId) -> bool {
-    profile.frame_locations(stack).iter().take(8).any(|f| {
+    profile.frame_locations(stack).first().is_some_and(|f| {
         f.function.starts_with("memprof::gc::") || f.function.starts_with("<memprof::gc::")
     })
 }
