@@ -195,15 +195,19 @@ impl Recorder {
         self.profile.modules.iter().any(|m| m.start <= addr && addr < m.end)
     }
 
-    /// Resolves the symbols of the stack frames not resolved yet and writes them.
-    fn resolve_pending(&mut self) {
-        let addrs: BTreeSet<u64> = self
-            .profile
+    /// Return addresses of the recorded stacks whose symbols were not resolved yet.
+    fn unresolved_addrs(&self) -> BTreeSet<u64> {
+        self.profile
             .stacks
             .iter()
             .flat_map(|s| s.frames.iter().copied())
             .filter(|a| !self.resolved.contains(a))
-            .collect();
+            .collect()
+    }
+
+    /// Resolves the symbols of the stack frames not resolved yet and writes them.
+    fn resolve_pending(&mut self) {
+        let addrs = self.unresolved_addrs();
         let symbols = symbolize::resolve_in_process(addrs.iter().copied());
         for a in addrs {
             self.resolved.insert(a);
@@ -379,13 +383,7 @@ impl Tracker for Recorder {
             untracked: stats.untracked,
             callback_panics: stats.callback_panics,
         };
-        let addrs: BTreeSet<u64> = self
-            .profile
-            .stacks
-            .iter()
-            .flat_map(|s| s.frames.iter().copied())
-            .filter(|a| !self.resolved.contains(a))
-            .collect();
+        let addrs = self.unresolved_addrs();
         let fresh = symbolize::resolve_in_process(addrs.iter().copied());
         self.profile.symbols.extend(fresh);
         let lost = self.profile.lost;
