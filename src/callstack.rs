@@ -674,3 +674,39 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod timing {
+    use super::*;
+    #[inline(never)]
+    fn rec(n: usize, f: &mut dyn FnMut()) -> usize {
+        if n == 0 {
+            f();
+            return core::hint::black_box(0);
+        }
+        core::hint::black_box(rec(n - 1, f)) + 1
+    }
+    #[test]
+    #[ignore]
+    fn time_walks() {
+        assert!(cfi::prepare());
+        let mut c = Captured::new();
+        for (name, how) in [("fp", 0), ("cfi", 1), ("libgcc", 2)] {
+            let n = if how == 2 { 20_000 } else { 1_000_000 };
+            rec(20, &mut || {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    match how {
+                        0 => capture_fp(&mut c, 10),
+                        1 => {
+                            capture_cfi(&mut c, 10);
+                        }
+                        _ => capture_dwarf(&mut c, 10),
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as f64 / n as f64;
+                eprintln!("{name}: {ns:.1} ns per 10-frame capture ({} frames)", c.frames().len());
+            });
+        }
+    }
+}

@@ -54,12 +54,22 @@ struct Table {
 }
 
 impl Table {
-    /// Is `addr` inside code whose unwind information the table holds?
-    #[inline]
-    fn covers(&self, addr: u64) -> bool {
+    /// Is `addr` inside code whose unwind information the table holds? `memo` is the range
+    /// found last: consecutive frames are mostly in the same object.
+    #[inline(always)]
+    fn covers(&self, addr: u64, memo: &mut (u64, u64)) -> bool {
+        if addr.wrapping_sub(memo.0) < memo.1.wrapping_sub(memo.0) {
+            return true;
+        }
         // The last range starting at or below addr.
         let i = self.ranges.partition_point(|r| r.0 <= addr);
-        i > 0 && addr < self.ranges[i - 1].1
+        match i.checked_sub(1).and_then(|i| self.ranges.get(i)) {
+            Some(&r) if addr < r.1 => {
+                *memo = r;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -392,6 +402,7 @@ fn walk_with(
     };
     let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
     let mut frame = FrameAddress::from_instruction_pointer(pc);
+    let mut memo = (0u64, 0u64);
     loop {
         if skip > 0 {
             skip -= 1;
@@ -404,7 +415,7 @@ fn walk_with(
                 return true;
             }
         }
-        if !table.covers(frame.address_for_lookup()) {
+        if !table.covers(frame.address_for_lookup(), &mut memo) {
             return false;
         }
         match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
