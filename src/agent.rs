@@ -39,7 +39,9 @@
 //!
 //! # 5. dlclose
 //! [`before_dlclose`] brings the file up to date while the library is still mapped: pending
-//! events are written, the modules listed again and the symbols seen so far resolved.
+//! events are written, the modules listed again and the symbols seen so far resolved. It
+//! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
+//! the library is gone (see `callstack/cfi.rs`).
 
 use crate::config::{self, EnvSettings};
 use crate::recorder::Recorder;
@@ -288,11 +290,19 @@ pub fn before_quick_exit() {
     }
 }
 
-/// Brings the profile up to date before a library is unloaded (see §5).
+/// Brings the profile up to date before a library is unloaded (see §5), and withdraws the
+/// DWARF unwinder's module list until [`after_dlclose`].
 pub fn before_dlclose() {
     if OWNER.load(Ordering::Acquire) == pid() {
         tracker::sync();
     }
+    crate::callstack::before_dlclose();
+}
+
+/// After `dlclose` returned: the DWARF unwinder lists the objects still loaded.
+pub fn after_dlclose() {
+    let _busy = crate::sampler::Busy::enter();
+    crate::callstack::after_dlclose();
 }
 
 extern "C" fn at_exit() {

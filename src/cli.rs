@@ -50,9 +50,10 @@ struct RecordArgs {
     /// Profile forked and exec'd children too, each into <stem>.<pid>.mprof.
     #[arg(long)]
     follow_forks: bool,
-    /// Stack unwinder in the program: dwarf (default, always correct) or fp (fast; needs
-    /// code built with frame pointers).
-    #[arg(long, value_name = "fp|dwarf|auto")]
+    /// Stack unwinder in the program: dwarf (default: cached DWARF unwind tables, libgcc
+    /// where they cannot walk), fp (fastest; needs code built with frame pointers) or
+    /// libgcc (libgcc's unwinder only: slow).
+    #[arg(long, value_name = "fp|dwarf|libgcc|auto")]
     unwinder: Option<String>,
     /// Fixed sampler seed: the same program gives the same samples (per thread).
     #[arg(long, value_name = "N")]

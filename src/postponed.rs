@@ -70,17 +70,32 @@ struct SlotHead {
     nframes: UnsafeCell<usize>,
 }
 
+/// A value alone on its cache lines (two: the adjacent-line prefetcher pairs them).
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> core::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// A bounded MPMC ring of events with inline call stacks.
+///
+/// The fields every push reads (the block, its geometry, the limit) share no cache line
+/// with the ones that change on every event: `tail` (producers) and `head` (the consumer),
+/// each on lines of its own, so the consumer's progress does not evict the producers'.
 pub struct Queue {
     base: *mut u8,
     stride: usize,
     mask: usize,
     depth: usize,
     limit: AtomicUsize,
-    tail: AtomicUsize,
-    head: AtomicUsize,
-    draining: AtomicBool,
     lost: AtomicU64,
+    tail: Padded<AtomicUsize>,
+    head: Padded<AtomicUsize>,
+    draining: AtomicBool,
 }
 
 // SAFETY: slots are handed between threads by the sequence-number protocol: a slot's
@@ -117,8 +132,8 @@ impl Queue {
             mask: cap - 1,
             depth,
             limit: AtomicUsize::new(capacity.clamp(1, cap)),
-            tail: AtomicUsize::new(0),
-            head: AtomicUsize::new(0),
+            tail: Padded(AtomicUsize::new(0)),
+            head: Padded(AtomicUsize::new(0)),
             draining: AtomicBool::new(false),
             lost: AtomicU64::new(0),
         })
@@ -170,9 +185,15 @@ impl Queue {
             let diff = seq as isize - pos as isize;
             if diff == 0 {
                 // Events waiting, were `pos` claimed now. Negative when `pos` is stale
-                // (claimed and consumed meanwhile): the CAS below fails and retries.
-                let waiting = pos.wrapping_sub(self.head.load(Ordering::Acquire)) as isize;
-                if waiting >= self.limit.load(Ordering::Relaxed) as isize {
+                // (claimed and consumed meanwhile): the CAS below fails and retries. With
+                // the limit at the ring's capacity the sequence number alone tells a full
+                // ring (`diff < 0` below), and `head`, which the consumer writes for every
+                // event, is not read.
+                let limit = self.limit.load(Ordering::Relaxed);
+                if limit <= self.mask
+                    && pos.wrapping_sub(self.head.load(Ordering::Acquire)) as isize
+                        >= limit as isize
+                {
                     if count_lost {
                         self.lost.fetch_add(1, Ordering::Relaxed);
                     }

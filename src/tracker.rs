@@ -633,6 +633,7 @@ pub fn poll() -> usize {
     };
     let n = drain_into(q, driver.as_mut(), epoch);
     driver.after_poll(false);
+    crate::callstack::maintain();
     n
 }
 
@@ -698,6 +699,7 @@ pub fn sync() {
     };
     let _ = drain_into(q, driver.as_mut(), epoch);
     driver.after_poll(true);
+    crate::callstack::maintain();
 }
 
 /// The guards [`fork_prepare`] holds until [`fork_parent`] or [`fork_child`].
@@ -736,6 +738,7 @@ pub fn fork_parent() {
 /// (see the module documentation, §5). The child's tracker is leaked, never dropped.
 pub fn fork_child() {
     crate::live::unlock_all();
+    crate::callstack::fork_child();
     // SAFETY: see `ForkLocks`: this (the only) thread still holds CONTROL.
     let locks = unsafe { (*FORK_LOCKS.0.get()).take() };
     sampler::end();

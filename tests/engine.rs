@@ -976,7 +976,19 @@ mod depth {
     #[test]
     fn truncation_dwarf() {
         let _g = serial();
+        // The cached DWARF unwinder walks these stacks itself (to the end of the stack for
+        // the whole ones): not one capture is handed to libgcc.
+        let fallbacks = memprof::callstack::dwarf_fallbacks();
         check(Unwinder::Dwarf);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(memprof::callstack::dwarf_fallbacks(), fallbacks, "captures fell back");
+        let _ = fallbacks;
+    }
+
+    #[test]
+    fn truncation_libgcc() {
+        let _g = serial();
+        check(Unwinder::Libgcc);
     }
 }
 

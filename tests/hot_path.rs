@@ -260,6 +260,11 @@ fn sampled_paths_allocate_nothing_dwarf() {
     sampled_paths_allocate_nothing(Unwinder::Dwarf);
 }
 
+#[test]
+fn sampled_paths_allocate_nothing_libgcc() {
+    sampled_paths_allocate_nothing(Unwinder::Libgcc);
+}
+
 fn errno() -> i32 {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.
     unsafe { *libc::__errno_location() }
@@ -310,6 +315,7 @@ fn errno_is_preserved() {
         ("R = 1e15", Config { seed: Some(5), ..Config::with_interval(1e15) }),
         ("full queue", Config { queue_capacity: 2, ..Config::exact() }),
         ("dwarf", Config { unwinder: Unwinder::Dwarf, ..Config::exact() }),
+        ("libgcc", Config { unwinder: Unwinder::Libgcc, ..Config::exact() }),
     ] {
         let session = memprof::start(config, seen(1..usize::MAX)).unwrap();
         run(label);

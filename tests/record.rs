@@ -535,3 +535,78 @@ fn managed_heap_under_record_has_samples_and_gc_cycles() {
         assert!((m.bytes - truth).abs() < 0.3 * truth, "cycle {}: {} vs {truth}", c.cycle, m.bytes);
     }
 }
+
+/// Each sample's stack as (module path, offset in the module) pairs: comparable between runs
+/// that load the objects at different addresses. Sorted, so thread order does not matter.
+fn relative_stacks(p: &Profile) -> Vec<(Vec<(String, u64)>, bool)> {
+    let mut v: Vec<_> = p
+        .samples
+        .iter()
+        .map(|s| {
+            let stack = &p.stacks[s.stack as usize];
+            let frames = stack
+                .frames
+                .iter()
+                .map(|&a| match p.modules.iter().find(|m| m.start <= a && a < m.end) {
+                    Some(m) => (m.path.clone(), a - m.base),
+                    None => (String::from("?"), a),
+                })
+                .collect();
+            (frames, stack.truncated)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The cached DWARF unwinder (the default) records exactly the frames libgcc's unwinder
+/// records, on programs built without frame pointers: a deep recursion (whole stacks, and
+/// stacks cut at a depth), threads, and a library that is dlopened, allocates and is
+/// dlclosed (its frames are not in the unwinder's tables until they are refreshed).
+#[test]
+fn dwarf_unwinder_agrees_with_libgcc() {
+    let dir = scratch("unwinders");
+    let worst = build_dir().join("worst_case_nofp");
+    {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/worst_case.c");
+        let o = Command::new("cc")
+            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&worst)
+            .arg(&src)
+            .output()
+            .expect("cc runs");
+        assert!(o.status.success(), "cc: {}", text(&o.stderr));
+    }
+    let lib = fixture("libdlfix");
+    let cases: [(&str, PathBuf, Vec<&str>, &[&str]); 5] = [
+        ("worst_case", worst.clone(), vec!["300"], &["--interval", "1"]),
+        ("worst_case_depth", worst, vec!["300"], &["--interval", "1", "--depth", "10"]),
+        ("threads", fixture("threads"), vec![], &["--interval", "64K", "--seed", "1"]),
+        ("dl", fixture("dl"), vec![lib.to_str().unwrap()], &["--interval", "1"]),
+        ("sites", fixture("sites"), vec![], &["--interval", "1"]),
+    ];
+    for (name, prog, args, opts) in cases {
+        let mut stacks = vec![];
+        for unwinder in ["dwarf", "libgcc"] {
+            let file = format!("{name}-{unwinder}.mprof");
+            let mut all: Vec<&str> = opts.to_vec();
+            all.extend(["--unwinder", unwinder, "-o", &file]);
+            let out = record(&dir, &all, &prog, &args);
+            assert_ok(&out, 0);
+            let p = read(&dir.join(&file));
+            assert!(p.complete && !p.samples.is_empty(), "{name} {unwinder}");
+            stacks.push(relative_stacks(&p));
+        }
+        if name == "threads" {
+            // Sampling is random per thread: compare the distinct stacks.
+            for s in &mut stacks {
+                s.dedup();
+            }
+        }
+        assert_eq!(stacks[0].len(), stacks[1].len(), "{name}: sample counts");
+        for (a, b) in stacks[0].iter().zip(&stacks[1]) {
+            assert_eq!(a, b, "{name}: dwarf vs libgcc");
+        }
+        assert!(stacks[0].iter().all(|(f, _)| f.len() >= 3), "{name}: stacks too short");
+    }
+}

@@ -246,7 +246,8 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
 }
 
 /// `dlclose`: writes what the profile needs from the library while it is still mapped
-/// ([`memprof::agent::before_dlclose`]), then glibc's.
+/// ([`memprof::agent::before_dlclose`]), then glibc's, then lets the DWARF unwinder list
+/// the objects still loaded ([`memprof::agent::after_dlclose`]).
 ///
 /// # Safety
 /// As C's `dlclose`.
@@ -261,7 +262,12 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     // SAFETY: `f` is glibc's dlclose, of this signature.
     let f: unsafe extern "C" fn(*mut c_void) -> c_int = unsafe { core::mem::transmute(f) };
     // SAFETY: as the caller's contract.
-    unsafe { f(handle) }
+    let r = unsafe { f(handle) };
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    let saved = unsafe { *libc::__errno_location() };
+    memprof::agent::after_dlclose();
+    set_errno(saved);
+    r
 }
 
 /// `_exit` (and `_Exit`, the same function in glibc): writes what the profile has so far

@@ -1,0 +1,430 @@
+//! The cached DWARF unwinder of the sample path (x86_64): framehop over the unwind tables
+//! of the loaded objects, read in place from their mapped images.
+//!
+//! # 1. Modules
+//! [`refresh`] lists the loaded objects with `dl_iterate_phdr`. An object whose program
+//! headers have a `PT_GNU_EH_FRAME` segment becomes a framehop module: its `.eh_frame_hdr`
+//! is that segment, its `.eh_frame` starts where the header's `eh_frame_ptr` points and runs
+//! to the end of the `PT_LOAD` segment holding it (framehop only follows the header's
+//! binary-search table into it, so the slack past the section is never read). Both are
+//! slices of the mapped image: nothing is copied. Objects without the header are left out,
+//! and so are their code ranges: a frame there sends the capture to libgcc.
+//!
+//! # 2. Publication
+//! The module list and the sorted executable ranges it covers form a [`Table`], built off
+//! the sample path (session start, the drain thread's polls when the loader's `dlpi_adds`
+//! or `dlpi_subs` moved, after a `dlclose` seen by the preload library) and published
+//! through an atomic pointer. A table is never mutated once published and never freed
+//! (the few kilobytes of a superseded table are leaked: a thread may still be unwinding
+//! with it), so the sample path reads it without a lock. Builders serialise on a spin lock
+//! that no sampling thread ever takes. Around `dlclose` the table is withdrawn first
+//! ([`before_dlclose`]: the sample path falls back to libgcc) and rebuilt after, so no
+//! thread can look an address up in an image that is being unmapped; a table built while a
+//! `dlclose` is in progress is not published.
+//!
+//! # 3. Caches
+//! framehop's cache (a rule per recently seen address, and gimli's fixed-size evaluation
+//! context: the `MustNotAllocateDuringUnwind` policy) is needed exclusively while unwinding.
+//! [`SLOTS`] caches are allocated once, at the first session that uses this unwinder, and
+//! never freed. A thread takes the slot its stack address hashes to with one atomic swap,
+//! trying the others when it is taken; with every slot taken it falls back to libgcc. So
+//! the sample path never allocates, never waits and never holds a lock user code can hold.
+//!
+//! # 4. Reads
+//! The memory-read callback reads only inside `[sp, stack top)` of the current thread, so a
+//! wrong rule (code without unwind information falls back to frame pointers inside
+//! framehop) ends the walk with an error instead of a fault.
+
+use super::Captured;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::Unwinder as _;
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind};
+
+type Fh = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
+type Cache = CacheX86_64<MustNotAllocateDuringUnwind>;
+/// A module and the executable ranges it covers.
+type ModuleRanges = (Module<&'static [u8]>, Vec<(u64, u64)>);
+
+/// A published module list.
+struct Table {
+    unwinder: Fh,
+    /// Executable ranges of the modules, sorted and disjoint: `[start, end)`.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Table {
+    /// Is `addr` inside code whose unwind information the table holds? `memo` is the range
+    /// found last: consecutive frames are mostly in the same object.
+    #[inline(always)]
+    fn covers(&self, addr: u64, memo: &mut (u64, u64)) -> bool {
+        if addr.wrapping_sub(memo.0) < memo.1.wrapping_sub(memo.0) {
+            return true;
+        }
+        // The last range starting at or below addr.
+        let i = self.ranges.partition_point(|r| r.0 <= addr);
+        match i.checked_sub(1).and_then(|i| self.ranges.get(i)) {
+            Some(&r) if addr < r.1 => {
+                *memo = r;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+static TABLE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+/// Serialises builders (never taken on the sample path).
+static BUILDING: AtomicBool = AtomicBool::new(false);
+/// `dlclose` calls in progress (see §2).
+static CLOSING: AtomicU32 = AtomicU32::new(0);
+/// The loader's (adds, subs) when the published table was built.
+static LOADER_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
+static LOADER_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Captures handed to libgcc (no table, no free cache, a frame outside the table, or an
+/// unwinding error).
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// Caches in the pool.
+pub(super) const SLOTS: usize = 8;
+
+struct Slot {
+    taken: AtomicBool,
+    cache: AtomicPtr<Cache>,
+}
+
+static POOL: [Slot; SLOTS] = [const {
+    Slot { taken: AtomicBool::new(false), cache: AtomicPtr::new(core::ptr::null_mut()) }
+}; SLOTS];
+
+fn build_lock() {
+    while BUILDING.swap(true, Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+}
+
+fn build_unlock() {
+    BUILDING.store(false, Ordering::Release);
+}
+
+/// Makes the unwinder ready: allocates the cache pool (once) and publishes a table of the
+/// objects loaded now. Called off the sample path, at session start. Returns false when no
+/// table could be built (the caller uses libgcc).
+pub(super) fn prepare() -> bool {
+    for slot in &POOL {
+        if slot.cache.load(Ordering::Acquire).is_null() {
+            let cache = Box::into_raw(Box::new(Cache::new_in()));
+            if slot
+                .cache
+                .compare_exchange(core::ptr::null_mut(), cache, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // SAFETY: `cache` came from Box::into_raw above and was never published.
+                drop(unsafe { Box::from_raw(cache) });
+            }
+        }
+    }
+    refresh(true);
+    !TABLE.load(Ordering::Acquire).is_null()
+}
+
+/// Rebuilds the table when the loader has mapped or unmapped objects since the last build
+/// (or always, with `force`). Off the sample path only.
+pub(super) fn refresh(force: bool) {
+    let (adds, subs) = loader_counts();
+    if !force
+        && adds == LOADER_ADDS.load(Ordering::Relaxed)
+        && subs == LOADER_SUBS.load(Ordering::Relaxed)
+        && !TABLE.load(Ordering::Acquire).is_null()
+    {
+        return;
+    }
+    build_lock();
+    let table = build();
+    if CLOSING.load(Ordering::Acquire) == 0 {
+        let new = Box::into_raw(Box::new(table));
+        // The old table is leaked: a thread may still be unwinding with it (§2).
+        TABLE.store(new, Ordering::Release);
+        LOADER_ADDS.store(adds, Ordering::Relaxed);
+        LOADER_SUBS.store(subs, Ordering::Relaxed);
+    }
+    build_unlock();
+}
+
+/// Withdraws the table before `dlclose` may unmap an object (see §2).
+pub(super) fn before_dlclose() {
+    CLOSING.fetch_add(1, Ordering::AcqRel);
+    build_lock();
+    TABLE.store(core::ptr::null_mut(), Ordering::Release);
+    build_unlock();
+}
+
+/// After `dlclose` returned: rebuilds the table when the unwinder is in use.
+pub(super) fn after_dlclose(in_use: bool) {
+    CLOSING.fetch_sub(1, Ordering::AcqRel);
+    if in_use {
+        refresh(true);
+    }
+}
+
+/// In a forked child, whose only thread is the one that called `fork`: no other thread
+/// builds a table or holds a cache any more.
+pub(super) fn fork_child() {
+    BUILDING.store(false, Ordering::Release);
+    for slot in &POOL {
+        slot.taken.store(false, Ordering::Release);
+    }
+}
+
+/// Captures handed to libgcc so far.
+pub(super) fn fallbacks() -> u64 {
+    FALLBACKS.load(Ordering::Relaxed)
+}
+
+pub(super) fn count_fallback() {
+    FALLBACKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The loader's (`dlpi_adds`, `dlpi_subs`).
+fn loader_counts() -> (u64, u64) {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        if size >= core::mem::size_of::<libc::dl_phdr_info>() {
+            // SAFETY: the loader passes a valid info of `size` bytes, which covers the
+            // counters; `data` is the `&mut (u64, u64)` passed below.
+            unsafe { *(data as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs) };
+        }
+        1
+    }
+    let mut counts = (0u64, 0u64);
+    // SAFETY: the callback only reads the loader's record and writes `counts`, which
+    // outlives the call; returning 1 stops the iteration after the first object.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut counts as *mut (u64, u64) as *mut _) };
+    counts
+}
+
+/// Reads the encoded pointer at `p` (in `.eh_frame_hdr`, encoding `enc`); None for an
+/// encoding other than the absolute or pc-relative 4- and 8-byte forms.
+///
+/// # Safety
+/// `p..p + 8` is readable.
+unsafe fn read_encoded(p: usize, enc: u8) -> Option<usize> {
+    // SAFETY: the caller guarantees the bytes are readable; unaligned reads are used.
+    let v = unsafe {
+        match enc & 0x0f {
+            0x03 => (p as *const u32).read_unaligned() as usize,
+            0x0b => (p as *const i32).read_unaligned() as isize as usize,
+            0x04 | 0x0c => (p as *const u64).read_unaligned() as usize,
+            _ => return None,
+        }
+    };
+    match enc & 0x70 {
+        0x00 => Some(v),
+        0x10 => Some(p.wrapping_add(v)),
+        _ => None,
+    }
+}
+
+/// One loaded object's module and executable ranges, or None without usable unwind data.
+///
+/// # Safety
+/// `info` is a record passed by `dl_iterate_phdr`, used inside its callback.
+unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<ModuleRanges> {
+    if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
+        return None;
+    }
+    // SAFETY: the loader's program headers: dlpi_phnum entries at dlpi_phdr.
+    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let bias = info.dlpi_addr as usize;
+    let hdr = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME)?;
+    let loads = || phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD);
+    let lo = loads().map(|p| p.p_vaddr as usize).min()?;
+    let hi = loads().map(|p| (p.p_vaddr + p.p_memsz) as usize).max()?;
+    let hdr_svma = hdr.p_vaddr as usize;
+    let hdr_len = hdr.p_memsz as usize;
+    if hdr_len < 8 {
+        return None;
+    }
+    let hdr_avma = bias.wrapping_add(hdr_svma);
+    // SAFETY: the header segment is mapped (it lies inside a PT_LOAD of a loaded object)
+    // and at least 8 bytes long.
+    let (version, ptr_enc) =
+        unsafe { ((hdr_avma as *const u8).read(), (hdr_avma as *const u8).add(1).read()) };
+    if version != 1 || hdr_len < 4 + 8 {
+        return None;
+    }
+    // SAFETY: bytes 4..12 of the header are inside the segment (checked above).
+    let eh_avma = unsafe { read_encoded(hdr_avma + 4, ptr_enc) }?;
+    let eh_svma = eh_avma.wrapping_sub(bias);
+    // .eh_frame runs to the end of the PT_LOAD that holds it (see §1).
+    let seg = loads().find(|p| {
+        let s = p.p_vaddr as usize;
+        s <= eh_svma && eh_svma < s + p.p_memsz as usize
+    })?;
+    let eh_end_svma = (seg.p_vaddr + seg.p_memsz) as usize;
+    // SAFETY: both ranges lie inside PT_LOAD segments of an object that stays mapped while
+    // the table is published (withdrawn around dlclose, §2).
+    let (hdr_data, eh_data): (&'static [u8], &'static [u8]) = unsafe {
+        (
+            core::slice::from_raw_parts(hdr_avma as *const u8, hdr_len),
+            core::slice::from_raw_parts(eh_avma as *const u8, eh_end_svma - eh_svma),
+        )
+    };
+    let ranges: Vec<(u64, u64)> = loads()
+        .filter(|p| p.p_flags & libc::PF_X != 0 && p.p_memsz > 0)
+        .map(|p| {
+            let s = bias.wrapping_add(p.p_vaddr as usize) as u64;
+            (s, s + p.p_memsz)
+        })
+        .collect();
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+        unsafe { core::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+    };
+    let section_info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        eh_frame_svma: Some(eh_svma as u64..eh_end_svma as u64),
+        eh_frame: Some(eh_data),
+        eh_frame_hdr_svma: Some(hdr_svma as u64..(hdr_svma + hdr_len) as u64),
+        eh_frame_hdr: Some(hdr_data),
+        ..Default::default()
+    };
+    let start = bias.wrapping_add(lo) as u64;
+    let end = bias.wrapping_add(hi) as u64;
+    Some((Module::new(name, start..end, bias as u64, section_info), ranges))
+}
+
+/// Lists the loaded objects into a new table.
+fn build() -> Table {
+    struct Acc {
+        unwinder: Fh,
+        ranges: Vec<(u64, u64)>,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        if size < core::mem::offset_of!(libc::dl_phdr_info, dlpi_adds) {
+            return 0;
+        }
+        // SAFETY: `data` is the `&mut Acc` passed below; `info` is the loader's record.
+        let (acc, info) = unsafe { (&mut *(data as *mut Acc), &*info) };
+        // SAFETY: called inside the dl_iterate_phdr callback with the loader's record.
+        if let Some((module, ranges)) = unsafe { module_of(info) } {
+            acc.unwinder.add_module(module);
+            acc.ranges.extend(ranges);
+        }
+        0
+    }
+    let mut acc = Acc { unwinder: Fh::new(), ranges: Vec::new() };
+    // SAFETY: the callback only reads the loader's records and writes `acc`, which
+    // outlives the call; it never unwinds (module_of does not panic on loader data).
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut acc as *mut Acc as *mut _) };
+    acc.ranges.sort_unstable();
+    Table { unwinder: acc.unwinder, ranges: acc.ranges }
+}
+
+/// Takes a cache from the pool; `key` spreads threads over the slots.
+#[inline]
+fn take_slot(key: usize) -> Option<&'static Slot> {
+    let first = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61) % SLOTS;
+    for i in 0..SLOTS {
+        let slot = &POOL[(first + i) % SLOTS];
+        if !slot.taken.load(Ordering::Relaxed) && !slot.taken.swap(true, Ordering::Acquire) {
+            return Some(slot);
+        }
+    }
+    None
+}
+
+/// Walks the stack from the registers of the capturing function (`pc`, `sp`, `bp`), for a
+/// thread whose stack ends at `hi`, dropping the `skip` innermost addresses (the program
+/// counter counts as one) and keeping at most `depth`. Returns false, with `out` in an
+/// unspecified state, when the walk cannot be trusted: the caller starts over with libgcc.
+#[inline(never)]
+pub(super) fn walk(
+    out: &mut Captured,
+    depth: usize,
+    skip: usize,
+    (pc, sp, bp): (u64, u64, u64),
+    hi: usize,
+) -> bool {
+    let table = TABLE.load(Ordering::Acquire);
+    // SAFETY: published tables are never mutated or freed (§2).
+    let Some(table) = (unsafe { table.as_ref() }) else {
+        return false;
+    };
+    let lo = sp as usize;
+    if hi <= lo + 16 {
+        return false;
+    }
+    let Some(slot) = take_slot(hi) else {
+        return false;
+    };
+    let cache = slot.cache.load(Ordering::Acquire);
+    // SAFETY: the slot is taken by this thread until released below, so the cache (allocated
+    // in `prepare`, never freed) is used by no one else meanwhile.
+    let ok = match unsafe { cache.as_mut() } {
+        Some(cache) => walk_with(table, cache, out, depth, skip, (pc, sp, bp), lo, hi),
+        None => false,
+    };
+    slot.taken.store(false, Ordering::Release);
+    ok
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn walk_with(
+    table: &Table,
+    cache: &mut Cache,
+    out: &mut Captured,
+    depth: usize,
+    mut skip: usize,
+    (pc, sp, bp): (u64, u64, u64),
+    lo: usize,
+    hi: usize,
+) -> bool {
+    let last = hi - 8;
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let a = addr as usize;
+        if a < lo || a > last {
+            return Err(());
+        }
+        // SAFETY: [a, a + 8) lies inside this thread's stack between the current stack
+        // pointer and the stack's top, which is mapped and readable.
+        Ok(unsafe { (a as *const u64).read_unaligned() })
+    };
+    let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
+    let mut frame = FrameAddress::from_instruction_pointer(pc);
+    let mut memo = (0u64, 0u64);
+    loop {
+        if skip > 0 {
+            skip -= 1;
+        } else {
+            if out.len >= depth {
+                out.truncated = true;
+                return true;
+            }
+            if !out.push(frame.address() as usize) {
+                return true;
+            }
+        }
+        if !table.covers(frame.address_for_lookup(), &mut memo) {
+            return false;
+        }
+        match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
+            Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                Some(f) => frame = f,
+                None => return true,
+            },
+            Ok(None) => return true,
+            Err(_) => return false,
+        }
+    }
+}
