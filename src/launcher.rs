@@ -79,7 +79,12 @@ pub fn find_preload() -> Result<PathBuf, Error> {
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     let tried = [dir.join(PRELOAD_NAME), dir.join("deps").join(PRELOAD_NAME)];
-    if let Some(found) = tried.iter().find(|p| p.is_file()) {
+    // In a cargo target directory both can exist: `cargo build` puts the library beside
+    // the executable, `cargo test` refreshes only the one in deps/. The newer one matches
+    // the executable; an installed layout has just the first.
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let found = tried.iter().filter(|p| p.is_file()).max_by_key(|p| modified(p));
+    if let Some(found) = found {
         return Ok(found.clone());
     }
     Err(Error::Other(format!(
