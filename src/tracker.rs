@@ -468,9 +468,16 @@ pub(crate) mod hot {
                 k: hit.k,
                 truncated: frames.truncated(),
             };
-            if push(q, &event, frames.frames())
-                && !live::insert(addr, Entry { id, epoch: hit.epoch })
-            {
+            // The live-table entry goes in before the event: its lock's exchange is a full
+            // fence, which after the slot's ~200 bytes of stores would wait for all of them
+            // to drain. The block cannot be freed before this returns, so the order is free.
+            let tracked = live::insert(addr, Entry { id, epoch: hit.epoch });
+            if !push(q, &event, frames.frames()) {
+                // Lost event: no dealloc event must follow for it either.
+                if tracked {
+                    live::remove(addr);
+                }
+            } else if !tracked {
                 UNTRACKED.fetch_add(1, Ordering::Relaxed);
             }
         }
