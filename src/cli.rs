@@ -27,6 +27,15 @@ enum Command {
     Report(ReportArgs),
     /// Profile the bundled workloads in process and write their flamegraphs.
     Demo(DemoArgs),
+    /// Runs one of the demo's workloads without a session of its own (the demo records it
+    /// through the preload library).
+    #[command(name = "__workload", hide = true)]
+    Workload {
+        /// The workload (leaky_cache).
+        name: String,
+        /// Its size (requests).
+        size: u64,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -120,6 +129,7 @@ pub fn main() -> i32 {
         Command::Record(args) => return record_cmd(&args),
         Command::Report(args) => report_cmd(&args),
         Command::Demo(args) => crate::demo::run(&args),
+        Command::Workload { name, size } => crate::demo::workload(&name, size),
     };
     match result {
         Ok(()) => 0,

@@ -12,6 +12,8 @@ mod leaky_cache;
 mod worst_case;
 
 use crate::cli::{write_file, DemoArgs};
+use memprof::config::EnvSettings;
+use memprof::launcher::{self, RecordOptions};
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, TopOptions, View};
 use memprof::{Config, Error, Recorder};
@@ -66,6 +68,32 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
         mprof.display()
     );
     show(&profile, &args.out, "gc_workload", &[View::Live, View::Gc])?;
+
+    // 4. The whole `memprof record` path: the leaky cache again, as an unmodified program
+    //    (this executable, with no session of its own), through the preload library.
+    println!("\n== memprof record -- memprof __workload leaky_cache {requests}");
+    let preload = launcher::find_preload()?;
+    let mut settings = EnvSettings::from_lookup(|_| None)?;
+    let mprof = args.out.join("record_leaky_cache.mprof");
+    settings.output = mprof.display().to_string();
+    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find this executable", e))?;
+    let opts = RecordOptions {
+        settings,
+        force: true,
+        program: exe.into_os_string(),
+        args: vec!["__workload".into(), "leaky_cache".into(), requests.to_string().into()],
+    };
+    let run = launcher::record(&opts, &preload)?;
+    if run.exit_code != 0 {
+        return Err(Error::Other(format!("the recorded workload exited with {}", run.exit_code)));
+    }
+    let profile = Profile::read_file(&run.output)?;
+    println!(
+        "{} samples through the preload library, profile {}",
+        profile.samples.len(),
+        mprof.display()
+    );
+    show(&profile, &args.out, "record_leaky_cache", &[View::Alloc, View::Live])?;
     Ok(())
 }
 
@@ -79,4 +107,20 @@ fn show(profile: &Profile, out: &Path, name: &str, views: &[View]) -> Result<(),
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// `memprof __workload NAME SIZE`: a demo workload with no session of its own, for the
+/// demo to record through the preload library.
+pub fn workload(name: &str, size: u64) -> Result<(), Error> {
+    match name {
+        "leaky_cache" => {
+            let cache = leaky_cache::run(size);
+            println!("{} entries cached", cache.entries());
+            // A server's cache lives until the process ends: the profile's live view shows
+            // who holds it at exit.
+            std::mem::forget(cache);
+            Ok(())
+        }
+        other => Err(Error::Config(format!("unknown workload {other:?} (leaky_cache)"))),
+    }
 }

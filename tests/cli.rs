@@ -138,6 +138,11 @@ fn demo_writes_flamegraphs_naming_the_examples_functions() {
     let out = memprof(&["report", dir.join("leaky_cache.mprof").to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
+    // The same workload recorded through the preload library as an unmodified program.
+    let recorded = read("record_leaky_cache.live.svg");
+    assert!(recorded.contains("Cache::remember"), "memprof record sees who holds the cache");
+    assert!(read("record_leaky_cache.alloc.svg").contains("leaky_cache::parse_request"));
+
     // The managed heap: samples and GC cycles in one profile, mark time by site.
     let gc = read("gc_workload.gc.svg");
     assert!(gc.contains("GC mark time") && gc.contains("gc_workload::make_record"));
