@@ -26,14 +26,26 @@
 
 use crate::live::{self, Entry};
 use crate::postponed::EventKind;
-use crate::sampler;
+use crate::sampler::{self, Countdown, Hit};
 use crate::tracker::hot;
 use core::alloc::{GlobalAlloc, Layout};
 
 /// Reports an allocation of `size` bytes at `addr` (null is ignored).
 #[inline(always)]
 pub fn on_alloc(addr: *mut u8, size: usize) {
-    if let Some(hit) = sampler::sample(size) {
+    record(addr, size, sampler::sample(size));
+}
+
+/// [`on_alloc`] for an allocator that keeps the thread's countdown itself (see
+/// [`Countdown`]).
+#[inline(always)]
+pub fn on_alloc_in(cd: &Countdown, addr: *mut u8, size: usize) {
+    record(addr, size, sampler::sample_in(cd, size));
+}
+
+#[inline(always)]
+fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
+    if let Some(hit) = hit {
         if !addr.is_null() {
             hot::record_alloc(addr as usize, size, hit);
         }
@@ -63,6 +75,30 @@ pub fn before_realloc(old: *mut u8) -> Option<Entry> {
 /// the old block stays live), `new_size` the requested size.
 #[inline(always)]
 pub fn on_realloc(old: *mut u8, old_entry: Option<Entry>, new: *mut u8, new_size: usize) {
+    finish_realloc(old, old_entry, new, new_size, sampler::sample);
+}
+
+/// [`on_realloc`] for an allocator that keeps the thread's countdown itself (see
+/// [`Countdown`]).
+#[inline(always)]
+pub fn on_realloc_in(
+    cd: &Countdown,
+    old: *mut u8,
+    old_entry: Option<Entry>,
+    new: *mut u8,
+    new_size: usize,
+) {
+    finish_realloc(old, old_entry, new, new_size, |n| sampler::sample_in(cd, n));
+}
+
+#[inline(always)]
+fn finish_realloc(
+    old: *mut u8,
+    old_entry: Option<Entry>,
+    new: *mut u8,
+    new_size: usize,
+    sample: impl FnOnce(usize) -> Option<Hit>,
+) {
     if new.is_null() {
         if let Some(e) = old_entry {
             if !live::insert(old as usize, e) {
@@ -71,7 +107,7 @@ pub fn on_realloc(old: *mut u8, old_entry: Option<Entry>, new: *mut u8, new_size
         }
         return;
     }
-    match sampler::sample(new_size) {
+    match sample(new_size) {
         Some(hit) => {
             if let Some(e) = old_entry {
                 hot::record_other(EventKind::Dealloc, e, 0, 0);

@@ -24,11 +24,22 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 const FILTER_LEN: usize = 1 << 21;
+/// The filter's index of `addr` is `(addr >> FILTER_SHIFT) & FILTER_MASK`.
+#[doc(hidden)]
+pub const FILTER_SHIFT: u32 = 4;
+/// See [`FILTER_SHIFT`].
+#[doc(hidden)]
+pub const FILTER_MASK: usize = FILTER_LEN - 1;
 const SHARD_BITS: u32 = 6;
 const SHARDS: usize = 1 << SHARD_BITS;
 const MIN_CAP: usize = 64;
 
-static FILTER: [AtomicU8; FILTER_LEN] = [const { AtomicU8::new(0) }; FILTER_LEN];
+/// The counting filter in front of the table: a block whose counter is 0 is not in it.
+/// Public only for allocators that inline [`remove`]'s first test (the preload library's
+/// `free`, in assembly): `FILTER[(addr >> FILTER_SHIFT) & FILTER_MASK] == 0` means
+/// "not sampled", anything else calls [`remove`].
+#[doc(hidden)]
+pub static FILTER: [AtomicU8; FILTER_LEN] = [const { AtomicU8::new(0) }; FILTER_LEN];
 
 /// What the table keeps for a sampled block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,7 +87,7 @@ fn hash(addr: usize) -> u64 {
 /// spread over the low bits already, and skipping the multiply keeps `free` short.
 #[inline]
 fn filter_index(addr: usize) -> usize {
-    (addr >> 4) & (FILTER_LEN - 1)
+    (addr >> FILTER_SHIFT) & FILTER_MASK
 }
 
 #[inline]

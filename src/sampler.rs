@@ -48,16 +48,46 @@ pub struct Hit {
     pub epoch: u64,
 }
 
-static EPOCH: AtomicU64 = AtomicU64::new(1);
+/// The session epoch (§3). Public only for allocators that inline the fast path themselves
+/// (the preload library's, in assembly): see [`Countdown`].
+#[doc(hidden)]
+pub static EPOCH: AtomicU64 = AtomicU64::new(1);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
 static SEED: AtomicU64 = AtomicU64::new(0);
 static THREADS: AtomicU32 = AtomicU32::new(0);
 
+/// A thread's countdown: the bytes until its next sample point (the point is the
+/// `countdown`-th byte from here) and the epoch it was drawn in.
+///
+/// Every thread has one inside the sampler's own thread-local state. An allocator may keep
+/// it elsewhere, in thread-local storage it reaches faster, and sample through
+/// [`sample_in`]: the preload library keeps it in initial-exec TLS, because a shared
+/// library's Rust thread-locals cost a `__tls_get_addr` call. The fast path is then, in any
+/// language: `size < countdown && epoch == EPOCH` → `countdown -= size`, not sampled;
+/// otherwise [`sample_in`]. The layout is fixed (`repr(C)`: the countdown, then the epoch)
+/// for code outside Rust. A zeroed `Countdown` is valid: its first allocation takes the
+/// slow path and draws.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Countdown {
+    /// Bytes until the next sample point.
+    pub countdown: Cell<u64>,
+    /// The epoch the countdown was drawn in.
+    pub epoch: Cell<u64>,
+}
+
+impl Countdown {
+    /// A zeroed countdown (takes the slow path at its first allocation).
+    pub const fn new() -> Self {
+        Countdown { countdown: Cell::new(0), epoch: Cell::new(0) }
+    }
+}
+
 struct ThreadState {
-    /// Bytes until the next sample point (the point is the `countdown`-th byte from here).
-    countdown: Cell<u64>,
-    /// Epoch the countdown was drawn in.
+    /// The countdown of allocations sampled through [`sample`].
+    cd: Countdown,
+    /// The epoch of the thread's number and generator.
     epoch: Cell<u64>,
     /// Inside the profiler: allocations are not reported.
     busy: Cell<bool>,
@@ -73,7 +103,7 @@ struct ThreadState {
 thread_local! {
     static STATE: ThreadState = const {
         ThreadState {
-            countdown: Cell::new(0),
+            cd: Countdown::new(),
             epoch: Cell::new(0),
             busy: Cell::new(false),
             thread: Cell::new(0),
@@ -104,34 +134,41 @@ pub(crate) fn end() {
 /// Never allocates, never blocks, never panics.
 #[inline(always)]
 pub fn sample(size: usize) -> Option<Hit> {
+    STATE.with(|s| sample_in(&s.cd, size))
+}
+
+/// [`sample`] with the thread's countdown kept by the caller (see [`Countdown`]). `cd` must
+/// be the calling thread's own: one countdown per thread and allocator path, never shared.
+///
+/// Never allocates, never blocks, never panics.
+#[inline(always)]
+pub fn sample_in(cd: &Countdown, size: usize) -> Option<Hit> {
     let size = size as u64;
-    let epoch = EPOCH.load(Ordering::Relaxed);
-    let fast = STATE.with(|s| {
-        let c = s.countdown.get();
-        if size >= c || s.epoch.get() != epoch {
-            return false;
-        }
-        s.countdown.set(c - size);
-        true
-    });
-    if fast {
+    let c = cd.countdown.get();
+    if size < c && cd.epoch.get() == EPOCH.load(Ordering::Relaxed) {
+        cd.countdown.set(c - size);
         None
     } else {
-        slow(size)
+        slow(cd, size)
     }
 }
 
 #[cold]
 #[inline(never)]
-fn slow(size: u64) -> Option<Hit> {
+fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
     STATE.with(|s| {
         let epoch = EPOCH.load(Ordering::Acquire);
-        if s.epoch.get() != epoch {
-            s.epoch.set(epoch);
+        let fresh = cd.epoch.get() != epoch;
+        if fresh {
+            cd.epoch.set(epoch);
             if !ACTIVE.load(Ordering::Relaxed) {
-                s.countdown.set(u64::MAX);
+                cd.countdown.set(u64::MAX);
                 return None;
             }
+        }
+        if s.epoch.get() != epoch {
+            // The thread's first slow path in this session: its number and its generator.
+            s.epoch.set(epoch);
             let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
             let thread = THREADS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             s.thread.set(thread);
@@ -140,19 +177,30 @@ fn slow(size: u64) -> Option<Hit> {
             s.gap_scale.set(if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() });
             let seed = mix(SEED.load(Ordering::Relaxed) ^ mix(u64::from(thread)));
             let Ok(mut rng) = s.rng.try_borrow_mut() else {
-                s.countdown.set(u64::MAX);
+                cd.countdown.set(u64::MAX);
                 return None;
             };
-            let r = rng.insert(SmallRng::seed_from_u64(seed));
-            s.countdown.set(gap(r, s.gap_scale.get()));
+            *rng = Some(SmallRng::seed_from_u64(seed));
+        }
+        if fresh {
+            // A countdown drawn in another session: its first gap in this one.
+            let Ok(mut guard) = s.rng.try_borrow_mut() else {
+                cd.countdown.set(u64::MAX);
+                return None;
+            };
+            let Some(rng) = guard.as_mut() else {
+                cd.countdown.set(u64::MAX);
+                return None;
+            };
+            cd.countdown.set(gap(rng, s.gap_scale.get()));
         }
         if !ACTIVE.load(Ordering::Relaxed) || size == 0 {
             // Stopped sessions keep a countdown of u64::MAX, so only size 0 lands here.
             return None;
         }
-        let c = s.countdown.get();
+        let c = cd.countdown.get();
         if size < c {
-            s.countdown.set(c - size);
+            cd.countdown.set(c - size);
             return None;
         }
         let scale = s.gap_scale.get();
@@ -166,7 +214,7 @@ fn slow(size: u64) -> Option<Hit> {
         if scale == 0.0 {
             // Exact mode: every byte is a point.
             k = size;
-            s.countdown.set(1);
+            cd.countdown.set(1);
         } else if rest as f64 * s.p.get() > 32.0 {
             // Many points expected: one binomial draw for the rest, then a fresh gap.
             let p = s.p.get();
@@ -175,7 +223,7 @@ fn slow(size: u64) -> Option<Hit> {
                 Err(_) => (rest as f64 * p) as u64,
             };
             k += extra;
-            s.countdown.set(gap(rng, scale));
+            cd.countdown.set(gap(rng, scale));
         } else {
             // Few points: walk the gaps; the overshoot is the next countdown.
             let mut pos = c;
@@ -187,11 +235,11 @@ fn slow(size: u64) -> Option<Hit> {
                         k += 1;
                     }
                     Some(next) => {
-                        s.countdown.set(next - size);
+                        cd.countdown.set(next - size);
                         break;
                     }
                     None => {
-                        s.countdown.set(u64::MAX);
+                        cd.countdown.set(u64::MAX);
                         break;
                     }
                 }

@@ -28,7 +28,7 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
-use memprof::alloc::{before_realloc, on_alloc, on_dealloc, on_realloc};
+use memprof::alloc::{before_realloc, on_alloc_in, on_dealloc, on_realloc_in};
 
 extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
@@ -46,25 +46,187 @@ fn set_errno(v: c_int) {
     unsafe { *libc::__errno_location() = v };
 }
 
-/// `malloc`: glibc's, sampled.
+/// The fast paths of `malloc` and `free`, in assembly (x86-64).
 ///
-/// # Safety
-/// As C's `malloc`.
-#[no_mangle]
-pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    // SAFETY: no preconditions.
-    let p = unsafe { __libc_malloc(size) };
-    on_alloc(p.cast(), size);
-    p
+/// A shared library's Rust thread-locals are reached through `__tls_get_addr` (the
+/// general-dynamic model; stable Rust cannot ask for another), which costs more than the
+/// rest of an unsampled `malloc`. So the thread's [`Countdown`] lives in a thread-local of
+/// the initial-exec model declared here (the library is loaded at start-up, so its TLS is
+/// in the static block), and `malloc` and `free` are naked functions whose common case is
+/// a handful of instructions ending in a tail jump to glibc:
+///
+/// - `malloc(n)`: if `n < countdown` and the countdown's epoch is the sampler's
+///   [`EPOCH`](memprof::sampler::EPOCH), `countdown -= n` and jump to `__libc_malloc`
+///   (exactly [`memprof::sampler::sample_in`]'s fast path); otherwise jump to
+///   `malloc_slow`, which allocates and samples through `sample_in`.
+/// - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::live::FILTER`]) is
+///   0, `p` is not a sampled block: jump to `__libc_free`; otherwise jump to `free_slow`.
+///
+/// Neither touches the stack, so the slow paths and glibc see the caller's own frame and
+/// alignment. The other entry points reach the same countdown through [`countdown`].
+#[cfg(target_arch = "x86_64")]
+mod fast {
+    use super::*;
+    use memprof::sampler::Countdown;
+
+    // The thread's countdown (the layout of `Countdown`: countdown, then epoch), zeroed at
+    // thread creation, which `Countdown` allows. Global and hidden: visible to every object
+    // file of this library, exported by none.
+    core::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".p2align 4",
+        ".globl memprof_preload_countdown",
+        ".hidden memprof_preload_countdown",
+        ".type memprof_preload_countdown,@object",
+        ".size memprof_preload_countdown,16",
+        "memprof_preload_countdown:",
+        ".zero 16",
+        ".popsection",
+    );
+    const _: () = assert!(core::mem::size_of::<Countdown>() == 16);
+
+    /// The calling thread's countdown block.
+    #[unsafe(naked)]
+    extern "C" fn countdown_addr() -> *const Countdown {
+        core::arch::naked_asm!(
+            "mov rax, qword ptr fs:[0]",
+            "add rax, qword ptr [rip + memprof_preload_countdown@GOTTPOFF]",
+            "ret",
+        )
+    }
+
+    /// The calling thread's countdown.
+    #[inline]
+    pub(super) fn countdown<'a>() -> &'a Countdown {
+        // SAFETY: the address is this thread's block of the TLS variable above, valid and
+        // initialised (zeroed) for the thread's lifetime; the reference never leaves the
+        // allocation call it was made for, and only this thread touches the block.
+        unsafe { &*countdown_addr() }
+    }
+
+    /// `malloc`: glibc's, sampled (see the module documentation).
+    ///
+    /// # Safety
+    /// As C's `malloc`.
+    #[no_mangle]
+    #[unsafe(naked)]
+    pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+        core::arch::naked_asm!(
+            "mov rax, qword ptr [rip + memprof_preload_countdown@GOTTPOFF]",
+            "mov rcx, qword ptr fs:[rax]",
+            "cmp rdi, rcx",
+            "jae 2f",
+            "mov rdx, qword ptr [rip + {epoch}@GOTPCREL]",
+            "mov rdx, qword ptr [rdx]",
+            "cmp rdx, qword ptr fs:[rax + 8]",
+            "jne 2f",
+            "sub rcx, rdi",
+            "mov qword ptr fs:[rax], rcx",
+            "jmp qword ptr [rip + {real}@GOTPCREL]",
+            "2:",
+            "jmp {slow}",
+            epoch = sym memprof::sampler::EPOCH,
+            real = sym __libc_malloc,
+            slow = sym malloc_slow,
+        )
+    }
+
+    /// `malloc` when the countdown runs out (or was drawn in another session).
+    extern "C" fn malloc_slow(size: usize) -> *mut c_void {
+        // SAFETY: no preconditions.
+        let p = unsafe { __libc_malloc(size) };
+        on_alloc_in(countdown(), p.cast(), size);
+        p
+    }
+
+    /// `free`: glibc's; a sampled block's death is recorded first. Keeps errno (checked by
+    /// `fixtures/c/edge.c`): the fast path touches no errno, the slow path restores it, and
+    /// glibc's free keeps it since 2.33.
+    ///
+    /// # Safety
+    /// As C's `free`: `ptr` is null or a live block of this allocator.
+    #[no_mangle]
+    #[unsafe(naked)]
+    pub unsafe extern "C" fn free(ptr: *mut c_void) {
+        core::arch::naked_asm!(
+            "mov rax, rdi",
+            "shr rax, {shift}",
+            "and rax, {mask}",
+            "mov rdx, qword ptr [rip + {filter}@GOTPCREL]",
+            "cmp byte ptr [rdx + rax], 0",
+            "jne 2f",
+            "jmp qword ptr [rip + {real}@GOTPCREL]",
+            "2:",
+            "jmp {slow}",
+            shift = const memprof::live::FILTER_SHIFT,
+            mask = const memprof::live::FILTER_MASK,
+            filter = sym memprof::live::FILTER,
+            real = sym __libc_free,
+            slow = sym free_slow,
+        )
+    }
+
+    /// `free` of a block whose filter counter is not 0 (it may be sampled).
+    extern "C" fn free_slow(ptr: *mut c_void) {
+        // SAFETY: the caller's contract (free's).
+        unsafe { free_checked(ptr) }
+    }
 }
 
-/// `free`: glibc's; a sampled block's death is recorded first. Keeps errno (checked by
-/// `fixtures/c/edge.c`).
+#[cfg(target_arch = "x86_64")]
+use fast::countdown;
+#[cfg(target_arch = "x86_64")]
+pub use fast::{free, malloc};
+
+#[cfg(not(target_arch = "x86_64"))]
+mod fast {
+    use super::*;
+    use memprof::sampler::Countdown;
+
+    thread_local! {
+        static COUNTDOWN: Countdown = const { Countdown::new() };
+    }
+
+    /// The calling thread's countdown.
+    pub(super) fn countdown<'a>() -> &'a Countdown {
+        // SAFETY: the thread-local lives as long as the thread (it has no destructor); the
+        // reference never leaves the allocation call it was made for.
+        COUNTDOWN.with(|c| unsafe { &*(c as *const Countdown) })
+    }
+
+    /// `malloc`: glibc's, sampled.
+    ///
+    /// # Safety
+    /// As C's `malloc`.
+    #[no_mangle]
+    pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+        // SAFETY: no preconditions.
+        let p = unsafe { __libc_malloc(size) };
+        on_alloc_in(countdown(), p.cast(), size);
+        p
+    }
+
+    /// `free`: glibc's; a sampled block's death is recorded first. Keeps errno.
+    ///
+    /// # Safety
+    /// As C's `free`: `ptr` is null or a live block of this allocator.
+    #[no_mangle]
+    pub unsafe extern "C" fn free(ptr: *mut c_void) {
+        // SAFETY: the caller's contract.
+        unsafe { free_checked(ptr) }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+use fast::countdown;
+#[cfg(not(target_arch = "x86_64"))]
+pub use fast::{free, malloc};
+
+/// `free` past the fast path: a sampled block's death is recorded, then glibc frees it.
 ///
 /// # Safety
 /// As C's `free`: `ptr` is null or a live block of this allocator.
-#[no_mangle]
-pub unsafe extern "C" fn free(ptr: *mut c_void) {
+unsafe fn free_checked(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
@@ -84,7 +246,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_calloc(n, size) };
     if !p.is_null() {
-        on_alloc(p.cast(), n.wrapping_mul(size));
+        on_alloc_in(countdown(), p.cast(), n.wrapping_mul(size));
     }
     p
 }
@@ -108,7 +270,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     let old = before_realloc(ptr.cast());
     // SAFETY: the caller passes a live block.
     let new = unsafe { __libc_realloc(ptr, size) };
-    on_realloc(ptr.cast(), old, new.cast(), size);
+    on_realloc_in(countdown(), ptr.cast(), old, new.cast(), size);
     new
 }
 
@@ -136,7 +298,7 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: usize, size: usize) -
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_memalign(align, size) };
-    on_alloc(p.cast(), size);
+    on_alloc_in(countdown(), p.cast(), size);
     p
 }
 
@@ -156,7 +318,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     if p.is_null() {
         return libc::ENOMEM;
     }
-    on_alloc(p.cast(), size);
+    on_alloc_in(countdown(), p.cast(), size);
     // SAFETY: the caller passes a writable `out`.
     unsafe { *out = p };
     0
@@ -201,7 +363,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_valloc(size) };
-    on_alloc(p.cast(), size);
+    on_alloc_in(countdown(), p.cast(), size);
     p
 }
 
@@ -213,7 +375,7 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_pvalloc(size) };
-    on_alloc(p.cast(), size);
+    on_alloc_in(countdown(), p.cast(), size);
     p
 }
 
@@ -318,7 +480,7 @@ static INIT: extern "C" fn() = init;
 /// `ptr` is the block's address and `size` its size in bytes.
 #[no_mangle]
 pub unsafe extern "C" fn memprof_preload_gc_alloc(ptr: *mut u8, size: usize) {
-    on_alloc(ptr, size);
+    on_alloc_in(countdown(), ptr, size);
 }
 
 /// A block of a managed heap died (found dead by its sweep, before its memory is reused).
