@@ -38,6 +38,7 @@ pub mod error;
 pub mod gc;
 pub mod launcher;
 pub mod live;
+mod padded;
 pub mod postponed;
 pub mod profile;
 mod rawmem;

@@ -63,6 +63,8 @@ struct Table {
     len: usize,
 }
 
+/// Each on its own cache lines, so threads locking different shards do not contend.
+#[repr(align(128))]
 struct Shard {
     lock: AtomicBool,
     table: UnsafeCell<Table>,

@@ -25,6 +25,7 @@
 //! those of other sessions. One consumer drains at a time (a try-lock, so a callback that
 //! calls `poll` does not deadlock).
 
+use crate::padded::Padded;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -68,17 +69,6 @@ struct SlotHead {
     seq: AtomicUsize,
     event: UnsafeCell<Event>,
     nframes: UnsafeCell<usize>,
-}
-
-/// A value alone on its cache lines (two: the adjacent-line prefetcher pairs them).
-#[repr(align(128))]
-struct Padded<T>(T);
-
-impl<T> core::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
 }
 
 /// A bounded MPMC ring of events with inline call stacks.

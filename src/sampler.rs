@@ -31,6 +31,7 @@
 //! allocated while busy still advance the countdown (so user bytes stay a Bernoulli process)
 //! but are never reported.
 
+use crate::padded::Padded;
 use core::cell::{Cell, RefCell};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use rand::rngs::SmallRng;
@@ -51,7 +52,7 @@ pub struct Hit {
 /// The session epoch (§3). Public only for allocators that inline the fast path themselves
 /// (the preload library's, in assembly): see [`Countdown`].
 #[doc(hidden)]
-pub static EPOCH: AtomicU64 = AtomicU64::new(1);
+pub static EPOCH: Padded<AtomicU64> = Padded::new(AtomicU64::new(1));
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
 static SEED: AtomicU64 = AtomicU64::new(0);

@@ -41,6 +41,7 @@
 
 use crate::config::{Config, Unwinder};
 use crate::error::Error;
+use crate::padded::Padded;
 use crate::postponed::{Event, EventKind, Queue};
 use crate::profile::GcCycle;
 use crate::sampler::{self, Busy};
@@ -230,9 +231,10 @@ struct Driver<T: Tracker> {
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
 // that `Session::stats` can read them while the drain thread holds the driver.
-static DELIVERED_SAMPLES: AtomicU64 = AtomicU64::new(0);
-static DELIVERED_FREES: AtomicU64 = AtomicU64::new(0);
-static CALLBACK_PANICS: AtomicU64 = AtomicU64::new(0);
+// Written by the drain thread for every event: padded (see `crate::padded`).
+static DELIVERED_SAMPLES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+static DELIVERED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+static CALLBACK_PANICS: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 
 fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
@@ -319,7 +321,8 @@ impl<T: Tracker> Drive for Driver<T> {
 static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
 static DEPTH: AtomicUsize = AtomicUsize::new(0);
 static START_NS: AtomicU64 = AtomicU64::new(0);
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Written by every sample: padded.
+static NEXT_ID: Padded<AtomicU64> = Padded::new(AtomicU64::new(1));
 static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
 static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
@@ -334,10 +337,10 @@ struct Control {
     drain: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
-static CONTROL: Mutex<Option<Control>> = Mutex::new(None);
-static DRIVER: Mutex<Option<Box<dyn Drive>>> = Mutex::new(None);
+static CONTROL: Padded<Mutex<Option<Control>>> = Padded::new(Mutex::new(None));
+static DRIVER: Padded<Mutex<Option<Box<dyn Drive>>>> = Padded::new(Mutex::new(None));
 /// GC cycles reported but not yet delivered (delivered by `poll`, after the queue).
-static PENDING_GC: Mutex<Vec<(u64, GcCycle)>> = Mutex::new(Vec::new());
+static PENDING_GC: Padded<Mutex<Vec<(u64, GcCycle)>>> = Padded::new(Mutex::new(Vec::new()));
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

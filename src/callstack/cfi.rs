@@ -88,6 +88,9 @@ static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 /// Caches in the pool.
 pub(super) const SLOTS: usize = 8;
 
+/// Each on its own cache lines: threads that sample at once take different slots, and
+/// neither they nor the table's readers share a line with another's flag.
+#[repr(align(128))]
 struct Slot {
     taken: AtomicBool,
     cache: AtomicPtr<Cache>,
