@@ -226,6 +226,9 @@ pub fn init() {
     if !settings.follow_forks {
         strip_preload();
     }
+    if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
+        crate::callstack::enable_unwind_check();
+    }
     with_agent(|agent| {
         if agent.is_some() {
             return;
@@ -277,6 +280,10 @@ pub fn finish() {
             }
         }
         Err(e) => say(&format!("cannot stop profiling: {e}")),
+    }
+    if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
+        let (walks, differed) = crate::callstack::unwind_check_stats();
+        say(&format!("unwind check: {walks} walks, {differed} differed from framehop's"));
     }
     OWNER.store(0, Ordering::Release);
 }

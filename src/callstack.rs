@@ -275,6 +275,27 @@ pub fn fork_child() {
     cfi::fork_child();
 }
 
+/// Makes every cached DWARF walk also run framehop alone and count disagreements (a
+/// self-check for tests: `MEMPROF_UNWIND_CHECK=1` under `memprof record`). No effect where
+/// the cached DWARF unwinder does not exist.
+pub fn enable_unwind_check() {
+    #[cfg(target_arch = "x86_64")]
+    cfi::enable_check();
+}
+
+/// With [`enable_unwind_check`] on: (walks checked, walks whose frames differed from
+/// framehop's own walk).
+pub fn unwind_check_stats() -> (u64, u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        cfi::check_stats()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        (0, 0)
+    }
+}
+
 /// Captures the DWARF unwinder handed to libgcc since the process started (a frame in an
 /// object without a table, no free cache, or an unwinding error).
 pub fn dwarf_fallbacks() -> u64 {
@@ -647,7 +668,8 @@ mod tests {
             }
             core::hint::black_box(both(n - 1, a, b)) + 1
         }
-        for n in [0, 3, 40] {
+        // Twice each: the first walk derives the compiled rules, the second applies them.
+        for n in [0, 3, 40, 0, 3, 40] {
             let (mut a, mut b) = (Captured::new(), Captured::new());
             both(n, &mut a, &mut b);
             assert!(!a.truncated() && !b.truncated());
@@ -659,6 +681,33 @@ mod tests {
             assert_eq!(a_frames, &b_frames[start..], "recursion {n}");
             assert!(a_frames.len() > n + 3, "recursion {n}: {} frames", a_frames.len());
         }
+    }
+
+    /// With the self-check on, every compiled-rule walk (cold and warm, at several depths,
+    /// on several threads) agrees with framehop's own walk.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn compiled_rules_agree_with_framehop() {
+        cfi::enable_check();
+        let (walks, differed) = cfi::check_stats();
+        let handles: Vec<_> = (0..3)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for n in [0, 5, 17, 60] {
+                        for depth in [4, 10, 128] {
+                            let mut c = Captured::new();
+                            recurse(n + t, &mut c, depth, How::Cfi);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let (walks2, differed2) = cfi::check_stats();
+        assert!(walks2 >= walks + 36, "{walks} -> {walks2} walks checked");
+        assert_eq!(differed2, differed, "walks that differed from framehop's");
     }
 
     #[test]

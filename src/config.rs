@@ -169,6 +169,9 @@ pub const ENV_SEED: &str = "MEMPROF_SEED";
 pub const ENV_STEM: &str = "MEMPROF_STEM";
 /// Path of the preload library, for `memprof record` (overrides the search).
 pub const ENV_PRELOAD: &str = "MEMPROF_PRELOAD";
+/// Set to 1: every cached DWARF walk is checked against framehop alone, and the count of
+/// disagreements is printed at exit (a self-check for tests; it doubles the unwinding cost).
+pub const ENV_UNWIND_CHECK: &str = "MEMPROF_UNWIND_CHECK";
 
 /// Default output path template of `memprof record`.
 pub const DEFAULT_OUTPUT: &str = "memprof.%p.mprof";

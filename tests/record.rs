@@ -63,9 +63,12 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Runs `memprof record`. Every cached DWARF walk is also checked against framehop's own
+/// walk (`MEMPROF_UNWIND_CHECK`), and [`assert_ok`] requires that none differed.
 fn record(dir: &Path, opts: &[&str], prog: &Path, args: &[&str]) -> Output {
     Command::new(MEMPROF)
         .current_dir(dir)
+        .env("MEMPROF_UNWIND_CHECK", "1")
         .arg("record")
         .args(opts)
         .arg("--")
@@ -93,7 +96,11 @@ fn read(path: &Path) -> Profile {
 
 fn assert_ok(out: &Output, code: i32) {
     assert_eq!(out.status.code(), Some(code), "stderr: {}", text(&out.stderr));
-    assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    for line in err.lines().filter(|l| l.contains("unwind check:")) {
+        assert!(line.ends_with(" 0 differed from framehop's"), "{line}");
+    }
 }
 
 #[test]
@@ -382,7 +389,12 @@ fn agrees_with_heaptrack() {
 
 /// A failing command: non-zero exit, one line on stderr naming the problem, no panic.
 fn assert_one_line_error(out: &Output, needle: &str) {
-    let err = text(&out.stderr);
+    // The self-check's line (see `record`) is not part of the error.
+    let err: String = text(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains("unwind check:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     assert_ne!(out.status.code(), Some(0), "stderr: {err}");
     assert!(out.status.code().is_some(), "exited normally: {err}");
     assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");

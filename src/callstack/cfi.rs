@@ -30,7 +30,24 @@
 //! trying the others when it is taken; with every slot taken it falls back to libgcc. So
 //! the sample path never allocates, never waits and never holds a lock user code can hold.
 //!
-//! # 4. Reads
+//! # 4. Compiled rules
+//! framehop spends about 20 ns a frame even when its cache hits (the lookup, the module
+//! search, the rule's interpretation). Every rule it caches on x86-64 has one shape: the
+//! canonical frame address (CFA, the caller's stack pointer) is `sp` or `bp` plus a
+//! constant, the return address is at `CFA - 8`, and `bp` is either unchanged or loaded
+//! from `sp` or `bp` plus a constant. So each slot also keeps a direct-mapped table of
+//! [`Rule`]s in that shape, keyed by address and table generation, and the walk's loop
+//! applies them itself (a few ns a frame). A rule is *derived* from framehop the first time
+//! an address is seen: framehop unwinds the frame from two sets of symbolic registers, with
+//! a memory callback that returns a tag plus the address read, and the results show which
+//! register the CFA came from, at which offset, and where `bp` was loaded from. A rule is
+//! kept only when both probes yield the same affine rule and the return address is the
+//! word below the CFA; anything else (DWARF expressions, the first frame of a walk) is
+//! marked and unwound by framehop every time. `MEMPROF_UNWIND_CHECK=1` makes every walk
+//! also run framehop alone and count disagreements ([`check_stats`]; the record tests
+//! require none).
+//!
+//! # 5. Reads
 //! The memory-read callback reads only inside `[sp, stack top)` of the current thread, so a
 //! wrong rule (code without unwind information falls back to frame pointers inside
 //! framehop) ends the walk with an error instead of a fault.
@@ -48,6 +65,8 @@ type ModuleRanges = (Module<&'static [u8]>, Vec<(u64, u64)>);
 
 /// A published module list.
 struct Table {
+    /// Distinguishes the rules derived with this table from older ones (§4).
+    generation: u32,
     unwinder: Fh,
     /// Executable ranges of the modules, sorted and disjoint: `[start, end)`.
     ranges: Vec<(u64, u64)>,
@@ -88,16 +107,81 @@ static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 /// Caches in the pool.
 pub(super) const SLOTS: usize = 8;
 
+/// Generation of the last table built; tables and the rules derived with them carry it.
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+/// `MEMPROF_UNWIND_CHECK`: every walk is checked against framehop alone (§4).
+static CHECK: AtomicBool = AtomicBool::new(false);
+/// Checked walks, and those whose frames differed.
+static CHECKED: AtomicU64 = AtomicU64::new(0);
+static MISMATCHES: AtomicU64 = AtomicU64::new(0);
+
+/// Entries of a slot's rule table (a power of two).
+const RULES: usize = 1024;
+
+/// How a frame is unwound (§4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    /// The slot is empty.
+    Empty,
+    /// framehop unwinds this address every time.
+    Framehop,
+    /// The end of the stack: the walk stops here.
+    End,
+    /// `cfa = base + cfa_off`, `ra = [cfa - 8]`, `bp` unchanged.
+    Keep,
+    /// As `Keep`, and `bp = [sp + bp_off]` (the frame's own `sp`, before unwinding).
+    LoadFromSp,
+    /// As `Keep`, and `bp = [bp + bp_off]`.
+    LoadFromBp,
+}
+
+/// A compiled rule for one lookup address (§4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rule {
+    addr: u64,
+    generation: u32,
+    kind: Kind,
+    /// The CFA is `bp + cfa_off` (else `sp + cfa_off`).
+    cfa_from_bp: bool,
+    cfa_off: i32,
+    bp_off: i32,
+}
+
+impl Rule {
+    const EMPTY: Rule = Rule {
+        addr: 0,
+        generation: 0,
+        kind: Kind::Empty,
+        cfa_from_bp: false,
+        cfa_off: 0,
+        bp_off: 0,
+    };
+}
+
+/// A slot's rule table.
+struct Rules([Rule; RULES]);
+
+#[inline(always)]
+fn rule_index(addr: u64) -> usize {
+    (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RULES.trailing_zeros())) as usize
+}
+
 /// Each on its own cache lines: threads that sample at once take different slots, and
 /// neither they nor the table's readers share a line with another's flag.
 #[repr(align(128))]
 struct Slot {
     taken: AtomicBool,
     cache: AtomicPtr<Cache>,
+    rules: AtomicPtr<Rules>,
 }
 
 static POOL: [Slot; SLOTS] = [const {
-    Slot { taken: AtomicBool::new(false), cache: AtomicPtr::new(core::ptr::null_mut()) }
+    Slot {
+        taken: AtomicBool::new(false),
+        cache: AtomicPtr::new(core::ptr::null_mut()),
+        rules: AtomicPtr::new(core::ptr::null_mut()),
+    }
 }; SLOTS];
 
 fn build_lock() {
@@ -115,6 +199,17 @@ fn build_unlock() {
 /// table could be built (the caller uses libgcc).
 pub(super) fn prepare() -> bool {
     for slot in &POOL {
+        if slot.rules.load(Ordering::Acquire).is_null() {
+            let rules = Box::into_raw(Box::new(Rules([Rule::EMPTY; RULES])));
+            if slot
+                .rules
+                .compare_exchange(core::ptr::null_mut(), rules, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // SAFETY: `rules` came from Box::into_raw above and was never published.
+                drop(unsafe { Box::from_raw(rules) });
+            }
+        }
         if slot.cache.load(Ordering::Acquire).is_null() {
             let cache = Box::into_raw(Box::new(Cache::new_in()));
             if slot
@@ -330,7 +425,8 @@ fn build() -> Table {
     // outlives the call; it never unwinds (module_of does not panic on loader data).
     unsafe { libc::dl_iterate_phdr(Some(each), &mut acc as *mut Acc as *mut _) };
     acc.ranges.sort_unstable();
-    Table { unwinder: acc.unwinder, ranges: acc.ranges }
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    Table { generation, unwinder: acc.unwinder, ranges: acc.ranges }
 }
 
 /// Takes a cache from the pool; `key` spreads threads over the slots.
@@ -371,14 +467,33 @@ pub(super) fn walk(
         return false;
     };
     let cache = slot.cache.load(Ordering::Acquire);
-    // SAFETY: the slot is taken by this thread until released below, so the cache (allocated
-    // in `prepare`, never freed) is used by no one else meanwhile.
-    let ok = match unsafe { cache.as_mut() } {
-        Some(cache) => walk_with(table, cache, out, depth, skip, (pc, sp, bp), lo, hi),
-        None => false,
+    let rules = slot.rules.load(Ordering::Acquire);
+    // SAFETY: the slot is taken by this thread until released below, so the caches
+    // (allocated in `prepare`, never freed) are used by no one else meanwhile.
+    let ok = match unsafe { (cache.as_mut(), rules.as_mut()) } {
+        (Some(cache), Some(rules)) => {
+            let ok = walk_with(table, cache, rules, out, depth, skip, (pc, sp, bp), lo, hi);
+            if ok && CHECK.load(Ordering::Relaxed) {
+                check(table, cache, out, depth, skip, (pc, sp, bp), lo, hi);
+            }
+            ok
+        }
+        _ => false,
     };
     slot.taken.store(false, Ordering::Release);
     ok
+}
+
+/// Reads a word of the stack inside `[lo, last]` (`last` = the stack's top − 8).
+#[inline(always)]
+fn read_stack(addr: u64, lo: usize, last: usize) -> Option<u64> {
+    let a = addr as usize;
+    if a < lo || a > last {
+        return None;
+    }
+    // SAFETY: [a, a + 8) lies inside this thread's stack between the current stack pointer
+    // and the stack's top, which is mapped and readable.
+    Some(unsafe { (a as *const u64).read_unaligned() })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -386,6 +501,7 @@ pub(super) fn walk(
 fn walk_with(
     table: &Table,
     cache: &mut Cache,
+    rules: &mut Rules,
     out: &mut Captured,
     depth: usize,
     mut skip: usize,
@@ -394,17 +510,11 @@ fn walk_with(
     hi: usize,
 ) -> bool {
     let last = hi - 8;
-    let mut read = |addr: u64| -> Result<u64, ()> {
-        let a = addr as usize;
-        if a < lo || a > last {
-            return Err(());
-        }
-        // SAFETY: [a, a + 8) lies inside this thread's stack between the current stack
-        // pointer and the stack's top, which is mapped and readable.
-        Ok(unsafe { (a as *const u64).read_unaligned() })
-    };
-    let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
-    let mut frame = FrameAddress::from_instruction_pointer(pc);
+    let mut read = |addr: u64| read_stack(addr, lo, last).ok_or(());
+    // The registers of the frame being unwound: its program counter or return address, its
+    // stack pointer and its bp.
+    let (mut ip, mut sp, mut bp) = (pc, sp, bp);
+    let mut first = true;
     let mut memo = (0u64, 0u64);
     loop {
         if skip > 0 {
@@ -414,20 +524,204 @@ fn walk_with(
                 out.truncated = true;
                 return true;
             }
-            if !out.push(frame.address() as usize) {
+            if !out.push(ip as usize) {
                 return true;
             }
         }
-        if !table.covers(frame.address_for_lookup(), &mut memo) {
-            return false;
+        // framehop's lookup address: a return address minus one (inside the call).
+        let addr = if first { ip } else { ip - 1 };
+        let entry = &mut rules.0[rule_index(addr)];
+        if entry.addr != addr || entry.generation != table.generation {
+            // A rule derived with this table implies that the table covers `addr`.
+            if !table.covers(addr, &mut memo) {
+                return false;
+            }
+            let frame = if first {
+                FrameAddress::from_instruction_pointer(ip)
+            } else {
+                match FrameAddress::from_return_address(ip) {
+                    Some(f) => f,
+                    None => return true,
+                }
+            };
+            *entry = derive(table, cache, frame);
+        }
+        let rule = &*entry;
+        match rule.kind {
+            Kind::Keep | Kind::LoadFromSp | Kind::LoadFromBp => {
+                let base = if rule.cfa_from_bp { bp } else { sp };
+                let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
+                // The stack pointer only grows while unwinding: a walk always ends.
+                if cfa <= sp {
+                    return false;
+                }
+                let Some(ra) = read_stack(cfa.wrapping_sub(8), lo, last) else {
+                    return false;
+                };
+                let off = rule.bp_off as i64 as u64;
+                let new_bp = match rule.kind {
+                    Kind::LoadFromSp => read_stack(sp.wrapping_add(off), lo, last),
+                    Kind::LoadFromBp => read_stack(bp.wrapping_add(off), lo, last),
+                    _ => Some(bp),
+                };
+                let Some(new_bp) = new_bp else {
+                    return false;
+                };
+                (ip, sp, bp) = (ra, cfa, new_bp);
+            }
+            Kind::End => return true,
+            Kind::Empty | Kind::Framehop => {
+                let frame = if first {
+                    FrameAddress::from_instruction_pointer(ip)
+                } else {
+                    match FrameAddress::from_return_address(ip) {
+                        Some(f) => f,
+                        None => return true,
+                    }
+                };
+                let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+                match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
+                    Ok(Some(ra)) => (ip, sp, bp) = (ra, regs.sp(), regs.bp()),
+                    Ok(None) => return true,
+                    Err(_) => return false,
+                }
+            }
+        }
+        // A return address of 0 ends the stack (as framehop's `from_return_address`).
+        if ip == 0 {
+            return true;
+        }
+        first = false;
+    }
+}
+
+/// Derives the compiled rule of the return address `frame` from framehop (§4).
+#[cold]
+#[inline(never)]
+fn derive(table: &Table, cache: &mut Cache, frame: FrameAddress) -> Rule {
+    let addr = frame.address_for_lookup();
+    let slow = Rule { addr, generation: table.generation, kind: Kind::Framehop, ..Rule::EMPTY };
+    // Symbolic registers far apart (bp above sp, as framehop's frame-pointer rule checks),
+    // and tags far above any address read.
+    const PROBES: [(u64, u64, u64); 2] = [
+        (0x1000_0000_0000, 0x2000_0000_0000, 0x4000_0000_0000_0000),
+        (0x3100_0000_0000, 0x5300_0000_0000, 0x2000_0000_0000_0000),
+    ];
+    const NEAR: u64 = 1 << 31;
+    let mut derived: Option<Rule> = None;
+    for (s0, b0, tag) in PROBES {
+        // Only words near the symbolic registers can be read: a rule that reads anywhere
+        // else (a DWARF expression dereferencing a loaded value) fails here and stays slow.
+        let near = |a: u64, base: u64| a.wrapping_sub(base).wrapping_add(NEAR) < 2 * NEAR;
+        let mut read = |a: u64| -> Result<u64, ()> {
+            if near(a, s0) || near(a, b0) {
+                Ok(tag.wrapping_add(a))
+            } else {
+                Err(())
+            }
+        };
+        let mut regs = UnwindRegsX86_64::new(frame.address(), s0, b0);
+        let rule = match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
+            Ok(None) => Rule { kind: Kind::End, ..slow },
+            Ok(Some(ra)) => {
+                // Which register plus which offset, for a value near one of them.
+                let rel = |v: u64| -> Option<(bool, i32)> {
+                    let from = |base: u64| {
+                        let d = v.wrapping_sub(base) as i64;
+                        (d.unsigned_abs() < NEAR).then_some(d as i32)
+                    };
+                    from(s0).map(|d| (false, d)).or_else(|| from(b0).map(|d| (true, d)))
+                };
+                let cfa = regs.sp();
+                let Some((cfa_from_bp, cfa_off)) = rel(cfa) else {
+                    return slow;
+                };
+                if ra != tag.wrapping_add(cfa.wrapping_sub(8)) {
+                    return slow;
+                }
+                let new_bp = regs.bp();
+                let (kind, bp_off) = if new_bp == b0 {
+                    (Kind::Keep, 0)
+                } else {
+                    match rel(new_bp.wrapping_sub(tag)) {
+                        Some((false, off)) => (Kind::LoadFromSp, off),
+                        Some((true, off)) => (Kind::LoadFromBp, off),
+                        None => return slow,
+                    }
+                };
+                Rule { kind, cfa_from_bp, cfa_off, bp_off, ..slow }
+            }
+            Err(_) => return slow,
+        };
+        match derived {
+            None => derived = Some(rule),
+            Some(r) if r == rule => {}
+            Some(_) => return slow,
+        }
+    }
+    derived.unwrap_or(slow)
+}
+
+/// Walks again with framehop alone and counts a disagreement (§4, `MEMPROF_UNWIND_CHECK`).
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn check(
+    table: &Table,
+    cache: &mut Cache,
+    out: &Captured,
+    depth: usize,
+    mut skip: usize,
+    (pc, sp, bp): (u64, u64, u64),
+    lo: usize,
+    hi: usize,
+) {
+    let last = hi - 8;
+    let mut read = |addr: u64| read_stack(addr, lo, last).ok_or(());
+    let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
+    let mut frame = FrameAddress::from_instruction_pointer(pc);
+    let mut n = 0;
+    let mut same = true;
+    let frames = out.frames();
+    loop {
+        if skip > 0 {
+            skip -= 1;
+        } else {
+            if n >= depth {
+                same &= out.truncated();
+                break;
+            }
+            if frames.get(n) != Some(&(frame.address() as usize)) {
+                same = false;
+                break;
+            }
+            n += 1;
         }
         match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
             Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                 Some(f) => frame = f,
-                None => return true,
+                None => break,
             },
-            Ok(None) => return true,
-            Err(_) => return false,
+            Ok(None) => break,
+            Err(_) => {
+                same = false;
+                break;
+            }
         }
     }
+    same &= n == frames.len();
+    CHECKED.fetch_add(1, Ordering::Relaxed);
+    if !same {
+        MISMATCHES.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Turns the check of §4 on (every walk also runs framehop alone).
+pub(super) fn enable_check() {
+    CHECK.store(true, Ordering::Relaxed);
+}
+
+/// (walks checked, walks whose frames differed from framehop's) since the process started.
+pub(super) fn check_stats() -> (u64, u64) {
+    (CHECKED.load(Ordering::Relaxed), MISMATCHES.load(Ordering::Relaxed))
 }
