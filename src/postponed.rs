@@ -149,6 +149,32 @@ impl Queue {
         unsafe { self.base.add((pos & self.mask) * self.stride) as *mut SlotHead }
     }
 
+    /// Prefetches the first lines of the slot at `pos` (at most 4: a header and room for
+    /// about 24 frames), for writing (`write`) or for reading.
+    #[inline(always)]
+    fn prefetch(&self, pos: usize, write: bool) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let slot = self.slot(pos) as *const u8;
+            let lines = (self.stride / 64).min(4);
+            for i in 0..lines {
+                // SAFETY: the line lies inside the slot (stride is a multiple of 64).
+                let p = unsafe { slot.add(i * 64) };
+                // SAFETY: a prefetch is a hint: it never faults and changes no
+                // architectural state (CPUs without PREFETCHW execute it as a NOP).
+                unsafe {
+                    if write {
+                        core::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
+                    } else {
+                        core::arch::asm!("prefetcht0 [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
+                    }
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (pos, write);
+    }
+
     fn frames_ptr(slot: *mut SlotHead) -> *mut usize {
         // SAFETY: the frames follow the head inside the same slot.
         unsafe { (slot as *mut u8).add(core::mem::size_of::<SlotHead>()) as *mut usize }
@@ -209,6 +235,10 @@ impl Queue {
                             );
                             (*slot).seq.store(pos.wrapping_add(1), Ordering::Release);
                         }
+                        // The next slot was last written by the consumer, on another core
+                        // (its sequence number, one lap ago): ask for its lines now, so the
+                        // next push does not wait for them.
+                        self.prefetch(pos.wrapping_add(1), true);
                         return true;
                     }
                     Err(actual) => pos = actual,
@@ -258,6 +288,8 @@ impl Queue {
             // frames are fully written; nobody writes the slot until we release it below.
             // Copy out first so `f` can push more events (even into this slot's ring).
             let (event, count) = unsafe { (*(*slot).event.get(), *(*slot).nframes.get()) };
+            // The producer wrote the next slots on its own core: overlap their transfer.
+            self.prefetch(pos.wrapping_add(2), false);
             let count = count.min(self.depth);
             frames.clear();
             // SAFETY: `count` frames were written by the producer. They are copied out so

@@ -118,22 +118,22 @@ static MISMATCHES: AtomicU64 = AtomicU64::new(0);
 /// Entries of a slot's rule table (a power of two).
 const RULES: usize = 1024;
 
-/// How a frame is unwound (§4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a frame is unwound (§4). The kinds the walk's loop applies itself come first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 enum Kind {
-    /// The slot is empty.
-    Empty,
-    /// framehop unwinds this address every time.
-    Framehop,
-    /// The end of the stack: the walk stops here.
-    End,
     /// `cfa = base + cfa_off`, `ra = [cfa - 8]`, `bp` unchanged.
     Keep,
     /// As `Keep`, and `bp = [sp + bp_off]` (the frame's own `sp`, before unwinding).
     LoadFromSp,
     /// As `Keep`, and `bp = [bp + bp_off]`.
     LoadFromBp,
+    /// The end of the stack: the walk stops here.
+    End,
+    /// framehop unwinds this address every time.
+    Framehop,
+    /// The slot is empty.
+    Empty,
 }
 
 /// A compiled rule for one lookup address (§4).
@@ -511,88 +511,193 @@ fn walk_with(
 ) -> bool {
     let last = hi - 8;
     let mut read = |addr: u64| read_stack(addr, lo, last).ok_or(());
-    // The registers of the frame being unwound: its program counter or return address, its
-    // stack pointer and its bp.
-    let (mut ip, mut sp, mut bp) = (pc, sp, bp);
-    let mut first = true;
+    // The frame being unwound: its program counter (the first) or return address, its stack
+    // pointer and its bp.
+    let mut st = Frame { ip: pc, sp, bp, first: true };
     let mut memo = (0u64, 0u64);
+    if !record(out, depth, &mut skip, pc) {
+        return true;
+    }
     loop {
-        if skip > 0 {
-            skip -= 1;
-        } else {
-            if out.len >= depth {
-                out.truncated = true;
-                return true;
-            }
-            if !out.push(ip as usize) {
-                return true;
-            }
+        // As many frames as the compiled rules cover, in a loop of its own.
+        if let Some(done) =
+            run_rules(rules, table.generation, &mut st, out, depth, &mut skip, lo, last)
+        {
+            return done;
         }
-        // framehop's lookup address: a return address minus one (inside the call).
-        let addr = if first { ip } else { ip - 1 };
+        // This frame has no rule yet, or its rule is framehop's.
+        let addr = st.lookup();
         let entry = &mut rules.0[rule_index(addr)];
         if entry.addr != addr || entry.generation != table.generation {
             // A rule derived with this table implies that the table covers `addr`.
             if !table.covers(addr, &mut memo) {
                 return false;
             }
-            let frame = if first {
-                FrameAddress::from_instruction_pointer(ip)
-            } else {
-                match FrameAddress::from_return_address(ip) {
-                    Some(f) => f,
-                    None => return true,
-                }
+            let Some(frame) = st.frame_address() else {
+                return true;
             };
             *entry = derive(table, cache, frame);
         }
-        let rule = &*entry;
-        match rule.kind {
-            Kind::Keep | Kind::LoadFromSp | Kind::LoadFromBp => {
-                let base = if rule.cfa_from_bp { bp } else { sp };
-                let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
-                // The stack pointer only grows while unwinding: a walk always ends.
-                if cfa <= sp {
-                    return false;
-                }
-                let Some(ra) = read_stack(cfa.wrapping_sub(8), lo, last) else {
-                    return false;
-                };
-                let off = rule.bp_off as i64 as u64;
-                let new_bp = match rule.kind {
-                    Kind::LoadFromSp => read_stack(sp.wrapping_add(off), lo, last),
-                    Kind::LoadFromBp => read_stack(bp.wrapping_add(off), lo, last),
-                    _ => Some(bp),
-                };
-                let Some(new_bp) = new_bp else {
-                    return false;
-                };
-                (ip, sp, bp) = (ra, cfa, new_bp);
-            }
+        match entry.kind {
+            Kind::Keep | Kind::LoadFromSp | Kind::LoadFromBp => continue,
             Kind::End => return true,
             Kind::Empty | Kind::Framehop => {
-                let frame = if first {
-                    FrameAddress::from_instruction_pointer(ip)
-                } else {
-                    match FrameAddress::from_return_address(ip) {
-                        Some(f) => f,
-                        None => return true,
-                    }
+                let Some(frame) = st.frame_address() else {
+                    return true;
                 };
-                let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+                let mut regs = UnwindRegsX86_64::new(st.ip, st.sp, st.bp);
                 match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
-                    Ok(Some(ra)) => (ip, sp, bp) = (ra, regs.sp(), regs.bp()),
+                    Ok(Some(ra)) => {
+                        st = Frame { ip: ra, sp: regs.sp(), bp: regs.bp(), first: false }
+                    }
                     Ok(None) => return true,
                     Err(_) => return false,
                 }
             }
         }
         // A return address of 0 ends the stack (as framehop's `from_return_address`).
-        if ip == 0 {
+        if st.ip == 0 || !record(out, depth, &mut skip, st.ip) {
             return true;
         }
-        first = false;
     }
+}
+
+/// The registers of the frame being unwound.
+#[derive(Clone, Copy)]
+struct Frame {
+    /// The program counter of the first frame, a return address for the others.
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    first: bool,
+}
+
+impl Frame {
+    /// framehop's lookup address: a return address minus one (inside the call).
+    #[inline(always)]
+    fn lookup(&self) -> u64 {
+        if self.first {
+            self.ip
+        } else {
+            self.ip - 1
+        }
+    }
+
+    fn frame_address(&self) -> Option<FrameAddress> {
+        if self.first {
+            Some(FrameAddress::from_instruction_pointer(self.ip))
+        } else {
+            FrameAddress::from_return_address(self.ip)
+        }
+    }
+}
+
+/// Keeps `ip` as the next frame of the capture (after `skip` more are dropped). False when
+/// the capture is complete: the depth is reached (truncated) or the buffer cannot grow.
+#[inline(always)]
+fn record(out: &mut Captured, depth: usize, skip: &mut usize, ip: u64) -> bool {
+    if *skip > 0 {
+        *skip -= 1;
+        return true;
+    }
+    if out.len >= depth {
+        out.truncated = true;
+        return false;
+    }
+    out.push(ip as usize)
+}
+
+/// Unwinds from `st` while the compiled rules cover the frames (the walk's common case:
+/// a few instructions a frame). Returns `Some(result of the walk)` when the walk ends,
+/// `None` at a frame without a compiled rule (`st` is that frame, already recorded).
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn run_rules(
+    rules: &Rules,
+    generation: u32,
+    st: &mut Frame,
+    out: &mut Captured,
+    depth: usize,
+    skip: &mut usize,
+    lo: usize,
+    last: usize,
+) -> Option<bool> {
+    let Frame { mut ip, mut sp, mut bp, mut first } = *st;
+    let (lo, span) = (lo as u64, (last - lo) as u64);
+    let read = |a: u64| -> Option<u64> {
+        if a.wrapping_sub(lo) <= span {
+            // SAFETY: [a, a + 8) lies inside this thread's stack between the current stack
+            // pointer and the stack's top, which is mapped and readable.
+            Some(unsafe { (a as *const u64).read_unaligned() })
+        } else {
+            None
+        }
+    };
+    // Frames go straight into the inline buffer while it has room (the common case); the
+    // general `record` takes over past it, and while frames are being skipped.
+    let mut n = out.len;
+    let mut sk = *skip;
+    let inline_limit =
+        |out: &Captured| if out.heap.is_null() { depth.min(super::INLINE_FRAMES) } else { 0 };
+    let mut limit = inline_limit(out);
+    // Recursion repeats return addresses: the rule found last is tried first.
+    let mut prev = &Rule::EMPTY;
+    let result = loop {
+        let addr = if first { ip } else { ip - 1 };
+        let rule = if prev.addr == addr {
+            prev
+        } else {
+            let e = &rules.0[rule_index(addr)];
+            if e.addr != addr || e.generation != generation {
+                break None;
+            }
+            e
+        };
+        if rule.kind > Kind::LoadFromBp {
+            break if rule.kind == Kind::End { Some(true) } else { None };
+        }
+        let new_bp = if rule.kind == Kind::Keep {
+            bp
+        } else {
+            let base = if rule.kind == Kind::LoadFromSp { sp } else { bp };
+            match read(base.wrapping_add(rule.bp_off as i64 as u64)) {
+                Some(v) => v,
+                None => break Some(false),
+            }
+        };
+        let base = if rule.cfa_from_bp { bp } else { sp };
+        let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
+        // The stack pointer only grows while unwinding: a walk always ends.
+        if cfa <= sp {
+            break Some(false);
+        }
+        let Some(ra) = read(cfa.wrapping_sub(8)) else {
+            break Some(false);
+        };
+        prev = rule;
+        (ip, sp, bp, first) = (ra, cfa, new_bp, false);
+        // A return address of 0 ends the stack (as framehop's `from_return_address`).
+        if ip == 0 {
+            break Some(true);
+        }
+        if sk == 0 && n < limit {
+            // SAFETY: n < limit <= INLINE_FRAMES, the inline buffer's length.
+            unsafe { *out.inline.get_unchecked_mut(n) = ip as usize };
+            n += 1;
+        } else {
+            out.len = n;
+            let more = record(out, depth, &mut sk, ip);
+            n = out.len;
+            limit = inline_limit(out);
+            if !more {
+                break Some(true);
+            }
+        }
+    };
+    out.len = n;
+    *skip = sk;
+    *st = Frame { ip, sp, bp, first };
+    result
 }
 
 /// Derives the compiled rule of the return address `frame` from framehop (§4).
