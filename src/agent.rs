@@ -194,13 +194,13 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
             let path = config::expand_output(&settings.output, me);
             let file = open_root(&path)?;
             let stem = config::output_stem(&path).to_owned();
-            (Recorder::streaming(&path, file), path, stem)
+            (Recorder::streaming(&path, file).offline_symbols(), path, stem)
         }
         Some(stem) => {
             let s = stem.clone();
             let open: crate::recorder::Opener = Box::new(move || create_child(&s, me));
             let shown = format!("{stem}.{me}.mprof");
-            (Recorder::streaming_deferred(open), shown, stem.clone())
+            (Recorder::streaming_deferred(open).offline_symbols(), shown, stem.clone())
         }
     };
     let session = crate::tracker::start(settings.config.clone(), recorder)

@@ -203,7 +203,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
             run.output.display()
         )));
     }
-    let (profile, labels) = read_profiles(&files)?;
+    let (profile, labels) = read_profiles(&files, true)?;
     if profile.samples.is_empty() {
         let why = if profile.header.interval <= 1.0 {
             "it never called malloc or a related function through the dynamic loader \
@@ -229,8 +229,14 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     Ok(run.exit_code)
 }
 
-/// Reads one or more profiles (merged when several), printing their warnings.
-fn read_profiles(files: &[PathBuf]) -> Result<(Profile, Vec<String>), Error> {
+/// Reads one or more profiles (merged when several), printing their warnings. Frames
+/// without symbols are resolved from the recorded modules; with `write_back` (`memprof
+/// record`, right after the program exited) a complete file gets them written in, so that
+/// it reads the same wherever and whenever it is opened.
+pub(crate) fn read_profiles(
+    files: &[PathBuf],
+    write_back: bool,
+) -> Result<(Profile, Vec<String>), Error> {
     let mut profiles = Vec::with_capacity(files.len());
     let mut labels = Vec::with_capacity(files.len());
     for f in files {
@@ -243,8 +249,17 @@ fn read_profiles(files: &[PathBuf]) -> Result<(Profile, Vec<String>), Error> {
         let unresolved =
             p.stacks.iter().flat_map(|s| &s.frames).any(|a| !p.symbols.contains_key(a));
         if unresolved && !p.modules.is_empty() {
+            let before = p.symbols.len();
             for note in memprof::profile::symbolize::resolve_offline(&mut p) {
                 eprintln!("memprof: note: {}: {note}", f.display());
+            }
+            if write_back && p.complete && p.warnings.is_empty() && p.symbols.len() > before {
+                if let Err(e) = rewrite(f, &p) {
+                    eprintln!(
+                        "memprof: warning: {}: symbols not written into the file: {e}",
+                        f.display()
+                    );
+                }
             }
         }
         labels.push(format!("{}: {} samples", f.display(), p.samples.len()));
@@ -259,8 +274,44 @@ fn read_profiles(files: &[PathBuf]) -> Result<(Profile, Vec<String>), Error> {
     Ok((merged, labels))
 }
 
+/// Replaces the profile at `path` with `profile`: written to a new file beside it (same
+/// permissions, created exclusively, not following symlinks), synced, then renamed over
+/// it, so that a failure at any point leaves the original as it was.
+fn rewrite(path: &Path, profile: &Profile) -> Result<(), Error> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mode = std::fs::metadata(path)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?
+        .permissions()
+        .mode()
+        & 0o777;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
+    let written = profile
+        .write_to(std::io::BufWriter::new(file))
+        .and_then(|w| w.into_inner().map_err(|e| Error::io("cannot write", e.into_error())))
+        .and_then(|mut f| {
+            f.flush().and_then(|_| f.sync_all()).map_err(|e| Error::io("cannot write", e))
+        })
+        .and_then(|_| {
+            std::fs::rename(&tmp, path).map_err(|e| Error::io("cannot replace the profile", e))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
-    let (profile, _) = read_profiles(&args.files)?;
+    let (profile, _) = read_profiles(&args.files, false)?;
     if args.files.len() > 1 {
         eprintln!("memprof: {} profiles reported together", args.files.len());
     }

@@ -87,7 +87,8 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     if run.exit_code != 0 {
         return Err(Error::Other(format!("the recorded workload exited with {}", run.exit_code)));
     }
-    let profile = Profile::read_file(&run.output)?;
+    // As `memprof record` does: the symbols are resolved now and written into the file.
+    let (profile, _) = crate::cli::read_profiles(std::slice::from_ref(&run.output), true)?;
     println!(
         "{} samples through the preload library, profile {}",
         profile.samples.len(),

@@ -3,7 +3,10 @@
 //!
 //! Call stacks are interned as they arrive; symbols are resolved once, when the session
 //! stops, in this process (where the code is mapped), and written into the profile, so a
-//! report needs neither this process nor its binaries.
+//! report needs neither this process nor its binaries. The preload library's recorders
+//! leave that to the reader instead ([`Recorder::offline_symbols`]): `memprof record`
+//! resolves them from the recorded modules right after the program exits and writes them
+//! into the file.
 //!
 //! # Streaming
 //! A file recorder writes each record as its event arrives, through a bounded buffer
@@ -57,6 +60,8 @@ pub struct Recorder {
     loader_adds: u64,
     /// Addresses whose symbols were written already (by a forced poll).
     resolved: HashSet<u64>,
+    /// Leave symbols out at the end (see [`Recorder::offline_symbols`]).
+    offline_symbols: bool,
     last_flush: Option<Instant>,
     error: Option<Error>,
 }
@@ -90,6 +95,20 @@ impl Recorder {
     /// calls `exec` at once).
     pub fn streaming_deferred(open: Opener) -> Self {
         Recorder { deferred: Some(open), stream_only: true, ..Recorder::default() }
+    }
+
+    /// Writes no symbols when the session stops: whoever reads the file resolves them from
+    /// the recorded modules ([`crate::profile::symbolize::resolve_offline`]; `memprof
+    /// record` does it as soon as the program has exited and writes them into the file).
+    /// Resolving in the profiled process means loading the DWARF of every object its stacks
+    /// touch (glibc's separate debug file is compressed), which cost the worst-case program
+    /// more instructions at exit than its whole run. Forced polls (before `dlclose` and
+    /// `_exit`) still resolve in process: a library about to be unmapped may be gone from
+    /// its address range by the time the file is read, and a process that ends in `_exit`
+    /// leaves no one a complete file to finish.
+    pub fn offline_symbols(mut self) -> Self {
+        self.offline_symbols = true;
+        self
     }
 
     /// The path of the file being written, once it is open.
@@ -383,7 +402,7 @@ impl Tracker for Recorder {
             untracked: stats.untracked,
             callback_panics: stats.callback_panics,
         };
-        let addrs = self.unresolved_addrs();
+        let addrs = if self.offline_symbols { BTreeSet::new() } else { self.unresolved_addrs() };
         let fresh = symbolize::resolve_in_process(addrs.iter().copied());
         self.profile.symbols.extend(fresh);
         let lost = self.profile.lost;

@@ -631,3 +631,60 @@ fn dwarf_unwinder_agrees_with_libgcc() {
         assert!(stacks[0].iter().all(|(f, _)| f.len() >= 3), "{name}: stacks too short");
     }
 }
+
+/// The preload library leaves symbols to the reader; `memprof record` resolves them from
+/// the recorded modules as soon as the program exits and writes them into the (complete)
+/// file, which then names the program's functions even once the program is gone.
+#[test]
+fn symbols_are_written_into_the_file_after_the_run() {
+    let dir = scratch("symbols");
+    let prog = dir.join("sites");
+    std::fs::copy(fixture("sites"), &prog).unwrap();
+    let out = record(&dir, &["--interval", "1", "-o", "s.mprof"], &prog, &["1"]);
+    assert_ok(&out, 0);
+    std::fs::remove_file(&prog).unwrap();
+    let p = read(&dir.join("s.mprof"));
+    assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
+    let sym = p.symbols.values().flatten().find(|s| s.function == "small_site");
+    assert!(sym.is_some_and(|s| s.line.is_some()), "small_site with its line, from the file");
+    assert_eq!(totals(&p, "small_site").1, 10_000.0);
+    let report = Command::new(MEMPROF).arg("report").arg(dir.join("s.mprof")).output().unwrap();
+    assert!(report.status.success() && text(&report.stdout).contains("small_site"));
+    // Rewritten in place: no temporary file is left beside it, and the mode is kept.
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("s.mprof")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644 & !umask());
+}
+
+/// The GNU build id that finds a module's separate debug file is read from its notes.
+#[test]
+fn build_id_is_read_from_the_notes() {
+    let dir = scratch("build-id");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/nomalloc.c");
+    let prog = dir.join("with-id");
+    let o = Command::new("cc")
+        .arg("-Wl,--build-id=0x0123456789abcdef0011223344556677")
+        .arg("-o")
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = memprof::profile::symbolize::build_id(&prog).expect("a build id");
+    assert_eq!(
+        id,
+        [
+            0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,
+            0x77
+        ]
+    );
+    let o = Command::new("cc").arg("-Wl,--build-id=none").arg("-o").arg(&prog).arg(&src).output();
+    assert!(o.unwrap().status.success());
+    assert_eq!(memprof::profile::symbolize::build_id(&prog), None);
+    assert_eq!(memprof::profile::symbolize::build_id(&src), None, "not an ELF file");
+}

@@ -22,6 +22,7 @@
 //! frame of the program itself.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use super::{Module, Profile, StackId, Symbol};
 
@@ -139,9 +140,12 @@ pub fn resolve_in_process(addrs: impl IntoIterator<Item = u64>) -> HashMap<u64, 
 }
 
 /// Resolves, from the files of the recorded modules, every stack address that has no
-/// symbols yet: the offline path for profiles whose process never wrote its symbols (it
-/// crashed, was killed, or called `_exit`). Uses the DWARF of each module (inline chains,
-/// file and line; Rust and C++ names demangled) and falls back to the ELF symbol table.
+/// symbols yet: the path for profiles whose process did not write its symbols (the preload
+/// library leaves them to the reader; a process that crashed or was killed never got to).
+/// Uses the DWARF of each module (inline chains, file and line; Rust and C++ names
+/// demangled), or of its separate debug file where the distribution installs one
+/// (`/usr/lib/debug/.build-id/xx/yyyy.debug`, found by the module's GNU build id), and
+/// falls back to the ELF symbol tables.
 /// Returns a note for each module that could not be read; addresses it cannot resolve keep
 /// their `module+0xoffset` names.
 #[cfg(feature = "report")]
@@ -172,11 +176,21 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
                 continue;
             }
         };
+        // The separate debug file has the same addresses as the module.
+        let debug =
+            debug_file(Path::new(&module.path)).and_then(|p| addr2line::Loader::new(p).ok());
+        let loaders: Vec<&addr2line::Loader> = debug.iter().chain([&loader]).collect();
         let base = module.base;
         for addr in addrs {
             let probe = addr.saturating_sub(1).wrapping_sub(base);
             let mut chain = Vec::new();
-            if let Ok(mut frames) = loader.find_frames(probe) {
+            for loader in &loaders {
+                if !chain.is_empty() {
+                    break;
+                }
+                let Ok(mut frames) = loader.find_frames(probe) else {
+                    continue;
+                };
                 while let Ok(Some(frame)) = frames.next() {
                     let Some(function) = frame.function.as_ref().and_then(|f| f.demangle().ok())
                     else {
@@ -190,7 +204,7 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
                 }
             }
             if chain.is_empty() {
-                if let Some(name) = loader.find_symbol(probe) {
+                if let Some(name) = loaders.iter().find_map(|l| l.find_symbol(probe)) {
                     let name = addr2line::demangle_auto(name.into(), None);
                     chain.push(Symbol {
                         function: strip_hash(&name).to_owned(),
@@ -205,6 +219,75 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
         }
     }
     notes
+}
+
+/// The separate debug file of the ELF object at `path`, when one is installed under
+/// `/usr/lib/debug/.build-id/` for its GNU build id.
+#[cfg(feature = "report")]
+fn debug_file(path: &Path) -> Option<std::path::PathBuf> {
+    let id = build_id(path)?;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    if hex.len() < 3 {
+        return None;
+    }
+    let p =
+        Path::new("/usr/lib/debug/.build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
+    p.is_file().then_some(p)
+}
+
+/// The GNU build id of the 64-bit little-endian ELF object at `path` (its `NT_GNU_BUILD_ID`
+/// note, found through the program headers; only the headers and the notes are read).
+pub fn build_id(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).ok()?;
+    let read = |off: u64, len: usize| -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, off).ok()?;
+        Some(buf)
+    };
+    let u16_at = |b: &[u8], o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |b: &[u8], o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let ehdr = read(0, 64)?;
+    // ELF magic, 64-bit, little-endian.
+    if ehdr[..4] != *b"\x7fELF" || ehdr[4] != 2 || ehdr[5] != 1 {
+        return None;
+    }
+    let (phoff, phentsize, phnum) = (u64_at(&ehdr, 32)?, u16_at(&ehdr, 54)?, u16_at(&ehdr, 56)?);
+    if phentsize < 56 || phnum == 0 {
+        return None;
+    }
+    let phdrs = read(phoff, usize::from(phentsize) * usize::from(phnum))?;
+    for i in 0..usize::from(phnum) {
+        let ph = &phdrs[i * usize::from(phentsize)..];
+        const PT_NOTE: u32 = 4;
+        if u32_at(ph, 0)? != PT_NOTE {
+            continue;
+        }
+        let (off, size) = (u64_at(ph, 8)?, u64_at(ph, 32)?);
+        if size > 1 << 16 {
+            continue;
+        }
+        let notes = read(off, size as usize)?;
+        let mut at = 0usize;
+        // Each note: namesz, descsz, type, then the name and the descriptor, 4-aligned.
+        while at + 12 <= notes.len() {
+            let (namesz, descsz, kind) = (
+                u32_at(&notes, at)? as usize,
+                u32_at(&notes, at + 4)? as usize,
+                u32_at(&notes, at + 8)?,
+            );
+            let name_at = at + 12;
+            let desc_at = name_at + namesz.div_ceil(4) * 4;
+            let end = desc_at + descsz.div_ceil(4) * 4;
+            const NT_GNU_BUILD_ID: u32 = 3;
+            if kind == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
+                return notes.get(desc_at..desc_at + descsz).map(<[u8]>::to_vec);
+            }
+            at = end;
+        }
+    }
+    None
 }
 
 /// True for frames of the profiler itself, which are trimmed from the leaf end of stacks.
