@@ -136,31 +136,30 @@ enum Kind {
     Empty,
 }
 
-/// A compiled rule for one lookup address (§4).
+/// A compiled rule for one lookup address (§4): 16 bytes, four to a cache line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(16))]
 struct Rule {
     addr: u64,
-    generation: u32,
+    cfa_off: i32,
+    bp_off: i16,
     kind: Kind,
     /// The CFA is `bp + cfa_off` (else `sp + cfa_off`).
     cfa_from_bp: bool,
-    cfa_off: i32,
-    bp_off: i32,
 }
 
 impl Rule {
-    const EMPTY: Rule = Rule {
-        addr: 0,
-        generation: 0,
-        kind: Kind::Empty,
-        cfa_from_bp: false,
-        cfa_off: 0,
-        bp_off: 0,
-    };
+    const EMPTY: Rule =
+        Rule { addr: 0, cfa_off: 0, bp_off: 0, kind: Kind::Empty, cfa_from_bp: false };
 }
 
-/// A slot's rule table.
-struct Rules([Rule; RULES]);
+/// A slot's rule table, for the table (module list) of generation `generation`: emptied
+/// when a walk finds a newer table published, so an entry never outlives the modules it
+/// was derived from.
+struct Rules {
+    generation: u32,
+    entries: [Rule; RULES],
+}
 
 #[inline(always)]
 fn rule_index(addr: u64) -> usize {
@@ -200,7 +199,8 @@ fn build_unlock() {
 pub(super) fn prepare() -> bool {
     for slot in &POOL {
         if slot.rules.load(Ordering::Acquire).is_null() {
-            let rules = Box::into_raw(Box::new(Rules([Rule::EMPTY; RULES])));
+            let rules =
+                Box::into_raw(Box::new(Rules { generation: 0, entries: [Rule::EMPTY; RULES] }));
             if slot
                 .rules
                 .compare_exchange(core::ptr::null_mut(), rules, Ordering::AcqRel, Ordering::Acquire)
@@ -515,20 +515,22 @@ fn walk_with(
     // pointer and its bp.
     let mut st = Frame { ip: pc, sp, bp, first: true };
     let mut memo = (0u64, 0u64);
+    if rules.generation != table.generation {
+        rules.entries.fill(Rule::EMPTY);
+        rules.generation = table.generation;
+    }
     if !record(out, depth, &mut skip, pc) {
         return true;
     }
     loop {
         // As many frames as the compiled rules cover, in a loop of its own.
-        if let Some(done) =
-            run_rules(rules, table.generation, &mut st, out, depth, &mut skip, lo, last)
-        {
+        if let Some(done) = run_rules(&rules.entries, &mut st, out, depth, &mut skip, lo, last) {
             return done;
         }
         // This frame has no rule yet, or its rule is framehop's.
         let addr = st.lookup();
-        let entry = &mut rules.0[rule_index(addr)];
-        if entry.addr != addr || entry.generation != table.generation {
+        let entry = &mut rules.entries[rule_index(addr)];
+        if entry.addr != addr {
             // A rule derived with this table implies that the table covers `addr`.
             if !table.covers(addr, &mut memo) {
                 return false;
@@ -607,14 +609,38 @@ fn record(out: &mut Captured, depth: usize, skip: &mut usize, ip: u64) -> bool {
     out.push(ip as usize)
 }
 
+/// How many frames `run_rules` may write straight into the inline buffer.
+#[inline(always)]
+fn inline_limit(out: &Captured, depth: usize) -> usize {
+    if out.heap.is_null() {
+        depth.min(super::INLINE_FRAMES)
+    } else {
+        0
+    }
+}
+
+/// `record` for `run_rules`, out of its loop: `n` frames kept so far, `skip` still to drop.
+/// Returns (more frames wanted, frames kept, still to skip, the new inline limit).
+#[cold]
+#[inline(never)]
+fn record_cold(
+    out: &mut Captured,
+    n: usize,
+    depth: usize,
+    mut skip: usize,
+    ip: u64,
+) -> (bool, usize, usize, usize) {
+    out.len = n;
+    let more = record(out, depth, &mut skip, ip);
+    (more, out.len, skip, inline_limit(out, depth))
+}
+
 /// Unwinds from `st` while the compiled rules cover the frames (the walk's common case:
 /// a few instructions a frame). Returns `Some(result of the walk)` when the walk ends,
 /// `None` at a frame without a compiled rule (`st` is that frame, already recorded).
-#[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn run_rules(
-    rules: &Rules,
-    generation: u32,
+    entries: &[Rule; RULES],
     st: &mut Frame,
     out: &mut Captured,
     depth: usize,
@@ -622,33 +648,25 @@ fn run_rules(
     lo: usize,
     last: usize,
 ) -> Option<bool> {
-    let Frame { mut ip, mut sp, mut bp, mut first } = *st;
+    let (mut sp, mut bp) = (st.sp, st.bp);
+    // The lookup address of the frame: its program counter for the first frame, its return
+    // address minus one (inside the call) for the others.
+    let mut key = st.lookup();
+    let mut first = st.first;
     let (lo, span) = (lo as u64, (last - lo) as u64);
-    let read = |a: u64| -> Option<u64> {
-        if a.wrapping_sub(lo) <= span {
-            // SAFETY: [a, a + 8) lies inside this thread's stack between the current stack
-            // pointer and the stack's top, which is mapped and readable.
-            Some(unsafe { (a as *const u64).read_unaligned() })
-        } else {
-            None
-        }
-    };
     // Frames go straight into the inline buffer while it has room (the common case); the
     // general `record` takes over past it, and while frames are being skipped.
     let mut n = out.len;
     let mut sk = *skip;
-    let inline_limit =
-        |out: &Captured| if out.heap.is_null() { depth.min(super::INLINE_FRAMES) } else { 0 };
-    let mut limit = inline_limit(out);
+    let mut limit = inline_limit(out, depth);
     // Recursion repeats return addresses: the rule found last is tried first.
     let mut prev = &Rule::EMPTY;
     let result = loop {
-        let addr = if first { ip } else { ip - 1 };
-        let rule = if prev.addr == addr {
+        let rule = if prev.addr == key {
             prev
         } else {
-            let e = &rules.0[rule_index(addr)];
-            if e.addr != addr || e.generation != generation {
+            let e = &entries[rule_index(key)];
+            if e.addr != key {
                 break None;
             }
             e
@@ -656,39 +674,40 @@ fn run_rules(
         if rule.kind > Kind::LoadFromBp {
             break if rule.kind == Kind::End { Some(true) } else { None };
         }
-        let new_bp = if rule.kind == Kind::Keep {
-            bp
-        } else {
-            let base = if rule.kind == Kind::LoadFromSp { sp } else { bp };
-            match read(base.wrapping_add(rule.bp_off as i64 as u64)) {
-                Some(v) => v,
-                None => break Some(false),
-            }
-        };
-        let base = if rule.cfa_from_bp { bp } else { sp };
-        let cfa = base.wrapping_add(rule.cfa_off as i64 as u64);
-        // The stack pointer only grows while unwinding: a walk always ends.
-        if cfa <= sp {
+        let cfa = if rule.cfa_from_bp { bp } else { sp }.wrapping_add(rule.cfa_off as i64 as u64);
+        // The stack pointer only grows while unwinding: a walk always ends. Every read stays
+        // inside [lo, last] (one unsigned compare each).
+        let ra_at = cfa.wrapping_sub(8);
+        if cfa <= sp || ra_at.wrapping_sub(lo) > span {
             break Some(false);
         }
-        let Some(ra) = read(cfa.wrapping_sub(8)) else {
-            break Some(false);
-        };
+        // SAFETY: [ra_at, ra_at + 8) lies inside this thread's stack between the current
+        // stack pointer and the stack's top, which is mapped and readable.
+        let ra = unsafe { (ra_at as *const u64).read_unaligned() };
+        if rule.kind != Kind::Keep {
+            let base = if rule.kind == Kind::LoadFromSp { sp } else { bp };
+            let at = base.wrapping_add(rule.bp_off as i64 as u64);
+            if at.wrapping_sub(lo) > span {
+                break Some(false);
+            }
+            // SAFETY: as above, [at, at + 8) is inside the thread's stack.
+            bp = unsafe { (at as *const u64).read_unaligned() };
+        }
+        sp = cfa;
         prev = rule;
-        (ip, sp, bp, first) = (ra, cfa, new_bp, false);
+        first = false;
         // A return address of 0 ends the stack (as framehop's `from_return_address`).
-        if ip == 0 {
+        if ra == 0 {
             break Some(true);
         }
+        key = ra - 1;
         if sk == 0 && n < limit {
             // SAFETY: n < limit <= INLINE_FRAMES, the inline buffer's length.
-            unsafe { *out.inline.get_unchecked_mut(n) = ip as usize };
+            unsafe { *out.inline.get_unchecked_mut(n) = ra as usize };
             n += 1;
         } else {
-            out.len = n;
-            let more = record(out, depth, &mut sk, ip);
-            n = out.len;
-            limit = inline_limit(out);
+            let more;
+            (more, n, sk, limit) = record_cold(out, n, depth, sk, ra);
             if !more {
                 break Some(true);
             }
@@ -696,6 +715,7 @@ fn run_rules(
     };
     out.len = n;
     *skip = sk;
+    let ip = if first { key } else { key + 1 };
     *st = Frame { ip, sp, bp, first };
     result
 }
@@ -705,7 +725,7 @@ fn run_rules(
 #[inline(never)]
 fn derive(table: &Table, cache: &mut Cache, frame: FrameAddress) -> Rule {
     let addr = frame.address_for_lookup();
-    let slow = Rule { addr, generation: table.generation, kind: Kind::Framehop, ..Rule::EMPTY };
+    let slow = Rule { addr, kind: Kind::Framehop, ..Rule::EMPTY };
     // Symbolic registers far apart (bp above sp, as framehop's frame-pointer rule checks),
     // and tags far above any address read.
     const PROBES: [(u64, u64, u64); 2] = [
@@ -748,10 +768,16 @@ fn derive(table: &Table, cache: &mut Cache, frame: FrameAddress) -> Rule {
                 let (kind, bp_off) = if new_bp == b0 {
                     (Kind::Keep, 0)
                 } else {
-                    match rel(new_bp.wrapping_sub(tag)) {
+                    // An offset that does not fit the entry's 16 bits (a frame of more than
+                    // 32 KiB) leaves the frame to framehop.
+                    let (kind, off) = match rel(new_bp.wrapping_sub(tag)) {
                         Some((false, off)) => (Kind::LoadFromSp, off),
                         Some((true, off)) => (Kind::LoadFromBp, off),
                         None => return slow,
+                    };
+                    match i16::try_from(off) {
+                        Ok(off) => (kind, off),
+                        Err(_) => return slow,
                     }
                 };
                 Rule { kind, cfa_from_bp, cfa_off, bp_off, ..slow }
