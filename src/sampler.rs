@@ -47,7 +47,17 @@ pub struct Hit {
     pub thread: u32,
     /// The session epoch the hit belongs to.
     pub epoch: u64,
+    /// The sample's id, unique within the session (see [`ID_BLOCK`]).
+    pub id: u64,
 }
+
+/// Sample ids are handed to each thread in blocks of this many from a session-wide
+/// counter, so a sample costs no atomic read-modify-write (and threads sampling at once do
+/// not fight over one cache line). Ids are unique within a session; they follow time within
+/// a thread, not across threads.
+pub const ID_BLOCK: u64 = 1024;
+/// The next block of ids (padded: every thread's refill writes it).
+static ID_BLOCKS: Padded<AtomicU64> = Padded::new(AtomicU64::new(1));
 
 /// The session epoch (§3). Public only for allocators that inline the fast path themselves
 /// (the preload library's, in assembly): see [`Countdown`].
@@ -90,6 +100,9 @@ struct ThreadState {
     cd: Countdown,
     /// The epoch of the thread's number and generator.
     epoch: Cell<u64>,
+    /// The thread's next sample id and the end of its block (see [`ID_BLOCK`]).
+    next_id: Cell<u64>,
+    id_end: Cell<u64>,
     /// Inside the profiler: allocations are not reported.
     busy: Cell<bool>,
     /// Thread number within the current epoch's session.
@@ -106,6 +119,8 @@ thread_local! {
         ThreadState {
             cd: Countdown::new(),
             epoch: Cell::new(0),
+            next_id: Cell::new(0),
+            id_end: Cell::new(0),
             busy: Cell::new(false),
             thread: Cell::new(0),
             gap_scale: Cell::new(0.0),
@@ -120,6 +135,7 @@ pub(crate) fn begin(interval: f64, seed: u64) -> u64 {
     INTERVAL_BITS.store(interval.to_bits(), Ordering::Relaxed);
     SEED.store(seed, Ordering::Relaxed);
     THREADS.store(0, Ordering::Relaxed);
+    ID_BLOCKS.store(1, Ordering::Relaxed);
     ACTIVE.store(true, Ordering::Relaxed);
     EPOCH.fetch_add(1, Ordering::AcqRel) + 1
 }
@@ -168,8 +184,11 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
             }
         }
         if s.epoch.get() != epoch {
-            // The thread's first slow path in this session: its number and its generator.
+            // The thread's first slow path in this session: its number, its generator, and
+            // no ids yet.
             s.epoch.set(epoch);
+            s.next_id.set(0);
+            s.id_end.set(0);
             let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
             let thread = THREADS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             s.thread.set(thread);
@@ -249,7 +268,13 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
         if s.busy.get() {
             return None;
         }
-        Some(Hit { k, thread: s.thread.get(), epoch })
+        let mut id = s.next_id.get();
+        if id >= s.id_end.get() {
+            id = ID_BLOCKS.fetch_add(ID_BLOCK, Ordering::Relaxed);
+            s.id_end.set(id + ID_BLOCK);
+        }
+        s.next_id.set(id + 1);
+        Some(Hit { k, thread: s.thread.get(), epoch, id })
     })
 }
 

@@ -321,8 +321,6 @@ impl<T: Tracker> Drive for Driver<T> {
 static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
 static DEPTH: AtomicUsize = AtomicUsize::new(0);
 static START_NS: AtomicU64 = AtomicU64::new(0);
-/// Written by every sample: padded.
-static NEXT_ID: Padded<AtomicU64> = Padded::new(AtomicU64::new(1));
 static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
 static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
@@ -459,7 +457,7 @@ pub(crate) mod hot {
             let mut frames = Captured::new();
             let depth = DEPTH.load(Ordering::Relaxed).min(q.depth());
             callstack::capture(&mut frames, depth, record_alloc as *const () as usize);
-            let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+            let id = hit.id;
             let event = Event {
                 kind: EventKind::Alloc,
                 epoch: hit.epoch,
@@ -564,7 +562,6 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
     let _ = q.drain(|_, _| {});
     q.set_limit(config.queue_capacity);
     crate::live::clear();
-    NEXT_ID.store(1, Ordering::Relaxed);
     UNTRACKED.store(0, Ordering::Relaxed);
     DEPTH.store(config.depth, Ordering::Relaxed);
     INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
