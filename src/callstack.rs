@@ -2,7 +2,7 @@
 //!
 //! # 1. One pass
 //! The stack is walked once, straight into a buffer: 32 entries inline on the caller's
-//! stack, doubled on the profiler's own heap ([`crate::rawmem`], never the profiled
+//! stack, doubled on the profiler's own heap (`rawmem`, never the profiled
 //! allocator) when a deeper stack fills it, up to the configured depth. There is no first
 //! pass to measure the depth (statmemprof's lesson: copying out of an oversized buffer is
 //! cheaper than walking twice). When the real stack is deeper than the depth the capture is

@@ -12,7 +12,7 @@
 //! 64 shards, each an open-addressing hash table (linear probing, backward-shift deletion,
 //! so no tombstones) behind a spin lock that is held for a few instructions and only ever
 //! inside the profiler, so user code can never hold it. Tables grow by doubling into memory
-//! from [`crate::rawmem`], never from the profiled allocator. An insertion that cannot get
+//! from `rawmem`, never from the profiled allocator. An insertion that cannot get
 //! memory fails and the caller counts the sample as untracked.
 //!
 //! # 3. Address reuse

@@ -15,7 +15,7 @@
 //! lost. "Full" means the session's limit: the ring has a power-of-two number of slots,
 //! but at most [`Queue::set_limit`] events (the configured capacity) wait at a time, also
 //! when a later session with a smaller capacity reuses a bigger ring. Slots are fixed-size
-//! (header plus `depth` frames) in one block from [`crate::rawmem`], so the frames are
+//! (header plus `depth` frames) in one block from `rawmem`, so the frames are
 //! copied once, from the capture buffer.
 //!
 //! # 3. Lifetime

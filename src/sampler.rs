@@ -4,7 +4,7 @@
 //! Every allocated byte is a *sample point* independently with probability `p = 1/R`,
 //! where `R` is the mean interval in bytes. An allocation of `n` bytes therefore holds
 //! `k ~ Binomial(n, p)` points and is recorded when `k ≥ 1`; it stands for `k × R` bytes,
-//! an unbiased estimate of `n` (E[k] = n/R). `R = 1` makes every byte a point: `k = n` and
+//! an unbiased estimate of `n` (E\[k\] = n/R). `R = 1` makes every byte a point: `k = n` and
 //! the estimates are the exact totals (the exact mode).
 //!
 //! # 2. The countdown

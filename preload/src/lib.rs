@@ -341,7 +341,7 @@ fn aligned_alloc_checks() -> bool {
     v == 2
 }
 
-/// `aligned_alloc`: as the running glibc's (see [`ALIGNED_ALLOC_CHECKS`]), sampled.
+/// `aligned_alloc`: as the running glibc's (see `ALIGNED_ALLOC_CHECKS`), sampled.
 ///
 /// # Safety
 /// As C's `aligned_alloc`.

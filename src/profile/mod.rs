@@ -1,7 +1,7 @@
 //! The profile model: what a recording holds, independent of how it was made.
 //!
 //! A [`Profile`] is built by the [`Recorder`](crate::Recorder) in process, or read back
-//! from a `.mprof` stream ([`format`]). Reports read only this model, so a file recorded
+//! from a `.mprof` stream ([`format`](mod@format)). Reports read only this model, so a file recorded
 //! anywhere (in process, under the preload library, on another machine) is reported the
 //! same way.
 //!
