@@ -43,6 +43,19 @@ pub fn on_alloc_in(cd: &Countdown, addr: *mut u8, size: usize) {
     record(addr, size, sampler::sample_in(cd, size));
 }
 
+/// [`on_alloc_in`] for an allocator entry point that knows the program's registers at its
+/// entry: `sp` points at the return address into the program and `bp` is the program's
+/// frame-pointer register. The call stack then starts at the program's frame (the preload
+/// library's `malloc`; see [`crate::callstack::capture_at_entry`]).
+#[inline(always)]
+pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
+    if let Some(hit) = sampler::sample_in(cd, size) {
+        if !addr.is_null() {
+            hot::record_alloc_at(addr as usize, size, hit, Some((sp, bp)));
+        }
+    }
+}
+
 #[inline(always)]
 fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
     if let Some(hit) = hit {

@@ -177,7 +177,7 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
             // then the return into `caller`, then the return from `caller`: skip two.
             let regs = registers();
             let hi = stack_hi();
-            if hi != 0 && cfi::walk(out, depth, 2, regs, hi) {
+            if hi != 0 && cfi::walk(out, depth, 2, regs, hi, true) {
                 return;
             }
             out.clear();
@@ -185,6 +185,48 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
             capture_dwarf_from(out, depth, caller);
         }
         _ => capture_dwarf_from(out, depth, caller),
+    }
+}
+
+/// [`capture`] for an allocator entry point that knows the program's registers at its entry:
+/// `sp` is the stack pointer there (pointing at the return address into the program) and
+/// `bp` the program's frame pointer register (the preload library's `malloc` passes both
+/// from its first instruction). The walk starts at the program's frame, so none of the
+/// profiler's frames is unwound or recorded and `depth` counts the program's frames only.
+/// Falls back to [`capture`] when it cannot use them.
+///
+/// Never allocates through the profiled allocator and never panics.
+#[inline(never)]
+pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usize, bp: usize) {
+    out.clear();
+    let hi = stack_hi();
+    let lo = stack_pointer();
+    // The return address lies in this thread's stack, above the profiler's frames.
+    if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
+        return capture(out, depth, caller);
+    }
+    // SAFETY: [sp, sp + 8) is inside this thread's stack (checked above), mapped and readable.
+    let ra = unsafe { (sp as *const usize).read() };
+    if ra == 0 {
+        return capture(out, depth, caller);
+    }
+    match MODE.load(Ordering::Relaxed) {
+        USE_FP => {
+            out.inline[0] = ra;
+            out.len = 1;
+            capture_fp_walk(out, depth, 0, bp, sp, hi);
+        }
+        #[cfg(target_arch = "x86_64")]
+        USE_CFI => {
+            // The program's frame: its return address, the stack pointer after the return.
+            if cfi::walk(out, depth, 0, (ra as u64, sp as u64 + 8, bp as u64), hi, false) {
+                return;
+            }
+            cfi::count_fallback();
+            out.clear();
+            capture_dwarf_at(out, depth, caller, ra);
+        }
+        _ => capture_dwarf_at(out, depth, caller, ra),
     }
 }
 
@@ -318,8 +360,16 @@ fn capture_dwarf(out: &mut Captured, depth: usize) {
 /// function starting at `caller` (looked for among the first few frames only).
 #[inline(never)]
 fn capture_dwarf_from(out: &mut Captured, depth: usize, caller: usize) {
+    capture_dwarf_at(out, depth, caller, 0)
+}
+
+/// libgcc's walk, recording from the frame whose return address is `start` (the program's
+/// frame at an allocator's entry, see [`capture_at_entry`]), or when `start` is 0 from the
+/// frame after `caller`'s. If the start is not met within the first frames, everything from
+/// there on is kept rather than lose the stack.
+fn capture_dwarf_at(out: &mut Captured, depth: usize, caller: usize, start: usize) {
     let mut more = false;
-    let mut skipping = caller != 0;
+    let mut skipping = caller != 0 || start != 0;
     let mut seen = 0usize;
     // SAFETY: trace_unsynchronized requires that no other thread calls it concurrently in a
     // way that breaks libgcc's unwinder; _Unwind_Backtrace is thread-safe on glibc targets,
@@ -328,14 +378,17 @@ fn capture_dwarf_from(out: &mut Captured, depth: usize, caller: usize) {
         backtrace::trace_unsynchronized(|frame| {
             if skipping {
                 seen += 1;
-                if frame.symbol_address() as usize == caller {
+                // With `start`, this frame is the first one kept; with `caller`, the next.
+                let found_start = start != 0 && frame.ip() as usize == start;
+                if start == 0 && frame.symbol_address() as usize == caller {
                     skipping = false;
                     return true;
                 }
-                if seen < 8 {
+                if !found_start && seen < 8 {
                     return true;
                 }
-                // Not found: keep everything from here rather than lose the stack.
+                // Found, or not found soon enough: keep everything from here rather than
+                // lose the stack.
                 skipping = false;
             }
             let ip = frame.ip() as usize;
@@ -399,14 +452,20 @@ fn capture_fp(out: &mut Captured, depth: usize) {
 /// Frame-pointer walk, dropping the `skip` innermost return addresses.
 #[inline(always)]
 fn capture_fp_from(out: &mut Captured, depth: usize, skip: usize) {
-    let lo = stack_pointer();
     let hi = stack_hi();
     if hi == 0 {
         return;
     }
+    capture_fp_walk(out, depth, skip, frame_pointer(), stack_pointer(), hi);
+}
+
+/// Frame-pointer walk from the frame record at `fp`, for a stack `[lo, hi)`, after the
+/// frames already in `out` (at most one, in the inline buffer).
+#[inline(always)]
+fn capture_fp_walk(out: &mut Captured, depth: usize, skip: usize, fp: usize, lo: usize, hi: usize) {
     // The highest frame record start that keeps [fp, fp + 16) inside the stack.
     let top = hi.saturating_sub(2 * core::mem::size_of::<usize>());
-    let mut fp = frame_pointer();
+    let mut fp = fp;
     let mut skip = skip;
     let mut n = out.len;
     // The common case runs in the inline buffer without bounds checks or growth tests.
@@ -582,7 +641,7 @@ fn capture_cfi(out: &mut Captured, depth: usize) -> bool {
     out.clear();
     let regs = registers();
     let hi = stack_hi();
-    hi != 0 && cfi::walk(out, depth, 1, regs, hi)
+    hi != 0 && cfi::walk(out, depth, 1, regs, hi, true)
 }
 
 #[cfg(test)]

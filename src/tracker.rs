@@ -449,6 +449,19 @@ pub(crate) mod hot {
     #[cold]
     #[inline(never)]
     pub(crate) fn record_alloc(addr: usize, size: usize, hit: Hit) {
+        record_alloc_at(addr, size, hit, None)
+    }
+
+    /// [`record_alloc`] with the program's registers at the allocator's entry, when the
+    /// allocator knows them (`(sp, bp)`, see [`callstack::capture_at_entry`]).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn record_alloc_at(
+        addr: usize,
+        size: usize,
+        hit: Hit,
+        entry: Option<(usize, usize)>,
+    ) {
         let Some(_busy) = Busy::enter() else {
             return;
         };
@@ -456,7 +469,11 @@ pub(crate) mod hot {
         if let Some(q) = queue() {
             let mut frames = Captured::new();
             let depth = DEPTH.load(Ordering::Relaxed).min(q.depth());
-            callstack::capture(&mut frames, depth, record_alloc as *const () as usize);
+            let caller = record_alloc_at as *const () as usize;
+            match entry {
+                Some((sp, bp)) => callstack::capture_at_entry(&mut frames, depth, caller, sp, bp),
+                None => callstack::capture(&mut frames, depth, caller),
+            }
             let id = hit.id;
             let event = Event {
                 kind: EventKind::Alloc,

@@ -28,6 +28,8 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+#[cfg(target_arch = "x86_64")]
+use memprof::alloc::on_alloc_at;
 use memprof::alloc::{before_realloc, on_alloc_in, on_dealloc, on_realloc_in};
 
 extern "C" {
@@ -58,7 +60,10 @@ fn set_errno(v: c_int) {
 /// - `malloc(n)`: if `n < countdown` and the countdown's epoch is the sampler's
 ///   [`EPOCH`](memprof::sampler::EPOCH), `countdown -= n` and jump to `__libc_malloc`
 ///   (exactly [`memprof::sampler::sample_in`]'s fast path); otherwise jump to
-///   `malloc_slow`, which allocates and samples through `sample_in`.
+///   `malloc_slow` with the program's `rsp` (pointing at the return address into it) and
+///   `rbp`, which allocates, samples through `sample_in`, and starts the call stack at the
+///   program's frame ([`memprof::callstack::capture_at_entry`]): none of the profiler's
+///   frames is unwound, and `--depth` counts the program's frames only.
 /// - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::live::FILTER`]) is
 ///   0, `p` is not a sampled block: jump to `__libc_free`; otherwise jump to `free_slow`.
 ///
@@ -123,7 +128,11 @@ mod fast {
             "sub rcx, rdi",
             "mov qword ptr fs:[rax], rcx",
             "jmp qword ptr [rip + {real}@GOTPCREL]",
+            // The slow path gets the program's stack pointer (at the return address into
+            // it) and frame pointer, where the call stack starts.
             "2:",
+            "mov rsi, rsp",
+            "mov rdx, rbp",
             "jmp {slow}",
             epoch = sym memprof::sampler::EPOCH,
             real = sym __libc_malloc,
@@ -131,11 +140,12 @@ mod fast {
         )
     }
 
-    /// `malloc` when the countdown runs out (or was drawn in another session).
-    extern "C" fn malloc_slow(size: usize) -> *mut c_void {
+    /// `malloc` when the countdown runs out (or was drawn in another session); `sp` and
+    /// `bp` are the program's registers at `malloc`'s entry.
+    extern "C" fn malloc_slow(size: usize, sp: usize, bp: usize) -> *mut c_void {
         // SAFETY: no preconditions.
         let p = unsafe { __libc_malloc(size) };
-        on_alloc_in(countdown(), p.cast(), size);
+        on_alloc_at(countdown(), p.cast(), size, sp, bp);
         p
     }
 

@@ -453,6 +453,7 @@ pub(super) fn walk(
     skip: usize,
     (pc, sp, bp): (u64, u64, u64),
     hi: usize,
+    first: bool,
 ) -> bool {
     let table = TABLE.load(Ordering::Acquire);
     // SAFETY: published tables are never mutated or freed (§2).
@@ -472,9 +473,10 @@ pub(super) fn walk(
     // (allocated in `prepare`, never freed) are used by no one else meanwhile.
     let ok = match unsafe { (cache.as_mut(), rules.as_mut()) } {
         (Some(cache), Some(rules)) => {
-            let ok = walk_with(table, cache, rules, out, depth, skip, (pc, sp, bp), lo, hi);
+            let start = Frame { ip: pc, sp, bp, first };
+            let ok = walk_with(table, cache, rules, out, depth, skip, start, lo, hi);
             if ok && CHECK.load(Ordering::Relaxed) {
-                check(table, cache, out, depth, skip, (pc, sp, bp), lo, hi);
+                check(table, cache, out, depth, skip, start, lo, hi);
             }
             ok
         }
@@ -505,15 +507,16 @@ fn walk_with(
     out: &mut Captured,
     depth: usize,
     mut skip: usize,
-    (pc, sp, bp): (u64, u64, u64),
+    start: Frame,
     lo: usize,
     hi: usize,
 ) -> bool {
     let last = hi - 8;
     let mut read = |addr: u64| read_stack(addr, lo, last).ok_or(());
-    // The frame being unwound: its program counter (the first) or return address, its stack
-    // pointer and its bp.
-    let mut st = Frame { ip: pc, sp, bp, first: true };
+    // The frame being unwound: its program counter (the first, when the walk starts from
+    // the current registers) or return address, its stack pointer and its bp.
+    let mut st = start;
+    let pc = st.ip;
     let mut memo = (0u64, 0u64);
     if rules.generation != table.generation {
         rules.entries.fill(Rule::EMPTY);
@@ -803,14 +806,16 @@ fn check(
     out: &Captured,
     depth: usize,
     mut skip: usize,
-    (pc, sp, bp): (u64, u64, u64),
+    start: Frame,
     lo: usize,
     hi: usize,
 ) {
     let last = hi - 8;
     let mut read = |addr: u64| read_stack(addr, lo, last).ok_or(());
-    let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
-    let mut frame = FrameAddress::from_instruction_pointer(pc);
+    let mut regs = UnwindRegsX86_64::new(start.ip, start.sp, start.bp);
+    let Some(mut frame) = start.frame_address() else {
+        return;
+    };
     let mut n = 0;
     let mut same = true;
     let frames = out.frames();
