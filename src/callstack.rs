@@ -175,9 +175,9 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
         USE_CFI => {
             // The registers are `capture`'s own: the walk yields the program counter here,
             // then the return into `caller`, then the return from `caller`: skip two.
-            let regs = registers();
+            let (pc, sp, bp) = registers();
             let hi = stack_hi();
-            if hi != 0 && cfi::walk(out, depth, 2, regs, hi, true) {
+            if hi != 0 && cfi::walk(out, depth, 2, pc, sp, bp, hi, true) {
                 return;
             }
             out.clear();
@@ -219,7 +219,7 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
         #[cfg(target_arch = "x86_64")]
         USE_CFI => {
             // The program's frame: its return address, the stack pointer after the return.
-            if cfi::walk(out, depth, 0, (ra as u64, sp as u64 + 8, bp as u64), hi, false) {
+            if cfi::walk(out, depth, 0, ra as u64, sp as u64 + 8, bp as u64, hi, false) {
                 return;
             }
             cfi::count_fallback();
@@ -639,9 +639,9 @@ fn probe_inner(fp: &mut Captured, dw: &mut Captured) {
 #[inline(never)]
 fn capture_cfi(out: &mut Captured, depth: usize) -> bool {
     out.clear();
-    let regs = registers();
+    let (pc, sp, bp) = registers();
     let hi = stack_hi();
-    hi != 0 && cfi::walk(out, depth, 1, regs, hi, true)
+    hi != 0 && cfi::walk(out, depth, 1, pc, sp, bp, hi, true)
 }
 
 #[cfg(test)]

@@ -447,11 +447,16 @@ fn take_slot(key: usize) -> Option<&'static Slot> {
 /// counter counts as one) and keeping at most `depth`. Returns false, with `out` in an
 /// unspecified state, when the walk cannot be trusted: the caller starts over with libgcc.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn walk(
     out: &mut Captured,
     depth: usize,
     skip: usize,
-    (pc, sp, bp): (u64, u64, u64),
+    // Scalars, not a tuple: a tuple is passed through memory, and reading it back as one
+    // 16-byte load right after the caller's two 8-byte stores stalls store forwarding.
+    pc: u64,
+    sp: u64,
+    bp: u64,
     hi: usize,
     first: bool,
 ) -> bool {
