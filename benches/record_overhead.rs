@@ -16,7 +16,10 @@
 //! (it prints its own `loop_ns`), the allocation overhead proper, and the whole process
 //! (start-up, the drain thread, and at exit the symbolization and the last writes).
 //!
-//! 1. the default interval (512 KiB) vs the plain program (target ≤ 1.02×);
+//! 1. the default interval (512 KiB) vs the plain program (target ≤ 1.02×), beside a
+//!    preload library that only forwards `malloc` and `free` to glibc
+//!    (`fixtures/c/forward_preload.c`): what interposing alone costs this program, the floor
+//!    of any `LD_PRELOAD` profiler;
 //! 2. `--interval 800 --depth 10` (statmemprof's λ = 0.01) with the default DWARF unwinder
 //!    and with frame pointers (target ≤ 1.5×), and the cost per sample;
 //! 3. the exact mode vs heaptrack on the same program and iterations (fewer, since both
@@ -50,6 +53,17 @@ fn build(out: &Path, extra: &[&str]) {
     assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
 }
 
+fn build_forward(out: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/forward_preload.c");
+    let o = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(out)
+        .arg(&src)
+        .output()
+        .expect("cc runs");
+    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// One run: (loop seconds, process seconds, samples in the profile if any).
 fn run(prog: &Path, iterations: u64, env: &[(&str, String)], out: &Path) -> (f64, f64, u64) {
     let _ = std::fs::remove_file(out);
@@ -68,7 +82,7 @@ fn run(prog: &Path, iterations: u64, env: &[(&str, String)], out: &Path) -> (f64
         .find_map(|l| l.strip_prefix("loop_ns "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(f64::NAN);
-    let samples = if env.is_empty() {
+    let samples = if !env.iter().any(|(k, _)| *k == "MEMPROF_OUTPUT") {
         0
     } else {
         memprof::profile::Profile::read_file(out).map(|p| p.samples.len() as u64).unwrap_or(0)
@@ -102,6 +116,8 @@ fn main() {
     let fp_bin = dir.join("worst_case_fp");
     build(&plain_bin, &[]);
     build(&fp_bin, &["-fno-omit-frame-pointer"]);
+    let forward = dir.join("libforward.so");
+    build_forward(&forward);
     let preload = target_dir().join("libmemprof_preload.so");
     assert!(preload.is_file(), "build the preload library first: {}", preload.display());
     let out = dir.join("bench.mprof");
@@ -124,6 +140,11 @@ fn main() {
     };
     let mut cases = [
         case("plain", &plain_bin, vec![]),
+        case(
+            "forwarding-only preload (floor)",
+            &plain_bin,
+            vec![("LD_PRELOAD", forward.display().to_string())],
+        ),
         case("default interval (512 KiB)", &plain_bin, preload_env(&preload, &out, &[])),
         case(
             "interval 800, depth 10, dwarf",
@@ -153,8 +174,12 @@ fn main() {
     let med: Vec<(f64, f64)> =
         cases.iter_mut().map(|c| (median(&mut c.loops), median(&mut c.totals))).collect();
     for (i, c) in cases.iter().enumerate() {
-        let base =
-            if c.name.ends_with(", fp") || c.name.contains("frame pointers") { 3 } else { 0 };
+        let fp_plain = cases.iter().position(|c| c.name == "plain, frame pointers").unwrap();
+        let base = if c.name.ends_with(", fp") || c.name.contains("frame pointers") {
+            fp_plain
+        } else {
+            0
+        };
         let (l, t) = med[i];
         let (bl, bt) = med[base];
         let per_sample = if c.samples > 0 {
