@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench record_overhead              # 10 M iterations, 5 rounds
 //! cargo bench --bench record_overhead -- --quick   # 2 M iterations, 3 rounds
+//! cargo bench --bench record_overhead -- --rounds 11   # more rounds: steadier medians
 //! ```
 //!
 //! The program is `fixtures/c/worst_case.c`, the C port of seed 003's statmemprof worst
@@ -109,7 +110,11 @@ fn preload_env(preload: &Path, out: &Path, extra: &[(&str, &str)]) -> Vec<(&'sta
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (iterations, rounds) = if quick { (2_000_000u64, 3) } else { (10_000_000, 5) };
+    let (iterations, mut rounds) = if quick { (2_000_000u64, 3) } else { (10_000_000, 5) };
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(n) = args.iter().position(|a| a == "--rounds").and_then(|i| args.get(i + 1)) {
+        rounds = n.parse().expect("--rounds N");
+    }
     let dir = std::env::temp_dir().join(format!("memprof-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let plain_bin = dir.join("worst_case");
