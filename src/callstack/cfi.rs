@@ -491,11 +491,12 @@ pub(super) fn walk(
     ok
 }
 
-/// Reads a word of the stack inside `[lo, last]` (`last` = the stack's top − 8).
+/// Reads a word of the stack inside `[lo, last]` (`last` = the stack's top − 8), with one
+/// unsigned compare (`last - lo` is loop-invariant where this is inlined into a walk).
 #[inline(always)]
 fn read_stack(addr: u64, lo: usize, last: usize) -> Option<u64> {
     let a = addr as usize;
-    if a < lo || a > last {
+    if a.wrapping_sub(lo) > last.wrapping_sub(lo) {
         return None;
     }
     // SAFETY: [a, a + 8) lies inside this thread's stack between the current stack pointer
@@ -661,7 +662,6 @@ fn run_rules(
     // address minus one (inside the call) for the others.
     let mut key = st.lookup();
     let mut first = st.first;
-    let (lo, span) = (lo as u64, (last - lo) as u64);
     // Frames go straight into the inline buffer while it has room (the common case); the
     // general `record` takes over past it, and while frames are being skipped.
     let mut n = out.len;
@@ -684,22 +684,19 @@ fn run_rules(
         }
         let cfa = if rule.cfa_from_bp { bp } else { sp }.wrapping_add(rule.cfa_off as i64 as u64);
         // The stack pointer only grows while unwinding: a walk always ends. Every read stays
-        // inside [lo, last] (one unsigned compare each).
-        let ra_at = cfa.wrapping_sub(8);
-        if cfa <= sp || ra_at.wrapping_sub(lo) > span {
+        // inside [lo, last].
+        if cfa <= sp {
             break Some(false);
         }
-        // SAFETY: [ra_at, ra_at + 8) lies inside this thread's stack between the current
-        // stack pointer and the stack's top, which is mapped and readable.
-        let ra = unsafe { (ra_at as *const u64).read_unaligned() };
+        let Some(ra) = read_stack(cfa.wrapping_sub(8), lo, last) else {
+            break Some(false);
+        };
         if rule.kind != Kind::Keep {
             let base = if rule.kind == Kind::LoadFromSp { sp } else { bp };
-            let at = base.wrapping_add(rule.bp_off as i64 as u64);
-            if at.wrapping_sub(lo) > span {
-                break Some(false);
+            match read_stack(base.wrapping_add(rule.bp_off as i64 as u64), lo, last) {
+                Some(v) => bp = v,
+                None => break Some(false),
             }
-            // SAFETY: as above, [at, at + 8) is inside the thread's stack.
-            bp = unsafe { (at as *const u64).read_unaligned() };
         }
         sp = cfa;
         prev = rule;
