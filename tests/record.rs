@@ -688,3 +688,54 @@ fn build_id_is_read_from_the_notes() {
     assert_eq!(memprof::profile::symbolize::build_id(&prog), None);
     assert_eq!(memprof::profile::symbolize::build_id(&src), None, "not an ELF file");
 }
+
+/// Module records carry the build id read from the mapped image, and offline symbolization
+/// takes symbols only from a file with the same build id: a program rebuilt after the run
+/// is not used to name the old run's frames.
+#[test]
+fn offline_symbols_come_only_from_the_binary_that_ran() {
+    let dir = scratch("build-id-guard");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/sites.c");
+    let prog = dir.join("sites");
+    let build = |id: &str| {
+        let o = Command::new("cc")
+            .args(["-O2", "-g", "-fno-optimize-sibling-calls"])
+            .arg(format!("-Wl,--build-id=0x{id}"))
+            .arg("-o")
+            .arg(&prog)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    };
+    let first = "00112233445566778899aabbccddeeff";
+    build(first);
+    let out = record(&dir, &["--interval", "1", "-o", "s.mprof"], &prog, &["1"]);
+    assert_ok(&out, 0);
+    let file = dir.join("s.mprof");
+    let mut p = read(&file);
+    let module = p.modules.iter().find(|m| m.path.ends_with("/sites")).expect("the program");
+    let hex: String = module.build_id.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, first, "the build id of the mapped program");
+    assert!(p.modules.iter().any(|m| m.path.contains("libc") && !m.build_id.is_empty()));
+    // As a profile whose process died before its symbols were written.
+    p.symbols.clear();
+    std::fs::write(&file, p.write_to(Vec::new()).unwrap()).unwrap();
+
+    let report = || Command::new(MEMPROF).arg("report").arg(&file).output().unwrap();
+    build("ffeeddccbbaa99887766554433221100");
+    let out = report();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("has changed since the run"),
+        "a note says why: {}",
+        text(&out.stderr)
+    );
+    assert!(!text(&out.stdout).contains("small_site"), "no name from the rebuilt program");
+    assert!(text(&out.stdout).contains("sites+0x"), "module+offset instead");
+
+    build(first);
+    let out = report();
+    assert!(out.status.success() && text(&out.stdout).contains("small_site"));
+    assert!(!text(&out.stderr).contains("has changed"));
+}

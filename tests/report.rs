@@ -101,12 +101,20 @@ fn three_sites(exact: bool) -> Profile {
         ..Profile::default()
     };
     p.modules = vec![
-        Module { path: "/opt/app/bin/app".into(), base: 0x0, start: 0x1000, end: 0x6000 },
+        Module {
+            path: "/opt/app/bin/app".into(),
+            base: 0x0,
+            start: 0x1000,
+            end: 0x6000,
+            // Every frame of the app is symbolized: its build id is never checked here.
+            build_id: vec![0xde, 0xad, 0xbe, 0xef, 0x01],
+        },
         Module {
             path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
             base: 0x7f00_0000_0000,
             start: 0x7f00_0000_0000,
             end: 0x7f00_0020_0000,
+            ..Default::default()
         },
     ];
     let symbols: Vec<(u64, Vec<Symbol>)> = vec![
@@ -447,6 +455,9 @@ mod pprof {
         assert_eq!(d.time_nanos, 1_700_000_000_000_000_000);
         assert_eq!(d.mapping.len(), 2);
         assert_eq!(string(&d, d.mapping[1].filename), "/lib/x86_64-linux-gnu/libc.so.6");
+        // The GNU build id, in hex (the form pprof's tools look binaries up by).
+        assert_eq!(string(&d, d.mapping[0].build_id), "deadbeef01");
+        assert_eq!(string(&d, d.mapping[1].build_id), "");
 
         let t = total(&expected(true));
         assert_eq!(
@@ -619,10 +630,27 @@ mod mprof {
         let want = three_sites(true);
         assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
         assert_eq!(p.header, want.header);
+        assert_eq!(p.modules, want.modules, "modules, with their build ids");
         assert_eq!(p.samples, want.samples);
         assert_eq!(p.frees, want.frees);
         assert_eq!(p.stacks, want.stacks);
         assert_eq!(p.symbols, want.symbols);
+        assert_eq!(report::site_totals(&p), expected(true));
+    }
+
+    /// A file written before module records carried build ids (the field is appended to
+    /// the record: §2 of the format) reads the same, with no build ids.
+    #[test]
+    fn fixture_without_build_ids_still_reads() {
+        let p = Profile::read_file(fixtures().join("small-before-build-ids.mprof")).unwrap();
+        let want = three_sites(true);
+        assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
+        assert_eq!(p.modules.len(), want.modules.len());
+        assert!(p.modules.iter().all(|m| m.build_id.is_empty()));
+        let paths = |p: &Profile| p.modules.iter().map(|m| m.path.clone()).collect::<Vec<_>>();
+        assert_eq!(paths(&p), paths(&want));
+        assert_eq!(p.samples, want.samples);
+        assert_eq!(p.stacks, want.stacks);
         assert_eq!(report::site_totals(&p), expected(true));
     }
 

@@ -11,7 +11,7 @@
 //! | tag | record  | payload |
 //! |-----|---------|---------|
 //! | 1   | Header  | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u` |
-//! | 2   | Module  | path `str`, base `u`, start `u`, end `u` |
+//! | 2   | Module  | path `str`, base `u`, start `u`, end `u`, then (appended, may be absent) build id: length `u`, bytes |
 //! | 3   | Stack   | id `u`, flags `u` (bit 0: truncated), n `u`, first frame `u`, then n-1 zigzag deltas `u` |
 //! | 4   | Symbols | addr `u`, n `u`, n × (function `str`, flags `u` (bit 0: file, bit 1: line), [file `str`], [line `u`]) |
 //! | 5   | Sample  | id `u`, stack `u`, time_ns `u`, thread `u`, addr `u`, size `u`, k `u` |
@@ -70,6 +70,8 @@ pub const VERSION: u32 = 1;
 pub const MAX_RECORD: u64 = 64 << 20;
 /// Longest string accepted, in bytes.
 pub const MAX_STRING: u64 = 1 << 20;
+/// Longest build id accepted (GNU build ids are 16 or 20 bytes).
+pub const MAX_BUILD_ID: usize = 64;
 /// Most frames accepted in one stack.
 pub const MAX_FRAMES: u64 = 65536;
 /// Most inline symbols accepted at one address, and most command-line arguments.
@@ -220,6 +222,15 @@ impl<W: Write> Writer<W> {
         put_u(p, m.base);
         put_u(p, m.start);
         put_u(p, m.end);
+        // Appended field (§2): the build id, its length first (0: none).
+        if m.build_id.len() > MAX_BUILD_ID {
+            return Err(Error::Format(format!(
+                "a build id of {} bytes is longer than the format allows ({MAX_BUILD_ID})",
+                m.build_id.len()
+            )));
+        }
+        put_u(p, m.build_id.len() as u64);
+        p.extend_from_slice(&m.build_id);
         self.emit(TAG_MODULE)
     }
 
@@ -636,7 +647,17 @@ impl Reader {
             TAG_MODULE => {
                 let path = p.str()?;
                 let (base, start, end) = (p.u()?, p.u()?, p.u()?);
-                prof.modules.push(Module { path, base, start, end });
+                // The build id was appended later (§2): absent in older files.
+                let build_id = if p.rest.is_empty() {
+                    Vec::new()
+                } else {
+                    let n = p.u()?;
+                    if n > MAX_BUILD_ID as u64 {
+                        return Err(format!("a build id of {n} bytes exceeds {MAX_BUILD_ID}"));
+                    }
+                    p.take(n)?.to_vec()
+                };
+                prof.modules.push(Module { path, base, start, end, build_id });
             }
             TAG_STACK => {
                 let id = p.u()?;
@@ -896,12 +917,14 @@ mod tests {
             base: 0x5555_0000,
             start: 0x5555_1000,
             end: 0x5556_0000,
+            build_id: (0u8..20).collect(),
         });
         p.modules.push(Module {
             path: "/lib/libc.so.6".into(),
             base: 0x7f00_0000_0000,
             start: 0x7f00_0000_0000,
             end: 0x7f00_0020_0000,
+            ..Default::default()
         });
         p.stacks.push(Stack {
             frames: vec![0x5555_1234, 0x5555_1100, 0x7f00_0000_1000, u64::MAX, 0],

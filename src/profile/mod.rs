@@ -61,7 +61,7 @@ impl Default for Header {
 }
 
 /// A loaded object (executable or shared library) of the profiled process.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Module {
     /// Path of the file as the loader saw it.
     pub path: String,
@@ -71,6 +71,10 @@ pub struct Module {
     pub start: u64,
     /// One past the highest runtime address covered.
     pub end: u64,
+    /// The object's GNU build id, read from its mapped notes (empty when it has none, or in
+    /// files written before build ids were recorded). Offline symbolization refuses a file
+    /// whose build id differs: it is not the object that ran.
+    pub build_id: Vec<u8>,
 }
 
 /// One interned call stack.

@@ -44,6 +44,7 @@ pub fn current_modules() -> Vec<Module> {
         base: u64,
         start: u64,
         end: u64,
+        build_id: Vec<u8>,
     }
 
     unsafe extern "C" fn callback(
@@ -75,8 +76,27 @@ pub fn current_modules() -> Vec<Module> {
             start = start.min(s);
             end = end.max(s.wrapping_add(ph.p_memsz));
         }
+        // The build id, from the notes of the mapped image (no file is read). A note
+        // segment is read only where a loadable segment maps it.
+        let loaded = |lo: u64, hi: u64| {
+            phdrs.iter().any(|ph| {
+                ph.p_type == libc::PT_LOAD && ph.p_vaddr <= lo && hi <= ph.p_vaddr + ph.p_filesz
+            })
+        };
+        let build_id = phdrs
+            .iter()
+            .filter(|ph| ph.p_type == libc::PT_NOTE && ph.p_memsz <= 1 << 16)
+            .filter(|ph| loaded(ph.p_vaddr, ph.p_vaddr + ph.p_memsz))
+            .find_map(|ph| {
+                let at = base.wrapping_add(ph.p_vaddr) as *const u8;
+                // SAFETY: the note segment lies inside a loaded segment of an object that
+                // stays mapped during the callback (the loader holds its lock).
+                let notes = unsafe { std::slice::from_raw_parts(at, ph.p_memsz as usize) };
+                note_build_id(notes)
+            })
+            .unwrap_or_default();
         if start < end {
-            out.push(Raw { name, base, start, end });
+            out.push(Raw { name, base, start, end, build_id });
         }
         0
     }
@@ -99,7 +119,13 @@ pub fn current_modules() -> Vec<Module> {
         } else {
             String::from_utf8_lossy(&r.name).into_owned()
         };
-        modules.push(Module { path, base: r.base, start: r.start, end: r.end });
+        modules.push(Module {
+            path,
+            base: r.base,
+            start: r.start,
+            end: r.end,
+            build_id: r.build_id,
+        });
     }
     modules
 }
@@ -145,7 +171,8 @@ pub fn resolve_in_process(addrs: impl IntoIterator<Item = u64>) -> HashMap<u64, 
 /// Uses the DWARF of each module (inline chains, file and line; Rust and C++ names
 /// demangled), or of its separate debug file where the distribution installs one
 /// (`/usr/lib/debug/.build-id/xx/yyyy.debug`, found by the module's GNU build id), and
-/// falls back to the ELF symbol tables.
+/// falls back to the ELF symbol tables. A module recorded with a build id is only read
+/// from a file with the same build id.
 /// Returns a note for each module that could not be read; addresses it cannot resolve keep
 /// their `module+0xoffset` names.
 #[cfg(feature = "report")]
@@ -169,6 +196,18 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
     let mut notes = Vec::new();
     for (i, addrs) in by_module {
         let module = &profile.modules[i];
+        // A file whose build id is not the one recorded is not the object that ran (rebuilt
+        // or upgraded since): its symbols would be wrong, so none are taken from it.
+        if !module.build_id.is_empty()
+            && build_id(Path::new(&module.path)).as_deref() != Some(&module.build_id[..])
+        {
+            notes.push(format!(
+                "{} has changed since the run (its build id differs): its frames are shown as \
+                 module+offset",
+                module.path
+            ));
+            continue;
+        }
         let loader = match addr2line::Loader::new(&module.path) {
             Ok(l) => l,
             Err(e) => {
@@ -268,24 +307,28 @@ pub fn build_id(path: &Path) -> Option<Vec<u8>> {
         if size > 1 << 16 {
             continue;
         }
-        let notes = read(off, size as usize)?;
-        let mut at = 0usize;
-        // Each note: namesz, descsz, type, then the name and the descriptor, 4-aligned.
-        while at + 12 <= notes.len() {
-            let (namesz, descsz, kind) = (
-                u32_at(&notes, at)? as usize,
-                u32_at(&notes, at + 4)? as usize,
-                u32_at(&notes, at + 8)?,
-            );
-            let name_at = at + 12;
-            let desc_at = name_at + namesz.div_ceil(4) * 4;
-            let end = desc_at + descsz.div_ceil(4) * 4;
-            const NT_GNU_BUILD_ID: u32 = 3;
-            if kind == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
-                return notes.get(desc_at..desc_at + descsz).map(<[u8]>::to_vec);
-            }
-            at = end;
+        if let Some(id) = read(off, size as usize).and_then(|notes| note_build_id(&notes)) {
+            return Some(id);
         }
+    }
+    None
+}
+
+/// The descriptor of the `NT_GNU_BUILD_ID` note among `notes` (a note segment's bytes).
+fn note_build_id(notes: &[u8]) -> Option<Vec<u8>> {
+    let u32_at = |o: usize| Some(u32::from_le_bytes(notes.get(o..o + 4)?.try_into().ok()?));
+    let mut at = 0usize;
+    // Each note: namesz, descsz, type, then the name and the descriptor, 4-aligned.
+    while at + 12 <= notes.len() {
+        let (namesz, descsz, kind) =
+            (u32_at(at)? as usize, u32_at(at + 4)? as usize, u32_at(at + 8)?);
+        let name_at = at + 12;
+        let desc_at = name_at.checked_add(namesz.div_ceil(4) * 4)?;
+        const NT_GNU_BUILD_ID: u32 = 3;
+        if kind == NT_GNU_BUILD_ID && notes.get(name_at..name_at + namesz) == Some(b"GNU\0") {
+            return notes.get(desc_at..desc_at.checked_add(descsz)?).map(<[u8]>::to_vec);
+        }
+        at = desc_at.checked_add(descsz.div_ceil(4) * 4)?;
     }
     None
 }
@@ -503,6 +546,7 @@ mod tests {
             base: 0x7000,
             start: 0x8000,
             end: 0x9000,
+            ..Default::default()
         });
         let table: &[(u64, &[&str])] = &[
             (0x10, &["malloc"]),

@@ -198,13 +198,17 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     let symbolized = !profile.symbols.is_empty();
     for (i, m) in profile.modules.iter().enumerate() {
         let filename = t.strings.get(&m.path);
+        // pprof's build id is a string: the GNU build id in hex, as `go tool pprof` and the
+        // symbolization services that read pprof expect it (empty when unknown).
+        let hex: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let build_id = t.strings.get(&hex);
         t.mappings.push(protos::Mapping {
             id: i as u64 + 1,
             memory_start: m.start,
             memory_limit: m.end,
             file_offset: 0,
             filename,
-            build_id: 0,
+            build_id,
             has_functions: true,
             has_filenames: symbolized,
             has_line_numbers: symbolized,
