@@ -205,6 +205,10 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     }
     let (profile, labels) = read_profiles(&files, true)?;
     if profile.samples.is_empty() {
+        if let Some(hint) = exec_hint(program, &run, &profile) {
+            eprintln!("memprof: error: no allocations were seen in {shown}: {hint}");
+            return Ok(if run.exit_code == 0 { 1 } else { run.exit_code });
+        }
         let why = if profile.header.interval <= 1.0 {
             "it never called malloc or a related function through the dynamic loader \
              (statically linked allocators and direct mmap are not seen)"
@@ -229,18 +233,52 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     Ok(run.exit_code)
 }
 
+/// Why a run left no samples, when the profile shows that the program replaced itself
+/// (`exec`) before allocating: the usual case of a wrapper (a script, `env`, a version
+/// manager's shim) run without `--follow-forks`, whose preload entry is removed for what it
+/// executes. The file then ends without its end record although nothing was killed.
+fn exec_hint(program: &std::ffi::OsStr, run: &launcher::Recorded, p: &Profile) -> Option<String> {
+    if p.complete || run.signal.is_some() || !run.children.is_empty() {
+        return None;
+    }
+    let ran = Path::new(&p.header.executable);
+    let asked = launcher::resolve_program(program).ok()?;
+    let asked = std::fs::canonicalize(&asked).unwrap_or(asked);
+    let who = if asked != ran {
+        format!("it was run by {} (it is a script or a wrapper), and", ran.display())
+    } else {
+        "it".to_owned()
+    };
+    Some(format!(
+        "{who} replaced itself with another program (exec) before allocating, or ended with \
+         _exit; programs it executes are not profiled unless --follow-forks is given"
+    ))
+}
+
 /// Reads one or more profiles (merged when several), printing their warnings. Frames
-/// without symbols are resolved from the recorded modules; with `write_back` (`memprof
-/// record`, right after the program exited) a complete file gets them written in, so that
-/// it reads the same wherever and whenever it is opened.
+/// without symbols are resolved from the recorded modules. With `recorded` (`memprof
+/// record`, right after the program exited, the first file being the program's own and
+/// the others its followed children's): a complete file gets its symbols written in, so
+/// that it reads the same wherever and whenever it is opened, and a child's file that
+/// cannot be read (a child that exec'd or died before its first flush) is reported and
+/// left out rather than failing the whole run.
 pub(crate) fn read_profiles(
     files: &[PathBuf],
-    write_back: bool,
+    recorded: bool,
 ) -> Result<(Profile, Vec<String>), Error> {
     let mut profiles = Vec::with_capacity(files.len());
     let mut labels = Vec::with_capacity(files.len());
-    for f in files {
-        let mut p = Profile::read_file(f)?;
+    // The files read (a child's that cannot be read is left out).
+    let mut names: Vec<String> = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        let mut p = match Profile::read_file(f) {
+            Ok(p) => p,
+            Err(e) if recorded && i > 0 => {
+                eprintln!("memprof: warning: a child's profile is left out: {e}");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         for w in &p.warnings {
             eprintln!("memprof: warning: {}: {w}", f.display());
         }
@@ -253,7 +291,7 @@ pub(crate) fn read_profiles(
             for note in memprof::profile::symbolize::resolve_offline(&mut p) {
                 eprintln!("memprof: note: {}: {note}", f.display());
             }
-            if write_back && p.complete && p.warnings.is_empty() && p.symbols.len() > before {
+            if recorded && p.complete && p.warnings.is_empty() && p.symbols.len() > before {
                 if let Err(e) = rewrite(f, &p) {
                     eprintln!(
                         "memprof: warning: {}: symbols not written into the file: {e}",
@@ -263,11 +301,11 @@ pub(crate) fn read_profiles(
             }
         }
         labels.push(format!("{}: {} samples", f.display(), p.samples.len()));
+        names.push(f.display().to_string());
         profiles.push(p);
     }
-    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let mut merged = memprof::profile::merge::merge(profiles, &names)?;
-    if files.len() > 1 {
+    if names.len() > 1 {
         // Each file's warnings were printed above.
         merged.warnings.clear();
     }

@@ -739,3 +739,33 @@ fn offline_symbols_come_only_from_the_binary_that_ran() {
     assert!(out.status.success() && text(&out.stdout).contains("small_site"));
     assert!(!text(&out.stderr).contains("has changed"));
 }
+
+/// A wrapper script that execs the real program: without `--follow-forks` nothing of the
+/// program is profiled, and `record` says why (it names the interpreter that ran and the
+/// option); with it, the program's allocations are all there.
+#[test]
+fn wrapper_scripts_are_explained_and_followed() {
+    let dir = scratch("wrapper");
+    let script = dir.join("run-sites.sh");
+    std::fs::write(&script, format!("#!/bin/sh\nexec {} \"$@\"\n", fixture("sites").display()))
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let out = record(&dir, &["--interval", "1", "-o", "w.mprof"], &script, &["1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("memprof: error:")).unwrap_or_default();
+    assert!(
+        line.contains("script or a wrapper") && line.contains("--follow-forks"),
+        "the error names the cause and the option: {err}"
+    );
+
+    let out =
+        record(&dir, &["--interval", "1", "--follow-forks", "-o", "f.mprof"], &script, &["1"]);
+    assert_ok(&out, 0);
+    assert!(text(&out.stderr).contains("small_site"), "{}", text(&out.stderr));
+    let children = memprof::launcher::child_profiles(&dir.join("f.mprof"));
+    let p = children.iter().map(|c| read(c)).find(|p| !p.samples.is_empty()).expect("sites ran");
+    assert_eq!(totals(&p, "small_site"), (240_000.0, 10_000.0, 0.0, 0.0));
+}
