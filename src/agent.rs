@@ -289,19 +289,28 @@ pub fn finish() {
 }
 
 /// Brings the profile up to date when the process ends without exit handlers (`_exit`):
-/// every event so far, the symbols seen so far, flushed. There is no end record, so the
-/// file reads back as cut, with everything the process did.
+/// every event so far, flushed (the reader resolves the symbols). There is no end record,
+/// so the file reads back as cut, with everything the process did.
 pub fn before_quick_exit() {
     if OWNER.load(Ordering::Acquire) == pid() {
         tracker::sync();
     }
 }
 
+/// Brings the profile up to date before the process image is replaced (`execve` and its
+/// relatives): every event so far reaches the file, which the new image never finishes (it
+/// reads back as cut, with everything this image did).
+pub fn before_exec() {
+    before_quick_exit();
+}
+
 /// Brings the profile up to date before a library is unloaded (see §5), and withdraws the
 /// DWARF unwinder's module list until [`after_dlclose`].
 pub fn before_dlclose() {
     if OWNER.load(Ordering::Acquire) == pid() {
+        crate::recorder::unloading(true);
         tracker::sync();
+        crate::recorder::unloading(false);
     }
     crate::callstack::before_dlclose();
 }

@@ -205,7 +205,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     }
     let (profile, labels) = read_profiles(&files, true)?;
     if profile.samples.is_empty() {
-        if let Some(hint) = exec_hint(program, &run, &profile) {
+        if let Some((_, hint)) = exec_hint(program, &run, &profile) {
             eprintln!("memprof: error: no allocations were seen in {shown}: {hint}");
             return Ok(if run.exit_code == 0 { 1 } else { run.exit_code });
         }
@@ -230,28 +230,41 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
     write_outputs(&profile, View::Alloc, Some(&svg), None, None)?;
     eprintln!("memprof: profile {} ({})", run.output.display(), labels.join(", "));
+    if let Some((true, hint)) = exec_hint(program, &run, &profile) {
+        eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
+    }
     Ok(run.exit_code)
 }
 
-/// Why a run left no samples, when the profile shows that the program replaced itself
-/// (`exec`) before allocating: the usual case of a wrapper (a script, `env`, a version
-/// manager's shim) run without `--follow-forks`, whose preload entry is removed for what it
-/// executes. The file then ends without its end record although nothing was killed.
-fn exec_hint(program: &std::ffi::OsStr, run: &launcher::Recorded, p: &Profile) -> Option<String> {
+/// When the program's own profile shows that it replaced itself with another program
+/// (`exec`) — the usual case of a wrapper (a script, `env`, a version manager's shim) run
+/// without `--follow-forks`, whose preload entry is removed for what it executes — what
+/// to tell the user, and whether it is surely a wrapper (run by an interpreter: the
+/// recorded executable is not the program asked for). The file then ends without its end
+/// record although nothing was killed (which `_exit` also does).
+fn exec_hint(
+    program: &std::ffi::OsStr,
+    run: &launcher::Recorded,
+    p: &Profile,
+) -> Option<(bool, String)> {
     if p.complete || run.signal.is_some() || !run.children.is_empty() {
         return None;
     }
     let ran = Path::new(&p.header.executable);
     let asked = launcher::resolve_program(program).ok()?;
     let asked = std::fs::canonicalize(&asked).unwrap_or(asked);
-    let who = if asked != ran {
+    let wrapper = asked != ran;
+    let who = if wrapper {
         format!("it was run by {} (it is a script or a wrapper), and", ran.display())
     } else {
         "it".to_owned()
     };
-    Some(format!(
-        "{who} replaced itself with another program (exec) before allocating, or ended with \
-         _exit; programs it executes are not profiled unless --follow-forks is given"
+    Some((
+        wrapper,
+        format!(
+            "{who} replaced itself with another program (exec), or ended with _exit; programs \
+             it executes are not profiled unless --follow-forks is given"
+        ),
     ))
 }
 

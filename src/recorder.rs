@@ -30,12 +30,24 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Capacity of a streaming recorder's write buffer.
 pub const STREAM_BUFFER: usize = 64 * 1024;
 /// Longest time written records wait in the buffer.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
+/// Set while a library is about to be unmapped ([`unloading`]): the forced poll then
+/// resolves the symbols seen so far in process even with offline symbols, since the
+/// library's file may no longer match its address range by the time anyone reads the file.
+static UNLOADING: AtomicBool = AtomicBool::new(false);
+
+/// Marks the forced polls that follow, until `unloading(false)`, as made before a library
+/// is unmapped (`dlclose`): see [`Recorder::offline_symbols`].
+pub fn unloading(on: bool) {
+    UNLOADING.store(on, Ordering::Release);
+}
 
 /// Opens a file to stream to: its path and the file.
 pub type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
@@ -102,10 +114,10 @@ impl Recorder {
     /// record` does it as soon as the program has exited and writes them into the file).
     /// Resolving in the profiled process means loading the DWARF of every object its stacks
     /// touch (glibc's separate debug file is compressed), which cost the worst-case program
-    /// more instructions at exit than its whole run. Forced polls (before `dlclose` and
-    /// `_exit`) still resolve in process: a library about to be unmapped may be gone from
-    /// its address range by the time the file is read, and a process that ends in `_exit`
-    /// leaves no one a complete file to finish.
+    /// more instructions at exit than its whole run. Forced polls (before `_exit` and
+    /// `exec`) only flush; the one before `dlclose` ([`unloading`]) still resolves in
+    /// process, as a library about to be unmapped may be gone from its address range by
+    /// the time the file is read.
     pub fn offline_symbols(mut self) -> Self {
         self.offline_symbols = true;
         self
@@ -313,7 +325,9 @@ impl Tracker for Recorder {
         }
         if forced {
             self.refresh_modules();
-            self.resolve_pending();
+            if !self.offline_symbols || UNLOADING.load(Ordering::Acquire) {
+                self.resolve_pending();
+            }
             self.flush();
             return;
         }

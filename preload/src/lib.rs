@@ -464,6 +464,113 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     }
 }
 
+type Argv = *const *const core::ffi::c_char;
+
+/// Brings the profile up to date, then calls glibc's `name` (found once, cached in `slot`)
+/// through `call`; -1 with ENOSYS when it cannot be found. errno is glibc's.
+fn exec_with(
+    slot: &AtomicPtr<c_void>,
+    name: &core::ffi::CStr,
+    call: impl FnOnce(*mut c_void) -> c_int,
+) -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    let saved = unsafe { *libc::__errno_location() };
+    memprof::agent::before_exec();
+    let f = next_symbol(slot, name);
+    if f.is_null() {
+        set_errno(libc::ENOSYS);
+        return -1;
+    }
+    set_errno(saved);
+    call(f)
+}
+
+/// `execve`: writes what the profile has so far ([`memprof::agent::before_exec`]: the new
+/// image never finishes this one's file), then glibc's. The other `exec` functions glibc
+/// exports call its `execve` internally, past this hook, so they are hooked too.
+///
+/// # Safety
+/// As C's `execve`.
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const core::ffi::c_char, argv: Argv, envp: Argv) -> c_int {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    exec_with(&REAL, c"execve", |f| {
+        // SAFETY: `f` is glibc's execve, of this signature; the arguments are the caller's.
+        unsafe {
+            let f: unsafe extern "C" fn(*const core::ffi::c_char, Argv, Argv) -> c_int =
+                core::mem::transmute(f);
+            f(path, argv, envp)
+        }
+    })
+}
+
+/// `execv`: see [`execve`].
+///
+/// # Safety
+/// As C's `execv`.
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const core::ffi::c_char, argv: Argv) -> c_int {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    exec_with(&REAL, c"execv", |f| {
+        // SAFETY: `f` is glibc's execv, of this signature; the arguments are the caller's.
+        unsafe {
+            let f: unsafe extern "C" fn(*const core::ffi::c_char, Argv) -> c_int =
+                core::mem::transmute(f);
+            f(path, argv)
+        }
+    })
+}
+
+/// `execvp`: see [`execve`].
+///
+/// # Safety
+/// As C's `execvp`.
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const core::ffi::c_char, argv: Argv) -> c_int {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    exec_with(&REAL, c"execvp", |f| {
+        // SAFETY: `f` is glibc's execvp, of this signature; the arguments are the caller's.
+        unsafe {
+            let f: unsafe extern "C" fn(*const core::ffi::c_char, Argv) -> c_int =
+                core::mem::transmute(f);
+            f(file, argv)
+        }
+    })
+}
+
+/// `execvpe`: see [`execve`].
+///
+/// # Safety
+/// As C's `execvpe`.
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: *const core::ffi::c_char, argv: Argv, envp: Argv) -> c_int {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    exec_with(&REAL, c"execvpe", |f| {
+        // SAFETY: `f` is glibc's execvpe, of this signature; the arguments are the caller's.
+        unsafe {
+            let f: unsafe extern "C" fn(*const core::ffi::c_char, Argv, Argv) -> c_int =
+                core::mem::transmute(f);
+            f(file, argv, envp)
+        }
+    })
+}
+
+/// `fexecve`: see [`execve`].
+///
+/// # Safety
+/// As C's `fexecve`.
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    exec_with(&REAL, c"fexecve", |f| {
+        // SAFETY: `f` is glibc's fexecve, of this signature; the arguments are the caller's.
+        unsafe {
+            let f: unsafe extern "C" fn(c_int, Argv, Argv) -> c_int = core::mem::transmute(f);
+            f(fd, argv, envp)
+        }
+    })
+}
+
 /// `_Exit`: see [`_exit`].
 ///
 /// # Safety
