@@ -55,6 +55,20 @@ fn fixture(name: &str) -> PathBuf {
     out
 }
 
+/// Compiles `fixtures/c/<src>` into `out` with the system compiler and `args` (for a test
+/// that needs its own flags; [`fixture`] builds the shared ones).
+fn cc(src: &str, out: &Path, args: &[&str]) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(src);
+    let o = Command::new("cc")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(&path)
+        .output()
+        .expect("the system C compiler `cc` runs");
+    assert!(o.status.success(), "cc {src}: {}", text(&o.stderr));
+}
+
 /// A fresh directory for one test's profiles.
 fn scratch(name: &str) -> PathBuf {
     let d = build_dir().join(format!("run-{name}"));
@@ -593,16 +607,7 @@ fn relative_stacks(p: &Profile) -> Vec<(Vec<(String, u64)>, bool)> {
 fn dwarf_unwinder_agrees_with_libgcc() {
     let dir = scratch("unwinders");
     let worst = build_dir().join("worst_case_nofp");
-    {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/worst_case.c");
-        let o = Command::new("cc")
-            .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
-            .arg(&worst)
-            .arg(&src)
-            .output()
-            .expect("cc runs");
-        assert!(o.status.success(), "cc: {}", text(&o.stderr));
-    }
+    cc("worst_case.c", &worst, &["-O2", "-g", "-fomit-frame-pointer"]);
     let lib = fixture("libdlfix");
     let cases: [(&str, PathBuf, Vec<&str>, &[&str]); 5] = [
         ("worst_case", worst.clone(), vec!["300"], &["--interval", "1"]),
@@ -672,14 +677,7 @@ fn build_id_is_read_from_the_notes() {
     let dir = scratch("build-id");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/nomalloc.c");
     let prog = dir.join("with-id");
-    let o = Command::new("cc")
-        .arg("-Wl,--build-id=0x0123456789abcdef0011223344556677")
-        .arg("-o")
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    cc("nomalloc.c", &prog, &["-Wl,--build-id=0x0123456789abcdef0011223344556677"]);
     let id = memprof::profile::symbolize::build_id(&prog).expect("a build id");
     assert_eq!(
         id,
@@ -688,8 +686,7 @@ fn build_id_is_read_from_the_notes() {
             0x77
         ]
     );
-    let o = Command::new("cc").arg("-Wl,--build-id=none").arg("-o").arg(&prog).arg(&src).output();
-    assert!(o.unwrap().status.success());
+    cc("nomalloc.c", &prog, &["-Wl,--build-id=none"]);
     assert_eq!(memprof::profile::symbolize::build_id(&prog), None);
     assert_eq!(memprof::profile::symbolize::build_id(&src), None, "not an ELF file");
 }
@@ -700,18 +697,10 @@ fn build_id_is_read_from_the_notes() {
 #[test]
 fn offline_symbols_come_only_from_the_binary_that_ran() {
     let dir = scratch("build-id-guard");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/sites.c");
     let prog = dir.join("sites");
     let build = |id: &str| {
-        let o = Command::new("cc")
-            .args(["-O2", "-g", "-fno-optimize-sibling-calls"])
-            .arg(format!("-Wl,--build-id=0x{id}"))
-            .arg("-o")
-            .arg(&prog)
-            .arg(&src)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o.stderr));
+        let flag = format!("-Wl,--build-id=0x{id}");
+        cc("sites.c", &prog, &["-O2", "-g", "-fno-optimize-sibling-calls", &flag]);
     };
     let first = "00112233445566778899aabbccddeeff";
     build(first);
