@@ -12,10 +12,11 @@
 //! built with `cc -O2` (no frame pointers, as Debian's gcc builds C) and once more with
 //! `-fno-omit-frame-pointer` for the frame-pointer unwinder. Each configuration runs the
 //! program under the preload library exactly as `memprof record` does (the same
-//! `LD_PRELOAD` and `MEMPROF_*` variables; the launcher's report afterwards is left out),
-//! rounds interleaved, medians compared. Two times are reported: the program's loop
-//! (it prints its own `loop_ns`), the allocation overhead proper, and the whole process
-//! (start-up, the drain thread, and at exit the symbolization and the last writes).
+//! `LD_PRELOAD` and `MEMPROF_*` variables; the launcher's report afterwards is left out).
+//! The time compared is the program's loop (it prints its own `loop_ns`): the allocation
+//! overhead proper, without start-up and exit. This machine's speed drifts by tens of per
+//! cent over seconds (a shared host), so each case runs right after its plain baseline,
+//! and the figure is the median over the rounds of those pairs' ratios.
 //!
 //! 1. the default interval (512 KiB) vs the plain program (target ≤ 1.02×), beside a
 //!    preload library that only forwards `malloc` and `free` to glibc
@@ -131,35 +132,44 @@ fn main() {
         name: &'static str,
         prog: PathBuf,
         env: Vec<(&'static str, String)>,
+        /// The plain run this case is compared with (an index into `cases`).
+        base: usize,
         loops: Vec<f64>,
         totals: Vec<f64>,
+        /// Per round: this case's loop time over its base's, run just before it.
+        ratios: Vec<f64>,
         samples: u64,
     }
-    let case = |name, prog: &Path, env| Case {
+    let case = |name, prog: &Path, base, env| Case {
         name,
         prog: prog.to_path_buf(),
         env,
+        base,
         loops: vec![],
         totals: vec![],
+        ratios: vec![],
         samples: 0,
     };
     let mut cases = [
-        case("plain", &plain_bin, vec![]),
+        case("plain", &plain_bin, 0, vec![]),
         case(
             "forwarding-only preload (floor)",
             &plain_bin,
+            0,
             vec![("LD_PRELOAD", forward.display().to_string())],
         ),
-        case("default interval (512 KiB)", &plain_bin, preload_env(&preload, &out, &[])),
+        case("default interval (512 KiB)", &plain_bin, 0, preload_env(&preload, &out, &[])),
         case(
             "interval 800, depth 10, dwarf",
             &plain_bin,
+            0,
             preload_env(&preload, &out, &[("MEMPROF_INTERVAL", "800"), ("MEMPROF_DEPTH", "10")]),
         ),
-        case("plain, frame pointers", &fp_bin, vec![]),
+        case("plain, frame pointers", &fp_bin, 4, vec![]),
         case(
             "interval 800, depth 10, fp",
             &fp_bin,
+            4,
             preload_env(
                 &preload,
                 &out,
@@ -167,43 +177,51 @@ fn main() {
             ),
         ),
     ];
-    println!("worst_case.c, {iterations} iterations × {rounds} interleaved rounds (medians)");
+    println!(
+        "worst_case.c, {iterations} iterations × {rounds} rounds; each case runs right after its \
+         plain baseline, and the ratio is the median of the rounds' ratios"
+    );
     for _ in 0..rounds {
-        for c in cases.iter_mut() {
-            let (l, t, s) = run(&c.prog, iterations, &c.env, &out);
+        for i in 0..cases.len() {
+            let base = cases[i].base;
+            if base == i {
+                continue;
+            }
+            // The baseline right before the case: this machine's speed drifts by tens of
+            // per cent over seconds, and two runs in a row see the same conditions.
+            let (bl, bt, _) = run(&cases[base].prog, iterations, &cases[base].env, &out);
+            cases[base].loops.push(bl);
+            cases[base].totals.push(bt);
+            let (l, t, s) = run(&cases[i].prog, iterations, &cases[i].env, &out);
+            let c = &mut cases[i];
             c.loops.push(l);
             c.totals.push(t);
+            c.ratios.push(l / bl);
             c.samples = s;
         }
     }
-    let med: Vec<(f64, f64)> =
-        cases.iter_mut().map(|c| (median(&mut c.loops), median(&mut c.totals))).collect();
-    for (i, c) in cases.iter().enumerate() {
-        let fp_plain = cases.iter().position(|c| c.name == "plain, frame pointers").unwrap();
-        let base = if c.name.ends_with(", fp") || c.name.contains("frame pointers") {
-            fp_plain
-        } else {
-            0
-        };
-        let (l, t) = med[i];
-        let (bl, bt) = med[base];
+    for i in 0..cases.len() {
+        let base = cases[i].base;
+        let bl = median(&mut cases[base].loops.clone());
+        let c = &mut cases[i];
+        let l = median(&mut c.loops);
+        let t = median(&mut c.totals);
+        if base == i {
+            println!("  {:<32} loop {l:>7.3} s   process {t:>7.3} s (medians)", c.name);
+            continue;
+        }
+        let r = median(&mut c.ratios);
         let per_sample = if c.samples > 0 {
+            // The loop time the samples added, at the median ratio, over their number.
             format!(
                 ", {:.0} ns per sample ({} samples)",
-                (l - bl) * 1e9 / c.samples as f64,
+                (r - 1.0) * bl * 1e9 / c.samples as f64,
                 c.samples
             )
         } else {
             String::new()
         };
-        println!(
-            "  {:<32} loop {:>7.3} s ({:.3}×)   process {:>7.3} s ({:.3}×){per_sample}",
-            c.name,
-            l,
-            l / bl,
-            t,
-            t / bt
-        );
+        println!("  {:<32} loop {l:>7.3} s   {r:.3}× its baseline{per_sample}", c.name);
     }
 
     // Exact mode vs heaptrack: every allocation recorded by both.

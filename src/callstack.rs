@@ -32,7 +32,8 @@
 //! reports trim the profiler's own frames by name.
 
 use crate::config::Unwinder;
-use core::cell::Cell;
+use core::cell::{Cell, UnsafeCell};
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU8, Ordering};
 
 /// Frames kept inline before the buffer moves to the heap.
@@ -40,20 +41,73 @@ pub const INLINE_FRAMES: usize = 32;
 
 #[cfg(target_arch = "x86_64")]
 mod cfi;
+mod memo;
 
 const USE_FP: u8 = 0;
 const USE_LIBGCC: u8 = 1;
 const USE_CFI: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(USE_LIBGCC);
 
-thread_local! {
+/// The sample path's per-thread state, reached with one thread-local lookup.
+struct PerThread {
     /// Highest address of this thread's stack (0 = not yet known).
-    static STACK_HI: Cell<usize> = const { Cell::new(0) };
+    hi: Cell<usize>,
+    /// The thread's remembered walks (§4), used by one capture at a time.
+    memo: UnsafeCell<memo::Memo>,
+    memo_taken: Cell<bool>,
+}
+
+thread_local! {
+    static THREAD: PerThread = const {
+        PerThread {
+            hi: Cell::new(0),
+            memo: UnsafeCell::new(memo::Memo::new()),
+            memo_taken: Cell::new(false),
+        }
+    };
+}
+
+/// Runs `f` with this thread's stack top (0 when unknown) and its remembered walks (`None`
+/// when a capture on this thread, interrupted by a signal, already uses them).
+#[inline(always)]
+fn with_thread<R>(f: impl FnOnce(usize, Option<&mut memo::Memo>) -> R) -> R {
+    let Ok(t) = THREAD.try_with(|t| t as *const PerThread) else {
+        return f(0, None);
+    };
+    // SAFETY: this thread's own thread-local, which has no destructor: its storage stays
+    // valid until the thread exits, and it is only used on this thread.
+    let t = unsafe { &*t };
+    let hi = thread_hi(t);
+    if t.memo_taken.replace(true) {
+        return f(hi, None);
+    }
+    // SAFETY: `memo_taken` was false and is now true: no other reference to this thread's
+    // memo exists until it is cleared below, and the memo never leaves the thread.
+    let r = f(hi, Some(unsafe { &mut *t.memo.get() }));
+    t.memo_taken.set(false);
+    r
+}
+
+/// Copies `n` words one at a time. The sample path copies a few frames at a time (ten at
+/// statmemprof's depth), where a call to `memcpy` costs more than the copy, and its wide
+/// loads of words just stored one by one miss store forwarding.
+///
+/// # Safety
+/// `src` is valid for `n` reads and `dst` for `n` writes, and they do not overlap.
+#[inline(always)]
+pub(crate) unsafe fn copy_words(dst: *mut usize, src: *const usize, n: usize) {
+    for i in 0..n {
+        // SAFETY: i < n (the caller's guarantee). The volatile store keeps the compiler
+        // from turning the loop back into a `memcpy` call.
+        unsafe { dst.add(i).write_volatile(src.add(i).read()) };
+    }
 }
 
 /// A captured call stack: return addresses, innermost first.
 pub struct Captured {
-    inline: [usize; INLINE_FRAMES],
+    /// The first `len` entries are initialised while `heap` is null (not zeroed at
+    /// creation: a capture per sample would pay for it).
+    inline: [MaybeUninit<usize>; INLINE_FRAMES],
     heap: *mut usize,
     cap: usize,
     len: usize,
@@ -70,7 +124,7 @@ impl Captured {
     /// An empty buffer with the inline capacity.
     pub const fn new() -> Self {
         Captured {
-            inline: [0; INLINE_FRAMES],
+            inline: [MaybeUninit::uninit(); INLINE_FRAMES],
             heap: core::ptr::null_mut(),
             cap: INLINE_FRAMES,
             len: 0,
@@ -81,7 +135,8 @@ impl Captured {
     /// The frames, innermost first.
     pub fn frames(&self) -> &[usize] {
         if self.heap.is_null() {
-            &self.inline[..self.len]
+            // SAFETY: with no heap buffer, the first `len` inline entries were written.
+            unsafe { core::slice::from_raw_parts(self.inline.as_ptr() as *const usize, self.len) }
         } else {
             // SAFETY: `heap` holds `cap >= len` initialised entries written by `push`.
             unsafe { core::slice::from_raw_parts(self.heap, self.len) }
@@ -100,7 +155,7 @@ impl Captured {
             return false;
         }
         if self.heap.is_null() {
-            self.inline[self.len] = ip;
+            self.inline[self.len] = MaybeUninit::new(ip);
         } else {
             // SAFETY: len < cap and `heap` has room for `cap` entries.
             unsafe { self.heap.add(self.len).write(ip) };
@@ -176,8 +231,10 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
             // The registers are `capture`'s own: the walk yields the program counter here,
             // then the return into `caller`, then the return from `caller`: skip two.
             let (pc, sp, bp) = registers();
-            let hi = stack_hi();
-            if hi != 0 && cfi::walk(out, depth, 2, pc, sp, bp, hi, true) {
+            let walked = with_thread(|hi, memo| {
+                hi != 0 && cfi::walk(out, depth, 2, pc, sp, bp, hi, true, memo)
+            });
+            if walked {
                 return;
             }
             out.clear();
@@ -199,35 +256,57 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
 #[inline(never)]
 pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usize, bp: usize) {
     out.clear();
-    let hi = stack_hi();
-    let lo = stack_pointer();
-    // The return address lies in this thread's stack, above the profiler's frames.
-    if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
-        return capture(out, depth, caller);
-    }
-    // SAFETY: [sp, sp + 8) is inside this thread's stack (checked above), mapped and readable.
-    let ra = unsafe { (sp as *const usize).read() };
-    if ra == 0 {
-        return capture(out, depth, caller);
-    }
-    match MODE.load(Ordering::Relaxed) {
-        USE_FP => {
-            out.inline[0] = ra;
-            out.len = 1;
-            capture_fp_walk(out, depth, 0, bp, sp, hi);
+    with_thread(|hi, memo| {
+        let lo = stack_pointer();
+        // The return address lies in this thread's stack, above the profiler's frames.
+        if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
+            return capture(out, depth, caller);
         }
-        #[cfg(target_arch = "x86_64")]
-        USE_CFI => {
-            // The program's frame: its return address, the stack pointer after the return.
-            if cfi::walk(out, depth, 0, ra as u64, sp as u64 + 8, bp as u64, hi, false) {
-                return;
+        // SAFETY: [sp, sp + 8) is inside this thread's stack (checked above), mapped and
+        // readable.
+        let ra = unsafe { (sp as *const usize).read() };
+        if ra == 0 {
+            return capture(out, depth, caller);
+        }
+        match MODE.load(Ordering::Relaxed) {
+            USE_FP => {
+                let key = memo::Key {
+                    tag: memo::Key::FRAME_POINTERS,
+                    pc: ra as u64,
+                    sp: sp as u64,
+                    bp: bp as u64,
+                    lo: lo as u64,
+                    shape: memo::Key::shape(depth, 0, false),
+                };
+                out.inline[0] = MaybeUninit::new(ra);
+                out.len = 1;
+                match memo {
+                    Some(m) => {
+                        out.len = 0;
+                        if m.replay(&key, lo, out) {
+                            return;
+                        }
+                        out.inline[0] = MaybeUninit::new(ra);
+                        out.len = 1;
+                        capture_fp_walk(out, depth, 0, bp, lo, hi, Some(m.begin()));
+                        m.commit(&key, out);
+                    }
+                    None => capture_fp_walk(out, depth, 0, bp, lo, hi, None),
+                }
             }
-            cfi::count_fallback();
-            out.clear();
-            capture_dwarf_at(out, depth, caller, ra);
+            #[cfg(target_arch = "x86_64")]
+            USE_CFI => {
+                // The program's frame: its return address, the stack pointer after the return.
+                if cfi::walk(out, depth, 0, ra as u64, sp as u64 + 8, bp as u64, hi, false, memo) {
+                    return;
+                }
+                cfi::count_fallback();
+                out.clear();
+                capture_dwarf_at(out, depth, caller, ra);
+            }
+            _ => capture_dwarf_at(out, depth, caller, ra),
         }
-        _ => capture_dwarf_at(out, depth, caller, ra),
-    }
+    })
 }
 
 /// This function's `rip`, `rsp` and `rbp` (inlined: the caller's).
@@ -456,13 +535,22 @@ fn capture_fp_from(out: &mut Captured, depth: usize, skip: usize) {
     if hi == 0 {
         return;
     }
-    capture_fp_walk(out, depth, skip, frame_pointer(), stack_pointer(), hi);
+    capture_fp_walk(out, depth, skip, frame_pointer(), stack_pointer(), hi, None);
 }
 
 /// Frame-pointer walk from the frame record at `fp`, for a stack `[lo, hi)`, after the
-/// frames already in `out` (at most one, in the inline buffer).
+/// frames already in `out` (at most one, in the inline buffer). With `log`, every word read
+/// is noted there (§4).
 #[inline(always)]
-fn capture_fp_walk(out: &mut Captured, depth: usize, skip: usize, fp: usize, lo: usize, hi: usize) {
+fn capture_fp_walk(
+    out: &mut Captured,
+    depth: usize,
+    skip: usize,
+    fp: usize,
+    lo: usize,
+    hi: usize,
+    mut log: Option<&mut memo::Log>,
+) {
     // The highest frame record start that keeps [fp, fp + 16) inside the stack.
     let top = hi.saturating_sub(2 * core::mem::size_of::<usize>());
     let mut fp = fp;
@@ -489,6 +577,10 @@ fn capture_fp_walk(out: &mut Captured, depth: usize, skip: usize, fp: usize, lo:
         // mapped and readable; the values read are plain integers.
         let (next, ret) =
             unsafe { ((fp as *const usize).read(), (fp as *const usize).add(1).read()) };
+        if let Some(log) = log.as_deref_mut() {
+            log.note(fp as u64, next as u64);
+            log.note(fp as u64 + 8, ret as u64);
+        }
         if ret == 0 {
             break;
         }
@@ -497,7 +589,7 @@ fn capture_fp_walk(out: &mut Captured, depth: usize, skip: usize, fp: usize, lo:
         } else {
             // n < fast_limit <= INLINE_FRAMES, and the buffer is still the inline one (the
             // capture started empty: `clear` ran first).
-            out.inline[n] = ret;
+            out.inline[n] = MaybeUninit::new(ret);
             n += 1;
         }
         if next <= fp || next - fp > MAX_FRAME {
@@ -535,17 +627,18 @@ fn capture_fp_slow(out: &mut Captured, depth: usize, mut fp: usize, lo: usize, t
 
 /// The top of the current thread's stack, cached per thread.
 fn stack_hi() -> usize {
-    STACK_HI
-        .try_with(|c| {
-            let v = c.get();
-            if v != 0 {
-                return v;
-            }
-            let v = query_stack_hi();
-            c.set(v);
-            v
-        })
-        .unwrap_or(0)
+    THREAD.try_with(thread_hi).unwrap_or(0)
+}
+
+#[inline(always)]
+fn thread_hi(t: &PerThread) -> usize {
+    let v = t.hi.get();
+    if v != 0 {
+        return v;
+    }
+    let v = query_stack_hi();
+    t.hi.set(v);
+    v
 }
 
 fn query_stack_hi() -> usize {
@@ -641,7 +734,7 @@ fn capture_cfi(out: &mut Captured, depth: usize) -> bool {
     out.clear();
     let (pc, sp, bp) = registers();
     let hi = stack_hi();
-    hi != 0 && cfi::walk(out, depth, 1, pc, sp, bp, hi, true)
+    hi != 0 && cfi::walk(out, depth, 1, pc, sp, bp, hi, true, None)
 }
 
 #[cfg(test)]
@@ -767,6 +860,66 @@ mod tests {
         let (walks2, differed2) = cfi::check_stats();
         assert!(walks2 >= walks + 36, "{walks} -> {walks2} walks checked");
         assert_eq!(differed2, differed, "walks that differed from framehop's");
+    }
+
+    /// Two callers with identical frames call the same capturing function, so both walks
+    /// start from the same registers; only a word deeper in the stack (the return address
+    /// into the caller) tells them apart. The remembered walks must replay each caller's
+    /// own stack, and replay at all. (Two frames: the return into the caller and the one
+    /// into `call`, the same for both walks of a round.)
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn remembered_walks_tell_apart_stacks_with_one_start() {
+        #[inline(never)]
+        fn walk_here(out: &mut Captured, memo: Option<&mut memo::Memo>) -> (u64, u64) {
+            out.clear();
+            let (pc, sp, bp) = registers();
+            assert!(cfi::walk(out, 2, 1, pc, sp, bp, stack_hi(), true, memo));
+            (pc, sp)
+        }
+        #[inline(never)]
+        fn via_a(out: &mut Captured, memo: Option<&mut memo::Memo>) -> (u64, u64) {
+            // Different code in the two callers, so they are not folded into one.
+            core::hint::black_box(1u8);
+            let r = walk_here(out, memo);
+            core::hint::black_box(r)
+        }
+        #[inline(never)]
+        fn via_b(out: &mut Captured, memo: Option<&mut memo::Memo>) -> (u64, u64) {
+            core::hint::black_box(2u16);
+            let r = walk_here(out, memo);
+            core::hint::black_box(r)
+        }
+        type Via = fn(&mut Captured, Option<&mut memo::Memo>) -> (u64, u64);
+        // One call site for the walks with and without the memo: their stacks are equal.
+        #[inline(never)]
+        fn call(via: Via, out: &mut Captured, memo: Option<&mut memo::Memo>) -> (u64, u64) {
+            let r = via(out, memo);
+            core::hint::black_box(r)
+        }
+        assert!(cfi::prepare());
+        let mut memo = Box::new(memo::Memo::new());
+        let mut plain = Captured::new();
+        let mut replayed = Captured::new();
+        let mut starts = Vec::new();
+        let (a, b): (Via, Via) = (via_a, via_b);
+        for (i, via) in [a, b, a, a, b, b].into_iter().enumerate() {
+            for remembered in [false, true] {
+                let (out, m) =
+                    if remembered { (&mut replayed, Some(&mut *memo)) } else { (&mut plain, None) };
+                let start = call(via, out, m);
+                if remembered {
+                    starts.push(start);
+                }
+            }
+            assert_eq!(replayed.frames(), plain.frames(), "walk {i}");
+            assert_eq!(replayed.truncated(), plain.truncated());
+        }
+        assert!(starts.windows(2).all(|w| w[0] == w[1]), "one start for both callers: {starts:x?}");
+        assert_ne!(via_a as *const () as usize, via_b as *const () as usize);
+        // a, b: walked (b from the start a's walk was remembered with, but another word);
+        // then a, a, b, b: replayed.
+        assert_eq!(memo.hits, 4);
     }
 
     #[test]

@@ -183,16 +183,20 @@ impl Queue {
     /// Queues an event with its frames (at most `depth` are kept). Returns false, and counts
     /// the event as lost, when the queue is full. Lock-free; never allocates or panics.
     pub fn push(&self, event: &Event, frames: &[usize]) -> bool {
-        self.push_inner(event, frames, true)
+        self.push_inner(*event, frames, true)
     }
 
     /// Like [`Queue::push`], but a full queue is not counted as a loss (the caller retries).
-    pub fn try_push(&self, event: &Event, frames: &[usize]) -> bool {
+    /// Takes the event by value: inlined, its fields are stored into the slot straight from
+    /// registers (copying an event just written to the stack reads it back in wide loads
+    /// that miss store forwarding).
+    #[inline(always)]
+    pub fn try_push(&self, event: Event, frames: &[usize]) -> bool {
         self.push_inner(event, frames, false)
     }
 
-    #[inline]
-    fn push_inner(&self, event: &Event, frames: &[usize], count_lost: bool) -> bool {
+    #[inline(always)]
+    fn push_inner(&self, event: Event, frames: &[usize], count_lost: bool) -> bool {
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(pos);
@@ -226,11 +230,11 @@ impl Queue {
                         // SAFETY: winning the CAS gives this thread exclusive use of the slot
                         // until the Release store below; the frames area has `depth` words.
                         unsafe {
-                            (*slot).event.get().write(*event);
+                            (*slot).event.get().write(event);
                             (*slot).nframes.get().write(n);
-                            core::ptr::copy_nonoverlapping(
-                                frames.as_ptr(),
+                            crate::callstack::copy_words(
                                 Self::frames_ptr(slot),
+                                frames.as_ptr(),
                                 n,
                             );
                             (*slot).seq.store(pos.wrapping_add(1), Ordering::Release);

@@ -22,7 +22,10 @@
 //! Session parameters live in atomics. Starting or stopping a session bumps a global epoch;
 //! a thread whose countdown was drawn in another epoch takes the slow path once and redraws
 //! it, so a session sees every thread from its first byte. With no session the countdown is
-//! `u64::MAX` and the slow path is never taken. Each thread gets a small number in the order
+//! `u64::MAX` and the slow path is never taken. An allocator that keeps the countdown itself
+//! ([`sample_in`]) may skip the epoch check when all its sessions sample at one rate (the
+//! gap is memoryless, so a leftover countdown is as good as a new one), provided it zeroes
+//! a thread's parked countdown when a session starts: the preload library does. Each thread gets a small number in the order
 //! it first allocates in a session, and its generator is seeded from the session seed and
 //! that number, so a fixed seed gives a fixed sequence per thread.
 //!

@@ -490,7 +490,7 @@ pub(crate) mod hot {
             // fence, which after the slot's ~200 bytes of stores would wait for all of them
             // to drain. The block cannot be freed before this returns, so the order is free.
             let tracked = live::insert(addr, Entry { id, epoch: hit.epoch });
-            if !push(q, &event, frames.frames()) {
+            if !push(q, event, frames.frames()) {
                 // Lost event: no dealloc event must follow for it either.
                 if tracked {
                     live::remove(addr);
@@ -503,12 +503,17 @@ pub(crate) mod hot {
     }
 
     /// Pushes an event; with backpressure on, waits a bounded time for room in a full
-    /// queue. No allocation, no lock held while waiting.
-    #[inline]
-    fn push(q: &Queue, event: &Event, frames: &[usize]) -> bool {
-        if q.try_push(event, frames) {
-            return true;
-        }
+    /// queue. No allocation, no lock held while waiting. Inlined, so that the event's
+    /// fields go straight from registers into the slot (see [`Queue::try_push`]).
+    #[inline(always)]
+    fn push(q: &Queue, event: Event, frames: &[usize]) -> bool {
+        q.try_push(event, frames) || push_full(q, &event, frames)
+    }
+
+    /// [`push`] when the queue is full.
+    #[cold]
+    #[inline(never)]
+    fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
         if WAIT_WHEN_FULL.load(Ordering::Relaxed) {
             let deadline = monotonic_ns()
                 .saturating_add(crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000));
@@ -516,7 +521,7 @@ pub(crate) mod hot {
                 let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
                 // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
                 unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
-                if q.try_push(event, frames) {
+                if q.try_push(*event, frames) {
                     return true;
                 }
             }
@@ -543,7 +548,7 @@ pub(crate) mod hot {
                 k: 0,
                 truncated: false,
             };
-            if push(q, &event, &[]) && kind == EventKind::Move && !live::insert(addr, entry) {
+            if push(q, event, &[]) && kind == EventKind::Move && !live::insert(addr, entry) {
                 UNTRACKED.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -57,9 +57,9 @@ fn set_errno(v: c_int) {
 /// in the static block), and `malloc` and `free` are naked functions whose common case is
 /// a handful of instructions ending in a tail jump to glibc:
 ///
-/// - `malloc(n)`: if `n < countdown` and the countdown's epoch is the sampler's
-///   [`EPOCH`](memprof::sampler::EPOCH), `countdown -= n` and jump to `__libc_malloc`
-///   (exactly [`memprof::sampler::sample_in`]'s fast path); otherwise jump to
+/// - `malloc(n)`: if `n < countdown`, `countdown -= n` and jump to `__libc_malloc`
+///   ([`memprof::sampler::sample_in`]'s fast path without its session check, see below);
+///   otherwise jump to
 ///   `malloc_slow` with the program's `rsp` (pointing at the return address into it) and
 ///   `rbp`, which allocates, samples through `sample_in`, and starts the call stack at the
 ///   program's frame ([`memprof::callstack::capture_at_entry`]): none of the profiler's
@@ -69,6 +69,16 @@ fn set_errno(v: c_int) {
 ///
 /// Neither touches the stack, so the slow paths and glibc see the caller's own frame and
 /// alignment. The other entry points reach the same countdown through [`countdown`].
+///
+/// `sample_in` also compares the countdown's epoch with the sampler's
+/// [`EPOCH`](memprof::sampler::EPOCH), so that a countdown drawn in another session (at
+/// another rate) is drawn again. This library's sessions all sample at one rate (a forked
+/// child's follows its parent's settings) and the geometric gap is memoryless, so a
+/// countdown left from an earlier session is as good as a new draw, and `malloc` skips the
+/// check (two loads and a compare). The slow path still sees a session change when the
+/// countdown runs out. What the check also did, `reset_countdown` does: the countdown a
+/// thread parked while no session ran is zeroed when one starts (at start-up and in a
+/// followed child, on the only thread there is).
 #[cfg(target_arch = "x86_64")]
 mod fast {
     use super::*;
@@ -121,10 +131,6 @@ mod fast {
             "mov rcx, qword ptr fs:[rax]",
             "cmp rdi, rcx",
             "jae 2f",
-            "mov rdx, qword ptr [rip + {epoch}@GOTPCREL]",
-            "mov rdx, qword ptr [rdx]",
-            "cmp rdx, qword ptr fs:[rax + 8]",
-            "jne 2f",
             "sub rcx, rdi",
             "mov qword ptr fs:[rax], rcx",
             "jmp qword ptr [rip + {real}@GOTPCREL]",
@@ -134,7 +140,6 @@ mod fast {
             "mov rsi, rsp",
             "mov rdx, rbp",
             "jmp {slow}",
-            epoch = sym memprof::sampler::EPOCH,
             real = sym __libc_malloc,
             slow = sym malloc_slow,
         )
@@ -583,6 +588,18 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 
 extern "C" fn init() {
     memprof::agent::init();
+    reset_countdown();
+    // After the agent's own handler (child handlers run in the order registered), which
+    // starts a followed child's session.
+    // SAFETY: registers a plain function without arguments; no preconditions.
+    unsafe { libc::pthread_atfork(None, None, Some(reset_countdown)) };
+}
+
+/// Zeroes the calling thread's countdown after a session started: its next allocation
+/// takes the slow path and draws a gap in the new session (see `fast`). A countdown parked
+/// while no session ran would otherwise be used up before the thread sampled again.
+extern "C" fn reset_countdown() {
+    countdown().countdown.set(0);
 }
 
 /// The constructor: starts profiling when the loader has initialised the process.

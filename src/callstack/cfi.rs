@@ -52,6 +52,7 @@
 //! wrong rule (code without unwind information falls back to frame pointers inside
 //! framehop) ends the walk with an error instead of a fault.
 
+use super::memo::{Key, Log, Memo};
 use super::Captured;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -459,6 +460,7 @@ pub(super) fn walk(
     bp: u64,
     hi: usize,
     first: bool,
+    mut memo: Option<&mut Memo>,
 ) -> bool {
     let table = TABLE.load(Ordering::Acquire);
     // SAFETY: published tables are never mutated or freed (§2).
@@ -469,6 +471,23 @@ pub(super) fn walk(
     if hi <= lo + 16 {
         return false;
     }
+    let key = Key {
+        tag: u64::from(table.generation),
+        pc,
+        sp,
+        bp,
+        lo: sp,
+        shape: Key::shape(depth, skip, first),
+    };
+    let start = Frame { ip: pc, sp, bp, first };
+    if let Some(m) = memo.as_deref_mut() {
+        if m.replay(&key, lo, out) {
+            if CHECK.load(Ordering::Relaxed) {
+                check_replay(table, out, depth, skip, start, lo, hi);
+            }
+            return true;
+        }
+    }
     let Some(slot) = take_slot(hi) else {
         return false;
     };
@@ -478,8 +497,8 @@ pub(super) fn walk(
     // (allocated in `prepare`, never freed) are used by no one else meanwhile.
     let ok = match unsafe { (cache.as_mut(), rules.as_mut()) } {
         (Some(cache), Some(rules)) => {
-            let start = Frame { ip: pc, sp, bp, first };
-            let ok = walk_with(table, cache, rules, out, depth, skip, start, lo, hi);
+            let log = memo.as_deref_mut().map(Memo::begin);
+            let ok = walk_with(table, cache, rules, out, depth, skip, start, lo, hi, log);
             if ok && CHECK.load(Ordering::Relaxed) {
                 check(table, cache, out, depth, skip, start, lo, hi);
             }
@@ -488,7 +507,34 @@ pub(super) fn walk(
         _ => false,
     };
     slot.taken.store(false, Ordering::Release);
+    if ok {
+        if let Some(m) = memo {
+            m.commit(&key, out);
+        }
+    }
     ok
+}
+
+/// [`check`] for a replayed walk, with a cache of the pool.
+#[cold]
+#[inline(never)]
+fn check_replay(
+    table: &Table,
+    out: &Captured,
+    depth: usize,
+    skip: usize,
+    start: Frame,
+    lo: usize,
+    hi: usize,
+) {
+    let Some(slot) = take_slot(hi) else {
+        return;
+    };
+    // SAFETY: as in `walk`: the slot is this thread's until released.
+    if let Some(cache) = unsafe { slot.cache.load(Ordering::Acquire).as_mut() } {
+        check(table, cache, out, depth, skip, start, lo, hi);
+    }
+    slot.taken.store(false, Ordering::Release);
 }
 
 /// Reads a word of the stack inside `[lo, last]` (`last` = the stack's top − 8), with one
@@ -516,9 +562,9 @@ fn walk_with(
     start: Frame,
     lo: usize,
     hi: usize,
+    mut log: Option<&mut Log>,
 ) -> bool {
     let last = hi - 8;
-    let mut read = |addr: u64| read_stack(addr, lo, last).ok_or(());
     // The frame being unwound: its program counter (the first, when the walk starts from
     // the current registers) or return address, its stack pointer and its bp.
     let mut st = start;
@@ -533,7 +579,9 @@ fn walk_with(
     }
     loop {
         // As many frames as the compiled rules cover, in a loop of its own.
-        if let Some(done) = run_rules(&rules.entries, &mut st, out, depth, &mut skip, lo, last) {
+        if let Some(done) =
+            run_rules(&rules.entries, &mut st, out, depth, &mut skip, lo, last, log.as_deref_mut())
+        {
             return done;
         }
         // This frame has no rule yet, or its rule is framehop's.
@@ -557,6 +605,13 @@ fn walk_with(
                     return true;
                 };
                 let mut regs = UnwindRegsX86_64::new(st.ip, st.sp, st.bp);
+                let mut read = |addr: u64| {
+                    let v = read_stack(addr, lo, last).ok_or(())?;
+                    if let Some(log) = log.as_deref_mut() {
+                        log.note(addr, v);
+                    }
+                    Ok(v)
+                };
                 match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
                     Ok(Some(ra)) => {
                         st = Frame { ip: ra, sp: regs.sp(), bp: regs.bp(), first: false }
@@ -646,8 +701,10 @@ fn record_cold(
 
 /// Unwinds from `st` while the compiled rules cover the frames (the walk's common case:
 /// a few instructions a frame). Returns `Some(result of the walk)` when the walk ends,
-/// `None` at a frame without a compiled rule (`st` is that frame, already recorded).
+/// `None` at a frame without a compiled rule (`st` is that frame, already recorded). With
+/// `log`, every word read is noted there.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn run_rules(
     entries: &[Rule; RULES],
     st: &mut Frame,
@@ -656,6 +713,7 @@ fn run_rules(
     skip: &mut usize,
     lo: usize,
     last: usize,
+    mut log: Option<&mut Log>,
 ) -> Option<bool> {
     let (mut sp, mut bp) = (st.sp, st.bp);
     // The lookup address of the frame: its program counter for the first frame, its return
@@ -691,10 +749,19 @@ fn run_rules(
         let Some(ra) = read_stack(cfa.wrapping_sub(8), lo, last) else {
             break Some(false);
         };
+        if let Some(log) = log.as_deref_mut() {
+            log.note(cfa.wrapping_sub(8), ra);
+        }
         if rule.kind != Kind::Keep {
             let base = if rule.kind == Kind::LoadFromSp { sp } else { bp };
-            match read_stack(base.wrapping_add(rule.bp_off as i64 as u64), lo, last) {
-                Some(v) => bp = v,
+            let at = base.wrapping_add(rule.bp_off as i64 as u64);
+            match read_stack(at, lo, last) {
+                Some(v) => {
+                    if let Some(log) = log.as_deref_mut() {
+                        log.note(at, v);
+                    }
+                    bp = v
+                }
                 None => break Some(false),
             }
         }
@@ -708,7 +775,7 @@ fn run_rules(
         key = ra - 1;
         if sk == 0 && n < limit {
             // SAFETY: n < limit <= INLINE_FRAMES, the inline buffer's length.
-            unsafe { *out.inline.get_unchecked_mut(n) = ra as usize };
+            unsafe { *out.inline.get_unchecked_mut(n) = core::mem::MaybeUninit::new(ra as usize) };
             n += 1;
         } else {
             let more;

@@ -1,0 +1,240 @@
+//! Repeated stacks: a walk replayed by checking the words it read (callstack.rs §4).
+//!
+//! A stack walk is a function of its start (program counter, stack pointer, frame pointer),
+//! of the unwind rules of the addresses it meets and of the stack words it reads: nothing
+//! else. So each thread remembers its last few walks: the start, the rules' generation,
+//! every word read (address and value) and the frames found. A walk from the same start,
+//! with the same generation, whose words all still hold the values read, would find the
+//! same frames; it is replayed instead: the words are re-read and compared (independent
+//! loads that overlap, where the walk is a chain of dependent ones), and the frames copied.
+//! Programs sample the same few stacks over and over (an allocation in a loop), so most
+//! walks are replays; any difference, in any word, is a miss and the walk runs.
+
+use super::Captured;
+
+/// Walks remembered per thread.
+const WAYS: usize = 4;
+/// Deepest capture remembered (frames), and the most words such a walk may read.
+pub(super) const FRAMES: usize = super::INLINE_FRAMES;
+const READS: usize = 2 * FRAMES + 2;
+
+/// What a walk started from, and how it was asked for. Two walks with equal keys and the
+/// same words in memory give the same frames.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct Key {
+    /// The unwinder, and for the DWARF one the generation of its rules (module list).
+    pub tag: u64,
+    pub pc: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// The lowest address the walk may read (its stack bound): where a word lies against
+    /// it decides whether the walk reads it.
+    pub lo: u64,
+    /// Depth, frames skipped, whether `pc` is a program counter or a return address.
+    pub shape: u64,
+}
+
+impl Key {
+    /// The tag of frame-pointer walks (DWARF walks use their 32-bit rules generation).
+    pub(super) const FRAME_POINTERS: u64 = 1 << 32;
+    /// Never the key of a walk: marks an empty entry.
+    const NONE: Key = Key { tag: u64::MAX, pc: 0, sp: 0, bp: 0, lo: 0, shape: 0 };
+
+    pub(super) fn shape(depth: usize, skip: usize, first: bool) -> u64 {
+        (depth as u64 & 0xffff_ffff)
+            | ((skip as u64 & 0x7fff_ffff) << 32)
+            | (u64::from(first) << 63)
+    }
+}
+
+/// The words a walk read, in order. Counting goes on past the room, which then marks the
+/// walk as too long to remember.
+pub(super) struct Log {
+    n: usize,
+    reads: [(u64, u64); READS],
+}
+
+impl Log {
+    /// Notes that the word at `addr` held `value`.
+    #[inline(always)]
+    pub(super) fn note(&mut self, addr: u64, value: u64) {
+        if let Some(r) = self.reads.get_mut(self.n) {
+            *r = (addr, value);
+        }
+        self.n += 1;
+    }
+}
+
+struct Entry {
+    key: Key,
+    /// Lowest address read: a replay needs it inside the stack bounds of its own walk.
+    lowest: u64,
+    len: usize,
+    truncated: bool,
+    log: Log,
+    frames: [usize; FRAMES],
+}
+
+/// A thread's remembered walks.
+pub(super) struct Memo {
+    entries: [Entry; WAYS],
+    /// The entry the next remembered walk replaces.
+    next: usize,
+    /// Replays so far (tests).
+    #[cfg(test)]
+    pub(super) hits: usize,
+}
+
+impl Memo {
+    pub(super) const fn new() -> Memo {
+        const EMPTY: Entry = Entry {
+            key: Key::NONE,
+            lowest: 0,
+            len: 0,
+            truncated: false,
+            log: Log { n: 0, reads: [(0, 0); READS] },
+            frames: [0; FRAMES],
+        };
+        Memo {
+            entries: [EMPTY; WAYS],
+            next: 0,
+            #[cfg(test)]
+            hits: 0,
+        }
+    }
+
+    /// Replays the remembered walk of `key` into `out` (empty) when every word it read lies
+    /// at or above `lo` and still holds the value read then. False on a miss (`out` is
+    /// left empty).
+    #[inline]
+    pub(super) fn replay(&mut self, key: &Key, lo: usize, out: &mut Captured) -> bool {
+        // Walks from one start can differ further up (another caller): try each.
+        for e in &self.entries {
+            if e.key != *key || e.lowest < lo as u64 {
+                continue;
+            }
+            let mut diff = 0u64;
+            for &(addr, value) in &e.log.reads[..e.log.n] {
+                // SAFETY: the walk that read this word checked it lay in `[lo', stack top)`
+                // of this thread (the memo is thread-local), with `lo'` its own lower bound.
+                // The word is at or above `lo` (checked above), the current walk's lower
+                // bound, which is at or above the current stack pointer: the word is in the
+                // live part of this thread's stack, mapped and readable. Stack words are
+                // plain integers.
+                diff |= unsafe { (addr as *const u64).read_unaligned() } ^ value;
+            }
+            if diff != 0 {
+                continue;
+            }
+            // SAFETY: e.len < FRAMES = INLINE_FRAMES (checked in `commit`): within both
+            // arrays, which are distinct objects.
+            unsafe {
+                super::copy_words(out.inline.as_mut_ptr() as *mut usize, e.frames.as_ptr(), e.len)
+            };
+            out.len = e.len;
+            out.truncated = e.truncated;
+            #[cfg(test)]
+            {
+                self.hits += 1;
+            }
+            return true;
+        }
+        false
+    }
+
+    /// The log for a walk about to run: the entry it may replace is emptied first, so a
+    /// walk cut short leaves no entry behind.
+    #[inline]
+    pub(super) fn begin(&mut self) -> &mut Log {
+        let e = &mut self.entries[self.next];
+        e.key = Key::NONE;
+        e.log.n = 0;
+        &mut e.log
+    }
+
+    /// Remembers the walk just logged (after [`Memo::begin`]) as the one for `key`, with
+    /// the frames it gave, unless it was too deep or read too many words.
+    #[inline]
+    pub(super) fn commit(&mut self, key: &Key, out: &Captured) {
+        let e = &mut self.entries[self.next];
+        let frames = out.frames();
+        // A walk that filled the inline buffer may have gone on in a path that does not log
+        // (the frame-pointer walk's growing loop): only shorter ones are kept.
+        if e.log.n > READS || frames.len() >= FRAMES || !out.heap.is_null() {
+            return;
+        }
+        e.lowest = e.log.reads[..e.log.n].iter().map(|r| r.0).min().unwrap_or(u64::MAX);
+        e.frames[..frames.len()].copy_from_slice(frames);
+        e.len = frames.len();
+        e.truncated = out.truncated();
+        e.key = *key;
+        self.next = (self.next + 1) % WAYS;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replays_only_while_every_word_is_unchanged() {
+        let stack = [10u64, 20, 30, 40];
+        let lo = stack.as_ptr() as usize;
+        let key = Key {
+            tag: 1,
+            pc: 5,
+            sp: lo as u64,
+            bp: 0,
+            lo: lo as u64,
+            shape: Key::shape(4, 0, false),
+        };
+        let mut memo = Memo::new();
+        let log = memo.begin();
+        for w in &stack[1..3] {
+            log.note(w as *const u64 as u64, *w);
+        }
+        let mut out = Captured::new();
+        out.inline[0] = core::mem::MaybeUninit::new(7);
+        out.inline[1] = core::mem::MaybeUninit::new(8);
+        out.len = 2;
+        memo.commit(&key, &out);
+
+        let mut again = Captured::new();
+        assert!(memo.replay(&key, lo, &mut again));
+        assert_eq!(again.frames(), &[7, 8]);
+        assert!(!again.truncated());
+
+        let other = Key { bp: 1, ..key };
+        assert!(!memo.replay(&other, lo, &mut Captured::new()), "another start");
+        assert!(!memo.replay(&key, lo + 16, &mut Captured::new()), "a word below the bound");
+        let mut changed = stack;
+        let key2 = Key { sp: changed.as_ptr() as u64, ..key };
+        let log = memo.begin();
+        for w in &changed[1..3] {
+            log.note(w as *const u64 as u64, *w);
+        }
+        memo.commit(&key2, &out);
+        changed[2] = 31;
+        let lo2 = core::hint::black_box(&changed).as_ptr() as usize;
+        assert!(!memo.replay(&key2, lo2, &mut Captured::new()), "a word changed");
+        changed[2] = 30;
+        assert!(memo.replay(
+            &key2,
+            core::hint::black_box(&changed).as_ptr() as usize,
+            &mut Captured::new()
+        ));
+    }
+
+    #[test]
+    fn long_walks_are_not_remembered() {
+        let word = 1u64;
+        let key = Key { tag: 1, pc: 5, sp: 0, bp: 0, lo: 0, shape: 0 };
+        let mut memo = Memo::new();
+        let log = memo.begin();
+        for _ in 0..=READS {
+            log.note(&word as *const u64 as u64, 1);
+        }
+        memo.commit(&key, &Captured::new());
+        assert!(!memo.replay(&key, 0, &mut Captured::new()));
+    }
+}
