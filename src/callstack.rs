@@ -121,14 +121,20 @@ impl Default for Captured {
 }
 
 impl Captured {
-    /// An empty buffer with the inline capacity.
-    pub const fn new() -> Self {
-        Captured {
-            inline: [MaybeUninit::uninit(); INLINE_FRAMES],
-            heap: core::ptr::null_mut(),
-            cap: INLINE_FRAMES,
-            len: 0,
-            truncated: false,
+    /// An empty buffer with the inline capacity. The inline entries are left unwritten
+    /// (a struct literal would be compiled to a `memset` of all 264 bytes, per sample).
+    #[inline(always)]
+    pub fn new() -> Self {
+        let mut c = MaybeUninit::<Captured>::uninit();
+        let p = c.as_mut_ptr();
+        // SAFETY: every field but `inline` is written; `inline` is an array of
+        // `MaybeUninit`, valid in any state, so the whole struct is initialised.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).heap).write(core::ptr::null_mut());
+            core::ptr::addr_of_mut!((*p).cap).write(INLINE_FRAMES);
+            core::ptr::addr_of_mut!((*p).len).write(0);
+            core::ptr::addr_of_mut!((*p).truncated).write(false);
+            c.assume_init()
         }
     }
 
@@ -232,7 +238,7 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
             // then the return into `caller`, then the return from `caller`: skip two.
             let (pc, sp, bp) = registers();
             let walked = with_thread(|hi, memo| {
-                hi != 0 && cfi::walk(out, depth, 2, pc, sp, bp, hi, true, memo)
+                hi != 0 && cfi::walk(out, depth, 2, pc, sp, bp, hi, true, memo.map(|m| (m, true)))
             });
             if walked {
                 return;
@@ -256,7 +262,7 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
 #[inline(never)]
 pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usize, bp: usize) {
     out.clear();
-    with_thread(|hi, memo| {
+    with_thread(|hi, mut memo| {
         let lo = stack_pointer();
         // The return address lies in this thread's stack, above the profiler's frames.
         if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
@@ -268,36 +274,48 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
         if ra == 0 {
             return capture(out, depth, caller);
         }
-        match MODE.load(Ordering::Relaxed) {
+        let mode = MODE.load(Ordering::Relaxed);
+        // The program's frame: its return address, and the stack pointer after the return.
+        let (pc, after) = (ra as u64, sp as u64 + 8);
+        // A repeated stack is replayed before any walker is set up (§4).
+        let key = match mode {
+            USE_FP => Some(memo::Key {
+                tag: memo::Key::FRAME_POINTERS,
+                pc,
+                sp: sp as u64,
+                bp: bp as u64,
+                lo: lo as u64,
+                shape: memo::Key::shape(depth, 0, false),
+            }),
+            #[cfg(target_arch = "x86_64")]
+            USE_CFI => cfi::key(pc, after, bp as u64, depth, 0, false),
+            _ => None,
+        };
+        if let (Some(m), Some(key)) = (memo.as_deref_mut(), &key) {
+            if m.replay(key, key.lo as usize, out) {
+                #[cfg(target_arch = "x86_64")]
+                if mode == USE_CFI {
+                    cfi::check_replayed(out, depth, pc, after, bp as u64, hi);
+                }
+                return;
+            }
+        }
+        match mode {
             USE_FP => {
-                let key = memo::Key {
-                    tag: memo::Key::FRAME_POINTERS,
-                    pc: ra as u64,
-                    sp: sp as u64,
-                    bp: bp as u64,
-                    lo: lo as u64,
-                    shape: memo::Key::shape(depth, 0, false),
-                };
                 out.inline[0] = MaybeUninit::new(ra);
                 out.len = 1;
-                match memo {
-                    Some(m) => {
-                        out.len = 0;
-                        if m.replay(&key, lo, out) {
-                            return;
-                        }
-                        out.inline[0] = MaybeUninit::new(ra);
-                        out.len = 1;
+                match (memo, key) {
+                    (Some(m), Some(key)) => {
                         capture_fp_walk(out, depth, 0, bp, lo, hi, Some(m.begin()));
                         m.commit(&key, out);
                     }
-                    None => capture_fp_walk(out, depth, 0, bp, lo, hi, None),
+                    _ => capture_fp_walk(out, depth, 0, bp, lo, hi, None),
                 }
             }
             #[cfg(target_arch = "x86_64")]
             USE_CFI => {
-                // The program's frame: its return address, the stack pointer after the return.
-                if cfi::walk(out, depth, 0, ra as u64, sp as u64 + 8, bp as u64, hi, false, memo) {
+                let memo = memo.map(|m| (m, false));
+                if cfi::walk(out, depth, 0, pc, after, bp as u64, hi, false, memo) {
                     return;
                 }
                 cfi::count_fallback();
@@ -874,7 +892,7 @@ mod tests {
         fn walk_here(out: &mut Captured, memo: Option<&mut memo::Memo>) -> (u64, u64) {
             out.clear();
             let (pc, sp, bp) = registers();
-            assert!(cfi::walk(out, 2, 1, pc, sp, bp, stack_hi(), true, memo));
+            assert!(cfi::walk(out, 2, 1, pc, sp, bp, stack_hi(), true, memo.map(|m| (m, true))));
             (pc, sp)
         }
         #[inline(never)]

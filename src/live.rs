@@ -11,7 +11,10 @@
 //! # 2. The table
 //! 64 shards, each an open-addressing hash table (linear probing, backward-shift deletion,
 //! so no tombstones) behind a spin lock that is held for a few instructions and only ever
-//! inside the profiler, so user code can never hold it. Tables grow by doubling into memory
+//! inside the profiler, so user code can never hold it. A block's shard is a function of
+//! its filter counter, so every block that shares a counter shares the shard, and the
+//! counters are updated under the shard's lock with a plain load and store (no atomic
+//! read-modify-write: the sample path pays for the lock already). Tables grow by doubling into memory
 //! from `rawmem`, never from the profiled allocator. An insertion that cannot get
 //! memory fails and the caller counts the sample as untracked.
 //!
@@ -92,9 +95,10 @@ fn filter_index(addr: usize) -> usize {
     (addr >> FILTER_SHIFT) & FILTER_MASK
 }
 
+/// The shard of the blocks whose filter counter is `fi` (§2).
 #[inline]
-fn shard_index(h: u64) -> usize {
-    (h >> (64 - SHARD_BITS)) as usize
+fn shard_index(fi: usize) -> usize {
+    ((fi as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SHARD_BITS)) as usize
 }
 
 fn with_shard<R>(i: usize, f: impl FnOnce(&mut Table) -> R) -> R {
@@ -140,7 +144,7 @@ impl Table {
             // SAFETY: i < old.cap.
             let s = unsafe { *old.slot(i) };
             if s.addr != 0 {
-                self.put(s.addr, s.entry);
+                let _ = self.put(s.addr, s.entry);
             }
         }
         if !old.slots.is_null() {
@@ -150,8 +154,8 @@ impl Table {
         true
     }
 
-    /// Inserts or overwrites; the caller ensures there is room.
-    fn put(&mut self, addr: usize, entry: Entry) {
+    /// Inserts or overwrites; the caller ensures there is room. True when `addr` is new.
+    fn put(&mut self, addr: usize, entry: Entry) -> bool {
         let mask = self.cap - 1;
         let mut i = (hash(addr) as usize) & mask;
         loop {
@@ -161,11 +165,11 @@ impl Table {
                 if (*s).addr == 0 {
                     *s = Slot { addr, entry };
                     self.len += 1;
-                    return;
+                    return true;
                 }
                 if (*s).addr == addr {
                     (*s).entry = entry;
-                    return;
+                    return false;
                 }
             }
             i = (i + 1) & mask;
@@ -221,30 +225,26 @@ impl Table {
 /// Set once any counter has saturated (then `clear` must sweep the whole filter).
 static SATURATED: AtomicBool = AtomicBool::new(false);
 
+/// Counts a block in at counter `i`; the caller holds the lock of `i`'s shard, which
+/// serialises every update of the counter (§2).
 fn filter_inc(i: usize) {
     let c = &FILTER[i];
-    let mut v = c.load(Ordering::Relaxed);
-    while v < u8::MAX {
-        match c.compare_exchange_weak(v, v + 1, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => {
-                if v + 1 == u8::MAX {
-                    SATURATED.store(true, Ordering::Relaxed);
-                }
-                return;
-            }
-            Err(x) => v = x,
+    let v = c.load(Ordering::Relaxed);
+    if v < u8::MAX {
+        c.store(v + 1, Ordering::Relaxed);
+        if v + 1 == u8::MAX {
+            SATURATED.store(true, Ordering::Relaxed);
         }
     }
 }
 
+/// Counts a block out at counter `i` (a saturated counter stays); the caller holds the lock
+/// of `i`'s shard.
 fn filter_dec(i: usize) {
     let c = &FILTER[i];
-    let mut v = c.load(Ordering::Relaxed);
-    while v > 0 && v < u8::MAX {
-        match c.compare_exchange_weak(v, v - 1, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return,
-            Err(x) => v = x,
-        }
+    let v = c.load(Ordering::Relaxed);
+    if v > 0 && v < u8::MAX {
+        c.store(v - 1, Ordering::Relaxed);
     }
 }
 
@@ -254,18 +254,16 @@ pub fn insert(addr: usize, entry: Entry) -> bool {
     if addr == 0 {
         return false;
     }
-    let h = hash(addr);
-    let ok = with_shard(shard_index(h), |t| {
+    let fi = filter_index(addr);
+    with_shard(shard_index(fi), |t| {
         if (t.len + 1) * 2 > t.cap && !t.grow() {
             return false;
         }
-        t.put(addr, entry);
+        if t.put(addr, entry) {
+            filter_inc(fi);
+        }
         true
-    });
-    if ok {
-        filter_inc(filter_index(addr));
-    }
-    ok
+    })
 }
 
 /// Removes and returns the sample of the block at `addr`, if it is a sampled block.
@@ -282,11 +280,13 @@ pub fn remove(addr: usize) -> Option<Entry> {
 #[cold]
 #[inline(never)]
 fn remove_slow(addr: usize, fi: usize) -> Option<Entry> {
-    let found = with_shard(shard_index(hash(addr)), |t| t.take(addr));
-    if found.is_some() {
-        filter_dec(fi);
-    }
-    found
+    with_shard(shard_index(fi), |t| {
+        let found = t.take(addr);
+        if found.is_some() {
+            filter_dec(fi);
+        }
+        found
+    })
 }
 
 /// Forgets every entry (a new session starts).
@@ -297,6 +297,7 @@ pub fn clear() {
                 // SAFETY: j < cap.
                 let s = unsafe { &mut *t.slot(j) };
                 if s.addr != 0 {
+                    // The entry's counter belongs to this shard (§2), whose lock is held.
                     filter_dec(filter_index(s.addr));
                     s.addr = 0;
                 }

@@ -460,8 +460,14 @@ pub(super) fn walk(
     bp: u64,
     hi: usize,
     first: bool,
-    mut memo: Option<&mut Memo>,
+    // The thread's remembered walks, and whether to try a replay first (false when the
+    // caller just tried one with the same key, see [`key`]).
+    memo: Option<(&mut Memo, bool)>,
 ) -> bool {
+    let (mut memo, try_replay) = match memo {
+        Some((m, r)) => (Some(m), r),
+        None => (None, false),
+    };
     let table = TABLE.load(Ordering::Acquire);
     // SAFETY: published tables are never mutated or freed (§2).
     let Some(table) = (unsafe { table.as_ref() }) else {
@@ -471,16 +477,9 @@ pub(super) fn walk(
     if hi <= lo + 16 {
         return false;
     }
-    let key = Key {
-        tag: u64::from(table.generation),
-        pc,
-        sp,
-        bp,
-        lo: sp,
-        shape: Key::shape(depth, skip, first),
-    };
+    let key = walk_key(table, pc, sp, bp, depth, skip, first);
     let start = Frame { ip: pc, sp, bp, first };
-    if let Some(m) = memo.as_deref_mut() {
+    if let Some(m) = memo.as_deref_mut().filter(|_| try_replay) {
         if m.replay(&key, lo, out) {
             if CHECK.load(Ordering::Relaxed) {
                 check_replay(table, out, depth, skip, start, lo, hi);
@@ -513,6 +512,57 @@ pub(super) fn walk(
         }
     }
     ok
+}
+
+/// The memo key of a walk (its bound is its start: it reads nothing below `sp`).
+#[inline(always)]
+fn walk_key(
+    table: &Table,
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    depth: usize,
+    skip: usize,
+    first: bool,
+) -> Key {
+    Key {
+        tag: u64::from(table.generation),
+        pc,
+        sp,
+        bp,
+        lo: sp,
+        shape: Key::shape(depth, skip, first),
+    }
+}
+
+/// The key [`walk`] would remember a walk with, for a caller that tries the replay itself
+/// (`None` without a table: the walk falls back to libgcc).
+#[inline(always)]
+pub(super) fn key(
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    depth: usize,
+    skip: usize,
+    first: bool,
+) -> Option<Key> {
+    // SAFETY: published tables are never mutated or freed (§2).
+    let table = unsafe { TABLE.load(Ordering::Acquire).as_ref() }?;
+    Some(walk_key(table, pc, sp, bp, depth, skip, first))
+}
+
+/// With the check of §4 on, checks a walk replayed by the caller from [`key`]'s key (the
+/// start of a walk at an allocator's entry: no frame skipped, `pc` a return address).
+#[inline(always)]
+pub(super) fn check_replayed(out: &Captured, depth: usize, pc: u64, sp: u64, bp: u64, hi: usize) {
+    if !CHECK.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: published tables are never mutated or freed (§2).
+    if let Some(table) = unsafe { TABLE.load(Ordering::Acquire).as_ref() } {
+        let start = Frame { ip: pc, sp, bp, first: false };
+        check_replay(table, out, depth, 0, start, sp as usize, hi);
+    }
 }
 
 /// [`check`] for a replayed walk, with a cache of the pool.

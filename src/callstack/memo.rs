@@ -17,6 +17,8 @@ const WAYS: usize = 4;
 /// Deepest capture remembered (frames), and the most words such a walk may read.
 pub(super) const FRAMES: usize = super::INLINE_FRAMES;
 const READS: usize = 2 * FRAMES + 2;
+/// Replays of at most this many frames copy a fixed block.
+const SHORT: usize = 16;
 
 /// What a walk started from, and how it was asked for. Two walks with equal keys and the
 /// same words in memory give the same frames.
@@ -39,6 +41,18 @@ impl Key {
     pub(super) const FRAME_POINTERS: u64 = 1 << 32;
     /// Never the key of a walk: marks an empty entry.
     const NONE: Key = Key { tag: u64::MAX, pc: 0, sp: 0, bp: 0, lo: 0, shape: 0 };
+
+    /// A summary of the key, compared first (one word for each remembered walk, on one
+    /// cache line).
+    #[inline(always)]
+    fn fingerprint(&self) -> u64 {
+        self.pc.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ self.sp
+            ^ self.bp.rotate_left(32)
+            ^ self.lo.rotate_left(16)
+            ^ self.shape
+            ^ self.tag.rotate_left(48)
+    }
 
     pub(super) fn shape(depth: usize, skip: usize, first: bool) -> u64 {
         (depth as u64 & 0xffff_ffff)
@@ -77,6 +91,8 @@ struct Entry {
 
 /// A thread's remembered walks.
 pub(super) struct Memo {
+    /// The fingerprints of the entries' keys (0 for an empty entry).
+    prints: [u64; WAYS],
     entries: [Entry; WAYS],
     /// The entry the next remembered walk replaces.
     next: usize,
@@ -96,6 +112,7 @@ impl Memo {
             frames: [0; FRAMES],
         };
         Memo {
+            prints: [0; WAYS],
             entries: [EMPTY; WAYS],
             next: 0,
             #[cfg(test)]
@@ -108,9 +125,10 @@ impl Memo {
     /// left empty).
     #[inline]
     pub(super) fn replay(&mut self, key: &Key, lo: usize, out: &mut Captured) -> bool {
+        let print = key.fingerprint();
         // Walks from one start can differ further up (another caller): try each.
-        for e in &self.entries {
-            if e.key != *key || e.lowest < lo as u64 {
+        for (i, e) in self.entries.iter().enumerate() {
+            if self.prints[i] != print || e.key != *key || e.lowest < lo as u64 {
                 continue;
             }
             let mut diff = 0u64;
@@ -126,11 +144,20 @@ impl Memo {
             if diff != 0 {
                 continue;
             }
-            // SAFETY: e.len < FRAMES = INLINE_FRAMES (checked in `commit`): within both
-            // arrays, which are distinct objects.
-            unsafe {
-                super::copy_words(out.inline.as_mut_ptr() as *mut usize, e.frames.as_ptr(), e.len)
-            };
+            let dst = out.inline.as_mut_ptr() as *mut usize;
+            if e.len <= SHORT {
+                // One fixed-size copy (a few vector moves) for the usual short stacks.
+                // SAFETY: both arrays hold FRAMES >= SHORT words and are distinct objects;
+                // the words past `len` are not read (`out.len` says how many are frames).
+                unsafe {
+                    (dst as *mut [usize; SHORT])
+                        .write((e.frames.as_ptr() as *const [usize; SHORT]).read())
+                };
+            } else {
+                // SAFETY: e.len < FRAMES = INLINE_FRAMES (checked in `commit`): within both
+                // arrays, which are distinct objects.
+                unsafe { super::copy_words(dst, e.frames.as_ptr(), e.len) };
+            }
             out.len = e.len;
             out.truncated = e.truncated;
             #[cfg(test)]
@@ -146,6 +173,7 @@ impl Memo {
     /// walk cut short leaves no entry behind.
     #[inline]
     pub(super) fn begin(&mut self) -> &mut Log {
+        self.prints[self.next] = 0;
         let e = &mut self.entries[self.next];
         e.key = Key::NONE;
         e.log.n = 0;
@@ -168,6 +196,7 @@ impl Memo {
         e.len = frames.len();
         e.truncated = out.truncated();
         e.key = *key;
+        self.prints[self.next] = key.fingerprint();
         self.next = (self.next + 1) % WAYS;
     }
 }
