@@ -693,6 +693,29 @@ fn query_stack_hi() -> usize {
     hi
 }
 
+/// This thread's errno, kept: [`SavedErrno::restore`] puts it back (one
+/// `__errno_location` call for both).
+pub(crate) struct SavedErrno {
+    slot: *mut libc::c_int,
+    value: libc::c_int,
+}
+
+impl SavedErrno {
+    #[inline(always)]
+    pub(crate) fn save() -> SavedErrno {
+        // SAFETY: __errno_location returns this thread's errno slot, always valid.
+        let slot = unsafe { libc::__errno_location() };
+        // SAFETY: as above.
+        SavedErrno { slot, value: unsafe { *slot } }
+    }
+
+    #[inline(always)]
+    pub(crate) fn restore(self) {
+        // SAFETY: the slot is this thread's errno (the value is not Send: a raw pointer).
+        unsafe { *self.slot = self.value }
+    }
+}
+
 pub(crate) fn errno() -> i32 {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.
     unsafe { *libc::__errno_location() }

@@ -315,26 +315,26 @@ pub(crate) fn entropy_seed() -> u64 {
 
 /// Marks the current thread as inside the profiler for the guard's lifetime.
 pub struct Busy {
-    _not_send: core::marker::PhantomData<*const ()>,
+    /// This thread's flag (thread-local storage without a destructor: valid until the
+    /// thread exits), kept so that leaving needs no second thread-local lookup.
+    flag: *const Cell<bool>,
 }
 
 impl Busy {
-    /// Enters the profiler; `None` when the thread is already inside it.
+    /// Enters the profiler on this thread; `None` when the thread is inside already.
     #[inline]
     pub fn enter() -> Option<Busy> {
-        STATE
-            .try_with(|s| {
-                if s.busy.replace(true) {
-                    None
-                } else {
-                    Some(Busy { _not_send: core::marker::PhantomData })
-                }
-            })
-            .ok()
-            .flatten()
+        let flag = STATE.try_with(|s| &s.busy as *const Cell<bool>).ok()?;
+        // SAFETY: `flag` points into this thread's own STATE, alive for the thread's
+        // lifetime, and is only used on this thread (Busy is not Send).
+        if unsafe { (*flag).replace(true) } {
+            None
+        } else {
+            Some(Busy { flag })
+        }
     }
 
-    /// Is the current thread inside the profiler?
+    /// True when this thread is inside the profiler (or its state is gone).
     #[inline]
     pub fn is_busy() -> bool {
         STATE.try_with(|s| s.busy.get()).unwrap_or(true)
@@ -343,11 +343,12 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let _ = STATE.try_with(|s| s.busy.set(false));
+        // SAFETY: as in `enter`: the guard lives on the thread that made it (not Send), so
+        // the thread and its STATE are alive.
+        unsafe { (*self.flag).set(false) };
     }
 }
 
-/// Draws from a fresh generator: used by tests to check the gap distribution in isolation.
 #[cfg(test)]
 fn gaps(seed: u64, interval: f64, n: usize) -> Vec<u64> {
     let mut rng = SmallRng::seed_from_u64(seed);

@@ -465,7 +465,7 @@ pub(crate) mod hot {
         let Some(_busy) = Busy::enter() else {
             return;
         };
-        let saved = callstack::errno();
+        let saved = callstack::SavedErrno::save();
         if let Some(q) = queue() {
             let mut frames = Captured::new();
             let depth = DEPTH.load(Ordering::Relaxed).min(q.depth());
@@ -499,7 +499,7 @@ pub(crate) mod hot {
                 UNTRACKED.fetch_add(1, Ordering::Relaxed);
             }
         }
-        callstack::set_errno(saved);
+        saved.restore();
     }
 
     /// Pushes an event; with backpressure on, waits a bounded time for room in a full
@@ -535,7 +535,7 @@ pub(crate) mod hot {
     #[inline(never)]
     pub(crate) fn record_other(kind: EventKind, entry: Entry, addr: usize, size: usize) {
         let _busy = Busy::enter();
-        let saved = callstack::errno();
+        let saved = callstack::SavedErrno::save();
         if let Some(q) = queue() {
             let event = Event {
                 kind,
@@ -552,7 +552,7 @@ pub(crate) mod hot {
                 UNTRACKED.fetch_add(1, Ordering::Relaxed);
             }
         }
-        callstack::set_errno(saved);
+        saved.restore();
     }
 }
 
