@@ -514,6 +514,14 @@ pub(crate) mod hot {
     #[cold]
     #[inline(never)]
     fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
+        // The clock and the sleep below may set errno; the sample path keeps it.
+        let saved = callstack::SavedErrno::save();
+        let pushed = push_waiting(q, event, frames);
+        saved.restore();
+        pushed
+    }
+
+    fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
         if WAIT_WHEN_FULL.load(Ordering::Relaxed) {
             let deadline = monotonic_ns()
                 .saturating_add(crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000));
@@ -529,28 +537,35 @@ pub(crate) mod hot {
         q.push(event, frames)
     }
 
-    /// Queues the death (`addr == 0`) or the move of a sampled block. Keeps errno (a move
-    /// may grow the live table, and glibc's allocator can leave errno set on success).
+    /// Queues the death (`addr == 0`) or the move of a sampled block. Keeps errno. A death
+    /// reads the clock and pushes, neither of which allocates or touches errno (a full
+    /// queue's wait restores it, see [`push_full`]), so it needs neither the busy flag nor
+    /// errno saved; a move may grow the live table (memory from `mmap`), so it takes both.
     #[cold]
     #[inline(never)]
     pub(crate) fn record_other(kind: EventKind, entry: Entry, addr: usize, size: usize) {
+        let Some(q) = queue() else {
+            return;
+        };
+        let event = Event {
+            kind,
+            epoch: entry.epoch,
+            id: entry.id,
+            thread: 0,
+            time_ns: clock::now(),
+            addr,
+            size,
+            k: 0,
+            truncated: false,
+        };
+        if kind != EventKind::Move {
+            push(q, event, &[]);
+            return;
+        }
         let _busy = Busy::enter();
         let saved = callstack::SavedErrno::save();
-        if let Some(q) = queue() {
-            let event = Event {
-                kind,
-                epoch: entry.epoch,
-                id: entry.id,
-                thread: 0,
-                time_ns: clock::now(),
-                addr,
-                size,
-                k: 0,
-                truncated: false,
-            };
-            if push(q, event, &[]) && kind == EventKind::Move && !live::insert(addr, entry) {
-                UNTRACKED.fetch_add(1, Ordering::Relaxed);
-            }
+        if push(q, event, &[]) && !live::insert(addr, entry) {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
         }
         saved.restore();
     }
