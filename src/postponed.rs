@@ -239,10 +239,13 @@ impl Queue {
                             );
                             (*slot).seq.store(pos.wrapping_add(1), Ordering::Release);
                         }
-                        // The next slot was last written by the consumer, on another core
-                        // (its sequence number, one lap ago): ask for its lines now, so the
-                        // next push does not wait for them.
-                        self.prefetch(pos.wrapping_add(1), true);
+                        // The slots ahead were last written by the consumer, on another core
+                        // (their sequence numbers, one lap ago): ask for their lines early,
+                        // so a push does not wait for them. Two ahead: a sampled block's
+                        // death often follows its allocation within tens of ns, too soon
+                        // for the lines asked for one push before (the previous push asked
+                        // for this one's next slot).
+                        self.prefetch(pos.wrapping_add(2), true);
                         return true;
                     }
                     Err(actual) => pos = actual,
