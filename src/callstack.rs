@@ -228,9 +228,33 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
     out.clear();
     match MODE.load(Ordering::Relaxed) {
         USE_FP => {
-            // The walk is inlined here, so the first record is `capture`'s own: the return
-            // into `caller`. Skipping it starts at the return from `caller` into its caller.
-            capture_fp_from(out, depth, 1);
+            // The walk starts at `capture`'s own frame record (read here, not in a closure
+            // that might not be inlined), so the first return address is the one into
+            // `caller`. Skipping it starts at the return from `caller` into its caller.
+            let (fp, lo) = (frame_pointer(), stack_pointer());
+            with_thread(|hi, memo| {
+                if hi == 0 {
+                    return;
+                }
+                let key = memo::Key {
+                    tag: memo::Key::FRAME_POINTERS,
+                    pc: 0,
+                    sp: lo as u64,
+                    bp: fp as u64,
+                    lo: lo as u64,
+                    shape: memo::Key::shape(depth, 1, false),
+                };
+                match memo {
+                    Some(m) => {
+                        if m.replay(&key, lo, out) {
+                            return;
+                        }
+                        capture_fp_walk(out, depth, 1, fp, lo, hi, Some(m.begin()));
+                        m.commit(&key, out);
+                    }
+                    None => capture_fp_walk(out, depth, 1, fp, lo, hi, None),
+                }
+            })
         }
         #[cfg(target_arch = "x86_64")]
         USE_CFI => {

@@ -642,6 +642,44 @@ fn dwarf_unwinder_agrees_with_libgcc() {
     }
 }
 
+/// The frame-pointer unwinder (with its remembered walks: the same two stacks over and
+/// over) records what libgcc records, on a program built with frame pointers: the same
+/// frames at depth 10, and at full depth a prefix of libgcc's stack (the walk ends where
+/// glibc's start-up code keeps no frame pointer). Only the program's allocations count:
+/// glibc's own (stdio's buffer) start in code without frame pointers.
+#[test]
+fn frame_pointer_unwinder_agrees_with_libgcc() {
+    let dir = scratch("fp-unwinder");
+    let prog = build_dir().join("worst_case_fp");
+    cc("worst_case.c", &prog, &["-O2", "-g", "-fno-omit-frame-pointer"]);
+    for depth in ["10", "64"] {
+        let mut stacks = vec![];
+        for unwinder in ["fp", "libgcc"] {
+            let file = format!("fp-{depth}-{unwinder}.mprof");
+            let opts = ["--interval", "1", "--depth", depth, "--unwinder", unwinder, "-o", &file];
+            let out = record(&dir, &opts, &prog, &["300"]);
+            assert_ok(&out, 0);
+            let p = read(&dir.join(&file));
+            assert!(p.complete && p.samples.len() >= 600, "{depth} {unwinder}");
+            let mut own = relative_stacks(&p);
+            own.retain(|(frames, _)| {
+                frames.first().is_some_and(|f| f.0.ends_with("worst_case_fp"))
+            });
+            assert_eq!(own.len(), 600, "{depth} {unwinder}: the program's 600 allocations");
+            stacks.push(own);
+        }
+        assert_eq!(stacks[0].len(), stacks[1].len(), "depth {depth}: sample counts");
+        for ((fp, fp_cut), (gcc, gcc_cut)) in stacks[0].iter().zip(&stacks[1]) {
+            if depth == "10" {
+                assert_eq!((fp, fp_cut), (gcc, gcc_cut), "depth 10: fp vs libgcc");
+            } else {
+                // leaf, 21 recursion frames, main.
+                assert!(fp.len() >= 23 && gcc.starts_with(fp), "fp {fp:x?}\nlibgcc {gcc:x?}");
+            }
+        }
+    }
+}
+
 /// The preload library leaves symbols to the reader; `memprof record` resolves them from
 /// the recorded modules as soon as the program exits and writes them into the (complete)
 /// file, which then names the program's functions even once the program is gone.
