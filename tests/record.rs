@@ -811,10 +811,23 @@ fn wrapper_scripts_are_explained_and_followed() {
 #[test]
 fn exec_keeps_what_the_image_allocated() {
     let dir = scratch("exec");
-    let out =
-        record(&dir, &["--interval", "1", "-o", "x.mprof"], &fixture("execer"), &["/bin/true"]);
-    assert_ok(&out, 0);
-    let p = read(&dir.join("x.mprof"));
-    assert!(!p.complete, "the end record never comes");
-    assert_eq!(totals(&p, "before_exec_site"), (300_000.0, 1000.0, 300_000.0, 1000.0));
+    // execv, and the variadic execl, execlp and execle (hooked in assembly: glibc's call
+    // its internal execve, past the execve hook).
+    for how in ["v", "l", "lp", "le"] {
+        let file = format!("x-{how}.mprof");
+        let out = record(
+            &dir,
+            &["--interval", "1", "-o", &file],
+            &fixture("execer"),
+            &["/bin/true", how],
+        );
+        assert_ok(&out, 0);
+        let p = read(&dir.join(&file));
+        assert!(!p.complete, "{how}: the end record never comes");
+        assert_eq!(
+            totals(&p, "before_exec_site"),
+            (300_000.0, 1000.0, 300_000.0, 1000.0),
+            "exec{how}"
+        );
+    }
 }

@@ -478,16 +478,23 @@ fn exec_with(
     name: &core::ffi::CStr,
     call: impl FnOnce(*mut c_void) -> c_int,
 ) -> c_int {
+    let f = before_exec(slot, name);
+    if f.is_null() {
+        return -1;
+    }
+    call(f)
+}
+
+/// Brings the profile up to date ([`memprof::agent::before_exec`]) and returns glibc's
+/// `name` (found once, cached in `slot`), with errno as the caller left it; null with
+/// ENOSYS when it cannot be found.
+fn before_exec(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.
     let saved = unsafe { *libc::__errno_location() };
     memprof::agent::before_exec();
     let f = next_symbol(slot, name);
-    if f.is_null() {
-        set_errno(libc::ENOSYS);
-        return -1;
-    }
-    set_errno(saved);
-    call(f)
+    set_errno(if f.is_null() { libc::ENOSYS } else { saved });
+    f
 }
 
 /// `execve`: writes what the profile has so far ([`memprof::agent::before_exec`]: the new
@@ -574,6 +581,75 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
             f(fd, argv, envp)
         }
     })
+}
+
+/// `execl`, `execlp` and `execle`: see [`execve`]. They are C-variadic, which stable Rust
+/// cannot define, so each is a naked function that keeps every argument register (and
+/// `al`, the count of vector registers a variadic call passes) and the stack as they came,
+/// calls [`before_variadic_exec`] in between, and tail-jumps to glibc's function with the
+/// caller's arguments untouched (x86-64; elsewhere glibc's run unhooked).
+#[cfg(target_arch = "x86_64")]
+mod variadic_exec {
+    use super::*;
+
+    /// glibc's `execl`, `execlp` and `execle`, found once.
+    static REAL: [AtomicPtr<c_void>; 3] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 3];
+    const NAMES: [&core::ffi::CStr; 3] = [c"execl", c"execlp", c"execle"];
+
+    /// Brings the profile up to date and returns glibc's function number `which` (null,
+    /// with ENOSYS, when it cannot be found), keeping errno.
+    extern "C" fn before_variadic_exec(which: usize) -> *mut c_void {
+        let which = which.min(2);
+        before_exec(&REAL[which], NAMES[which])
+    }
+
+    /// glibc's function could not be found: -1 (errno is ENOSYS, see `before_exec`).
+    extern "C" fn not_found() -> c_int {
+        -1
+    }
+
+    macro_rules! hook {
+        ($name:ident, $which:literal) => {
+            /// See the module documentation.
+            ///
+            /// # Safety
+            /// As C's function of this name (declared variadic in C).
+            #[no_mangle]
+            #[unsafe(naked)]
+            pub unsafe extern "C" fn $name() -> c_int {
+                core::arch::naked_asm!(
+                    // Entry: rsp = 8 mod 16. Seven pushes align it for the call.
+                    "push rdi",
+                    "push rsi",
+                    "push rdx",
+                    "push rcx",
+                    "push r8",
+                    "push r9",
+                    "push rax",
+                    "mov edi, {which}",
+                    "call {before}",
+                    "mov r11, rax",
+                    "pop rax",
+                    "pop r9",
+                    "pop r8",
+                    "pop rcx",
+                    "pop rdx",
+                    "pop rsi",
+                    "pop rdi",
+                    "test r11, r11",
+                    "jz {fail}",
+                    "jmp r11",
+                    which = const $which,
+                    before = sym before_variadic_exec,
+                    fail = sym not_found,
+                )
+            }
+        };
+    }
+
+    hook!(execl, 0);
+    hook!(execlp, 1);
+    hook!(execle, 2);
 }
 
 /// `_Exit`: see [`_exit`].
