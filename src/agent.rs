@@ -292,8 +292,16 @@ pub fn finish() {
 /// every event so far, flushed (the reader resolves the symbols). There is no end record,
 /// so the file reads back as cut, with everything the process did.
 pub fn before_quick_exit() {
+    last_sync(crate::profile::Stopped::QuickExit);
+}
+
+/// The forced poll before the process image ends: the file then ends with a record that
+/// says why (see [`crate::recorder::stopping`]).
+fn last_sync(why: crate::profile::Stopped) {
     if OWNER.load(Ordering::Acquire) == pid() {
+        crate::recorder::stopping(Some(why));
         tracker::sync();
+        crate::recorder::stopping(None);
     }
 }
 
@@ -301,7 +309,7 @@ pub fn before_quick_exit() {
 /// relatives): every event so far reaches the file, which the new image never finishes (it
 /// reads back as cut, with everything this image did).
 pub fn before_exec() {
-    before_quick_exit();
+    last_sync(crate::profile::Stopped::Exec);
 }
 
 /// Brings the profile up to date before a library is unloaded (see §5), and withdraws the

@@ -259,11 +259,19 @@ fn exec_hint(
     } else {
         "it".to_owned()
     };
+    let what = match p.stopped {
+        Some(memprof::profile::Stopped::Exec) => "replaced itself with another program (exec)",
+        Some(memprof::profile::Stopped::QuickExit) => "ended with _exit",
+        None => "replaced itself with another program (exec), or ended with _exit",
+    };
+    // A program that ended with _exit executed nothing: nothing to follow.
+    if p.stopped == Some(memprof::profile::Stopped::QuickExit) {
+        return Some((wrapper, format!("{who} {what}")));
+    }
     Some((
         wrapper,
         format!(
-            "{who} replaced itself with another program (exec), or ended with _exit; programs \
-             it executes are not profiled unless --follow-forks is given"
+            "{who} {what}; programs it executes are not profiled unless --follow-forks is given"
         ),
     ))
 }

@@ -23,14 +23,14 @@
 use crate::error::Error;
 use crate::profile::format::Writer;
 use crate::profile::{
-    symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId,
+    symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId, Stopped,
 };
 use crate::tracker::{Allocation, Deallocation, Reallocation, SessionInfo, Stats, Tracker};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// Capacity of a streaming recorder's write buffer.
@@ -47,6 +47,22 @@ static UNLOADING: AtomicBool = AtomicBool::new(false);
 /// is unmapped (`dlclose`): see [`Recorder::offline_symbols`].
 pub fn unloading(on: bool) {
     UNLOADING.store(on, Ordering::Release);
+}
+
+/// Why the process image is about to end without the end record (0: it is not), for the
+/// forced polls that follow until `stopping(None)`.
+static STOPPING: AtomicU8 = AtomicU8::new(0);
+
+/// Marks the forced polls that follow, until `stopping(None)`, as the last before the
+/// process image ends (`exec`, `_exit`): each writes a Stopping record after the events,
+/// so the reader can tell the file is whole rather than cut by a crash.
+pub fn stopping(why: Option<Stopped>) {
+    let v = match why {
+        None => 0,
+        Some(Stopped::Exec) => 1,
+        Some(Stopped::QuickExit) => 2,
+    };
+    STOPPING.store(v, Ordering::Release);
 }
 
 /// Opens a file to stream to: its path and the file.
@@ -327,6 +343,14 @@ impl Tracker for Recorder {
             self.refresh_modules();
             if !self.offline_symbols || UNLOADING.load(Ordering::Acquire) {
                 self.resolve_pending();
+            }
+            let why = match STOPPING.load(Ordering::Acquire) {
+                1 => Some(Stopped::Exec),
+                2 => Some(Stopped::QuickExit),
+                _ => None,
+            };
+            if let Some(why) = why {
+                self.write(|w| w.write_stopping(why));
             }
             self.flush();
             return;

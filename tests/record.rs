@@ -229,14 +229,21 @@ fn fork_from_threads_following() {
 }
 
 /// Dies without exit handlers after its samples were flushed: they are all there, and
-/// the reader says the file was cut.
+/// the reader says the file was cut, or, after `_exit` (which the preload library hooks),
+/// that it ends where the program called it.
 fn crashed(mode: &str, code: i32) -> Profile {
     let dir = scratch(&format!("crash-{mode}"));
     let out = record(&dir, &["--interval", "1", "-o", "c.mprof"], &fixture("crash"), &[mode]);
     assert_ok(&out, code);
     let p = read(&dir.join("c.mprof"));
     assert!(!p.complete);
-    assert!(p.warnings.iter().any(|w| w.contains("cut")), "{:?}", p.warnings);
+    if mode == "_exit" {
+        assert_eq!(p.stopped, Some(memprof::profile::Stopped::QuickExit));
+        assert!(p.warnings.iter().any(|w| w.contains("ended with _exit")), "{:?}", p.warnings);
+    } else {
+        assert_eq!(p.stopped, None);
+        assert!(p.warnings.iter().any(|w| w.contains("cut")), "{:?}", p.warnings);
+    }
     assert_eq!(before_crash_samples(&p), 100, "{mode}: every before_crash sample");
     p
 }
@@ -292,6 +299,7 @@ fn sigkill_mid_run_keeps_what_was_flushed() {
     assert_ok(&out, 128 + libc::SIGKILL);
     let p = read(&file);
     assert!(!p.complete && p.warnings.iter().any(|w| w.contains("cut")), "{:?}", p.warnings);
+    assert_eq!(p.stopped, None, "killed: no word from the program");
     assert_eq!(before_crash_samples(&p), 100, "every before_crash sample, named offline");
     assert_eq!(p.header.pid, pid as u32);
 }
@@ -824,6 +832,7 @@ fn exec_keeps_what_the_image_allocated() {
         assert_ok(&out, 0);
         let p = read(&dir.join(&file));
         assert!(!p.complete, "{how}: the end record never comes");
+        assert_eq!(p.stopped, Some(memprof::profile::Stopped::Exec), "{:?}", p.warnings);
         assert_eq!(
             totals(&p, "before_exec_site"),
             (300_000.0, 1000.0, 300_000.0, 1000.0),

@@ -20,6 +20,7 @@
 //! | 8   | Lost    | events `u`, untracked `u`, callback_panics `u` (cumulative: the last one wins) |
 //! | 9   | End     | samples `u`, frees `u`, moves `u` written before it |
 //! | 0x80 | GcCycle | cycle, start_ns, end_ns, mark_ns, slices, longest_slice_ns, words_marked `u`, ns_per_word `f64`, sweep_ns, heap_words, live_words `u` (ancillary) |
+//! | 0x81 | Stopping | reason `u` (1: `exec`, 2: `_exit`) (ancillary): the last write before the process image ends without an end record; meaningful only as the stream's last record (an `exec` that failed is followed by more) |
 //!
 //! Stack ids are dense in order of first write (0, 1, 2, …); a stack is written before the
 //! first sample that names it, and a sample before any free or move of its block.
@@ -59,7 +60,9 @@ use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 
-use super::{Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Symbol};
+use super::{
+    Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Stopped, Symbol,
+};
 use crate::Error;
 
 /// The first eight bytes of every `.mprof` stream.
@@ -89,6 +92,7 @@ const TAG_END: u8 = 9;
 /// Tags at or above this are ancillary: skipped when unknown.
 const ANCILLARY: u8 = 0x80;
 const TAG_GC_CYCLE: u8 = ANCILLARY;
+const TAG_STOPPING: u8 = ANCILLARY + 1;
 
 // ---------------------------------------------------------------------------------------------
 // Encoding
@@ -348,6 +352,20 @@ impl<W: Write> Writer<W> {
             put_u(p, v);
         }
         self.emit(TAG_GC_CYCLE)
+    }
+
+    /// Writes why the stream is about to end without its end record (an ancillary record).
+    pub fn write_stopping(&mut self, why: Stopped) -> Result<(), Error> {
+        let p = &mut self.payload;
+        p.clear();
+        put_u(
+            p,
+            match why {
+                Stopped::Exec => 1,
+                Stopped::QuickExit => 2,
+            },
+        );
+        self.emit(TAG_STOPPING)
     }
 
     /// Writes the cumulative lost-event counters (the last such record wins).
@@ -636,14 +654,24 @@ struct Reader {
     sample_ids: std::collections::HashSet<u64>,
     orphans: u64,
     end_counts: Option<[u64; 3]>,
+    /// The reason of a Stopping record when it is the last record read so far.
+    stopping: Option<Stopped>,
 }
 
 impl Reader {
     /// Applies one known record. `Err` means the record is damaged.
     fn apply(&mut self, tag: u8, p: &mut Payload<'_>) -> Result<(), String> {
         let prof = &mut self.profile;
+        self.stopping = None;
         match tag {
             TAG_HEADER => return Err("a second header record".into()),
+            TAG_STOPPING => {
+                self.stopping = match p.u()? {
+                    1 => Some(Stopped::Exec),
+                    2 => Some(Stopped::QuickExit),
+                    _ => None, // a reason of a newer writer: no claim
+                };
+            }
             TAG_MODULE => {
                 let path = p.str()?;
                 let (base, start, end) = (p.u()?, p.u()?, p.u()?);
@@ -804,6 +832,7 @@ impl Profile {
             sample_ids: Default::default(),
             orphans: 0,
             end_counts: None,
+            stopping: None,
         };
         let mut record = 1u64; // the header
         loop {
@@ -834,11 +863,21 @@ impl Profile {
                     }
                 }
                 Raw::End | Raw::Cut => {
-                    rd.profile.warnings.push(format!(
-                        "profile was cut at byte {} (the program may have crashed); \
-                         read {samples} samples",
-                        r.pos
-                    ));
+                    // A clean end right after the program said it was stopping: whole.
+                    let stopped = if matches!(raw, Raw::End) { rd.stopping } else { None };
+                    rd.profile.stopped = stopped;
+                    rd.profile.warnings.push(match stopped {
+                        Some(why) => format!(
+                            "profile ends where {} (no end record; nothing was lost); \
+                             read {samples} samples",
+                            why.describe()
+                        ),
+                        None => format!(
+                            "profile was cut at byte {} (the program may have crashed); \
+                             read {samples} samples",
+                            r.pos
+                        ),
+                    });
                     break;
                 }
                 Raw::Bad(m) => {
@@ -1054,6 +1093,44 @@ mod tests {
         assert!(!q.complete);
         assert_eq!(q.samples.len(), 1);
         assert!(q.warnings[0].contains("may have crashed"), "{:?}", q.warnings);
+    }
+
+    /// A stream whose last record says the program is stopping (exec, _exit) reads as
+    /// whole; the same record followed by more (an exec that failed) claims nothing, and
+    /// neither does one cut inside the next record.
+    #[test]
+    fn stopping_record_tells_an_exec_from_a_crash() {
+        let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+        w.write_stack(0, &Stack { frames: vec![1, 2], truncated: false }).unwrap();
+        let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 16, size: 8, k: 8 };
+        w.write_sample(&s).unwrap();
+        w.write_stopping(Stopped::Exec).unwrap();
+        w.flush().unwrap();
+        let stopped = w.get_ref().clone();
+        let p = Profile::read_from(&stopped[..]).unwrap();
+        assert!(!p.complete);
+        assert_eq!(p.stopped, Some(Stopped::Exec));
+        assert_eq!(p.samples.len(), 1);
+        assert!(p.warnings[0].contains("replaced itself") && !p.warnings[0].contains("crash"));
+
+        // The exec failed and the program went on, then died.
+        w.write_sample(&Sample { id: 2, ..s }).unwrap();
+        w.flush().unwrap();
+        let went_on = w.get_ref().clone();
+        let q = Profile::read_from(&went_on[..]).unwrap();
+        assert_eq!((q.stopped, q.samples.len()), (None, 2));
+        assert!(q.warnings[0].contains("may have crashed"), "{:?}", q.warnings);
+        // Cut inside the record after the marker.
+        let r = Profile::read_from(&went_on[..went_on.len() - 2]).unwrap();
+        assert_eq!((r.stopped, r.samples.len()), (None, 1));
+        assert!(r.warnings[0].contains("may have crashed"), "{:?}", r.warnings);
+
+        let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+        w.write_stopping(Stopped::QuickExit).unwrap();
+        w.flush().unwrap();
+        let p = Profile::read_from(&w.get_ref()[..]).unwrap();
+        assert_eq!(p.stopped, Some(Stopped::QuickExit));
+        assert!(p.warnings[0].contains("_exit"), "{:?}", p.warnings);
     }
 
     /// A sink that accepts `room` bytes, then fails (a full disk).

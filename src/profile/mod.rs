@@ -179,6 +179,25 @@ pub struct Lost {
     pub callback_panics: u64,
 }
 
+/// How a program ended its recording without an end record, when it said so first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// It replaced itself with another program (`exec`).
+    Exec,
+    /// It called `_exit` (exit handlers never run).
+    QuickExit,
+}
+
+impl Stopped {
+    /// What happened, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stopped::Exec => "the program replaced itself with another program (exec)",
+            Stopped::QuickExit => "the program ended with _exit",
+        }
+    }
+}
+
 /// A whole recording.
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
@@ -204,6 +223,10 @@ pub struct Profile {
     pub warnings: Vec<String>,
     /// True when the stream ended with its end record.
     pub complete: bool,
+    /// Set when the stream ends, without its end record, right after the program said why
+    /// (the preload library's `exec` and `_exit` hooks): the file is whole, not cut by a
+    /// crash.
+    pub stopped: Option<Stopped>,
 }
 
 impl Profile {

@@ -54,8 +54,11 @@ pub fn default_subtitle(profile: &Profile) -> String {
         s.push_str(&format!(" · mean sampling interval {}", human_bytes(h.interval)));
     }
     s.push_str(&format!(" · {} samples", profile.samples.len()));
-    if !profile.complete {
-        s.push_str(" · INCOMPLETE recording");
+    match profile.stopped {
+        _ if profile.complete => {}
+        Some(crate::profile::Stopped::Exec) => s.push_str(" · ended by exec"),
+        Some(crate::profile::Stopped::QuickExit) => s.push_str(" · ended by _exit"),
+        None => s.push_str(" · INCOMPLETE recording"),
     }
     s
 }

@@ -252,8 +252,10 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         comments.push(format!("command: {}", h.cmdline.join(" ")));
     }
     comments.push(format!("mean sampling interval: {} bytes", h.interval));
-    if !profile.complete {
-        comments.push("incomplete recording (no end record)".to_owned());
+    match profile.stopped {
+        _ if profile.complete => {}
+        Some(why) => comments.push(format!("recording ended where {}", why.describe())),
+        None => comments.push("incomplete recording (no end record)".to_owned()),
     }
     comments.extend(profile.warnings.iter().map(|w| format!("warning: {w}")));
     let l = &profile.lost;

@@ -98,8 +98,14 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         profile.moves.len(),
         profile.stacks.len()
     );
-    if !profile.complete {
-        let _ = writeln!(out, "status: INCOMPLETE (no end record)");
+    match profile.stopped {
+        _ if profile.complete => {}
+        Some(why) => {
+            let _ = writeln!(out, "status: ended where {} (no end record)", why.describe());
+        }
+        None => {
+            let _ = writeln!(out, "status: INCOMPLETE (no end record)");
+        }
     }
     for w in &profile.warnings {
         let _ = writeln!(out, "warning: {w}");
