@@ -250,7 +250,7 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
                             return;
                         }
                         capture_fp_walk(out, depth, 1, fp, lo, hi, Some(m.begin()));
-                        m.commit(&key, out);
+                        m.commit(&key, out, true);
                     }
                     None => capture_fp_walk(out, depth, 1, fp, lo, hi, None),
                 }
@@ -331,7 +331,7 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
                 match (memo, key) {
                     (Some(m), Some(key)) => {
                         capture_fp_walk(out, depth, 0, bp, lo, hi, Some(m.begin()));
-                        m.commit(&key, out);
+                        m.commit(&key, out, true);
                     }
                     _ => capture_fp_walk(out, depth, 0, bp, lo, hi, None),
                 }

@@ -508,7 +508,7 @@ pub(super) fn walk(
     slot.taken.store(false, Ordering::Release);
     if ok {
         if let Some(m) = memo {
-            m.commit(&key, out);
+            m.commit(&key, out, false);
         }
     }
     ok
@@ -655,6 +655,10 @@ fn walk_with(
                     return true;
                 };
                 let mut regs = UnwindRegsX86_64::new(st.ip, st.sp, st.bp);
+                // framehop may use bp in any way: whatever loaded it is a condition.
+                if let Some(log) = log.as_deref_mut() {
+                    log.use_bp();
+                }
                 let mut read = |addr: u64| {
                     let v = read_stack(addr, lo, last).ok_or(())?;
                     if let Some(log) = log.as_deref_mut() {
@@ -790,6 +794,11 @@ fn run_rules(
         if rule.kind > Kind::LoadFromBp {
             break if rule.kind == Kind::End { Some(true) } else { None };
         }
+        if rule.cfa_from_bp {
+            if let Some(log) = log.as_deref_mut() {
+                log.use_bp();
+            }
+        }
         let cfa = if rule.cfa_from_bp { bp } else { sp }.wrapping_add(rule.cfa_off as i64 as u64);
         // The stack pointer only grows while unwinding: a walk always ends. Every read stays
         // inside [lo, last].
@@ -803,12 +812,19 @@ fn run_rules(
             log.note(cfa.wrapping_sub(8), ra);
         }
         if rule.kind != Kind::Keep {
-            let base = if rule.kind == Kind::LoadFromSp { sp } else { bp };
+            let base = if rule.kind == Kind::LoadFromSp {
+                sp
+            } else {
+                if let Some(log) = log.as_deref_mut() {
+                    log.use_bp();
+                }
+                bp
+            };
             let at = base.wrapping_add(rule.bp_off as i64 as u64);
             match read_stack(at, lo, last) {
                 Some(v) => {
                     if let Some(log) = log.as_deref_mut() {
-                        log.note(at, v);
+                        log.note_bp(at, v);
                     }
                     bp = v
                 }

@@ -9,6 +9,13 @@
 //! loads that overlap, where the walk is a chain of dependent ones), and the frames copied.
 //! Programs sample the same few stacks over and over (an allocation in a loop), so most
 //! walks are replays; any difference, in any word, is a miss and the walk runs.
+//!
+//! Only what the result depends on is kept. Code built without frame pointers uses `rbp`
+//! as an ordinary register: the DWARF walk restores it from the stack in each frame that
+//! saved it, but no rule of such code ever *uses* it. So a `bp` loaded from the stack is
+//! logged only once a later rule uses `bp` (or framehop takes over, which may), and the
+//! start's `bp` is part of the key only when a rule used it before any load replaced it:
+//! a program's `rbp` at `malloc` (a loop variable, say) does not make every walk a miss.
 
 use super::Captured;
 
@@ -42,13 +49,23 @@ impl Key {
     /// Never the key of a walk: marks an empty entry.
     const NONE: Key = Key { tag: u64::MAX, pc: 0, sp: 0, bp: 0, lo: 0, shape: 0 };
 
+    /// Equal keys, `bp` aside.
+    #[inline(always)]
+    fn same_but_bp(&self, o: &Key) -> bool {
+        self.tag == o.tag
+            && self.pc == o.pc
+            && self.sp == o.sp
+            && self.lo == o.lo
+            && self.shape == o.shape
+    }
+
     /// A summary of the key, compared first (one word for each remembered walk, on one
     /// cache line).
     #[inline(always)]
     fn fingerprint(&self) -> u64 {
+        // Not `bp`: a walk may not depend on it.
         self.pc.wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ self.sp
-            ^ self.bp.rotate_left(32)
             ^ self.lo.rotate_left(16)
             ^ self.shape
             ^ self.tag.rotate_left(48)
@@ -65,22 +82,71 @@ impl Key {
 /// walk as too long to remember.
 pub(super) struct Log {
     n: usize,
+    /// A read did not fit: the walk cannot be remembered.
+    overflowed: bool,
+    /// The index of the read that loaded the current `bp`, while no rule has used it
+    /// ([`NO_BP`]: `bp` is the start's, or its load was used).
+    pending_bp: usize,
+    /// A rule used the start's `bp` (before any load replaced it).
+    start_bp_used: bool,
+    /// No load has replaced the start's `bp` yet.
+    bp_is_start: bool,
     reads: [(u64, u64); READS],
 }
 
+const NO_BP: usize = usize::MAX;
+
 impl Log {
-    /// Notes that the word at `addr` held `value`.
+    /// Notes that the word at `addr` held `value`, which the walk depends on.
     #[inline(always)]
     pub(super) fn note(&mut self, addr: u64, value: u64) {
-        if let Some(r) = self.reads.get_mut(self.n) {
-            *r = (addr, value);
+        match self.reads.get_mut(self.n) {
+            Some(r) => {
+                *r = (addr, value);
+                self.n += 1;
+            }
+            None => self.overflowed = true,
         }
-        self.n += 1;
+    }
+
+    /// Notes that `bp` was loaded from the word at `addr`: needed only if a rule uses it
+    /// before the next load (see the module documentation). A previous load nobody used is
+    /// dropped.
+    #[inline(always)]
+    pub(super) fn note_bp(&mut self, addr: u64, value: u64) {
+        self.drop_pending_bp();
+        self.bp_is_start = false;
+        if self.n < READS {
+            self.pending_bp = self.n;
+        }
+        self.note(addr, value);
+    }
+
+    /// Notes that a rule (or framehop) uses the current `bp`.
+    #[inline(always)]
+    pub(super) fn use_bp(&mut self) {
+        self.pending_bp = NO_BP;
+        if self.bp_is_start {
+            self.start_bp_used = true;
+        }
+    }
+
+    /// Forgets the load of a `bp` that nothing used (the reads' order does not matter).
+    #[inline(always)]
+    fn drop_pending_bp(&mut self) {
+        let i = self.pending_bp;
+        if i < self.n {
+            self.n -= 1;
+            self.reads[i] = self.reads[self.n];
+        }
+        self.pending_bp = NO_BP;
     }
 }
 
 struct Entry {
     key: Key,
+    /// The walk used the start's `bp`: it is compared with the key's.
+    uses_bp: bool,
     /// Lowest address read: a replay needs it inside the stack bounds of its own walk.
     lowest: u64,
     len: usize,
@@ -108,7 +174,15 @@ impl Memo {
             lowest: 0,
             len: 0,
             truncated: false,
-            log: Log { n: 0, reads: [(0, 0); READS] },
+            uses_bp: true,
+            log: Log {
+                n: 0,
+                overflowed: false,
+                pending_bp: NO_BP,
+                start_bp_used: false,
+                bp_is_start: true,
+                reads: [(0, 0); READS],
+            },
             frames: [0; FRAMES],
         };
         Memo {
@@ -128,7 +202,11 @@ impl Memo {
         let print = key.fingerprint();
         // Walks from one start can differ further up (another caller): try each.
         for (i, e) in self.entries.iter().enumerate() {
-            if self.prints[i] != print || e.key != *key || e.lowest < lo as u64 {
+            if self.prints[i] != print
+                || !e.key.same_but_bp(key)
+                || (e.uses_bp && e.key.bp != key.bp)
+                || e.lowest < lo as u64
+            {
                 continue;
             }
             let mut diff = 0u64;
@@ -177,20 +255,27 @@ impl Memo {
         let e = &mut self.entries[self.next];
         e.key = Key::NONE;
         e.log.n = 0;
+        e.log.overflowed = false;
+        e.log.pending_bp = NO_BP;
+        e.log.start_bp_used = false;
+        e.log.bp_is_start = true;
         &mut e.log
     }
 
     /// Remembers the walk just logged (after [`Memo::begin`]) as the one for `key`, with
-    /// the frames it gave, unless it was too deep or read too many words.
+    /// the frames it gave, unless it was too deep or read too many words. `uses_bp`: the
+    /// walk depends on the start's `bp` whatever the log says (the frame-pointer walk).
     #[inline]
-    pub(super) fn commit(&mut self, key: &Key, out: &Captured) {
+    pub(super) fn commit(&mut self, key: &Key, out: &Captured, uses_bp: bool) {
         let e = &mut self.entries[self.next];
         let frames = out.frames();
         // A walk that filled the inline buffer may have gone on in a path that does not log
         // (the frame-pointer walk's growing loop): only shorter ones are kept.
-        if e.log.n > READS || frames.len() >= FRAMES || !out.heap.is_null() {
+        if e.log.overflowed || frames.len() >= FRAMES || !out.heap.is_null() {
             return;
         }
+        e.log.drop_pending_bp();
+        e.uses_bp = uses_bp || e.log.start_bp_used;
         e.lowest = e.log.reads[..e.log.n].iter().map(|r| r.0).min().unwrap_or(u64::MAX);
         e.frames[..frames.len()].copy_from_slice(frames);
         e.len = frames.len();
@@ -226,7 +311,7 @@ mod tests {
         out.inline[0] = core::mem::MaybeUninit::new(7);
         out.inline[1] = core::mem::MaybeUninit::new(8);
         out.len = 2;
-        memo.commit(&key, &out);
+        memo.commit(&key, &out, true);
 
         let mut again = Captured::new();
         assert!(memo.replay(&key, lo, &mut again));
@@ -242,7 +327,7 @@ mod tests {
         for w in &changed[1..3] {
             log.note(w as *const u64 as u64, *w);
         }
-        memo.commit(&key2, &out);
+        memo.commit(&key2, &out, true);
         changed[2] = 31;
         let lo2 = core::hint::black_box(&changed).as_ptr() as usize;
         assert!(!memo.replay(&key2, lo2, &mut Captured::new()), "a word changed");
@@ -254,6 +339,52 @@ mod tests {
         ));
     }
 
+    /// A `bp` loaded and never used is not a condition of the replay, nor is the start's
+    /// when no rule used it; once used, both are.
+    #[test]
+    fn only_the_bp_a_walk_used_is_checked() {
+        let mut stack = [10u64, 20, 30, 40];
+        let lo = stack.as_ptr() as usize;
+        let at = |i: usize| &stack[i] as *const u64 as u64;
+        let (a0, a1, a2) = (at(0), at(1), at(2));
+        let key = Key { tag: 1, pc: 5, sp: lo as u64, bp: 77, lo: lo as u64, shape: 0 };
+        let mut out = Captured::new();
+        out.inline[0] = core::mem::MaybeUninit::new(7);
+        out.len = 1;
+
+        // ra at [0]; bp loaded from [1] and replaced by a load from [2], neither used.
+        let mut memo = Memo::new();
+        let log = memo.begin();
+        log.note(a0, 10);
+        log.note_bp(a1, 20);
+        log.note_bp(a2, 30);
+        memo.commit(&key, &out, false);
+        assert!(memo.replay(&Key { bp: 1, ..key }, lo, &mut Captured::new()), "another bp");
+        stack[1] = 21;
+        stack[2] = 31;
+        let lo2 = core::hint::black_box(&stack).as_ptr() as usize;
+        assert!(memo.replay(&key, lo2, &mut Captured::new()), "unused loads changed");
+        stack[0] = 11;
+        let lo3 = core::hint::black_box(&stack).as_ptr() as usize;
+        assert!(!memo.replay(&key, lo3, &mut Captured::new()), "the return address changed");
+        stack[0] = 10;
+
+        // The start's bp used, then a load from [1] used: both are conditions.
+        let mut memo = Memo::new();
+        let log = memo.begin();
+        log.use_bp();
+        log.note(a0, 10);
+        log.note_bp(a1, 21);
+        log.use_bp();
+        memo.commit(&key, &out, false);
+        let lo4 = core::hint::black_box(&stack).as_ptr() as usize;
+        assert!(memo.replay(&key, lo4, &mut Captured::new()));
+        assert!(!memo.replay(&Key { bp: 1, ..key }, lo4, &mut Captured::new()), "start bp");
+        stack[1] = 22;
+        let lo5 = core::hint::black_box(&stack).as_ptr() as usize;
+        assert!(!memo.replay(&key, lo5, &mut Captured::new()), "the used load changed");
+    }
+
     #[test]
     fn long_walks_are_not_remembered() {
         let word = 1u64;
@@ -263,7 +394,7 @@ mod tests {
         for _ in 0..=READS {
             log.note(&word as *const u64 as u64, 1);
         }
-        memo.commit(&key, &Captured::new());
+        memo.commit(&key, &Captured::new(), true);
         assert!(!memo.replay(&key, 0, &mut Captured::new()));
     }
 }
