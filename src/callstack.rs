@@ -30,6 +30,15 @@
 //! Frames are raw return addresses (the instruction after the call), innermost first,
 //! starting inside the profiler; symbolization happens later, off the hot path, and the
 //! reports trim the profiler's own frames by name.
+//!
+//! # 4. Remembered walks
+//! A walk is a function of its start registers, of the unwind rules (the DWARF table's
+//! generation) and of the stack words it reads. Each thread remembers its last few walks
+//! with every word read and its value (`memo`), and a walk from a remembered start whose
+//! words all still hold their values is replayed: the words are re-read as independent
+//! loads, where the walk is a chain of dependent ones, and the frames are copied. The
+//! frame-pointer walks and the DWARF walk use it; a walk that falls back to libgcc is not
+//! remembered. The thread's memo and its stack top share one thread-local (`PerThread`).
 
 use crate::config::Unwinder;
 use core::cell::{Cell, UnsafeCell};
