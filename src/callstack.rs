@@ -312,12 +312,14 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
         let (pc, after) = (ra as u64, sp as u64 + 8);
         // A repeated stack is replayed before any walker is set up (§4).
         let key = match mode {
+            // Frame records are looked for from the program's stack pointer up, as before
+            // the memo: a stray `bp` never leads into the profiler's own frames.
             USE_FP => Some(memo::Key {
                 tag: memo::Key::FRAME_POINTERS,
                 pc,
                 sp: sp as u64,
                 bp: bp as u64,
-                lo: lo as u64,
+                lo: sp as u64,
                 shape: memo::Key::shape(depth, 0, false),
             }),
             #[cfg(target_arch = "x86_64")]
@@ -339,10 +341,10 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
                 out.len = 1;
                 match (memo, key) {
                     (Some(m), Some(key)) => {
-                        capture_fp_walk(out, depth, 0, bp, lo, hi, Some(m.begin()));
+                        capture_fp_walk(out, depth, 0, bp, sp, hi, Some(m.begin()));
                         m.commit(&key, out, true);
                     }
-                    _ => capture_fp_walk(out, depth, 0, bp, lo, hi, None),
+                    _ => capture_fp_walk(out, depth, 0, bp, sp, hi, None),
                 }
             }
             #[cfg(target_arch = "x86_64")]

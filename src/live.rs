@@ -14,8 +14,8 @@
 //! inside the profiler, so user code can never hold it. A block's shard is a function of
 //! its filter counter, so every block that shares a counter shares the shard, and the
 //! counters are updated under the shard's lock with a plain load and store (no atomic
-//! read-modify-write: the sample path pays for the lock already). Tables grow by doubling into memory
-//! from `rawmem`, never from the profiled allocator. An insertion that cannot get
+//! read-modify-write: the sample path pays for the lock already). Tables grow by doubling
+//! into memory from `rawmem`, never from the profiled allocator. An insertion that cannot get
 //! memory fails and the caller counts the sample as untracked.
 //!
 //! # 3. Address reuse

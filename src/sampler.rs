@@ -25,9 +25,10 @@
 //! `u64::MAX` and the slow path is never taken. An allocator that keeps the countdown itself
 //! ([`sample_in`]) may skip the epoch check when all its sessions sample at one rate (the
 //! gap is memoryless, so a leftover countdown is as good as a new one), provided it zeroes
-//! a thread's parked countdown when a session starts: the preload library does. Each thread gets a small number in the order
-//! it first allocates in a session, and its generator is seeded from the session seed and
-//! that number, so a fixed seed gives a fixed sequence per thread.
+//! a thread's parked countdown when a session starts: the preload library does. Each
+//! thread gets a small number in the order it first allocates in a session, and its
+//! generator is seeded from the session seed and that number, so a fixed seed gives a
+//! fixed sequence per thread.
 //!
 //! # 4. Reentrancy
 //! [`Busy`] marks a thread that is inside the profiler (the slow path, or a callback). Bytes
@@ -349,6 +350,7 @@ impl Drop for Busy {
     }
 }
 
+/// Draws from a fresh generator: used by tests to check the gap distribution in isolation.
 #[cfg(test)]
 fn gaps(seed: u64, interval: f64, n: usize) -> Vec<u64> {
     let mut rng = SmallRng::seed_from_u64(seed);
