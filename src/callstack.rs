@@ -1042,7 +1042,9 @@ mod timing {
     fn time_walks() {
         assert!(cfi::prepare());
         let mut c = Captured::new();
-        for (name, how) in [("fp", 0), ("cfi", 1), ("libgcc", 2)] {
+        let mut memo = Box::new(memo::Memo::new());
+        let named = [("fp", 0), ("cfi", 1), ("cfi, replayed", 3), ("libgcc", 2)];
+        for (name, how) in named {
             let n = if how == 2 { 20_000 } else { 1_000_000 };
             rec(20, &mut || {
                 let t = std::time::Instant::now();
@@ -1051,6 +1053,12 @@ mod timing {
                         0 => capture_fp(&mut c, 10),
                         1 => {
                             capture_cfi(&mut c, 10);
+                        }
+                        3 => {
+                            c.clear();
+                            let (pc, sp, bp) = registers();
+                            let memo = Some((&mut *memo, true));
+                            cfi::walk(&mut c, 10, 1, pc, sp, bp, stack_hi(), true, memo);
                         }
                         _ => capture_dwarf(&mut c, 10),
                     }
