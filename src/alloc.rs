@@ -88,7 +88,7 @@ pub fn before_realloc(old: *mut u8) -> Option<Entry> {
 /// the old block stays live), `new_size` the requested size.
 #[inline(always)]
 pub fn on_realloc(old: *mut u8, old_entry: Option<Entry>, new: *mut u8, new_size: usize) {
-    finish_realloc(old, old_entry, new, new_size, sampler::sample);
+    finish_realloc(old, old_entry, new, new_size, sampler::sample, None);
 }
 
 /// [`on_realloc`] for an allocator that keeps the thread's countdown itself (see
@@ -101,7 +101,22 @@ pub fn on_realloc_in(
     new: *mut u8,
     new_size: usize,
 ) {
-    finish_realloc(old, old_entry, new, new_size, |n| sampler::sample_in(cd, n));
+    finish_realloc(old, old_entry, new, new_size, |n| sampler::sample_in(cd, n), None);
+}
+
+/// [`on_realloc_in`] for an allocator entry point that knows the program's registers at its
+/// entry (see [`on_alloc_at`]): a new sample's call stack starts at the program's frame.
+#[inline(always)]
+pub fn on_realloc_at(
+    cd: &Countdown,
+    old: *mut u8,
+    old_entry: Option<Entry>,
+    new: *mut u8,
+    new_size: usize,
+    (sp, bp): (usize, usize),
+) {
+    let sample = |n| sampler::sample_in(cd, n);
+    finish_realloc(old, old_entry, new, new_size, sample, Some((sp, bp)));
 }
 
 #[inline(always)]
@@ -111,6 +126,7 @@ fn finish_realloc(
     new: *mut u8,
     new_size: usize,
     sample: impl FnOnce(usize) -> Option<Hit>,
+    entry: Option<(usize, usize)>,
 ) {
     if new.is_null() {
         if let Some(e) = old_entry {
@@ -125,7 +141,10 @@ fn finish_realloc(
             if let Some(e) = old_entry {
                 hot::record_other(EventKind::Dealloc, e, 0, 0);
             }
-            hot::record_alloc(new as usize, new_size, hit);
+            match entry {
+                Some(_) => hot::record_alloc_at(new as usize, new_size, hit, entry),
+                None => hot::record_alloc(new as usize, new_size, hit),
+            }
         }
         None => {
             if let Some(e) = old_entry {

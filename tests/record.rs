@@ -688,6 +688,56 @@ fn frame_pointer_unwinder_agrees_with_libgcc() {
     }
 }
 
+/// calloc, realloc, reallocarray, memalign, posix_memalign, aligned_alloc, valloc and
+/// pvalloc hand the program's registers on as malloc does: each sample's stack starts at
+/// the function that called them (its first frame is in the program, not in the preload
+/// library), and `--depth 1` keeps exactly that frame.
+#[test]
+fn every_entry_point_starts_the_stack_at_the_program() {
+    let dir = scratch("entries");
+    let cases = [
+        (100, "use_calloc"),
+        (200, "use_realloc_null"),
+        (300, "use_realloc_grow"),
+        (400, "use_memalign"),
+        (500, "use_posix_memalign"),
+        (600, "use_aligned_alloc"),
+        (700, "use_valloc"),
+        (800, "use_pvalloc"),
+        (900, "use_reallocarray"),
+    ];
+    for depth in ["1", "16"] {
+        let file = format!("e{depth}.mprof");
+        let out = record(
+            &dir,
+            &["--interval", "1", "--depth", depth, "-o", &file],
+            &fixture("entries"),
+            &[],
+        );
+        assert_ok(&out, 0);
+        let p = read(&dir.join(&file));
+        assert!(p.complete, "{:?}", p.warnings);
+        for (size, function) in cases {
+            let samples: Vec<_> = p.samples.iter().filter(|s| s.size == size).collect();
+            assert_eq!(samples.len(), 50, "{function}: one sample per call");
+            for s in samples {
+                let stack = &p.stacks[s.stack as usize];
+                let first = stack.frames[0];
+                let module = p.modules.iter().find(|m| m.start <= first && first < m.end);
+                assert!(
+                    module.is_some_and(|m| m.path.ends_with("/entries")),
+                    "{function}: the first frame is in {:?}",
+                    module.map(|m| &m.path)
+                );
+                assert_eq!(p.site_name(s.stack), function);
+                if depth == "1" {
+                    assert!(stack.frames.len() == 1 && stack.truncated, "{function}");
+                }
+            }
+        }
+    }
+}
+
 /// The preload library leaves symbols to the reader; `memprof record` resolves them from
 /// the recorded modules as soon as the program exits and writes them into the (complete)
 /// file, which then names the program's functions even once the program is gone.

@@ -28,9 +28,8 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
-#[cfg(target_arch = "x86_64")]
-use memprof::alloc::on_alloc_at;
-use memprof::alloc::{before_realloc, on_alloc_in, on_dealloc, on_realloc_in};
+use memprof::alloc::{before_realloc, on_alloc_at, on_alloc_in, on_dealloc};
+use memprof::alloc::{on_realloc_at, on_realloc_in};
 
 extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
@@ -252,30 +251,125 @@ unsafe fn free_checked(ptr: *mut c_void) {
     unsafe { __libc_free(ptr) };
 }
 
-/// `calloc`: glibc's (which checks `n * size` for overflow), sampled.
-///
-/// # Safety
-/// As C's `calloc`.
-#[no_mangle]
-pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+/// The other allocating entry points. Each is a Rust function `*_at` taking the entry
+/// point's arguments and then the program's `rsp` and `rbp` at its entry (both 0 where
+/// they are not known), as `malloc`'s slow path does: a sampled block's call stack starts
+/// at the program's frame ([`memprof::callstack::capture_at_entry`]). On x86-64 the
+/// exported symbol is a naked function that appends the two registers to the arguments and
+/// jumps to it (the stack is untouched, so `rsp` still points at the return address into
+/// the program); elsewhere it is a plain function that passes zeros.
+macro_rules! entry_points {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty =>
+        $imp:ident, $sp:literal, $bp:literal;)*) => {
+        $(
+            $(#[$doc])*
+            #[cfg(target_arch = "x86_64")]
+            #[no_mangle]
+            #[unsafe(naked)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                core::arch::naked_asm!(
+                    concat!("mov ", $sp, ", rsp"),
+                    concat!("mov ", $bp, ", rbp"),
+                    "jmp {imp}",
+                    imp = sym $imp,
+                )
+            }
+
+            $(#[$doc])*
+            #[cfg(not(target_arch = "x86_64"))]
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                // SAFETY: the caller's contract, which is `$imp`'s.
+                unsafe { $imp($($arg,)* 0, 0) }
+            }
+        )*
+    };
+}
+
+entry_points! {
+    /// `calloc`: glibc's (which checks `n * size` for overflow), sampled.
+    ///
+    /// # Safety
+    /// As C's `calloc`.
+    calloc(n: usize, size: usize) -> *mut c_void => calloc_at, "rdx", "rcx";
+    /// `realloc` with glibc's semantics: `realloc(NULL, n)` allocates, `realloc(p, 0)` frees
+    /// and returns NULL, a failure leaves the block alone.
+    ///
+    /// # Safety
+    /// As C's `realloc`.
+    realloc(ptr: *mut c_void, size: usize) -> *mut c_void => realloc_at, "rdx", "rcx";
+    /// `reallocarray`: `realloc(ptr, n * size)`, or NULL with ENOMEM when the product
+    /// overflows.
+    ///
+    /// # Safety
+    /// As C's `reallocarray`.
+    reallocarray(ptr: *mut c_void, n: usize, size: usize) -> *mut c_void =>
+        reallocarray_at, "rcx", "r8";
+    /// `memalign`: glibc's (which rounds the alignment up to a power of two), sampled.
+    ///
+    /// # Safety
+    /// As C's `memalign`.
+    memalign(align: usize, size: usize) -> *mut c_void => memalign_at, "rdx", "rcx";
+    /// `posix_memalign`: EINVAL unless the alignment is a power-of-two multiple of
+    /// `sizeof(void *)`, ENOMEM when out of memory (glibc's checks), sampled.
+    ///
+    /// # Safety
+    /// As C's `posix_memalign`: `out` is valid for a write.
+    posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int =>
+        posix_memalign_at, "rcx", "r8";
+    /// `aligned_alloc`: as the running glibc's (see `ALIGNED_ALLOC_CHECKS`), sampled.
+    ///
+    /// # Safety
+    /// As C's `aligned_alloc`.
+    aligned_alloc(align: usize, size: usize) -> *mut c_void => aligned_alloc_at, "rdx", "rcx";
+    /// `valloc`: glibc's, sampled.
+    ///
+    /// # Safety
+    /// As C's `valloc`.
+    valloc(size: usize) -> *mut c_void => valloc_at, "rsi", "rdx";
+    /// `pvalloc`: glibc's (the size is rounded up to whole pages), sampled with the size
+    /// asked.
+    ///
+    /// # Safety
+    /// As C's `pvalloc`.
+    pvalloc(size: usize) -> *mut c_void => pvalloc_at, "rsi", "rdx";
+}
+
+/// The program's registers at an entry point (`sp`, `bp`), when known (`sp != 0`).
+fn at(sp: usize, bp: usize) -> Option<(usize, usize)> {
+    (sp != 0).then_some((sp, bp))
+}
+
+/// Reports a block an entry point allocated (see [`entry_points`]).
+fn sampled(p: *mut c_void, size: usize, sp: usize, bp: usize) {
+    match at(sp, bp) {
+        Some((sp, bp)) => on_alloc_at(countdown(), p.cast(), size, sp, bp),
+        None => on_alloc_in(countdown(), p.cast(), size),
+    }
+}
+
+/// `calloc` (see [`entry_points`]).
+unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_calloc(n, size) };
     if !p.is_null() {
-        on_alloc_in(countdown(), p.cast(), n.wrapping_mul(size));
+        sampled(p, n.wrapping_mul(size), sp, bp);
     }
     p
 }
 
-/// `realloc` with glibc's semantics: `realloc(NULL, n)` allocates, `realloc(p, 0)` frees and
-/// returns NULL, a failure leaves the block alone.
-///
-/// # Safety
-/// As C's `realloc`.
-#[no_mangle]
-pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+/// `realloc` (see [`entry_points`]).
+unsafe extern "C" fn realloc_at(
+    ptr: *mut c_void,
+    size: usize,
+    sp: usize,
+    bp: usize,
+) -> *mut c_void {
     if ptr.is_null() {
-        // SAFETY: as C's malloc.
-        return unsafe { malloc(size) };
+        // SAFETY: no preconditions.
+        let p = unsafe { __libc_malloc(size) };
+        sampled(p, size, sp, bp);
+        return p;
     }
     if size == 0 {
         on_dealloc(ptr.cast());
@@ -285,19 +379,24 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     let old = before_realloc(ptr.cast());
     // SAFETY: the caller passes a live block.
     let new = unsafe { __libc_realloc(ptr, size) };
-    on_realloc_in(countdown(), ptr.cast(), old, new.cast(), size);
+    match at(sp, bp) {
+        Some(regs) => on_realloc_at(countdown(), ptr.cast(), old, new.cast(), size, regs),
+        None => on_realloc_in(countdown(), ptr.cast(), old, new.cast(), size),
+    }
     new
 }
 
-/// `reallocarray`: `realloc(ptr, n * size)`, or NULL with ENOMEM when the product overflows.
-///
-/// # Safety
-/// As C's `reallocarray`.
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: usize, size: usize) -> *mut c_void {
+/// `reallocarray` (see [`entry_points`]).
+unsafe extern "C" fn reallocarray_at(
+    ptr: *mut c_void,
+    n: usize,
+    size: usize,
+    sp: usize,
+    bp: usize,
+) -> *mut c_void {
     match n.checked_mul(size) {
         // SAFETY: as C's realloc.
-        Some(total) => unsafe { realloc(ptr, total) },
+        Some(total) => unsafe { realloc_at(ptr, total, sp, bp) },
         None => {
             set_errno(libc::ENOMEM);
             core::ptr::null_mut()
@@ -305,25 +404,22 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: usize, size: usize) -
     }
 }
 
-/// `memalign`: glibc's (which rounds the alignment up to a power of two), sampled.
-///
-/// # Safety
-/// As C's `memalign`.
-#[no_mangle]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+/// `memalign` (see [`entry_points`]).
+unsafe extern "C" fn memalign_at(align: usize, size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_memalign(align, size) };
-    on_alloc_in(countdown(), p.cast(), size);
+    sampled(p, size, sp, bp);
     p
 }
 
-/// `posix_memalign`: EINVAL unless the alignment is a power-of-two multiple of
-/// `sizeof(void *)`, ENOMEM when out of memory (glibc's checks), sampled.
-///
-/// # Safety
-/// As C's `posix_memalign`: `out` is valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+/// `posix_memalign` (see [`entry_points`]).
+unsafe extern "C" fn posix_memalign_at(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    sp: usize,
+    bp: usize,
+) -> c_int {
     let word = core::mem::size_of::<*mut c_void>();
     if align == 0 || align % word != 0 || !(align / word).is_power_of_two() {
         return libc::EINVAL;
@@ -333,7 +429,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     if p.is_null() {
         return libc::ENOMEM;
     }
-    on_alloc_in(countdown(), p.cast(), size);
+    sampled(p, size, sp, bp);
     // SAFETY: the caller passes a writable `out`.
     unsafe { *out = p };
     0
@@ -356,41 +452,34 @@ fn aligned_alloc_checks() -> bool {
     v == 2
 }
 
-/// `aligned_alloc`: as the running glibc's (see `ALIGNED_ALLOC_CHECKS`), sampled.
-///
-/// # Safety
-/// As C's `aligned_alloc`.
-#[no_mangle]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+/// `aligned_alloc` (see [`entry_points`]).
+unsafe extern "C" fn aligned_alloc_at(
+    align: usize,
+    size: usize,
+    sp: usize,
+    bp: usize,
+) -> *mut c_void {
     if aligned_alloc_checks() && !align.is_power_of_two() {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
     // SAFETY: as C's memalign.
-    unsafe { memalign(align, size) }
+    unsafe { memalign_at(align, size, sp, bp) }
 }
 
-/// `valloc`: glibc's, sampled.
-///
-/// # Safety
-/// As C's `valloc`.
-#[no_mangle]
-pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+/// `valloc` (see [`entry_points`]).
+unsafe extern "C" fn valloc_at(size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_valloc(size) };
-    on_alloc_in(countdown(), p.cast(), size);
+    sampled(p, size, sp, bp);
     p
 }
 
-/// `pvalloc`: glibc's (the size is rounded up to whole pages), sampled with the size asked.
-///
-/// # Safety
-/// As C's `pvalloc`.
-#[no_mangle]
-pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+/// `pvalloc` (see [`entry_points`]).
+unsafe extern "C" fn pvalloc_at(size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
     let p = unsafe { __libc_pvalloc(size) };
-    on_alloc_in(countdown(), p.cast(), size);
+    sampled(p, size, sp, bp);
     p
 }
 
