@@ -830,6 +830,40 @@ fn offline_symbols_come_only_from_the_binary_that_ran() {
     assert!(!text(&out.stderr).contains("has changed"));
 }
 
+/// Without a build id, the file's size and modification time at the run stand for the
+/// program: a file rebuilt since (another time) is refused with a note, and the frames stay
+/// module+offset; the file as it was is read.
+#[test]
+fn offline_symbols_without_a_build_id_check_the_file() {
+    let dir = scratch("file-identity-guard");
+    let prog = dir.join("sites");
+    cc("sites.c", &prog, &["-O2", "-g", "-fno-optimize-sibling-calls", "-Wl,--build-id=none"]);
+    let out = record(&dir, &["--interval", "1", "-o", "s.mprof"], &prog, &["1"]);
+    assert_ok(&out, 0);
+    let file = dir.join("s.mprof");
+    let mut p = read(&file);
+    let module = p.modules.iter().find(|m| m.path.ends_with("/sites")).expect("the program");
+    assert!(module.build_id.is_empty(), "built without one");
+    let size = std::fs::metadata(&prog).unwrap().len();
+    assert_eq!(module.file_size, size, "the size the run saw");
+    assert!(module.file_mtime_ns > 0);
+    // As a profile whose process died before its symbols were written.
+    p.symbols.clear();
+    std::fs::write(&file, p.write_to(Vec::new()).unwrap()).unwrap();
+    let report = || Command::new(MEMPROF).arg("report").arg(&file).output().unwrap();
+    let out = report();
+    assert!(out.status.success() && text(&out.stdout).contains("small_site"));
+    assert!(!text(&out.stderr).contains("has changed"), "{}", text(&out.stderr));
+
+    // The same bytes with another time: not provably the program that ran.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    std::fs::File::options().write(true).open(&prog).unwrap().set_modified(later).unwrap();
+    let out = report();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("has no build id"), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("sites+0x"), "module+offset instead");
+}
+
 /// A wrapper script that execs the real program: without `--follow-forks` only the
 /// wrapper is profiled, and `record` says so (it names the interpreter that ran and the
 /// option); with it, the program's allocations are all there.

@@ -108,6 +108,7 @@ fn three_sites(exact: bool) -> Profile {
             end: 0x6000,
             // Every frame of the app is symbolized: its build id is never checked here.
             build_id: vec![0xde, 0xad, 0xbe, 0xef, 0x01],
+            ..Default::default()
         },
         Module {
             path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
@@ -651,6 +652,21 @@ mod mprof {
         assert_eq!(paths(&p), paths(&want));
         assert_eq!(p.samples, want.samples);
         assert_eq!(p.stacks, want.stacks);
+        assert_eq!(report::site_totals(&p), expected(true));
+    }
+
+    /// The golden file as written before modules carried their file's size and time (for
+    /// objects without a build id): it reads the same, with those left at 0 (unknown).
+    #[test]
+    fn fixture_without_file_identity_still_reads() {
+        let p = Profile::read_file(fixtures().join("small-before-file-identity.mprof")).unwrap();
+        let want = three_sites(true);
+        assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
+        assert!(p.modules.iter().all(|m| m.file_size == 0 && m.file_mtime_ns == 0));
+        let old = |m: &Module| (m.path.clone(), m.base, m.start, m.end, m.build_id.clone());
+        let want_modules: Vec<_> = want.modules.iter().map(old).collect();
+        assert_eq!(p.modules.iter().map(old).collect::<Vec<_>>(), want_modules);
+        assert_eq!(p.samples, want.samples);
         assert_eq!(report::site_totals(&p), expected(true));
     }
 

@@ -11,7 +11,7 @@
 //! | tag | record  | payload |
 //! |-----|---------|---------|
 //! | 1   | Header  | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u` |
-//! | 2   | Module  | path `str`, base `u`, start `u`, end `u`, then (appended, may be absent) build id: length `u`, bytes |
+//! | 2   | Module  | path `str`, base `u`, start `u`, end `u`, then (appended, may be absent) build id: length `u`, bytes, then (appended, may be absent) file size `u`, mtime_ns `u` (0: unknown; recorded for objects without a build id) |
 //! | 3   | Stack   | id `u`, flags `u` (bit 0: truncated), n `u`, first frame `u`, then n-1 zigzag deltas `u` |
 //! | 4   | Symbols | addr `u`, n `u`, n × (function `str`, flags `u` (bit 0: file, bit 1: line), [file `str`], [line `u`]) |
 //! | 5   | Sample  | id `u`, stack `u`, time_ns `u`, thread `u`, addr `u`, size `u`, k `u` |
@@ -237,6 +237,9 @@ impl<W: Write> Writer<W> {
         }
         put_u(p, m.build_id.len() as u64);
         p.extend_from_slice(&m.build_id);
+        // Appended later still: the file's identity where there is no build id.
+        put_u(p, m.file_size);
+        put_u(p, m.file_mtime_ns);
         self.emit(TAG_MODULE)
     }
 
@@ -687,7 +690,18 @@ impl Reader {
                     }
                     p.take(n)?.to_vec()
                 };
-                prof.modules.push(Module { path, base, start, end, build_id });
+                // As is the file's identity, after it.
+                let (file_size, file_mtime_ns) =
+                    if p.rest.is_empty() { (0, 0) } else { (p.u()?, p.u()?) };
+                prof.modules.push(Module {
+                    path,
+                    base,
+                    start,
+                    end,
+                    build_id,
+                    file_size,
+                    file_mtime_ns,
+                });
             }
             TAG_STACK => {
                 let id = p.u()?;
@@ -955,12 +969,15 @@ mod tests {
             start: 0x5555_1000,
             end: 0x5556_0000,
             build_id: (0u8..20).collect(),
+            ..Default::default()
         });
         p.modules.push(Module {
             path: "/lib/libc.so.6".into(),
             base: 0x7f00_0000_0000,
             start: 0x7f00_0000_0000,
             end: 0x7f00_0020_0000,
+            file_size: 1_922_136,
+            file_mtime_ns: 1_700_000_000_123_456_789,
             ..Default::default()
         });
         p.stacks.push(Stack {

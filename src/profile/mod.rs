@@ -75,6 +75,12 @@ pub struct Module {
     /// files written before build ids were recorded). Offline symbolization refuses a file
     /// whose build id differs: it is not the object that ran.
     pub build_id: Vec<u8>,
+    /// For an object without a build id: its file's size and modification time (ns since
+    /// the epoch) when the run saw it, else 0. Offline symbolization refuses a file that
+    /// differs in either.
+    pub file_size: u64,
+    /// See [`Module::file_size`].
+    pub file_mtime_ns: u64,
 }
 
 /// One interned call stack.

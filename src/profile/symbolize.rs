@@ -119,15 +119,34 @@ pub fn current_modules() -> Vec<Module> {
         } else {
             String::from_utf8_lossy(&r.name).into_owned()
         };
+        // Without a build id, the file's size and time stand for its identity.
+        let (file_size, file_mtime_ns) =
+            if r.build_id.is_empty() { file_identity(Path::new(&path)) } else { (0, 0) };
         modules.push(Module {
             path,
             base: r.base,
             start: r.start,
             end: r.end,
             build_id: r.build_id,
+            file_size,
+            file_mtime_ns,
         });
     }
     modules
+}
+
+/// A file's size and modification time in ns since the epoch ((0, 0) when it cannot be
+/// read): what stands for an object's identity when it has no build id.
+pub fn file_identity(path: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(m) => {
+            let ns =
+                (m.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(m.mtime_nsec() as u64);
+            (m.size(), ns)
+        }
+        Err(_) => (0, 0),
+    }
 }
 
 /// Drops a trailing legacy-mangling hash (`::h0123456789abcdef`) from a demangled name.
@@ -172,7 +191,8 @@ pub fn resolve_in_process(addrs: impl IntoIterator<Item = u64>) -> HashMap<u64, 
 /// demangled), or of its separate debug file where the distribution installs one
 /// (`/usr/lib/debug/.build-id/xx/yyyy.debug`, found by the module's GNU build id), and
 /// falls back to the ELF symbol tables. A module recorded with a build id is only read
-/// from a file with the same build id.
+/// from a file with the same build id; one without, only from a file of the size and
+/// modification time the run saw.
 /// Returns a note for each module that could not be read; addresses it cannot resolve keep
 /// their `module+0xoffset` names.
 #[cfg(feature = "report")]
@@ -204,6 +224,18 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
             notes.push(format!(
                 "{} has changed since the run (its build id differs): its frames are shown as \
                  module+offset",
+                module.path
+            ));
+            continue;
+        }
+        // Without a build id, the size and time the run saw stand for it.
+        if module.build_id.is_empty()
+            && module.file_size != 0
+            && file_identity(Path::new(&module.path)) != (module.file_size, module.file_mtime_ns)
+        {
+            notes.push(format!(
+                "{} has changed since the run (it has no build id, and its size or time \
+                 differs): its frames are shown as module+offset",
                 module.path
             ));
             continue;
