@@ -267,8 +267,13 @@ impl Queue {
     }
 
     /// Runs `f` on each published event in order, until the queue is empty or an event is
-    /// claimed but not yet published. Returns the number handled, or `None` when another
-    /// thread is draining.
+    /// claimed but not yet published. Events claimed after the call began are left for the
+    /// next one. Returns the number handled, or `None` when another thread is draining.
+    ///
+    /// The consumer stays behind the producers: it reads the tail once, and touches no slot
+    /// at or past it, neither to look at its sequence number nor to prefetch it. Those are
+    /// the lines a producer is about to write (it asked for them early, see `push_inner`);
+    /// reading one would take it back to this core just before the producer's stores.
     pub fn drain(&self, mut f: impl FnMut(&Event, &[usize])) -> Option<usize> {
         if self.draining.swap(true, Ordering::Acquire) {
             return None;
@@ -283,8 +288,12 @@ impl Queue {
         let mut n = 0;
         // The consumer runs at a safe point and may allocate.
         let mut frames: Vec<usize> = Vec::with_capacity(self.depth);
+        let end = self.tail.load(Ordering::Relaxed);
         loop {
             let pos = self.head.load(Ordering::Relaxed);
+            if pos == end {
+                return Some(n);
+            }
             let slot = self.slot(pos);
             // SAFETY: slot points at an initialised SlotHead.
             let seq = unsafe { (*slot).seq.load(Ordering::Acquire) };
@@ -296,7 +305,9 @@ impl Queue {
             // Copy out first so `f` can push more events (even into this slot's ring).
             let (event, count) = unsafe { (*(*slot).event.get(), *(*slot).nframes.get()) };
             // The producer wrote the next slots on its own core: overlap their transfer.
-            self.prefetch(pos.wrapping_add(2), false);
+            if (end.wrapping_sub(pos) as isize) > 2 {
+                self.prefetch(pos.wrapping_add(2), false);
+            }
             let count = count.min(self.depth);
             frames.clear();
             // SAFETY: `count` frames were written by the producer. They are copied out so
@@ -367,6 +378,29 @@ mod tests {
         q.set_limit(100);
         assert!(q.push(&ev(7), &[]) && q.push(&ev(8), &[]));
         assert!(!q.push(&ev(9), &[]), "never more than the ring");
+    }
+
+    /// A drain stops at the tail it read when it began: an event pushed while it runs (by a
+    /// callback, or by another thread) waits for the next drain, whose slot the consumer
+    /// did not touch before then.
+    #[test]
+    fn a_drain_stops_at_the_tail_it_began_with() {
+        let q = Queue::new(16, 1).unwrap();
+        for i in 0..3 {
+            assert!(q.push(&ev(i), &[]));
+        }
+        let mut seen = Vec::new();
+        let n = q.drain(|e, _| {
+            seen.push(e.id);
+            if e.id == 0 {
+                assert!(q.push(&ev(10), &[]));
+            }
+        });
+        assert_eq!((n, seen.as_slice()), (Some(3), &[0, 1, 2][..]));
+        assert!(q.has_unpublished());
+        assert_eq!(q.drain(|e, _| seen.push(e.id)), Some(1));
+        assert_eq!(seen, [0, 1, 2, 10]);
+        assert!(!q.has_unpublished());
     }
 
     #[test]

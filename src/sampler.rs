@@ -282,17 +282,23 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
     })
 }
 
+/// 2^62: gaps at or above it are treated as infinite.
+const TWO_POW_62: f64 = (1u64 << 62) as f64;
+
 /// A geometric gap ≥ 1 with success probability p, from `scale = -1/ln(1-p)`.
 #[inline]
 fn gap(rng: &mut SmallRng, scale: f64) -> u64 {
     let e: f64 = Exp1.sample(rng);
-    // `e * scale` is not negative, so the conversion's truncation is the floor (without a
-    // call to libm's `floor` where the target has no SSE4.1 rounding instruction).
     let g = e * scale;
-    if g >= (u64::MAX - 1) as f64 {
-        u64::MAX - 1
+    if g < TWO_POW_62 {
+        // SAFETY: `g` is finite and in `[0, 2^62)` (`e` and `scale` are not negative, and a
+        // NaN fails the compare above), so it converts to an `i64` exactly truncated: one
+        // `cvttsd2si`, where `as u64` costs a saturating sequence. Truncation is the floor
+        // here, without libm's `floor`.
+        1 + unsafe { g.to_int_unchecked::<i64>() } as u64
     } else {
-        1 + g as u64
+        // Beyond any address space: the countdown never runs out.
+        u64::MAX - 1
     }
 }
 

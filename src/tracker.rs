@@ -628,15 +628,22 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let half = config.queue_capacity / 2;
         let handle = std::thread::Builder::new()
             .name("memprof-drain".into())
             .spawn(move || {
                 let _ = ready_tx.send(());
                 drop(ready_tx);
                 while !flag.load(Ordering::Acquire) {
-                    // A busy queue is drained again at once; an idle one every 5 ms.
-                    if poll() < 1024 {
+                    // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
+                    // that was half full again at once. The pause keeps the consumer well
+                    // behind the producers: a consumer that catches up reads the slots they
+                    // are about to write (see `Queue::drain`).
+                    let n = poll();
+                    if n < 1024 {
                         std::thread::sleep(Duration::from_millis(5));
+                    } else if n < half {
+                        std::thread::sleep(Duration::from_millis(1));
                     }
                 }
             })
