@@ -115,6 +115,9 @@ struct ThreadState {
     gap_scale: Cell<f64>,
     /// `p = 1 / R`, cached per epoch.
     p: Cell<f64>,
+    /// `MANY_POINTS / p`, cached per epoch: more bytes than this after the first point
+    /// hold more than `MANY_POINTS` points on average.
+    many: Cell<u64>,
     rng: RefCell<Option<SmallRng>>,
 }
 
@@ -129,6 +132,7 @@ thread_local! {
             thread: Cell::new(0),
             gap_scale: Cell::new(0.0),
             p: Cell::new(0.0),
+            many: Cell::new(0),
             rng: RefCell::new(None),
         }
     };
@@ -199,6 +203,9 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
             let p = 1.0 / interval;
             s.p.set(p);
             s.gap_scale.set(if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() });
+            // `rest × p > MANY_POINTS` as an integer compare on the sample path (the
+            // conversion saturates where `p` is tiny).
+            s.many.set((MANY_POINTS / p) as u64);
             let seed = mix(SEED.load(Ordering::Relaxed) ^ mix(u64::from(thread)));
             let Ok(mut rng) = s.rng.try_borrow_mut() else {
                 cd.countdown.set(u64::MAX);
@@ -239,7 +246,7 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
             // Exact mode: every byte is a point.
             k = size;
             cd.countdown.set(1);
-        } else if rest as f64 * s.p.get() > 32.0 {
+        } else if rest > s.many.get() {
             // Many points expected: one binomial draw for the rest, then a fresh gap.
             let p = s.p.get();
             let extra = match Binomial::new(rest, p) {
@@ -281,6 +288,10 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
         Some(Hit { k, thread: s.thread.get(), epoch, id })
     })
 }
+
+/// Above this many expected points in the rest of one allocation, they are counted by one
+/// binomial draw instead of gap by gap.
+const MANY_POINTS: f64 = 32.0;
 
 /// 2^62: gaps at or above it are treated as infinite.
 const TWO_POW_62: f64 = (1u64 << 62) as f64;
