@@ -57,42 +57,56 @@ const USE_LIBGCC: u8 = 1;
 const USE_CFI: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(USE_LIBGCC);
 
-/// The sample path's per-thread state, reached with one thread-local lookup.
+/// The sample path's per-thread state, in one block (zeroed at thread start, see
+/// `crate::tls`).
 struct PerThread {
     /// Highest address of this thread's stack (0 = not yet known).
     hi: Cell<usize>,
-    /// The thread's remembered walks (§4), used by one capture at a time.
-    memo: UnsafeCell<memo::Memo>,
+    /// The thread's remembered walks (§4), used by one capture at a time; valid once
+    /// `memo_ready`.
+    memo: UnsafeCell<MaybeUninit<memo::Memo>>,
+    memo_ready: Cell<bool>,
     memo_taken: Cell<bool>,
 }
 
-thread_local! {
-    static THREAD: PerThread = const {
-        PerThread {
-            hi: Cell::new(0),
-            memo: UnsafeCell::new(memo::Memo::new()),
-            memo_taken: Cell::new(false),
-        }
-    };
+crate::tls::thread_block! {
+    /// This thread's unwinding state.
+    fn per_thread() -> PerThread = PerThread {
+        hi: Cell::new(0),
+        memo: UnsafeCell::new(MaybeUninit::uninit()),
+        memo_ready: Cell::new(false),
+        memo_taken: Cell::new(false),
+    }, "memprof_0_1_callstack_thread"
+}
+
+/// This thread's unwinding state, as a reference.
+#[inline(always)]
+fn this_thread<'a>() -> &'a PerThread {
+    // SAFETY: `per_thread()` is this thread's block, valid until the thread exits; the
+    // reference is used only on this thread, within the call that made it, and the
+    // fields are cells.
+    unsafe { &*per_thread() }
 }
 
 /// Runs `f` with this thread's stack top (0 when unknown) and its remembered walks (`None`
 /// when a capture on this thread, interrupted by a signal, already uses them).
 #[inline(always)]
 fn with_thread<R>(f: impl FnOnce(usize, Option<&mut memo::Memo>) -> R) -> R {
-    let Ok(t) = THREAD.try_with(|t| t as *const PerThread) else {
-        return f(0, None);
-    };
-    // SAFETY: this thread's own thread-local, which has no destructor: its storage stays
-    // valid until the thread exits, and it is only used on this thread.
-    let t = unsafe { &*t };
+    let t = this_thread();
     let hi = thread_hi(t);
     if t.memo_taken.replace(true) {
         return f(hi, None);
     }
-    // SAFETY: `memo_taken` was false and is now true: no other reference to this thread's
-    // memo exists until it is cleared below, and the memo never leaves the thread.
-    let r = f(hi, Some(unsafe { &mut *t.memo.get() }));
+    if !t.memo_ready.get() {
+        // SAFETY: `memo_taken` was false and is now true, so nothing else refers to the
+        // memo; it is this thread's own. Its first use on the thread fills it.
+        unsafe { (*t.memo.get()).write(memo::Memo::new()) };
+        t.memo_ready.set(true);
+    }
+    // SAFETY: the memo holds a value (`memo_ready`); `memo_taken` was false and is now
+    // true: no other reference to it exists until it is cleared below, and the memo never
+    // leaves the thread.
+    let r = f(hi, Some(unsafe { (*t.memo.get()).assume_init_mut() }));
     t.memo_taken.set(false);
     r
 }
@@ -680,7 +694,7 @@ fn capture_fp_slow(out: &mut Captured, depth: usize, mut fp: usize, lo: usize, t
 
 /// The top of the current thread's stack, cached per thread.
 fn stack_hi() -> usize {
-    THREAD.try_with(thread_hi).unwrap_or(0)
+    thread_hi(this_thread())
 }
 
 #[inline(always)]

@@ -46,6 +46,7 @@ pub mod recorder;
 #[cfg(feature = "report")]
 pub mod report;
 pub mod sampler;
+mod tls;
 pub mod tracker;
 
 pub use alloc::Sampled;

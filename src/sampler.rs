@@ -36,7 +36,8 @@
 //! but are never reported.
 
 use crate::padded::Padded;
-use core::cell::{Cell, RefCell};
+use core::cell::{Cell, UnsafeCell};
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -118,24 +119,69 @@ struct ThreadState {
     /// `MANY_POINTS / p`, cached per epoch: more bytes than this after the first point
     /// hold more than `MANY_POINTS` points on average.
     many: Cell<u64>,
-    rng: RefCell<Option<SmallRng>>,
+    /// The generator holds a value (seeded in some session).
+    seeded: Cell<bool>,
+    /// A draw is running on this thread (a signal handler's allocation may interrupt it).
+    drawing: Cell<bool>,
+    /// The thread's generator, valid while `seeded`.
+    rng: UnsafeCell<MaybeUninit<SmallRng>>,
 }
 
-thread_local! {
-    static STATE: ThreadState = const {
-        ThreadState {
-            cd: Countdown::new(),
-            epoch: Cell::new(0),
-            next_id: Cell::new(0),
-            id_end: Cell::new(0),
-            busy: Cell::new(false),
-            thread: Cell::new(0),
-            gap_scale: Cell::new(0.0),
-            p: Cell::new(0.0),
-            many: Cell::new(0),
-            rng: RefCell::new(None),
+impl ThreadState {
+    /// Seeds the generator. False while a draw runs (an interrupted one keeps it).
+    fn seed(&self, seed: u64) -> bool {
+        if self.drawing.get() {
+            return false;
         }
-    };
+        // SAFETY: no draw runs on this thread (checked above), so nothing borrows the
+        // generator; the state is this thread's own. `SmallRng` has no destructor, so
+        // overwriting an earlier value leaks nothing.
+        unsafe { (*self.rng.get()).write(SmallRng::seed_from_u64(seed)) };
+        self.seeded.set(true);
+        true
+    }
+
+    /// Runs `f` with the generator: `None` before it is seeded, or while a draw it would
+    /// interrupt runs.
+    #[inline(always)]
+    fn draw<R>(&self, f: impl FnOnce(&mut SmallRng) -> R) -> Option<R> {
+        if !self.seeded.get() || self.drawing.replace(true) {
+            return None;
+        }
+        // SAFETY: `seeded` says the generator holds a value; `drawing` was false and is
+        // now true, so no other reference to it exists until it is cleared below (the
+        // state never leaves its thread).
+        let r = f(unsafe { (*self.rng.get()).assume_init_mut() });
+        self.drawing.set(false);
+        Some(r)
+    }
+}
+
+crate::tls::thread_block! {
+    /// This thread's sampler state.
+    fn state() -> ThreadState = ThreadState {
+        cd: Countdown::new(),
+        epoch: Cell::new(0),
+        next_id: Cell::new(0),
+        id_end: Cell::new(0),
+        busy: Cell::new(false),
+        thread: Cell::new(0),
+        gap_scale: Cell::new(0.0),
+        p: Cell::new(0.0),
+        many: Cell::new(0),
+        seeded: Cell::new(false),
+        drawing: Cell::new(false),
+        rng: UnsafeCell::new(MaybeUninit::uninit()),
+    }, "memprof_0_1_sampler_state"
+}
+
+/// This thread's sampler state, as a reference.
+#[inline(always)]
+fn this_thread<'a>() -> &'a ThreadState {
+    // SAFETY: `state()` is this thread's block, valid until the thread exits; the
+    // reference is used only on this thread, within the call that made it (it is never
+    // stored), and every field is a cell.
+    unsafe { &*state() }
 }
 
 /// Starts sampling with mean interval `interval` bytes. Returns the new epoch.
@@ -159,7 +205,7 @@ pub(crate) fn end() {
 /// Never allocates, never blocks, never panics.
 #[inline(always)]
 pub fn sample(size: usize) -> Option<Hit> {
-    STATE.with(|s| sample_in(&s.cd, size))
+    sample_in(&this_thread().cd, size)
 }
 
 /// [`sample`] with the thread's countdown kept by the caller (see [`Countdown`]). `cd` must
@@ -181,112 +227,112 @@ pub fn sample_in(cd: &Countdown, size: usize) -> Option<Hit> {
 #[cold]
 #[inline(never)]
 fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
-    STATE.with(|s| {
-        let epoch = EPOCH.load(Ordering::Acquire);
-        let fresh = cd.epoch.get() != epoch;
-        if fresh {
-            cd.epoch.set(epoch);
-            if !ACTIVE.load(Ordering::Relaxed) {
-                cd.countdown.set(u64::MAX);
-                return None;
-            }
-        }
-        if s.epoch.get() != epoch {
-            // The thread's first slow path in this session: its number, its generator, and
-            // no ids yet.
-            s.epoch.set(epoch);
-            s.next_id.set(0);
-            s.id_end.set(0);
-            let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
-            let thread = THREADS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-            s.thread.set(thread);
-            let p = 1.0 / interval;
-            s.p.set(p);
-            s.gap_scale.set(if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() });
-            // `rest × p > MANY_POINTS` as an integer compare on the sample path (the
-            // conversion saturates where `p` is tiny).
-            s.many.set((MANY_POINTS / p) as u64);
-            let seed = mix(SEED.load(Ordering::Relaxed) ^ mix(u64::from(thread)));
-            let Ok(mut rng) = s.rng.try_borrow_mut() else {
-                cd.countdown.set(u64::MAX);
-                return None;
-            };
-            *rng = Some(SmallRng::seed_from_u64(seed));
-        }
-        if fresh {
-            // A countdown drawn in another session: its first gap in this one.
-            let Ok(mut guard) = s.rng.try_borrow_mut() else {
-                cd.countdown.set(u64::MAX);
-                return None;
-            };
-            let Some(rng) = guard.as_mut() else {
-                cd.countdown.set(u64::MAX);
-                return None;
-            };
-            cd.countdown.set(gap(rng, s.gap_scale.get()));
-        }
-        if !ACTIVE.load(Ordering::Relaxed) || size == 0 {
-            // Stopped sessions keep a countdown of u64::MAX, so only size 0 lands here.
+    let s = this_thread();
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let fresh = cd.epoch.get() != epoch;
+    if fresh {
+        cd.epoch.set(epoch);
+        if !ACTIVE.load(Ordering::Relaxed) {
+            cd.countdown.set(u64::MAX);
             return None;
         }
-        let c = cd.countdown.get();
-        if size < c {
-            cd.countdown.set(c - size);
+    }
+    if s.epoch.get() != epoch {
+        // The thread's first slow path in this session: its number, its generator, and
+        // no ids yet.
+        s.epoch.set(epoch);
+        s.next_id.set(0);
+        s.id_end.set(0);
+        let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
+        let thread = THREADS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        s.thread.set(thread);
+        let p = 1.0 / interval;
+        s.p.set(p);
+        s.gap_scale.set(if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() });
+        // `rest × p > MANY_POINTS` as an integer compare on the sample path (the
+        // conversion saturates where `p` is tiny).
+        s.many.set((MANY_POINTS / p) as u64);
+        let seed = mix(SEED.load(Ordering::Relaxed) ^ mix(u64::from(thread)));
+        if !s.seed(seed) {
+            cd.countdown.set(u64::MAX);
             return None;
         }
+    }
+    if fresh {
+        // A countdown drawn in another session: its first gap in this one.
         let scale = s.gap_scale.get();
-        let Ok(mut guard) = s.rng.try_borrow_mut() else {
+        let Some(g) = s.draw(|rng| gap(rng, scale)) else {
+            cd.countdown.set(u64::MAX);
             return None;
         };
-        let rng = guard.as_mut()?;
-        // The first point is byte `c`; `rest` bytes follow it inside the allocation.
-        let rest = size - c;
-        let mut k = 1u64;
-        if scale == 0.0 {
-            // Exact mode: every byte is a point.
-            k = size;
-            cd.countdown.set(1);
-        } else if rest > s.many.get() {
-            // Many points expected: one binomial draw for the rest, then a fresh gap.
-            let p = s.p.get();
-            let extra = match Binomial::new(rest, p) {
-                Ok(b) => b.sample(rng),
-                Err(_) => (rest as f64 * p) as u64,
-            };
-            k += extra;
-            cd.countdown.set(gap(rng, scale));
-        } else {
-            // Few points: walk the gaps; the overshoot is the next countdown.
-            let mut pos = c;
-            loop {
-                let g = gap(rng, scale);
-                match pos.checked_add(g) {
-                    Some(next) if next <= size => {
-                        pos = next;
-                        k += 1;
-                    }
-                    Some(next) => {
-                        cd.countdown.set(next - size);
-                        break;
-                    }
-                    None => {
-                        cd.countdown.set(u64::MAX);
-                        break;
-                    }
+        cd.countdown.set(g);
+    }
+    if !ACTIVE.load(Ordering::Relaxed) || size == 0 {
+        // Stopped sessions keep a countdown of u64::MAX, so only size 0 lands here.
+        return None;
+    }
+    let c = cd.countdown.get();
+    if size < c {
+        cd.countdown.set(c - size);
+        return None;
+    }
+    // The first point is byte `c` of the allocation.
+    let k = s.draw(|rng| points(s, rng, cd, size, c))?;
+    if s.busy.get() {
+        return None;
+    }
+    let mut id = s.next_id.get();
+    if id >= s.id_end.get() {
+        id = ID_BLOCKS.fetch_add(ID_BLOCK, Ordering::Relaxed);
+        s.id_end.set(id + ID_BLOCK);
+    }
+    s.next_id.set(id + 1);
+    Some(Hit { k, thread: s.thread.get(), epoch, id })
+}
+
+/// The number of sample points in an allocation of `size` bytes whose first point is byte
+/// `c` of it, drawn with `rng`; sets the countdown to the next point after the allocation.
+#[inline(always)]
+fn points(s: &ThreadState, rng: &mut SmallRng, cd: &Countdown, size: u64, c: u64) -> u64 {
+    let scale = s.gap_scale.get();
+    // `rest` bytes follow the first point inside the allocation.
+    let rest = size - c;
+    let mut k = 1u64;
+    if scale == 0.0 {
+        // Exact mode: every byte is a point.
+        k = size;
+        cd.countdown.set(1);
+    } else if rest > s.many.get() {
+        // Many points expected: one binomial draw for the rest, then a fresh gap.
+        let p = s.p.get();
+        let extra = match Binomial::new(rest, p) {
+            Ok(b) => b.sample(rng),
+            Err(_) => (rest as f64 * p) as u64,
+        };
+        k += extra;
+        cd.countdown.set(gap(rng, scale));
+    } else {
+        // Few points: walk the gaps; the overshoot is the next countdown.
+        let mut pos = c;
+        loop {
+            let g = gap(rng, scale);
+            match pos.checked_add(g) {
+                Some(next) if next <= size => {
+                    pos = next;
+                    k += 1;
+                }
+                Some(next) => {
+                    cd.countdown.set(next - size);
+                    break;
+                }
+                None => {
+                    cd.countdown.set(u64::MAX);
+                    break;
                 }
             }
         }
-        if s.busy.get() {
-            return None;
-        }
-        let mut id = s.next_id.get();
-        if id >= s.id_end.get() {
-            id = ID_BLOCKS.fetch_add(ID_BLOCK, Ordering::Relaxed);
-            s.id_end.set(id + ID_BLOCK);
-        }
-        s.next_id.set(id + 1);
-        Some(Hit { k, thread: s.thread.get(), epoch, id })
-    })
+    }
+    k
 }
 
 /// Above this many expected points in the rest of one allocation, they are counted by one
@@ -342,7 +388,7 @@ impl Busy {
     /// Enters the profiler on this thread; `None` when the thread is inside already.
     #[inline]
     pub fn enter() -> Option<Busy> {
-        let flag = STATE.try_with(|s| &s.busy as *const Cell<bool>).ok()?;
+        let flag = &this_thread().busy as *const Cell<bool>;
         // SAFETY: `flag` points into this thread's own STATE, alive for the thread's
         // lifetime, and is only used on this thread (Busy is not Send).
         if unsafe { (*flag).replace(true) } {
@@ -352,10 +398,10 @@ impl Busy {
         }
     }
 
-    /// True when this thread is inside the profiler (or its state is gone).
+    /// True when this thread is inside the profiler.
     #[inline]
     pub fn is_busy() -> bool {
-        STATE.try_with(|s| s.busy.get()).unwrap_or(true)
+        this_thread().busy.get()
     }
 }
 
