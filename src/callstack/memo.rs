@@ -197,7 +197,7 @@ impl Memo {
     /// Replays the remembered walk of `key` into `out` (empty) when every word it read lies
     /// at or above `lo` and still holds the value read then. False on a miss (`out` is
     /// left empty).
-    #[inline]
+    #[inline(always)]
     pub(super) fn replay(&mut self, key: &Key, lo: usize, out: &mut Captured) -> bool {
         let print = key.fingerprint();
         // Walks from one start can differ further up (another caller): try each.
