@@ -101,8 +101,6 @@ impl Countdown {
 }
 
 struct ThreadState {
-    /// The countdown of allocations sampled through [`sample`].
-    cd: Countdown,
     /// The epoch of the thread's number and generator.
     epoch: Cell<u64>,
     /// The thread's next sample id and the end of its block (see [`ID_BLOCK`]).
@@ -157,10 +155,17 @@ impl ThreadState {
     }
 }
 
+thread_local! {
+    /// The countdown of allocations sampled through [`sample`] (the in-process allocator's
+    /// fast path). A `thread_local!` of its own rather than a field of the block below: in
+    /// an executable, the linker turns it into one `fs:`-relative access, one instruction
+    /// fewer than a pointer to the block.
+    static COUNTDOWN: Countdown = const { Countdown::new() };
+}
+
 crate::tls::thread_block! {
     /// This thread's sampler state.
     fn state() -> ThreadState = ThreadState {
-        cd: Countdown::new(),
         epoch: Cell::new(0),
         next_id: Cell::new(0),
         id_end: Cell::new(0),
@@ -205,7 +210,7 @@ pub(crate) fn end() {
 /// Never allocates, never blocks, never panics.
 #[inline(always)]
 pub fn sample(size: usize) -> Option<Hit> {
-    sample_in(&this_thread().cd, size)
+    COUNTDOWN.with(|cd| sample_in(cd, size))
 }
 
 /// [`sample`] with the thread's countdown kept by the caller (see [`Countdown`]). `cd` must
