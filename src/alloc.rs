@@ -56,6 +56,18 @@ pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: us
     }
 }
 
+/// [`on_alloc_at`] for an allocator whose own fast path found that the countdown ran out
+/// (the preload library's `malloc`): the sampler's slow path is inlined (see
+/// [`sampler::sample_slow`]).
+#[inline(always)]
+pub fn on_alloc_slow_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
+    if let Some(hit) = sampler::sample_slow(cd, size) {
+        if !addr.is_null() {
+            hot::record_alloc_at(addr as usize, size, hit, Some((sp, bp)));
+        }
+    }
+}
+
 #[inline(always)]
 fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
     if let Some(hit) = hit {

@@ -232,6 +232,18 @@ pub fn sample_in(cd: &Countdown, size: usize) -> Option<Hit> {
 #[cold]
 #[inline(never)]
 fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
+    sample_slow(cd, size as usize)
+}
+
+/// [`sample_in`]'s slow path, inlined: for an allocator whose own fast path already found
+/// that the countdown ran out (or may belong to another session), such as the preload
+/// library's `malloc`. Gives the same answer as [`sample_in`] for any countdown.
+///
+/// Never allocates, never blocks, never panics.
+#[doc(hidden)]
+#[inline(always)]
+pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
+    let size = size as u64;
     let s = this_thread();
     let epoch = EPOCH.load(Ordering::Acquire);
     let fresh = cd.epoch.get() != epoch;

@@ -28,7 +28,7 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
-use memprof::alloc::{before_realloc, on_alloc_at, on_alloc_in, on_dealloc};
+use memprof::alloc::{before_realloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc};
 use memprof::alloc::{on_realloc_at, on_realloc_in};
 
 extern "C" {
@@ -149,7 +149,7 @@ mod fast {
     extern "C" fn malloc_slow(size: usize, sp: usize, bp: usize) -> *mut c_void {
         // SAFETY: no preconditions.
         let p = unsafe { __libc_malloc(size) };
-        on_alloc_at(countdown(), p.cast(), size, sp, bp);
+        on_alloc_slow_at(countdown(), p.cast(), size, sp, bp);
         p
     }
 
