@@ -86,6 +86,15 @@ pub fn on_dealloc(addr: *mut u8) {
     }
 }
 
+/// [`on_dealloc`] for an allocator whose own fast path found the block's filter counter
+/// set (the preload library's `free`): the live-table lookup and the event are inlined.
+#[inline(always)]
+pub fn on_dealloc_counted(addr: *mut u8) {
+    if let Some(entry) = live::remove_counted(addr as usize) {
+        hot::record_other_inline(EventKind::Dealloc, entry, 0, 0);
+    }
+}
+
 /// The first half of a reallocation: takes the old block out of the live table. Pass the
 /// result to [`on_realloc`] once the real reallocation has returned.
 #[inline(always)]

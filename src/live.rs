@@ -280,6 +280,19 @@ pub fn remove(addr: usize) -> Option<Entry> {
 #[cold]
 #[inline(never)]
 fn remove_slow(addr: usize, fi: usize) -> Option<Entry> {
+    remove_at(addr, fi)
+}
+
+/// [`remove`] after its filter test: for a caller whose own fast path found the block's
+/// counter non-zero (the preload library's `free`). Inlined there.
+#[doc(hidden)]
+#[inline(always)]
+pub fn remove_counted(addr: usize) -> Option<Entry> {
+    remove_at(addr, filter_index(addr))
+}
+
+#[inline(always)]
+fn remove_at(addr: usize, fi: usize) -> Option<Entry> {
     with_shard(shard_index(fi), |t| {
         let found = t.take(addr);
         if found.is_some() {

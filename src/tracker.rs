@@ -544,6 +544,13 @@ pub(crate) mod hot {
     #[cold]
     #[inline(never)]
     pub(crate) fn record_other(kind: EventKind, entry: Entry, addr: usize, size: usize) {
+        record_other_inline(kind, entry, addr, size)
+    }
+
+    /// [`record_other`], inlined: for a caller that is a slow path already (the preload
+    /// library's `free` of a block whose filter counter is set).
+    #[inline(always)]
+    pub(crate) fn record_other_inline(kind: EventKind, entry: Entry, addr: usize, size: usize) {
         let Some(q) = queue() else {
             return;
         };

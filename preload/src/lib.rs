@@ -28,7 +28,9 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
-use memprof::alloc::{before_realloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc};
+use memprof::alloc::{
+    before_realloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted,
+};
 use memprof::alloc::{on_realloc_at, on_realloc_in};
 
 extern "C" {
@@ -180,10 +182,15 @@ mod fast {
         )
     }
 
-    /// `free` of a block whose filter counter is not 0 (it may be sampled).
+    /// `free` of a block whose filter counter is not 0 (it may be sampled). As
+    /// `free_checked`, with the filter test already done.
     extern "C" fn free_slow(ptr: *mut c_void) {
-        // SAFETY: the caller's contract (free's).
-        unsafe { free_checked(ptr) }
+        if ptr.is_null() {
+            return;
+        }
+        on_dealloc_counted(ptr.cast());
+        // SAFETY: the caller's contract (free's): a live block of this allocator.
+        unsafe { __libc_free(ptr) };
     }
 }
 
@@ -237,9 +244,11 @@ use fast::countdown;
 pub use fast::{free, malloc};
 
 /// `free` past the fast path: a sampled block's death is recorded, then glibc frees it.
+/// (On x86-64, `free`'s own filter test comes first: see `fast::free_slow`.)
 ///
 /// # Safety
 /// As C's `free`: `ptr` is null or a live block of this allocator.
+#[cfg(not(target_arch = "x86_64"))]
 unsafe fn free_checked(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
