@@ -57,13 +57,13 @@ pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: us
 }
 
 /// [`on_alloc_at`] for an allocator whose own fast path found that the countdown ran out
-/// (the preload library's `malloc`): the sampler's slow path is inlined (see
-/// [`sampler::sample_slow`]).
+/// (the preload library's `malloc`): the sampler's slow path (see
+/// [`sampler::sample_slow`]) and the recording are inlined.
 #[inline(always)]
 pub fn on_alloc_slow_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_slow(cd, size) {
         if !addr.is_null() {
-            hot::record_alloc_at(addr as usize, size, hit, Some((sp, bp)));
+            hot::record_alloc_inline(addr as usize, size, hit, Some((sp, bp)));
         }
     }
 }

@@ -462,6 +462,18 @@ pub(crate) mod hot {
         hit: Hit,
         entry: Option<(usize, usize)>,
     ) {
+        record_alloc_inline(addr, size, hit, entry)
+    }
+
+    /// [`record_alloc_at`], inlined: for a caller that is a slow path already (the preload
+    /// library's `malloc` once its countdown ran out).
+    #[inline(always)]
+    pub(crate) fn record_alloc_inline(
+        addr: usize,
+        size: usize,
+        hit: Hit,
+        entry: Option<(usize, usize)>,
+    ) {
         let Some(_busy) = Busy::enter() else {
             return;
         };
