@@ -101,17 +101,11 @@ fn shard_index(fi: usize) -> usize {
     ((fi as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SHARD_BITS)) as usize
 }
 
+#[inline(always)]
 fn with_shard<R>(i: usize, f: impl FnOnce(&mut Table) -> R) -> R {
     let shard = &TABLE[i];
-    let mut spins = 0u32;
-    while shard.lock.swap(true, Ordering::Acquire) {
-        spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        }
+    if shard.lock.swap(true, Ordering::Acquire) {
+        wait_for(&shard.lock);
     }
     struct Unlock<'a>(&'a AtomicBool);
     impl Drop for Unlock<'_> {
@@ -219,6 +213,22 @@ impl Table {
         unsafe { (*self.slot(hole)).addr = 0 };
         self.len -= 1;
         Some(found)
+    }
+}
+
+/// Takes a shard's lock that was held when first tried: spins a little, then yields.
+#[cold]
+#[inline(never)]
+fn wait_for(lock: &AtomicBool) {
+    let mut spins = 0u32;
+    while lock.swap(true, Ordering::Acquire) {
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
     }
 }
 
