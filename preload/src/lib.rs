@@ -102,13 +102,22 @@ mod fast {
     const _: () = assert!(core::mem::size_of::<Countdown>() == 16);
 
     /// The calling thread's countdown block.
-    #[unsafe(naked)]
-    extern "C" fn countdown_addr() -> *const Countdown {
-        core::arch::naked_asm!(
-            "mov rax, qword ptr fs:[0]",
-            "add rax, qword ptr [rip + memprof_preload_countdown@GOTTPOFF]",
-            "ret",
-        )
+    #[inline(always)]
+    fn countdown_addr() -> *const Countdown {
+        let p: *const Countdown;
+        // SAFETY: `fs:[0]` holds the thread pointer (x86-64 TLS ABI) and the GOT slot the
+        // symbol's offset from it, written by the dynamic linker before this library runs:
+        // the sum is this thread's block. Only a register is written, and the result is
+        // the same for every call on one thread (`pure`).
+        unsafe {
+            core::arch::asm!(
+                "mov {p}, qword ptr fs:[0]",
+                "add {p}, qword ptr [rip + memprof_preload_countdown@GOTTPOFF]",
+                p = out(reg) p,
+                options(nostack, pure, readonly),
+            )
+        };
+        p
     }
 
     /// The calling thread's countdown.
