@@ -76,8 +76,8 @@ static THREADS: AtomicU32 = AtomicU32::new(0);
 /// A thread's countdown: the bytes until its next sample point (the point is the
 /// `countdown`-th byte from here) and the epoch it was drawn in.
 ///
-/// Every thread has one inside the sampler's own thread-local state. An allocator may keep
-/// it elsewhere, in thread-local storage it reaches faster, and sample through
+/// Every thread has one in a thread-local of the sampler's, used by [`sample`]. An allocator
+/// may keep it elsewhere, in thread-local storage it reaches faster, and sample through
 /// [`sample_in`]: the preload library keeps it in initial-exec TLS, because a shared
 /// library's Rust thread-locals cost a `__tls_get_addr` call. The fast path is then, in any
 /// language: `size < countdown && epoch == EPOCH` → `countdown -= size`, not sampled;
