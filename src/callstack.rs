@@ -325,21 +325,7 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
         // The program's frame: its return address, and the stack pointer after the return.
         let (pc, after) = (ra as u64, sp as u64 + 8);
         // A repeated stack is replayed before any walker is set up (§4).
-        let key = match mode {
-            // Frame records are looked for from the program's stack pointer up, as before
-            // the memo: a stray `bp` never leads into the profiler's own frames.
-            USE_FP => Some(memo::Key {
-                tag: memo::Key::FRAME_POINTERS,
-                pc,
-                sp: sp as u64,
-                bp: bp as u64,
-                lo: sp as u64,
-                shape: memo::Key::shape(depth, 0, false),
-            }),
-            #[cfg(target_arch = "x86_64")]
-            USE_CFI => cfi::key(pc, after, bp as u64, depth, 0, false),
-            _ => None,
-        };
+        let key = entry_key(mode, ra, sp, bp, depth);
         if let (Some(m), Some(key)) = (memo.as_deref_mut(), &key) {
             if m.replay(key, key.lo as usize, out) {
                 #[cfg(target_arch = "x86_64")]
@@ -374,6 +360,73 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
             _ => capture_dwarf_at(out, depth, caller, ra),
         }
     })
+}
+
+/// The memo key of a walk from an allocator's entry (see [`capture_at_entry`]): `ra` is the
+/// return address at `sp`. `None` for unwinders that do not remember walks.
+#[inline(always)]
+fn entry_key(mode: u8, ra: usize, sp: usize, bp: usize, depth: usize) -> Option<memo::Key> {
+    let pc = ra as u64;
+    match mode {
+        // Frame records are looked for from the program's stack pointer up, as before the
+        // memo: a stray `bp` never leads into the profiler's own frames.
+        USE_FP => Some(memo::Key {
+            tag: memo::Key::FRAME_POINTERS,
+            pc,
+            sp: sp as u64,
+            bp: bp as u64,
+            lo: sp as u64,
+            shape: memo::Key::shape(depth, 0, false),
+        }),
+        #[cfg(target_arch = "x86_64")]
+        // The walk starts at the program's frame: `sp + 8` once the return is taken.
+        USE_CFI => cfi::key(pc, sp as u64 + 8, bp as u64, depth, 0, false),
+        _ => None,
+    }
+}
+
+/// The replay half of [`capture_at_entry`], to be inlined into an allocator's slow path
+/// (the preload library's `malloc`): true when `out` now holds this thread's remembered
+/// walk from the same entry, with every word it read unchanged (§4), so that a repeated
+/// stack costs no call. On false `out` holds nothing useful: call [`capture_at_entry`],
+/// which checks the same and walks.
+///
+/// Never allocates and never panics.
+#[inline(always)]
+pub fn replay_at_entry(out: &mut Captured, depth: usize, sp: usize, bp: usize) -> bool {
+    let t = this_thread();
+    let hi = t.hi.get();
+    let lo = stack_pointer();
+    // As in `capture_at_entry`: the return address lies in this thread's stack, above the
+    // profiler's frames (an unknown stack top, 0, leaves it to `capture_at_entry`).
+    if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
+        return false;
+    }
+    // SAFETY: [sp, sp + 8) is inside this thread's stack (checked above), mapped and
+    // readable.
+    let ra = unsafe { (sp as *const usize).read() };
+    if ra == 0 {
+        return false;
+    }
+    let mode = MODE.load(Ordering::Relaxed);
+    let Some(key) = entry_key(mode, ra, sp, bp, depth) else {
+        return false;
+    };
+    // A memo in use (a capture interrupted by a signal) or not yet filled: the full path.
+    if !t.memo_ready.get() || t.memo_taken.replace(true) {
+        return false;
+    }
+    out.clear();
+    // SAFETY: the memo holds a value (`memo_ready`); `memo_taken` was false and is now
+    // true, so no other reference to it exists until it is cleared below, and the memo
+    // never leaves the thread.
+    let replayed = unsafe { (*t.memo.get()).assume_init_mut() }.replay(&key, key.lo as usize, out);
+    t.memo_taken.set(false);
+    #[cfg(target_arch = "x86_64")]
+    if replayed && mode == USE_CFI {
+        cfi::check_replayed(out, depth, ra as u64, sp as u64 + 8, bp as u64, hi);
+    }
+    replayed
 }
 
 /// This function's `rip`, `rsp` and `rbp` (inlined: the caller's).

@@ -483,7 +483,11 @@ pub(crate) mod hot {
             let depth = DEPTH.load(Ordering::Relaxed).min(q.depth());
             let caller = record_alloc_at as *const () as usize;
             match entry {
-                Some((sp, bp)) => callstack::capture_at_entry(&mut frames, depth, caller, sp, bp),
+                Some((sp, bp)) => {
+                    if !callstack::replay_at_entry(&mut frames, depth, sp, bp) {
+                        callstack::capture_at_entry(&mut frames, depth, caller, sp, bp)
+                    }
+                }
                 None => callstack::capture(&mut frames, depth, caller),
             }
             let id = hit.id;
