@@ -216,15 +216,23 @@ impl Captured {
     }
 
     /// Empties the buffer and returns it to its inline storage.
+    #[inline(always)]
     fn clear(&mut self) {
         if !self.heap.is_null() {
-            // SAFETY: `heap` came from rawmem::alloc and is not referenced after this.
-            unsafe { crate::rawmem::free(self.heap as *mut u8) };
-            self.heap = core::ptr::null_mut();
-            self.cap = INLINE_FRAMES;
+            self.free_heap();
         }
         self.len = 0;
         self.truncated = false;
+    }
+
+    /// Gives back a buffer that outgrew the inline storage (deep stacks only).
+    #[cold]
+    #[inline(never)]
+    fn free_heap(&mut self) {
+        // SAFETY: `heap` came from rawmem::alloc and is not referenced after this.
+        unsafe { crate::rawmem::free(self.heap as *mut u8) };
+        self.heap = core::ptr::null_mut();
+        self.cap = INLINE_FRAMES;
     }
 }
 
