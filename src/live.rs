@@ -124,6 +124,8 @@ impl Table {
         unsafe { self.slots.add(i) }
     }
 
+    #[cold]
+    #[inline(never)]
     fn grow(&mut self) -> bool {
         let new_cap = if self.cap == 0 { MIN_CAP } else { self.cap * 2 };
         let Some(bytes) = new_cap.checked_mul(core::mem::size_of::<Slot>()) else {
@@ -260,6 +262,7 @@ fn filter_dec(i: usize) {
 
 /// Records that the block at `addr` is the sampled block `entry`. Returns false when the
 /// table could not grow (the sample is then untracked: its free will not be seen).
+#[inline(always)]
 pub fn insert(addr: usize, entry: Entry) -> bool {
     if addr == 0 {
         return false;
