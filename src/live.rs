@@ -252,6 +252,7 @@ fn filter_inc(i: usize) {
 
 /// Counts a block out at counter `i` (a saturated counter stays); the caller holds the lock
 /// of `i`'s shard.
+#[inline(always)]
 fn filter_dec(i: usize) {
     let c = &FILTER[i];
     let v = c.load(Ordering::Relaxed);
