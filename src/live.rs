@@ -239,6 +239,7 @@ static SATURATED: AtomicBool = AtomicBool::new(false);
 
 /// Counts a block in at counter `i`; the caller holds the lock of `i`'s shard, which
 /// serialises every update of the counter (§2).
+#[inline(always)]
 fn filter_inc(i: usize) {
     let c = &FILTER[i];
     let v = c.load(Ordering::Relaxed);
