@@ -318,17 +318,9 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
 pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usize, bp: usize) {
     out.clear();
     with_thread(|hi, mut memo| {
-        let lo = stack_pointer();
-        // The return address lies in this thread's stack, above the profiler's frames.
-        if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
+        let Some(ra) = entry_return_address(hi, sp, depth) else {
             return capture(out, depth, caller);
-        }
-        // SAFETY: [sp, sp + 8) is inside this thread's stack (checked above), mapped and
-        // readable.
-        let ra = unsafe { (sp as *const usize).read() };
-        if ra == 0 {
-            return capture(out, depth, caller);
-        }
+        };
         let mode = MODE.load(Ordering::Relaxed);
         // The program's frame: its return address, and the stack pointer after the return.
         let (pc, after) = (ra as u64, sp as u64 + 8);
@@ -370,6 +362,22 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
     })
 }
 
+/// The return address at an allocator's entry `sp`, when a walk can start there: `sp` lies
+/// in this thread's stack (whose top is `hi`, 0 when unknown), above the profiler's frames,
+/// aligned, and holds a return address; `depth` asks for frames at all. Inlined, so the
+/// profiler's frames are the caller's.
+#[inline(always)]
+fn entry_return_address(hi: usize, sp: usize, depth: usize) -> Option<usize> {
+    let lo = stack_pointer();
+    if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
+        return None;
+    }
+    // SAFETY: [sp, sp + 8) is inside this thread's stack (checked above), mapped and
+    // readable.
+    let ra = unsafe { (sp as *const usize).read() };
+    (ra != 0).then_some(ra)
+}
+
 /// The memo key of a walk from an allocator's entry (see [`capture_at_entry`]): `ra` is the
 /// return address at `sp`. `None` for unwinders that do not remember walks.
 #[inline(always)]
@@ -403,19 +411,11 @@ fn entry_key(mode: u8, ra: usize, sp: usize, bp: usize, depth: usize) -> Option<
 #[inline(always)]
 pub fn replay_at_entry(out: &mut Captured, depth: usize, sp: usize, bp: usize) -> bool {
     let t = this_thread();
+    // An unknown stack top (0) leaves it to `capture_at_entry`, which looks it up.
     let hi = t.hi.get();
-    let lo = stack_pointer();
-    // As in `capture_at_entry`: the return address lies in this thread's stack, above the
-    // profiler's frames (an unknown stack top, 0, leaves it to `capture_at_entry`).
-    if hi == 0 || sp < lo || sp > hi.saturating_sub(8) || sp % 8 != 0 || depth == 0 {
+    let Some(ra) = entry_return_address(hi, sp, depth) else {
         return false;
-    }
-    // SAFETY: [sp, sp + 8) is inside this thread's stack (checked above), mapped and
-    // readable.
-    let ra = unsafe { (sp as *const usize).read() };
-    if ra == 0 {
-        return false;
-    }
+    };
     let mode = MODE.load(Ordering::Relaxed);
     let Some(key) = entry_key(mode, ra, sp, bp, depth) else {
         return false;
