@@ -24,7 +24,11 @@
 //!    of any `LD_PRELOAD` profiler;
 //! 2. `--interval 800 --depth 10` (statmemprof's λ = 0.01) with the default DWARF unwinder
 //!    and with frame pointers (target ≤ 1.5×), and the cost per sample;
-//! 3. the exact mode vs heaptrack on the same program and iterations (fewer, since both
+//! 3. **end to end** at the default interval: the whole `memprof record -- prog` command (start,
+//!    the program, then what `record` does after it exits: symbols, the summary, the
+//!    flamegraph) against the same program under the forwarding-only preload, both timed as
+//!    the process a user waits for (target: at most 1 % over the floor);
+//! 4. the exact mode vs heaptrack on the same program and iterations (fewer, since both
 //!    record every allocation; target: faster than heaptrack).
 
 use std::path::{Path, PathBuf};
@@ -223,6 +227,39 @@ fn main() {
         };
         println!("  {:<32} loop {l:>7.3} s   {r:.3}× its baseline{per_sample}", c.name);
     }
+
+    // End to end: what the user waits for, the whole `memprof record` command.
+    let memprof_bin = Path::new(env!("CARGO_BIN_EXE_memprof"));
+    let floor_env = vec![("LD_PRELOAD", forward.display().to_string())];
+    let (mut floor_t, mut plain_t, mut rec_t, mut ratios, mut plain_ratios) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let p = run(&plain_bin, iterations, &[], &out).1;
+        let f = run(&plain_bin, iterations, &floor_env, &out).1;
+        let _ = std::fs::remove_file(&out);
+        let mut cmd = Command::new(memprof_bin);
+        cmd.arg("record").arg("--force").arg("-o").arg(&out).arg("--");
+        cmd.arg(&plain_bin).arg(iterations.to_string());
+        let t = Instant::now();
+        let o = cmd.output().expect("memprof record runs");
+        let r = t.elapsed().as_secs_f64();
+        assert!(o.status.success(), "memprof record: {}", String::from_utf8_lossy(&o.stderr));
+        plain_t.push(p);
+        floor_t.push(f);
+        rec_t.push(r);
+        ratios.push(r / f);
+        plain_ratios.push(r / p);
+    }
+    println!("end to end at the default interval, {iterations} iterations (whole commands)");
+    println!("  plain                            process {:>7.3} s", median(&mut plain_t));
+    println!("  forwarding-only preload (floor)  process {:>7.3} s", median(&mut floor_t));
+    println!(
+        "  memprof record (whole command)   process {:>7.3} s   {:.3}× the floor, {:.3}× plain \
+         (target ≤ 1.01× the floor)",
+        median(&mut rec_t),
+        median(&mut ratios),
+        median(&mut plain_ratios)
+    );
 
     // Exact mode vs heaptrack: every allocation recorded by both.
     let exact_iters = iterations / 10;

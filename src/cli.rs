@@ -27,6 +27,10 @@ enum Command {
     Report(ReportArgs),
     /// Profile the bundled workloads in process and write their flamegraphs.
     Demo(DemoArgs),
+    /// Print the path of the preload library that `record` uses (written to the cache
+    /// directory first if needed), for running a program with `LD_PRELOAD` by hand.
+    #[command(name = "preload-path")]
+    PreloadPath,
     /// Runs one of the demo's workloads without a session of its own (the demo records it
     /// through the preload library).
     #[command(name = "__workload", hide = true)]
@@ -129,6 +133,7 @@ pub fn main() -> i32 {
         Command::Record(args) => return record_cmd(&args),
         Command::Report(args) => report_cmd(&args),
         Command::Demo(args) => crate::demo::run(&args),
+        Command::PreloadPath => preload_path(),
         Command::Workload { name, size } => crate::demo::workload(&name, size),
     };
     match result {
@@ -138,6 +143,26 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+/// `memprof preload-path`: where the preload library is, for `LD_PRELOAD` by hand. A library
+/// that only a temporary directory could take is gone when this command ends, so that is an
+/// error here.
+fn preload_path() -> Result<(), Error> {
+    let lib = launcher::find_preload(Some(&crate::PRELOAD))?;
+    if lib.is_temporary() {
+        return Err(Error::Other(format!(
+            "no cache directory could take the preload library (tried {}); set XDG_CACHE_HOME \
+             to a writable directory",
+            memprof::bundled::Bundled::cache_dirs()
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    println!("{}", lib.path().display());
+    Ok(())
 }
 
 fn record_cmd(args: &RecordArgs) -> i32 {
@@ -181,14 +206,14 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         .command
         .split_first()
         .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
-    let preload = launcher::find_preload()?;
+    let preload = launcher::find_preload(Some(&crate::PRELOAD))?;
     let opts = RecordOptions {
         settings,
         force: args.force,
         program: program.clone(),
         args: rest.to_vec(),
     };
-    let run = launcher::record(&opts, &preload)?;
+    let run = launcher::record(&opts, preload.path())?;
     let shown = Path::new(program).display().to_string();
     if let Some(sig) = run.signal {
         eprintln!("memprof: {shown} was killed by signal {sig}");

@@ -72,7 +72,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     // 4. The whole `memprof record` path: the leaky cache again, as an unmodified program
     //    (this executable, with no session of its own), through the preload library.
     println!("\n== memprof record -- memprof __workload leaky_cache {requests}");
-    let preload = launcher::find_preload()?;
+    let preload = launcher::find_preload(Some(&crate::PRELOAD))?;
     let mut settings = EnvSettings::from_lookup(|_| None)?;
     let mprof = args.out.join("record_leaky_cache.mprof");
     settings.output = mprof.display().to_string();
@@ -83,7 +83,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
         program: exe.into_os_string(),
         args: vec!["__workload".into(), "leaky_cache".into(), requests.to_string().into()],
     };
-    let run = launcher::record(&opts, &preload)?;
+    let run = launcher::record(&opts, preload.path())?;
     if run.exit_code != 0 {
         return Err(Error::Other(format!("the recorded workload exited with {}", run.exit_code)));
     }

@@ -4,7 +4,7 @@
 //! # 1. Before the program runs
 //! Everything that can be known to fail is checked first, each with a one-line error: the
 //! preload library is found ([`find_preload`]: `MEMPROF_PRELOAD`, next to this executable,
-//! in `deps/` beside it); the program is found (a path, or a name looked up in `PATH`) and is
+//! or the copy inside the executable written to a cache file); the program is found (a path, or a name looked up in `PATH`) and is
 //! an executable regular file; it is not setuid or setgid (the loader ignores `LD_PRELOAD`
 //! for those); an ELF program has a `PT_INTERP` header (a statically linked program never
 //! loads the preload library). The output file is created with `O_CREAT|O_EXCL|O_NOFOLLOW`
@@ -20,6 +20,7 @@
 //! program runs, so that a Ctrl-C reaches the program and the report still follows.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+use crate::bundled::{Bundled, Installed};
 use crate::config::{self, EnvSettings};
 use crate::error::Error;
 use std::ffi::{OsStr, OsString};
@@ -60,13 +61,17 @@ pub struct Recorded {
     pub children: Vec<PathBuf>,
 }
 
-/// Finds the preload library: `$MEMPROF_PRELOAD`, else next to this executable, else in
-/// `deps/` beside it. The error lists the places tried.
-pub fn find_preload() -> Result<PathBuf, Error> {
+/// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
+/// executable (an installed layout, or a cargo target directory, where `build.rs` keeps it
+/// up to date), else the copy `bundled` inside the executable, written to a cache file
+/// ([`crate::bundled`]). Keep the result alive while the program runs: a library that no
+/// cache directory could take lives in a temporary directory removed on drop. The error
+/// lists the places tried.
+pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     if let Some(p) = std::env::var_os(config::ENV_PRELOAD).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
-            Ok(p)
+            Ok(Installed::existing(p))
         } else {
             Err(Error::Other(format!(
                 "{} is set to {}, which is not a file",
@@ -77,22 +82,18 @@ pub fn find_preload() -> Result<PathBuf, Error> {
     }
     let exe =
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    let tried = [dir.join(PRELOAD_NAME), dir.join("deps").join(PRELOAD_NAME)];
-    // In a cargo target directory both can exist: `cargo build` puts the library beside
-    // the executable, `cargo test` refreshes only the one in deps/. The newer one matches
-    // the executable; an installed layout has just the first.
-    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let found = tried.iter().filter(|p| p.is_file()).max_by_key(|p| modified(p));
-    if let Some(found) = found {
-        return Ok(found.clone());
+    let beside = exe.parent().unwrap_or(Path::new(".")).join(PRELOAD_NAME);
+    if beside.is_file() {
+        return Ok(Installed::existing(beside));
     }
-    Err(Error::Other(format!(
-        "cannot find the preload library {PRELOAD_NAME} (tried {}, {}; set {} to its path)",
-        tried[0].display(),
-        tried[1].display(),
-        config::ENV_PRELOAD
-    )))
+    match bundled {
+        Some(b) => b.install(),
+        None => Err(Error::Other(format!(
+            "cannot find the preload library {PRELOAD_NAME} (tried {}; set {} to its path)",
+            beside.display(),
+            config::ENV_PRELOAD
+        ))),
+    }
 }
 
 /// Finds `program` the way `execvp` would: a name with a slash is a path, otherwise the

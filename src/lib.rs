@@ -32,6 +32,7 @@
 
 pub mod agent;
 pub mod alloc;
+pub mod bundled;
 pub mod callstack;
 pub mod config;
 pub mod error;

@@ -924,3 +924,81 @@ fn exec_keeps_what_the_image_allocated() {
         );
     }
 }
+
+/// A copy of `memprof` alone in a directory of its own, with none of the build's files
+/// beside it (what `cargo install` or copying `target/release/memprof` gives), run from
+/// another directory: `record` writes the library it carries to the cache directory, runs
+/// the program and reports it; a second run reuses the file; four first runs at once on a
+/// new cache directory all succeed; a cache that cannot be written falls back to a
+/// temporary copy that is gone after the run.
+#[test]
+fn a_lone_copy_of_the_executable_records() {
+    let root = scratch("lone");
+    let bin = root.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let exe = bin.join("memprof");
+    std::fs::copy(MEMPROF, &exe).unwrap();
+    let work = root.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let prog = fixture("sites");
+    let run = |cache: &Path, out: &str| {
+        Command::new(&exe)
+            .current_dir(&work)
+            .env("XDG_CACHE_HOME", cache)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("MEMPROF_PRELOAD")
+            .env("TMPDIR", &root)
+            .args(["record", "--interval", "1", "-o", out, "--"])
+            .arg(&prog)
+            .output()
+            .unwrap()
+    };
+    let cache = root.join("cache");
+    let out = run(&cache, "a.mprof");
+    assert_ok(&out, 0);
+    let libs: Vec<PathBuf> =
+        std::fs::read_dir(cache.join("memprof")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(libs.len(), 1, "{libs:?}");
+    let name = libs[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("libmemprof_preload-") && name.ends_with(".so"), "{name}");
+    let p = read(&work.join("a.mprof"));
+    assert_eq!(totals(&p, "leak_site"), (2_331.0, 3.0, 2_331.0, 3.0));
+    assert_eq!(totals(&p, "big_site"), (4_194_304.0, 64.0, 0.0, 0.0));
+
+    // Reused, not rewritten.
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(&libs[0]).unwrap().ino();
+    assert_ok(&run(&cache, "b.mprof"), 0);
+    assert_eq!(std::fs::metadata(&libs[0]).unwrap().ino(), ino);
+
+    // `memprof preload-path` names the same file.
+    let o = Command::new(&exe).env("XDG_CACHE_HOME", &cache).arg("preload-path").output().unwrap();
+    assert_eq!(text(&o.stdout).trim(), libs[0].display().to_string());
+
+    // Concurrent first runs on a new cache directory.
+    let fresh = root.join("fresh-cache");
+    let outs: Vec<Output> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|i| {
+                let (run, fresh) = (&run, &fresh);
+                s.spawn(move || run(fresh, &format!("c{i}.mprof")))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, o) in outs.iter().enumerate() {
+        assert_ok(o, 0);
+        let p = read(&work.join(format!("c{i}.mprof")));
+        assert_eq!(totals(&p, "leak_site"), (2_331.0, 3.0, 2_331.0, 3.0));
+    }
+    assert_eq!(std::fs::read_dir(fresh.join("memprof")).unwrap().count(), 1);
+
+    // A cache path that cannot be a directory: a private temporary copy, removed afterwards.
+    let not_a_dir = root.join("a-file");
+    std::fs::write(&not_a_dir, b"").unwrap();
+    let before = std::fs::read_dir(&root).unwrap().count();
+    let out = run(&not_a_dir, "d.mprof");
+    assert_ok(&out, 0);
+    assert_eq!(totals(&read(&work.join("d.mprof")), "leak_site"), (2_331.0, 3.0, 2_331.0, 3.0));
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), before, "the temporary copy is gone");
+}

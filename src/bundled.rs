@@ -1,0 +1,508 @@
+//! The preload library that travels inside the `memprof` executable, and the file it is
+//! written to so that the dynamic loader can map it.
+//!
+//! # 1. Where the file goes
+//! `LD_PRELOAD` needs a path, so the library's bytes (embedded by `build.rs`) are written on
+//! first use to a file named by their digest, `libmemprof_preload-<version>-<digest>.so`, in
+//! the first of these directories that works:
+//! 1. `$XDG_CACHE_HOME/memprof`, or `$HOME/.cache/memprof` when `XDG_CACHE_HOME` is unset;
+//! 2. `$XDG_RUNTIME_DIR/memprof`;
+//! 3. a private temporary directory (`$TMPDIR/memprof-XXXXXX`, mode 0700), removed when the
+//!    run ends.
+//!
+//! The first two are kept and reused by every later run of the same build; a new build
+//! writes a new file beside the old ones, and files not used for 30 days are removed when a
+//! new one is written. Removing the directory is always safe: the next run writes it again.
+//!
+//! # 2. What makes it safe
+//! - The `memprof` directory is created with mode 0700, and a directory (or file) that is not
+//!   owned by this user or that others can write is refused, never used: whoever can replace
+//!   the library runs code in every profiled program.
+//! - The file is written under a temporary name (`O_CREAT|O_EXCL`, mode 0555), synced, and
+//!   renamed into place: a reader sees no file or the whole file. Concurrent first runs each
+//!   write their own temporary file and rename it; the contents are identical, so whichever
+//!   rename lands last changes nothing.
+//! - Before every use the file is opened with `O_NOFOLLOW`, its owner and mode checked, and
+//!   its bytes compared with the embedded ones; a file that differs (cut by a full disk, a
+//!   digest collision, tampering) is replaced.
+//! - A directory that cannot be written (read-only, full, not ours) is skipped with its
+//!   reason; when every candidate fails, the error lists each one.
+
+use crate::error::Error;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// Files of other builds unused for this long are removed when a new one is written.
+const STALE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// A file in use has its modification time refreshed when it is older than this, so that
+/// pruning removes only what no run has used.
+const REFRESH: Duration = Duration::from_secs(24 * 3600);
+const PREFIX: &str = "libmemprof_preload-";
+
+/// A preload library carried as bytes (see the module doc).
+#[derive(Clone, Copy, Debug)]
+pub struct Bundled {
+    /// The library's bytes.
+    pub bytes: &'static [u8],
+    /// Hex digest of `bytes` (computed by the build script); it names the cached file.
+    pub digest: &'static str,
+    /// The version of the build, also in the file name (for people reading the directory).
+    pub version: &'static str,
+}
+
+/// Where a library was installed, and whether it is temporary.
+#[derive(Debug)]
+pub struct Installed {
+    path: PathBuf,
+    /// A private directory removed on drop (the last-resort fallback).
+    temp_dir: Option<PathBuf>,
+}
+
+impl Installed {
+    /// A library that is not ours to remove (`MEMPROF_PRELOAD`, a file beside the executable).
+    pub fn existing(path: PathBuf) -> Self {
+        Installed { path, temp_dir: None }
+    }
+
+    /// The library's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file is removed when this value is dropped (no cache directory worked).
+    pub fn is_temporary(&self) -> bool {
+        self.temp_dir.is_some()
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if let Some(d) = &self.temp_dir {
+            let _ = fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl Bundled {
+    /// The cached file's name.
+    pub fn file_name(&self) -> String {
+        format!("{PREFIX}{}-{}.so", self.version, self.digest)
+    }
+
+    /// The directories tried in turn, from the environment (module doc, §1), without the
+    /// temporary fallback.
+    pub fn cache_dirs() -> Vec<PathBuf> {
+        let abs = |v: &str| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_absolute());
+        let mut dirs = Vec::new();
+        if let Some(c) = abs("XDG_CACHE_HOME") {
+            dirs.push(c.join("memprof"));
+        } else if let Some(h) = abs("HOME") {
+            dirs.push(h.join(".cache").join("memprof"));
+        }
+        if let Some(r) = abs("XDG_RUNTIME_DIR") {
+            dirs.push(r.join("memprof"));
+        }
+        dirs
+    }
+
+    /// Installs the library in the first of [`Bundled::cache_dirs`] that works, else in a
+    /// private temporary directory under `tmp` when given.
+    pub fn install(&self) -> Result<Installed, Error> {
+        self.install_in(&Self::cache_dirs(), Some(&std::env::temp_dir()))
+    }
+
+    /// [`Bundled::install`] with explicit candidates: each of `dirs` (created if missing),
+    /// then, if `tmp` is given, a new private directory inside it.
+    pub fn install_in(&self, dirs: &[PathBuf], tmp: Option<&Path>) -> Result<Installed, Error> {
+        let mut tried = Vec::new();
+        for dir in dirs {
+            match self.install_at(dir) {
+                Ok(path) => return Ok(Installed { path, temp_dir: None }),
+                Err(why) => tried.push(format!("{}: {why}", dir.display())),
+            }
+        }
+        if let Some(tmp) = tmp {
+            match self.install_temp(tmp) {
+                Ok(i) => return Ok(i),
+                Err(why) => tried.push(format!("a private directory in {}: {why}", tmp.display())),
+            }
+        }
+        Err(Error::Other(format!(
+            "cannot write the preload library anywhere (tried {}); set {} to a copy of \
+             libmemprof_preload.so",
+            if tried.is_empty() { "nothing".to_owned() } else { tried.join("; ") },
+            crate::config::ENV_PRELOAD
+        )))
+    }
+
+    /// The cached file in `dir`, verified, written first if missing or wrong.
+    fn install_at(&self, dir: &Path) -> Result<PathBuf, String> {
+        private_dir(dir)?;
+        let path = dir.join(self.file_name());
+        // Missing, cut short, different, not ours or writable by others: whatever is there is
+        // replaced (the directory is ours, so the rename is ours to make).
+        if self.verify(&path).is_ok() {
+            refresh(&path);
+            return Ok(path);
+        }
+        self.write_atomically(dir, &path)?;
+        self.verify(&path).map_err(|c| c.to_string())?;
+        prune(dir, &path);
+        Ok(path)
+    }
+
+    fn install_temp(&self, tmp: &Path) -> Result<Installed, String> {
+        let dir = make_private_temp_dir(tmp)?;
+        let path = dir.join(self.file_name());
+        let done = self
+            .write_atomically(&dir, &path)
+            .and_then(|()| self.verify(&path).map_err(|c| c.to_string()));
+        match done {
+            Ok(()) => Ok(Installed { path, temp_dir: Some(dir) }),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    fn write_atomically(&self, dir: &Path, path: &Path) -> Result<(), String> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmp = dir.join(format!(
+            ".{}.{}.{}.tmp",
+            self.file_name(),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o555)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(self.bytes)?;
+            f.sync_all()?;
+            fs::rename(&tmp, path)
+        })();
+        written.map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            format!("cannot write {}: {e}", path.display())
+        })
+    }
+
+    /// Checks that `path` is a regular file of ours that no one else can write, holding
+    /// exactly the embedded bytes.
+    fn verify(&self, path: &Path) -> Result<(), Check> {
+        let mut f = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Check::Missing),
+            Err(e) => return Err(Check::Unsafe(format!("cannot open {}: {e}", path.display()))),
+        };
+        let meta = f.metadata().map_err(|e| Check::Unsafe(e.to_string()))?;
+        owned_and_private(&meta, path).map_err(Check::Unsafe)?;
+        if !meta.is_file() {
+            return Err(Check::Unsafe(format!("{} is not a regular file", path.display())));
+        }
+        if meta.len() != self.bytes.len() as u64 {
+            return Err(Check::Differs(path.to_owned()));
+        }
+        if !same_contents(&mut f, self.bytes) {
+            return Err(Check::Differs(path.to_owned()));
+        }
+        Ok(())
+    }
+}
+
+/// Why a cached file cannot be used as it is.
+#[derive(Debug)]
+enum Check {
+    Missing,
+    Differs(PathBuf),
+    Unsafe(String),
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Check::Missing => write!(f, "the file vanished after it was written"),
+            Check::Differs(p) => {
+                write!(f, "{} does not hold the library just written", p.display())
+            }
+            Check::Unsafe(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+fn same_contents(f: &mut File, mut expected: &[u8]) -> bool {
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => return expected.is_empty(),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        };
+        if n > expected.len() || buf[..n] != expected[..n] {
+            return false;
+        }
+        expected = &expected[n..];
+    }
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn owned_and_private(meta: &fs::Metadata, path: &Path) -> Result<(), String> {
+    if meta.uid() != euid() {
+        return Err(format!("{} belongs to uid {}, not to this user", path.display(), meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by others (mode {:o})",
+            path.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Creates `dir` (mode 0700; its parents as usual) and checks that it is ours and private.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        return Err(format!("cannot create it: {e}"));
+    }
+    let meta = fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_dir() {
+        return Err("not a directory".into());
+    }
+    owned_and_private(&meta, dir)
+}
+
+fn make_private_temp_dir(tmp: &Path) -> Result<PathBuf, String> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut last = None;
+    for _ in 0..16 {
+        let d = tmp.join(format!(
+            "memprof-{}-{:x}-{}",
+            std::process::id(),
+            nanos,
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        // Not recursive: the directory must be new, or someone else made it.
+        match fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(format!("cannot create a directory: {e}")),
+        }
+    }
+    Err(format!("cannot create a directory: {}", last.map(|e| e.to_string()).unwrap_or_default()))
+}
+
+/// Marks a file as used (module doc, §1), at most once a day.
+fn refresh(path: &Path) {
+    let old = fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > REFRESH);
+    if old {
+        if let Ok(f) = File::open(path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+    }
+}
+
+/// Removes other builds' libraries in `dir` that no run has used for [`STALE`].
+fn prune(dir: &Path, keep: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if p == keep || !name.starts_with(PREFIX) || !name.ends_with(".so") {
+            continue;
+        }
+        let stale = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE);
+        if stale {
+            let _ = fs::remove_file(&p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    static BYTES: &[u8] = b"\x7fELF pretend library";
+
+    fn lib() -> Bundled {
+        Bundled { bytes: BYTES, digest: "0123456789abcdef", version: "0.0.0" }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("memprof-bundled-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn first_use_writes_a_private_file_and_later_uses_reuse_it() {
+        let root = scratch("reuse");
+        let dir = root.join("cache/memprof");
+        let a = lib().install_in(std::slice::from_ref(&dir), None).unwrap();
+        assert_eq!(a.path(), dir.join("libmemprof_preload-0.0.0-0123456789abcdef.so"));
+        assert!(!a.is_temporary());
+        assert_eq!(fs::read(a.path()).unwrap(), BYTES);
+        let m = fs::metadata(a.path()).unwrap();
+        assert_eq!(m.mode() & 0o222, 0, "nobody may write it");
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let ino = m.ino();
+        let b = lib().install_in(std::slice::from_ref(&dir), None).unwrap();
+        assert_eq!(fs::metadata(b.path()).unwrap().ino(), ino, "the file is reused");
+        // No temporary files are left behind.
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+        drop((a, b));
+        assert!(dir.join(lib().file_name()).is_file(), "a cached file outlives the run");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_file_is_replaced() {
+        let root = scratch("damaged");
+        let path = root.join(lib().file_name());
+        // Cut short (a full disk), then wrong bytes of the right length.
+        fs::write(&path, &BYTES[..4]).unwrap();
+        let a = lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        assert_eq!(fs::read(a.path()).unwrap(), BYTES);
+        fs::remove_file(&path).unwrap();
+        let mut wrong = BYTES.to_vec();
+        wrong[10] ^= 1;
+        fs::write(&path, &wrong).unwrap();
+        let b = lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        assert_eq!(fs::read(b.path()).unwrap(), BYTES);
+        // Writable by others: replaced too.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+        let c = lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        assert_eq!(fs::metadata(c.path()).unwrap().mode() & 0o222, 0);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_the_file_is_never_followed() {
+        let root = scratch("symlink");
+        let victim = root.join("victim");
+        fs::write(&victim, b"keep me").unwrap();
+        let cache = root.join("cache");
+        fs::create_dir(&cache).unwrap();
+        fs::set_permissions(&cache, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&victim, cache.join(lib().file_name())).unwrap();
+        let a = lib().install_in(std::slice::from_ref(&cache), None).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"keep me");
+        assert!(fs::symlink_metadata(a.path()).unwrap().is_file());
+        assert_eq!(fs::read(a.path()).unwrap(), BYTES);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn unusable_directories_fall_back_to_a_private_temporary_one() {
+        let root = scratch("fallback");
+        let file = root.join("a-file");
+        fs::write(&file, b"").unwrap();
+        let open = root.join("world-writable");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        // /proc refuses new directories even to root: a read-only place.
+        let dirs = [file.join("memprof"), open.clone(), PathBuf::from("/proc/memprof-test")];
+        let a = lib().install_in(&dirs, Some(&root)).unwrap();
+        assert!(a.is_temporary());
+        let temp = a.path().parent().unwrap().to_owned();
+        assert!(temp.starts_with(&root));
+        assert_eq!(fs::metadata(&temp).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(fs::read(a.path()).unwrap(), BYTES);
+        assert_eq!(fs::read_dir(&open).unwrap().count(), 0, "nothing written where others write");
+        drop(a);
+        assert!(!temp.exists(), "the temporary copy is removed after the run");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_error_lists_every_place_tried() {
+        let root = scratch("error");
+        let file = root.join("a-file");
+        fs::write(&file, b"").unwrap();
+        let err = lib()
+            .install_in(&[file.join("memprof")], Some(&file.join("tmp")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&file.join("memprof").display().to_string()), "{err}");
+        assert!(err.contains("a private directory in"), "{err}");
+        assert!(err.contains("MEMPROF_PRELOAD"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn concurrent_first_uses_all_get_the_whole_file() {
+        let root = scratch("race");
+        let dir = root.join("memprof");
+        let big: &'static [u8] = Vec::leak((0..4 << 20).map(|i| (i * 7 % 251) as u8).collect());
+        let l = Bundled { bytes: big, digest: "feedfacefeedface", version: "0.0.0" };
+        let paths: Vec<PathBuf> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| l.install_in(std::slice::from_ref(&dir), None).unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap().path().to_owned()).collect()
+        });
+        for p in &paths {
+            assert_eq!(p, &dir.join(l.file_name()));
+        }
+        assert!(fs::read(&paths[0]).unwrap() == big);
+        let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "temporary files left: {names:?}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn old_builds_are_pruned_and_recent_ones_kept() {
+        let root = scratch("prune");
+        let old = root.join("libmemprof_preload-0.0.0-00000000000000aa.so");
+        let recent = root.join("libmemprof_preload-0.0.0-00000000000000bb.so");
+        let other = root.join("unrelated.so");
+        for p in [&old, &recent, &other] {
+            fs::write(p, b"x").unwrap();
+        }
+        let long_ago = SystemTime::now() - STALE - Duration::from_secs(3600);
+        for p in [&old, &other] {
+            File::options().write(true).open(p).unwrap().set_modified(long_ago).unwrap();
+        }
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).unwrap();
+        lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        assert!(!old.exists());
+        assert!(recent.exists() && other.exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+}
