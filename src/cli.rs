@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use memprof::config::{self, EnvSettings};
 use memprof::launcher::{self, RecordOptions};
+use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
 use memprof::Error;
@@ -213,7 +214,20 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         program: program.clone(),
         args: rest.to_vec(),
     };
-    let run = launcher::record(&opts, preload.path())?;
+    // While the program runs, another thread reads the symbols of the objects it mapped,
+    // so that little is left to do once it exits (symbol reading was most of that).
+    let (pid_tx, pid_rx) = std::sync::mpsc::channel::<u32>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let warm = std::thread::Builder::new()
+        .name("memprof-symbols".into())
+        .spawn(move || warm_symbols(&pid_rx, &done_rx))
+        .ok();
+    let run = launcher::record_with(&opts, preload.path(), |pid| {
+        let _ = pid_tx.send(pid);
+    });
+    drop(done_tx);
+    let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
+    let run = run?;
     let shown = Path::new(program).display().to_string();
     if let Some(sig) = run.signal {
         eprintln!("memprof: {shown} was killed by signal {sig}");
@@ -228,7 +242,10 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
             run.output.display()
         )));
     }
-    let (profile, labels) = read_profiles(&files, true)?;
+    let (profile, labels) = read_profiles(&files, true, &mut loaders)?;
+    // The process ends right after the report: freeing the parsed debug information (tens of
+    // MB for a C library) would only add tens of milliseconds to the user's wait.
+    std::mem::forget(loaders);
     if profile.samples.is_empty() {
         if let Some((_, hint)) = exec_hint(program, &run, &profile) {
             eprintln!("memprof: error: no allocations were seen in {shown}: {hint}");
@@ -301,6 +318,31 @@ fn exec_hint(
     ))
 }
 
+/// Reads the symbols of the objects that program `pid` maps, once it has had 10 ms to map
+/// them, until `done` says the program has exited (what is loaded then is kept; the rest is
+/// read after the exit only if samples need it). A program that exits within 10 ms needs
+/// nothing loaded ahead.
+fn warm_symbols(
+    pid: &std::sync::mpsc::Receiver<u32>,
+    done: &std::sync::mpsc::Receiver<()>,
+) -> Loaders {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut loaders = Loaders::default();
+    let Ok(pid) = pid.recv() else {
+        return loaders;
+    };
+    if done.recv_timeout(std::time::Duration::from_millis(10)) != Err(RecvTimeoutError::Timeout) {
+        return loaders;
+    }
+    for path in launcher::mapped_objects(pid) {
+        if done.try_recv() != Err(std::sync::mpsc::TryRecvError::Empty) {
+            break;
+        }
+        loaders.load(&path);
+    }
+    loaders
+}
+
 /// Reads one or more profiles (merged when several), printing their warnings. Frames
 /// without symbols are resolved from the recorded modules. With `recorded` (`memprof
 /// record`, right after the program exited, the first file being the program's own and
@@ -311,6 +353,7 @@ fn exec_hint(
 pub(crate) fn read_profiles(
     files: &[PathBuf],
     recorded: bool,
+    loaders: &mut Loaders,
 ) -> Result<(Profile, Vec<String>), Error> {
     let mut profiles = Vec::with_capacity(files.len());
     let mut labels = Vec::with_capacity(files.len());
@@ -334,7 +377,7 @@ pub(crate) fn read_profiles(
             p.stacks.iter().flat_map(|s| &s.frames).any(|a| !p.symbols.contains_key(a));
         if unresolved && !p.modules.is_empty() {
             let before = p.symbols.len();
-            for note in memprof::profile::symbolize::resolve_offline(&mut p) {
+            for note in memprof::profile::symbolize::resolve_offline_with(&mut p, loaders) {
                 eprintln!("memprof: note: {}: {note}", f.display());
             }
             if recorded && p.complete && p.warnings.is_empty() && p.symbols.len() > before {
@@ -395,7 +438,7 @@ fn rewrite(path: &Path, profile: &Profile) -> Result<(), Error> {
 }
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
-    let (profile, _) = read_profiles(&args.files, false)?;
+    let (profile, _) = read_profiles(&args.files, false, &mut Loaders::default())?;
     if args.files.len() > 1 {
         eprintln!("memprof: {} profiles reported together", args.files.len());
     }

@@ -88,7 +88,11 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
         return Err(Error::Other(format!("the recorded workload exited with {}", run.exit_code)));
     }
     // As `memprof record` does: the symbols are resolved now and written into the file.
-    let (profile, _) = crate::cli::read_profiles(std::slice::from_ref(&run.output), true)?;
+    let (profile, _) = crate::cli::read_profiles(
+        std::slice::from_ref(&run.output),
+        true,
+        &mut memprof::profile::symbolize::Loaders::default(),
+    )?;
     println!(
         "{} samples through the preload library, profile {}",
         profile.samples.len(),

@@ -306,6 +306,16 @@ fn create_error(path: &str, errno: i32, force: bool) -> Error {
 /// Runs the program under the preload library and waits for it. `preload` is the library
 /// ([`find_preload`]).
 pub fn record(opts: &RecordOptions, preload: &Path) -> Result<Recorded, Error> {
+    record_with(opts, preload, |_| {})
+}
+
+/// [`record`], calling `started` with the program's pid once it runs (before waiting for
+/// it), so that work can overlap the run.
+pub fn record_with(
+    opts: &RecordOptions,
+    preload: &Path,
+    started: impl FnOnce(u32),
+) -> Result<Recorded, Error> {
     let shown = Path::new(&opts.program).display().to_string();
     let program = resolve_program(&opts.program)?;
     check_profilable(&program, &shown)?;
@@ -388,6 +398,7 @@ pub fn record(opts: &RecordOptions, preload: &Path) -> Result<Recorded, Error> {
     unsafe { libc::close(rd) };
     let pid = child.id();
     let output = PathBuf::from(config::expand_output(&template, pid));
+    started(pid);
 
     // SAFETY: SIG_IGN is a valid disposition for these signals.
     let old = unsafe {
@@ -407,6 +418,29 @@ pub fn record(opts: &RecordOptions, preload: &Path) -> Result<Recorded, Error> {
     };
     let children = if opts.settings.follow_forks { child_profiles(&output) } else { Vec::new() };
     Ok(Recorded { exit_code, signal, output, children })
+}
+
+/// The object files mapped executable in process `pid` (from `/proc/<pid>/maps`), in the
+/// kernel's order (the program first), without the preload library: what its profile's
+/// modules will name, known while it runs.
+pub fn mapped_objects(pid: u32) -> Vec<String> {
+    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for line in maps.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let perms = fields.nth(1).unwrap_or("");
+        let Some(path) = fields.nth(3) else { continue };
+        if perms.contains('x')
+            && path.starts_with('/')
+            && !path.rsplit('/').next().unwrap_or("").starts_with("libmemprof_preload")
+            && !out.iter().any(|p| p == path)
+        {
+            out.push(path.to_owned());
+        }
+    }
+    out
 }
 
 /// The files of followed children of the run whose root profile is `root`:

@@ -197,6 +197,14 @@ pub fn resolve_in_process(addrs: impl IntoIterator<Item = u64>) -> HashMap<u64, 
 /// their `module+0xoffset` names.
 #[cfg(feature = "report")]
 pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
+    resolve_offline_with(profile, &mut Loaders::default())
+}
+
+/// [`resolve_offline`] with symbol readers loaded earlier (by [`Loaders::load`], for example
+/// while the program still ran), which are used where they were read from the same file as
+/// the module's; others are loaded now and kept in `loaders` for the next profile.
+#[cfg(feature = "report")]
+pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
     use std::collections::BTreeMap;
     let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     let mut seen = std::collections::HashSet::new();
@@ -240,17 +248,15 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
             ));
             continue;
         }
-        let loader = match addr2line::Loader::new(&module.path) {
+        let loaded = match loaders.for_module(module) {
             Ok(l) => l,
             Err(e) => {
-                notes.push(format!("cannot read symbols of {}: {e}", module.path));
+                notes.push(e);
                 continue;
             }
         };
         // The separate debug file has the same addresses as the module.
-        let debug =
-            debug_file(Path::new(&module.path)).and_then(|p| addr2line::Loader::new(p).ok());
-        let loaders: Vec<&addr2line::Loader> = debug.iter().chain([&loader]).collect();
+        let loaders: Vec<&addr2line::Loader> = loaded.debug.iter().chain([&loaded.main]).collect();
         let base = module.base;
         for addr in addrs {
             let probe = addr.saturating_sub(1).wrapping_sub(base);
@@ -290,6 +296,94 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
         }
     }
     notes
+}
+
+/// Symbol readers (addr2line over the DWARF and symbol tables) of object files by path, with
+/// what identified each file when it was read. Loading one means reading and decompressing
+/// its debug sections: tens of milliseconds for a C library with its separate debug file,
+/// the bulk of what `memprof record` did after the program exited. `memprof record` loads
+/// the program's objects while the program runs ([`Loaders::load`] from another thread:
+/// the value is `Send`), so that little is left to do after it exits.
+#[cfg(feature = "report")]
+#[derive(Default)]
+pub struct Loaders {
+    by_path: HashMap<String, Loaded>,
+}
+
+#[cfg(feature = "report")]
+struct Loaded {
+    build_id: Option<Vec<u8>>,
+    identity: (u64, u64),
+    main: addr2line::Loader,
+    /// The separate debug file (`/usr/lib/debug/.build-id/`), when installed.
+    debug: Option<addr2line::Loader>,
+}
+
+#[cfg(feature = "report")]
+impl std::fmt::Debug for Loaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaders").field("paths", &self.by_path.keys()).finish()
+    }
+}
+
+#[cfg(feature = "report")]
+impl Loaders {
+    /// Reads the symbols of the object at `path` unless they are loaded; an object that
+    /// cannot be read is skipped (resolution reports it).
+    pub fn load(&mut self, path: &str) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.by_path.entry(Self::key(path)) {
+            if let Ok(l) = Self::read(path) {
+                e.insert(l);
+            }
+        }
+    }
+
+    /// Files are known by their canonical path: the loader's name for an object
+    /// (`/lib/x86_64-linux-gnu/libc.so.6`) and the kernel's (`/usr/lib/…`) differ where
+    /// `/lib` is a link.
+    fn key(path: &str) -> String {
+        std::fs::canonicalize(path)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| path.to_owned())
+    }
+
+    /// How many objects are loaded.
+    pub fn len(&self) -> usize {
+        self.by_path.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.by_path.is_empty()
+    }
+
+    fn read(path: &str) -> Result<Loaded, String> {
+        let p = Path::new(path);
+        let identity = file_identity(p);
+        let build_id = build_id(p);
+        let main =
+            addr2line::Loader::new(p).map_err(|e| format!("cannot read symbols of {path}: {e}"))?;
+        let debug = debug_file(p).and_then(|d| addr2line::Loader::new(d).ok());
+        Ok(Loaded { build_id, identity, main, debug })
+    }
+
+    /// The readers of `module`'s file, loaded now unless loaded earlier from the same file
+    /// (same build id, or same size and time for an object without one).
+    fn for_module(&mut self, module: &Module) -> Result<&Loaded, String> {
+        let same = |l: &Loaded| {
+            if module.build_id.is_empty() {
+                module.file_size == 0 || l.identity == (module.file_size, module.file_mtime_ns)
+            } else {
+                l.build_id.as_deref() == Some(&module.build_id[..])
+            }
+        };
+        let key = Self::key(&module.path);
+        if !self.by_path.get(&key).is_some_and(same) {
+            let l = Self::read(&module.path)?;
+            self.by_path.insert(key.clone(), l);
+        }
+        Ok(&self.by_path[&key])
+    }
 }
 
 /// The separate debug file of the ELF object at `path`, when one is installed under
