@@ -255,7 +255,7 @@ pub fn init() {
 
 /// Stops the session and finishes the file (the `atexit` handler). Safe to call more
 /// than once; does nothing in a process that does not own a session.
-pub fn finish() {
+pub(crate) fn finish() {
     if OWNER.load(Ordering::Acquire) != pid() {
         return;
     }
@@ -312,9 +312,28 @@ pub fn before_exec() {
     last_sync(crate::profile::Stopped::Exec);
 }
 
+/// Runs `dlclose` (the real one, called by the closure) between [`before_dlclose`] and
+/// [`after_dlclose`], which must come in pairs around it: the profile is brought up to date
+/// while the library is still mapped (see §5), and the DWARF unwinder's module list is
+/// withdrawn meanwhile and rebuilt once the library is gone. errno is `dlclose`'s.
+pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {
+    /// Runs [`after_dlclose`] even if `dlclose` unwinds, so the pair stays balanced.
+    struct After;
+    impl Drop for After {
+        fn drop(&mut self) {
+            let saved = crate::callstack::errno();
+            after_dlclose();
+            crate::callstack::set_errno(saved);
+        }
+    }
+    before_dlclose();
+    let _after = After;
+    dlclose()
+}
+
 /// Brings the profile up to date before a library is unloaded (see §5), and withdraws the
-/// DWARF unwinder's module list until [`after_dlclose`].
-pub fn before_dlclose() {
+/// DWARF unwinder's module list until [`after_dlclose`]. Only through [`around_dlclose`].
+fn before_dlclose() {
     if OWNER.load(Ordering::Acquire) == pid() {
         crate::recorder::unloading(true);
         tracker::sync();
@@ -323,8 +342,9 @@ pub fn before_dlclose() {
     crate::callstack::before_dlclose();
 }
 
-/// After `dlclose` returned: the DWARF unwinder lists the objects still loaded.
-pub fn after_dlclose() {
+/// After `dlclose` returned: the DWARF unwinder lists the objects still loaded. Only
+/// through [`around_dlclose`], once per [`before_dlclose`].
+fn after_dlclose() {
     let _busy = crate::sampler::Busy::enter();
     crate::callstack::after_dlclose();
 }

@@ -199,6 +199,12 @@ impl<A> Sampled<A> {
     }
 }
 
+impl<A> core::fmt::Debug for Sampled<A> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sampled").finish_non_exhaustive()
+    }
+}
+
 // SAFETY: every method forwards to `A` with the caller's arguments unchanged and returns
 // A's result; the hooks only observe addresses and sizes.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Sampled<A> {

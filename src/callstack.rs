@@ -507,19 +507,19 @@ pub fn maintain() {
 /// Call before `dlclose`: the DWARF unwinder stops using the module list until
 /// [`after_dlclose`] (captures meanwhile go to libgcc), so no thread reads the unwind
 /// tables of an object being unmapped.
-pub fn before_dlclose() {
+pub(crate) fn before_dlclose() {
     #[cfg(target_arch = "x86_64")]
     cfi::before_dlclose();
 }
 
 /// Call after `dlclose` returned (see [`before_dlclose`]).
-pub fn after_dlclose() {
+pub(crate) fn after_dlclose() {
     #[cfg(target_arch = "x86_64")]
     cfi::after_dlclose(MODE.load(Ordering::Relaxed) == USE_CFI);
 }
 
 /// In a forked child: releases what threads the child lacks held in the DWARF unwinder.
-pub fn fork_child() {
+pub(crate) fn fork_child() {
     #[cfg(target_arch = "x86_64")]
     cfi::fork_child();
 }

@@ -27,33 +27,82 @@
 //! let profile = session.stop().unwrap().into_profile();
 //! println!("{} samples", profile.samples.len());
 //! ```
+//!
+//! # What is not API
+//! The engine (the sampler, the live table, the queue, the call-stack capture) and the
+//! handlers that keep it consistent across `fork` and `dlclose` are private: calling them
+//! at the wrong moment would break the invariants their `unsafe` code relies on. What the
+//! preload library needs is in [`__private`], which is not API. None of these compile:
+//! ```compile_fail,E0603
+//! memprof::live::unlock_all();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::live::lock_all();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::callstack::fork_child();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::callstack::after_dlclose();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::tracker::fork_parent();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::tracker::fork_child();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::tracker::fork_prepare();
+//! ```
+//! ```compile_fail,E0425
+//! memprof::__private::fork_child();
+//! ```
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod agent;
-pub mod alloc;
-pub mod callstack;
+mod agent;
+mod alloc;
+mod callstack;
 pub mod config;
-pub mod error;
+mod error;
 pub mod gc;
 pub mod launcher;
-pub mod live;
+mod live;
 mod padded;
-pub mod postponed;
+mod postponed;
 pub mod profile;
 mod rawmem;
-pub mod recorder;
+mod recorder;
 #[cfg(feature = "report")]
 pub mod report;
-pub mod sampler;
+mod sampler;
 mod tls;
-pub mod tracker;
+mod tracker;
 
 pub use alloc::Sampled;
 pub use config::{Config, Unwinder};
 pub use error::Error;
 pub use recorder::Recorder;
 pub use tracker::{
-    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation, Session,
-    SessionInfo, Stats, Tracker,
+    monotonic_ns, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation,
+    Session, SessionInfo, Stats, Tracker,
 };
+
+/// Not API: what the preload library (`memprof-preload`), the tests and the benchmarks
+/// need from the engine. Nothing here follows semantic versioning, and it may change or
+/// disappear in any release. Every function here is safe to call at any time; the
+/// handlers that are not (fork, `dlclose`) stay private to the crate, and the preload
+/// library reaches them through [`around_dlclose`](__private::around_dlclose) and the
+/// agent's own `pthread_atfork` registration.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::alloc::{
+        before_realloc, on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc,
+        on_dealloc_counted, on_realloc, on_realloc_at, on_realloc_in,
+    };
+    pub use crate::callstack::dwarf_fallbacks;
+    pub use crate::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
+    pub use crate::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
+}

@@ -34,9 +34,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// Capacity of a streaming recorder's write buffer.
-pub const STREAM_BUFFER: usize = 64 * 1024;
+pub(crate) const STREAM_BUFFER: usize = 64 * 1024;
 /// Longest time written records wait in the buffer.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 /// Set while a library is about to be unmapped ([`unloading`]): the forced poll then
 /// resolves the symbols seen so far in process even with offline symbols, since the
@@ -45,7 +45,7 @@ static UNLOADING: AtomicBool = AtomicBool::new(false);
 
 /// Marks the forced polls that follow, until `unloading(false)`, as made before a library
 /// is unmapped (`dlclose`): see [`Recorder::offline_symbols`].
-pub fn unloading(on: bool) {
+pub(crate) fn unloading(on: bool) {
     UNLOADING.store(on, Ordering::Release);
 }
 
@@ -56,7 +56,7 @@ static STOPPING: AtomicU8 = AtomicU8::new(0);
 /// Marks the forced polls that follow, until `stopping(None)`, as the last before the
 /// process image ends (`exec`, `_exit`): each writes a Stopping record after the events,
 /// so the reader can tell the file is whole rather than cut by a crash.
-pub fn stopping(why: Option<Stopped>) {
+pub(crate) fn stopping(why: Option<Stopped>) {
     let v = match why {
         None => 0,
         Some(Stopped::Exec) => 1,
@@ -66,7 +66,7 @@ pub fn stopping(why: Option<Stopped>) {
 }
 
 /// Opens a file to stream to: its path and the file.
-pub type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
+pub(crate) type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
 
 /// Builds a [`Profile`] from a session's samples.
 #[derive(Default)]
@@ -92,6 +92,19 @@ pub struct Recorder {
     offline_symbols: bool,
     last_flush: Option<Instant>,
     error: Option<Error>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("path", &self.path())
+            .field("samples", &self.profile.samples.len())
+            .field("stacks", &self.profile.stacks.len())
+            .field("stream_only", &self.stream_only)
+            .field("offline_symbols", &self.offline_symbols)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Recorder {
@@ -121,7 +134,7 @@ impl Recorder {
     /// Like [`Recorder::streaming`], but the file is opened by `open` when the first sample
     /// arrives, so that a process that never allocates leaves no file (a forked child that
     /// calls `exec` at once).
-    pub fn streaming_deferred(open: Opener) -> Self {
+    pub(crate) fn streaming_deferred(open: Opener) -> Self {
         Recorder { deferred: Some(open), stream_only: true, ..Recorder::default() }
     }
 

@@ -395,6 +395,7 @@ pub(crate) fn entropy_seed() -> u64 {
 }
 
 /// Marks the current thread as inside the profiler for the guard's lifetime.
+#[derive(Debug)]
 pub struct Busy {
     /// This thread's flag (thread-local storage without a destructor: valid until the
     /// thread exits), kept so that leaving needs no second thread-local lookup.

@@ -193,11 +193,11 @@ pub trait Tracker: Send + 'static {
 
 /// A hasher for integer keys the profiler makes itself (sample ids, stack hashes): one
 /// multiply, no SipHash. Not for keys an adversary chooses.
-pub type FastHash = std::hash::BuildHasherDefault<IdHasher>;
+pub(crate) type FastHash = std::hash::BuildHasherDefault<IdHasher>;
 
 /// The hasher of [`FastHash`].
 #[derive(Clone, Copy, Debug, Default)]
-pub struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -759,7 +759,7 @@ pub fn record_gc_cycle(cycle: &GcCycle) {
 /// Runs pending callbacks on this thread, then [`Tracker::after_poll`] with `forced`, waiting
 /// for a drain running on another thread to finish first. Does nothing when no session runs
 /// or when called from inside a callback.
-pub fn sync() {
+pub(crate) fn sync() {
     let Some(q) = queue() else {
         return;
     };
@@ -792,7 +792,7 @@ static FORK_LOCKS: ForkLocks = ForkLocks(core::cell::UnsafeCell::new(None));
 
 /// `pthread_atfork` prepare handler: takes the session's locks (control, driver, then the
 /// live table's shards) so that the child inherits none of them held by a thread it lacks.
-pub fn fork_prepare() {
+pub(crate) fn fork_prepare() {
     let control = lock(&CONTROL);
     let driver = lock(&DRIVER);
     crate::live::lock_all();
@@ -801,7 +801,7 @@ pub fn fork_prepare() {
 }
 
 /// `pthread_atfork` parent handler: releases what [`fork_prepare`] took.
-pub fn fork_parent() {
+pub(crate) fn fork_parent() {
     crate::live::unlock_all();
     // SAFETY: see `ForkLocks`: this thread still holds CONTROL.
     let locks = unsafe { (*FORK_LOCKS.0.get()).take() };
@@ -810,7 +810,7 @@ pub fn fork_parent() {
 
 /// `pthread_atfork` child handler: releases the locks and abandons the parent's session
 /// (see the module documentation, §5). The child's tracker is leaked, never dropped.
-pub fn fork_child() {
+pub(crate) fn fork_child() {
     crate::live::unlock_all();
     crate::callstack::fork_child();
     // SAFETY: see `ForkLocks`: this (the only) thread still holds CONTROL.
@@ -835,6 +835,12 @@ pub struct Session<T: Tracker> {
     epoch: u64,
     info: SessionInfo,
     _tracker: PhantomData<fn() -> T>,
+}
+
+impl<T: Tracker> std::fmt::Debug for Session<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("epoch", &self.epoch).field("info", &self.info).finish()
+    }
 }
 
 impl<T: Tracker> Session<T> {

@@ -3,7 +3,8 @@
 //!
 //! # 1. What is here
 //! Only the exported functions and the constructor; the work is in the `memprof` library
-//! ([`memprof::alloc`] hooks, [`memprof::agent`] start, fork and exit).
+//! (its engine's allocation hooks, and its agent for start, fork and exit, reached through
+//! `memprof::__private`).
 //!
 //! # 2. Forwarding
 //! Every export forwards to glibc's own allocator under the names no interposer replaces
@@ -22,16 +23,16 @@
 //! A block is reported after glibc returned it, and its free before glibc gets it back (so
 //! an address reused at once by another thread is never confused with it). The hooks
 //! never allocate through `malloc` and keep errno; the profiler's own allocations come back
-//! here and pass through untracked ([`memprof::sampler::Busy`]).
+//! here and pass through untracked (the sampler's busy flag).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
-use memprof::alloc::{
-    before_realloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted,
+use memprof::__private::{
+    around_dlclose, before_realloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc,
+    on_dealloc_counted, on_realloc_at, on_realloc_in,
 };
-use memprof::alloc::{on_realloc_at, on_realloc_in};
 
 extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
@@ -59,20 +60,20 @@ fn set_errno(v: c_int) {
 /// a handful of instructions ending in a tail jump to glibc:
 ///
 /// - `malloc(n)`: if `n < countdown`, `countdown -= n` and jump to `__libc_malloc`
-///   ([`memprof::sampler::sample_in`]'s fast path without its session check, see below);
+///   (the sampler's `sample_in` fast path without its session check, see below);
 ///   otherwise jump to
 ///   `malloc_slow` with the program's `rsp` (pointing at the return address into it) and
 ///   `rbp`, which allocates, samples through `sample_in`, and starts the call stack at the
-///   program's frame ([`memprof::callstack::capture_at_entry`]): none of the profiler's
+///   program's frame (the capture's `capture_at_entry`): none of the profiler's
 ///   frames is unwound, and `--depth` counts the program's frames only.
-/// - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::live::FILTER`]) is
+/// - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::__private::FILTER`]) is
 ///   0, `p` is not a sampled block: jump to `__libc_free`; otherwise jump to `free_slow`.
 ///
 /// Neither touches the stack, so the slow paths and glibc see the caller's own frame and
 /// alignment. The other entry points reach the same countdown through [`countdown`].
 ///
 /// `sample_in` also compares the countdown's epoch with the sampler's
-/// [`EPOCH`](memprof::sampler::EPOCH), so that a countdown drawn in another session (at
+/// [`EPOCH`](memprof::__private::EPOCH), so that a countdown drawn in another session (at
 /// another rate) is drawn again. This library's sessions all sample at one rate (a forked
 /// child's follows its parent's settings) and the geometric gap is memoryless, so a
 /// countdown left from an earlier session is as good as a new draw, and `malloc` skips the
@@ -83,7 +84,7 @@ fn set_errno(v: c_int) {
 #[cfg(target_arch = "x86_64")]
 mod fast {
     use super::*;
-    use memprof::sampler::Countdown;
+    use memprof::__private::Countdown;
 
     // The thread's countdown (the layout of `Countdown`: countdown, then epoch), zeroed at
     // thread creation, which `Countdown` allows. Global and hidden: visible to every object
@@ -183,9 +184,9 @@ mod fast {
             "jmp qword ptr [rip + {real}@GOTPCREL]",
             "2:",
             "jmp {slow}",
-            shift = const memprof::live::FILTER_SHIFT,
-            mask = const memprof::live::FILTER_MASK,
-            filter = sym memprof::live::FILTER,
+            shift = const memprof::__private::FILTER_SHIFT,
+            mask = const memprof::__private::FILTER_MASK,
+            filter = sym memprof::__private::FILTER,
             real = sym __libc_free,
             slow = sym free_slow,
         )
@@ -211,7 +212,7 @@ pub use fast::{free, malloc};
 #[cfg(not(target_arch = "x86_64"))]
 mod fast {
     use super::*;
-    use memprof::sampler::Countdown;
+    use memprof::__private::Countdown;
 
     thread_local! {
         static COUNTDOWN: Countdown = const { Countdown::new() };
@@ -272,7 +273,7 @@ unsafe fn free_checked(ptr: *mut c_void) {
 /// The other allocating entry points. Each is a Rust function `*_at` taking the entry
 /// point's arguments and then the program's `rsp` and `rbp` at its entry (both 0 where
 /// they are not known), as `malloc`'s slow path does: a sampled block's call stack starts
-/// at the program's frame ([`memprof::callstack::capture_at_entry`]). On x86-64 the
+/// at the program's frame (the capture's `capture_at_entry`). On x86-64 the
 /// exported symbol is a naked function that appends the two registers to the arguments and
 /// jumps to it (the stack is untouched, so `rsp` still points at the return address into
 /// the program); elsewhere it is a plain function that passes zeros.
@@ -529,9 +530,9 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
     unsafe { f(ptr) }
 }
 
-/// `dlclose`: writes what the profile needs from the library while it is still mapped
-/// ([`memprof::agent::before_dlclose`]), then glibc's, then lets the DWARF unwinder list
-/// the objects still loaded ([`memprof::agent::after_dlclose`]).
+/// `dlclose`: glibc's, inside [`around_dlclose`], which writes what the profile needs from
+/// the library while it is still mapped and then lets the DWARF unwinder list the objects
+/// still loaded.
 ///
 /// # Safety
 /// As C's `dlclose`.
@@ -542,27 +543,21 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     if f.is_null() {
         return -1;
     }
-    memprof::agent::before_dlclose();
     // SAFETY: `f` is glibc's dlclose, of this signature.
     let f: unsafe extern "C" fn(*mut c_void) -> c_int = unsafe { core::mem::transmute(f) };
     // SAFETY: as the caller's contract.
-    let r = unsafe { f(handle) };
-    // SAFETY: __errno_location returns this thread's errno slot, always valid.
-    let saved = unsafe { *libc::__errno_location() };
-    memprof::agent::after_dlclose();
-    set_errno(saved);
-    r
+    around_dlclose(|| unsafe { f(handle) })
 }
 
 /// `_exit` (and `_Exit`, the same function in glibc): writes what the profile has so far
-/// ([`memprof::agent::before_quick_exit`]), then glibc's `_exit`.
+/// ([`memprof::__private::before_quick_exit`]), then glibc's `_exit`.
 ///
 /// # Safety
 /// As C's `_exit`.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-    memprof::agent::before_quick_exit();
+    memprof::__private::before_quick_exit();
     let f = next_symbol(&REAL, c"_exit");
     if !f.is_null() {
         // SAFETY: `f` is glibc's _exit, of this signature.
@@ -592,19 +587,19 @@ fn exec_with(
     call(f)
 }
 
-/// Brings the profile up to date ([`memprof::agent::before_exec`]) and returns glibc's
+/// Brings the profile up to date ([`memprof::__private::before_exec`]) and returns glibc's
 /// `name` (found once, cached in `slot`), with errno as the caller left it; null with
 /// ENOSYS when it cannot be found.
 fn before_exec(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.
     let saved = unsafe { *libc::__errno_location() };
-    memprof::agent::before_exec();
+    memprof::__private::before_exec();
     let f = next_symbol(slot, name);
     set_errno(if f.is_null() { libc::ENOSYS } else { saved });
     f
 }
 
-/// `execve`: writes what the profile has so far ([`memprof::agent::before_exec`]: the new
+/// `execve`: writes what the profile has so far ([`memprof::__private::before_exec`]: the new
 /// image never finishes this one's file), then glibc's. The other `exec` functions glibc
 /// exports call its `execve` internally, past this hook, so they are hooked too.
 ///
@@ -770,7 +765,7 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 }
 
 extern "C" fn init() {
-    memprof::agent::init();
+    memprof::__private::init();
     reset_countdown();
     // After the agent's own handler (child handlers run in the order registered), which
     // starts a followed child's session.
@@ -817,6 +812,6 @@ pub unsafe extern "C" fn memprof_preload_gc_free(ptr: *mut u8) {
 pub unsafe extern "C" fn memprof_preload_gc_cycle(cycle: *const memprof::profile::GcCycle) {
     // SAFETY: the caller passes a valid pointer (memprof::gc's profiler hooks).
     if let Some(c) = unsafe { cycle.as_ref() } {
-        memprof::tracker::record_gc_cycle(c);
+        memprof::record_gc_cycle(c);
     }
 }

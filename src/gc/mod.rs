@@ -122,6 +122,21 @@ pub struct Heap {
     allocated_blocks: u64,
 }
 
+impl std::fmt::Debug for Heap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heap")
+            .field("config", &self.config)
+            .field("chunks", &self.chunks.len())
+            .field("large", &self.large.len())
+            .field("roots", &self.root_used.iter().filter(|u| **u).count())
+            .field("live_words", &self.live_words)
+            .field("allocated_words", &self.allocated_words)
+            .field("allocated_blocks", &self.allocated_blocks)
+            .field("cycles", &self.cycles.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Heap {
     fn drop(&mut self) {
         for c in &self.chunks {
