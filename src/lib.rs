@@ -61,24 +61,25 @@
 #![deny(missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod agent;
-mod alloc;
-mod callstack;
 pub mod config;
+mod engine;
 mod error;
 pub mod gc;
-pub mod launcher;
-mod live;
-mod padded;
-mod postponed;
 pub mod profile;
-mod rawmem;
-mod recorder;
+mod record;
 #[cfg(feature = "report")]
 pub mod report;
-mod sampler;
-mod tls;
-mod tracker;
+mod session;
+mod sys;
+
+// Old module paths, until the moved files name the new ones.
+use engine::{alloc, callstack, live, queue as postponed, sampler};
+#[path = "session/recorder.rs"]
+mod recorder;
+use record::agent;
+pub use record::launcher;
+use session as tracker;
+use sys::{padded, rawmem, tls};
 
 pub use alloc::Sampled;
 pub use config::{Config, Unwinder};

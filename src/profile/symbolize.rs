@@ -368,6 +368,12 @@ fn note_build_id(notes: &[u8]) -> Option<Vec<u8>> {
 /// True for frames of the profiler itself, which are trimmed from the leaf end of stacks.
 pub fn is_profiler_frame(name: &str) -> bool {
     const PREFIXES: &[&str] = &[
+        // The sample path (src/engine/) and the safe points (src/session/).
+        "memprof::engine::",
+        "<memprof::engine::",
+        "memprof::session::",
+        // The same code under its module paths before the layout of src/engine/, for
+        // profiles recorded by earlier versions.
         "memprof::alloc::",
         "<memprof::alloc::",
         "memprof::callstack::",
@@ -554,6 +560,25 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn profiler_frames_by_module_path() {
+        for name in [
+            "memprof::engine::alloc::on_alloc",
+            "<memprof::engine::alloc::Sampled<A> as core::alloc::global::GlobalAlloc>::alloc",
+            "memprof::engine::hot::record_alloc",
+            "memprof::engine::callstack::capture",
+            "memprof::session::poll",
+            "memprof::tracker::hot::record_alloc",
+            "memprof_preload::fast::malloc_slow",
+            "malloc",
+        ] {
+            assert!(is_profiler_frame(name), "{name}");
+        }
+        for name in ["memprof::gc::Heap::alloc", "memprof::report::top_table", "app::main"] {
+            assert!(!is_profiler_frame(name), "{name}");
+        }
+    }
 
     #[test]
     fn plumbing_through_std_traits() {

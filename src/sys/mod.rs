@@ -1,0 +1,6 @@
+//! Process primitives the engine is built on: memory straight from `mmap`, per-thread
+//! blocks without destructors, cache-line padding.
+
+pub(crate) mod padded;
+pub(crate) mod rawmem;
+pub(crate) mod tls;
