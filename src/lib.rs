@@ -74,20 +74,20 @@ mod sys;
 
 // Old module paths, until the moved files name the new ones.
 use engine::{alloc, callstack, live, queue as postponed, sampler};
-#[path = "session/recorder.rs"]
-mod recorder;
 use record::agent;
 pub use record::launcher;
 use session as tracker;
+use session::recorder;
 use sys::{padded, rawmem, tls};
 
 pub use alloc::Sampled;
 pub use config::{Config, Unwinder};
+pub use engine::clock::monotonic_ns;
 pub use error::Error;
 pub use recorder::Recorder;
 pub use tracker::{
-    monotonic_ns, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation,
-    Session, SessionInfo, Stats, Tracker,
+    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation, Session,
+    SessionInfo, Stats, Tracker,
 };
 
 /// Not API: what the preload library (`memprof-preload`), the tests and the benchmarks

@@ -24,10 +24,10 @@
 //! token, and the tracker's `realloc` callback hears of it. The old block leaves the live
 //! table before the real `realloc` can free it, and goes back if `realloc` fails.
 
+use crate::engine::hot;
 use crate::live::{self, Entry};
 use crate::postponed::EventKind;
 use crate::sampler::{self, Countdown, Hit};
-use crate::tracker::hot;
 use core::alloc::{GlobalAlloc, Layout};
 
 /// Reports an allocation of `size` bytes at `addr` (null is ignored).

@@ -53,7 +53,7 @@ pub use heap::{Value, DOUBLE_ARRAY_TAG, MAX_SMALL_WOSIZE, NO_SCAN_TAG, STRING_TA
 pub use mark::Marker;
 pub use stats::{CycleStats, HeapStats};
 
-use crate::tracker::monotonic_ns;
+use crate::engine::clock::monotonic_ns;
 use alloc::FreeLists;
 use heap::{make_header, system_alloc, system_free, Chunk, Large, BLACK, WHITE};
 use mark::MarkState;

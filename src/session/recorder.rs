@@ -74,7 +74,7 @@ pub struct Recorder {
     profile: Profile,
     /// Stack ids by a hash of their frames (collisions compared against the stack table),
     /// so that a lookup neither allocates nor hashes with SipHash.
-    interned: HashMap<u64, Vec<StackId>, crate::tracker::FastHash>,
+    interned: HashMap<u64, Vec<StackId>, crate::sys::hash::FastHash>,
     output: Option<(PathBuf, Option<Writer<BufWriter<File>>>)>,
     /// An already open file to stream to (taken at `started`).
     opened: Option<File>,

@@ -1,0 +1,113 @@
+//! The type-erased consumer side of a session: events from the queue become [`Tracker`]
+//! callbacks, each behind `catch_unwind`, with the tokens the tracker returned.
+
+use super::tracker::{Allocation, Callstack, Deallocation, Reallocation, Stats, Tracker};
+use crate::engine::queue::{Event, EventKind};
+use crate::profile::GcCycle;
+use crate::sys::hash::FastHash;
+use crate::sys::padded::Padded;
+use std::any::Any;
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The type-erased consumer side of a session.
+pub(super) trait Drive: Send {
+    fn gc(&mut self, cycle: &GcCycle);
+    fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
+    fn finish(&mut self, stats: &Stats);
+    fn after_poll(&mut self, forced: bool);
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+pub(super) struct Driver<T: Tracker> {
+    pub(super) tracker: T,
+    pub(super) tokens: HashMap<u64, T::Token, FastHash>,
+}
+
+// Delivery counters of the running session. Atomics rather than fields of the driver, so
+// that `Session::stats` can read them while the drain thread holds the driver.
+// Written by the drain thread for every event: padded (see `crate::padded`).
+pub(super) static DELIVERED_SAMPLES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+pub(super) static DELIVERED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+pub(super) static CALLBACK_PANICS: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+
+pub(super) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl<T: Tracker> Drive for Driver<T> {
+    fn event(&mut self, e: &Event, frames: &[usize], interval: f64) {
+        let tracker = &mut self.tracker;
+        match e.kind {
+            EventKind::Alloc => {
+                count(&DELIVERED_SAMPLES);
+                let a = Allocation {
+                    id: e.id,
+                    size: e.size,
+                    k: e.k,
+                    estimated_bytes: e.k as f64 * interval,
+                    thread: e.thread,
+                    time_ns: e.time_ns,
+                    addr: e.addr,
+                    callstack: Callstack { frames, truncated: e.truncated },
+                };
+                match catch_unwind(AssertUnwindSafe(|| tracker.alloc(&a))) {
+                    Ok(Some(token)) => {
+                        self.tokens.insert(e.id, token);
+                    }
+                    Ok(None) => {}
+                    Err(_) => count(&CALLBACK_PANICS),
+                }
+            }
+            EventKind::Move => {
+                if let Some(token) = self.tokens.get_mut(&e.id) {
+                    let r = Reallocation {
+                        id: e.id,
+                        thread: e.thread,
+                        time_ns: e.time_ns,
+                        new_addr: e.addr,
+                        new_size: e.size,
+                    };
+                    if catch_unwind(AssertUnwindSafe(|| tracker.realloc(token, &r))).is_err() {
+                        count(&CALLBACK_PANICS);
+                    }
+                }
+            }
+            EventKind::Dealloc => {
+                if let Some(token) = self.tokens.remove(&e.id) {
+                    count(&DELIVERED_FREES);
+                    let d = Deallocation { id: e.id, thread: e.thread, time_ns: e.time_ns };
+                    if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
+                        count(&CALLBACK_PANICS);
+                    }
+                }
+            }
+        }
+    }
+
+    fn gc(&mut self, cycle: &GcCycle) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.gc_cycle(cycle))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
+    fn finish(&mut self, stats: &Stats) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.stopped(stats))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
+    fn after_poll(&mut self, forced: bool) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.after_poll(forced))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        Box::new(self.tracker)
+    }
+}
