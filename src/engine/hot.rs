@@ -8,6 +8,7 @@ use crate::engine::clock::{self, monotonic_ns};
 use crate::engine::live::{self, Entry};
 use crate::engine::queue::{Event, EventKind, Queue};
 use crate::engine::sampler::{Busy, Hit};
+use crate::sys::errno::SavedErrno;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// The session's queue (null: none yet). Queues are leaked, never freed.
@@ -56,7 +57,7 @@ pub(crate) fn record_alloc_inline(
     let Some(_busy) = Busy::enter() else {
         return;
     };
-    let saved = callstack::SavedErrno::save();
+    let saved = SavedErrno::save();
     if let Some(q) = queue() {
         let mut frames = Captured::new();
         let depth = DEPTH.load(Ordering::Relaxed).min(q.depth());
@@ -110,7 +111,7 @@ fn push(q: &Queue, event: Event, frames: &[usize]) -> bool {
 #[inline(never)]
 fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
     // The clock and the sleep below may set errno; the sample path keeps it.
-    let saved = callstack::SavedErrno::save();
+    let saved = SavedErrno::save();
     let pushed = push_waiting(q, event, frames);
     saved.restore();
     pushed
@@ -165,7 +166,7 @@ pub(crate) fn record_other_inline(kind: EventKind, entry: Entry, addr: usize, si
         return;
     }
     let _busy = Busy::enter();
-    let saved = callstack::SavedErrno::save();
+    let saved = SavedErrno::save();
     if push(q, event, &[]) && !live::insert(addr, entry) {
         UNTRACKED.fetch_add(1, Ordering::Relaxed);
     }

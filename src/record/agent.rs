@@ -321,9 +321,9 @@ pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {
     struct After;
     impl Drop for After {
         fn drop(&mut self) {
-            let saved = crate::callstack::errno();
+            let saved = crate::sys::errno::errno();
             after_dlclose();
-            crate::callstack::set_errno(saved);
+            crate::sys::errno::set_errno(saved);
         }
     }
     before_dlclose();
