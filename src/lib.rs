@@ -32,27 +32,28 @@
 //! The engine (the sampler, the live table, the queue, the call-stack capture) and the
 //! handlers that keep it consistent across `fork` and `dlclose` are private: calling them
 //! at the wrong moment would break the invariants their `unsafe` code relies on. What the
-//! preload library needs is in [`__private`], which is not API. None of these compile:
+//! preload library needs is in `memprof::__private`, which is not API. None of these
+//! compile (a unit test, `private_paths_exist`, checks that the paths are right):
 //! ```compile_fail,E0603
-//! memprof::live::unlock_all();
+//! memprof::engine::live::unlock_all();
 //! ```
 //! ```compile_fail,E0603
-//! memprof::live::lock_all();
+//! memprof::engine::live::lock_all();
 //! ```
 //! ```compile_fail,E0603
-//! memprof::callstack::fork_child();
+//! memprof::engine::callstack::fork_child();
 //! ```
 //! ```compile_fail,E0603
-//! memprof::callstack::after_dlclose();
+//! memprof::engine::callstack::after_dlclose();
 //! ```
 //! ```compile_fail,E0603
-//! memprof::tracker::fork_parent();
+//! memprof::session::fork_prepare();
 //! ```
 //! ```compile_fail,E0603
-//! memprof::tracker::fork_child();
+//! memprof::session::fork_parent();
 //! ```
 //! ```compile_fail,E0603
-//! memprof::tracker::fork_prepare();
+//! memprof::session::fork_child();
 //! ```
 //! ```compile_fail,E0425
 //! memprof::__private::fork_child();
@@ -72,20 +73,13 @@ pub mod report;
 mod session;
 mod sys;
 
-// Old module paths, until the moved files name the new ones.
-use engine::{alloc, callstack, live, queue as postponed, sampler};
-use record::agent;
-pub use record::launcher;
-use session as tracker;
-use session::recorder;
-use sys::{padded, rawmem, tls};
-
-pub use alloc::Sampled;
 pub use config::{Config, Unwinder};
+pub use engine::alloc::Sampled;
 pub use engine::clock::monotonic_ns;
 pub use error::Error;
-pub use recorder::Recorder;
-pub use tracker::{
+pub use record::launcher;
+pub use session::recorder::Recorder;
+pub use session::{
     poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation, Session,
     SessionInfo, Stats, Tracker,
 };
@@ -98,12 +92,31 @@ pub use tracker::{
 /// agent's own `pthread_atfork` registration.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::agent::{around_dlclose, before_exec, before_quick_exit, init};
-    pub use crate::alloc::{
+    pub use crate::engine::alloc::{
         before_realloc, on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc,
         on_dealloc_counted, on_realloc, on_realloc_at, on_realloc_in,
     };
-    pub use crate::callstack::dwarf_fallbacks;
-    pub use crate::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
-    pub use crate::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
+    pub use crate::engine::callstack::dwarf_fallbacks;
+    pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
+    pub use crate::engine::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
+    pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+}
+
+#[cfg(test)]
+mod tests {
+    /// The paths the crate documentation's `compile_fail` examples name exist (so those
+    /// examples fail because the items are private, not because the paths are wrong).
+    #[test]
+    fn private_paths_exist() {
+        let handlers: [fn(); 7] = [
+            crate::engine::live::unlock_all,
+            crate::engine::live::lock_all,
+            crate::engine::callstack::fork_child,
+            crate::engine::callstack::after_dlclose,
+            crate::session::fork_prepare,
+            crate::session::fork_parent,
+            crate::session::fork_child,
+        ];
+        assert!(handlers.iter().all(|f| *f as usize != 0));
+    }
 }

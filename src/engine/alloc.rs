@@ -13,7 +13,7 @@
 //! locks and with errno preserved.
 //!
 //! # 3. Reentrancy
-//! The sampler's [`Busy`](crate::sampler::Busy) flag is set on the cold path and while
+//! The sampler's [`Busy`](crate::engine::sampler::Busy) flag is set on the cold path and while
 //! callbacks run; allocations made then still advance the countdown but are never
 //! reported, so the profiler never profiles itself and never recurses.
 //!
@@ -25,9 +25,9 @@
 //! table before the real `realloc` can free it, and goes back if `realloc` fails.
 
 use crate::engine::hot;
-use crate::live::{self, Entry};
-use crate::postponed::EventKind;
-use crate::sampler::{self, Countdown, Hit};
+use crate::engine::live::{self, Entry};
+use crate::engine::queue::EventKind;
+use crate::engine::sampler::{self, Countdown, Hit};
 use core::alloc::{GlobalAlloc, Layout};
 
 /// Reports an allocation of `size` bytes at `addr` (null is ignored).
@@ -46,7 +46,7 @@ pub fn on_alloc_in(cd: &Countdown, addr: *mut u8, size: usize) {
 /// [`on_alloc_in`] for an allocator entry point that knows the program's registers at its
 /// entry: `sp` points at the return address into the program and `bp` is the program's
 /// frame-pointer register. The call stack then starts at the program's frame (the preload
-/// library's `malloc`; see [`crate::callstack::capture_at_entry`]).
+/// library's `malloc`; see [`crate::engine::callstack::capture_at_entry`]).
 #[inline(always)]
 pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_in(cd, size) {

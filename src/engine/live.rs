@@ -131,7 +131,7 @@ impl Table {
         let Some(bytes) = new_cap.checked_mul(core::mem::size_of::<Slot>()) else {
             return false;
         };
-        let new = crate::rawmem::alloc_zeroed(bytes) as *mut Slot;
+        let new = crate::sys::rawmem::alloc_zeroed(bytes) as *mut Slot;
         if new.is_null() {
             return false;
         }
@@ -145,7 +145,7 @@ impl Table {
         }
         if !old.slots.is_null() {
             // SAFETY: old.slots came from rawmem and is no longer referenced.
-            unsafe { crate::rawmem::free(old.slots as *mut u8) };
+            unsafe { crate::sys::rawmem::free(old.slots as *mut u8) };
         }
         true
     }

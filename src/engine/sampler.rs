@@ -35,7 +35,7 @@
 //! allocated while busy still advance the countdown (so user bytes stay a Bernoulli process)
 //! but are never reported.
 
-use crate::padded::Padded;
+use crate::sys::padded::Padded;
 use core::cell::{Cell, UnsafeCell};
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -163,7 +163,7 @@ thread_local! {
     static COUNTDOWN: Countdown = const { Countdown::new() };
 }
 
-crate::tls::thread_block! {
+crate::sys::tls::thread_block! {
     /// This thread's sampler state.
     fn state() -> ThreadState = ThreadState {
         epoch: Cell::new(0),

@@ -26,9 +26,9 @@
 //! # 3. What allocates where
 //! Chunks and large blocks come from `std::alloc::System` directly, never through the
 //! global allocator, so a `Sampled<System>` global allocator does not sample heap memory
-//! twice. Each block allocation calls [`crate::alloc::on_alloc`] with the block's header
+//! twice. Each block allocation calls [`crate::engine::alloc::on_alloc`] with the block's header
 //! address and its size in bytes (header included); sweep calls
-//! [`crate::alloc::on_dealloc`] for every dead block before its memory can be reused. The
+//! [`crate::engine::alloc::on_dealloc`] for every dead block before its memory can be reused. The
 //! marker's stack, the root table and the cycle records are ordinary Rust collections.
 //!
 //! # 4. Timing

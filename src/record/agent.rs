@@ -1,5 +1,5 @@
 //! The in-process side of `memprof record`: what the preload library runs inside the
-//! profiled program, around the hooks in [`crate::alloc`].
+//! profiled program, around the hooks in [`crate::engine::alloc`].
 //!
 //! # 1. Start
 //! The preload library's constructor calls [`init`]. It reads the `MEMPROF_*` variables
@@ -26,7 +26,7 @@
 //! library stays in `LD_PRELOAD`, `MEMPROF_STEM` tells exec'd descendants that they are
 //! children, and a forked child starts a session of its own in the `pthread_atfork` child
 //! handler. The prepare handler takes the agent's lock and the session's locks
-//! ([`crate::tracker::fork_prepare`]), so `fork` in a multithreaded program never leaves a
+//! ([`crate::session::fork_prepare`]), so `fork` in a multithreaded program never leaves a
 //! lock held by a thread the child does not have.
 //!
 //! # 4. End
@@ -34,18 +34,18 @@
 //! stops the session: the drain thread writes what is left, symbols are resolved in this
 //! process and written with the end record. A process that dies another way (`_exit`, a
 //! signal, `abort`) leaves a file that reads back up to the drain thread's last flush, which
-//! is at most [`crate::recorder::FLUSH_EVERY`] old. Write errors (a full disk) stop the
+//! is at most [`crate::session::recorder::FLUSH_EVERY`] old. Write errors (a full disk) stop the
 //! recording, never the program; they are reported on stderr at exit.
 //!
 //! # 5. dlclose
 //! [`before_dlclose`] brings the file up to date while the library is still mapped: pending
 //! events are written, the modules listed again and the symbols seen so far resolved. It
 //! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
-//! the library is gone (see `callstack/cfi.rs`).
+//! the library is gone (see `engine/callstack/cfi.rs`).
 
 use crate::config::{self, EnvSettings};
-use crate::recorder::Recorder;
-use crate::tracker::{self, Session};
+use crate::session::recorder::Recorder;
+use crate::session::{self, Session};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::ffi::{CStr, CString};
@@ -198,12 +198,12 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
         }
         Some(stem) => {
             let s = stem.clone();
-            let open: crate::recorder::Opener = Box::new(move || create_child(&s, me));
+            let open: crate::session::recorder::Opener = Box::new(move || create_child(&s, me));
             let shown = format!("{stem}.{me}.mprof");
             (Recorder::streaming_deferred(open).offline_symbols(), shown, stem.clone())
         }
     };
-    let session = crate::tracker::start(settings.config.clone(), recorder)
+    let session = crate::session::start(settings.config.clone(), recorder)
         .map_err(|e| format!("cannot start profiling: {e}"))?;
     OWNER.store(me, Ordering::Release);
     Ok(Agent { session: Some(session), path, settings, stem })
@@ -215,7 +215,7 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
 pub fn init() {
     // The agent's own allocations (the file name, the handler registrations) are not the
     // program's: not sampled.
-    let _busy = crate::sampler::Busy::enter();
+    let _busy = crate::engine::sampler::Busy::enter();
     let settings = match EnvSettings::from_lookup(getenv) {
         Ok(s) => s,
         Err(e) => {
@@ -227,7 +227,7 @@ pub fn init() {
         strip_preload();
     }
     if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
-        crate::callstack::enable_unwind_check();
+        crate::engine::callstack::enable_unwind_check();
     }
     with_agent(|agent| {
         if agent.is_some() {
@@ -282,7 +282,7 @@ pub(crate) fn finish() {
         Err(e) => say(&format!("cannot stop profiling: {e}")),
     }
     if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
-        let (walks, differed) = crate::callstack::unwind_check_stats();
+        let (walks, differed) = crate::engine::callstack::unwind_check_stats();
         say(&format!("unwind check: {walks} walks, {differed} differed from framehop's"));
     }
     OWNER.store(0, Ordering::Release);
@@ -296,12 +296,12 @@ pub fn before_quick_exit() {
 }
 
 /// The forced poll before the process image ends: the file then ends with a record that
-/// says why (see [`crate::recorder::stopping`]).
+/// says why (see [`crate::session::recorder::stopping`]).
 fn last_sync(why: crate::profile::Stopped) {
     if OWNER.load(Ordering::Acquire) == pid() {
-        crate::recorder::stopping(Some(why));
-        tracker::sync();
-        crate::recorder::stopping(None);
+        crate::session::recorder::stopping(Some(why));
+        session::sync();
+        crate::session::recorder::stopping(None);
     }
 }
 
@@ -335,18 +335,18 @@ pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {
 /// DWARF unwinder's module list until [`after_dlclose`]. Only through [`around_dlclose`].
 fn before_dlclose() {
     if OWNER.load(Ordering::Acquire) == pid() {
-        crate::recorder::unloading(true);
-        tracker::sync();
-        crate::recorder::unloading(false);
+        crate::session::recorder::unloading(true);
+        session::sync();
+        crate::session::recorder::unloading(false);
     }
-    crate::callstack::before_dlclose();
+    crate::engine::callstack::before_dlclose();
 }
 
 /// After `dlclose` returned: the DWARF unwinder lists the objects still loaded. Only
 /// through [`around_dlclose`], once per [`before_dlclose`].
 fn after_dlclose() {
-    let _busy = crate::sampler::Busy::enter();
-    crate::callstack::after_dlclose();
+    let _busy = crate::engine::sampler::Busy::enter();
+    crate::engine::callstack::after_dlclose();
 }
 
 extern "C" fn at_exit() {
@@ -355,17 +355,17 @@ extern "C" fn at_exit() {
 
 extern "C" fn fork_prepare() {
     lock();
-    tracker::fork_prepare();
+    session::fork_prepare();
 }
 
 extern "C" fn fork_parent() {
-    tracker::fork_parent();
+    session::fork_parent();
     unlock();
 }
 
 extern "C" fn fork_child() {
-    let _busy = crate::sampler::Busy::enter();
-    tracker::fork_child();
+    let _busy = crate::engine::sampler::Busy::enter();
+    session::fork_child();
     // SAFETY: this thread holds LOCK (taken in fork_prepare before the fork).
     let agent = unsafe { &mut *AGENT.0.get() };
     OWNER.store(0, Ordering::Release);

@@ -27,7 +27,7 @@ pub(super) struct Driver<T: Tracker> {
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
 // that `Session::stats` can read them while the drain thread holds the driver.
-// Written by the drain thread for every event: padded (see `crate::padded`).
+// Written by the drain thread for every event: padded (see `crate::sys::padded`).
 pub(super) static DELIVERED_SAMPLES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 pub(super) static DELIVERED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 pub(super) static CALLBACK_PANICS: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));

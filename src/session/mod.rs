@@ -2,7 +2,7 @@
 //!
 //! # 1. The contract
 //! [`start`] begins a session with a [`Config`] and a [`Tracker`]; from then on the sampler
-//! picks allocations (see [`crate::sampler`]) and queues an event for each sampled
+//! picks allocations (see [`crate::engine::sampler`]) and queues an event for each sampled
 //! allocation, each free of a sampled block and each reallocation that keeps its sample.
 //! The tracker's callbacks run only at safe points — [`poll`], [`Session::stop`] and the
 //! optional drain thread — never inside the allocator. They may allocate (their own

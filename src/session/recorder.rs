@@ -16,7 +16,7 @@
 //! header and the modules are flushed at once. Modules loaded later (`dlopen`) are noticed
 //! through the loader's `dlpi_adds` counter at each poll, and when a new stack has a frame
 //! outside every known module; they are written as they appear. A forced poll
-//! ([`crate::tracker::sync`], before `dlclose`) also resolves the symbols seen so far while
+//! ([`crate::session::sync`], before `dlclose`) also resolves the symbols seen so far while
 //! their library is still mapped. [`Recorder::streaming`] keeps only the stack table in
 //! memory, so a long run costs memory for its distinct stacks, not for its samples.
 
@@ -25,7 +25,7 @@ use crate::profile::format::Writer;
 use crate::profile::{
     symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId, Stopped,
 };
-use crate::tracker::{Allocation, Deallocation, Reallocation, SessionInfo, Stats, Tracker};
+use crate::session::{Allocation, Deallocation, Reallocation, SessionInfo, Stats, Tracker};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;

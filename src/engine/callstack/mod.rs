@@ -64,7 +64,7 @@ const USE_CFI: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(USE_LIBGCC);
 
 /// The sample path's per-thread state, in one block (zeroed at thread start, see
-/// `crate::tls`).
+/// `crate::sys::tls`).
 struct PerThread {
     /// Highest address of this thread's stack (0 = not yet known).
     hi: Cell<usize>,
