@@ -3,7 +3,7 @@
 //!
 //! # 1. Start
 //! The preload library's constructor calls [`init`]. It reads the `MEMPROF_*` variables
-//! ([`crate::config::EnvSettings`]) with `getenv`, opens the output file and starts a session
+//! ([`EnvSettings`]) with `getenv`, opens the output file and starts a session
 //! whose tracker is a streaming [`Recorder`] and whose drain thread writes the file (the
 //! writer never runs inside an allocating call). Everything here allocates through the
 //! process's `malloc`, which is the preload library's own: before the session exists the
@@ -43,7 +43,7 @@
 //! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
 //! the library is gone (see `engine/callstack/cfi.rs`).
 
-use crate::config::{self, EnvSettings};
+use super::env::{self, EnvSettings};
 use crate::session::recorder::Recorder;
 use crate::session::{self, Session};
 use core::cell::UnsafeCell;
@@ -173,7 +173,7 @@ fn open_root(path: &str) -> Result<File, String> {
 /// Creates a followed child's file, `<stem>.<pid>[.<n>].mprof`, exclusively.
 fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
     for n in 0..100 {
-        let path = config::child_output(stem, me, n);
+        let path = env::child_output(stem, me, n);
         match open_raw(&path, libc::O_CREAT | libc::O_EXCL) {
             Ok(f) => return Ok((path.into(), f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -191,9 +191,9 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
     let me = pid();
     let (recorder, path, stem) = match &settings.stem {
         None => {
-            let path = config::expand_output(&settings.output, me);
+            let path = env::expand_output(&settings.output, me);
             let file = open_root(&path)?;
-            let stem = config::output_stem(&path).to_owned();
+            let stem = env::output_stem(&path).to_owned();
             (Recorder::streaming(&path, file).offline_symbols(), path, stem)
         }
         Some(stem) => {
@@ -226,7 +226,7 @@ pub fn init() {
     if !settings.follow_forks {
         strip_preload();
     }
-    if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
+    if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         crate::engine::callstack::enable_unwind_check();
     }
     with_agent(|agent| {
@@ -236,7 +236,7 @@ pub fn init() {
         match start_agent(settings) {
             Ok(a) => {
                 if a.settings.follow_forks && a.settings.stem.is_none() {
-                    setenv(config::ENV_STEM, &a.stem);
+                    setenv(env::ENV_STEM, &a.stem);
                 }
                 *agent = Some(a);
             }
@@ -281,7 +281,7 @@ pub(crate) fn finish() {
         }
         Err(e) => say(&format!("cannot stop profiling: {e}")),
     }
-    if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
+    if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         let (walks, differed) = crate::engine::callstack::unwind_check_stats();
         say(&format!("unwind check: {walks} walks, {differed} differed from framehop's"));
     }

@@ -14,13 +14,15 @@
 //! pid is known; a failure there comes back to this process before the program runs.
 //!
 //! # 2. The contract with the preload library
-//! Settings travel in the `MEMPROF_*` variables ([`crate::config::EnvSettings`]); the
+//! Settings travel in the `MEMPROF_*` variables ([`EnvSettings`]); the
 //! library is put first in `LD_PRELOAD`. The program's exit status is returned (128 + the
 //! signal number when a signal killed it); SIGINT and SIGQUIT are ignored here while the
 //! program runs, so that a Ctrl-C reaches the program and the report still follows.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use crate::config::{self, EnvSettings};
+// `config` is the MEMPROF_* contract (record/env.rs), which the launcher writes.
+use super::env as config;
+pub use super::env::EnvSettings;
 use crate::error::Error;
 use std::ffi::{OsStr, OsString};
 use std::fs;

@@ -2,4 +2,5 @@
 //! library, and the agent, which runs inside it.
 
 pub(crate) mod agent;
+pub(crate) mod env;
 pub mod launcher;

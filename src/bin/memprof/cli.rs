@@ -1,8 +1,8 @@
 //! Command-line front end: `memprof record`, `memprof report` and `memprof demo`.
 
 use clap::{Args, Parser, Subcommand};
-use memprof::config::{self, EnvSettings};
-use memprof::launcher::{self, RecordOptions};
+use memprof::config;
+use memprof::launcher::{self, EnvSettings, RecordOptions};
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
 use memprof::Error;

@@ -12,8 +12,7 @@ mod leaky_cache;
 mod worst_case;
 
 use crate::cli::{write_file, DemoArgs};
-use memprof::config::EnvSettings;
-use memprof::launcher::{self, RecordOptions};
+use memprof::launcher::{self, EnvSettings, RecordOptions};
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, TopOptions, View};
 use memprof::{Config, Error, Recorder};
