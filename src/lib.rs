@@ -80,7 +80,7 @@ pub use error::Error;
 pub use record::launcher;
 pub use session::recorder::Recorder;
 pub use session::{
-    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation, Session,
+    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Reallocation, Session,
     SessionInfo, Stats, Tracker,
 };
 

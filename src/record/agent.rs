@@ -45,7 +45,7 @@
 
 use super::env::{self, EnvSettings};
 use crate::session::recorder::Recorder;
-use crate::session::{self, Session};
+use crate::session::{self, Poll, Session};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::ffi::{CStr, CString};
@@ -289,19 +289,17 @@ pub(crate) fn finish() {
 }
 
 /// Brings the profile up to date when the process ends without exit handlers (`_exit`):
-/// every event so far, flushed (the reader resolves the symbols). There is no end record,
-/// so the file reads back as cut, with everything the process did.
+/// every event so far, flushed (the reader resolves the symbols), then a record that says
+/// why the file has no end record.
 pub fn before_quick_exit() {
-    last_sync(crate::profile::Stopped::QuickExit);
+    sync_owned(Poll::BeforeQuickExit);
 }
 
-/// The forced poll before the process image ends: the file then ends with a record that
-/// says why (see [`crate::session::recorder::stopping`]).
-fn last_sync(why: crate::profile::Stopped) {
+/// The forced poll, in the process that owns the session (not in a forked child that
+/// does not follow).
+fn sync_owned(why: Poll) {
     if OWNER.load(Ordering::Acquire) == pid() {
-        crate::session::recorder::stopping(Some(why));
-        session::sync();
-        crate::session::recorder::stopping(None);
+        session::sync(why);
     }
 }
 
@@ -309,7 +307,7 @@ fn last_sync(why: crate::profile::Stopped) {
 /// relatives): every event so far reaches the file, which the new image never finishes (it
 /// reads back as cut, with everything this image did).
 pub fn before_exec() {
-    last_sync(crate::profile::Stopped::Exec);
+    sync_owned(Poll::BeforeExec);
 }
 
 /// Runs `dlclose` (the real one, called by the closure) between [`before_dlclose`] and
@@ -334,11 +332,7 @@ pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {
 /// Brings the profile up to date before a library is unloaded (see §5), and withdraws the
 /// DWARF unwinder's module list until [`after_dlclose`]. Only through [`around_dlclose`].
 fn before_dlclose() {
-    if OWNER.load(Ordering::Acquire) == pid() {
-        crate::session::recorder::unloading(true);
-        session::sync();
-        crate::session::recorder::unloading(false);
-    }
+    sync_owned(Poll::BeforeUnload);
     crate::engine::callstack::before_dlclose();
 }
 

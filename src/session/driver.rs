@@ -1,7 +1,7 @@
 //! The type-erased consumer side of a session: events from the queue become [`Tracker`]
 //! callbacks, each behind `catch_unwind`, with the tokens the tracker returned.
 
-use super::tracker::{Allocation, Callstack, Deallocation, Reallocation, Stats, Tracker};
+use super::tracker::{Allocation, Callstack, Deallocation, Poll, Reallocation, Stats, Tracker};
 use crate::engine::queue::{Event, EventKind};
 use crate::profile::GcCycle;
 use crate::sys::hash::FastHash;
@@ -16,7 +16,7 @@ pub(super) trait Drive: Send {
     fn gc(&mut self, cycle: &GcCycle);
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
     fn finish(&mut self, stats: &Stats);
-    fn after_poll(&mut self, forced: bool);
+    fn after_poll(&mut self, why: Poll);
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
@@ -100,9 +100,9 @@ impl<T: Tracker> Drive for Driver<T> {
         }
     }
 
-    fn after_poll(&mut self, forced: bool) {
+    fn after_poll(&mut self, why: Poll) {
         let tracker = &mut self.tracker;
-        if catch_unwind(AssertUnwindSafe(|| tracker.after_poll(forced))).is_err() {
+        if catch_unwind(AssertUnwindSafe(|| tracker.after_poll(why))).is_err() {
             count(&CALLBACK_PANICS);
         }
     }

@@ -18,8 +18,9 @@
 //!
 //! # 3. Keeping an output current
 //! After every drain at a safe point the tracker's [`Tracker::after_poll`] runs (with
-//! `forced == false`), so a tracker that streams somewhere can flush on its own schedule.
-//! [`sync`] drains and calls it with `forced == true`, waiting for a concurrent drain to
+//! [`Poll::Periodic`]), so a tracker that streams somewhere can flush on its own schedule.
+//! [`sync`] drains and calls it with a forced reason (why the output must be up to date
+//! now: [`Poll::BeforeUnload`], [`Poll::BeforeExec`], …), waiting for a concurrent drain to
 //! finish: the preload library calls it before `dlclose`, while the library is still mapped.
 //!
 //! # 4. Backpressure
@@ -45,7 +46,9 @@ pub(crate) mod recorder;
 mod tracker;
 
 pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
-pub use tracker::{Allocation, Callstack, Deallocation, Reallocation, SessionInfo, Stats, Tracker};
+pub use tracker::{
+    Allocation, Callstack, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker,
+};
 
 use crate::config::Config;
 use crate::engine::clock;
@@ -197,7 +200,7 @@ pub fn poll() -> usize {
         return 0;
     };
     let n = drain_into(q, driver.as_mut(), epoch);
-    driver.after_poll(false);
+    driver.after_poll(Poll::Periodic);
     crate::engine::callstack::maintain();
     n
 }
@@ -247,10 +250,11 @@ pub fn record_gc_cycle(cycle: &GcCycle) {
     poll();
 }
 
-/// Runs pending callbacks on this thread, then [`Tracker::after_poll`] with `forced`, waiting
-/// for a drain running on another thread to finish first. Does nothing when no session runs
-/// or when called from inside a callback.
-pub(crate) fn sync() {
+/// Runs pending callbacks on this thread, then [`Tracker::after_poll`] with `why` (a forced
+/// reason), waiting for a drain running on another thread to finish first. Does nothing
+/// when no session runs or when called from inside a callback.
+pub(crate) fn sync(why: Poll) {
+    debug_assert!(why.is_forced());
     let Some(q) = queue() else {
         return;
     };
@@ -263,7 +267,7 @@ pub(crate) fn sync() {
         return;
     };
     let _ = drain_into(q, driver.as_mut(), epoch);
-    driver.after_poll(true);
+    driver.after_poll(why);
     crate::engine::callstack::maintain();
 }
 

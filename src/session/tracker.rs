@@ -98,6 +98,33 @@ pub struct Stats {
     pub callback_panics: u64,
 }
 
+/// Why [`Tracker::after_poll`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Poll {
+    /// A drain at a safe point ([`poll`](crate::poll), the drain thread): act on your own
+    /// schedule.
+    Periodic,
+    /// Someone needs the output up to date now.
+    Sync,
+    /// A library is about to be unmapped (`dlclose`): up to date now, with whatever needs
+    /// the library mapped (its symbols) written now.
+    BeforeUnload,
+    /// The process image is about to be replaced (`exec`): up to date now; this image will
+    /// never finish the output.
+    BeforeExec,
+    /// The process is about to end without exit handlers (`_exit`): up to date now;
+    /// nothing of this process runs afterwards.
+    BeforeQuickExit,
+}
+
+impl Poll {
+    /// True for every reason but [`Poll::Periodic`]: the output must be up to date now.
+    pub fn is_forced(self) -> bool {
+        self != Poll::Periodic
+    }
+}
+
 /// User callbacks for sampled allocations. See the module documentation for when they run.
 pub trait Tracker: Send + 'static {
     /// Per-sample value kept while the block lives.
@@ -128,12 +155,12 @@ pub trait Tracker: Send + 'static {
         let _ = cycle;
     }
 
-    /// Called after every drain at a safe point, even when no event was handled.
-    /// `forced` is true when the caller needs the tracker's output up to date now
-    /// ([`sync`]); otherwise the tracker may act on its own schedule (a file tracker flushes
-    /// every few tens of milliseconds).
-    fn after_poll(&mut self, forced: bool) {
-        let _ = forced;
+    /// Called after every drain at a safe point, even when no event was handled, with the
+    /// reason for the drain. At [`Poll::Periodic`] the tracker may act on its own schedule
+    /// (a file tracker flushes every few tens of milliseconds); at any other reason
+    /// ([`Poll::is_forced`]) its output must be up to date when this returns.
+    fn after_poll(&mut self, why: Poll) {
+        let _ = why;
     }
 
     /// Called once when the session stops, after the last event.
