@@ -76,7 +76,7 @@ mod sys;
 pub use config::{Config, Unwinder};
 pub use engine::alloc::Sampled;
 pub use engine::clock::monotonic_ns;
-pub use error::Error;
+pub use error::{Error, LaunchError};
 pub use record::launcher;
 pub use session::recorder::Recorder;
 pub use session::{
