@@ -26,13 +26,13 @@ impl SavedErrno {
 }
 
 /// This thread's errno.
-pub(crate) fn errno() -> i32 {
+pub fn errno() -> i32 {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.
     unsafe { *libc::__errno_location() }
 }
 
 /// Sets this thread's errno.
-pub(crate) fn set_errno(v: i32) {
+pub fn set_errno(v: i32) {
     // SAFETY: as in `errno`.
     unsafe { *libc::__errno_location() = v }
 }
