@@ -60,7 +60,6 @@
 //! ```
 #![deny(missing_docs)]
 #![deny(missing_debug_implementations)]
-#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod config;
 mod engine;
