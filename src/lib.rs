@@ -10,11 +10,54 @@
 //!        └─ slow path: k = number of sample points inside this allocation
 //!             ├─ callstack: return addresses, one pass, 32-entry buffer doubling up to depth
 //!             ├─ live table: address → sample      ── free/realloc of a sampled block
-//!             └─ postponed queue: waits for a safe point ── its dealloc event, queued too
+//!             └─ queue: waits for a safe point     ── its dealloc event, queued too
 //! safe point (poll, Session::stop, the drain thread)
 //!   └─ Tracker callbacks / the built-in Recorder → Profile
 //!        └─ .mprof stream → reports: top table · flamegraph · pprof · folded
 //! ```
+//!
+//! # Map of the code
+//! The folders of `src/` are layers; each uses only the ones above it in this table (the
+//! engine never reaches the session, the recorder or the profile).
+//!
+//! | Path | What it holds |
+//! |---|---|
+//! | `sys/` | process primitives, nothing about sampling |
+//! | `sys/rawmem.rs` | the profiler's own memory, from glibc's `__libc_*` entry points |
+//! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
+//! | `sys/padded.rs` | a value alone on its cache lines |
+//! | `sys/errno.rs` | errno saved and restored around the hooks |
+//! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
+//! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
+//! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
+//! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
+//! | `engine/sampler.rs` | Poisson sampling over allocated bytes: the countdown, `k`, busy flag |
+//! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
+//! | `engine/live.rs` | the live table of sampled blocks (address → sample) and its filter |
+//! | `engine/queue.rs` | the bounded queue of events waiting for a safe point |
+//! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`) |
+//! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
+//! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
+//! | `engine/callstack/fp.rs` | the frame-pointer walk and the thread's stack bounds |
+//! | `engine/callstack/cfi.rs` | the cached DWARF unwinder (framehop over in-memory tables) |
+//! | `engine/callstack/memo.rs` | repeated stacks replayed by checking the words they read |
+//! | `engine/callstack/dwarf.rs` | libgcc's walk, the fallback |
+//! | `session/` | safe points: where events become callbacks |
+//! | `session/mod.rs` | [`start`], [`poll`], [`Session`], [`record_gc_cycle`] |
+//! | `session/tracker.rs` | the [`Tracker`] trait, its events and [`Poll`] |
+//! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
+//! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
+//! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
+//! | `report/` | top table, folded stacks, flamegraph, pprof |
+//! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
+//! | `record/` | both halves of `memprof record` |
+//! | `record/launcher.rs` | [`launcher`]: runs a program under the preload library |
+//! | `record/agent.rs` | the in-process half: start, fork, exec, `dlclose`, exit |
+//! | `record/env.rs` | the `MEMPROF_*` contract between the two halves |
+//! | `error.rs` | [`Error`] and [`LaunchError`] |
+//! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
+//! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
 //!
 //! # Quick use
 //! ```no_run

@@ -46,7 +46,7 @@ pub fn on_alloc_in(cd: &Countdown, addr: *mut u8, size: usize) {
 /// [`on_alloc_in`] for an allocator entry point that knows the program's registers at its
 /// entry: `sp` points at the return address into the program and `bp` is the program's
 /// frame-pointer register. The call stack then starts at the program's frame (the preload
-/// library's `malloc`; see [`crate::engine::callstack::capture_at_entry`]).
+/// library's `malloc`; see `callstack::capture_at_entry`).
 #[inline(always)]
 pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_in(cd, size) {
@@ -58,7 +58,7 @@ pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: us
 
 /// [`on_alloc_at`] for an allocator whose own fast path found that the countdown ran out
 /// (the preload library's `malloc`): the sampler's slow path (see
-/// [`sampler::sample_slow`]) and the recording are inlined.
+/// `sampler::sample_slow`) and the recording are inlined.
 #[inline(always)]
 pub fn on_alloc_slow_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_slow(cd, size) {

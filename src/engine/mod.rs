@@ -1,7 +1,9 @@
 //! Everything that runs inside the allocator: the hooks, the sampler, the live table, the
-//! event queue and the call-stack capture. Nothing here takes a `std::sync` lock or
-//! allocates through the profiled allocator (memory comes from `mmap`, see
-//! [`crate::sys`]); nothing here depends on the session, the recorder or the profile.
+//! event queue, the call-stack capture and its clock. Nothing here takes a `std::sync` lock
+//! or allocates through the profiled allocator (its memory comes from glibc's own entry
+//! points, [`crate::sys::rawmem`]), and nothing here depends on the session, the recorder,
+//! the profile or the reports: `grep -rn "use crate::" src/engine` names only `engine`,
+//! `sys` and `config`.
 
 pub(crate) mod alloc;
 pub(crate) mod callstack;

@@ -310,8 +310,8 @@ pub fn before_exec() {
     sync_owned(Poll::BeforeExec);
 }
 
-/// Runs `dlclose` (the real one, called by the closure) between [`before_dlclose`] and
-/// [`after_dlclose`], which must come in pairs around it: the profile is brought up to date
+/// Runs `dlclose` (the real one, called by the closure) between `before_dlclose` and
+/// `after_dlclose`, which must come in pairs around it: the profile is brought up to date
 /// while the library is still mapped (see §5), and the DWARF unwinder's module list is
 /// withdrawn meanwhile and rebuilt once the library is gone. errno is `dlclose`'s.
 pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {

@@ -1,5 +1,6 @@
-//! Process primitives the engine is built on: memory straight from `mmap`, per-thread
-//! blocks without destructors, cache-line padding.
+//! Process primitives the engine is built on: memory from glibc's own entry points,
+//! per-thread blocks without destructors, cache-line padding, errno, hashing. Nothing
+//! here knows about sampling.
 
 pub(crate) mod errno;
 pub(crate) mod hash;

@@ -1,5 +1,5 @@
 //! The capture buffer: return addresses in a 32-entry inline array that moves to a doubling
-//! buffer from `mmap` (never the profiled allocator) for deeper stacks.
+//! buffer from `sys::rawmem` (never the profiled allocator) for deeper stacks.
 
 use core::mem::MaybeUninit;
 
