@@ -281,23 +281,7 @@ fn command_line() -> Vec<String> {
 /// The loader's count of objects ever loaded (`dlpi_adds`): it changes when `dlopen` maps
 /// a new object.
 fn loader_adds() -> u64 {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        size: libc::size_t,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) {
-            // SAFETY: the loader passes a valid info of `size` bytes, which covers
-            // `dlpi_adds`; `data` is the `&mut u64` passed below.
-            unsafe { *(data as *mut u64) = (*info).dlpi_adds };
-        }
-        1
-    }
-    let mut adds = 0u64;
-    // SAFETY: the callback only reads the loader's record and writes `adds`, which outlives
-    // the call; returning 1 stops the iteration after the first object.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut libc::c_void) };
-    adds
+    crate::sys::loader::counts().0
 }
 
 impl Tracker for Recorder {
