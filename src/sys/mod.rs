@@ -1,7 +1,6 @@
 //! Process primitives the engine is built on: memory from glibc's own entry points,
 //! per-thread blocks without destructors, cache-line padding, errno, hashing, the loader's
-//! list of objects. Nothing
-//! here knows about sampling.
+//! list of objects. Nothing here knows about sampling.
 
 pub(crate) mod errno;
 pub(crate) mod hash;
