@@ -111,3 +111,72 @@ impl<T: Tracker> Drive for Driver<T> {
         Box::new(self.tracker)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Remembers what it was told; panics on an allocation of 13 bytes.
+    #[derive(Default)]
+    struct Log {
+        seen: Vec<String>,
+    }
+
+    impl Tracker for Log {
+        type Token = u64;
+
+        fn alloc(&mut self, a: &Allocation<'_>) -> Option<u64> {
+            assert!(a.size != 13, "a tracker that panics");
+            self.seen.push(format!("alloc {} {:?} {}", a.id, a.callstack.frames(), a.k));
+            (a.size != 7).then_some(a.id * 10)
+        }
+
+        fn realloc(&mut self, token: &mut u64, r: &Reallocation) {
+            self.seen.push(format!("move {token} {:#x}", r.new_addr));
+            *token += 1;
+        }
+
+        fn dealloc(&mut self, token: u64, d: &Deallocation) {
+            self.seen.push(format!("free {token} {}", d.id));
+        }
+
+        fn after_poll(&mut self, why: Poll) {
+            self.seen.push(format!("{why:?}"));
+        }
+    }
+
+    fn event(kind: EventKind, id: u64, size: usize, addr: usize) -> Event {
+        Event { kind, epoch: 1, id, thread: 1, time_ns: 0, addr, size, k: 2, truncated: false }
+    }
+
+    #[test]
+    fn tokens_follow_a_block_from_its_allocation_to_its_free() {
+        let mut d = Driver { tracker: Log::default(), tokens: HashMap::default() };
+        let panics = CALLBACK_PANICS.load(Ordering::Relaxed);
+        d.event(&event(EventKind::Alloc, 1, 100, 0x10), &[0xa, 0xb], 8.0);
+        d.event(&event(EventKind::Move, 1, 200, 0x20), &[], 8.0);
+        // Not tracked (the tracker returned None): its move and free are not delivered.
+        d.event(&event(EventKind::Alloc, 2, 7, 0x30), &[], 8.0);
+        d.event(&event(EventKind::Move, 2, 8, 0x40), &[], 8.0);
+        d.event(&event(EventKind::Dealloc, 2, 0, 0), &[], 8.0);
+        // A panicking callback is caught and counted; the block is not tracked.
+        d.event(&event(EventKind::Alloc, 3, 13, 0x50), &[], 8.0);
+        d.event(&event(EventKind::Dealloc, 3, 0, 0), &[], 8.0);
+        d.event(&event(EventKind::Dealloc, 1, 0, 0), &[], 8.0);
+        d.after_poll(Poll::BeforeExec);
+        assert!(CALLBACK_PANICS.load(Ordering::Relaxed) > panics);
+        assert!(d.tokens.is_empty());
+        assert_eq!(
+            d.tracker.seen,
+            ["alloc 1 [10, 11] 2", "move 10 0x20", "alloc 2 [] 2", "free 11 1", "BeforeExec",]
+        );
+    }
+
+    #[test]
+    fn only_periodic_polls_are_unforced() {
+        assert!(!Poll::Periodic.is_forced());
+        for why in [Poll::Sync, Poll::BeforeUnload, Poll::BeforeExec, Poll::BeforeQuickExit] {
+            assert!(why.is_forced(), "{why:?}");
+        }
+    }
+}
