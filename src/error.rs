@@ -6,6 +6,7 @@ use std::fmt;
 
 /// What went wrong.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// Bad settings.
     Config(String),
@@ -15,6 +16,8 @@ pub enum Error {
     Io(String, std::io::Error),
     /// A `.mprof` stream that cannot be read, with the reason.
     Format(String),
+    /// `memprof record` cannot run or profile the program.
+    Launch(LaunchError),
     /// Anything else on a cold path, with the reason.
     Other(String),
 }
@@ -28,6 +31,7 @@ impl fmt::Display for Error {
             }
             Error::Io(what, e) => write!(f, "{what}: {e}"),
             Error::Format(m) => write!(f, "{m}"),
+            Error::Launch(e) => write!(f, "{e}"),
             Error::Other(m) => write!(f, "{m}"),
         }
     }
@@ -41,6 +45,71 @@ impl std::error::Error for Error {
         }
     }
 }
+
+impl From<LaunchError> for Error {
+    fn from(e: LaunchError) -> Self {
+        Error::Launch(e)
+    }
+}
+
+/// Why `memprof record` cannot run or profile a program (the `String`s are the program or
+/// file as the user named it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// A name without a slash that is not in `PATH`.
+    NotInPath(String),
+    /// A path that does not exist.
+    NotFound(String),
+    /// A directory.
+    Directory(String),
+    /// Neither a regular file nor a directory.
+    NotRegularFile(String),
+    /// Not executable by this user.
+    NotExecutable(String),
+    /// The program's path contains a NUL byte.
+    NulInPath(String),
+    /// The output path contains a NUL byte.
+    NulInOutput,
+    /// setuid or setgid: the loader ignores `LD_PRELOAD` for it.
+    SetId(String),
+    /// Statically linked: it never loads the preload library.
+    StaticallyLinked(String),
+    /// The output file exists and replacing it was not asked for.
+    OutputExists(String),
+}
+
+impl fmt::Display for LaunchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LaunchError::NotInPath(p) => {
+                write!(f, "program not found: {p} (not a path, and not in PATH)")
+            }
+            LaunchError::NotFound(p) => write!(f, "program not found: {p}"),
+            LaunchError::Directory(p) => write!(f, "{p} is a directory, not a program"),
+            LaunchError::NotRegularFile(p) => write!(f, "{p} is not a regular file"),
+            LaunchError::NotExecutable(p) => write!(f, "{p} is not executable"),
+            LaunchError::NulInPath(p) => write!(f, "{p}: path contains a NUL byte"),
+            LaunchError::NulInOutput => write!(f, "output path contains a NUL byte"),
+            LaunchError::SetId(p) => write!(
+                f,
+                "{p} is setuid or setgid: the loader ignores LD_PRELOAD for such programs, \
+                 so memprof cannot profile it"
+            ),
+            LaunchError::StaticallyLinked(p) => write!(
+                f,
+                "{p} is statically linked: it never loads the preload library, so memprof \
+                 cannot see its allocations (link it dynamically)"
+            ),
+            LaunchError::OutputExists(p) => write!(
+                f,
+                "cannot create the profile {p}: it exists (use --force to replace it, or -o)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LaunchError {}
 
 impl Error {
     /// Wraps an I/O error with a description of what was being done.

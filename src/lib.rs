@@ -10,11 +10,56 @@
 //!        └─ slow path: k = number of sample points inside this allocation
 //!             ├─ callstack: return addresses, one pass, 32-entry buffer doubling up to depth
 //!             ├─ live table: address → sample      ── free/realloc of a sampled block
-//!             └─ postponed queue: waits for a safe point ── its dealloc event, queued too
+//!             └─ queue: waits for a safe point     ── its dealloc event, queued too
 //! safe point (poll, Session::stop, the drain thread)
 //!   └─ Tracker callbacks / the built-in Recorder → Profile
 //!        └─ .mprof stream → reports: top table · flamegraph · pprof · folded
 //! ```
+//!
+//! # Map of the code
+//! The folders of `src/` are layers; each uses only the ones above it in this table (the
+//! engine never reaches the session, the recorder or the profile).
+//!
+//! | Path | What it holds |
+//! |---|---|
+//! | `sys/` | process primitives, nothing about sampling |
+//! | `sys/rawmem.rs` | the profiler's own memory, from glibc's `__libc_*` entry points |
+//! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
+//! | `sys/padded.rs` | a value alone on its cache lines |
+//! | `sys/errno.rs` | errno saved and restored around the hooks |
+//! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
+//! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
+//! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
+//! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
+//! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
+//! | `engine/sampler.rs` | Poisson sampling over allocated bytes: the countdown, `k`, busy flag |
+//! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
+//! | `engine/live.rs` | the live table of sampled blocks (address → sample) and its filter |
+//! | `engine/queue.rs` | the bounded queue of events waiting for a safe point |
+//! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`) |
+//! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
+//! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
+//! | `engine/callstack/fp.rs` | the frame-pointer walk and the thread's stack bounds |
+//! | `engine/callstack/cfi.rs` | the cached DWARF unwinder (framehop over in-memory tables) |
+//! | `engine/callstack/memo.rs` | repeated stacks replayed by checking the words they read |
+//! | `engine/callstack/dwarf.rs` | libgcc's walk, the fallback |
+//! | `session/` | safe points: where events become callbacks |
+//! | `session/mod.rs` | [`start`], [`poll`], [`Session`], [`record_gc_cycle`] |
+//! | `session/tracker.rs` | the [`Tracker`] trait, its events and [`Poll`] |
+//! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
+//! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
+//! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
+//! | `report/` | top table, folded stacks, flamegraph, pprof |
+//! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
+//! | `record/` | both halves of `memprof record` |
+//! | `record/launcher.rs` | [`launcher`]: runs a program under the preload library |
+//! | `record/bundled.rs` | [`bundled`]: the preload library carried in the executable, cached on disk |
+//! | `record/agent.rs` | the in-process half: start, fork, exec, `dlclose`, exit |
+//! | `record/env.rs` | the `MEMPROF_*` contract between the two halves |
+//! | `error.rs` | [`Error`] and [`LaunchError`] |
+//! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
+//! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
 //!
 //! # Quick use
 //! ```no_run
@@ -27,34 +72,97 @@
 //! let profile = session.stop().unwrap().into_profile();
 //! println!("{} samples", profile.samples.len());
 //! ```
+//!
+//! # What is not API
+//! The engine (the sampler, the live table, the queue, the call-stack capture) and the
+//! handlers that keep it consistent across `fork` and `dlclose` are private: calling them
+//! at the wrong moment would break the invariants their `unsafe` code relies on. What the
+//! preload library needs is in `memprof::__private`, which is not API. None of these
+//! compile (a unit test, `private_paths_exist`, checks that the paths are right):
+//! ```compile_fail,E0603
+//! memprof::engine::live::unlock_all();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::engine::live::lock_all();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::engine::callstack::fork_child();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::engine::callstack::after_dlclose();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::session::fork_prepare();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::session::fork_parent();
+//! ```
+//! ```compile_fail,E0603
+//! memprof::session::fork_child();
+//! ```
+//! ```compile_fail,E0425
+//! memprof::__private::fork_child();
+//! ```
 #![deny(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_debug_implementations)]
 
-pub mod agent;
-pub mod alloc;
-pub mod bundled;
-pub mod callstack;
 pub mod config;
-pub mod error;
+mod engine;
+mod error;
 pub mod gc;
-pub mod launcher;
-pub mod live;
-mod padded;
-pub mod postponed;
 pub mod profile;
-mod rawmem;
-pub mod recorder;
+mod record;
 #[cfg(feature = "report")]
 pub mod report;
-pub mod sampler;
-mod tls;
-pub mod tracker;
+mod session;
+mod sys;
 
-pub use alloc::Sampled;
 pub use config::{Config, Unwinder};
-pub use error::Error;
-pub use recorder::Recorder;
-pub use tracker::{
-    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Reallocation, Session,
+pub use engine::alloc::Sampled;
+pub use engine::clock::monotonic_ns;
+pub use error::{Error, LaunchError};
+pub use record::bundled;
+pub use record::launcher;
+pub use session::recorder::Recorder;
+pub use session::{
+    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Reallocation, Session,
     SessionInfo, Stats, Tracker,
 };
+
+/// Not API: what the preload library (`memprof-preload`), the tests and the benchmarks
+/// need from the engine. Nothing here follows semantic versioning, and it may change or
+/// disappear in any release. Every function here is safe to call at any time; the
+/// handlers that are not (fork, `dlclose`) stay private to the crate, and the preload
+/// library reaches them through [`around_dlclose`](__private::around_dlclose) and the
+/// agent's own `pthread_atfork` registration.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::engine::alloc::{
+        before_realloc, on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc,
+        on_dealloc_counted, on_realloc, on_realloc_at, on_realloc_in,
+    };
+    pub use crate::engine::callstack::dwarf_fallbacks;
+    pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
+    pub use crate::engine::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
+    pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::sys::errno::{errno, set_errno};
+}
+
+#[cfg(test)]
+mod tests {
+    /// The paths the crate documentation's `compile_fail` examples name exist (so those
+    /// examples fail because the items are private, not because the paths are wrong).
+    #[test]
+    fn private_paths_exist() {
+        let handlers: [fn(); 7] = [
+            crate::engine::live::unlock_all,
+            crate::engine::live::lock_all,
+            crate::engine::callstack::fork_child,
+            crate::engine::callstack::after_dlclose,
+            crate::session::fork_prepare,
+            crate::session::fork_parent,
+            crate::session::fork_child,
+        ];
+        assert!(handlers.iter().all(|f| *f as usize != 0));
+    }
+}

@@ -367,8 +367,8 @@ mod external_countdown {
     //! by the next one, and the estimates are the truth in exact mode and within their
     //! confidence interval otherwise.
     use super::*;
-    use memprof::alloc::{on_alloc_in, on_dealloc};
-    use memprof::sampler::{Countdown, EPOCH};
+    use memprof::__private::{on_alloc_in, on_dealloc};
+    use memprof::__private::{Countdown, EPOCH};
     use std::alloc::{GlobalAlloc, Layout};
     use std::sync::atomic::Ordering;
 
@@ -1064,10 +1064,10 @@ mod depth {
         let _g = serial();
         // The cached DWARF unwinder walks these stacks itself (to the end of the stack for
         // the whole ones): not one capture is handed to libgcc.
-        let fallbacks = memprof::callstack::dwarf_fallbacks();
+        let fallbacks = memprof::__private::dwarf_fallbacks();
         check(Unwinder::Dwarf);
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(memprof::callstack::dwarf_fallbacks(), fallbacks, "captures fell back");
+        assert_eq!(memprof::__private::dwarf_fallbacks(), fallbacks, "captures fell back");
         let _ = fallbacks;
     }
 

@@ -373,11 +373,11 @@ fn hot_path_never_panics() {
         free(p, 100);
         // The sampler and the hooks with extreme sizes.
         for size in [0, 1, 7, usize::MAX / 2, usize::MAX - 1, usize::MAX] {
-            black_box(memprof::sampler::sample(size));
+            black_box(memprof::__private::sample(size));
         }
         let fake = 0x10usize as *mut u8; // never a real block: 16 bytes into page zero
-        memprof::alloc::on_alloc(fake, usize::MAX);
-        memprof::alloc::on_dealloc(fake);
+        memprof::__private::on_alloc(fake, usize::MAX);
+        memprof::__private::on_dealloc(fake);
         let seen = session.stop().unwrap();
         assert!(seen.stats.unwrap().samples > 0, "{:?}", seen.stats);
         if exact && !full {

@@ -26,9 +26,9 @@
 //! # 3. What allocates where
 //! Chunks and large blocks come from `std::alloc::System` directly, never through the
 //! global allocator, so a `Sampled<System>` global allocator does not sample heap memory
-//! twice. Each block allocation calls [`crate::alloc::on_alloc`] with the block's header
+//! twice. Each block allocation calls [`crate::engine::alloc::on_alloc`] with the block's header
 //! address and its size in bytes (header included); sweep calls
-//! [`crate::alloc::on_dealloc`] for every dead block before its memory can be reused. The
+//! [`crate::engine::alloc::on_dealloc`] for every dead block before its memory can be reused. The
 //! marker's stack, the root table and the cycle records are ordinary Rust collections.
 //!
 //! # 4. Timing
@@ -53,7 +53,7 @@ pub use heap::{Value, DOUBLE_ARRAY_TAG, MAX_SMALL_WOSIZE, NO_SCAN_TAG, STRING_TA
 pub use mark::Marker;
 pub use stats::{CycleStats, HeapStats};
 
-use crate::tracker::monotonic_ns;
+use crate::engine::clock::monotonic_ns;
 use alloc::FreeLists;
 use heap::{make_header, system_alloc, system_free, Chunk, Large, BLACK, WHITE};
 use mark::MarkState;
@@ -120,6 +120,21 @@ pub struct Heap {
     live_words: usize,
     allocated_words: u64,
     allocated_blocks: u64,
+}
+
+impl std::fmt::Debug for Heap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heap")
+            .field("config", &self.config)
+            .field("chunks", &self.chunks.len())
+            .field("large", &self.large.len())
+            .field("roots", &self.root_used.iter().filter(|u| **u).count())
+            .field("live_words", &self.live_words)
+            .field("allocated_words", &self.allocated_words)
+            .field("allocated_blocks", &self.allocated_blocks)
+            .field("cycles", &self.cycles.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Heap {

@@ -2,8 +2,8 @@
 //!
 //! # 1. Two profilers in one process
 //! In a program profiled in process, the heap reports to this copy of memprof:
-//! [`crate::alloc::on_alloc`], [`crate::alloc::on_dealloc`] and
-//! [`crate::tracker::record_gc_cycle`]. Under `memprof record` the session lives in the
+//! [`crate::engine::alloc::on_alloc`], [`crate::engine::alloc::on_dealloc`] and
+//! [`crate::session::record_gc_cycle`]. Under `memprof record` the session lives in the
 //! preload library, which carries its own copy of memprof; this copy has no session. The
 //! preload library therefore exports the same three hooks under C names
 //! (`memprof_preload_gc_alloc`, `memprof_preload_gc_free`, `memprof_preload_gc_cycle`),
@@ -77,7 +77,7 @@ impl Hooks {
         match self.forward {
             // SAFETY: the preload's hook has C's calling convention and takes any pointer.
             Some(f) => unsafe { (f.alloc)(p, size) },
-            None => crate::alloc::on_alloc(p, size),
+            None => crate::engine::alloc::on_alloc(p, size),
         }
     }
 
@@ -87,7 +87,7 @@ impl Hooks {
         match self.forward {
             // SAFETY: as in `alloc`.
             Some(f) => unsafe { (f.free)(p) },
-            None => crate::alloc::on_dealloc(p),
+            None => crate::engine::alloc::on_dealloc(p),
         }
     }
 
@@ -97,7 +97,7 @@ impl Hooks {
             // SAFETY: `c` points at a live GcCycle (repr(C), the same layout in both copies
             // of memprof) for the duration of the call.
             Some(f) => unsafe { (f.cycle)(c) },
-            None => crate::tracker::record_gc_cycle(c),
+            None => crate::session::record_gc_cycle(c),
         }
     }
 }

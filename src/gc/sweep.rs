@@ -4,7 +4,7 @@
 //! # 1. Order of events
 //! Sweep runs in one step, right after marking completes (so the mutator never allocates
 //! into a half-swept chunk, and allocation colour depends only on the phase). For every
-//! white block it calls `crate::alloc::on_dealloc(header)` *before* the memory can be
+//! white block it calls `crate::engine::alloc::on_dealloc(header)` *before* the memory can be
 //! reused: that is one load from the live-table filter for an unsampled block, and a
 //! dealloc event for a sampled one.
 //!

@@ -19,6 +19,8 @@
 //! estimates are the exact totals.
 
 pub mod format;
+#[cfg(feature = "report")]
+pub mod load;
 pub mod merge;
 pub mod symbolize;
 

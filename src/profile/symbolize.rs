@@ -47,29 +47,12 @@ pub fn current_modules() -> Vec<Module> {
         build_id: Vec<u8>,
     }
 
-    unsafe extern "C" fn callback(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: `data` is the `&mut Vec<Raw>` passed to `dl_iterate_phdr` below, which is
-        // alive and not otherwise borrowed during the iteration.
-        let out = unsafe { &mut *(data as *mut Vec<Raw>) };
-        // SAFETY: the loader passes a valid `dl_phdr_info` for the duration of the call.
-        let info = unsafe { &*info };
-        let name = if info.dlpi_name.is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
-            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes().to_vec()
-        };
-        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
-            &[]
-        } else {
-            // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers owned by the loader.
-            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
-        };
-        let base = info.dlpi_addr;
+    let mut raw: Vec<Raw> = Vec::new();
+    // The callback does not panic short of an allocation failure, which aborts.
+    crate::sys::loader::for_each_object(|object| {
+        let name = object.name().to_bytes().to_vec();
+        let phdrs = object.phdrs();
+        let base = object.bias() as u64;
         let (mut start, mut end) = (u64::MAX, 0u64);
         for ph in phdrs.iter().filter(|ph| ph.p_type == libc::PT_LOAD) {
             let s = base.wrapping_add(ph.p_vaddr);
@@ -90,24 +73,15 @@ pub fn current_modules() -> Vec<Module> {
             .find_map(|ph| {
                 let at = base.wrapping_add(ph.p_vaddr) as *const u8;
                 // SAFETY: the note segment lies inside a loaded segment of an object that
-                // stays mapped during the callback (the loader holds its lock).
+                // stays mapped during the walk (the loader holds its lock).
                 let notes = unsafe { std::slice::from_raw_parts(at, ph.p_memsz as usize) };
                 note_build_id(notes)
             })
             .unwrap_or_default();
         if start < end {
-            out.push(Raw { name, base, start, end, build_id });
+            raw.push(Raw { name, base, start, end, build_id });
         }
-        0
-    }
-
-    let mut raw: Vec<Raw> = Vec::new();
-    // SAFETY: the callback only reads the loader's data during the call and writes to `raw`,
-    // which outlives the call; it never unwinds (it does not panic short of an allocation
-    // failure, which aborts).
-    unsafe {
-        libc::dl_iterate_phdr(Some(callback), &mut raw as *mut Vec<Raw> as *mut libc::c_void);
-    }
+    });
     let exe = std::fs::read_link("/proc/self/exe").ok();
     let mut modules = Vec::with_capacity(raw.len());
     for (i, r) in raw.into_iter().enumerate() {
@@ -462,6 +436,12 @@ fn note_build_id(notes: &[u8]) -> Option<Vec<u8>> {
 /// True for frames of the profiler itself, which are trimmed from the leaf end of stacks.
 pub fn is_profiler_frame(name: &str) -> bool {
     const PREFIXES: &[&str] = &[
+        // The sample path (src/engine/) and the safe points (src/session/).
+        "memprof::engine::",
+        "<memprof::engine::",
+        "memprof::session::",
+        // The same code under its module paths before the layout of src/engine/, for
+        // profiles recorded by earlier versions.
         "memprof::alloc::",
         "<memprof::alloc::",
         "memprof::callstack::",
@@ -648,6 +628,25 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn profiler_frames_by_module_path() {
+        for name in [
+            "memprof::engine::alloc::on_alloc",
+            "<memprof::engine::alloc::Sampled<A> as core::alloc::global::GlobalAlloc>::alloc",
+            "memprof::engine::hot::record_alloc",
+            "memprof::engine::callstack::capture",
+            "memprof::session::poll",
+            "memprof::tracker::hot::record_alloc",
+            "memprof_preload::fast::malloc_slow",
+            "malloc",
+        ] {
+            assert!(is_profiler_frame(name), "{name}");
+        }
+        for name in ["memprof::gc::Heap::alloc", "memprof::report::top_table", "app::main"] {
+            assert!(!is_profiler_frame(name), "{name}");
+        }
+    }
 
     #[test]
     fn plumbing_through_std_traits() {

@@ -131,7 +131,7 @@ impl Table {
         let Some(bytes) = new_cap.checked_mul(core::mem::size_of::<Slot>()) else {
             return false;
         };
-        let new = crate::rawmem::alloc_zeroed(bytes) as *mut Slot;
+        let new = crate::sys::rawmem::alloc_zeroed(bytes) as *mut Slot;
         if new.is_null() {
             return false;
         }
@@ -145,7 +145,7 @@ impl Table {
         }
         if !old.slots.is_null() {
             // SAFETY: old.slots came from rawmem and is no longer referenced.
-            unsafe { crate::rawmem::free(old.slots as *mut u8) };
+            unsafe { crate::sys::rawmem::free(old.slots as *mut u8) };
         }
         true
     }
@@ -318,7 +318,7 @@ fn remove_at(addr: usize, fi: usize) -> Option<Entry> {
 }
 
 /// Forgets every entry (a new session starts).
-pub fn clear() {
+pub(crate) fn clear() {
     for i in 0..SHARDS {
         with_shard(i, |t| {
             for j in 0..t.cap {
@@ -346,13 +346,8 @@ pub fn clear() {
     }
 }
 
-/// Number of sampled blocks in the table.
-pub fn len() -> usize {
-    (0..SHARDS).map(|i| with_shard(i, |t| t.len)).sum()
-}
-
 /// Takes every shard lock (before `fork`, so the child never inherits a held lock).
-pub fn lock_all() {
+pub(crate) fn lock_all() {
     for shard in TABLE.iter() {
         while shard.lock.swap(true, Ordering::Acquire) {
             core::hint::spin_loop();
@@ -361,7 +356,7 @@ pub fn lock_all() {
 }
 
 /// Releases the locks taken by [`lock_all`].
-pub fn unlock_all() {
+pub(crate) fn unlock_all() {
     for shard in TABLE.iter() {
         shard.lock.store(false, Ordering::Release);
     }

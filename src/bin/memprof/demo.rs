@@ -2,18 +2,17 @@
 //! flamegraphs to the gallery (`flamegraphs/`).
 
 #[allow(dead_code)]
-#[path = "../examples/gc_workload/workload.rs"]
+#[path = "../../../examples/gc_workload/workload.rs"]
 mod gc_workload;
 #[allow(dead_code)]
-#[path = "../examples/leaky_cache/workload.rs"]
+#[path = "../../../examples/leaky_cache/workload.rs"]
 mod leaky_cache;
 #[allow(dead_code)]
-#[path = "../examples/worst_case/workload.rs"]
+#[path = "../../../examples/worst_case/workload.rs"]
 mod worst_case;
 
 use crate::cli::{write_file, DemoArgs};
-use memprof::config::EnvSettings;
-use memprof::launcher::{self, RecordOptions};
+use memprof::launcher::{self, EnvSettings, RecordOptions};
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, TopOptions, View};
 use memprof::{Config, Error, Recorder};

@@ -14,15 +14,17 @@
 //! pid is known; a failure there comes back to this process before the program runs.
 //!
 //! # 2. The contract with the preload library
-//! Settings travel in the `MEMPROF_*` variables ([`crate::config::EnvSettings`]); the
+//! Settings travel in the `MEMPROF_*` variables ([`EnvSettings`]); the
 //! library is put first in `LD_PRELOAD`. The program's exit status is returned (128 + the
 //! signal number when a signal killed it); SIGINT and SIGQUIT are ignored here while the
 //! program runs, so that a Ctrl-C reaches the program and the report still follows.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use crate::bundled::{Bundled, Installed};
-use crate::config::{self, EnvSettings};
-use crate::error::Error;
+use super::bundled::{Bundled, Installed};
+// `config` is the MEMPROF_* contract (record/env.rs), which the launcher writes.
+use super::env as config;
+pub use super::env::EnvSettings;
+use crate::error::{Error, LaunchError};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Read;
@@ -115,27 +117,27 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
             return Ok(candidate);
         }
     }
-    Err(Error::Other(format!("program not found: {shown} (not a path, and not in PATH)")))
+    Err(LaunchError::NotInPath(shown).into())
 }
 
 fn check_executable(p: &Path, shown: &str) -> Result<(), Error> {
     let meta = fs::metadata(p).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::Other(format!("program not found: {shown}")),
+        std::io::ErrorKind::NotFound => LaunchError::NotFound(shown.to_owned()).into(),
         _ => Error::io(format!("cannot run {shown}"), e),
     })?;
     if meta.is_dir() {
-        return Err(Error::Other(format!("{shown} is a directory, not a program")));
+        return Err(LaunchError::Directory(shown.to_owned()).into());
     }
     if !meta.is_file() {
-        return Err(Error::Other(format!("{shown} is not a regular file")));
+        return Err(LaunchError::NotRegularFile(shown.to_owned()).into());
     }
     let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| Error::Other(format!("{shown}: path contains a NUL byte")))?;
+        .map_err(|_| LaunchError::NulInPath(shown.to_owned()))?;
     // SAFETY: `c` is a NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0
         || meta.permissions().mode() & 0o111 == 0
     {
-        return Err(Error::Other(format!("{shown} is not executable")));
+        return Err(LaunchError::NotExecutable(shown.to_owned()).into());
     }
     Ok(())
 }
@@ -208,16 +210,10 @@ pub fn linkage(path: &Path) -> Result<Linkage, Error> {
 pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
     let meta = fs::metadata(path).map_err(|e| Error::io(format!("cannot run {shown}"), e))?;
     if meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0 {
-        return Err(Error::Other(format!(
-            "{shown} is setuid or setgid: the loader ignores LD_PRELOAD for such programs, \
-             so memprof cannot profile it"
-        )));
+        return Err(LaunchError::SetId(shown.to_owned()).into());
     }
     if linkage(path)? == Linkage::Static {
-        return Err(Error::Other(format!(
-            "{shown} is statically linked: it never loads the preload library, so memprof \
-             cannot see its allocations (link it dynamically)"
-        )));
+        return Err(LaunchError::StaticallyLinked(shown.to_owned()).into());
     }
     Ok(())
 }
@@ -295,9 +291,7 @@ fn create_output(path: &[u8], force: bool) -> i32 {
 fn create_error(path: &str, errno: i32, force: bool) -> Error {
     let e = std::io::Error::from_raw_os_error(errno);
     if errno == libc::EEXIST && !force {
-        Error::Other(format!(
-            "cannot create the profile {path}: it exists (use --force to replace it, or -o)"
-        ))
+        LaunchError::OutputExists(path.to_owned()).into()
     } else {
         Error::io(format!("cannot create the profile {path}"), e)
     }
@@ -322,8 +316,8 @@ pub fn record_with(
     let template = opts.settings.output.clone();
     let deferred = template.contains("%p");
     if !deferred {
-        let c = std::ffi::CString::new(template.as_bytes())
-            .map_err(|_| Error::Other("output path contains a NUL byte".into()))?;
+        let c =
+            std::ffi::CString::new(template.as_bytes()).map_err(|_| LaunchError::NulInOutput)?;
         let errno = create_output(c.as_bytes_with_nul(), opts.force);
         if errno != 0 {
             return Err(create_error(&template, errno, opts.force));

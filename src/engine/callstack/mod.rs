@@ -45,12 +45,18 @@ use core::cell::{Cell, UnsafeCell};
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU8, Ordering};
 
-/// Frames kept inline before the buffer moves to the heap.
-pub const INLINE_FRAMES: usize = 32;
-
 #[cfg(target_arch = "x86_64")]
 mod cfi;
+mod dwarf;
+mod fp;
+mod frames;
 mod memo;
+
+use dwarf::{capture_dwarf, capture_dwarf_at, capture_dwarf_from};
+#[cfg(test)]
+use fp::stack_hi;
+use fp::{capture_fp, capture_fp_walk, frame_pointer, stack_pointer, thread_hi, FP_SUPPORTED};
+pub(crate) use frames::{copy_words, Captured, INLINE_FRAMES};
 
 const USE_FP: u8 = 0;
 const USE_LIBGCC: u8 = 1;
@@ -58,7 +64,7 @@ const USE_CFI: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(USE_LIBGCC);
 
 /// The sample path's per-thread state, in one block (zeroed at thread start, see
-/// `crate::tls`).
+/// `crate::sys::tls`).
 struct PerThread {
     /// Highest address of this thread's stack (0 = not yet known).
     hi: Cell<usize>,
@@ -69,7 +75,7 @@ struct PerThread {
     memo_taken: Cell<bool>,
 }
 
-crate::tls::thread_block! {
+crate::sys::tls::thread_block! {
     /// This thread's unwinding state.
     fn per_thread() -> PerThread = PerThread {
         hi: Cell::new(0),
@@ -109,140 +115,6 @@ fn with_thread<R>(f: impl FnOnce(usize, Option<&mut memo::Memo>) -> R) -> R {
     let r = f(hi, Some(unsafe { (*t.memo.get()).assume_init_mut() }));
     t.memo_taken.set(false);
     r
-}
-
-/// Copies `n` words one at a time. The sample path copies a few frames at a time (ten at
-/// statmemprof's depth), where a call to `memcpy` costs more than the copy, and its wide
-/// loads of words just stored one by one miss store forwarding.
-///
-/// # Safety
-/// `src` is valid for `n` reads and `dst` for `n` writes, and they do not overlap.
-#[inline(always)]
-pub(crate) unsafe fn copy_words(dst: *mut usize, src: *const usize, n: usize) {
-    for i in 0..n {
-        // SAFETY: i < n (the caller's guarantee). The volatile store keeps the compiler
-        // from turning the loop back into a `memcpy` call.
-        unsafe { dst.add(i).write_volatile(src.add(i).read()) };
-    }
-}
-
-/// A captured call stack: return addresses, innermost first.
-pub struct Captured {
-    /// The first `len` entries are initialised while `heap` is null (not zeroed at
-    /// creation: a capture per sample would pay for it).
-    inline: [MaybeUninit<usize>; INLINE_FRAMES],
-    heap: *mut usize,
-    cap: usize,
-    len: usize,
-    truncated: bool,
-}
-
-impl Default for Captured {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Captured {
-    /// An empty buffer with the inline capacity. The inline entries are left unwritten
-    /// (a struct literal would be compiled to a `memset` of all 264 bytes, per sample).
-    #[inline(always)]
-    pub fn new() -> Self {
-        let mut c = MaybeUninit::<Captured>::uninit();
-        let p = c.as_mut_ptr();
-        // SAFETY: every field but `inline` is written; `inline` is an array of
-        // `MaybeUninit`, valid in any state, so the whole struct is initialised.
-        unsafe {
-            core::ptr::addr_of_mut!((*p).heap).write(core::ptr::null_mut());
-            core::ptr::addr_of_mut!((*p).cap).write(INLINE_FRAMES);
-            core::ptr::addr_of_mut!((*p).len).write(0);
-            core::ptr::addr_of_mut!((*p).truncated).write(false);
-            c.assume_init()
-        }
-    }
-
-    /// The frames, innermost first.
-    pub fn frames(&self) -> &[usize] {
-        if self.heap.is_null() {
-            // SAFETY: with no heap buffer, the first `len` inline entries were written.
-            unsafe { core::slice::from_raw_parts(self.inline.as_ptr() as *const usize, self.len) }
-        } else {
-            // SAFETY: `heap` holds `cap >= len` initialised entries written by `push`.
-            unsafe { core::slice::from_raw_parts(self.heap, self.len) }
-        }
-    }
-
-    /// True when the stack was deeper than the requested depth.
-    pub fn truncated(&self) -> bool {
-        self.truncated
-    }
-
-    /// Appends a frame, doubling the buffer when full. Returns false when it cannot grow.
-    #[inline]
-    fn push(&mut self, ip: usize) -> bool {
-        if self.len == self.cap && !self.grow() {
-            return false;
-        }
-        if self.heap.is_null() {
-            self.inline[self.len] = MaybeUninit::new(ip);
-        } else {
-            // SAFETY: len < cap and `heap` has room for `cap` entries.
-            unsafe { self.heap.add(self.len).write(ip) };
-        }
-        self.len += 1;
-        true
-    }
-
-    #[cold]
-    fn grow(&mut self) -> bool {
-        let new_cap = self.cap * 2;
-        let Some(bytes) = new_cap.checked_mul(core::mem::size_of::<usize>()) else {
-            return false;
-        };
-        let new = crate::rawmem::alloc(bytes) as *mut usize;
-        if new.is_null() {
-            return false;
-        }
-        let old = self.frames();
-        // SAFETY: `new` has room for new_cap > len entries; the regions do not overlap.
-        unsafe { core::ptr::copy_nonoverlapping(old.as_ptr(), new, self.len) };
-        if !self.heap.is_null() {
-            // SAFETY: `heap` came from rawmem::alloc and is replaced below.
-            unsafe { crate::rawmem::free(self.heap as *mut u8) };
-        }
-        self.heap = new;
-        self.cap = new_cap;
-        true
-    }
-
-    /// Empties the buffer and returns it to its inline storage.
-    #[inline(always)]
-    fn clear(&mut self) {
-        if !self.heap.is_null() {
-            self.free_heap();
-        }
-        self.len = 0;
-        self.truncated = false;
-    }
-
-    /// Gives back a buffer that outgrew the inline storage (deep stacks only).
-    #[cold]
-    #[inline(never)]
-    fn free_heap(&mut self) {
-        // SAFETY: `heap` came from rawmem::alloc and is not referenced after this.
-        unsafe { crate::rawmem::free(self.heap as *mut u8) };
-        self.heap = core::ptr::null_mut();
-        self.cap = INLINE_FRAMES;
-    }
-}
-
-impl Drop for Captured {
-    fn drop(&mut self) {
-        if !self.heap.is_null() {
-            // SAFETY: `heap` came from rawmem::alloc and is freed once.
-            unsafe { crate::rawmem::free(self.heap as *mut u8) };
-        }
-    }
 }
 
 /// Captures the current call stack into `out` (cleared first), at most `depth` frames.
@@ -507,19 +379,19 @@ pub fn maintain() {
 /// Call before `dlclose`: the DWARF unwinder stops using the module list until
 /// [`after_dlclose`] (captures meanwhile go to libgcc), so no thread reads the unwind
 /// tables of an object being unmapped.
-pub fn before_dlclose() {
+pub(crate) fn before_dlclose() {
     #[cfg(target_arch = "x86_64")]
     cfi::before_dlclose();
 }
 
 /// Call after `dlclose` returned (see [`before_dlclose`]).
-pub fn after_dlclose() {
+pub(crate) fn after_dlclose() {
     #[cfg(target_arch = "x86_64")]
     cfi::after_dlclose(MODE.load(Ordering::Relaxed) == USE_CFI);
 }
 
 /// In a forked child: releases what threads the child lacks held in the DWARF unwinder.
-pub fn fork_child() {
+pub(crate) fn fork_child() {
     #[cfg(target_arch = "x86_64")]
     cfi::fork_child();
 }
@@ -556,284 +428,6 @@ pub fn dwarf_fallbacks() -> u64 {
     {
         0
     }
-}
-
-#[inline(never)]
-fn capture_dwarf(out: &mut Captured, depth: usize) {
-    capture_dwarf_from(out, depth, 0)
-}
-
-/// DWARF walk. With `caller != 0`, frames are skipped up to and including the frame of the
-/// function starting at `caller` (looked for among the first few frames only).
-#[inline(never)]
-fn capture_dwarf_from(out: &mut Captured, depth: usize, caller: usize) {
-    capture_dwarf_at(out, depth, caller, 0)
-}
-
-/// libgcc's walk, recording from the frame whose return address is `start` (the program's
-/// frame at an allocator's entry, see [`capture_at_entry`]), or when `start` is 0 from the
-/// frame after `caller`'s. If the start is not met within the first frames, everything from
-/// there on is kept rather than lose the stack.
-fn capture_dwarf_at(out: &mut Captured, depth: usize, caller: usize, start: usize) {
-    let mut more = false;
-    let mut skipping = caller != 0 || start != 0;
-    let mut seen = 0usize;
-    // SAFETY: trace_unsynchronized requires that no other thread calls it concurrently in a
-    // way that breaks libgcc's unwinder; _Unwind_Backtrace is thread-safe on glibc targets,
-    // and the closure only writes into `out`, which this thread owns.
-    unsafe {
-        backtrace::trace_unsynchronized(|frame| {
-            if skipping {
-                seen += 1;
-                // With `start`, this frame is the first one kept; with `caller`, the next.
-                let found_start = start != 0 && frame.ip() as usize == start;
-                if start == 0 && frame.symbol_address() as usize == caller {
-                    skipping = false;
-                    return true;
-                }
-                if !found_start && seen < 8 {
-                    return true;
-                }
-                // Found, or not found soon enough: keep everything from here rather than
-                // lose the stack.
-                skipping = false;
-            }
-            let ip = frame.ip() as usize;
-            if ip == 0 {
-                // libgcc reports the outermost frame (whose return address is undefined) as
-                // a frame at 0: the end of the stack.
-                return false;
-            }
-            if out.len >= depth {
-                more = true;
-                return false;
-            }
-            out.push(ip)
-        });
-    }
-    out.truncated = more;
-}
-
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-const FP_SUPPORTED: bool = true;
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const FP_SUPPORTED: bool = false;
-
-/// The frame pointer of the calling function's frame.
-#[inline(always)]
-fn frame_pointer() -> usize {
-    let fp: usize;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: reads a register; no memory is touched.
-    unsafe {
-        core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
-    };
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: reads a register; no memory is touched.
-    unsafe {
-        core::arch::asm!("mov {}, x29", out(reg) fp, options(nomem, nostack, preserves_flags))
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        fp = 0;
-    }
-    fp
-}
-
-/// The current stack pointer (approximately: the address of a local).
-#[inline(always)]
-fn stack_pointer() -> usize {
-    let marker = 0u8;
-    core::hint::black_box(&marker) as *const u8 as usize
-}
-
-/// Largest distance between two consecutive frame pointers that is believed.
-const MAX_FRAME: usize = 16 << 20;
-
-#[inline(never)]
-fn capture_fp(out: &mut Captured, depth: usize) {
-    out.clear();
-    capture_fp_from(out, depth, 0)
-}
-
-/// Frame-pointer walk, dropping the `skip` innermost return addresses.
-#[inline(always)]
-fn capture_fp_from(out: &mut Captured, depth: usize, skip: usize) {
-    let hi = stack_hi();
-    if hi == 0 {
-        return;
-    }
-    capture_fp_walk(out, depth, skip, frame_pointer(), stack_pointer(), hi, None);
-}
-
-/// Frame-pointer walk from the frame record at `fp`, for a stack `[lo, hi)`, after the
-/// frames already in `out` (at most one, in the inline buffer). With `log`, every word read
-/// is noted there (§4).
-#[inline(always)]
-fn capture_fp_walk(
-    out: &mut Captured,
-    depth: usize,
-    skip: usize,
-    fp: usize,
-    lo: usize,
-    hi: usize,
-    mut log: Option<&mut memo::Log>,
-) {
-    // The highest frame record start that keeps [fp, fp + 16) inside the stack.
-    let top = hi.saturating_sub(2 * core::mem::size_of::<usize>());
-    let mut fp = fp;
-    let mut skip = skip;
-    let mut n = out.len;
-    // The common case runs in the inline buffer without bounds checks or growth tests.
-    let fast_limit = depth.min(INLINE_FRAMES);
-    loop {
-        // A frame record is [saved fp, return address], word-aligned, inside [lo, hi).
-        if fp < lo || fp > top || fp % core::mem::size_of::<usize>() != 0 {
-            break;
-        }
-        let at_limit = if skip == 0 { n >= fast_limit } else { false };
-        if at_limit {
-            // Inline buffer full or depth reached: hand over to the growing path.
-            out.len = n;
-            if n >= depth {
-                out.truncated = true;
-                return;
-            }
-            return capture_fp_slow(out, depth, fp, lo, top);
-        }
-        // SAFETY: fp is word-aligned and fp..fp+16 lies inside this thread's stack, which is
-        // mapped and readable; the values read are plain integers.
-        let (next, ret) =
-            unsafe { ((fp as *const usize).read(), (fp as *const usize).add(1).read()) };
-        if let Some(log) = log.as_deref_mut() {
-            log.note(fp as u64, next as u64);
-            log.note(fp as u64 + 8, ret as u64);
-        }
-        if ret == 0 {
-            break;
-        }
-        if skip > 0 {
-            skip -= 1;
-        } else {
-            // n < fast_limit <= INLINE_FRAMES, and the buffer is still the inline one (the
-            // capture started empty: `clear` ran first).
-            out.inline[n] = MaybeUninit::new(ret);
-            n += 1;
-        }
-        if next <= fp || next - fp > MAX_FRAME {
-            break;
-        }
-        fp = next;
-    }
-    out.len = n;
-}
-
-/// Continues a frame-pointer walk past the inline buffer, doubling it as needed.
-#[cold]
-#[inline(never)]
-fn capture_fp_slow(out: &mut Captured, depth: usize, mut fp: usize, lo: usize, top: usize) {
-    loop {
-        if fp < lo || fp > top || fp % core::mem::size_of::<usize>() != 0 {
-            break;
-        }
-        if out.len >= depth {
-            out.truncated = true;
-            break;
-        }
-        // SAFETY: as in `capture_fp_from`: the record lies inside this thread's stack.
-        let (next, ret) =
-            unsafe { ((fp as *const usize).read(), (fp as *const usize).add(1).read()) };
-        if ret == 0 || !out.push(ret) {
-            break;
-        }
-        if next <= fp || next - fp > MAX_FRAME {
-            break;
-        }
-        fp = next;
-    }
-}
-
-/// The top of the current thread's stack, cached per thread.
-fn stack_hi() -> usize {
-    thread_hi(this_thread())
-}
-
-#[inline(always)]
-fn thread_hi(t: &PerThread) -> usize {
-    let v = t.hi.get();
-    if v != 0 {
-        return v;
-    }
-    let v = query_stack_hi();
-    t.hi.set(v);
-    v
-}
-
-fn query_stack_hi() -> usize {
-    // SAFETY: getpid/gettid have no preconditions.
-    let main = unsafe { libc::getpid() == libc::gettid() };
-    if main {
-        extern "C" {
-            static __libc_stack_end: *const core::ffi::c_void;
-        }
-        // SAFETY: glibc sets __libc_stack_end before main runs and never changes it.
-        // Frames of the main thread all lie below it.
-        return unsafe { __libc_stack_end } as usize;
-    }
-    let saved = errno();
-    // SAFETY: pthread_attr_t is plain data initialised by pthread_getattr_np and destroyed
-    // once; the out-pointers are valid locals.
-    let hi = unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            0
-        } else {
-            let mut addr: *mut libc::c_void = core::ptr::null_mut();
-            let mut size: libc::size_t = 0;
-            let r = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-            libc::pthread_attr_destroy(&mut attr);
-            if r == 0 {
-                addr as usize + size
-            } else {
-                0
-            }
-        }
-    };
-    set_errno(saved);
-    hi
-}
-
-/// This thread's errno, kept: [`SavedErrno::restore`] puts it back (one
-/// `__errno_location` call for both).
-pub(crate) struct SavedErrno {
-    slot: *mut libc::c_int,
-    value: libc::c_int,
-}
-
-impl SavedErrno {
-    #[inline(always)]
-    pub(crate) fn save() -> SavedErrno {
-        // SAFETY: __errno_location returns this thread's errno slot, always valid.
-        let slot = unsafe { libc::__errno_location() };
-        // SAFETY: as above.
-        SavedErrno { slot, value: unsafe { *slot } }
-    }
-
-    #[inline(always)]
-    pub(crate) fn restore(self) {
-        // SAFETY: the slot is this thread's errno (the value is not Send: a raw pointer).
-        unsafe { *self.slot = self.value }
-    }
-}
-
-pub(crate) fn errno() -> i32 {
-    // SAFETY: __errno_location returns this thread's errno slot, always valid.
-    unsafe { *libc::__errno_location() }
-}
-
-pub(crate) fn set_errno(v: i32) {
-    // SAFETY: as in `errno`.
-    unsafe { *libc::__errno_location() = v }
 }
 
 #[inline(never)]

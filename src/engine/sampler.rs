@@ -35,7 +35,7 @@
 //! allocated while busy still advance the countdown (so user bytes stay a Bernoulli process)
 //! but are never reported.
 
-use crate::padded::Padded;
+use crate::sys::padded::Padded;
 use core::cell::{Cell, UnsafeCell};
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -163,7 +163,7 @@ thread_local! {
     static COUNTDOWN: Countdown = const { Countdown::new() };
 }
 
-crate::tls::thread_block! {
+crate::sys::tls::thread_block! {
     /// This thread's sampler state.
     fn state() -> ThreadState = ThreadState {
         epoch: Cell::new(0),
@@ -395,6 +395,7 @@ pub(crate) fn entropy_seed() -> u64 {
 }
 
 /// Marks the current thread as inside the profiler for the guard's lifetime.
+#[derive(Debug)]
 pub struct Busy {
     /// This thread's flag (thread-local storage without a destructor: valid until the
     /// thread exits), kept so that leaving needs no second thread-local lookup.

@@ -1,4 +1,4 @@
-//! Repeated stacks: a walk replayed by checking the words it read (callstack.rs §4).
+//! Repeated stacks: a walk replayed by checking the words it read (callstack/mod.rs §4).
 //!
 //! A stack walk is a function of its start (program counter, stack pointer, frame pointer),
 //! of the unwind rules of the addresses it meets and of the stack words it reads: nothing

@@ -16,7 +16,7 @@
 //! header and the modules are flushed at once. Modules loaded later (`dlopen`) are noticed
 //! through the loader's `dlpi_adds` counter at each poll, and when a new stack has a frame
 //! outside every known module; they are written as they appear. A forced poll
-//! ([`crate::tracker::sync`], before `dlclose`) also resolves the symbols seen so far while
+//! ([`Poll::BeforeUnload`], before `dlclose`) also resolves the symbols seen so far while
 //! their library is still mapped. [`Recorder::streaming`] keeps only the stack table in
 //! memory, so a long run costs memory for its distinct stacks, not for its samples.
 
@@ -25,48 +25,20 @@ use crate::profile::format::Writer;
 use crate::profile::{
     symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId, Stopped,
 };
-use crate::tracker::{Allocation, Deallocation, Reallocation, SessionInfo, Stats, Tracker};
+use crate::session::{Allocation, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// Capacity of a streaming recorder's write buffer.
-pub const STREAM_BUFFER: usize = 64 * 1024;
+pub(crate) const STREAM_BUFFER: usize = 64 * 1024;
 /// Longest time written records wait in the buffer.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
-
-/// Set while a library is about to be unmapped ([`unloading`]): the forced poll then
-/// resolves the symbols seen so far in process even with offline symbols, since the
-/// library's file may no longer match its address range by the time anyone reads the file.
-static UNLOADING: AtomicBool = AtomicBool::new(false);
-
-/// Marks the forced polls that follow, until `unloading(false)`, as made before a library
-/// is unmapped (`dlclose`): see [`Recorder::offline_symbols`].
-pub fn unloading(on: bool) {
-    UNLOADING.store(on, Ordering::Release);
-}
-
-/// Why the process image is about to end without the end record (0: it is not), for the
-/// forced polls that follow until `stopping(None)`.
-static STOPPING: AtomicU8 = AtomicU8::new(0);
-
-/// Marks the forced polls that follow, until `stopping(None)`, as the last before the
-/// process image ends (`exec`, `_exit`): each writes a Stopping record after the events,
-/// so the reader can tell the file is whole rather than cut by a crash.
-pub fn stopping(why: Option<Stopped>) {
-    let v = match why {
-        None => 0,
-        Some(Stopped::Exec) => 1,
-        Some(Stopped::QuickExit) => 2,
-    };
-    STOPPING.store(v, Ordering::Release);
-}
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 /// Opens a file to stream to: its path and the file.
-pub type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
+pub(crate) type Opener = Box<dyn FnOnce() -> Result<(PathBuf, File), Error> + Send>;
 
 /// Builds a [`Profile`] from a session's samples.
 #[derive(Default)]
@@ -74,7 +46,7 @@ pub struct Recorder {
     profile: Profile,
     /// Stack ids by a hash of their frames (collisions compared against the stack table),
     /// so that a lookup neither allocates nor hashes with SipHash.
-    interned: HashMap<u64, Vec<StackId>, crate::tracker::FastHash>,
+    interned: HashMap<u64, Vec<StackId>, crate::sys::hash::FastHash>,
     output: Option<(PathBuf, Option<Writer<BufWriter<File>>>)>,
     /// An already open file to stream to (taken at `started`).
     opened: Option<File>,
@@ -92,6 +64,19 @@ pub struct Recorder {
     offline_symbols: bool,
     last_flush: Option<Instant>,
     error: Option<Error>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("path", &self.path())
+            .field("samples", &self.profile.samples.len())
+            .field("stacks", &self.profile.stacks.len())
+            .field("stream_only", &self.stream_only)
+            .field("offline_symbols", &self.offline_symbols)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Recorder {
@@ -121,7 +106,7 @@ impl Recorder {
     /// Like [`Recorder::streaming`], but the file is opened by `open` when the first sample
     /// arrives, so that a process that never allocates leaves no file (a forked child that
     /// calls `exec` at once).
-    pub fn streaming_deferred(open: Opener) -> Self {
+    pub(crate) fn streaming_deferred(open: Opener) -> Self {
         Recorder { deferred: Some(open), stream_only: true, ..Recorder::default() }
     }
 
@@ -131,7 +116,7 @@ impl Recorder {
     /// Resolving in the profiled process means loading the DWARF of every object its stacks
     /// touch (glibc's separate debug file is compressed), which cost the worst-case program
     /// more instructions at exit than its whole run. Forced polls (before `_exit` and
-    /// `exec`) only flush; the one before `dlclose` ([`unloading`]) still resolves in
+    /// `exec`) only flush; the one before `dlclose` ([`Poll::BeforeUnload`]) still resolves in
     /// process, as a library about to be unmapped may be gone from its address range by
     /// the time the file is read.
     pub fn offline_symbols(mut self) -> Self {
@@ -296,23 +281,7 @@ fn command_line() -> Vec<String> {
 /// The loader's count of objects ever loaded (`dlpi_adds`): it changes when `dlopen` maps
 /// a new object.
 fn loader_adds() -> u64 {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        size: libc::size_t,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) {
-            // SAFETY: the loader passes a valid info of `size` bytes, which covers
-            // `dlpi_adds`; `data` is the `&mut u64` passed below.
-            unsafe { *(data as *mut u64) = (*info).dlpi_adds };
-        }
-        1
-    }
-    let mut adds = 0u64;
-    // SAFETY: the callback only reads the loader's record and writes `adds`, which outlives
-    // the call; returning 1 stops the iteration after the first object.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut libc::c_void) };
-    adds
+    crate::sys::loader::counts().0
 }
 
 impl Tracker for Recorder {
@@ -335,22 +304,24 @@ impl Tracker for Recorder {
         self.flush();
     }
 
-    fn after_poll(&mut self, forced: bool) {
+    fn after_poll(&mut self, why: Poll) {
         if !matches!(self.output, Some((_, Some(_)))) {
             return;
         }
-        if forced {
+        if why.is_forced() {
             self.refresh_modules();
-            if !self.offline_symbols || UNLOADING.load(Ordering::Acquire) {
+            if !self.offline_symbols || why == Poll::BeforeUnload {
                 self.resolve_pending();
             }
-            let why = match STOPPING.load(Ordering::Acquire) {
-                1 => Some(Stopped::Exec),
-                2 => Some(Stopped::QuickExit),
+            // The image ends without the end record: say why, so the reader can tell the
+            // file is whole rather than cut by a crash.
+            let stopped = match why {
+                Poll::BeforeExec => Some(Stopped::Exec),
+                Poll::BeforeQuickExit => Some(Stopped::QuickExit),
                 _ => None,
             };
-            if let Some(why) = why {
-                self.write(|w| w.write_stopping(why));
+            if let Some(stopped) = stopped {
+                self.write(|w| w.write_stopping(stopped));
             }
             self.flush();
             return;

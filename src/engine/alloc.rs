@@ -13,7 +13,7 @@
 //! locks and with errno preserved.
 //!
 //! # 3. Reentrancy
-//! The sampler's [`Busy`](crate::sampler::Busy) flag is set on the cold path and while
+//! The sampler's [`Busy`](crate::engine::sampler::Busy) flag is set on the cold path and while
 //! callbacks run; allocations made then still advance the countdown but are never
 //! reported, so the profiler never profiles itself and never recurses.
 //!
@@ -24,10 +24,10 @@
 //! token, and the tracker's `realloc` callback hears of it. The old block leaves the live
 //! table before the real `realloc` can free it, and goes back if `realloc` fails.
 
-use crate::live::{self, Entry};
-use crate::postponed::EventKind;
-use crate::sampler::{self, Countdown, Hit};
-use crate::tracker::hot;
+use crate::engine::hot;
+use crate::engine::live::{self, Entry};
+use crate::engine::queue::EventKind;
+use crate::engine::sampler::{self, Countdown, Hit};
 use core::alloc::{GlobalAlloc, Layout};
 
 /// Reports an allocation of `size` bytes at `addr` (null is ignored).
@@ -46,7 +46,7 @@ pub fn on_alloc_in(cd: &Countdown, addr: *mut u8, size: usize) {
 /// [`on_alloc_in`] for an allocator entry point that knows the program's registers at its
 /// entry: `sp` points at the return address into the program and `bp` is the program's
 /// frame-pointer register. The call stack then starts at the program's frame (the preload
-/// library's `malloc`; see [`crate::callstack::capture_at_entry`]).
+/// library's `malloc`; see `callstack::capture_at_entry`).
 #[inline(always)]
 pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_in(cd, size) {
@@ -58,7 +58,7 @@ pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: us
 
 /// [`on_alloc_at`] for an allocator whose own fast path found that the countdown ran out
 /// (the preload library's `malloc`): the sampler's slow path (see
-/// [`sampler::sample_slow`]) and the recording are inlined.
+/// `sampler::sample_slow`) and the recording are inlined.
 #[inline(always)]
 pub fn on_alloc_slow_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_slow(cd, size) {
@@ -196,6 +196,12 @@ impl<A> Sampled<A> {
     /// The wrapped allocator.
     pub fn inner(&self) -> &A {
         &self.inner
+    }
+}
+
+impl<A> core::fmt::Debug for Sampled<A> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sampled").finish_non_exhaustive()
     }
 }
 

@@ -25,7 +25,7 @@
 //! those of other sessions. One consumer drains at a time (a try-lock, so a callback that
 //! calls `poll` does not deadlock).
 
-use crate::padded::Padded;
+use crate::sys::padded::Padded;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -104,7 +104,7 @@ impl Queue {
         let stride = head.checked_add(depth.checked_mul(core::mem::size_of::<usize>())?)?;
         let stride = stride.checked_add(63)? & !63;
         let bytes = stride.checked_mul(cap)?;
-        let base = crate::rawmem::alloc_zeroed(bytes);
+        let base = crate::sys::rawmem::alloc_zeroed(bytes);
         if base.is_null() {
             return None;
         }
@@ -232,7 +232,7 @@ impl Queue {
                         unsafe {
                             (*slot).event.get().write(event);
                             (*slot).nframes.get().write(n);
-                            crate::callstack::copy_words(
+                            crate::engine::callstack::copy_words(
                                 Self::frames_ptr(slot),
                                 frames.as_ptr(),
                                 n,

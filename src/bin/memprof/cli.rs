@@ -1,8 +1,9 @@
 //! Command-line front end: `memprof record`, `memprof report` and `memprof demo`.
 
 use clap::{Args, Parser, Subcommand};
-use memprof::config::{self, EnvSettings};
-use memprof::launcher::{self, RecordOptions};
+use memprof::config;
+use memprof::launcher::{self, EnvSettings, RecordOptions};
+use memprof::profile::load::{load_with, LoadOptions, Message};
 use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
@@ -343,98 +344,20 @@ fn warm_symbols(
     loaders
 }
 
-/// Reads one or more profiles (merged when several), printing their warnings. Frames
-/// without symbols are resolved from the recorded modules. With `recorded` (`memprof
-/// record`, right after the program exited, the first file being the program's own and
-/// the others its followed children's): a complete file gets its symbols written in, so
-/// that it reads the same wherever and whenever it is opened, and a child's file that
-/// cannot be read (a child that exec'd or died before its first flush) is reported and
-/// left out rather than failing the whole run.
+/// Reads one or more profiles ([`load`]), printing their warnings and notes.
 pub(crate) fn read_profiles(
     files: &[PathBuf],
     recorded: bool,
     loaders: &mut Loaders,
 ) -> Result<(Profile, Vec<String>), Error> {
-    let mut profiles = Vec::with_capacity(files.len());
-    let mut labels = Vec::with_capacity(files.len());
-    // The files read (a child's that cannot be read is left out).
-    let mut names: Vec<String> = Vec::with_capacity(files.len());
-    for (i, f) in files.iter().enumerate() {
-        let mut p = match Profile::read_file(f) {
-            Ok(p) => p,
-            Err(e) if recorded && i > 0 => {
-                eprintln!("memprof: warning: a child's profile is left out: {e}");
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        for w in &p.warnings {
-            eprintln!("memprof: warning: {}: {w}", f.display());
+    let loaded = load_with(files, LoadOptions { recorded }, loaders)?;
+    for m in &loaded.messages {
+        match m {
+            Message::Warning(w) => eprintln!("memprof: warning: {w}"),
+            Message::Note(n) => eprintln!("memprof: note: {n}"),
         }
-        // A process that died before writing its symbols: resolve them from its modules
-        // (before merging, while the addresses are still the process's own).
-        let unresolved =
-            p.stacks.iter().flat_map(|s| &s.frames).any(|a| !p.symbols.contains_key(a));
-        if unresolved && !p.modules.is_empty() {
-            let before = p.symbols.len();
-            for note in memprof::profile::symbolize::resolve_offline_with(&mut p, loaders) {
-                eprintln!("memprof: note: {}: {note}", f.display());
-            }
-            if recorded && p.complete && p.warnings.is_empty() && p.symbols.len() > before {
-                if let Err(e) = rewrite(f, &p) {
-                    eprintln!(
-                        "memprof: warning: {}: symbols not written into the file: {e}",
-                        f.display()
-                    );
-                }
-            }
-        }
-        labels.push(format!("{}: {} samples", f.display(), p.samples.len()));
-        names.push(f.display().to_string());
-        profiles.push(p);
     }
-    let mut merged = memprof::profile::merge::merge(profiles, &names)?;
-    if names.len() > 1 {
-        // Each file's warnings were printed above.
-        merged.warnings.clear();
-    }
-    Ok((merged, labels))
-}
-
-/// Replaces the profile at `path` with `profile`: written to a new file beside it (same
-/// permissions, created exclusively, not following symlinks), synced, then renamed over
-/// it, so that a failure at any point leaves the original as it was.
-fn rewrite(path: &Path, profile: &Profile) -> Result<(), Error> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mode = std::fs::metadata(path)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?
-        .permissions()
-        .mode()
-        & 0o777;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
-    let written = profile
-        .write_to(std::io::BufWriter::new(file))
-        .and_then(|w| w.into_inner().map_err(|e| Error::io("cannot write", e.into_error())))
-        .and_then(|mut f| {
-            f.flush().and_then(|_| f.sync_all()).map_err(|e| Error::io("cannot write", e))
-        })
-        .and_then(|_| {
-            std::fs::rename(&tmp, path).map_err(|e| Error::io("cannot replace the profile", e))
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    Ok((loaded.profile, loaded.labels))
 }
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {

@@ -135,7 +135,7 @@ impl Bundled {
             "cannot write the preload library anywhere (tried {}); set {} to a copy of \
              libmemprof_preload.so",
             if tried.is_empty() { "nothing".to_owned() } else { tried.join("; ") },
-            crate::config::ENV_PRELOAD
+            super::env::ENV_PRELOAD
         )))
     }
 

@@ -54,6 +54,7 @@
 
 use super::memo::{Key, Log, Memo};
 use super::Captured;
+use crate::sys::loader::{for_each_object, Object};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::Unwinder as _;
@@ -230,7 +231,7 @@ pub(super) fn prepare() -> bool {
 /// Rebuilds the table when the loader has mapped or unmapped objects since the last build
 /// (or always, with `force`). Off the sample path only.
 pub(super) fn refresh(force: bool) {
-    let (adds, subs) = loader_counts();
+    let (adds, subs) = crate::sys::loader::counts();
     if !force
         && adds == LOADER_ADDS.load(Ordering::Relaxed)
         && subs == LOADER_SUBS.load(Ordering::Relaxed)
@@ -284,27 +285,6 @@ pub(super) fn count_fallback() {
     FALLBACKS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The loader's (`dlpi_adds`, `dlpi_subs`).
-fn loader_counts() -> (u64, u64) {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        size: libc::size_t,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        if size >= core::mem::size_of::<libc::dl_phdr_info>() {
-            // SAFETY: the loader passes a valid info of `size` bytes, which covers the
-            // counters; `data` is the `&mut (u64, u64)` passed below.
-            unsafe { *(data as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs) };
-        }
-        1
-    }
-    let mut counts = (0u64, 0u64);
-    // SAFETY: the callback only reads the loader's record and writes `counts`, which
-    // outlives the call; returning 1 stops the iteration after the first object.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut counts as *mut (u64, u64) as *mut _) };
-    counts
-}
-
 /// Reads the encoded pointer at `p` (in `.eh_frame_hdr`, encoding `enc`); None for an
 /// encoding other than the absolute or pc-relative 4- and 8-byte forms.
 ///
@@ -330,14 +310,14 @@ unsafe fn read_encoded(p: usize, enc: u8) -> Option<usize> {
 /// One loaded object's module and executable ranges, or None without usable unwind data.
 ///
 /// # Safety
-/// `info` is a record passed by `dl_iterate_phdr`, used inside its callback.
-unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<ModuleRanges> {
-    if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
+/// The module refers to the object's mapped unwind tables as `'static` data: it may be
+/// used only while the object stays mapped (the table is withdrawn around `dlclose`, §2).
+unsafe fn module_of(object: &Object<'_>) -> Option<ModuleRanges> {
+    let phdrs = object.phdrs();
+    if phdrs.is_empty() {
         return None;
     }
-    // SAFETY: the loader's program headers: dlpi_phnum entries at dlpi_phdr.
-    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let bias = info.dlpi_addr as usize;
+    let bias = object.bias();
     let hdr = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME)?;
     let loads = || phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD);
     let lo = loads().map(|p| p.p_vaddr as usize).min()?;
@@ -379,12 +359,7 @@ unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<ModuleRanges> {
             (s, s + p.p_memsz)
         })
         .collect();
-    let name = if info.dlpi_name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
-        unsafe { core::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
-    };
+    let name = object.name().to_string_lossy().into_owned();
     let section_info = ExplicitModuleSectionInfo {
         base_svma: 0,
         eh_frame_svma: Some(eh_svma as u64..eh_end_svma as u64),
@@ -400,34 +375,23 @@ unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<ModuleRanges> {
 
 /// Lists the loaded objects into a new table.
 fn build() -> Table {
-    struct Acc {
-        unwinder: Fh,
-        ranges: Vec<(u64, u64)>,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        size: libc::size_t,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        if size < core::mem::offset_of!(libc::dl_phdr_info, dlpi_adds) {
-            return 0;
+    let mut unwinder = Fh::new();
+    let mut ranges = Vec::new();
+    // module_of does not panic on loader data.
+    for_each_object(|object| {
+        if !object.has_counters() {
+            return;
         }
-        // SAFETY: `data` is the `&mut Acc` passed below; `info` is the loader's record.
-        let (acc, info) = unsafe { (&mut *(data as *mut Acc), &*info) };
-        // SAFETY: called inside the dl_iterate_phdr callback with the loader's record.
-        if let Some((module, ranges)) = unsafe { module_of(info) } {
-            acc.unwinder.add_module(module);
-            acc.ranges.extend(ranges);
+        // SAFETY: the table this module goes into is withdrawn before any object is
+        // unmapped (§2).
+        if let Some((module, r)) = unsafe { module_of(object) } {
+            unwinder.add_module(module);
+            ranges.extend(r);
         }
-        0
-    }
-    let mut acc = Acc { unwinder: Fh::new(), ranges: Vec::new() };
-    // SAFETY: the callback only reads the loader's records and writes `acc`, which
-    // outlives the call; it never unwinds (module_of does not panic on loader data).
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut acc as *mut Acc as *mut _) };
-    acc.ranges.sort_unstable();
+    });
+    ranges.sort_unstable();
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-    Table { generation, unwinder: acc.unwinder, ranges: acc.ranges }
+    Table { generation, unwinder, ranges }
 }
 
 /// Takes a cache from the pool; `key` spreads threads over the slots.

@@ -1,9 +1,9 @@
 //! The in-process side of `memprof record`: what the preload library runs inside the
-//! profiled program, around the hooks in [`crate::alloc`].
+//! profiled program, around the hooks in [`crate::engine::alloc`].
 //!
 //! # 1. Start
 //! The preload library's constructor calls [`init`]. It reads the `MEMPROF_*` variables
-//! ([`crate::config::EnvSettings`]) with `getenv`, opens the output file and starts a session
+//! ([`EnvSettings`]) with `getenv`, opens the output file and starts a session
 //! whose tracker is a streaming [`Recorder`] and whose drain thread writes the file (the
 //! writer never runs inside an allocating call). Everything here allocates through the
 //! process's `malloc`, which is the preload library's own: before the session exists the
@@ -26,7 +26,7 @@
 //! library stays in `LD_PRELOAD`, `MEMPROF_STEM` tells exec'd descendants that they are
 //! children, and a forked child starts a session of its own in the `pthread_atfork` child
 //! handler. The prepare handler takes the agent's lock and the session's locks
-//! ([`crate::tracker::fork_prepare`]), so `fork` in a multithreaded program never leaves a
+//! ([`crate::session::fork_prepare`]), so `fork` in a multithreaded program never leaves a
 //! lock held by a thread the child does not have.
 //!
 //! # 4. End
@@ -34,18 +34,18 @@
 //! stops the session: the drain thread writes what is left, symbols are resolved in this
 //! process and written with the end record. A process that dies another way (`_exit`, a
 //! signal, `abort`) leaves a file that reads back up to the drain thread's last flush, which
-//! is at most [`crate::recorder::FLUSH_EVERY`] old. Write errors (a full disk) stop the
+//! is at most [`crate::session::recorder::FLUSH_EVERY`] old. Write errors (a full disk) stop the
 //! recording, never the program; they are reported on stderr at exit.
 //!
 //! # 5. dlclose
 //! [`before_dlclose`] brings the file up to date while the library is still mapped: pending
 //! events are written, the modules listed again and the symbols seen so far resolved. It
 //! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
-//! the library is gone (see `callstack/cfi.rs`).
+//! the library is gone (see `engine/callstack/cfi.rs`).
 
-use crate::config::{self, EnvSettings};
-use crate::recorder::Recorder;
-use crate::tracker::{self, Session};
+use super::env::{self, EnvSettings};
+use crate::session::recorder::Recorder;
+use crate::session::{self, Poll, Session};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::ffi::{CStr, CString};
@@ -173,7 +173,7 @@ fn open_root(path: &str) -> Result<File, String> {
 /// Creates a followed child's file, `<stem>.<pid>[.<n>].mprof`, exclusively.
 fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
     for n in 0..100 {
-        let path = config::child_output(stem, me, n);
+        let path = env::child_output(stem, me, n);
         match open_raw(&path, libc::O_CREAT | libc::O_EXCL) {
             Ok(f) => return Ok((path.into(), f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -191,19 +191,19 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
     let me = pid();
     let (recorder, path, stem) = match &settings.stem {
         None => {
-            let path = config::expand_output(&settings.output, me);
+            let path = env::expand_output(&settings.output, me);
             let file = open_root(&path)?;
-            let stem = config::output_stem(&path).to_owned();
+            let stem = env::output_stem(&path).to_owned();
             (Recorder::streaming(&path, file).offline_symbols(), path, stem)
         }
         Some(stem) => {
             let s = stem.clone();
-            let open: crate::recorder::Opener = Box::new(move || create_child(&s, me));
+            let open: crate::session::recorder::Opener = Box::new(move || create_child(&s, me));
             let shown = format!("{stem}.{me}.mprof");
             (Recorder::streaming_deferred(open).offline_symbols(), shown, stem.clone())
         }
     };
-    let session = crate::tracker::start(settings.config.clone(), recorder)
+    let session = crate::session::start(settings.config.clone(), recorder)
         .map_err(|e| format!("cannot start profiling: {e}"))?;
     OWNER.store(me, Ordering::Release);
     Ok(Agent { session: Some(session), path, settings, stem })
@@ -215,7 +215,7 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
 pub fn init() {
     // The agent's own allocations (the file name, the handler registrations) are not the
     // program's: not sampled.
-    let _busy = crate::sampler::Busy::enter();
+    let _busy = crate::engine::sampler::Busy::enter();
     let settings = match EnvSettings::from_lookup(getenv) {
         Ok(s) => s,
         Err(e) => {
@@ -226,8 +226,8 @@ pub fn init() {
     if !settings.follow_forks {
         strip_preload();
     }
-    if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
-        crate::callstack::enable_unwind_check();
+    if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
+        crate::engine::callstack::enable_unwind_check();
     }
     with_agent(|agent| {
         if agent.is_some() {
@@ -236,7 +236,7 @@ pub fn init() {
         match start_agent(settings) {
             Ok(a) => {
                 if a.settings.follow_forks && a.settings.stem.is_none() {
-                    setenv(config::ENV_STEM, &a.stem);
+                    setenv(env::ENV_STEM, &a.stem);
                 }
                 *agent = Some(a);
             }
@@ -255,7 +255,7 @@ pub fn init() {
 
 /// Stops the session and finishes the file (the `atexit` handler). Safe to call more
 /// than once; does nothing in a process that does not own a session.
-pub fn finish() {
+pub(crate) fn finish() {
     if OWNER.load(Ordering::Acquire) != pid() {
         return;
     }
@@ -281,27 +281,25 @@ pub fn finish() {
         }
         Err(e) => say(&format!("cannot stop profiling: {e}")),
     }
-    if getenv(config::ENV_UNWIND_CHECK) == Some("1") {
-        let (walks, differed) = crate::callstack::unwind_check_stats();
+    if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
+        let (walks, differed) = crate::engine::callstack::unwind_check_stats();
         say(&format!("unwind check: {walks} walks, {differed} differed from framehop's"));
     }
     OWNER.store(0, Ordering::Release);
 }
 
 /// Brings the profile up to date when the process ends without exit handlers (`_exit`):
-/// every event so far, flushed (the reader resolves the symbols). There is no end record,
-/// so the file reads back as cut, with everything the process did.
+/// every event so far, flushed (the reader resolves the symbols), then a record that says
+/// why the file has no end record.
 pub fn before_quick_exit() {
-    last_sync(crate::profile::Stopped::QuickExit);
+    sync_owned(Poll::BeforeQuickExit);
 }
 
-/// The forced poll before the process image ends: the file then ends with a record that
-/// says why (see [`crate::recorder::stopping`]).
-fn last_sync(why: crate::profile::Stopped) {
+/// The forced poll, in the process that owns the session (not in a forked child that
+/// does not follow).
+fn sync_owned(why: Poll) {
     if OWNER.load(Ordering::Acquire) == pid() {
-        crate::recorder::stopping(Some(why));
-        tracker::sync();
-        crate::recorder::stopping(None);
+        session::sync(why);
     }
 }
 
@@ -309,24 +307,40 @@ fn last_sync(why: crate::profile::Stopped) {
 /// relatives): every event so far reaches the file, which the new image never finishes (it
 /// reads back as cut, with everything this image did).
 pub fn before_exec() {
-    last_sync(crate::profile::Stopped::Exec);
+    sync_owned(Poll::BeforeExec);
+}
+
+/// Runs `dlclose` (the real one, called by the closure) between `before_dlclose` and
+/// `after_dlclose`, which must come in pairs around it: the profile is brought up to date
+/// while the library is still mapped (see §5), and the DWARF unwinder's module list is
+/// withdrawn meanwhile and rebuilt once the library is gone. errno is `dlclose`'s.
+pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {
+    /// Runs [`after_dlclose`] even if `dlclose` unwinds, so the pair stays balanced.
+    struct After;
+    impl Drop for After {
+        fn drop(&mut self) {
+            let saved = crate::sys::errno::errno();
+            after_dlclose();
+            crate::sys::errno::set_errno(saved);
+        }
+    }
+    before_dlclose();
+    let _after = After;
+    dlclose()
 }
 
 /// Brings the profile up to date before a library is unloaded (see §5), and withdraws the
-/// DWARF unwinder's module list until [`after_dlclose`].
-pub fn before_dlclose() {
-    if OWNER.load(Ordering::Acquire) == pid() {
-        crate::recorder::unloading(true);
-        tracker::sync();
-        crate::recorder::unloading(false);
-    }
-    crate::callstack::before_dlclose();
+/// DWARF unwinder's module list until [`after_dlclose`]. Only through [`around_dlclose`].
+fn before_dlclose() {
+    sync_owned(Poll::BeforeUnload);
+    crate::engine::callstack::before_dlclose();
 }
 
-/// After `dlclose` returned: the DWARF unwinder lists the objects still loaded.
-pub fn after_dlclose() {
-    let _busy = crate::sampler::Busy::enter();
-    crate::callstack::after_dlclose();
+/// After `dlclose` returned: the DWARF unwinder lists the objects still loaded. Only
+/// through [`around_dlclose`], once per [`before_dlclose`].
+fn after_dlclose() {
+    let _busy = crate::engine::sampler::Busy::enter();
+    crate::engine::callstack::after_dlclose();
 }
 
 extern "C" fn at_exit() {
@@ -335,17 +349,17 @@ extern "C" fn at_exit() {
 
 extern "C" fn fork_prepare() {
     lock();
-    tracker::fork_prepare();
+    session::fork_prepare();
 }
 
 extern "C" fn fork_parent() {
-    tracker::fork_parent();
+    session::fork_parent();
     unlock();
 }
 
 extern "C" fn fork_child() {
-    let _busy = crate::sampler::Busy::enter();
-    tracker::fork_child();
+    let _busy = crate::engine::sampler::Busy::enter();
+    session::fork_child();
     // SAFETY: this thread holds LOCK (taken in fork_prepare before the fork).
     let agent = unsafe { &mut *AGENT.0.get() };
     OWNER.store(0, Ordering::Release);

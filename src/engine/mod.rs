@@ -1,0 +1,14 @@
+//! Everything that runs inside the allocator: the hooks, the sampler, the live table, the
+//! event queue, the call-stack capture and its clock. Nothing here takes a `std::sync` lock
+//! or allocates through the profiled allocator (its memory comes from glibc's own entry
+//! points, [`crate::sys::rawmem`]), and nothing here depends on the session, the recorder,
+//! the profile or the reports: `grep -rn "use crate::" src/engine` names only `engine`,
+//! `sys` and `config`.
+
+pub(crate) mod alloc;
+pub(crate) mod callstack;
+pub(crate) mod clock;
+pub(crate) mod hot;
+pub(crate) mod live;
+pub(crate) mod queue;
+pub(crate) mod sampler;

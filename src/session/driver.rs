@@ -1,0 +1,182 @@
+//! The type-erased consumer side of a session: events from the queue become [`Tracker`]
+//! callbacks, each behind `catch_unwind`, with the tokens the tracker returned.
+
+use super::tracker::{Allocation, Callstack, Deallocation, Poll, Reallocation, Stats, Tracker};
+use crate::engine::queue::{Event, EventKind};
+use crate::profile::GcCycle;
+use crate::sys::hash::FastHash;
+use crate::sys::padded::Padded;
+use std::any::Any;
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The type-erased consumer side of a session.
+pub(super) trait Drive: Send {
+    fn gc(&mut self, cycle: &GcCycle);
+    fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
+    fn finish(&mut self, stats: &Stats);
+    fn after_poll(&mut self, why: Poll);
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+pub(super) struct Driver<T: Tracker> {
+    pub(super) tracker: T,
+    pub(super) tokens: HashMap<u64, T::Token, FastHash>,
+}
+
+// Delivery counters of the running session. Atomics rather than fields of the driver, so
+// that `Session::stats` can read them while the drain thread holds the driver.
+// Written by the drain thread for every event: padded (see `crate::sys::padded`).
+pub(super) static DELIVERED_SAMPLES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+pub(super) static DELIVERED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+pub(super) static CALLBACK_PANICS: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+
+pub(super) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl<T: Tracker> Drive for Driver<T> {
+    fn event(&mut self, e: &Event, frames: &[usize], interval: f64) {
+        let tracker = &mut self.tracker;
+        match e.kind {
+            EventKind::Alloc => {
+                count(&DELIVERED_SAMPLES);
+                let a = Allocation {
+                    id: e.id,
+                    size: e.size,
+                    k: e.k,
+                    estimated_bytes: e.k as f64 * interval,
+                    thread: e.thread,
+                    time_ns: e.time_ns,
+                    addr: e.addr,
+                    callstack: Callstack { frames, truncated: e.truncated },
+                };
+                match catch_unwind(AssertUnwindSafe(|| tracker.alloc(&a))) {
+                    Ok(Some(token)) => {
+                        self.tokens.insert(e.id, token);
+                    }
+                    Ok(None) => {}
+                    Err(_) => count(&CALLBACK_PANICS),
+                }
+            }
+            EventKind::Move => {
+                if let Some(token) = self.tokens.get_mut(&e.id) {
+                    let r = Reallocation {
+                        id: e.id,
+                        thread: e.thread,
+                        time_ns: e.time_ns,
+                        new_addr: e.addr,
+                        new_size: e.size,
+                    };
+                    if catch_unwind(AssertUnwindSafe(|| tracker.realloc(token, &r))).is_err() {
+                        count(&CALLBACK_PANICS);
+                    }
+                }
+            }
+            EventKind::Dealloc => {
+                if let Some(token) = self.tokens.remove(&e.id) {
+                    count(&DELIVERED_FREES);
+                    let d = Deallocation { id: e.id, thread: e.thread, time_ns: e.time_ns };
+                    if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
+                        count(&CALLBACK_PANICS);
+                    }
+                }
+            }
+        }
+    }
+
+    fn gc(&mut self, cycle: &GcCycle) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.gc_cycle(cycle))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
+    fn finish(&mut self, stats: &Stats) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.stopped(stats))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
+    fn after_poll(&mut self, why: Poll) {
+        let tracker = &mut self.tracker;
+        if catch_unwind(AssertUnwindSafe(|| tracker.after_poll(why))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        Box::new(self.tracker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Remembers what it was told; panics on an allocation of 13 bytes.
+    #[derive(Default)]
+    struct Log {
+        seen: Vec<String>,
+    }
+
+    impl Tracker for Log {
+        type Token = u64;
+
+        fn alloc(&mut self, a: &Allocation<'_>) -> Option<u64> {
+            assert!(a.size != 13, "a tracker that panics");
+            self.seen.push(format!("alloc {} {:?} {}", a.id, a.callstack.frames(), a.k));
+            (a.size != 7).then_some(a.id * 10)
+        }
+
+        fn realloc(&mut self, token: &mut u64, r: &Reallocation) {
+            self.seen.push(format!("move {token} {:#x}", r.new_addr));
+            *token += 1;
+        }
+
+        fn dealloc(&mut self, token: u64, d: &Deallocation) {
+            self.seen.push(format!("free {token} {}", d.id));
+        }
+
+        fn after_poll(&mut self, why: Poll) {
+            self.seen.push(format!("{why:?}"));
+        }
+    }
+
+    fn event(kind: EventKind, id: u64, size: usize, addr: usize) -> Event {
+        Event { kind, epoch: 1, id, thread: 1, time_ns: 0, addr, size, k: 2, truncated: false }
+    }
+
+    #[test]
+    fn tokens_follow_a_block_from_its_allocation_to_its_free() {
+        let mut d = Driver { tracker: Log::default(), tokens: HashMap::default() };
+        let panics = CALLBACK_PANICS.load(Ordering::Relaxed);
+        d.event(&event(EventKind::Alloc, 1, 100, 0x10), &[0xa, 0xb], 8.0);
+        d.event(&event(EventKind::Move, 1, 200, 0x20), &[], 8.0);
+        // Not tracked (the tracker returned None): its move and free are not delivered.
+        d.event(&event(EventKind::Alloc, 2, 7, 0x30), &[], 8.0);
+        d.event(&event(EventKind::Move, 2, 8, 0x40), &[], 8.0);
+        d.event(&event(EventKind::Dealloc, 2, 0, 0), &[], 8.0);
+        // A panicking callback is caught and counted; the block is not tracked.
+        d.event(&event(EventKind::Alloc, 3, 13, 0x50), &[], 8.0);
+        d.event(&event(EventKind::Dealloc, 3, 0, 0), &[], 8.0);
+        d.event(&event(EventKind::Dealloc, 1, 0, 0), &[], 8.0);
+        d.after_poll(Poll::BeforeExec);
+        assert!(CALLBACK_PANICS.load(Ordering::Relaxed) > panics);
+        assert!(d.tokens.is_empty());
+        assert_eq!(
+            d.tracker.seen,
+            ["alloc 1 [10, 11] 2", "move 10 0x20", "alloc 2 [] 2", "free 11 1", "BeforeExec",]
+        );
+    }
+
+    #[test]
+    fn only_periodic_polls_are_unforced() {
+        assert!(!Poll::Periodic.is_forced());
+        for why in [Poll::Sync, Poll::BeforeUnload, Poll::BeforeExec, Poll::BeforeQuickExit] {
+            assert!(why.is_forced(), "{why:?}");
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! Sessions and the [`Tracker`] callbacks.
+//!
+//! # 1. The contract
+//! [`start`] begins a session with a [`Config`] and a [`Tracker`]; from then on the sampler
+//! picks allocations (see [`crate::engine::sampler`]) and queues an event for each sampled
+//! allocation, each free of a sampled block and each reallocation that keeps its sample.
+//! The tracker's callbacks run only at safe points — [`poll`], [`Session::stop`] and the
+//! optional drain thread — never inside the allocator. They may allocate (their own
+//! allocations are not sampled) and may panic (the panic is caught, counted and the event
+//! dropped). The value [`Tracker::alloc`] returns is the sample's token: it is handed back
+//! to [`Tracker::realloc`] and, exactly once, to [`Tracker::dealloc`] when the block dies.
+//! Returning `None` stops tracking that block.
+//!
+//! # 2. One session at a time
+//! Sampling state is process-global (the global allocator is), so a second [`start`] while
+//! a session runs is an error. Stopping disables sampling, waits briefly for producers that
+//! are mid-push, drains the queue, forgets the live table and hands the tracker back.
+//!
+//! # 3. Keeping an output current
+//! After every drain at a safe point the tracker's [`Tracker::after_poll`] runs (with
+//! [`Poll::Periodic`]), so a tracker that streams somewhere can flush on its own schedule.
+//! [`sync`] drains and calls it with a forced reason (why the output must be up to date
+//! now: [`Poll::BeforeUnload`], [`Poll::BeforeExec`], …), waiting for a concurrent drain to
+//! finish: the preload library calls it before `dlclose`, while the library is still mapped.
+//!
+//! # 4. Backpressure
+//! With [`Config::backpressure`] a sampling thread that finds the queue full waits (at most
+//! [`BACKPRESSURE_WAIT_MS`](crate::config::BACKPRESSURE_WAIT_MS), sleeping 50 µs at a time)
+//! for the drain thread instead of dropping the event, so the exact mode stays lossless
+//! under load. It only waits while a drain thread runs, holds no lock while waiting, and the
+//! drain thread itself never waits (its allocations are not sampled).
+//!
+//! # 5. fork
+//! [`fork_prepare`], [`fork_parent`] and [`fork_child`] are `pthread_atfork` handlers: the
+//! first takes the session's locks (control, driver, live table) so that no other thread
+//! holds one at the moment of the fork, the parent releases them, and the child releases
+//! them and abandons the session: the child has no drain thread, its queue may hold slots
+//! that threads which do not exist in the child had claimed, and its tracker shares its
+//! output with the parent. The tracker is leaked (never dropped, so it never writes), the
+//! queue is replaced at the next start, and sampling stops. The child may then [`start`] a
+//! session of its own.
+
+mod driver;
+mod fork;
+pub(crate) mod recorder;
+mod tracker;
+
+pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
+pub use tracker::{
+    Allocation, Callstack, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker,
+};
+
+use crate::config::Config;
+use crate::engine::clock;
+use crate::engine::hot::{self, queue};
+use crate::engine::queue::{Event, Queue};
+use crate::engine::sampler::{self, Busy};
+use crate::error::Error;
+use crate::profile::GcCycle;
+use crate::sys::padded::Padded;
+use driver::{count, Drive, Driver, CALLBACK_PANICS, DELIVERED_FREES, DELIVERED_SAMPLES};
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The running session's epoch (0: none), read by `poll` under the driver's lock.
+static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
+/// The running session's mean interval, as `f64` bits.
+static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
+
+// ---- cold-path state ----
+
+struct Control {
+    epoch: u64,
+    lost_at_start: u64,
+    drain: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+static CONTROL: Padded<Mutex<Option<Control>>> = Padded::new(Mutex::new(None));
+static DRIVER: Padded<Mutex<Option<Box<dyn Drive>>>> = Padded::new(Mutex::new(None));
+/// GC cycles reported but not yet delivered (delivered by `poll`, after the queue).
+static PENDING_GC: Padded<Mutex<Vec<(u64, GcCycle)>>> = Padded::new(Mutex::new(Vec::new()));
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts a profiling session. Fails when the configuration is invalid or a session is
+/// already running.
+pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error> {
+    config.validate()?;
+    let mut control = lock(&CONTROL);
+    if control.is_some() {
+        return Err(Error::AlreadyRunning);
+    }
+    // The profiler's own setup allocations are not sampled (no session yet) nor counted.
+    let unwinder = crate::engine::callstack::select(config.unwinder);
+    let q = match queue() {
+        Some(q) if q.capacity() >= config.queue_capacity && q.depth() >= config.depth => q,
+        _ => {
+            let q = Queue::new(config.queue_capacity, config.depth).ok_or_else(|| {
+                Error::Other(format!(
+                    "cannot allocate the event queue ({} events × {} frames)",
+                    config.queue_capacity, config.depth
+                ))
+            })?;
+            let q: &'static Queue = Box::leak(Box::new(q));
+            hot::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
+            q
+        }
+    };
+    // Discard leftovers of an earlier session; a reused ring keeps this session's capacity.
+    let _ = q.drain(|_, _| {});
+    q.set_limit(config.queue_capacity);
+    crate::engine::live::clear();
+    hot::UNTRACKED.store(0, Ordering::Relaxed);
+    hot::DEPTH.store(config.depth, Ordering::Relaxed);
+    INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
+    clock::start();
+    let start_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    for c in [&DELIVERED_SAMPLES, &DELIVERED_FREES, &CALLBACK_PANICS] {
+        c.store(0, Ordering::Relaxed);
+    }
+    let mut driver = Box::new(Driver { tracker, tokens: HashMap::default() });
+    let info =
+        SessionInfo { interval: config.interval, depth: config.depth, unwinder, start_unix_ns };
+    {
+        let _busy = Busy::enter();
+        let t = &mut driver.tracker;
+        if catch_unwind(AssertUnwindSafe(|| t.started(&info))).is_err() {
+            count(&CALLBACK_PANICS);
+        }
+    }
+    let seed = config.seed.unwrap_or_else(sampler::entropy_seed);
+    // The drain thread starts before sampling does, and sampling waits until the thread
+    // runs its own code: the allocations of the thread's start-up (the standard library's
+    // thread-local bookkeeping) are not the program's and must not be sampled.
+    let drain = if config.drain_thread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let half = config.queue_capacity / 2;
+        let handle = std::thread::Builder::new()
+            .name("memprof-drain".into())
+            .spawn(move || {
+                let _ = ready_tx.send(());
+                drop(ready_tx);
+                while !flag.load(Ordering::Acquire) {
+                    // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
+                    // that was half full again at once. The pause keeps the consumer well
+                    // behind the producers: a consumer that catches up reads the slots they
+                    // are about to write (see `Queue::drain`).
+                    let n = poll();
+                    if n < 1024 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    } else if n < half {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            })
+            .map_err(|e| Error::io("cannot start the drain thread", e))?;
+        let _ = ready_rx.recv();
+        Some((stop, handle))
+    } else {
+        None
+    };
+    // The driver stays locked until the epoch is published: a concurrent `poll` that ran
+    // in between would drop this session's first events, uncounted, as another session's.
+    let mut slot = lock(&DRIVER);
+    *slot = Some(driver);
+    let epoch = sampler::begin(config.interval, seed);
+    SESSION_EPOCH.store(epoch, Ordering::Release);
+    drop(slot);
+    hot::WAIT_WHEN_FULL.store(config.backpressure && drain.is_some(), Ordering::Relaxed);
+    *control = Some(Control { epoch, lost_at_start: q.lost(), drain });
+    Ok(Session { epoch, info, _tracker: PhantomData })
+}
+
+/// Runs pending callbacks now, on this thread. Returns the number of events handled (0 when
+/// no session runs or another thread is already running callbacks).
+pub fn poll() -> usize {
+    let Some(q) = queue() else {
+        return 0;
+    };
+    let Ok(mut guard) = DRIVER.try_lock() else {
+        return 0;
+    };
+    // Read under the driver's lock, which `start` holds until the epoch is published.
+    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
+    let Some(driver) = guard.as_mut() else {
+        return 0;
+    };
+    let Some(_busy) = Busy::enter() else {
+        return 0;
+    };
+    let n = drain_into(q, driver.as_mut(), epoch);
+    driver.after_poll(Poll::Periodic);
+    crate::engine::callstack::maintain();
+    n
+}
+
+/// Delivers the queued events of session `epoch` (their clock readings converted to session
+/// nanoseconds), then the GC cycles reported before this drain began, which follow the events
+/// queued before them. Returns the number delivered.
+fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
+    let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
+    let clock = clock::Converter::new();
+    let n = q
+        .drain(|e, frames| {
+            if e.epoch == epoch {
+                let e = Event { time_ns: clock.session_ns(e.time_ns), ..*e };
+                driver.event(&e, frames, interval);
+            }
+        })
+        .unwrap_or(0);
+    let cycles = std::mem::take(&mut *lock(&PENDING_GC));
+    let m = cycles.len();
+    for (_, c) in cycles.iter().filter(|(e, _)| *e == epoch) {
+        driver.gc(c);
+    }
+    n + m
+}
+
+/// Reports a finished garbage-collection cycle of a managed heap to the running session
+/// (no-op without one). `cycle.start_ns` and `cycle.end_ns` are
+/// [`monotonic_ns`](crate::monotonic_ns) readings; they are converted to times since the
+/// session start. Call it outside the allocator (the collector does, after its sweep); the
+/// tracker hears of it at the next safe point, which this call also is.
+pub fn record_gc_cycle(cycle: &GcCycle) {
+    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
+    if epoch == 0 {
+        return;
+    }
+    let start = clock::start_ns();
+    let c = GcCycle {
+        start_ns: cycle.start_ns.saturating_sub(start),
+        end_ns: cycle.end_ns.saturating_sub(start),
+        ..*cycle
+    };
+    {
+        let _busy = Busy::enter();
+        lock(&PENDING_GC).push((epoch, c));
+    }
+    poll();
+}
+
+/// Runs pending callbacks on this thread, then [`Tracker::after_poll`] with `why` (a forced
+/// reason), waiting for a drain running on another thread to finish first. Does nothing
+/// when no session runs or when called from inside a callback.
+pub(crate) fn sync(why: Poll) {
+    debug_assert!(why.is_forced());
+    let Some(q) = queue() else {
+        return;
+    };
+    let Some(_busy) = Busy::enter() else {
+        return;
+    };
+    let mut guard = lock(&DRIVER);
+    let epoch = SESSION_EPOCH.load(Ordering::Acquire);
+    let Some(driver) = guard.as_mut() else {
+        return;
+    };
+    let _ = drain_into(q, driver.as_mut(), epoch);
+    driver.after_poll(why);
+    crate::engine::callstack::maintain();
+}
+
+/// A running profiling session. Stop it with [`Session::stop`] to get the tracker back;
+/// dropping it stops the session too (and drops the tracker).
+pub struct Session<T: Tracker> {
+    epoch: u64,
+    info: SessionInfo,
+    _tracker: PhantomData<fn() -> T>,
+}
+
+impl<T: Tracker> std::fmt::Debug for Session<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("epoch", &self.epoch).field("info", &self.info).finish()
+    }
+}
+
+impl<T: Tracker> Session<T> {
+    /// Facts about this session (interval, depth, unwinder, start time).
+    pub fn info(&self) -> &SessionInfo {
+        &self.info
+    }
+
+    /// Counters so far (lost events, untracked samples, callback panics).
+    pub fn stats(&self) -> Stats {
+        let base =
+            lock(&CONTROL).as_ref().filter(|c| c.epoch == self.epoch).map(|c| c.lost_at_start);
+        current_stats(base)
+    }
+
+    /// Stops sampling, runs the remaining callbacks, calls [`Tracker::stopped`] and returns
+    /// the tracker.
+    pub fn stop(mut self) -> Result<T, Error> {
+        let t = self.stop_inner()?;
+        t.into_any()
+            .downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| Error::Other("session tracker has an unexpected type".into()))
+    }
+
+    fn stop_inner(&mut self) -> Result<Box<dyn Drive>, Error> {
+        let mut control = lock(&CONTROL);
+        let Some(c) = control.take().filter(|c| c.epoch == self.epoch) else {
+            return Err(Error::Other("this session is not running".into()));
+        };
+        sampler::end();
+        hot::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
+        if let Some((flag, handle)) = c.drain {
+            flag.store(true, Ordering::Release);
+            let _ = handle.join();
+        }
+        // Producers that passed the sampler before `end` may still be publishing.
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        loop {
+            poll();
+            match queue() {
+                Some(q) if q.has_unpublished() && std::time::Instant::now() < deadline => {
+                    std::thread::yield_now()
+                }
+                _ => break,
+            }
+        }
+        let stats = current_stats(Some(c.lost_at_start));
+        SESSION_EPOCH.store(0, Ordering::Release);
+        crate::engine::live::clear();
+        let mut driver =
+            lock(&DRIVER).take().ok_or_else(|| Error::Other("session has no tracker".into()))?;
+        {
+            let _busy = Busy::enter();
+            driver.finish(&stats);
+        }
+        Ok(driver)
+    }
+}
+
+impl<T: Tracker> Drop for Session<T> {
+    fn drop(&mut self) {
+        let running = lock(&CONTROL).as_ref().is_some_and(|c| c.epoch == self.epoch);
+        if running {
+            let _ = self.stop_inner();
+        }
+    }
+}
+
+/// Counters of the running session; `lost_at_start` is the queue's lost count when it
+/// started (None: not running, so no events are attributed to it).
+fn current_stats(lost_at_start: Option<u64>) -> Stats {
+    Stats {
+        samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
+        frees: DELIVERED_FREES.load(Ordering::Relaxed),
+        lost_events: match (queue(), lost_at_start) {
+            (Some(q), Some(base)) => q.lost().saturating_sub(base),
+            _ => 0,
+        },
+        untracked: hot::UNTRACKED.load(Ordering::Relaxed),
+        callback_panics: CALLBACK_PANICS.load(Ordering::Relaxed),
+    }
+}

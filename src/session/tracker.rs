@@ -1,0 +1,170 @@
+//! The [`Tracker`] callbacks and the events they receive (see [`crate::session`] for when
+//! they run).
+
+use crate::config::Unwinder;
+use crate::profile::GcCycle;
+
+/// A sampled call stack: return addresses, innermost first.
+#[derive(Clone, Copy, Debug)]
+pub struct Callstack<'a> {
+    pub(super) frames: &'a [usize],
+    pub(super) truncated: bool,
+}
+
+impl<'a> Callstack<'a> {
+    /// Return addresses, innermost (inside the profiler) first.
+    pub fn frames(&self) -> &'a [usize] {
+        self.frames
+    }
+
+    /// True when the real stack was deeper than the configured depth.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+/// A sampled allocation, as seen by [`Tracker::alloc`].
+#[derive(Clone, Copy, Debug)]
+pub struct Allocation<'a> {
+    /// Sample id, unique within the session.
+    pub id: u64,
+    /// Requested size in bytes.
+    pub size: usize,
+    /// Number of sample points inside the block (≥ 1).
+    pub k: u64,
+    /// `k × interval`: the bytes this sample stands for (unbiased).
+    pub estimated_bytes: f64,
+    /// Thread number within the session (1-based, in order of first allocation).
+    pub thread: u32,
+    /// Nanoseconds since the session started.
+    pub time_ns: u64,
+    /// Address of the block.
+    pub addr: usize,
+    /// Where it was allocated.
+    pub callstack: Callstack<'a>,
+}
+
+/// A sampled block that was reallocated and kept its sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reallocation {
+    /// Sample id.
+    pub id: u64,
+    /// Thread number within the session.
+    pub thread: u32,
+    /// Nanoseconds since the session started.
+    pub time_ns: u64,
+    /// New address.
+    pub new_addr: usize,
+    /// New size in bytes.
+    pub new_size: usize,
+}
+
+/// A sampled block that was freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deallocation {
+    /// Sample id.
+    pub id: u64,
+    /// Thread number within the session.
+    pub thread: u32,
+    /// Nanoseconds since the session started.
+    pub time_ns: u64,
+}
+
+/// Facts about a session, given to [`Tracker::started`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionInfo {
+    /// Mean sampling interval in bytes (1 = exact).
+    pub interval: f64,
+    /// Maximum frames per call stack.
+    pub depth: usize,
+    /// The unwinder in use.
+    pub unwinder: Unwinder,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+}
+
+/// Counters of a session: what was seen and what had to be dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Alloc events delivered to the tracker.
+    pub samples: u64,
+    /// Dealloc events delivered.
+    pub frees: u64,
+    /// Events that did not fit in the queue.
+    pub lost_events: u64,
+    /// Sampled blocks that could not be entered in the live table.
+    pub untracked: u64,
+    /// Callbacks that panicked (caught).
+    pub callback_panics: u64,
+}
+
+/// Why [`Tracker::after_poll`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Poll {
+    /// A drain at a safe point ([`poll`](crate::poll), the drain thread): act on your own
+    /// schedule.
+    Periodic,
+    /// Someone needs the output up to date now.
+    Sync,
+    /// A library is about to be unmapped (`dlclose`): up to date now, with whatever needs
+    /// the library mapped (its symbols) written now.
+    BeforeUnload,
+    /// The process image is about to be replaced (`exec`): up to date now; this image will
+    /// never finish the output.
+    BeforeExec,
+    /// The process is about to end without exit handlers (`_exit`): up to date now;
+    /// nothing of this process runs afterwards.
+    BeforeQuickExit,
+}
+
+impl Poll {
+    /// True for every reason but [`Poll::Periodic`]: the output must be up to date now.
+    pub fn is_forced(self) -> bool {
+        self != Poll::Periodic
+    }
+}
+
+/// User callbacks for sampled allocations. See the module documentation for when they run.
+pub trait Tracker: Send + 'static {
+    /// Per-sample value kept while the block lives.
+    type Token: Send + 'static;
+
+    /// Called once when the session starts.
+    fn started(&mut self, info: &SessionInfo) {
+        let _ = info;
+    }
+
+    /// A sampled allocation. Return a token to be told about the block's reallocations and
+    /// death, or `None` to stop tracking it.
+    fn alloc(&mut self, allocation: &Allocation<'_>) -> Option<Self::Token>;
+
+    /// A tracked block was reallocated and kept its sample.
+    fn realloc(&mut self, token: &mut Self::Token, reallocation: &Reallocation) {
+        let _ = (token, reallocation);
+    }
+
+    /// A tracked block was freed; its token comes back.
+    fn dealloc(&mut self, token: Self::Token, deallocation: &Deallocation) {
+        let _ = (token, deallocation);
+    }
+
+    /// A garbage-collection cycle of a managed heap ([`crate::gc`]) finished. It arrives
+    /// after the events that were queued before it; times are relative to the session start.
+    fn gc_cycle(&mut self, cycle: &GcCycle) {
+        let _ = cycle;
+    }
+
+    /// Called after every drain at a safe point, even when no event was handled, with the
+    /// reason for the drain. At [`Poll::Periodic`] the tracker may act on its own schedule
+    /// (a file tracker flushes every few tens of milliseconds); at any other reason
+    /// ([`Poll::is_forced`]) its output must be up to date when this returns.
+    fn after_poll(&mut self, why: Poll) {
+        let _ = why;
+    }
+
+    /// Called once when the session stops, after the last event.
+    fn stopped(&mut self, stats: &Stats) {
+        let _ = stats;
+    }
+}

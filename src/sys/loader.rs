@@ -1,0 +1,114 @@
+//! The loader's list of loaded objects (`dl_iterate_phdr`), walked by the DWARF unwinder
+//! (their unwind tables) and by the recorder (the modules a profile names), and its
+//! counters of objects loaded and unloaded, which tell both when to walk it again.
+//!
+//! The loader holds its lock during a walk, so an object cannot be unmapped while the
+//! callback looks at it; the callback must not unwind (it would cross a C frame: Rust
+//! aborts instead) and must not call `dlopen` or `dlclose`.
+
+use core::ffi::{c_int, c_void, CStr};
+
+/// A loaded object, as the loader describes it during a walk.
+pub(crate) struct Object<'a> {
+    info: &'a libc::dl_phdr_info,
+    size: usize,
+}
+
+impl Object<'_> {
+    /// The object's path as the loader knows it (empty for the main executable and the vDSO).
+    pub(crate) fn name(&self) -> &CStr {
+        if self.info.dlpi_name.is_null() {
+            return c"";
+        }
+        // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader,
+        // valid during the walk (which outlives `self`).
+        unsafe { CStr::from_ptr(self.info.dlpi_name) }
+    }
+
+    /// The load bias: run-time address minus the addresses in the object's headers.
+    pub(crate) fn bias(&self) -> usize {
+        self.info.dlpi_addr as usize
+    }
+
+    /// The object's program headers.
+    pub(crate) fn phdrs(&self) -> &[libc::Elf64_Phdr] {
+        if self.info.dlpi_phdr.is_null() {
+            return &[];
+        }
+        // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers owned by the loader,
+        // valid during the walk.
+        unsafe {
+            core::slice::from_raw_parts(self.info.dlpi_phdr, usize::from(self.info.dlpi_phnum))
+        }
+    }
+
+    /// True when the loader's record has the `dlpi_adds`/`dlpi_subs` counters (glibc 2.4+).
+    pub(crate) fn has_counters(&self) -> bool {
+        self.size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8
+    }
+}
+
+/// Calls `f` for every loaded object, the main executable first, in the loader's order.
+/// `f` must not panic (see the module documentation).
+pub(crate) fn for_each_object<F: FnMut(&Object<'_>)>(mut f: F) {
+    unsafe extern "C" fn each<F: FnMut(&Object<'_>)>(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the `&mut F` passed below, alive and not otherwise borrowed
+        // during the walk; `info` is the loader's record, valid during this call.
+        let (f, info) = unsafe { (&mut *(data as *mut F), &*info) };
+        f(&Object { info, size });
+        0
+    }
+    // SAFETY: the callback only reads the loader's records during the call and runs `f`,
+    // which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each::<F>), &mut f as *mut F as *mut c_void) };
+}
+
+/// The loader's counts of objects ever loaded and unloaded (`dlpi_adds`, `dlpi_subs`):
+/// either changes when `dlopen` maps or `dlclose` unmaps an object. (0, 0) where the
+/// loader does not keep them.
+pub(crate) fn counts() -> (u64, u64) {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        if size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
+            // SAFETY: the loader passes a valid info of `size` bytes, which covers the
+            // counters; `data` is the `&mut (u64, u64)` passed below.
+            unsafe { *(data as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs) };
+        }
+        1
+    }
+    let mut counts = (0u64, 0u64);
+    // SAFETY: the callback only reads the loader's record and writes `counts`, which
+    // outlives the call; returning 1 stops the iteration after the first object.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut counts as *mut (u64, u64) as *mut c_void) };
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_sees_this_code_and_the_counters() {
+        let here = the_walk_sees_this_code_and_the_counters as *const () as usize;
+        let mut found = false;
+        let mut objects = 0;
+        for_each_object(|o| {
+            objects += 1;
+            assert!(o.has_counters());
+            for ph in o.phdrs().iter().filter(|ph| ph.p_type == libc::PT_LOAD) {
+                let start = o.bias().wrapping_add(ph.p_vaddr as usize);
+                found |= (start..start + ph.p_memsz as usize).contains(&here);
+            }
+        });
+        assert!(found && objects >= 2, "{objects} objects");
+        let (adds, subs) = counts();
+        assert!(adds >= objects as u64 && adds >= subs);
+    }
+}

@@ -1,0 +1,10 @@
+//! Process primitives the engine is built on: memory from glibc's own entry points,
+//! per-thread blocks without destructors, cache-line padding, errno, hashing, the loader's
+//! list of objects. Nothing here knows about sampling.
+
+pub(crate) mod errno;
+pub(crate) mod hash;
+pub(crate) mod loader;
+pub(crate) mod padded;
+pub(crate) mod rawmem;
+pub(crate) mod tls;
