@@ -223,7 +223,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         .name("memprof-symbols".into())
         .spawn(move || warm_symbols(&pid_rx, &done_rx))
         .ok();
-    let run = launcher::record_with(&opts, preload.path(), |pid| {
+    let run = launcher::record_with(&opts, preload.path(), move |pid| {
         let _ = pid_tx.send(pid);
     });
     drop(done_tx);

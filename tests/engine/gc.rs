@@ -3,25 +3,18 @@
 //! mark-stack overflow; the free lists never hand out a block in use; compare/hash
 //! properties; and profiling through the GC in exact mode.
 //!
-//! Its own binary: it installs a `Sampled<System>` global allocator, and every test takes
-//! `LOCK` because sessions are process-global (and exact mode samples every allocation of
-//! every thread).
+//! A module of the engine tests' binary, under its `Sampled<System>` global allocator; every
+//! test takes the binary's session lock ([`crate::serial`]) because sessions are
+//! process-global (and exact mode samples every allocation of every thread).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
 
 use memprof::gc::{Heap, HeapConfig, Marker, RootId, Value, NO_SCAN_TAG, STRING_TAG};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-#[global_allocator]
-static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std::alloc::System);
-
-static LOCK: Mutex<()> = Mutex::new(());
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+// The binary's `Sampled<System>` allocator and its session lock (`main.rs`).
+use crate::serial as lock;
 
 // ---------------------------------------------------------------------------------------------
 // The model

@@ -12,21 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-const MEMPROF: &str = env!("CARGO_BIN_EXE_memprof");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use crate::common::{assert_one_line_error, text, MEMPROF};
 
 /// The directory the fixtures are built into (once per test run).
 fn build_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("memprof-record-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    })
+    DIR.get_or_init(|| crate::common::scratch("record"))
 }
 
 /// Builds `fixtures/c/<name>.c` (once) with the system compiler and returns the program.
@@ -71,10 +62,8 @@ fn cc(src: &str, out: &Path, args: &[&str]) {
 
 /// A fresh directory for one test's profiles.
 fn scratch(name: &str) -> PathBuf {
-    let d = build_dir().join(format!("run-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    build_dir();
+    crate::common::scratch(&format!("record/run-{name}"))
 }
 
 /// Runs `memprof record`. Every cached DWARF walk is also checked against framehop's own
@@ -415,43 +404,28 @@ fn agrees_with_heaptrack() {
 }
 
 /// A failing command: non-zero exit, one line on stderr naming the problem, no panic.
-fn assert_one_line_error(out: &Output, needle: &str) {
-    // The self-check's line (see `record`) is not part of the error.
-    let err: String = text(&out.stderr)
-        .lines()
-        .filter(|l| !l.contains("unwind check:"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert_ne!(out.status.code(), Some(0), "stderr: {err}");
-    assert!(out.status.code().is_some(), "exited normally: {err}");
-    assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");
-    assert!(err.starts_with("memprof: error: "), "{err:?}");
-    assert!(err.contains(needle), "{err:?} should mention {needle:?}");
-    assert!(!err.contains("panicked"), "{err:?}");
-}
-
 #[test]
 fn bad_programs_get_one_line_errors() {
     let dir = scratch("bad");
     let out = record(&dir, &[], Path::new("./no-such-program"), &[]);
-    assert_one_line_error(&out, "not found");
+    assert_one_line_error(&out, None, "not found");
     let out = record(&dir, &[], Path::new("no-such-program-in-path"), &[]);
-    assert_one_line_error(&out, "not found");
+    assert_one_line_error(&out, None, "not found");
     let out = record(&dir, &[], &dir, &[]);
-    assert_one_line_error(&out, "directory");
+    assert_one_line_error(&out, None, "directory");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/sites.c");
     let out = record(&dir, &[], &src, &[]);
-    assert_one_line_error(&out, "not executable");
+    assert_one_line_error(&out, None, "not executable");
     // Setuid: the loader would ignore LD_PRELOAD.
     let suid = dir.join("suid");
     std::fs::copy(fixture("nomalloc"), &suid).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     let out = record(&dir, &[], &suid, &[]);
-    assert_one_line_error(&out, "setuid");
+    assert_one_line_error(&out, None, "setuid");
     // Never allocates.
     let out = record(&dir, &["--interval", "1"], &fixture("nomalloc"), &[]);
-    assert_one_line_error(&out, "no allocations were seen");
+    assert_one_line_error(&out, None, "no allocations were seen");
     // Nothing was left but the (empty-profile) files of that run.
     assert!(std::fs::read_dir(&dir).unwrap().count() <= 2);
 }
@@ -478,7 +452,7 @@ fn static_program_is_refused() {
         std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let out = record(&dir, &[], &prog, &[]);
-    assert_one_line_error(&out, "statically linked");
+    assert_one_line_error(&out, None, "statically linked");
 }
 
 #[test]
@@ -489,17 +463,17 @@ fn output_paths_are_checked_before_the_program_runs() {
     let sh = Path::new("/bin/touch");
     for bad in ["/dev/null/x.mprof", "/nonexistent-dir/x.mprof"] {
         let out = record(&dir, &["-o", bad], sh, &[marker.to_str().unwrap()]);
-        assert_one_line_error(&out, "cannot create the profile");
+        assert_one_line_error(&out, None, "cannot create the profile");
         assert!(!marker.exists(), "the program must not run");
     }
     // Never overwrite another run's file unless --force; never follow a symlink.
     std::fs::write(dir.join("old.mprof"), b"precious").unwrap();
     let out = record(&dir, &["-o", "old.mprof"], &fixture("sites"), &[]);
-    assert_one_line_error(&out, "exists");
+    assert_one_line_error(&out, None, "exists");
     assert_eq!(std::fs::read(dir.join("old.mprof")).unwrap(), b"precious");
     std::os::unix::fs::symlink(dir.join("target"), dir.join("link.mprof")).unwrap();
     let out = record(&dir, &["-o", "link.mprof"], &fixture("sites"), &[]);
-    assert_one_line_error(&out, "exists");
+    assert_one_line_error(&out, None, "exists");
     assert!(!dir.join("target").exists());
     let out =
         record(&dir, &["--force", "--interval", "1", "-o", "old.mprof"], &fixture("sites"), &[]);
@@ -525,7 +499,7 @@ fn report_rejects_bad_profiles_in_one_line() {
     let corrupt = dir.join("corrupt.mprof");
     std::fs::write(&corrupt, b"this is not a profile at all").unwrap();
     let out = Command::new(MEMPROF).arg("report").arg(&corrupt).output().unwrap();
-    assert_one_line_error(&out, "corrupt.mprof");
+    assert_one_line_error(&out, None, "corrupt.mprof");
     // A real profile cut inside its header.
     let run = record(&dir, &["--interval", "1", "-o", "good.mprof"], &fixture("sites"), &[]);
     assert_ok(&run, 0);
@@ -533,7 +507,7 @@ fn report_rejects_bad_profiles_in_one_line() {
     let cut = dir.join("cut.mprof");
     std::fs::write(&cut, &bytes[..12]).unwrap();
     let out = Command::new(MEMPROF).arg("report").arg(&cut).output().unwrap();
-    assert_one_line_error(&out, "cut.mprof");
+    assert_one_line_error(&out, None, "cut.mprof");
     // Cut in the middle: reads back what is there, with a warning.
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let out = Command::new(MEMPROF).arg("report").arg(&cut).output().unwrap();

@@ -1,41 +1,16 @@
 //! The `memprof` command as a user meets it: reports of recorded files, exports, the demo,
 //! and one-line errors (never a panic) for bad input.
 
-use std::path::{Path, PathBuf};
+use crate::common::{assert_one_line_error, fixture_file, scratch, text};
 use std::process::{Command, Output};
 
 fn memprof(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memprof")).args(args).output().expect("memprof runs")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memprof-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name).display().to_string()
-}
-
-/// A failing command: non-zero exit, exactly one line on stderr naming the problem, no panic.
-fn assert_one_line_error(out: &Output, code: i32, needle: &str) {
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");
-    assert!(err.starts_with("memprof: error: "), "{err:?}");
-    assert!(err.contains(needle), "{err:?} should mention {needle:?}");
-    assert!(!err.contains("panicked"), "{err:?}");
-}
-
 #[test]
 fn report_prints_top_sites() {
-    let out = memprof(&["report", &fixture("small.mprof")]);
+    let out = memprof(&["report", &fixture_file("small.mprof")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
     // The fixture's three sites, largest first, exact numbers (exact mode).
@@ -49,11 +24,11 @@ fn report_prints_top_sites() {
 
 #[test]
 fn report_writes_every_export() {
-    let dir = scratch("exports");
+    let dir = scratch("cli-exports");
     let (svg, pb, folded) = (dir.join("a.svg"), dir.join("a.pb.gz"), dir.join("a.folded"));
     let out = memprof(&[
         "report",
-        &fixture("small.mprof"),
+        &fixture_file("small.mprof"),
         "--view",
         "live",
         "--flamegraph",
@@ -76,14 +51,14 @@ fn report_writes_every_export() {
     // Live view: the folded values add up to the live bytes of the fixture (6.66 KiB).
     let total: u64 =
         lines.iter().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum();
-    let top = text(&memprof(&["report", &fixture("small.mprof")]).stdout);
+    let top = text(&memprof(&["report", &fixture_file("small.mprof")]).stdout);
     assert!(top.contains("6.66 KiB"), "{top}");
     assert!((6815..=6825).contains(&total), "live total {total}");
 }
 
 #[test]
 fn truncated_profile_reads_with_a_warning() {
-    let out = memprof(&["report", &fixture("small-truncated.mprof")]);
+    let out = memprof(&["report", &fixture_file("small-truncated.mprof")]);
     assert!(out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains("warning") && err.contains("cut at byte"), "{err}");
@@ -92,14 +67,18 @@ fn truncated_profile_reads_with_a_warning() {
 
 #[test]
 fn bad_input_gets_one_line_errors() {
-    assert_one_line_error(&memprof(&["report", "/no/such/file.mprof"]), 1, "/no/such/file.mprof");
-    assert_one_line_error(&memprof(&["report", env!("CARGO_MANIFEST_DIR")]), 1, "directory");
-    let dir = scratch("bad");
+    assert_one_line_error(
+        &memprof(&["report", "/no/such/file.mprof"]),
+        Some(1),
+        "/no/such/file.mprof",
+    );
+    assert_one_line_error(&memprof(&["report", env!("CARGO_MANIFEST_DIR")]), Some(1), "directory");
+    let dir = scratch("cli-bad");
     let junk = dir.join("junk.mprof");
     std::fs::write(&junk, b"this is not a profile at all").unwrap();
     assert_one_line_error(
         &memprof(&["report", junk.to_str().unwrap()]),
-        1,
+        Some(1),
         "not a memprof profile",
     );
     let empty = dir.join("empty.mprof");
@@ -108,11 +87,11 @@ fn bad_input_gets_one_line_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(!text(&out.stderr).contains("panicked"));
     assert_one_line_error(
-        &memprof(&["report", &fixture("small.mprof"), "--flamegraph", "/no/such/dir/x.svg"]),
-        1,
+        &memprof(&["report", &fixture_file("small.mprof"), "--flamegraph", "/no/such/dir/x.svg"]),
+        Some(1),
         "/no/such/dir/x.svg",
     );
-    let out = memprof(&["report", &fixture("small.mprof"), "--view", "sideways"]);
+    let out = memprof(&["report", &fixture_file("small.mprof"), "--view", "sideways"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("sideways"));
     let out = memprof(&["report", "--bogus"]);
@@ -121,7 +100,7 @@ fn bad_input_gets_one_line_errors() {
 
 #[test]
 fn demo_writes_flamegraphs_naming_the_examples_functions() {
-    let dir = scratch("demo");
+    let dir = scratch("cli-demo");
     let out = memprof(&["demo", "--quick", "--out", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();

@@ -7,7 +7,11 @@
 //! sites are `#[inline(never)]` functions whose names the reports must find
 //! (`engine::<module>::<site>`); the memory they allocate is known exactly, so every check
 //! compares memprof's numbers with the truth computed by the test itself.
+//!
+//! The managed heap's tests (`gc.rs`) share this binary, its allocator and [`serial`].
 #![cfg(feature = "report")]
+
+mod gc;
 
 use std::alloc::System;
 use std::hint::black_box;
@@ -23,7 +27,7 @@ static GLOBAL: memprof::Sampled<System> = memprof::Sampled::new(System);
 static SESSIONS: Mutex<()> = Mutex::new(());
 
 /// Serializes the tests that start sessions (a failed test must not block the others).
-fn serial() -> MutexGuard<'static, ()> {
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
     SESSIONS.lock().unwrap_or_else(|p| p.into_inner())
 }
 

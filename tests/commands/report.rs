@@ -217,7 +217,7 @@ fn golden(relative: &str, actual: &[u8]) {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
+fn out_path(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memprof-report-tests");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
@@ -537,7 +537,7 @@ mod pprof {
             );
             return None;
         }
-        let home = scratch("go-home");
+        let home = out_path("go-home");
         std::fs::create_dir_all(&home).unwrap();
         let out = std::process::Command::new("go")
             .args(["tool", "pprof", "-raw"])
@@ -588,7 +588,7 @@ mod pprof {
         for exact in [true, false] {
             let p = three_sites(exact);
             let path =
-                scratch(&format!("three_sites.{}.pb.gz", if exact { "exact" } else { "sampled" }));
+                out_path(&format!("three_sites.{}.pb.gz", if exact { "exact" } else { "sampled" }));
             std::fs::write(&path, encoded(&p)).unwrap();
             let Some((go_sums, text)) = go_pprof_raw(&path) else { return };
             let ours = sums(&decode(&std::fs::read(&path).unwrap()));
