@@ -45,3 +45,10 @@ pub fn assert_one_line_error(out: &Output, code: Option<i32>, needle: &str) {
     assert!(err.contains(needle), "{err:?} should mention {needle:?}");
     assert!(!err.contains("panicked"), "{err:?}");
 }
+
+/// Says on the terminal, past the test harness's capture of `eprintln!`, that a check was
+/// skipped and how to get what it needs: one line, seen even when every test passes.
+pub fn skipped(what: &str, how: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "skipped: {what} ({how})");
+}

@@ -379,7 +379,10 @@ fn agrees_with_heaptrack() {
         if std::env::var_os("CI").is_some() {
             panic!("heaptrack is not installed, and CI requires this comparison");
         }
-        eprintln!("skipping agrees_with_heaptrack: heaptrack is not installed (apt-get install heaptrack)");
+        crate::common::skipped(
+            "agrees_with_heaptrack",
+            "heaptrack is not installed; Debian: apt-get install heaptrack",
+        );
         return;
     }
     for name in ["sites", "threads"] {

@@ -531,9 +531,9 @@ mod pprof {
             if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
                 panic!("`go` is not on PATH, and CI requires the go tool pprof check");
             }
-            eprintln!(
-                "skipped: the go tool pprof check (`go` is not on PATH; install it with \
-                 `apt-get install golang-go` to decode our pprof output independently)"
+            crate::common::skipped(
+                "the go tool pprof check of our pprof output",
+                "`go` is not on PATH; Debian: apt-get install golang-go",
             );
             return None;
         }
