@@ -77,6 +77,13 @@ pub enum LaunchError {
     StaticallyLinked(String),
     /// The output file exists and replacing it was not asked for.
     OutputExists(String),
+    /// `MEMPROF_PRELOAD` names something that is not a file.
+    PreloadNotAFile(String),
+    /// No preload library beside the executable, and none carried in it (the path tried).
+    PreloadNotFound(String),
+    /// The library carried in the executable could not be written anywhere: each place
+    /// tried, with why.
+    PreloadNotWritten(Vec<String>),
 }
 
 impl fmt::Display for LaunchError {
@@ -104,6 +111,20 @@ impl fmt::Display for LaunchError {
             LaunchError::OutputExists(p) => write!(
                 f,
                 "cannot create the profile {p}: it exists (use --force to replace it, or -o)"
+            ),
+            LaunchError::PreloadNotAFile(p) => {
+                write!(f, "MEMPROF_PRELOAD is set to {p}, which is not a file")
+            }
+            LaunchError::PreloadNotFound(p) => write!(
+                f,
+                "cannot find the preload library libmemprof_preload.so (tried {p}; set \
+                 MEMPROF_PRELOAD to its path)"
+            ),
+            LaunchError::PreloadNotWritten(tried) => write!(
+                f,
+                "cannot write the preload library anywhere (tried {}); set MEMPROF_PRELOAD to \
+                 a copy of libmemprof_preload.so",
+                if tried.is_empty() { "nothing".to_owned() } else { tried.join("; ") }
             ),
         }
     }

@@ -28,7 +28,7 @@
 //! - A directory that cannot be written (read-only, full, not ours) is skipped with its
 //!   reason; when every candidate fails, the error lists each one.
 
-use crate::error::Error;
+use crate::error::{Error, LaunchError};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -131,12 +131,7 @@ impl Bundled {
                 Err(why) => tried.push(format!("a private directory in {}: {why}", tmp.display())),
             }
         }
-        Err(Error::Other(format!(
-            "cannot write the preload library anywhere (tried {}); set {} to a copy of \
-             libmemprof_preload.so",
-            if tried.is_empty() { "nothing".to_owned() } else { tried.join("; ") },
-            super::env::ENV_PRELOAD
-        )))
+        Err(Error::Launch(LaunchError::PreloadNotWritten(tried)))
     }
 
     /// The cached file in `dir`, verified, written first if missing or wrong.

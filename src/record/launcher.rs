@@ -75,11 +75,7 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
         return if p.is_file() {
             Ok(Installed::existing(p))
         } else {
-            Err(Error::Other(format!(
-                "{} is set to {}, which is not a file",
-                config::ENV_PRELOAD,
-                p.display()
-            )))
+            Err(Error::Launch(LaunchError::PreloadNotAFile(p.display().to_string())))
         };
     }
     let exe =
@@ -90,11 +86,7 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     }
     match bundled {
         Some(b) => b.install(),
-        None => Err(Error::Other(format!(
-            "cannot find the preload library {PRELOAD_NAME} (tried {}; set {} to its path)",
-            beside.display(),
-            config::ENV_PRELOAD
-        ))),
+        None => Err(Error::Launch(LaunchError::PreloadNotFound(beside.display().to_string()))),
     }
 }
 
