@@ -32,7 +32,6 @@
 //! instead (for packagers who build the library separately).
 
 use std::env;
-use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,7 +104,9 @@ fn build_preload(out_dir: &Path) -> PathBuf {
     ] {
         cmd.env_remove(var);
     }
-    // Cargo's variables for this script would be read as the inner build's own settings.
+    // Cargo's variables for this script are inherited by the inner cargo, which passes them on
+    // to the build scripts it runs: an inherited CARGO_FEATURE_CLI would make this script,
+    // run again for the preload crate's copy of the library, build the library again.
     for (k, _) in env::vars_os() {
         let k = k.to_string_lossy();
         if k.starts_with("CARGO_FEATURE_") || k.starts_with("CARGO_CFG_") {
@@ -119,10 +120,7 @@ fn build_preload(out_dir: &Path) -> PathBuf {
         cmd.env("RUSTC", rustc);
     }
     let status = cmd.status().unwrap_or_else(|e| {
-        panic!(
-            "cannot run {} to build the preload library: {e}",
-            OsString::from(&cargo).to_string_lossy()
-        )
+        panic!("cannot run {} to build the preload library: {e}", cargo.to_string_lossy())
     });
     assert!(
         status.success(),

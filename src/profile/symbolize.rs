@@ -321,16 +321,6 @@ impl Loaders {
             .unwrap_or_else(|_| path.to_owned())
     }
 
-    /// How many objects are loaded.
-    pub fn len(&self) -> usize {
-        self.by_path.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.by_path.is_empty()
-    }
-
     fn read(path: &str) -> Result<Loaded, String> {
         let p = Path::new(path);
         let identity = file_identity(p);

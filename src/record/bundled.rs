@@ -131,7 +131,7 @@ impl Bundled {
                 Err(why) => tried.push(format!("a private directory in {}: {why}", tmp.display())),
             }
         }
-        Err(Error::Launch(LaunchError::PreloadNotWritten(tried)))
+        Err(LaunchError::PreloadNotWritten(tried).into())
     }
 
     /// The cached file in `dir`, verified, written first if missing or wrong.

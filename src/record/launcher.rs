@@ -3,15 +3,15 @@
 //!
 //! # 1. Before the program runs
 //! Everything that can be known to fail is checked first, each with a one-line error: the
-//! preload library is found ([`find_preload`]: `MEMPROF_PRELOAD`, next to this executable,
-//! or the copy inside the executable written to a cache file); the program is found (a path, or a name looked up in `PATH`) and is
-//! an executable regular file; it is not setuid or setgid (the loader ignores `LD_PRELOAD`
-//! for those); an ELF program has a `PT_INTERP` header (a statically linked program never
-//! loads the preload library). The output file is created with `O_CREAT|O_EXCL|O_NOFOLLOW`
-//! (mode 0644 before the umask) so that a symlink is never followed and another run's
-//! profile never overwritten, unless `--force` removes it first. A name with `%p` (the
-//! default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`, where its
-//! pid is known; a failure there comes back to this process before the program runs.
+//! preload library is found ([`find_preload`]: `MEMPROF_PRELOAD`, next to this executable, or
+//! the copy inside the executable written to a cache file); the program is found (a path, or a
+//! name looked up in `PATH`) and is an executable regular file; it is not setuid or setgid (the
+//! loader ignores `LD_PRELOAD` for those); an ELF program has a `PT_INTERP` header (a
+//! statically linked program never loads the preload library). The output file is created with
+//! `O_CREAT|O_EXCL|O_NOFOLLOW` (mode 0644 before the umask) so that a symlink is never followed
+//! and another run's profile never overwritten, unless `--force` removes it first. A name with
+//! `%p` (the default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`,
+//! where its pid is known; a failure there comes back to this process before the program runs.
 //!
 //! # 2. The contract with the preload library
 //! Settings travel in the `MEMPROF_*` variables ([`EnvSettings`]); the
@@ -75,7 +75,7 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
         return if p.is_file() {
             Ok(Installed::existing(p))
         } else {
-            Err(Error::Launch(LaunchError::PreloadNotAFile(p.display().to_string())))
+            Err(LaunchError::PreloadNotAFile(p.display().to_string()).into())
         };
     }
     let exe =
@@ -86,7 +86,7 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     }
     match bundled {
         Some(b) => b.install(),
-        None => Err(Error::Launch(LaunchError::PreloadNotFound(beside.display().to_string()))),
+        None => Err(LaunchError::PreloadNotFound(beside.display().to_string()).into()),
     }
 }
 

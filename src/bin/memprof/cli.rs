@@ -216,15 +216,15 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         args: rest.to_vec(),
     };
     // While the program runs, another thread reads the symbols of the objects it mapped,
-    // so that little is left to do once it exits (symbol reading was most of that).
-    let (pid_tx, pid_rx) = std::sync::mpsc::channel::<u32>();
+    // so that little is left to do once it exits (symbol reading was most of that). It is
+    // started only once the program runs, and told that it has ended by `done` closing.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let warm = std::thread::Builder::new()
-        .name("memprof-symbols".into())
-        .spawn(move || warm_symbols(&pid_rx, &done_rx))
-        .ok();
-    let run = launcher::record_with(&opts, preload.path(), move |pid| {
-        let _ = pid_tx.send(pid);
+    let mut warm = None;
+    let run = launcher::record_with(&opts, preload.path(), |pid| {
+        warm = std::thread::Builder::new()
+            .name("memprof-symbols".into())
+            .spawn(move || warm_symbols(pid, &done_rx))
+            .ok();
     });
     drop(done_tx);
     let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
@@ -323,20 +323,14 @@ fn exec_hint(
 /// them, until `done` says the program has exited (what is loaded then is kept; the rest is
 /// read after the exit only if samples need it). A program that exits within 10 ms needs
 /// nothing loaded ahead.
-fn warm_symbols(
-    pid: &std::sync::mpsc::Receiver<u32>,
-    done: &std::sync::mpsc::Receiver<()>,
-) -> Loaders {
-    use std::sync::mpsc::RecvTimeoutError;
+fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
+    use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
     let mut loaders = Loaders::default();
-    let Ok(pid) = pid.recv() else {
-        return loaders;
-    };
     if done.recv_timeout(std::time::Duration::from_millis(10)) != Err(RecvTimeoutError::Timeout) {
         return loaders;
     }
     for path in launcher::mapped_objects(pid) {
-        if done.try_recv() != Err(std::sync::mpsc::TryRecvError::Empty) {
+        if done.try_recv() != Err(TryRecvError::Empty) {
             break;
         }
         loaders.load(&path);
