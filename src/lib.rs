@@ -70,7 +70,7 @@
 //! let v: Vec<u8> = vec![0; 1 << 20];
 //! drop(v);
 //! let profile = session.stop().unwrap().into_profile();
-//! println!("{} samples", profile.samples.len());
+//! println!("{} samples", profile.counts.samples);
 //! ```
 //!
 //! # What is not API

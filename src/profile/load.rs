@@ -1,19 +1,20 @@
 //! Reading profiles as `memprof record` and `memprof report` do: one or more `.mprof` files,
-//! frames without symbols resolved from the recorded modules, merged into one profile; and
-//! the write-back that puts resolved symbols into a just-recorded file, so that it reads
-//! the same wherever and whenever it is opened.
+//! each read once into its aggregates, frames without symbols resolved from the recorded
+//! modules, merged into one profile; and, for a just-recorded file, the resolved symbols
+//! appended to it ([`format::append_symbols`](super::format::append_symbols)), so that it
+//! reads the same wherever and whenever it is opened. Nothing is copied or rewritten.
 #![forbid(unsafe_code)]
 
 use super::Profile;
 use crate::error::Error;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// How [`load`] treats its files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// The files were just recorded (`memprof record`, right after the program exited): the
-    /// first is the program's own and the others its followed children's. A complete file
-    /// gets its resolved symbols written in ([`rewrite`]), and a child's file that cannot be
+    /// first is the program's own and the others its followed children's. A file that ends
+    /// cleanly gets its resolved symbols appended, and a child's file that cannot be
     /// read (a child that exec'd or died before its first flush) is left out, with a
     /// warning, rather than failing the whole load.
     pub recorded: bool,
@@ -71,16 +72,29 @@ pub fn load_with(
         for w in &p.warnings {
             messages.push(Message::Warning(format!("{}: {w}", f.display())));
         }
-        // A process that died before writing its symbols: resolve them from its modules.
-        let unresolved =
-            p.stacks.iter().flat_map(|s| &s.frames).any(|a| !p.symbols.contains_key(a));
-        if unresolved && !p.modules.is_empty() {
-            let before = p.symbols.len();
+        // Symbols were not written in process (the preload library leaves them to the
+        // reader), or the process died first: resolve them from its modules.
+        let unresolved: Vec<u64> = {
+            let mut a: Vec<u64> = p
+                .stacks
+                .iter()
+                .flat_map(|s| s.frames.iter().copied())
+                .filter(|a| !p.symbols.contains_key(a))
+                .collect();
+            a.sort_unstable();
+            a.dedup();
+            a
+        };
+        if !unresolved.is_empty() && !p.modules.is_empty() {
             for note in super::symbolize::resolve_offline_with(&mut p, loaders) {
                 messages.push(Message::Note(format!("{}: {note}", f.display())));
             }
-            if recorded && p.complete && p.warnings.is_empty() && p.symbols.len() > before {
-                if let Err(e) = rewrite(f, &p) {
+            let ends_cleanly = (p.complete || p.stopped.is_some()) && p.warnings.is_empty();
+            if recorded && ends_cleanly && p.header.version >= 2 {
+                let fresh = unresolved
+                    .iter()
+                    .filter_map(|a| p.symbols.get(a).map(|s| (*a, s.as_slice())));
+                if let Err(e) = super::format::append_symbols(f, &p.header, fresh) {
                     messages.push(Message::Warning(format!(
                         "{}: symbols not written into the file: {e}",
                         f.display()
@@ -88,7 +102,7 @@ pub fn load_with(
                 }
             }
         }
-        labels.push(format!("{}: {} samples", f.display(), p.samples.len()));
+        labels.push(format!("{}: {} samples", f.display(), p.counts.samples));
         names.push(f.display().to_string());
         profiles.push(p);
     }
@@ -100,46 +114,12 @@ pub fn load_with(
     Ok(Loaded { profile, labels, messages })
 }
 
-/// Replaces the profile at `path` with `profile`: written to a new file beside it (same
-/// permissions, created exclusively, not following symlinks), synced, then renamed over
-/// it, so that a failure at any point leaves the original as it was.
-pub fn rewrite(path: &Path, profile: &Profile) -> Result<(), Error> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mode = std::fs::metadata(path)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?
-        .permissions()
-        .mode()
-        & 0o777;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
-    let written = profile
-        .write_to(std::io::BufWriter::new(file))
-        .and_then(|w| w.into_inner().map_err(|e| Error::io("cannot write", e.into_error())))
-        .and_then(|mut f| {
-            f.flush().and_then(|_| f.sync_all()).map_err(|e| Error::io("cannot write", e))
-        })
-        .and_then(|_| {
-            std::fs::rename(&tmp, path).map_err(|e| Error::io("cannot replace the profile", e))
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use crate::profile::format::{self, Event};
+    use crate::profile::{Sample, Stack, Symbol};
+    use std::path::Path;
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("memprof-load-{}-{name}", std::process::id()));
@@ -148,22 +128,29 @@ mod tests {
         dir
     }
 
+    fn write(path: &Path, p: &Profile, events: &[Event]) {
+        std::fs::write(path, format::write_events(Vec::new(), p, events).unwrap()).unwrap();
+    }
+
     #[test]
-    fn rewrite_keeps_the_mode_and_load_reads_it_back() {
-        let dir = scratch("rewrite");
+    fn appended_symbols_read_back_as_if_written_before_the_end() {
+        let dir = scratch("append");
         let path = dir.join("p.mprof");
         let mut p = Profile::default();
         p.header.pid = 42;
-        std::fs::write(&path, b"not a profile").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        rewrite(&path, &p).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
+        p.stacks.push(Stack { frames: vec![0x1234], truncated: false });
+        let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 1 };
+        write(&path, &p, &[Event::Sample(s)]);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let sym = vec![Symbol { function: "site".into(), file: None, line: Some(3) }];
+        format::append_symbols(&path, &p.header, [(0x1234, sym.as_slice())]).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > len, "appended, not rewritten");
         let loaded = load(std::slice::from_ref(&path), LoadOptions::default()).unwrap();
-        assert_eq!(loaded.profile.header.pid, 42);
-        assert_eq!(loaded.labels, [format!("{}: 0 samples", path.display())]);
-        // Only the file itself is left (the temporary one was renamed over it).
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let q = &loaded.profile;
+        assert!(q.complete && q.warnings.is_empty(), "{:?}", q.warnings);
+        assert_eq!(q.symbols[&0x1234], sym);
+        assert_eq!(q.site_name(0), "site");
+        assert_eq!(loaded.labels, [format!("{}: 1 samples", path.display())]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -171,7 +158,7 @@ mod tests {
     fn an_unreadable_child_is_left_out_of_a_recording() {
         let dir = scratch("child");
         let root = dir.join("p.mprof");
-        rewrite_new(&root, &Profile::default());
+        write(&root, &Profile::default(), &[]);
         let child = dir.join("p.7.mprof");
         std::fs::write(&child, b"").unwrap();
         let files = [root.clone(), child];
@@ -180,10 +167,5 @@ mod tests {
         assert_eq!(loaded.labels.len(), 1);
         assert!(matches!(&loaded.messages[..], [Message::Warning(w)] if w.contains("left out")));
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    fn rewrite_new(path: &Path, p: &Profile) {
-        std::fs::write(path, b"").unwrap();
-        rewrite(path, p).unwrap();
     }
 }

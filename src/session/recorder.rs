@@ -1,5 +1,6 @@
-//! The built-in [`Tracker`]: records every sample into a [`Profile`], and optionally
-//! streams it to a `.mprof` file as it goes.
+//! The built-in [`Tracker`]: folds every event into a [`Profile`]'s aggregates (so a
+//! session that runs for days keeps memory for its live sampled blocks and its stacks, not
+//! for its events), and optionally streams the events to a `.mprof` file as they go.
 //!
 //! Call stacks are interned as they arrive; symbols are resolved once, when the session
 //! stops, in this process (where the code is mapped), and written into the profile, so a
@@ -9,10 +10,10 @@
 //! into the file.
 //!
 //! # Streaming
-//! A file recorder writes each record as its event arrives, through a bounded buffer
-//! ([`STREAM_BUFFER`] bytes) that is flushed when it fills and at least every
-//! [`FLUSH_EVERY`] by [`Tracker::after_poll`] (the drain thread polls every few
-//! milliseconds), so a process that dies reads back everything up to the last flush. The
+//! A file recorder encodes each record as its event arrives; the [`Writer`] seals them into
+//! a compressed block when [`BLOCK_BYTES`](crate::profile::format::BLOCK_BYTES) are pending
+//! and at least every [`FLUSH_EVERY`] ([`Tracker::after_poll`]: the drain thread polls every
+//! few milliseconds), so a process that dies reads back everything up to the last flush. The
 //! header and the modules are flushed at once. Modules loaded later (`dlopen`) are noticed
 //! through the loader's `dlpi_adds` counter at each poll, and when a new stack has a frame
 //! outside every known module; they are written as they appear. A forced poll
@@ -52,7 +53,8 @@ pub struct Recorder {
     opened: Option<File>,
     /// Opens the file at the first sample (taken then).
     deferred: Option<Opener>,
-    /// Keep samples, frees and moves in memory (false: they only go to the file).
+    /// Fold samples, frees and moves into the profile's aggregates (false: they only go to
+    /// the file).
     stream_only: bool,
     /// Modules written so far, by (path, base).
     modules_seen: HashSet<(String, u64)>,
@@ -70,7 +72,7 @@ impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recorder")
             .field("path", &self.path())
-            .field("samples", &self.profile.samples.len())
+            .field("samples", &self.profile.counts.samples)
             .field("stacks", &self.profile.stacks.len())
             .field("stream_only", &self.stream_only)
             .field("offline_symbols", &self.offline_symbols)
@@ -92,8 +94,8 @@ impl Recorder {
     }
 
     /// A recorder that streams to `file` (already open for writing; `path` names it in
-    /// messages) and keeps only the stack table in memory: samples, frees and moves go to
-    /// the file only, so [`Recorder::finish`] returns a profile without them.
+    /// messages) and keeps only the tables in memory: samples, frees and moves go to the
+    /// file only, so [`Recorder::finish`] returns a profile without their aggregates.
     pub fn streaming(path: impl AsRef<Path>, file: File) -> Self {
         Recorder {
             output: Some((path.as_ref().to_path_buf(), None)),
@@ -297,6 +299,8 @@ impl Tracker for Recorder {
                 .unwrap_or_default(),
             cmdline: command_line(),
             start_unix_ns: info.start_unix_ns,
+            // Times in memory are nanoseconds (a file gets its own unit: the writer's).
+            time_unit_ns: 1,
             ..Header::default()
         };
         self.open_output();
@@ -374,7 +378,7 @@ impl Tracker for Recorder {
         };
         self.write(|w| w.write_sample(&sample));
         if !self.stream_only {
-            self.profile.samples.push(sample);
+            self.profile.add_sample(&sample);
         }
         Some(())
     }
@@ -388,7 +392,7 @@ impl Tracker for Recorder {
         };
         self.write(|w| w.write_move(&m));
         if !self.stream_only {
-            self.profile.moves.push(m);
+            self.profile.add_move(&m);
         }
     }
 
@@ -396,13 +400,13 @@ impl Tracker for Recorder {
         let f = Free { id: d.id, time_ns: d.time_ns };
         self.write(|w| w.write_free(&f));
         if !self.stream_only {
-            self.profile.frees.push(f);
+            self.profile.add_free(&f);
         }
     }
 
     fn gc_cycle(&mut self, cycle: &GcCycle) {
         self.write(|w| w.write_gc_cycle(cycle));
-        self.profile.gc_cycles.push(*cycle);
+        self.profile.add_gc_cycle(cycle);
     }
 
     fn stopped(&mut self, stats: &Stats) {

@@ -247,7 +247,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     // The process ends right after the report: freeing the parsed debug information (tens of
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
-    if profile.samples.is_empty() {
+    if profile.counts.samples == 0 {
         if let Some((_, hint)) = exec_hint(program, &run, &profile) {
             eprintln!("memprof: error: no allocations were seen in {shown}: {hint}");
             return Ok(if run.exit_code == 0 { 1 } else { run.exit_code });
