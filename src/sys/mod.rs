@@ -8,3 +8,5 @@ pub(crate) mod loader;
 pub(crate) mod padded;
 pub(crate) mod rawmem;
 pub(crate) mod tls;
+#[cfg(test)]
+pub(crate) mod alloc_count;
