@@ -706,13 +706,21 @@ struct Payload<'a> {
 }
 
 impl<'a> Payload<'a> {
+    #[inline]
     fn byte(&mut self) -> Result<u8, String> {
         let (&b, rest) = self.rest.split_first().ok_or("payload ends too early")?;
         self.rest = rest;
         Ok(b)
     }
 
+    #[inline]
     fn u(&mut self) -> Result<u64, String> {
+        if let Some((&b, rest)) = self.rest.split_first() {
+            if b < 0x80 {
+                self.rest = rest;
+                return Ok(u64::from(b));
+            }
+        }
         let mut v = 0u64;
         for i in 0..10 {
             let b = self.byte()?;
@@ -1177,7 +1185,8 @@ impl<R: Read> Reader<R> {
         match tag {
             EV_SAMPLE => {
                 let pair = p.u()?;
-                let Some(&(stack, size)) = usize::try_from(pair).ok().and_then(|i| self.pairs.get(i))
+                let Some(&(stack, size)) =
+                    usize::try_from(pair).ok().and_then(|i| self.pairs.get(i))
                 else {
                     return Err(format!(
                         "sample {} names pair {pair} which was never defined",

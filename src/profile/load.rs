@@ -91,9 +91,8 @@ pub fn load_with(
             }
             let ends_cleanly = (p.complete || p.stopped.is_some()) && p.warnings.is_empty();
             if recorded && ends_cleanly && p.header.version >= 2 {
-                let fresh = unresolved
-                    .iter()
-                    .filter_map(|a| p.symbols.get(a).map(|s| (*a, s.as_slice())));
+                let fresh =
+                    unresolved.iter().filter_map(|a| p.symbols.get(a).map(|s| (*a, s.as_slice())));
                 if let Err(e) = super::format::append_symbols(f, &p.header, fresh) {
                     messages.push(Message::Warning(format!(
                         "{}: symbols not written into the file: {e}",

@@ -61,10 +61,8 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
             m
         }));
         let root = tag | ROOT;
-        out.symbols.insert(
-            root,
-            vec![Symbol { function: process_name(&p), file: None, line: None }],
-        );
+        out.symbols
+            .insert(root, vec![Symbol { function: process_name(&p), file: None, line: None }]);
         out.stacks.extend(p.stacks.iter().map(|s| {
             let mut s = s.clone();
             s.frames.iter_mut().for_each(|f| *f = t(*f));

@@ -104,7 +104,8 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
         }
         View::Live => {
             for (_, b) in sorted(&profile.live) {
-                let (by, o) = (profile.estimated_bytes(b.k), profile.estimated_objects(b.k, b.size));
+                let (by, o) =
+                    (profile.estimated_bytes(b.k), profile.estimated_objects(b.k, b.size));
                 add(b.stack, by, o, 1);
             }
         }

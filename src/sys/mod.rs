@@ -2,11 +2,11 @@
 //! per-thread blocks without destructors, cache-line padding, errno, hashing, the loader's
 //! list of objects. Nothing here knows about sampling.
 
+#[cfg(test)]
+pub(crate) mod alloc_count;
 pub(crate) mod errno;
 pub(crate) mod hash;
 pub(crate) mod loader;
 pub(crate) mod padded;
 pub(crate) mod rawmem;
 pub(crate) mod tls;
-#[cfg(test)]
-pub(crate) mod alloc_count;

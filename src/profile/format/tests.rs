@@ -260,7 +260,10 @@ fn version_1_streams_read_to_the_same_aggregates() {
     assert!(a.warnings.is_empty(), "{:?}", a.warnings);
     assert_eq!(a.header.version, 1);
     assert_eq!(a.header.time_unit_ns, 1);
-    assert_eq!((a.modules.clone(), a.stacks.clone(), a.symbols.clone()), (b.modules, b.stacks, b.symbols));
+    assert_eq!(
+        (a.modules.clone(), a.stacks.clone(), a.symbols.clone()),
+        (b.modules, b.stacks, b.symbols)
+    );
     assert_eq!(a.allocated, b.allocated);
     assert_eq!(a.live, b.live);
     assert_eq!(a.counts, b.counts);
@@ -588,8 +591,15 @@ fn reading_50_million_events_keeps_memory_bounded() {
     const SAMPLES: u64 = 25_000_000;
     for i in 0..SAMPLES {
         let size = 16 + (i % 7) * 8;
-        let s =
-            Sample { id: i, stack: (i % 2) as u32, time_ns: i * 30, thread: 1, addr: 0, size, k: size };
+        let s = Sample {
+            id: i,
+            stack: (i % 2) as u32,
+            time_ns: i * 30,
+            thread: 1,
+            addr: 0,
+            size,
+            k: size,
+        };
         w.write_sample(&s).unwrap();
         // Keep ~1000 blocks live at any time.
         if i >= 1000 {
