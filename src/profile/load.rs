@@ -40,11 +40,85 @@ pub struct Loaded {
     pub messages: Vec<Message>,
 }
 
+/// A profile file that is still being written (by a program under `memprof record`): at
+/// its end, [`Read::read`] waits for more until `done` is set, then reads what is left. A
+/// file that does not exist yet is waited for the same way. So a reader can fold the
+/// profile in while the program runs ([`follow`]), and little is left to read once it
+/// exits.
+#[derive(Debug)]
+pub struct Follow {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How long [`Follow`] sleeps at the end of the file before looking again.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+impl Follow {
+    /// Follows `path` until `done` is set.
+    pub fn new(path: PathBuf, done: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Follow { path, file: None, done }
+    }
+}
+
+impl std::io::Read for Follow {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::sync::atomic::Ordering;
+        loop {
+            // Read `done` before reading the file: once it is set, the writer has exited,
+            // and a read that comes after sees everything it wrote.
+            let done = self.done.load(Ordering::Acquire);
+            let file = match &mut self.file {
+                Some(f) => f,
+                None => match std::fs::File::open(&self.path) {
+                    Ok(f) => self.file.insert(f),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && !done => {
+                        std::thread::sleep(FOLLOW_POLL);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            let n = file.read(buf)?;
+            if n > 0 || done || buf.is_empty() {
+                return Ok(n);
+            }
+            std::thread::sleep(FOLLOW_POLL);
+        }
+    }
+}
+
+/// Reads the profile at `path` while it is being written, into its aggregates (see
+/// [`Follow`]); returns when `done` is set and the file is read to its end.
+pub fn follow(
+    path: PathBuf,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Profile, Error> {
+    let shown = path.display().to_string();
+    Profile::read_from(Follow::new(path, done)).map_err(|e| match e {
+        Error::Format(m) => Error::Format(format!("{shown}: {m}")),
+        Error::Io(what, e) => Error::io(format!("{shown}: {what}"), e),
+        other => other,
+    })
+}
+
 /// Reads one or more profiles (merged when several). Frames without symbols are resolved
 /// from the recorded modules, before merging, while the addresses are still each process's
 /// own.
 pub fn load(files: &[PathBuf], options: LoadOptions) -> Result<Loaded, Error> {
     load_with(files, options, &mut super::symbolize::Loaders::default())
+}
+
+/// [`load_with`], the first file's profile already read (by [`follow`], while the program
+/// ran) when `first` is given.
+pub fn load_with_first(
+    files: &[PathBuf],
+    options: LoadOptions,
+    loaders: &mut super::symbolize::Loaders,
+    first: Option<Profile>,
+) -> Result<Loaded, Error> {
+    load_inner(files, options, loaders, first)
 }
 
 /// [`load`] with symbol readers loaded ahead (`memprof record` reads the program's objects
@@ -54,6 +128,15 @@ pub fn load_with(
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,
 ) -> Result<Loaded, Error> {
+    load_inner(files, options, loaders, None)
+}
+
+fn load_inner(
+    files: &[PathBuf],
+    options: LoadOptions,
+    loaders: &mut super::symbolize::Loaders,
+    mut first: Option<Profile>,
+) -> Result<Loaded, Error> {
     let recorded = options.recorded;
     let mut profiles = Vec::with_capacity(files.len());
     let mut labels = Vec::with_capacity(files.len());
@@ -61,7 +144,11 @@ pub fn load_with(
     // The files read (a child's that cannot be read is left out).
     let mut names: Vec<String> = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
-        let mut p = match Profile::read_file(f) {
+        let read = match first.take() {
+            Some(p) if i == 0 => Ok(p),
+            _ => Profile::read_file(f),
+        };
+        let mut p = match read {
             Ok(p) => p,
             Err(e) if recorded && i > 0 => {
                 messages.push(Message::Warning(format!("a child's profile is left out: {e}")));
