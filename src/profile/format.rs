@@ -1229,7 +1229,11 @@ impl<R: Read> Reader<R> {
     /// Applies a table record (both versions). Events are returned.
     fn apply(&mut self, tag: u8, p: &mut Payload<'_>) -> Result<Option<Event>, String> {
         let prof = &mut self.profile;
-        self.stopping = None;
+        // Symbols and modules after a Stopping record (appended by `memprof record`) leave
+        // it the last word: they add names, not events.
+        if !matches!(tag, TAG_SYMBOLS | TAG_MODULE) {
+            self.stopping = None;
+        }
         match tag {
             TAG_HEADER => return Err("a second header record".into()),
             TAG_STOPPING => {

@@ -79,7 +79,8 @@ impl Default for Header {
             executable: String::new(),
             cmdline: Vec::new(),
             start_unix_ns: 0,
-            time_unit_ns: format::TIME_UNIT_SAMPLED_NS,
+            // In memory, times are nanoseconds; a stream says its own unit.
+            time_unit_ns: 1,
         }
     }
 }

@@ -617,3 +617,50 @@ fn reading_50_million_events_keeps_memory_bounded() {
     assert!(peak < 8 << 20, "the reader's peak heap was {peak} bytes");
     eprintln!("{} bytes for {} events; reader peak heap {peak} bytes", bytes.len(), 2 * SAMPLES);
 }
+
+/// The committed version-1 fixtures, written again as version 2, read to the same
+/// aggregates (their times are multiples of the unit or the aggregates do not depend on
+/// them) and the same tables.
+#[test]
+fn committed_version_1_fixtures_convert_to_the_same_aggregates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    for name in ["small.mprof", "small-before-build-ids.mprof", "small-before-file-identity.mprof"]
+    {
+        let v1 = std::fs::read(dir.join(name)).unwrap();
+        let (meta, events) = read_events(&v1[..]).unwrap();
+        assert_eq!(meta.header.version, 1, "{name}");
+        assert!(meta.complete, "{name}: {:?}", meta.warnings);
+        let v2 = write_events(Vec::new(), &meta, &events).unwrap();
+        let (a, b) = (Profile::read_from(&v1[..]).unwrap(), Profile::read_from(&v2[..]).unwrap());
+        assert!(b.complete && b.warnings.is_empty(), "{name}: {:?}", b.warnings);
+        assert_eq!(b.header.version, VERSION);
+        assert_eq!((&a.modules, &a.stacks, &a.symbols), (&b.modules, &b.stacks, &b.symbols));
+        assert_eq!(a.allocated, b.allocated, "{name}");
+        assert_eq!(
+            a.live.keys().collect::<std::collections::BTreeSet<_>>(),
+            b.live.keys().collect()
+        );
+        assert_eq!(a.counts, b.counts, "{name}");
+        assert_eq!(a.live_bytes, b.live_bytes, "{name}");
+        assert!(v2.len() < v1.len(), "{name}: {} bytes as v2, {} as v1", v2.len(), v1.len());
+    }
+}
+
+/// `memprof record` appends symbols to a file that ends with a Stopping record (`exec`,
+/// `_exit`): it still reads as whole and stopped.
+#[test]
+fn symbols_appended_after_a_stopping_record_keep_it_stopped() {
+    let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+    w.write_stack(0, &Stack { frames: vec![7], truncated: false }).unwrap();
+    let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 1 };
+    w.write_sample(&s).unwrap();
+    w.write_stopping(Stopped::QuickExit).unwrap();
+    w.flush().unwrap();
+    let sym = [Symbol { function: "f".into(), file: None, line: None }];
+    w.write_symbols(7, &sym).unwrap();
+    w.flush().unwrap();
+    let p = Profile::read_from(&w.get_ref()[..]).unwrap();
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    assert_eq!((p.complete, p.stopped), (false, Some(Stopped::QuickExit)));
+    assert_eq!(p.symbols[&7], sym);
+}
