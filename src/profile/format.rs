@@ -257,7 +257,6 @@ fn frame(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
 #[derive(Clone, Copy, Debug, Default)]
 struct Delta {
     time: u64,
-    id: u64,
 }
 
 /// Streams a profile as `.mprof` version 2. See the [module documentation](self).
@@ -517,50 +516,73 @@ impl<W: Write> Writer<W> {
                 s.id, s.stack
             )));
         }
-        let next = self.pairs.len() as u64;
-        let pair = *self.pairs.entry((s.stack, s.size)).or_insert(next);
-        if pair == next {
-            self.payload.clear();
-            put_u(&mut self.payload, u64::from(s.stack));
-            put_u(&mut self.payload, s.size);
-            self.record(TAG_PAIR)?;
-        }
+        let pair = self.pair(s.stack, s.size)?;
         let dt = self.time_delta(s.time_ns);
-        let did = s.id.wrapping_sub(self.delta.id.wrapping_add(1)) as i64;
-        self.delta.id = s.id;
         let expected = if self.exact { s.size } else { 1 };
         let b = &mut self.block;
         b.push(EV_SAMPLE);
         put_u(b, pair);
         put_z(b, dt);
         put_u(b, u64::from(s.thread));
-        put_z(b, did);
         put_z(b, s.k.wrapping_sub(expected) as i64);
         self.samples += 1;
         self.maybe_seal()
     }
 
-    /// Writes the free of a sampled block.
-    pub fn write_free(&mut self, f: &Free) -> Result<(), Error> {
-        let dt = self.time_delta(f.time_ns);
-        let back = self.delta.id.wrapping_sub(f.id) as i64;
+    /// The pair id of `(stack, size)`, defined first if it is new.
+    fn pair(&mut self, stack: StackId, size: u64) -> Result<u64, Error> {
+        let next = self.pairs.len() as u64;
+        let pair = *self.pairs.entry((stack, size)).or_insert(next);
+        if pair == next {
+            self.payload.clear();
+            put_u(&mut self.payload, u64::from(stack));
+            put_u(&mut self.payload, size);
+            self.record(TAG_PAIR)?;
+        }
+        Ok(pair)
+    }
+
+    /// The fields that name the block of a free or move: its pair, its age in units, its
+    /// sample points.
+    fn block_of(
+        &mut self,
+        tag: u8,
+        time_ns: u64,
+        stack: StackId,
+        size: u64,
+        k: u64,
+        alloc_ns: u64,
+    ) -> Result<(), Error> {
+        if u64::from(stack) >= self.stacks {
+            return Err(Error::Format(format!(
+                "a free or move names stack {stack} which was never written"
+            )));
+        }
+        let pair = self.pair(stack, size)?;
+        let dt = self.time_delta(time_ns);
+        let age = (self.delta.time as i64).wrapping_sub((alloc_ns / self.unit) as i64);
+        let expected = if self.exact { size } else { 1 };
         let b = &mut self.block;
-        b.push(EV_FREE);
+        b.push(tag);
         put_z(b, dt);
-        put_z(b, back);
+        put_u(b, pair);
+        put_z(b, age);
+        put_z(b, k.wrapping_sub(expected) as i64);
+        Ok(())
+    }
+
+    /// Writes the free of a sampled block (named by its stack, size, points and
+    /// allocation time; the id is not written).
+    pub fn write_free(&mut self, f: &Free) -> Result<(), Error> {
+        self.block_of(EV_FREE, f.time_ns, f.stack, f.size, f.k, f.alloc_ns)?;
         self.frees += 1;
         self.maybe_seal()
     }
 
-    /// Writes the move (reallocation) of a sampled block.
+    /// Writes the move (reallocation) of a sampled block (named as a free names it).
     pub fn write_move(&mut self, m: &Move) -> Result<(), Error> {
-        let dt = self.time_delta(m.time_ns);
-        let back = self.delta.id.wrapping_sub(m.id) as i64;
-        let b = &mut self.block;
-        b.push(EV_MOVE);
-        put_z(b, dt);
-        put_z(b, back);
-        put_u(b, m.new_size);
+        self.block_of(EV_MOVE, m.time_ns, m.stack, m.size, m.k, m.alloc_ns)?;
+        put_u(&mut self.block, m.new_size);
         self.moves += 1;
         self.maybe_seal()
     }
@@ -946,6 +968,9 @@ pub struct Reader<R: Read> {
     pairs: Vec<(StackId, u64)>,
     /// Events read: samples, frees, moves.
     seen: [u64; 3],
+    /// Version 1 only: the samples not freed yet, by id (version-1 frees name only the
+    /// id; the aggregates need the block).
+    v1_live: std::collections::HashMap<u64, Sample, crate::sys::hash::FastHash>,
     end_counts: Option<[u64; 3]>,
     /// The reason of a Stopping record when it is the last record read so far.
     stopping: Option<Stopped>,
@@ -1013,6 +1038,7 @@ impl<R: Read> Reader<R> {
             delta: Delta::default(),
             pairs: Vec::new(),
             seen: [0; 3],
+            v1_live: Default::default(),
             end_counts: None,
             stopping: None,
         })
@@ -1162,6 +1188,14 @@ impl<R: Read> Reader<R> {
         Ok(())
     }
 
+    /// The (stack, size) of pair `pair`.
+    fn pair_at(&self, pair: u64) -> Result<(StackId, u64), String> {
+        usize::try_from(pair)
+            .ok()
+            .and_then(|i| self.pairs.get(i).copied())
+            .ok_or_else(|| format!("an event names pair {pair} which was never defined"))
+    }
+
     /// Decodes the next inner record of the current block.
     fn inner(&mut self) -> Result<Option<Event>, String> {
         let block = std::mem::take(&mut self.block);
@@ -1184,36 +1218,33 @@ impl<R: Read> Reader<R> {
         };
         match tag {
             EV_SAMPLE => {
-                let pair = p.u()?;
-                let Some(&(stack, size)) =
-                    usize::try_from(pair).ok().and_then(|i| self.pairs.get(i))
-                else {
-                    return Err(format!(
-                        "sample {} names pair {pair} which was never defined",
-                        self.seen[0]
-                    ));
-                };
+                let (stack, size) = self.pair_at(p.u()?)?;
                 let time_ns = time(p, &mut self.delta)?;
                 let thread = p.u32("thread")?;
-                let id = self.delta.id.wrapping_add(1).wrapping_add(p.z()? as u64);
-                self.delta.id = id;
                 let expected = if self.profile.header.interval == 1.0 { size } else { 1 };
                 let k = expected.wrapping_add(p.z()? as u64);
                 self.stopping = None;
                 self.seen[0] += 1;
+                let id = self.seen[0];
                 Ok(Some(Event::Sample(Sample { id, stack, time_ns, thread, addr: 0, size, k })))
             }
             EV_FREE | EV_MOVE => {
                 let time_ns = time(p, &mut self.delta)?;
-                let id = self.delta.id.wrapping_sub(p.z()? as u64);
+                let (stack, size) = self.pair_at(p.u()?)?;
+                let age = p.z()?;
+                let alloc_ns = self.delta.time.wrapping_sub(age as u64).saturating_mul(unit);
+                let expected = if self.profile.header.interval == 1.0 { size } else { 1 };
+                let k = expected.wrapping_add(p.z()? as u64);
                 self.stopping = None;
                 if tag == EV_FREE {
                     self.seen[1] += 1;
-                    return Ok(Some(Event::Free(Free { id, time_ns })));
+                    let f = Free { id: 0, time_ns, stack, size, k, alloc_ns };
+                    return Ok(Some(Event::Free(f)));
                 }
                 let new_size = p.u()?;
                 self.seen[2] += 1;
-                Ok(Some(Event::Move(Move { id, time_ns, new_addr: 0, new_size })))
+                let m = Move { id: 0, time_ns, new_addr: 0, new_size, stack, size, k, alloc_ns };
+                Ok(Some(Event::Move(m)))
             }
             _ => {
                 let len = p.u()?;
@@ -1356,16 +1387,35 @@ impl<R: Read> Reader<R> {
                 let thread = p.u32("thread")?;
                 let (addr, size, k) = (p.u()?, p.u()?, p.u()?);
                 self.seen[0] += 1;
-                Event::Sample(Sample { id, stack, time_ns, thread, addr, size, k })
+                let s = Sample { id, stack, time_ns, thread, addr, size, k };
+                self.v1_live.insert(id, s);
+                Event::Sample(s)
             }
             TAG_FREE => {
                 self.seen[1] += 1;
-                Event::Free(Free { id: p.u()?, time_ns: p.u()? })
+                let (id, time_ns) = (p.u()?, p.u()?);
+                match self.v1_live.remove(&id) {
+                    Some(s) => Event::Free(Free::of(&s, time_ns)),
+                    // Names no block: the aggregates count it as an orphan.
+                    None => {
+                        Event::Free(Free { id, time_ns, stack: StackId::MAX, ..Free::default() })
+                    }
+                }
             }
             TAG_MOVE => {
                 let (id, time_ns, new_addr, new_size) = (p.u()?, p.u()?, p.u()?, p.u()?);
                 self.seen[2] += 1;
-                Event::Move(Move { id, time_ns, new_addr, new_size })
+                match self.v1_live.get(&id) {
+                    Some(s) => Event::Move(Move { new_addr, ..Move::of(s, time_ns, new_size) }),
+                    None => Event::Move(Move {
+                        id,
+                        time_ns,
+                        new_addr,
+                        new_size,
+                        stack: StackId::MAX,
+                        ..Move::default()
+                    }),
+                }
             }
             TAG_PAIR | TAG_BLOCK => {
                 return Err(format!("unknown record kind {tag} (written by a newer memprof?)"))

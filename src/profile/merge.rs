@@ -40,7 +40,6 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
     let interval = first.header.interval;
     let start = first.header.start_unix_ns;
     let mut out = Profile { header: first.header.clone(), complete: true, ..Profile::default() };
-    let mut next_id = 1u64;
     for (i, p) in std::iter::once(first).chain(rest).enumerate() {
         let label = labels.get(i).cloned().unwrap_or_else(|| format!("profile {}", i + 1));
         if p.header.interval != interval {
@@ -75,9 +74,15 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
             e.samples += tot.samples;
             e.k += tot.k;
         }
-        for (_, b) in super::sorted(&p.live) {
-            out.live.insert(next_id, super::LiveBlock { stack: b.stack + stack_base, ..*b });
-            next_id += 1;
+        for (&(stack, size), tot) in &p.live {
+            let e = out.live.entry((stack + stack_base, size)).or_default();
+            e.samples += tot.samples;
+            e.k += tot.k;
+        }
+        // Allocation times are on each process's clock: the tree's GC cycles are each
+        // process's own, attributed when its profile was read.
+        for (&(stack, size, unit), tot) in &p.live_by_time {
+            out.live_by_time.insert((stack + stack_base, size, unit), *tot);
         }
         out.live_bytes += p.live_bytes;
         let offset = p.header.start_unix_ns.saturating_sub(start);
@@ -132,7 +137,7 @@ mod tests {
         let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 16, size, k: size };
         p.add_sample(&s);
         p.add_sample(&Sample { id: 2, addr: 32, ..s });
-        p.add_free(&Free { id: 1, time_ns: 1 });
+        p.add_free(&Free::of(&s, 1));
         p
     }
 
@@ -144,7 +149,7 @@ mod tests {
         assert_eq!(m.stacks.len(), 2);
         assert_eq!(m.site_name(0), "parent");
         assert_eq!(m.site_name(1), "child");
-        assert_eq!(m.live.len(), 2);
+        assert_eq!(m.live.values().map(|t| t.samples).sum::<u64>(), 2);
         assert_eq!(m.live_bytes, 15.0);
         let alloc: u64 = m.allocated.values().map(|t| t.k).sum();
         assert_eq!(alloc, 30);

@@ -23,7 +23,8 @@
 //! each event in as it is read or recorded), so its memory is O(live sampled blocks +
 //! stacks + (stack, size) pairs + GC cycles), whatever the length of the run:
 //! - [`Profile::allocated`]: per (stack, size) pair, how many samples and sample points;
-//! - [`Profile::live`]: the sampled blocks not freed (yet), by sample id;
+//! - [`Profile::live`]: the sampled blocks not freed (yet), per (stack, size) pair (a free
+//!   says which pair and when its block was allocated: no reader keeps blocks one by one);
 //! - [`Profile::gc_marked`]: per GC cycle, per stack, the sampled blocks the cycle marked:
 //!   those allocated before the cycle began and not freed before it ended (an event's time
 //!   is taken as the middle of its time unit: exact in version 1, within half a unit in
@@ -147,26 +148,69 @@ pub struct Sample {
     pub k: u64,
 }
 
-/// The sampled block `id` was freed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The sampled block `id` was freed. A free names the block it ends by its sample id *and*
+/// by what the aggregates need (its stack, size, sample points and allocation time), so
+/// that a reader folds it in without remembering every live block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Free {
-    /// The sample whose block was freed.
+    /// The sample whose block was freed (0 in version-2 streams, which name a block by the
+    /// fields below).
     pub id: u64,
     /// Nanoseconds since the start of the recording.
     pub time_ns: u64,
+    /// The block's allocating stack.
+    pub stack: StackId,
+    /// The block's requested size (its sample's `size`).
+    pub size: u64,
+    /// The block's sample points.
+    pub k: u64,
+    /// When the block was allocated (its sample's `time_ns`).
+    pub alloc_ns: u64,
 }
 
-/// The sampled block `id` was reallocated in place or moved, keeping its sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+impl Free {
+    /// The free, at `time_ns`, of the block of sample `s`.
+    pub fn of(s: &Sample, time_ns: u64) -> Free {
+        Free { id: s.id, time_ns, stack: s.stack, size: s.size, k: s.k, alloc_ns: s.time_ns }
+    }
+}
+
+/// The sampled block `id` was reallocated in place or moved, keeping its sample (named as
+/// a [`Free`] names it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Move {
-    /// The sample whose block moved.
+    /// The sample whose block moved (0 in version-2 streams).
     pub id: u64,
     /// Nanoseconds since the start of the recording.
     pub time_ns: u64,
-    /// New address of the block.
+    /// New address of the block (0 in version-2 streams).
     pub new_addr: u64,
     /// New size of the block in bytes.
     pub new_size: u64,
+    /// The block's allocating stack.
+    pub stack: StackId,
+    /// The block's size when it was sampled.
+    pub size: u64,
+    /// The block's sample points.
+    pub k: u64,
+    /// When the block was allocated.
+    pub alloc_ns: u64,
+}
+
+impl Move {
+    /// The move, at `time_ns`, of the block of sample `s` to a size of `new_size` bytes.
+    pub fn of(s: &Sample, time_ns: u64, new_size: u64) -> Move {
+        Move {
+            id: s.id,
+            time_ns,
+            new_addr: 0,
+            new_size,
+            stack: s.stack,
+            size: s.size,
+            k: s.k,
+            alloc_ns: s.time_ns,
+        }
+    }
 }
 
 /// One garbage-collection cycle of a managed heap ([`crate::gc`]), timed by the collector.
@@ -242,21 +286,6 @@ pub struct Totals {
     pub samples: u64,
     /// Their sample points (Σ k).
     pub k: u64,
-}
-
-/// A sampled block not freed (yet).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LiveBlock {
-    /// The allocating stack.
-    pub stack: StackId,
-    /// Requested size in bytes (the size of the allocation that was sampled).
-    pub size: u64,
-    /// Sample points inside it.
-    pub k: u64,
-    /// When it was allocated, in nanoseconds since the start of the recording.
-    pub time_ns: u64,
-    /// The allocating thread.
-    pub thread: u32,
 }
 
 /// What one GC cycle marked of one stack's sampled blocks.
@@ -435,8 +464,13 @@ pub struct Profile {
     pub symbols: HashMap<u64, Vec<Symbol>>,
     /// Every sample, totalled per (stack, size).
     pub allocated: HashMap<(StackId, u64), Totals, IdHash>,
-    /// The sampled blocks not freed, by sample id.
-    pub live: HashMap<u64, LiveBlock, IdHash>,
+    /// The sampled blocks not freed (yet), totalled per (stack, size).
+    pub live: HashMap<(StackId, u64), Totals, IdHash>,
+    /// The same, also by allocation time (in the stream's time units): what GC
+    /// attribution needs, and what tells a free that names no live block (an orphan).
+    /// Never more entries than live blocks, and far fewer when many blocks of one site are
+    /// allocated within one unit.
+    live_by_time: HashMap<(StackId, u64, u64), Totals, IdHash>,
     /// Garbage-collection cycles, in the order they were recorded.
     pub gc_cycles: Vec<GcCycle>,
     /// For each of `gc_cycles`, what it marked of each stack's sampled blocks.
@@ -497,30 +531,52 @@ impl Profile {
         let t = self.allocated.entry((s.stack, s.size)).or_default();
         t.samples += 1;
         t.k += s.k;
-        let block = LiveBlock {
-            stack: s.stack,
-            size: s.size,
-            k: s.k,
-            time_ns: s.time_ns,
-            thread: s.thread,
-        };
+        let t = self.live.entry((s.stack, s.size)).or_default();
+        t.samples += 1;
+        t.k += s.k;
+        let unit = s.time_ns / self.header.time_unit_ns.max(1);
+        let t = self.live_by_time.entry((s.stack, s.size, unit)).or_default();
+        t.samples += 1;
+        t.k += s.k;
         let bytes = self.estimated_bytes(s.k);
-        if let Some(old) = self.live.insert(s.id, block) {
-            // An id recorded twice (a damaged or hand-made stream): the newer one wins.
-            self.live_bytes -= self.estimated_bytes(old.k);
-        }
         self.live_bytes += bytes;
         self.note(s.time_ns, bytes, 0.0);
     }
 
+    /// Takes one block of `(stack, size)` allocated at `alloc_ns` with `k` points out of
+    /// the live sets; false when there is none (an orphan).
+    fn unlive(&mut self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
+        let unit = alloc_ns / self.header.time_unit_ns.max(1);
+        let key = (stack, size, unit);
+        let Some(t) = self.live_by_time.get_mut(&key) else {
+            return false;
+        };
+        if t.samples == 0 || t.k < k {
+            return false;
+        }
+        t.samples -= 1;
+        t.k -= k;
+        if t.samples == 0 {
+            self.live_by_time.remove(&key);
+        }
+        if let Some(t) = self.live.get_mut(&(stack, size)) {
+            t.samples -= 1;
+            t.k -= k;
+            if t.samples == 0 {
+                self.live.remove(&(stack, size));
+            }
+        }
+        true
+    }
+
     /// Folds in a free; a free of a block not live is counted as an orphan.
     pub fn add_free(&mut self, f: &Free) {
-        let Some(b) = self.live.remove(&f.id) else {
+        if !self.unlive(f.stack, f.size, f.k, f.alloc_ns) {
             self.counts.orphans += 1;
             return;
-        };
+        }
         self.counts.frees += 1;
-        let bytes = self.estimated_bytes(b.k);
+        let bytes = self.estimated_bytes(f.k);
         self.live_bytes -= bytes;
         // Cycles already attributed that ended after this free: the block was dead by then.
         let half = self.header.time_unit_ns / 2;
@@ -529,11 +585,11 @@ impl Profile {
             if c.end_ns < death {
                 break;
             }
-            if b.time_ns + half < c.start_ns {
-                if let Some(m) = marked.get_mut(&b.stack) {
+            if f.alloc_ns + half < c.start_ns {
+                if let Some(m) = marked.get_mut(&f.stack) {
                     m.samples = m.samples.saturating_sub(1);
                     m.bytes -= bytes;
-                    m.objects -= b.k as f64 * self.header.interval / b.size.max(1) as f64;
+                    m.objects -= f.k as f64 * self.header.interval / f.size.max(1) as f64;
                 }
             }
         }
@@ -542,7 +598,8 @@ impl Profile {
 
     /// Folds in a move; a move of a block not live is counted as an orphan.
     pub fn add_move(&mut self, m: &Move) {
-        if self.live.contains_key(&m.id) {
+        let unit = m.alloc_ns / self.header.time_unit_ns.max(1);
+        if self.live_by_time.contains_key(&(m.stack, m.size, unit)) {
             self.counts.moves += 1;
         } else {
             self.counts.orphans += 1;
@@ -551,15 +608,16 @@ impl Profile {
 
     /// Folds in a GC cycle: it marked the live sampled blocks allocated before it began.
     pub fn add_gc_cycle(&mut self, c: &GcCycle) {
-        let half = self.header.time_unit_ns / 2;
+        let unit = self.header.time_unit_ns.max(1);
+        let half = unit / 2;
         let interval = self.header.interval;
         let mut marked: HashMap<StackId, GcMarked, IdHash> = HashMap::default();
-        for b in self.live.values() {
-            if b.time_ns + half < c.start_ns {
-                let m = marked.entry(b.stack).or_default();
-                m.samples += 1;
-                m.bytes += b.k as f64 * interval;
-                m.objects += b.k as f64 * interval / b.size.max(1) as f64;
+        for (&(stack, size, u), t) in &self.live_by_time {
+            if u * unit + half < c.start_ns {
+                let m = marked.entry(stack).or_default();
+                m.samples += t.samples;
+                m.bytes += t.k as f64 * interval;
+                m.objects += t.k as f64 * interval / size.max(1) as f64;
             }
         }
         self.gc_cycles.push(*c);

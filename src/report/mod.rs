@@ -103,10 +103,9 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
             }
         }
         View::Live => {
-            for (_, b) in sorted(&profile.live) {
-                let (by, o) =
-                    (profile.estimated_bytes(b.k), profile.estimated_objects(b.k, b.size));
-                add(b.stack, by, o, 1);
+            for (&(stack, size), t) in sorted(&profile.live) {
+                let (b, o) = (profile.estimated_bytes(t.k), profile.estimated_objects(t.k, size));
+                add(stack, b, o, t.samples);
             }
         }
         View::Gc => {

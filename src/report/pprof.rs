@@ -223,10 +223,10 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         v[0] += profile.estimated_objects(t.k, size);
         v[1] += profile.estimated_bytes(t.k);
     }
-    for (_, b) in super::sorted(&profile.live) {
-        let v = merged.entry((b.stack, b.size)).or_default();
-        v[2] += profile.estimated_objects(b.k, b.size);
-        v[3] += profile.estimated_bytes(b.k);
+    for (&(stack, size), t) in super::sorted(&profile.live) {
+        let v = merged.entry((stack, size)).or_default();
+        v[2] += profile.estimated_objects(t.k, size);
+        v[3] += profile.estimated_bytes(t.k);
     }
 
     let mut stack_locations: HashMap<StackId, Vec<u64>> = HashMap::new();

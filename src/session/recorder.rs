@@ -60,6 +60,9 @@ pub struct Recorder {
     modules_seen: HashSet<(String, u64)>,
     /// The loader's `dlpi_adds` when the modules were last listed.
     loader_adds: u64,
+    /// The (stack, size) pairs of the live blocks' [`Held`] tokens, and their ids.
+    pairs: Vec<(StackId, u64)>,
+    pair_ids: HashMap<(StackId, u64), u32, crate::sys::hash::FastHash>,
     /// Addresses whose symbols were written already (by a forced poll).
     resolved: HashSet<u64>,
     /// Leave symbols out at the end (see [`Recorder::offline_symbols`]).
@@ -254,6 +257,37 @@ impl Recorder {
     }
 }
 
+/// What a [`Recorder`] remembers of a live sampled block until its free (16 bytes, kept by
+/// the session with the block): its (stack, size) pair, its sample points and when it was
+/// allocated, which the free names (see [`Free`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Held {
+    pair: u32,
+    /// `k` minus its expected value (its size in the exact mode, else 1), saturated.
+    k_delta: u32,
+    time_ns: u64,
+}
+
+impl Recorder {
+    fn held(&mut self, s: &Sample) -> Held {
+        let next = self.pairs.len() as u32;
+        let pair = *self.pair_ids.entry((s.stack, s.size)).or_insert(next);
+        if pair == next {
+            self.pairs.push((s.stack, s.size));
+        }
+        let expected = if self.profile.header.interval == 1.0 { s.size } else { 1 };
+        let k_delta = u32::try_from(s.k.saturating_sub(expected)).unwrap_or(u32::MAX);
+        Held { pair, k_delta, time_ns: s.time_ns }
+    }
+
+    fn sample_of(&self, h: &Held, id: u64) -> Sample {
+        let (stack, size) = self.pairs[h.pair as usize];
+        let expected = if self.profile.header.interval == 1.0 { size } else { 1 };
+        let k = expected + u64::from(h.k_delta);
+        Sample { id, stack, time_ns: h.time_ns, thread: 0, addr: 0, size, k }
+    }
+}
+
 /// A cheap hash of a call stack (the frames are return addresses: already well spread).
 fn stack_hash(frames: &[usize], truncated: bool) -> u64 {
     let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(truncated);
@@ -287,7 +321,7 @@ fn loader_adds() -> u64 {
 }
 
 impl Tracker for Recorder {
-    type Token = ();
+    type Token = Held;
 
     fn started(&mut self, info: &SessionInfo) {
         self.profile.header = Header {
@@ -338,7 +372,7 @@ impl Tracker for Recorder {
         }
     }
 
-    fn alloc(&mut self, a: &Allocation<'_>) -> Option<()> {
+    fn alloc(&mut self, a: &Allocation<'_>) -> Option<Held> {
         if self.deferred.is_some() {
             self.open_deferred();
         }
@@ -380,24 +414,20 @@ impl Tracker for Recorder {
         if !self.stream_only {
             self.profile.add_sample(&sample);
         }
-        Some(())
+        Some(self.held(&sample))
     }
 
-    fn realloc(&mut self, _: &mut (), r: &Reallocation) {
-        let m = Move {
-            id: r.id,
-            time_ns: r.time_ns,
-            new_addr: r.new_addr as u64,
-            new_size: r.new_size as u64,
-        };
+    fn realloc(&mut self, h: &mut Held, r: &Reallocation) {
+        let s = self.sample_of(h, r.id);
+        let m = Move { new_addr: r.new_addr as u64, ..Move::of(&s, r.time_ns, r.new_size as u64) };
         self.write(|w| w.write_move(&m));
         if !self.stream_only {
             self.profile.add_move(&m);
         }
     }
 
-    fn dealloc(&mut self, _: (), d: &Deallocation) {
-        let f = Free { id: d.id, time_ns: d.time_ns };
+    fn dealloc(&mut self, h: Held, d: &Deallocation) {
+        let f = Free::of(&self.sample_of(&h, d.id), d.time_ns);
         self.write(|w| w.write_free(&f));
         if !self.stream_only {
             self.profile.add_free(&f);

@@ -51,9 +51,11 @@ fn rich() -> (Profile, Vec<Event>) {
     );
     p.symbols.insert(0x1, vec![]);
     let mut events = Vec::new();
+    let mut samples = Vec::new();
     for i in 0..20u64 {
-        events.push(Event::Sample(Sample {
-            id: i * 3,
+        let s = Sample {
+            // The reader numbers version-2 samples 1, 2, 3…: these ids read back unchanged.
+            id: i + 1,
             stack: (i % 3) as u32,
             // Multiples of the unit, so that they read back unchanged.
             time_ns: i * 100 * TIME_UNIT_SAMPLED_NS,
@@ -61,20 +63,18 @@ fn rich() -> (Profile, Vec<Event>) {
             addr: 0,
             size: 10 + i,
             k: 1 + i % 2,
-        }));
+        };
+        samples.push(s);
+        events.push(Event::Sample(s));
         if i == 2 {
-            events.push(Event::Move(Move {
-                id: 0,
-                time_ns: 250 * TIME_UNIT_SAMPLED_NS,
-                new_addr: 0,
-                new_size: 77,
-            }));
+            let m = Move::of(&samples[0], 250 * TIME_UNIT_SAMPLED_NS, 77);
+            events.push(Event::Move(m));
         }
         if i == 5 {
-            events.push(Event::Free(Free { id: 3, time_ns: 550 * TIME_UNIT_SAMPLED_NS }));
+            events.push(Event::Free(Free::of(&samples[3], 550 * TIME_UNIT_SAMPLED_NS)));
         }
     }
-    events.push(Event::Free(Free { id: 9, time_ns: 1000 * TIME_UNIT_SAMPLED_NS }));
+    events.push(Event::Free(Free::of(&samples[9], 1000 * TIME_UNIT_SAMPLED_NS)));
     events.push(Event::GcCycle(GcCycle {
         cycle: 1,
         // Between events, so that a sample's unit does not straddle the cycle's start.
@@ -91,6 +91,19 @@ fn rich() -> (Profile, Vec<Event>) {
     }));
     p.lost = Lost { events: 1, untracked: 2, callback_panics: u64::MAX };
     (p, events)
+}
+
+/// What a version-2 stream reads back of `events`: frees and moves without their ids (they
+/// name the block by its pair and allocation time), no addresses.
+fn as_v2(events: &[Event]) -> Vec<Event> {
+    events
+        .iter()
+        .map(|e| match *e {
+            Event::Free(f) => Event::Free(Free { id: 0, ..f }),
+            Event::Move(m) => Event::Move(Move { id: 0, new_addr: 0, ..m }),
+            e => e,
+        })
+        .collect()
 }
 
 fn encode(p: &Profile, events: &[Event]) -> Vec<u8> {
@@ -195,7 +208,7 @@ fn round_trip_of_tables_and_events() {
     assert_same_tables(&p, &q);
     assert!(q.complete, "{:?}", q.warnings);
     assert!(q.warnings.is_empty(), "{:?}", q.warnings);
-    assert_eq!(read, events);
+    assert_eq!(read, as_v2(&events));
     // Deterministic: the same events encode to the same bytes.
     assert_eq!(bytes, encode(&q, &read));
 }
@@ -207,23 +220,41 @@ fn times_are_quantized_to_the_unit_and_deltas_go_both_ways() {
     let unit = TIME_UNIT_SAMPLED_NS;
     // Threads' clocks interleave: times go back as well as forward; ids jump.
     let times = [5 * unit + 7, 3 * unit, 3 * unit + unit - 1, 1 << 40, 0];
-    let ids = [1_000_000u64, 7, 8, 1 << 50, 9];
-    let events: Vec<Event> = times
+    let samples: Vec<Sample> = times
         .iter()
-        .zip(ids)
-        .map(|(&t, id)| {
-            Event::Sample(Sample { id, stack: 0, time_ns: t, thread: 3, addr: 0, size: 9, k: 2 })
+        .enumerate()
+        .map(|(i, &t)| Sample {
+            id: i as u64 + 1,
+            stack: 0,
+            time_ns: t,
+            thread: 3,
+            addr: 0,
+            size: 9,
+            k: 2,
         })
-        .chain([Event::Free(Free { id: 1 << 50, time_ns: 2 * unit })])
+        .collect();
+    // A free stamped before its sample's time (another thread's clock): a negative age.
+    let events: Vec<Event> = samples
+        .iter()
+        .map(|s| Event::Sample(*s))
+        .chain([Event::Free(Free::of(&samples[3], 2 * unit))])
         .collect();
     let (q, read) = read_events(&encode(&p, &events)[..]).unwrap();
     assert!(q.complete && q.warnings.is_empty(), "{:?}", q.warnings);
     let quantize = |e: &Event| match *e {
         Event::Sample(s) => Event::Sample(Sample { time_ns: s.time_ns / unit * unit, ..s }),
-        Event::Free(f) => Event::Free(Free { time_ns: f.time_ns / unit * unit, ..f }),
+        Event::Free(f) => Event::Free(Free {
+            id: 0,
+            time_ns: f.time_ns / unit * unit,
+            alloc_ns: f.alloc_ns / unit * unit,
+            ..f
+        }),
         e => e,
     };
     assert_eq!(read, events.iter().map(quantize).collect::<Vec<_>>());
+    let agg = Profile::read_from(&encode(&p, &events)[..]).unwrap();
+    assert_eq!((agg.counts.frees, agg.counts.orphans), (1, 0));
+    assert_eq!(agg.live[&(0, 9)], Totals { samples: 4, k: 8 });
 }
 
 #[test]
@@ -235,7 +266,7 @@ fn the_exact_mode_writes_coarser_units_and_k_equal_to_size_for_free() {
     for i in 0..100_000u64 {
         let s = Sample { id: i, stack: 0, time_ns: i * 40, thread: 1, addr: 0, size: 168, k: 168 };
         events.push(Event::Sample(s));
-        events.push(Event::Free(Free { id: i, time_ns: i * 40 + 20 }));
+        events.push(Event::Free(Free::of(&s, i * 40 + 20)));
     }
     let bytes = encode(&p, &events);
     let (q, read) = read_events(&bytes[..]).unwrap();
@@ -401,6 +432,7 @@ fn a_cut_at_every_byte_keeps_every_complete_block() {
     let (p, events) = rich();
     let (bytes, ends) = blocks(&p, &events, 4);
     let (_, all) = read_events(&bytes[..]).unwrap();
+    let events = as_v2(&events);
     assert_eq!(all, events);
     let mut header_end = None;
     for cut in 0..bytes.len() {
@@ -484,7 +516,7 @@ fn a_damaged_block_keeps_the_blocks_before_it() {
     bytes[at + 8] ^= 0x40;
     let (q, read) = read_events(&bytes[..]).unwrap();
     assert!(!q.complete);
-    assert_eq!(read[..], events[..8]);
+    assert_eq!(read[..], as_v2(&events)[..8]);
     assert!(q.warnings[0].contains(&format!("at byte {at}: crc mismatch")), "{:?}", q.warnings);
 }
 
@@ -505,8 +537,9 @@ fn undefined_pairs_unknown_tags_and_orphans() {
     // An unknown ancillary record is skipped; trailing payload bytes of a table record too.
     w.block.extend_from_slice(&[0xC1, 3, 1, 2, 3]);
     w.block.extend_from_slice(&[TAG_LOST, 4, 1, 2, 3, 99]);
-    w.write_free(&Free { id: 1, time_ns: 5 }).unwrap();
-    w.write_free(&Free { id: 99, time_ns: 6 }).unwrap();
+    w.write_free(&Free::of(&s, 5)).unwrap();
+    // A free of a block that is not live (allocated at another time).
+    w.write_free(&Free { alloc_ns: 1 << 30, ..Free::of(&s, 6) }).unwrap();
     let bytes = w.finish().unwrap();
     let p = Profile::read_from(&bytes[..]).unwrap();
     assert!(p.complete);
@@ -516,7 +549,7 @@ fn undefined_pairs_unknown_tags_and_orphans() {
 
     // A sample naming an undefined pair, a pair naming an undefined stack, and an unknown
     // critical tag stop the reading.
-    let p = Profile::read_from(&with_block(&[EV_SAMPLE, 5, 0, 1, 0, 0])[..]).unwrap();
+    let p = Profile::read_from(&with_block(&[EV_SAMPLE, 5, 0, 1, 0])[..]).unwrap();
     assert!(p.warnings[0].contains("names pair 5 which was never defined"), "{:?}", p.warnings);
     let p = Profile::read_from(&with_block(&[TAG_PAIR, 2, 9, 8])[..]).unwrap();
     assert!(p.warnings[0].contains("names stack 9"), "{:?}", p.warnings);
@@ -603,7 +636,18 @@ fn reading_50_million_events_keeps_memory_bounded() {
         w.write_sample(&s).unwrap();
         // Keep ~1000 blocks live at any time.
         if i >= 1000 {
-            w.write_free(&Free { id: i - 1000, time_ns: i * 30 + 10 }).unwrap();
+            let j = i - 1000;
+            let size = 16 + (j % 7) * 8;
+            let s = Sample {
+                id: j,
+                stack: (j % 2) as u32,
+                time_ns: j * 30,
+                thread: 1,
+                addr: 0,
+                size,
+                k: size,
+            };
+            w.write_free(&Free::of(&s, i * 30 + 10)).unwrap();
         }
     }
     let bytes = w.finish().unwrap();
@@ -611,7 +655,7 @@ fn reading_50_million_events_keeps_memory_bounded() {
     let q = q.unwrap();
     assert!(q.complete, "{:?}", q.warnings);
     assert_eq!(q.counts.samples + q.counts.frees, 2 * SAMPLES - 1000);
-    assert_eq!(q.live.len(), 1000);
+    assert_eq!(q.live.values().map(|t| t.samples).sum::<u64>(), 1000);
     // One block (≤ 1 MiB raw + its compressed copy + the read buffer) and ~1000 live
     // blocks: well under 8 MiB, where holding the events would take over 1 GB.
     assert!(peak < 8 << 20, "the reader's peak heap was {peak} bytes");
@@ -636,10 +680,7 @@ fn committed_version_1_fixtures_convert_to_the_same_aggregates() {
         assert_eq!(b.header.version, VERSION);
         assert_eq!((&a.modules, &a.stacks, &a.symbols), (&b.modules, &b.stacks, &b.symbols));
         assert_eq!(a.allocated, b.allocated, "{name}");
-        assert_eq!(
-            a.live.keys().collect::<std::collections::BTreeSet<_>>(),
-            b.live.keys().collect()
-        );
+        assert_eq!(a.live, b.live);
         assert_eq!(a.counts, b.counts, "{name}");
         assert_eq!(a.live_bytes, b.live_bytes, "{name}");
         assert!(v2.len() < v1.len(), "{name}: {} bytes as v2, {} as v1", v2.len(), v1.len());
