@@ -502,7 +502,8 @@ impl<W: Write> Writer<W> {
 
     /// The time field of an event: its delta from the block's previous event, in units.
     fn time_delta(&mut self, time_ns: u64) -> i64 {
-        let t = time_ns / self.unit;
+        // Units are powers of two (a shift, not a division, per event).
+        let t = time_ns >> self.unit.trailing_zeros();
         let d = t.wrapping_sub(self.delta.time) as i64;
         self.delta.time = t;
         d
@@ -560,7 +561,7 @@ impl<W: Write> Writer<W> {
         }
         let pair = self.pair(stack, size)?;
         let dt = self.time_delta(time_ns);
-        let age = (self.delta.time as i64).wrapping_sub((alloc_ns / self.unit) as i64);
+        let age = (self.delta.time as i64).wrapping_sub((alloc_ns >> self.unit.trailing_zeros()) as i64);
         let expected = if self.exact { size } else { 1 };
         let b = &mut self.block;
         b.push(tag);

@@ -227,13 +227,19 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     let run = launcher::record_with(&opts, preload.path(), |pid| {
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
-            .spawn(move || warm_symbols(pid, &done_rx))
+            .spawn(move || {
+                idle_priority();
+                warm_symbols(pid, &done_rx)
+            })
             .ok();
         let path = launcher::output_path(&opts, pid);
         let done = exited.clone();
         follower = std::thread::Builder::new()
             .name("memprof-reader".into())
-            .spawn(move || memprof::profile::load::follow(path, done))
+            .spawn(move || {
+                idle_priority();
+                memprof::profile::load::follow(path, done)
+            })
             .ok();
     });
     drop(done_tx);
@@ -350,6 +356,17 @@ fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
         loaders.load(&path);
     }
     loaders
+}
+
+/// Puts the calling thread in the `SCHED_IDLE` class: it runs only on a core nothing else
+/// wants. `record`'s reading threads must not take CPU from the program and its drain
+/// thread (in the exact mode the drain thread is busy: the program waits for it when it
+/// falls behind); they catch up once the program has exited.
+fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler(0, …)` changes only the calling thread's policy; `param`
+    // is a valid sched_param for SCHED_IDLE (priority 0). Failure leaves it as it was.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
 }
 
 /// Reads one or more profiles ([`load`]), printing their warnings and notes.
