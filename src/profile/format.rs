@@ -561,7 +561,8 @@ impl<W: Write> Writer<W> {
         }
         let pair = self.pair(stack, size)?;
         let dt = self.time_delta(time_ns);
-        let age = (self.delta.time as i64).wrapping_sub((alloc_ns >> self.unit.trailing_zeros()) as i64);
+        let age =
+            (self.delta.time as i64).wrapping_sub((alloc_ns >> self.unit.trailing_zeros()) as i64);
         let expected = if self.exact { size } else { 1 };
         let b = &mut self.block;
         b.push(tag);
@@ -1484,7 +1485,7 @@ impl Reader<std::fs::File> {
 impl Profile {
     /// Reads a `.mprof` stream into its aggregates, in one pass and in memory bounded by the
     /// blocks still live and the tables (see [`Reader`] and [`crate::profile`]).
-    pub fn read_from(r: impl Read) -> Result<Profile, Error> {
+    pub fn read_from(r: impl Read + Send) -> Result<Profile, Error> {
         Profile::aggregate(Reader::new(r)?)
     }
 
@@ -1493,11 +1494,50 @@ impl Profile {
         Profile::aggregate(Reader::open(path)?)
     }
 
-    fn aggregate<R: Read>(mut rd: Reader<R>) -> Result<Profile, Error> {
-        while let Some(e) = rd.next_event() {
-            rd.profile.add(&e);
+    /// Folds every event of `rd` in. With a second core, one thread decodes (decompression,
+    /// varints) and hands batches of events to this one, which folds them in: the two
+    /// halves of the work, side by side.
+    fn aggregate<R: Read + Send>(mut rd: Reader<R>) -> Result<Profile, Error> {
+        const BATCH: usize = 8192;
+        let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        let mut agg = Profile { header: rd.profile.header.clone(), ..Profile::default() };
+        if !parallel {
+            while let Some(e) = rd.next_event() {
+                agg.add(&e);
+            }
+        } else {
+            let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
+            let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Event>>();
+            rd = std::thread::scope(|scope| {
+                let decoder = scope.spawn(move || {
+                    loop {
+                        let mut batch =
+                            empty_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                        while batch.len() < BATCH {
+                            match rd.next_event() {
+                                Some(e) => batch.push(e),
+                                None => break,
+                            }
+                        }
+                        let last = batch.len() < BATCH;
+                        if full_tx.send(batch).is_err() || last {
+                            break;
+                        }
+                    }
+                    rd
+                });
+                for mut batch in full_rx {
+                    for e in &batch {
+                        agg.add(e);
+                    }
+                    batch.clear();
+                    let _ = empty_tx.send(batch);
+                }
+                decoder.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+            });
         }
         let mut p = rd.finish();
+        p.take_aggregates(agg);
         p.note_orphans();
         Ok(p)
     }

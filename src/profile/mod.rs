@@ -464,13 +464,16 @@ pub struct Profile {
     pub symbols: HashMap<u64, Vec<Symbol>>,
     /// Every sample, totalled per (stack, size).
     pub allocated: HashMap<(StackId, u64), Totals, IdHash>,
-    /// The sampled blocks not freed (yet), totalled per (stack, size).
+    /// The sampled blocks not freed (yet), totalled per (stack, size); pairs whose blocks
+    /// were all freed may stay with zero totals.
     pub live: HashMap<(StackId, u64), Totals, IdHash>,
     /// The same, also by allocation time (in the stream's time units): what GC
     /// attribution needs, and what tells a free that names no live block (an orphan).
     /// Never more entries than live blocks, and far fewer when many blocks of one site are
     /// allocated within one unit.
     live_by_time: HashMap<(StackId, u64, u64), Totals, IdHash>,
+    /// Entries of `live_by_time` emptied since the last sweep.
+    empty_by_time: usize,
     /// Garbage-collection cycles, in the order they were recorded.
     pub gc_cycles: Vec<GcCycle>,
     /// For each of `gc_cycles`, what it marked of each stack's sampled blocks.
@@ -535,9 +538,20 @@ impl Profile {
         t.samples += 1;
         t.k += s.k;
         let unit = s.time_ns / self.header.time_unit_ns.max(1);
-        let t = self.live_by_time.entry((s.stack, s.size, unit)).or_default();
-        t.samples += 1;
-        t.k += s.k;
+        match self.live_by_time.entry((s.stack, s.size, unit)) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let t = o.get_mut();
+                if t.samples == 0 {
+                    // Refilling an entry emptied earlier (not swept yet).
+                    self.empty_by_time = self.empty_by_time.saturating_sub(1);
+                }
+                t.samples += 1;
+                t.k += s.k;
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Totals { samples: 1, k: s.k });
+            }
+        }
         let bytes = self.estimated_bytes(s.k);
         self.live_bytes += bytes;
         self.note(s.time_ns, bytes, 0.0);
@@ -557,14 +571,18 @@ impl Profile {
         t.samples -= 1;
         t.k -= k;
         if t.samples == 0 {
-            self.live_by_time.remove(&key);
+            // Emptied entries are swept in bulk: a block that dies young empties the entry
+            // its allocation just made, and removing it each time cost a rehash per free.
+            self.empty_by_time += 1;
+            if self.empty_by_time > 4096 && self.empty_by_time > self.live_by_time.len() / 2 {
+                self.live_by_time.retain(|_, t| t.samples > 0);
+                self.empty_by_time = 0;
+            }
         }
+        // Emptied pairs stay (as many as the pairs; reports skip them).
         if let Some(t) = self.live.get_mut(&(stack, size)) {
             t.samples -= 1;
             t.k -= k;
-            if t.samples == 0 {
-                self.live.remove(&(stack, size));
-            }
         }
         true
     }
@@ -613,7 +631,7 @@ impl Profile {
         let interval = self.header.interval;
         let mut marked: HashMap<StackId, GcMarked, IdHash> = HashMap::default();
         for (&(stack, size, u), t) in &self.live_by_time {
-            if u * unit + half < c.start_ns {
+            if t.samples > 0 && u * unit + half < c.start_ns {
                 let m = marked.entry(stack).or_default();
                 m.samples += t.samples;
                 m.bytes += t.k as f64 * interval;
@@ -630,6 +648,22 @@ impl Profile {
             self.peak = Peak { bytes: self.live_bytes, time_ns: t };
         }
         self.series.record(t, alloc, freed, self.live_bytes);
+    }
+
+    /// Moves the aggregates of `agg` (folded in by another thread) into this profile, whose
+    /// tables were read.
+    pub(crate) fn take_aggregates(&mut self, agg: Profile) {
+        self.allocated = agg.allocated;
+        self.live = agg.live;
+        self.live_by_time = agg.live_by_time;
+        self.empty_by_time = agg.empty_by_time;
+        self.gc_cycles = agg.gc_cycles;
+        self.gc_marked = agg.gc_marked;
+        self.series = agg.series;
+        self.peak = agg.peak;
+        self.end_ns = agg.end_ns;
+        self.counts = agg.counts;
+        self.live_bytes = agg.live_bytes;
     }
 
     /// Adds a warning for the orphans counted so far (after reading a stream).

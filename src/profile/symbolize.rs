@@ -626,11 +626,8 @@ impl Profile {
                 _ => inner.push(Cow::Owned(self.unresolved_name(addr))),
             }
         }
-        let cut = inner
-            .iter()
-            .take(TRIM_WINDOW)
-            .rposition(|f| is_profiler_frame(f))
-            .map_or(0, |i| i + 1);
+        let cut =
+            inner.iter().take(TRIM_WINDOW).rposition(|f| is_profiler_frame(f)).map_or(0, |i| i + 1);
         inner.drain(..cut);
         inner
     }
