@@ -1508,8 +1508,12 @@ impl Profile {
         } else {
             let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<Event>>(4);
             let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<Event>>();
+            #[cfg(test)]
+            let counted = crate::sys::alloc_count::current();
             rd = std::thread::scope(|scope| {
                 let decoder = scope.spawn(move || {
+                    #[cfg(test)]
+                    crate::sys::alloc_count::enter(counted);
                     loop {
                         let mut batch =
                             empty_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));

@@ -1,28 +1,36 @@
-//! The unit tests' global allocator: the system's, counting each thread's live heap bytes
-//! and their peak, so that a test can bound the memory of what it runs on its own thread
-//! while other tests run on theirs.
+//! The unit tests' global allocator: the system's, counting the live heap bytes of a
+//! *scope* (a test thread and the threads it hands the scope to, [`enter`]) and their
+//! peak, so that a test can bound the memory of what it runs while other tests run on
+//! their own threads.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
 struct Counting;
 
+/// Scopes: index 0 is "not counted".
+const SCOPES: usize = 64;
+static LIVE: [AtomicI64; SCOPES] = [const { AtomicI64::new(0) }; SCOPES];
+static PEAK: [AtomicI64; SCOPES] = [const { AtomicI64::new(0) }; SCOPES];
+static NEXT: AtomicUsize = AtomicUsize::new(1);
+
 thread_local! {
-    static LIVE: Cell<i64> = const { Cell::new(0) };
-    static PEAK: Cell<i64> = const { Cell::new(0) };
+    static SCOPE: Cell<usize> = const { Cell::new(0) };
 }
 
 fn add(n: i64) {
     // `try_with`: a thread's allocations after its TLS is torn down are not counted.
-    let _ = LIVE.try_with(|l| {
-        let v = l.get() + n;
-        l.set(v);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
-    });
+    let scope = SCOPE.try_with(Cell::get).unwrap_or(0);
+    if scope != 0 {
+        let v = LIVE[scope].fetch_add(n, Ordering::Relaxed) + n;
+        PEAK[scope].fetch_max(v, Ordering::Relaxed);
+    }
 }
 
 // SAFETY: every call is forwarded to `System` with the same arguments; the counting touches
-// only const-initialised thread-locals without destructors (no allocation, no reentry).
+// only a const-initialised thread-local without destructor and static atomics (no
+// allocation, no reentry).
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout (the caller upholds `alloc`'s contract).
@@ -52,11 +60,24 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static COUNTING: Counting = Counting;
 
-/// Runs `f` and returns its result and the peak of this thread's live heap bytes above
-/// what was live when it started.
+/// The calling thread's scope (0: none), to hand to a thread it starts.
+pub(crate) fn current() -> usize {
+    SCOPE.with(Cell::get)
+}
+
+/// Counts the calling thread's allocations in `scope` (from [`current`]).
+pub(crate) fn enter(scope: usize) {
+    SCOPE.with(|s| s.set(scope));
+}
+
+/// Runs `f` in a new scope and returns its result and the peak of the scope's live heap
+/// bytes (what `f` and the threads it handed the scope to allocated and had not freed).
 pub(crate) fn peak_during<R>(f: impl FnOnce() -> R) -> (R, i64) {
-    let base = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(base));
+    let scope = NEXT.fetch_add(1, Ordering::Relaxed);
+    assert!(scope < SCOPES, "too many counting scopes");
+    let outer = current();
+    enter(scope);
     let r = f();
-    (r, PEAK.with(Cell::get) - base)
+    enter(outer);
+    (r, PEAK[scope].load(Ordering::Relaxed))
 }
