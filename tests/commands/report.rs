@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memprof::profile::format::{self, Event};
-use memprof::profile::{Free, Header, Module, Move, Profile, Sample, Stack, Symbol};
+use memprof::profile::{Free, Header, Module, Move, Profile, Sample, Stack, Symbol, Totals};
 use memprof::report::{self, FlameOptions, PprofOptions, SiteTotal, TopOptions, View};
 
 // ---------------------------------------------------------------------------------------------
@@ -90,8 +90,9 @@ fn sym(function: &str, file: &str, line: u32) -> Symbol {
 /// (header, modules, stacks, symbols) and its events in time order (sample `i` at `1000·i`
 /// ns, each free 500 ns after its sample).
 fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
-    let mut p = Profile {
-        header: Header {
+    let mut p = with_header(
+        Profile::default(),
+        Header {
             interval: if exact { 1.0 } else { INTERVAL_SAMPLED },
             depth: 16,
             pid: 4321,
@@ -100,9 +101,8 @@ fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
             start_unix_ns: 1_700_000_000_000_000_000,
             ..Header::default()
         },
-        complete: true,
-        ..Profile::default()
-    };
+    );
+    p.complete = true;
     p.modules = vec![
         Module {
             path: "/opt/app/bin/app".into(),
@@ -158,7 +158,7 @@ fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
     for (i, a) in allocations().into_iter().enumerate() {
         let id = 100 + i as u64;
         let time_ns = 1000 * i as u64;
-        events.push(Event::Sample(Sample {
+        let sample = Sample {
             id,
             stack: a.stack,
             time_ns,
@@ -166,12 +166,19 @@ fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
             addr: 0x5555_0000 + 0x1000 * i as u64,
             size: a.size,
             k: if exact { a.size } else { a.k_sampled },
-        }));
+        };
+        events.push(Event::Sample(sample));
         if a.freed {
-            events.push(Event::Free(Free { id, time_ns: time_ns + 500 }));
+            events.push(Event::Free(Free::of(&sample, time_ns + 500)));
         }
     }
     (p, events)
+}
+
+/// `p` with `header` (a profile has private fields: no `Profile { header, ..p }` here).
+fn with_header(mut p: Profile, header: Header) -> Profile {
+    p.header = header;
+    p
 }
 
 /// The profile of the workload: [`three_sites_recording`] with its events folded in.
@@ -180,16 +187,29 @@ fn three_sites(exact: bool) -> Profile {
     tables.with_events(&events)
 }
 
-/// `events` as a version-2 file gives them back: times at the start of their unit of
-/// `unit_ns`, no block addresses.
+/// `events` as a version-2 file gives them back: times (allocation times of frees and
+/// moves included) at the start of their unit of `unit_ns`, no block addresses, no sample
+/// ids (samples numbered 1, 2, 3, … in stream order; frees and moves with id 0).
 fn as_written(events: &[Event], unit_ns: u64) -> Vec<Event> {
     let t = |ns: u64| ns / unit_ns * unit_ns;
+    let mut samples = 0;
     events
         .iter()
         .map(|e| match *e {
-            Event::Sample(s) => Event::Sample(Sample { time_ns: t(s.time_ns), addr: 0, ..s }),
-            Event::Free(f) => Event::Free(Free { time_ns: t(f.time_ns), ..f }),
-            Event::Move(m) => Event::Move(Move { time_ns: t(m.time_ns), new_addr: 0, ..m }),
+            Event::Sample(s) => {
+                samples += 1;
+                Event::Sample(Sample { id: samples, time_ns: t(s.time_ns), addr: 0, ..s })
+            }
+            Event::Free(f) => {
+                Event::Free(Free { id: 0, time_ns: t(f.time_ns), alloc_ns: t(f.alloc_ns), ..f })
+            }
+            Event::Move(m) => Event::Move(Move {
+                id: 0,
+                time_ns: t(m.time_ns),
+                new_addr: 0,
+                alloc_ns: t(m.alloc_ns),
+                ..m
+            }),
             Event::GcCycle(c) => Event::GcCycle(c),
         })
         .collect()
@@ -431,12 +451,12 @@ mod flamegraph {
                 Event::Sample(s) => Some(*s),
                 _ => None,
             })
-            .flat_map(|s| {
-                [Event::Sample(s), Event::Free(Free { id: s.id, time_ns: s.time_ns + 1 })]
-            })
+            .flat_map(|s| [Event::Sample(s), Event::Free(Free::of(&s, s.time_ns + 1))])
             .collect();
         let p = tables.with_events(&all_freed);
-        assert!(p.live.is_empty() && p.counts.frees == p.counts.samples);
+        // Pairs whose blocks were all freed may stay, with zero totals.
+        assert!(p.live.values().all(|t| *t == Totals::default()), "{:?}", p.live);
+        assert!(p.counts.frees == p.counts.samples && p.counts.orphans == 0, "{:?}", p.counts);
         let svg = render(&p, View::Live);
         assert!(svg.contains("no samples"));
         assert!(svg.contains("memprof: live bytes at end (exact)"));
@@ -729,7 +749,7 @@ mod mprof {
         let written = as_written(&events, unit);
         let (_, read) = events_of("small-v2.mprof");
         assert_eq!(read, written);
-        let want = Profile { header, ..tables }.with_events(&written);
+        let want = with_header(tables, header).with_events(&written);
         assert_same_aggregates(&p, &want, "small-v2.mprof");
         assert_eq!(report::site_totals(&p), expected(true));
         // The blocks of a longer run read back the same.
@@ -751,7 +771,7 @@ mod mprof {
         let (_, read) = events_of(name);
         assert_eq!(read, events, "{name}: every event, exactly");
         assert_eq!(p.stacks, tables.stacks);
-        let want = Profile { header: p.header.clone(), ..tables }.with_events(&events);
+        let want = with_header(tables, p.header.clone()).with_events(&events);
         assert_same_aggregates(&p, &want, name);
         assert_eq!(report::site_totals(&p), expected(true));
         p
@@ -810,7 +830,7 @@ mod mprof {
             let samples = |e: &[Event]| e.iter().filter(|e| matches!(e, Event::Sample(_))).count();
             assert!(samples(&read) > 0 && samples(&read) < samples(&full), "{name}: {read:?}");
             assert_eq!(read[..], full[..read.len()], "{name}: the events before the cut");
-            let want = Profile { header: p.header.clone(), ..tables.clone() }.with_events(&read);
+            let want = with_header(tables.clone(), p.header.clone()).with_events(&read);
             assert_same_aggregates(&p, &want, name);
             // Reports still work on a cut profile and say so.
             let text = report::top_table(&p, &TopOptions::default());
@@ -846,8 +866,7 @@ mod gc_view {
     /// cycle 1: 100..200, 2.0 ns/word; cycle 2: 1000..1100, 0.5 ns/word. The events are in
     /// time order, each cycle reported at its end, as the collector does.
     fn gc_recording() -> (Profile, Vec<Event>) {
-        let mut p =
-            Profile { header: Header { interval: 1.0, ..Header::default() }, ..Default::default() };
+        let mut p = with_header(Profile::default(), Header { interval: 1.0, ..Header::default() });
         let named = |p: &mut Profile, addr: u64, f: &str| {
             p.symbols.insert(addr, vec![Symbol { function: f.into(), file: None, line: None }]);
         };
@@ -863,10 +882,22 @@ mod gc_view {
         p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false });
         // The collector's own mark stack, a malloc block: not a managed-heap block.
         p.stacks.push(Stack { frames: vec![0x60, 0x70, 0x40], truncated: false });
-        let s = |id, stack, size, t: u64| {
-            Event::Sample(Sample { id, stack, time_ns: t * U, thread: 1, addr: 0, size, k: size })
-        };
-        let free = |id, t: u64| Event::Free(Free { id, time_ns: t * U });
+        let samples: Vec<Sample> = [(6, 3, 8000, 5), (1, 0, 800, 10), (5, 2, 4000, 15)]
+            .into_iter()
+            .chain([(2, 0, 160, 20), (3, 1, 400, 30), (4, 1, 80, 120)])
+            .map(|(id, stack, size, t)| Sample {
+                id,
+                stack,
+                time_ns: t * U,
+                thread: 1,
+                addr: 0,
+                size,
+                k: size,
+            })
+            .collect();
+        let s = |id| Event::Sample(*samples.iter().find(|s| s.id == id).unwrap());
+        let free =
+            |id, t: u64| Event::Free(Free::of(samples.iter().find(|s| s.id == id).unwrap(), t * U));
         let cycle = |cycle, start: u64, ns_per_word| {
             Event::GcCycle(GcCycle {
                 cycle,
@@ -883,12 +914,12 @@ mod gc_view {
             })
         };
         let events = vec![
-            s(6, 3, 8000, 5),
-            s(1, 0, 800, 10),
-            s(5, 2, 4000, 15),
-            s(2, 0, 160, 20),
-            s(3, 1, 400, 30),
-            s(4, 1, 80, 120),
+            s(6),
+            s(1),
+            s(5),
+            s(2),
+            s(3),
+            s(4),
             free(2, 150),
             cycle(1, 100, 2.0),
             free(3, 500),

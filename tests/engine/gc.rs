@@ -605,8 +605,16 @@ fn profiling_through_gc() {
     // Exact mode: every GC allocation is a sample of its exact size.
     assert_eq!(gc_samples.len(), allocated[0] + allocated[1]);
     let gc_ids: HashSet<u64> = gc_samples.iter().map(|s| s.id).collect();
-    // The profile's live blocks (not the witness's record of frees) say which are live.
-    let live: Vec<_> = gc_samples.iter().filter(|s| profile.live.contains_key(&s.id)).collect();
+    let freed: HashSet<u64> = seen.frees.iter().copied().collect();
+    let live: Vec<_> = gc_samples.iter().copied().filter(|s| !freed.contains(&s.id)).collect();
+    // The profile's live totals (not the witness's record of frees) agree, pair by pair: a
+    // profile keeps no single blocks, but the GC sites' pairs have no other blocks.
+    let gc_stacks: HashSet<u32> = gc_samples.iter().map(|s| s.stack).collect();
+    assert_eq!(
+        crate::live_of(profile, |stack| gc_stacks.contains(&stack)),
+        crate::pair_totals(live.iter().copied()),
+        "the profile's live GC blocks"
+    );
     // Live samples are exactly the reachable blocks...
     let live_addrs: HashSet<usize> = live.iter().map(|s| s.addr as usize).collect();
     assert_eq!(live.len(), live_addrs.len());

@@ -14,10 +14,11 @@
 mod gc;
 
 use std::alloc::System;
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::{Mutex, MutexGuard};
 
-use memprof::profile::{GcCycle, Profile, StackId};
+use memprof::profile::{GcCycle, Profile, Stack, StackId, Totals};
 use memprof::report::{site_totals, SiteTotal};
 use memprof::{
     Allocation, Config, Deallocation, Poll, Reallocation, Recorder, SessionInfo, Stats, Tracker,
@@ -48,6 +49,7 @@ pub(crate) struct Seen {
     pub(crate) stack: StackId,
     pub(crate) addr: u64,
     pub(crate) size: u64,
+    pub(crate) k: u64,
     pub(crate) thread: u32,
 }
 
@@ -58,29 +60,45 @@ pub(crate) struct Witness {
     recorder: Recorder,
     samples: Vec<Seen>,
     frees: Vec<u64>,
+    /// The recorder's stack ids by stack, for the stacks indexed so far (the recorder
+    /// appends new stacks to its profile's table).
+    stack_ids: HashMap<Stack, StackId>,
 }
 
+/// The recorder's token for a live block (it names the block when it is freed).
+type Held = <Recorder as Tracker>::Token;
+
 impl Tracker for Witness {
-    type Token = ();
+    type Token = Held;
 
     fn started(&mut self, info: &SessionInfo) {
         self.recorder.started(info);
     }
 
-    fn alloc(&mut self, a: &Allocation<'_>) -> Option<()> {
+    fn alloc(&mut self, a: &Allocation<'_>) -> Option<Held> {
         let token = self.recorder.alloc(a);
-        // The recorder has just entered the block in its live table, with its stack id.
-        let stack = self.recorder.profile().live.get(&a.id).expect("recorded as live").stack;
-        let (id, addr, size, thread) = (a.id, a.addr as u64, a.size as u64, a.thread);
-        self.samples.push(Seen { id, stack, addr, size, thread });
+        // The recorder has just interned the block's stack (appending it to its table when
+        // new) and entered the block in its live totals of its (stack, size) pair.
+        let profile = self.recorder.profile();
+        for id in self.stack_ids.len()..profile.stacks.len() {
+            let again = self.stack_ids.insert(profile.stacks[id].clone(), id as StackId);
+            assert_eq!(again, None, "stack {id} interned twice");
+        }
+        let frames = a.callstack.frames().iter().map(|&f| f as u64).collect();
+        let key = Stack { frames, truncated: a.callstack.truncated() };
+        let stack = *self.stack_ids.get(&key).expect("stack interned by the recorder");
+        let (id, addr, size, k, thread) = (a.id, a.addr as u64, a.size as u64, a.k, a.thread);
+        let live = profile.live.get(&(stack, size));
+        assert!(live.is_some_and(|t| t.samples > 0 && t.k >= k), "recorded as live: {live:?}");
+        self.samples.push(Seen { id, stack, addr, size, k, thread });
         token
     }
 
-    fn realloc(&mut self, token: &mut (), r: &Reallocation) {
+    fn realloc(&mut self, token: &mut Held, r: &Reallocation) {
         self.recorder.realloc(token, r);
     }
 
-    fn dealloc(&mut self, token: (), d: &Deallocation) {
+    fn dealloc(&mut self, token: Held, d: &Deallocation) {
         self.frees.push(d.id);
         self.recorder.dealloc(token, d);
     }
@@ -116,6 +134,33 @@ pub(crate) fn record_witnessed(config: Config, work: impl FnOnce()) -> Witnessed
     let session = memprof::start(config, Witness::default()).expect("start");
     work();
     session.stop().expect("stop").into()
+}
+
+/// Totals per (stack, size) pair of `samples`, as a profile keeps its live blocks.
+pub(crate) fn pair_totals<'a>(
+    samples: impl IntoIterator<Item = &'a Seen>,
+) -> HashMap<(StackId, u64), Totals> {
+    let mut totals: HashMap<(StackId, u64), Totals> = HashMap::new();
+    for s in samples {
+        let t = totals.entry((s.stack, s.size)).or_default();
+        t.samples += 1;
+        t.k += s.k;
+    }
+    totals
+}
+
+/// The profile's live totals of the (stack, size) pairs whose stack passes `keep`, leaving
+/// out the pairs whose blocks were all freed (a profile may keep them with zero totals).
+pub(crate) fn live_of(
+    profile: &Profile,
+    keep: impl Fn(StackId) -> bool,
+) -> HashMap<(StackId, u64), Totals> {
+    profile
+        .live
+        .iter()
+        .filter(|((stack, _), t)| keep(*stack) && **t != Totals::default())
+        .map(|(&p, &t)| (p, t))
+        .collect()
 }
 
 /// The totals of the site named `name` (all zero when it has no samples).
@@ -1073,15 +1118,13 @@ mod threads {
             held.iter().map(|b| (b.as_ptr() as u64, b.len() as u64)).collect();
         assert_eq!(truth.len(), held.len());
         assert_eq!(live, truth, "live samples = blocks still held");
-        // And the profile's live blocks of the site are those samples.
-        let live_ids: HashSet<u64> = ids.difference(&unique).copied().collect();
-        let profile_live: HashSet<u64> = profile
-            .live
-            .iter()
-            .filter(|(_, b)| names[b.stack as usize] == SITE)
-            .map(|(&id, _)| id)
-            .collect();
-        assert_eq!(profile_live, live_ids, "the profile's live blocks = samples not freed");
+        // And the profile's live totals of the site are those samples', pair by pair.
+        let live_samples = ours.iter().copied().filter(|s| !unique.contains(&s.id));
+        assert_eq!(
+            live_of(profile, |stack| names[stack as usize] == SITE),
+            pair_totals(live_samples),
+            "the profile's live blocks = samples not freed"
+        );
         let s = site(profile, SITE);
         let held_bytes: usize = held.iter().map(|b| b.len()).sum();
         assert_eq!(s.live_bytes, held_bytes as f64);
@@ -1120,7 +1163,12 @@ mod depth {
             .find(|s| s.addr == addr as u64 && s.size == 333)
             .expect("the block was sampled");
         let profile = &seen.profile;
-        assert_eq!(profile.live[&s.id].stack, s.stack, "still live, in the profile");
+        // The only block of its (stack, size) pair, still live in the profile.
+        assert_eq!(
+            profile.live.get(&(s.stack, s.size)),
+            Some(&Totals { samples: 1, k: s.k }),
+            "still live, in the profile"
+        );
         let stack = &profile.stacks[s.stack as usize];
         (stack.frames.len(), stack.truncated, profile.frame_names(s.stack))
     }
