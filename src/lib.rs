@@ -123,7 +123,7 @@ pub use engine::clock::monotonic_ns;
 pub use error::{Error, LaunchError};
 pub use record::bundled;
 pub use record::launcher;
-pub use session::recorder::Recorder;
+pub use session::recorder::{Held, Recorder};
 pub use session::{
     poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Reallocation, Session,
     SessionInfo, Stats, Tracker,

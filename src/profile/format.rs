@@ -8,7 +8,7 @@
 //! The first record is the header (tag 1); every later record is a *block* (tag 10) whose
 //! payload is `codec u` (1: zstd), `raw_len u`, then `raw_len` bytes once decompressed: a
 //! run of *inner records*. The writer seals a block at every flush of the drain thread
-//! (at most [`FLUSH_EVERY`](crate::session::recorder::FLUSH_EVERY) of events) and whenever
+//! (at most 50 ms of events) and whenever
 //! [`BLOCK_BYTES`] raw bytes are pending, so a file cut at any byte still yields every
 //! complete block: one length and one checksum per block, not per event. Payload fields
 //! are LEB128 varints (`u`), zigzag varints (`z`), IEEE doubles little-endian (`f64`) and
@@ -31,19 +31,22 @@
 //! | 9 | End | as in version 1 |
 //! | 11 | Pair | stack `u`, size `u`: defines the next (stack, size) pair id (0, 1, 2, … per file) |
 //! | 0x80, 0x81 | GcCycle, Stopping | as in version 1 |
-//! | 0x40 | Sample (event) | pair `u`, Δtime `z`, thread `u`, Δid `z`, Δk `z` |
-//! | 0x41 | Free (event) | Δtime `z`, back `z` |
-//! | 0x42 | Move (event) | Δtime `z`, back `z`, new_size `u` |
+//! | 0x40 | Sample (event) | pair `u`, Δtime `z`, thread `u`, Δk `z` |
+//! | 0x41 | Free (event) | Δtime `z`, pair `u`, age `z`, Δk `z` |
+//! | 0x42 | Move (event) | Δtime `z`, pair `u`, age `z`, Δk `z`, new_size `u` |
 //!
-//! Events are delta-coded against the previous event of the same block (both start at 0 in
-//! every block, so that blocks decode independently of each other's events):
+//! Events are delta-coded against the previous event of the same block (the time starts
+//! at 0 in every block, so that blocks decode independently of each other's events):
 //! - time in units of the header's `time_unit_ns` (§ "Time units"): Δtime is the difference
 //!   from the previous event's time (zigzag: the drain thread interleaves threads whose
 //!   clocks are read independently); an event read back has the time at the start of its
 //!   unit;
-//! - a sample's id as `id − (last + 1)`, where `last` is the previous sample's id, so the
-//!   per-thread id runs the sampler hands out cost one byte; a free or move names its
-//!   sample as `last − id`, small for the short-lived blocks that make most frees;
+//! - no sample ids: samples read back numbered 1, 2, 3… in stream order. A free or move
+//!   names the block it ends the way the aggregates need it, by its (stack, size) pair, its
+//!   age (its time minus its sample's, in units) and its `k`, so that a reader keeps live
+//!   totals per pair and never a map of live blocks (heaptrack's frees name their
+//!   allocation's (size, stack) entry the same way); the writer learns them from the
+//!   token the session keeps with each sampled block;
 //! - a sample's `k` as its difference from the expected value (its size in the exact mode,
 //!   1 otherwise);
 //! - the (stack, size) pair is interned, as heaptrack does: the allocation sites of a program

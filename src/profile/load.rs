@@ -41,7 +41,7 @@ pub struct Loaded {
 }
 
 /// A profile file that is still being written (by a program under `memprof record`): at
-/// its end, [`Read::read`] waits for more until `done` is set, then reads what is left. A
+/// its end, [`std::io::Read::read`] waits for more until `done` is set, then reads what is left. A
 /// file that does not exist yet is waited for the same way. So a reader can fold the
 /// profile in while the program runs ([`follow`]), and little is left to read once it
 /// exits.

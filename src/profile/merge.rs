@@ -81,8 +81,8 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         }
         // Allocation times are on each process's clock: the tree's GC cycles are each
         // process's own, attributed when its profile was read.
-        for (&(stack, size, unit), tot) in &p.live_by_time {
-            out.live_by_time.insert((stack + stack_base, size, unit), *tot);
+        for (&(stack, size, unit), tot) in &p.live_by_time.index {
+            out.live_by_time.index.insert((stack + stack_base, size, unit), *tot);
         }
         out.live_bytes += p.live_bytes;
         let offset = p.header.start_unix_ns.saturating_sub(start);

@@ -312,12 +312,13 @@ pub struct Counts {
     pub orphans: u64,
 }
 
-/// The entries of a map in key order: sums of `f64` taken in this order are the same from
-/// run to run (hash order is not).
-pub(crate) fn sorted<K: Ord, V, S>(map: &HashMap<K, V, S>) -> Vec<(&K, &V)> {
-    let mut v: Vec<_> = map.iter().collect();
-    v.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    v
+/// The live blocks per (stack, size) and allocation time unit: an index [`Profile::add`]
+/// keeps for GC attribution and to tell a free that names no live block (opaque).
+#[derive(Clone, Debug, Default)]
+pub struct LiveByTime {
+    index: HashMap<(StackId, u64, u64), Totals, IdHash>,
+    /// Entries emptied since the last sweep.
+    empty: usize,
 }
 
 /// Most buckets in a [`Series`].
@@ -471,9 +472,7 @@ pub struct Profile {
     /// attribution needs, and what tells a free that names no live block (an orphan).
     /// Never more entries than live blocks, and far fewer when many blocks of one site are
     /// allocated within one unit.
-    live_by_time: HashMap<(StackId, u64, u64), Totals, IdHash>,
-    /// Entries of `live_by_time` emptied since the last sweep.
-    empty_by_time: usize,
+    pub live_by_time: LiveByTime,
     /// Garbage-collection cycles, in the order they were recorded.
     pub gc_cycles: Vec<GcCycle>,
     /// For each of `gc_cycles`, what it marked of each stack's sampled blocks.
@@ -538,12 +537,12 @@ impl Profile {
         t.samples += 1;
         t.k += s.k;
         let unit = s.time_ns / self.header.time_unit_ns.max(1);
-        match self.live_by_time.entry((s.stack, s.size, unit)) {
+        match self.live_by_time.index.entry((s.stack, s.size, unit)) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 let t = o.get_mut();
                 if t.samples == 0 {
                     // Refilling an entry emptied earlier (not swept yet).
-                    self.empty_by_time = self.empty_by_time.saturating_sub(1);
+                    self.live_by_time.empty = self.live_by_time.empty.saturating_sub(1);
                 }
                 t.samples += 1;
                 t.k += s.k;
@@ -562,7 +561,7 @@ impl Profile {
     fn unlive(&mut self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
         let unit = alloc_ns / self.header.time_unit_ns.max(1);
         let key = (stack, size, unit);
-        let Some(t) = self.live_by_time.get_mut(&key) else {
+        let Some(t) = self.live_by_time.index.get_mut(&key) else {
             return false;
         };
         if t.samples == 0 || t.k < k {
@@ -573,10 +572,11 @@ impl Profile {
         if t.samples == 0 {
             // Emptied entries are swept in bulk: a block that dies young empties the entry
             // its allocation just made, and removing it each time cost a rehash per free.
-            self.empty_by_time += 1;
-            if self.empty_by_time > 4096 && self.empty_by_time > self.live_by_time.len() / 2 {
-                self.live_by_time.retain(|_, t| t.samples > 0);
-                self.empty_by_time = 0;
+            let l = &mut self.live_by_time;
+            l.empty += 1;
+            if l.empty > 4096 && l.empty > l.index.len() / 2 {
+                l.index.retain(|_, t| t.samples > 0);
+                l.empty = 0;
             }
         }
         // Emptied pairs stay (as many as the pairs; reports skip them).
@@ -617,7 +617,8 @@ impl Profile {
     /// Folds in a move; a move of a block not live is counted as an orphan.
     pub fn add_move(&mut self, m: &Move) {
         let unit = m.alloc_ns / self.header.time_unit_ns.max(1);
-        if self.live_by_time.contains_key(&(m.stack, m.size, unit)) {
+        let live = self.live_by_time.index.get(&(m.stack, m.size, unit));
+        if live.is_some_and(|t| t.samples > 0 && t.k >= m.k) {
             self.counts.moves += 1;
         } else {
             self.counts.orphans += 1;
@@ -630,7 +631,7 @@ impl Profile {
         let half = unit / 2;
         let interval = self.header.interval;
         let mut marked: HashMap<StackId, GcMarked, IdHash> = HashMap::default();
-        for (&(stack, size, u), t) in &self.live_by_time {
+        for (&(stack, size, u), t) in &self.live_by_time.index {
             if t.samples > 0 && u * unit + half < c.start_ns {
                 let m = marked.entry(stack).or_default();
                 m.samples += t.samples;
@@ -656,7 +657,6 @@ impl Profile {
         self.allocated = agg.allocated;
         self.live = agg.live;
         self.live_by_time = agg.live_by_time;
-        self.empty_by_time = agg.empty_by_time;
         self.gc_cycles = agg.gc_cycles;
         self.gc_marked = agg.gc_marked;
         self.series = agg.series;

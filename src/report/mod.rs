@@ -122,7 +122,13 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
     totals.into_values().filter(|t| t.samples > 0).collect()
 }
 
-pub(crate) use crate::profile::sorted;
+/// The entries of a map in key order: sums of `f64` taken in this order are the same from
+/// run to run (hash order is not).
+pub(crate) fn sorted<K: Ord, V, S>(map: &HashMap<K, V, S>) -> Vec<(&K, &V)> {
+    let mut v: Vec<_> = map.iter().collect();
+    v.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    v
+}
 
 /// True when the stack's allocator entry is the managed heap (`memprof::gc`): its innermost
 /// frame, once the profiler's own are trimmed, is a `memprof::gc::` function. (A `malloc`

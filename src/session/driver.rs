@@ -4,7 +4,7 @@
 use super::tracker::{Allocation, Callstack, Deallocation, Poll, Reallocation, Stats, Tracker};
 use crate::engine::queue::{Event, EventKind};
 use crate::profile::GcCycle;
-use crate::sys::hash::SeqHash;
+use crate::sys::hash::FastHash;
 use crate::sys::padded::Padded;
 use std::any::Any;
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ pub(super) trait Drive: Send {
 
 pub(super) struct Driver<T: Tracker> {
     pub(super) tracker: T,
-    pub(super) tokens: HashMap<u64, T::Token, SeqHash>,
+    pub(super) tokens: HashMap<u64, T::Token, FastHash>,
 }
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
