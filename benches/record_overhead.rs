@@ -91,7 +91,7 @@ fn run(prog: &Path, iterations: u64, env: &[(&str, String)], out: &Path) -> (f64
     let samples = if !env.iter().any(|(k, _)| *k == "MEMPROF_OUTPUT") {
         0
     } else {
-        memprof::profile::Profile::read_file(out).map(|p| p.samples.len() as u64).unwrap_or(0)
+        memprof::profile::Profile::read_file(out).map(|p| p.counts.samples).unwrap_or(0)
     };
     (loop_ns / 1e9, total, samples)
 }

@@ -73,12 +73,11 @@ fn main() {
             c.heap_words
         );
     }
-    let live = profile.live_ids();
     println!(
         "profile: {} samples, {} frees, {} live at the end",
-        profile.samples.len(),
-        profile.frees.len(),
-        live.len()
+        profile.counts.samples,
+        profile.counts.frees,
+        profile.live.len()
     );
     print!("{}", memprof::report::top_table(&profile, &Default::default()));
 }

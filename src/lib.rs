@@ -70,7 +70,7 @@
 //! let v: Vec<u8> = vec![0; 1 << 20];
 //! drop(v);
 //! let profile = session.stop().unwrap().into_profile();
-//! println!("{} samples", profile.samples.len());
+//! println!("{} samples", profile.counts.samples);
 //! ```
 //!
 //! # What is not API
@@ -123,7 +123,7 @@ pub use engine::clock::monotonic_ns;
 pub use error::{Error, LaunchError};
 pub use record::bundled;
 pub use record::launcher;
-pub use session::recorder::Recorder;
+pub use session::recorder::{Held, Recorder};
 pub use session::{
     poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Reallocation, Session,
     SessionInfo, Stats, Tracker,

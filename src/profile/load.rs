@@ -1,19 +1,20 @@
 //! Reading profiles as `memprof record` and `memprof report` do: one or more `.mprof` files,
-//! frames without symbols resolved from the recorded modules, merged into one profile; and
-//! the write-back that puts resolved symbols into a just-recorded file, so that it reads
-//! the same wherever and whenever it is opened.
+//! each read once into its aggregates, frames without symbols resolved from the recorded
+//! modules, merged into one profile; and, for a just-recorded file, the resolved symbols
+//! appended to it ([`format::append_symbols`](super::format::append_symbols)), so that it
+//! reads the same wherever and whenever it is opened. Nothing is copied or rewritten.
 #![forbid(unsafe_code)]
 
 use super::Profile;
 use crate::error::Error;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// How [`load`] treats its files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// The files were just recorded (`memprof record`, right after the program exited): the
-    /// first is the program's own and the others its followed children's. A complete file
-    /// gets its resolved symbols written in ([`rewrite`]), and a child's file that cannot be
+    /// first is the program's own and the others its followed children's. A file that ends
+    /// cleanly gets its resolved symbols appended, and a child's file that cannot be
     /// read (a child that exec'd or died before its first flush) is left out, with a
     /// warning, rather than failing the whole load.
     pub recorded: bool,
@@ -39,11 +40,85 @@ pub struct Loaded {
     pub messages: Vec<Message>,
 }
 
+/// A profile file that is still being written (by a program under `memprof record`): at
+/// its end, [`std::io::Read::read`] waits for more until `done` is set, then reads what is left. A
+/// file that does not exist yet is waited for the same way. So a reader can fold the
+/// profile in while the program runs ([`follow`]), and little is left to read once it
+/// exits.
+#[derive(Debug)]
+pub struct Follow {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How long [`Follow`] sleeps at the end of the file before looking again.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+impl Follow {
+    /// Follows `path` until `done` is set.
+    pub fn new(path: PathBuf, done: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Follow { path, file: None, done }
+    }
+}
+
+impl std::io::Read for Follow {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::sync::atomic::Ordering;
+        loop {
+            // Read `done` before reading the file: once it is set, the writer has exited,
+            // and a read that comes after sees everything it wrote.
+            let done = self.done.load(Ordering::Acquire);
+            let file = match &mut self.file {
+                Some(f) => f,
+                None => match std::fs::File::open(&self.path) {
+                    Ok(f) => self.file.insert(f),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && !done => {
+                        std::thread::sleep(FOLLOW_POLL);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            let n = file.read(buf)?;
+            if n > 0 || done || buf.is_empty() {
+                return Ok(n);
+            }
+            std::thread::sleep(FOLLOW_POLL);
+        }
+    }
+}
+
+/// Reads the profile at `path` while it is being written, into its aggregates (see
+/// [`Follow`]); returns when `done` is set and the file is read to its end.
+pub fn follow(
+    path: PathBuf,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Profile, Error> {
+    let shown = path.display().to_string();
+    Profile::read_from(Follow::new(path, done)).map_err(|e| match e {
+        Error::Format(m) => Error::Format(format!("{shown}: {m}")),
+        Error::Io(what, e) => Error::io(format!("{shown}: {what}"), e),
+        other => other,
+    })
+}
+
 /// Reads one or more profiles (merged when several). Frames without symbols are resolved
 /// from the recorded modules, before merging, while the addresses are still each process's
 /// own.
 pub fn load(files: &[PathBuf], options: LoadOptions) -> Result<Loaded, Error> {
     load_with(files, options, &mut super::symbolize::Loaders::default())
+}
+
+/// [`load_with`], the first file's profile already read (by [`follow`], while the program
+/// ran) when `first` is given.
+pub fn load_with_first(
+    files: &[PathBuf],
+    options: LoadOptions,
+    loaders: &mut super::symbolize::Loaders,
+    first: Option<Profile>,
+) -> Result<Loaded, Error> {
+    load_inner(files, options, loaders, first)
 }
 
 /// [`load`] with symbol readers loaded ahead (`memprof record` reads the program's objects
@@ -53,6 +128,15 @@ pub fn load_with(
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,
 ) -> Result<Loaded, Error> {
+    load_inner(files, options, loaders, None)
+}
+
+fn load_inner(
+    files: &[PathBuf],
+    options: LoadOptions,
+    loaders: &mut super::symbolize::Loaders,
+    mut first: Option<Profile>,
+) -> Result<Loaded, Error> {
     let recorded = options.recorded;
     let mut profiles = Vec::with_capacity(files.len());
     let mut labels = Vec::with_capacity(files.len());
@@ -60,7 +144,11 @@ pub fn load_with(
     // The files read (a child's that cannot be read is left out).
     let mut names: Vec<String> = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
-        let mut p = match Profile::read_file(f) {
+        let read = match first.take() {
+            Some(p) if i == 0 => Ok(p),
+            _ => Profile::read_file(f),
+        };
+        let mut p = match read {
             Ok(p) => p,
             Err(e) if recorded && i > 0 => {
                 messages.push(Message::Warning(format!("a child's profile is left out: {e}")));
@@ -71,16 +159,28 @@ pub fn load_with(
         for w in &p.warnings {
             messages.push(Message::Warning(format!("{}: {w}", f.display())));
         }
-        // A process that died before writing its symbols: resolve them from its modules.
-        let unresolved =
-            p.stacks.iter().flat_map(|s| &s.frames).any(|a| !p.symbols.contains_key(a));
-        if unresolved && !p.modules.is_empty() {
-            let before = p.symbols.len();
+        // Symbols were not written in process (the preload library leaves them to the
+        // reader), or the process died first: resolve them from its modules.
+        let unresolved: Vec<u64> = {
+            let mut a: Vec<u64> = p
+                .stacks
+                .iter()
+                .flat_map(|s| s.frames.iter().copied())
+                .filter(|a| !p.symbols.contains_key(a))
+                .collect();
+            a.sort_unstable();
+            a.dedup();
+            a
+        };
+        if !unresolved.is_empty() && !p.modules.is_empty() {
             for note in super::symbolize::resolve_offline_with(&mut p, loaders) {
                 messages.push(Message::Note(format!("{}: {note}", f.display())));
             }
-            if recorded && p.complete && p.warnings.is_empty() && p.symbols.len() > before {
-                if let Err(e) = rewrite(f, &p) {
+            let ends_cleanly = (p.complete || p.stopped.is_some()) && p.warnings.is_empty();
+            if recorded && ends_cleanly && p.header.version >= 2 {
+                let fresh =
+                    unresolved.iter().filter_map(|a| p.symbols.get(a).map(|s| (*a, s.as_slice())));
+                if let Err(e) = super::format::append_symbols(f, &p.header, fresh) {
                     messages.push(Message::Warning(format!(
                         "{}: symbols not written into the file: {e}",
                         f.display()
@@ -88,7 +188,7 @@ pub fn load_with(
                 }
             }
         }
-        labels.push(format!("{}: {} samples", f.display(), p.samples.len()));
+        labels.push(format!("{}: {} samples", f.display(), p.counts.samples));
         names.push(f.display().to_string());
         profiles.push(p);
     }
@@ -100,46 +200,12 @@ pub fn load_with(
     Ok(Loaded { profile, labels, messages })
 }
 
-/// Replaces the profile at `path` with `profile`: written to a new file beside it (same
-/// permissions, created exclusively, not following symlinks), synced, then renamed over
-/// it, so that a failure at any point leaves the original as it was.
-pub fn rewrite(path: &Path, profile: &Profile) -> Result<(), Error> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mode = std::fs::metadata(path)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?
-        .permissions()
-        .mode()
-        & 0o777;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
-    let written = profile
-        .write_to(std::io::BufWriter::new(file))
-        .and_then(|w| w.into_inner().map_err(|e| Error::io("cannot write", e.into_error())))
-        .and_then(|mut f| {
-            f.flush().and_then(|_| f.sync_all()).map_err(|e| Error::io("cannot write", e))
-        })
-        .and_then(|_| {
-            std::fs::rename(&tmp, path).map_err(|e| Error::io("cannot replace the profile", e))
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use crate::profile::format::{self, Event};
+    use crate::profile::{Sample, Stack, Symbol};
+    use std::path::Path;
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("memprof-load-{}-{name}", std::process::id()));
@@ -148,22 +214,29 @@ mod tests {
         dir
     }
 
+    fn write(path: &Path, p: &Profile, events: &[Event]) {
+        std::fs::write(path, format::write_events(Vec::new(), p, events).unwrap()).unwrap();
+    }
+
     #[test]
-    fn rewrite_keeps_the_mode_and_load_reads_it_back() {
-        let dir = scratch("rewrite");
+    fn appended_symbols_read_back_as_if_written_before_the_end() {
+        let dir = scratch("append");
         let path = dir.join("p.mprof");
         let mut p = Profile::default();
         p.header.pid = 42;
-        std::fs::write(&path, b"not a profile").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        rewrite(&path, &p).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
+        p.stacks.push(Stack { frames: vec![0x1234], truncated: false });
+        let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 1 };
+        write(&path, &p, &[Event::Sample(s)]);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let sym = vec![Symbol { function: "site".into(), file: None, line: Some(3) }];
+        format::append_symbols(&path, &p.header, [(0x1234, sym.as_slice())]).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > len, "appended, not rewritten");
         let loaded = load(std::slice::from_ref(&path), LoadOptions::default()).unwrap();
-        assert_eq!(loaded.profile.header.pid, 42);
-        assert_eq!(loaded.labels, [format!("{}: 0 samples", path.display())]);
-        // Only the file itself is left (the temporary one was renamed over it).
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let q = &loaded.profile;
+        assert!(q.complete && q.warnings.is_empty(), "{:?}", q.warnings);
+        assert_eq!(q.symbols[&0x1234], sym);
+        assert_eq!(q.site_name(0), "site");
+        assert_eq!(loaded.labels, [format!("{}: 1 samples", path.display())]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -171,7 +244,7 @@ mod tests {
     fn an_unreadable_child_is_left_out_of_a_recording() {
         let dir = scratch("child");
         let root = dir.join("p.mprof");
-        rewrite_new(&root, &Profile::default());
+        write(&root, &Profile::default(), &[]);
         let child = dir.join("p.7.mprof");
         std::fs::write(&child, b"").unwrap();
         let files = [root.clone(), child];
@@ -180,10 +253,5 @@ mod tests {
         assert_eq!(loaded.labels.len(), 1);
         assert!(matches!(&loaded.messages[..], [Message::Warning(w)] if w.contains("left out")));
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    fn rewrite_new(path: &Path, p: &Profile) {
-        std::fs::write(path, b"").unwrap();
-        rewrite(path, p).unwrap();
     }
 }

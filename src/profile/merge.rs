@@ -5,15 +5,23 @@
 //! of them. So the addresses of the i-th profile (frames, symbol keys, module ranges and
 //! load biases alike) are tagged with `i` in bits 48–63, which user-space addresses never
 //! use on x86_64 and aarch64; `module + offset` names come out unchanged because the base
-//! is tagged too. Stack and sample ids are renumbered so that they stay unique. All
-//! profiles must share one sampling interval (a run of `memprof record` does).
+//! is tagged too. Every stack of a merged tree gets one more, outermost frame naming its
+//! process (`cc1plus [pid 1234]`), at an address no code has (the tag and all 48 low bits
+//! set), so flamegraphs and folded stacks show each program as its own root. Stack and
+//! sample ids are renumbered so that they stay unique. All profiles must share one sampling
+//! interval (a run of `memprof record` does). The series over time are added bucket by
+//! bucket on the first profile's clock (each process's from its own start time), and the
+//! peak is the series' highest bucket maximum: an upper bound of the tree's peak, as the
+//! processes' maxima within a bucket need not coincide.
 #![forbid(unsafe_code)]
 
-use super::{Profile, StackId};
+use super::{Profile, StackId, Symbol};
 use crate::Error;
 
 /// Bits of an address left to the process; the profile's index goes above.
 const TAG_SHIFT: u32 = 48;
+/// The address of a process's root frame, below its tag.
+const ROOT: u64 = (1 << TAG_SHIFT) - 1;
 
 /// Merges `profiles` (at least one) in order; the header is the first one's. The result is
 /// complete only when every input is; warnings are kept, prefixed with `labels[i]`.
@@ -30,8 +38,8 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         return Err(Error::Config(format!("too many profiles to merge ({})", rest.len() + 1)));
     }
     let interval = first.header.interval;
+    let start = first.header.start_unix_ns;
     let mut out = Profile { header: first.header.clone(), complete: true, ..Profile::default() };
-    let mut next_id = 1u64;
     for (i, p) in std::iter::once(first).chain(rest).enumerate() {
         let label = labels.get(i).cloned().unwrap_or_else(|| format!("profile {}", i + 1));
         if p.header.interval != interval {
@@ -51,73 +59,110 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
             m.end = t(m.end);
             m
         }));
+        let root = tag | ROOT;
+        out.symbols
+            .insert(root, vec![Symbol { function: process_name(&p), file: None, line: None }]);
         out.stacks.extend(p.stacks.iter().map(|s| {
             let mut s = s.clone();
             s.frames.iter_mut().for_each(|f| *f = t(*f));
+            s.frames.push(root);
             s
         }));
         out.symbols.extend(p.symbols.iter().map(|(a, s)| (t(*a), s.clone())));
-        let mut ids = std::collections::HashMap::new();
-        for s in &p.samples {
-            let mut s = *s;
-            ids.insert(s.id, next_id);
-            s.id = next_id;
-            next_id += 1;
-            s.stack += stack_base;
-            s.addr = t(s.addr);
-            out.samples.push(s);
+        for (&(stack, size), tot) in &p.allocated {
+            let e = out.allocated.entry((stack + stack_base, size)).or_default();
+            e.samples += tot.samples;
+            e.k += tot.k;
         }
-        out.frees.extend(p.frees.iter().filter_map(|f| {
-            let mut f = *f;
-            f.id = *ids.get(&f.id)?;
-            Some(f)
-        }));
-        out.moves.extend(p.moves.iter().filter_map(|m| {
-            let mut m = *m;
-            m.id = *ids.get(&m.id)?;
-            m.new_addr = t(m.new_addr);
-            Some(m)
-        }));
+        for (&(stack, size), tot) in &p.live {
+            let e = out.live.entry((stack + stack_base, size)).or_default();
+            e.samples += tot.samples;
+            e.k += tot.k;
+        }
+        // Allocation times are on each process's clock: the tree's GC cycles are each
+        // process's own, attributed when its profile was read.
+        for (&(stack, size, unit), tot) in &p.live_by_time.index {
+            out.live_by_time.index.insert((stack + stack_base, size, unit), *tot);
+        }
+        out.live_bytes += p.live_bytes;
+        let offset = p.header.start_unix_ns.saturating_sub(start);
+        for (c, marked) in p.gc_cycles.iter().zip(p.gc_marked) {
+            out.gc_cycles.push(super::GcCycle {
+                start_ns: c.start_ns + offset,
+                end_ns: c.end_ns + offset,
+                ..*c
+            });
+            out.gc_marked.push(marked.into_iter().map(|(s, m)| (s + stack_base, m)).collect());
+        }
+        out.series.add(&p.series, offset);
+        out.end_ns = out.end_ns.max(p.end_ns + offset);
+        out.counts.samples += p.counts.samples;
+        out.counts.frees += p.counts.frees;
+        out.counts.moves += p.counts.moves;
+        out.counts.orphans += p.counts.orphans;
         out.lost.events += p.lost.events;
         out.lost.untracked += p.lost.untracked;
         out.lost.callback_panics += p.lost.callback_panics;
         out.warnings.extend(p.warnings.iter().map(|w| format!("{label}: {w}")));
         out.complete &= p.complete;
     }
+    out.peak = out.series.peak();
     Ok(out)
+}
+
+/// `program [pid N]`: the executable's file name (else the first argument) and the pid.
+fn process_name(p: &Profile) -> String {
+    let h = &p.header;
+    let exe = if h.executable.is_empty() {
+        h.cmdline.first().map(String::as_str).unwrap_or("?")
+    } else {
+        &h.executable
+    };
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    format!("{name} [pid {}]", h.pid)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Free, Sample, Stack, Symbol};
+    use crate::profile::{Free, Sample, Stack};
 
-    fn one(addr: u64, name: &str, size: u64) -> Profile {
+    fn one(addr: u64, name: &str, exe: &str, size: u64) -> Profile {
         let mut p = Profile { complete: true, ..Profile::default() };
         p.header.interval = 1.0;
+        p.header.executable = format!("/usr/bin/{exe}");
+        p.header.pid = 7;
         p.stacks.push(Stack { frames: vec![addr], truncated: false });
         p.symbols.insert(addr, vec![Symbol { function: name.into(), file: None, line: None }]);
-        p.samples.push(Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 16, size, k: size });
-        p.samples.push(Sample { id: 2, stack: 0, time_ns: 0, thread: 1, addr: 32, size, k: size });
-        p.frees.push(Free { id: 1, time_ns: 1 });
+        let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 16, size, k: size };
+        p.add_sample(&s);
+        p.add_sample(&Sample { id: 2, addr: 32, ..s });
+        p.add_free(&Free::of(&s, 1));
         p
     }
 
     #[test]
-    fn same_address_different_code() {
-        let m = merge(vec![one(0x1000, "parent", 10), one(0x1000, "child", 5)], &[]).unwrap();
-        assert_eq!(m.samples.len(), 4);
-        assert_eq!(m.site_name(m.samples[0].stack), "parent");
-        assert_eq!(m.site_name(m.samples[2].stack), "child");
-        assert_eq!(m.live_ids().len(), 2);
-        let ids: std::collections::HashSet<u64> = m.samples.iter().map(|s| s.id).collect();
-        assert_eq!(ids.len(), 4);
+    fn same_address_different_code_under_one_root_per_process() {
+        let parts = vec![one(0x1000, "parent", "cc", 10), one(0x1000, "child", "cc1plus", 5)];
+        let m = merge(parts, &[]).unwrap();
+        assert_eq!(m.counts.samples, 4);
+        assert_eq!(m.stacks.len(), 2);
+        assert_eq!(m.site_name(0), "parent");
+        assert_eq!(m.site_name(1), "child");
+        assert_eq!(m.live.values().map(|t| t.samples).sum::<u64>(), 2);
+        assert_eq!(m.live_bytes, 15.0);
+        let alloc: u64 = m.allocated.values().map(|t| t.k).sum();
+        assert_eq!(alloc, 30);
+        // Each process's stacks end in a root frame naming it.
+        let root = |s: StackId| m.frame_locations(s).last().unwrap().function.clone();
+        assert_eq!(root(0), "cc [pid 7]");
+        assert_eq!(root(1), "cc1plus [pid 7]");
     }
 
     #[test]
     fn intervals_must_agree() {
-        let mut b = one(1, "b", 1);
+        let mut b = one(1, "b", "b", 1);
         b.header.interval = 2.0;
-        assert!(merge(vec![one(1, "a", 1), b], &[]).is_err());
+        assert!(merge(vec![one(1, "a", "a", 1), b], &[]).is_err());
     }
 }

@@ -17,6 +17,25 @@
 //! objects (an unbiased estimate: each byte is a sample point with probability
 //! 1/interval). With `interval == 1` every allocation is a sample with `k == size`, and the
 //! estimates are the exact totals.
+//!
+//! # 3. Aggregates, not events
+//! A profile keeps what reports need, never the events themselves ([`Profile::add`] folds
+//! each event in as it is read or recorded), so its memory is O(live sampled blocks +
+//! stacks + (stack, size) pairs + GC cycles), whatever the length of the run:
+//! - [`Profile::allocated`]: per (stack, size) pair, how many samples and sample points;
+//! - [`Profile::live`]: the sampled blocks not freed (yet), per (stack, size) pair (a free
+//!   says which pair and when its block was allocated: no reader keeps blocks one by one);
+//! - [`Profile::gc_marked`]: per GC cycle, per stack, the sampled blocks the cycle marked:
+//!   those allocated before the cycle began and not freed before it ended (an event's time
+//!   is taken as the middle of its time unit: exact in version 1, within half a unit in
+//!   version 2, see [`format`](mod@format) §1). A cycle is attributed when its record
+//!   arrives (the collector reports it right after its sweep), from the blocks live then;
+//!   a free that arrives later but happened before the cycle's end takes its block back
+//!   out of that cycle;
+//! - [`Profile::series`]: the estimated live heap and the bytes allocated and freed over time,
+//!   in at most [`SERIES_POINTS`] buckets (their width doubles as the run grows);
+//! - [`Profile::peak`]: the largest estimated live heap after any event, and when (in the
+//!   exact mode, the true peak of live heap bytes in the order the events were recorded).
 
 pub mod format;
 #[cfg(feature = "report")]
@@ -46,6 +65,9 @@ pub struct Header {
     pub cmdline: Vec<String>,
     /// Wall-clock start of the recording, nanoseconds since the Unix epoch.
     pub start_unix_ns: u64,
+    /// Resolution of the event times in the stream, in nanoseconds (1 in version 1; see
+    /// [`format`](mod@format) §1). Event times read back are multiples of it.
+    pub time_unit_ns: u64,
 }
 
 impl Default for Header {
@@ -58,6 +80,8 @@ impl Default for Header {
             executable: String::new(),
             cmdline: Vec::new(),
             start_unix_ns: 0,
+            // In memory, times are nanoseconds; a stream says its own unit.
+            time_unit_ns: 1,
         }
     }
 }
@@ -124,26 +148,69 @@ pub struct Sample {
     pub k: u64,
 }
 
-/// The sampled block `id` was freed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The sampled block `id` was freed. A free names the block it ends by its sample id *and*
+/// by what the aggregates need (its stack, size, sample points and allocation time), so
+/// that a reader folds it in without remembering every live block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Free {
-    /// The sample whose block was freed.
+    /// The sample whose block was freed (0 in version-2 streams, which name a block by the
+    /// fields below).
     pub id: u64,
     /// Nanoseconds since the start of the recording.
     pub time_ns: u64,
+    /// The block's allocating stack.
+    pub stack: StackId,
+    /// The block's requested size (its sample's `size`).
+    pub size: u64,
+    /// The block's sample points.
+    pub k: u64,
+    /// When the block was allocated (its sample's `time_ns`).
+    pub alloc_ns: u64,
 }
 
-/// The sampled block `id` was reallocated in place or moved, keeping its sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+impl Free {
+    /// The free, at `time_ns`, of the block of sample `s`.
+    pub fn of(s: &Sample, time_ns: u64) -> Free {
+        Free { id: s.id, time_ns, stack: s.stack, size: s.size, k: s.k, alloc_ns: s.time_ns }
+    }
+}
+
+/// The sampled block `id` was reallocated in place or moved, keeping its sample (named as
+/// a [`Free`] names it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Move {
-    /// The sample whose block moved.
+    /// The sample whose block moved (0 in version-2 streams).
     pub id: u64,
     /// Nanoseconds since the start of the recording.
     pub time_ns: u64,
-    /// New address of the block.
+    /// New address of the block (0 in version-2 streams).
     pub new_addr: u64,
     /// New size of the block in bytes.
     pub new_size: u64,
+    /// The block's allocating stack.
+    pub stack: StackId,
+    /// The block's size when it was sampled.
+    pub size: u64,
+    /// The block's sample points.
+    pub k: u64,
+    /// When the block was allocated.
+    pub alloc_ns: u64,
+}
+
+impl Move {
+    /// The move, at `time_ns`, of the block of sample `s` to a size of `new_size` bytes.
+    pub fn of(s: &Sample, time_ns: u64, new_size: u64) -> Move {
+        Move {
+            id: s.id,
+            time_ns,
+            new_addr: 0,
+            new_size,
+            stack: s.stack,
+            size: s.size,
+            k: s.k,
+            alloc_ns: s.time_ns,
+        }
+    }
 }
 
 /// One garbage-collection cycle of a managed heap ([`crate::gc`]), timed by the collector.
@@ -206,7 +273,186 @@ impl Stopped {
     }
 }
 
-/// A whole recording.
+/// The hasher of the aggregates' maps: their keys are ids and sizes the profiler made, and
+/// one multiply hashes them where SipHash took a third of the reading time. (A file crafted
+/// to collide could make reading it slow, never wrong.)
+pub type IdHash = crate::sys::hash::FastHash;
+pub use crate::sys::hash::IdHasher;
+
+/// Totals of the samples of one (stack, size) pair.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Samples counted.
+    pub samples: u64,
+    /// Their sample points (Σ k).
+    pub k: u64,
+}
+
+/// What one GC cycle marked of one stack's sampled blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GcMarked {
+    /// Samples marked.
+    pub samples: u64,
+    /// Their estimated bytes.
+    pub bytes: f64,
+    /// Their estimated objects.
+    pub objects: f64,
+}
+
+/// How many events went into a profile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Alloc samples.
+    pub samples: u64,
+    /// Frees of sampled blocks.
+    pub frees: u64,
+    /// Reallocations of sampled blocks that kept their sample.
+    pub moves: u64,
+    /// Frees and moves of samples that were never recorded (dropped).
+    pub orphans: u64,
+}
+
+/// The live blocks per (stack, size) and allocation time unit: an index [`Profile::add`]
+/// keeps for GC attribution and to tell a free that names no live block (opaque).
+#[derive(Clone, Debug, Default)]
+pub struct LiveByTime {
+    index: HashMap<(StackId, u64, u64), Totals, IdHash>,
+    /// Entries emptied since the last sweep.
+    empty: usize,
+}
+
+/// Most buckets in a [`Series`].
+pub const SERIES_POINTS: usize = 1024;
+
+/// One bucket of a [`Series`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SeriesPoint {
+    /// Estimated bytes allocated in the bucket.
+    pub alloc_bytes: f64,
+    /// Estimated bytes freed in the bucket.
+    pub freed_bytes: f64,
+    /// The largest estimated live heap after an event of the bucket (0 with no event).
+    pub live_max: f64,
+    /// The estimated live heap after the bucket's last event in stream order.
+    pub live_end: f64,
+    /// Events in the bucket.
+    pub events: u64,
+}
+
+/// The heap over time in at most [`SERIES_POINTS`] buckets of `bucket_ns` nanoseconds
+/// each, bucket `i` covering `[i·bucket_ns, (i+1)·bucket_ns)` since the start of the
+/// recording. When an event falls past the last bucket, the width doubles and buckets are
+/// merged in pairs, so the series stays the same size however long the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Width of a bucket.
+    pub bucket_ns: u64,
+    /// The buckets, from the start of the recording.
+    pub points: Vec<SeriesPoint>,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Series { bucket_ns: 1 << 20, points: Vec::new() }
+    }
+}
+
+impl Series {
+    /// The bucket of time `t`, widening the buckets as needed.
+    fn bucket(&mut self, t: u64) -> &mut SeriesPoint {
+        while t / self.bucket_ns >= SERIES_POINTS as u64 {
+            self.widen();
+        }
+        let i = (t / self.bucket_ns) as usize;
+        if self.points.len() <= i {
+            let last = self.points.last().map_or(0.0, |p| p.live_end);
+            self.points.resize(i + 1, SeriesPoint { live_end: last, ..SeriesPoint::default() });
+        }
+        &mut self.points[i]
+    }
+
+    fn widen(&mut self) {
+        self.bucket_ns = self.bucket_ns.saturating_mul(2);
+        let merged = self
+            .points
+            .chunks(2)
+            .map(|c| {
+                let mut p = c[0];
+                if let Some(q) = c.get(1) {
+                    p.alloc_bytes += q.alloc_bytes;
+                    p.freed_bytes += q.freed_bytes;
+                    p.live_max = p.live_max.max(q.live_max);
+                    p.live_end = q.live_end;
+                    p.events += q.events;
+                }
+                p
+            })
+            .collect();
+        self.points = merged;
+    }
+
+    /// Adds `other` (a series whose time 0 is `offset` ns into this one's), bucket by
+    /// bucket: allocated and freed bytes add up; live maxima add up too (an upper bound).
+    pub(crate) fn add(&mut self, other: &Series, offset: u64) {
+        while self.bucket_ns < other.bucket_ns {
+            self.widen();
+        }
+        let end = offset.saturating_add(other.points.len() as u64 * other.bucket_ns);
+        while end / self.bucket_ns >= SERIES_POINTS as u64 {
+            self.widen();
+        }
+        let mut folded: std::collections::BTreeMap<usize, SeriesPoint> = Default::default();
+        for (j, q) in other.points.iter().enumerate() {
+            let i = ((offset + j as u64 * other.bucket_ns) / self.bucket_ns) as usize;
+            let p = folded.entry(i).or_default();
+            p.alloc_bytes += q.alloc_bytes;
+            p.freed_bytes += q.freed_bytes;
+            p.live_max = p.live_max.max(q.live_max);
+            p.live_end = q.live_end;
+            p.events += q.events;
+        }
+        for (i, q) in folded {
+            let p = self.bucket(i as u64 * self.bucket_ns);
+            p.alloc_bytes += q.alloc_bytes;
+            p.freed_bytes += q.freed_bytes;
+            p.live_max += q.live_max;
+            p.live_end += q.live_end;
+            p.events += q.events;
+        }
+    }
+
+    /// The bucket with the largest live maximum (the first of equals), as a [`Peak`] at the
+    /// bucket's start.
+    pub fn peak(&self) -> Peak {
+        let mut best = Peak::default();
+        for (i, p) in self.points.iter().enumerate() {
+            if p.live_max > best.bytes {
+                best = Peak { bytes: p.live_max, time_ns: i as u64 * self.bucket_ns };
+            }
+        }
+        best
+    }
+
+    fn record(&mut self, t: u64, alloc: f64, freed: f64, live: f64) {
+        let p = self.bucket(t);
+        p.alloc_bytes += alloc;
+        p.freed_bytes += freed;
+        p.live_max = p.live_max.max(live);
+        p.live_end = live;
+        p.events += 1;
+    }
+}
+
+/// The largest estimated live heap seen, and when.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Peak {
+    /// Estimated live bytes at the peak.
+    pub bytes: f64,
+    /// When, in nanoseconds since the start of the recording.
+    pub time_ns: u64,
+}
+
+/// A whole recording, as aggregates (see the [module documentation](self) §3).
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
     /// Run-level facts.
@@ -217,14 +463,30 @@ pub struct Profile {
     pub stacks: Vec<Stack>,
     /// Symbols by return address, innermost inline frame first.
     pub symbols: HashMap<u64, Vec<Symbol>>,
-    /// Alloc samples in the order they were recorded.
-    pub samples: Vec<Sample>,
-    /// Frees of sampled blocks.
-    pub frees: Vec<Free>,
-    /// Reallocations of sampled blocks that kept their sample.
-    pub moves: Vec<Move>,
-    /// Garbage-collection cycles, in time order.
+    /// Every sample, totalled per (stack, size).
+    pub allocated: HashMap<(StackId, u64), Totals, IdHash>,
+    /// The sampled blocks not freed (yet), totalled per (stack, size); pairs whose blocks
+    /// were all freed may stay with zero totals.
+    pub live: HashMap<(StackId, u64), Totals, IdHash>,
+    /// The same, also by allocation time (in the stream's time units): what GC
+    /// attribution needs, and what tells a free that names no live block (an orphan).
+    /// Never more entries than live blocks, and far fewer when many blocks of one site are
+    /// allocated within one unit.
+    pub live_by_time: LiveByTime,
+    /// Garbage-collection cycles, in the order they were recorded.
     pub gc_cycles: Vec<GcCycle>,
+    /// For each of `gc_cycles`, what it marked of each stack's sampled blocks.
+    pub gc_marked: Vec<HashMap<StackId, GcMarked, IdHash>>,
+    /// The heap over time.
+    pub series: Series,
+    /// The largest estimated live heap.
+    pub peak: Peak,
+    /// The latest event time, in nanoseconds since the start of the recording.
+    pub end_ns: u64,
+    /// Events folded in.
+    pub counts: Counts,
+    /// Estimated live bytes now (Σ k × interval over `live`).
+    pub live_bytes: f64,
     /// Dropped-event counts.
     pub lost: Lost,
     /// Problems met while reading (e.g. "file was cut after 1234 bytes"); empty when clean.
@@ -238,29 +500,188 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Estimated bytes a sample stands for: `k × interval`.
-    pub fn estimated_bytes(&self, s: &Sample) -> f64 {
-        s.k as f64 * self.header.interval
+    /// Estimated bytes `k` sample points stand for: `k × interval`.
+    pub fn estimated_bytes(&self, k: u64) -> f64 {
+        k as f64 * self.header.interval
     }
 
-    /// Estimated number of objects a sample stands for: `k × interval / size`
-    /// (exactly 1 per sample in exact mode, where `k == size`).
-    pub fn estimated_objects(&self, s: &Sample) -> f64 {
-        if s.size == 0 {
+    /// Estimated number of objects `k` sample points in allocations of `size` bytes stand
+    /// for: `k × interval / size` (exactly 1 per sample in exact mode, where `k == size`).
+    pub fn estimated_objects(&self, k: u64, size: u64) -> f64 {
+        if size == 0 {
             return 0.0;
         }
         // An allocation of `size` bytes is sampled with probability 1-(1-1/R)^size; the
         // unbiased Horvitz-Thompson count weights each sample by the inverse of that. With
         // k points we use k·R/size, which is unbiased for the count as well (E[k] = size/R).
-        s.k as f64 * self.header.interval / s.size as f64
+        k as f64 * self.header.interval / size as f64
     }
 
-    /// Ids of samples whose blocks were never freed (still live at the end of the record).
-    pub fn live_ids(&self) -> std::collections::HashSet<u64> {
-        let mut live: std::collections::HashSet<u64> = self.samples.iter().map(|s| s.id).collect();
-        for f in &self.frees {
-            live.remove(&f.id);
+    /// Folds one event into the aggregates.
+    pub fn add(&mut self, e: &format::Event) {
+        match e {
+            format::Event::Sample(s) => self.add_sample(s),
+            format::Event::Free(f) => self.add_free(f),
+            format::Event::Move(m) => self.add_move(m),
+            format::Event::GcCycle(c) => self.add_gc_cycle(c),
         }
-        live
+    }
+
+    /// Folds in an alloc sample.
+    pub fn add_sample(&mut self, s: &Sample) {
+        self.counts.samples += 1;
+        let t = self.allocated.entry((s.stack, s.size)).or_default();
+        t.samples += 1;
+        t.k += s.k;
+        let t = self.live.entry((s.stack, s.size)).or_default();
+        t.samples += 1;
+        t.k += s.k;
+        let unit = s.time_ns / self.header.time_unit_ns.max(1);
+        match self.live_by_time.index.entry((s.stack, s.size, unit)) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let t = o.get_mut();
+                if t.samples == 0 {
+                    // Refilling an entry emptied earlier (not swept yet).
+                    self.live_by_time.empty = self.live_by_time.empty.saturating_sub(1);
+                }
+                t.samples += 1;
+                t.k += s.k;
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Totals { samples: 1, k: s.k });
+            }
+        }
+        let bytes = self.estimated_bytes(s.k);
+        self.live_bytes += bytes;
+        self.note(s.time_ns, bytes, 0.0);
+    }
+
+    /// Takes one block of `(stack, size)` allocated at `alloc_ns` with `k` points out of
+    /// the live sets; false when there is none (an orphan).
+    fn unlive(&mut self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
+        let unit = alloc_ns / self.header.time_unit_ns.max(1);
+        let key = (stack, size, unit);
+        let Some(t) = self.live_by_time.index.get_mut(&key) else {
+            return false;
+        };
+        if t.samples == 0 || t.k < k {
+            return false;
+        }
+        t.samples -= 1;
+        t.k -= k;
+        if t.samples == 0 {
+            // Emptied entries are swept in bulk: a block that dies young empties the entry
+            // its allocation just made, and removing it each time cost a rehash per free.
+            let l = &mut self.live_by_time;
+            l.empty += 1;
+            if l.empty > 4096 && l.empty > l.index.len() / 2 {
+                l.index.retain(|_, t| t.samples > 0);
+                l.empty = 0;
+            }
+        }
+        // Emptied pairs stay (as many as the pairs; reports skip them).
+        if let Some(t) = self.live.get_mut(&(stack, size)) {
+            t.samples -= 1;
+            t.k -= k;
+        }
+        true
+    }
+
+    /// Folds in a free; a free of a block not live is counted as an orphan.
+    pub fn add_free(&mut self, f: &Free) {
+        if !self.unlive(f.stack, f.size, f.k, f.alloc_ns) {
+            self.counts.orphans += 1;
+            return;
+        }
+        self.counts.frees += 1;
+        let bytes = self.estimated_bytes(f.k);
+        self.live_bytes -= bytes;
+        // Cycles already attributed that ended after this free: the block was dead by then.
+        let half = self.header.time_unit_ns / 2;
+        let death = f.time_ns + half;
+        for (c, marked) in self.gc_cycles.iter().zip(&mut self.gc_marked).rev() {
+            if c.end_ns < death {
+                break;
+            }
+            if f.alloc_ns + half < c.start_ns {
+                if let Some(m) = marked.get_mut(&f.stack) {
+                    m.samples = m.samples.saturating_sub(1);
+                    m.bytes -= bytes;
+                    m.objects -= f.k as f64 * self.header.interval / f.size.max(1) as f64;
+                }
+            }
+        }
+        self.note(f.time_ns, 0.0, bytes);
+    }
+
+    /// Folds in a move; a move of a block not live is counted as an orphan.
+    pub fn add_move(&mut self, m: &Move) {
+        let unit = m.alloc_ns / self.header.time_unit_ns.max(1);
+        let live = self.live_by_time.index.get(&(m.stack, m.size, unit));
+        if live.is_some_and(|t| t.samples > 0 && t.k >= m.k) {
+            self.counts.moves += 1;
+        } else {
+            self.counts.orphans += 1;
+        }
+    }
+
+    /// Folds in a GC cycle: it marked the live sampled blocks allocated before it began.
+    pub fn add_gc_cycle(&mut self, c: &GcCycle) {
+        let unit = self.header.time_unit_ns.max(1);
+        let half = unit / 2;
+        let interval = self.header.interval;
+        let mut marked: HashMap<StackId, GcMarked, IdHash> = HashMap::default();
+        for (&(stack, size, u), t) in &self.live_by_time.index {
+            if t.samples > 0 && u * unit + half < c.start_ns {
+                let m = marked.entry(stack).or_default();
+                m.samples += t.samples;
+                m.bytes += t.k as f64 * interval;
+                m.objects += t.k as f64 * interval / size.max(1) as f64;
+            }
+        }
+        self.gc_cycles.push(*c);
+        self.gc_marked.push(marked);
+    }
+
+    fn note(&mut self, t: u64, alloc: f64, freed: f64) {
+        self.end_ns = self.end_ns.max(t);
+        if self.live_bytes > self.peak.bytes {
+            self.peak = Peak { bytes: self.live_bytes, time_ns: t };
+        }
+        self.series.record(t, alloc, freed, self.live_bytes);
+    }
+
+    /// Moves the aggregates of `agg` (folded in by another thread) into this profile, whose
+    /// tables were read.
+    pub(crate) fn take_aggregates(&mut self, agg: Profile) {
+        self.allocated = agg.allocated;
+        self.live = agg.live;
+        self.live_by_time = agg.live_by_time;
+        self.gc_cycles = agg.gc_cycles;
+        self.gc_marked = agg.gc_marked;
+        self.series = agg.series;
+        self.peak = agg.peak;
+        self.end_ns = agg.end_ns;
+        self.counts = agg.counts;
+        self.live_bytes = agg.live_bytes;
+    }
+
+    /// Adds a warning for the orphans counted so far (after reading a stream).
+    pub(crate) fn note_orphans(&mut self) {
+        if self.counts.orphans > 0 {
+            self.warnings.push(format!(
+                "ignored {} frees or moves of samples that were never recorded",
+                self.counts.orphans
+            ));
+        }
+    }
+
+    /// A profile with the tables of `self` (header, modules, stacks, symbols) and the
+    /// events folded in: for tests and tools that build a recording by hand.
+    pub fn with_events<'a>(mut self, events: impl IntoIterator<Item = &'a format::Event>) -> Self {
+        for e in events {
+            self.add(e);
+        }
+        self
     }
 }

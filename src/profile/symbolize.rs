@@ -590,26 +590,55 @@ impl Profile {
     /// cut at the configured depth gets a [`TRUNCATED`] root; a stack with nothing left is
     /// named [`UNKNOWN_STACK`].
     pub fn frame_names(&self, stack: StackId) -> Vec<String> {
-        let frames = self.frame_locations(stack);
-        let truncated = self.stacks.get(stack as usize).is_some_and(|s| s.truncated);
-        let mut names = Vec::with_capacity(frames.len() + 1);
-        if truncated {
-            names.push(TRUNCATED.to_owned());
+        self.frame_names_ref(stack).into_iter().map(std::borrow::Cow::into_owned).collect()
+    }
+
+    /// [`Profile::frame_names`], borrowing the names the profile holds (a flamegraph of a
+    /// program with tens of thousands of deep stacks would otherwise copy every name).
+    pub fn frame_names_ref(&self, stack: StackId) -> Vec<std::borrow::Cow<'_, str>> {
+        use std::borrow::Cow;
+        let Some(s) = self.stacks.get(stack as usize) else {
+            return vec![Cow::Borrowed(UNKNOWN_STACK)];
+        };
+        let inner = self.inner_names(stack);
+        let mut names = Vec::with_capacity(inner.len() + 2);
+        if s.truncated {
+            names.push(Cow::Borrowed(TRUNCATED));
         }
-        if frames.is_empty() {
-            names.push(UNKNOWN_STACK.to_owned());
+        if inner.is_empty() {
+            names.push(Cow::Borrowed(UNKNOWN_STACK));
         }
-        names.extend(frames.into_iter().rev().map(|f| f.function));
+        names.extend(inner.into_iter().rev());
         names
+    }
+
+    /// The function names of a stack, innermost first, after trimming (borrowed where the
+    /// profile holds them): [`Profile::frame_locations`]' functions.
+    fn inner_names(&self, stack: StackId) -> Vec<std::borrow::Cow<'_, str>> {
+        use std::borrow::Cow;
+        let Some(s) = self.stacks.get(stack as usize) else { return Vec::new() };
+        let mut inner: Vec<Cow<'_, str>> = Vec::with_capacity(s.frames.len() + 1);
+        for &addr in &s.frames {
+            match self.symbols.get(&addr) {
+                Some(chain) if !chain.is_empty() => {
+                    inner.extend(chain.iter().map(|sym| Cow::Borrowed(sym.function.as_str())))
+                }
+                _ => inner.push(Cow::Owned(self.unresolved_name(addr))),
+            }
+        }
+        let cut =
+            inner.iter().take(TRIM_WINDOW).rposition(|f| is_profiler_frame(f)).map_or(0, |i| i + 1);
+        inner.drain(..cut);
+        inner
     }
 
     /// The allocation site of a stack: its innermost frame (after trimming) that is not
     /// standard-library allocation plumbing, or the innermost frame if all of them are.
     pub fn site_name(&self, stack: StackId) -> String {
-        let mut frames = self.frame_locations(stack);
-        match frames.iter().position(|f| !is_std_plumbing(&f.function)) {
-            Some(i) => frames.swap_remove(i).function,
-            None if !frames.is_empty() => frames.swap_remove(0).function,
+        let frames = self.inner_names(stack);
+        match frames.iter().position(|f| !is_std_plumbing(f)) {
+            Some(i) => frames[i].to_string(),
+            None if !frames.is_empty() => frames[0].to_string(),
             None => UNKNOWN_STACK.to_owned(),
         }
     }

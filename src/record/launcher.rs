@@ -295,6 +295,12 @@ pub fn record(opts: &RecordOptions, preload: &Path) -> Result<Recorded, Error> {
     record_with(opts, preload, |_| {})
 }
 
+/// The root profile's path for the program whose pid is `pid` (`%p` in the output template
+/// expanded), as [`record_with`] returns it in [`Recorded::output`].
+pub fn output_path(opts: &RecordOptions, pid: u32) -> PathBuf {
+    PathBuf::from(config::expand_output(&opts.settings.output, pid))
+}
+
 /// [`record`], calling `started` with the program's pid once it runs (before waiting for
 /// it), so that work can overlap the run.
 pub fn record_with(

@@ -53,7 +53,7 @@ pub fn default_subtitle(profile: &Profile) -> String {
     } else {
         s.push_str(&format!(" · mean sampling interval {}", human_bytes(h.interval)));
     }
-    s.push_str(&format!(" · {} samples", profile.samples.len()));
+    s.push_str(&format!(" · {} samples", profile.counts.samples));
     match profile.stopped {
         _ if profile.complete => {}
         Some(crate::profile::Stopped::Exec) => s.push_str(" · ended by exec"),

@@ -33,8 +33,18 @@ pub fn folded_frame(name: &str) -> String {
 
 /// The `root;…;leaf` key of a stack.
 pub(crate) fn folded_stack(profile: &Profile, stack: StackId) -> String {
-    let names: Vec<String> = profile.frame_names(stack).iter().map(|n| folded_frame(n)).collect();
-    names.join(";")
+    let mut out = String::new();
+    for (i, name) in profile.frame_names_ref(stack).iter().enumerate() {
+        if i > 0 {
+            out.push(';');
+        }
+        if !name.is_empty() && !name.chars().any(|c| c == ';' || c.is_control()) {
+            out.push_str(name);
+        } else {
+            out.push_str(&folded_frame(name));
+        }
+    }
+    out
 }
 
 /// Folded stacks of `profile` under `view`, merged by name and sorted.

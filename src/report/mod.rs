@@ -42,7 +42,7 @@ pub enum View {
     /// Estimated garbage-collector mark time, in nanoseconds: for every GC cycle, each
     /// sampled managed-heap block that the cycle found live (allocated before the cycle
     /// began, not freed by its sweep) counts its estimated words × the cycle's measured ns
-    /// per word marked. See [`gc_samples`].
+    /// per word marked. See [`gc_cycle_samples`].
     Gc,
 }
 
@@ -88,25 +88,46 @@ pub struct StackTotal {
 /// Per-stack estimated bytes and objects under `view`, for the stacks with at least one
 /// counted sample, in stack-id order.
 pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
-    if view == View::Gc {
-        return gc_stack_totals(profile);
-    }
-    let live = match view {
-        View::Live => Some(profile.live_ids()),
-        _ => None,
-    };
     let mut totals: std::collections::BTreeMap<StackId, StackTotal> = Default::default();
-    for s in &profile.samples {
-        if live.as_ref().is_some_and(|l| !l.contains(&s.id)) {
-            continue;
+    let mut add = |stack: StackId, bytes: f64, objects: f64, samples: u64| {
+        let t = totals.entry(stack).or_insert(StackTotal { stack, ..Default::default() });
+        t.bytes += bytes;
+        t.objects += objects;
+        t.samples += samples;
+    };
+    match view {
+        View::Alloc => {
+            for (&(stack, size), t) in sorted(&profile.allocated) {
+                let (b, o) = (profile.estimated_bytes(t.k), profile.estimated_objects(t.k, size));
+                add(stack, b, o, t.samples);
+            }
         }
-        let t =
-            totals.entry(s.stack).or_insert(StackTotal { stack: s.stack, ..Default::default() });
-        t.bytes += profile.estimated_bytes(s);
-        t.objects += profile.estimated_objects(s);
-        t.samples += 1;
+        View::Live => {
+            for (&(stack, size), t) in sorted(&profile.live) {
+                let (b, o) = (profile.estimated_bytes(t.k), profile.estimated_objects(t.k, size));
+                add(stack, b, o, t.samples);
+            }
+        }
+        View::Gc => {
+            let mut gc_stack: HashMap<StackId, bool> = HashMap::new();
+            for (c, marked) in profile.gc_cycles.iter().zip(&profile.gc_marked) {
+                for (&stack, m) in sorted(marked) {
+                    if *gc_stack.entry(stack).or_insert_with(|| is_gc_stack(profile, stack)) {
+                        add(stack, m.bytes / 8.0 * c.ns_per_word, m.objects, m.samples);
+                    }
+                }
+            }
+        }
     }
-    totals.into_values().collect()
+    totals.into_values().filter(|t| t.samples > 0).collect()
+}
+
+/// The entries of a map in key order: sums of `f64` taken in this order are the same from
+/// run to run (hash order is not).
+pub(crate) fn sorted<K: Ord, V, S>(map: &HashMap<K, V, S>) -> Vec<(&K, &V)> {
+    let mut v: Vec<_> = map.iter().collect();
+    v.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    v
 }
 
 /// True when the stack's allocator entry is the managed heap (`memprof::gc`): its innermost
@@ -129,55 +150,29 @@ pub struct GcSampled {
     pub mark_ns: f64,
 }
 
-/// For each GC cycle (in `profile.gc_cycles` order) and each sample it marked, calls
-/// `f(cycle index, sample)`. A sample was marked by a cycle when it is a managed-heap block
-/// allocated before the cycle began and not freed before the cycle ended (blocks freed by
-/// the cycle's own sweep were dead; blocks allocated during marking are allocated black and
-/// not scanned).
-pub fn gc_samples(profile: &Profile, mut f: impl FnMut(usize, &crate::profile::Sample)) {
-    if profile.gc_cycles.is_empty() {
-        return;
-    }
-    let mut gc_stack: HashMap<StackId, bool> = HashMap::new();
-    let freed: HashMap<u64, u64> = profile.frees.iter().map(|x| (x.id, x.time_ns)).collect();
-    for s in &profile.samples {
-        let is_gc = *gc_stack.entry(s.stack).or_insert_with(|| is_gc_stack(profile, s.stack));
-        if !is_gc {
-            continue;
-        }
-        let death = freed.get(&s.id).copied().unwrap_or(u64::MAX);
-        for (i, c) in profile.gc_cycles.iter().enumerate() {
-            if s.time_ns < c.start_ns && death > c.end_ns {
-                f(i, s);
-            }
-        }
-    }
-}
-
-/// Per-cycle totals of the sampled blocks each cycle marked (same order as `gc_cycles`).
+/// Per-cycle totals of the sampled managed-heap blocks each cycle marked (same order as
+/// `gc_cycles`). A block was marked by a cycle when it was allocated before the cycle
+/// began and not freed before the cycle ended (blocks freed by the cycle's own sweep were
+/// dead; blocks allocated during marking are allocated black and not scanned); see
+/// [`Profile::gc_marked`].
 pub fn gc_cycle_samples(profile: &Profile) -> Vec<GcSampled> {
-    let mut out = vec![GcSampled::default(); profile.gc_cycles.len()];
-    gc_samples(profile, |i, s| {
-        let bytes = profile.estimated_bytes(s);
-        out[i].objects += profile.estimated_objects(s);
-        out[i].bytes += bytes;
-        out[i].mark_ns += bytes / 8.0 * profile.gc_cycles[i].ns_per_word;
-    });
-    out
-}
-
-/// The GC view's per-stack totals: `bytes` holds estimated mark nanoseconds, `objects` the
-/// estimated objects marked (summed over cycles).
-fn gc_stack_totals(profile: &Profile) -> Vec<StackTotal> {
-    let mut totals: std::collections::BTreeMap<StackId, StackTotal> = Default::default();
-    gc_samples(profile, |i, s| {
-        let t =
-            totals.entry(s.stack).or_insert(StackTotal { stack: s.stack, ..Default::default() });
-        t.bytes += profile.estimated_bytes(s) / 8.0 * profile.gc_cycles[i].ns_per_word;
-        t.objects += profile.estimated_objects(s);
-        t.samples += 1;
-    });
-    totals.into_values().collect()
+    let mut gc_stack: HashMap<StackId, bool> = HashMap::new();
+    profile
+        .gc_cycles
+        .iter()
+        .zip(&profile.gc_marked)
+        .map(|(c, marked)| {
+            let mut out = GcSampled::default();
+            for (&stack, m) in sorted(marked) {
+                if *gc_stack.entry(stack).or_insert_with(|| is_gc_stack(profile, stack)) {
+                    out.objects += m.objects;
+                    out.bytes += m.bytes;
+                    out.mark_ns += m.bytes / 8.0 * c.ns_per_word;
+                }
+            }
+            out
+        })
+        .collect()
 }
 
 /// True when the profile is in the exact mode (every allocation recorded with its size).

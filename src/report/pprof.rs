@@ -217,17 +217,16 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     }
 
     // Merge samples by (stack, size): [alloc objects, alloc bytes, inuse objects, inuse bytes].
-    let live = profile.live_ids();
     let mut merged: BTreeMap<(StackId, u64), [f64; 4]> = BTreeMap::new();
-    for s in &profile.samples {
-        let v = merged.entry((s.stack, s.size)).or_default();
-        let (objects, bytes) = (profile.estimated_objects(s), profile.estimated_bytes(s));
-        v[0] += objects;
-        v[1] += bytes;
-        if live.contains(&s.id) {
-            v[2] += objects;
-            v[3] += bytes;
-        }
+    for (&(stack, size), t) in super::sorted(&profile.allocated) {
+        let v = merged.entry((stack, size)).or_default();
+        v[0] += profile.estimated_objects(t.k, size);
+        v[1] += profile.estimated_bytes(t.k);
+    }
+    for (&(stack, size), t) in super::sorted(&profile.live) {
+        let v = merged.entry((stack, size)).or_default();
+        v[2] += profile.estimated_objects(t.k, size);
+        v[3] += profile.estimated_bytes(t.k);
     }
 
     let mut stack_locations: HashMap<StackId, Vec<u64>> = HashMap::new();
@@ -267,14 +266,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     }
     let comment = comments.iter().map(|c| t.strings.get(c)).collect();
 
-    let end = profile
-        .samples
-        .iter()
-        .map(|s| s.time_ns)
-        .chain(profile.frees.iter().map(|f| f.time_ns))
-        .chain(profile.moves.iter().map(|m| m.time_ns))
-        .max()
-        .unwrap_or(0);
+    let end = profile.end_ns;
 
     protos::Profile {
         sample_type,

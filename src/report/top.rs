@@ -93,9 +93,9 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     let _ = writeln!(
         out,
         "samples: {} ({} freed, {} moved), stacks: {}",
-        profile.samples.len(),
-        profile.frees.len(),
-        profile.moves.len(),
+        profile.counts.samples,
+        profile.counts.frees,
+        profile.counts.moves,
         profile.stacks.len()
     );
     match profile.stopped {

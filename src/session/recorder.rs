@@ -1,5 +1,6 @@
-//! The built-in [`Tracker`]: records every sample into a [`Profile`], and optionally
-//! streams it to a `.mprof` file as it goes.
+//! The built-in [`Tracker`]: folds every event into a [`Profile`]'s aggregates (so a
+//! session that runs for days keeps memory for its live sampled blocks and its stacks, not
+//! for its events), and optionally streams the events to a `.mprof` file as they go.
 //!
 //! Call stacks are interned as they arrive; symbols are resolved once, when the session
 //! stops, in this process (where the code is mapped), and written into the profile, so a
@@ -9,10 +10,10 @@
 //! into the file.
 //!
 //! # Streaming
-//! A file recorder writes each record as its event arrives, through a bounded buffer
-//! ([`STREAM_BUFFER`] bytes) that is flushed when it fills and at least every
-//! [`FLUSH_EVERY`] by [`Tracker::after_poll`] (the drain thread polls every few
-//! milliseconds), so a process that dies reads back everything up to the last flush. The
+//! A file recorder encodes each record as its event arrives; the [`Writer`] seals them into
+//! a compressed block when [`BLOCK_BYTES`](crate::profile::format::BLOCK_BYTES) are pending
+//! and at least every [`FLUSH_EVERY`] ([`Tracker::after_poll`]: the drain thread polls every
+//! few milliseconds), so a process that dies reads back everything up to the last flush. The
 //! header and the modules are flushed at once. Modules loaded later (`dlopen`) are noticed
 //! through the loader's `dlpi_adds` counter at each poll, and when a new stack has a frame
 //! outside every known module; they are written as they appear. A forced poll
@@ -52,12 +53,16 @@ pub struct Recorder {
     opened: Option<File>,
     /// Opens the file at the first sample (taken then).
     deferred: Option<Opener>,
-    /// Keep samples, frees and moves in memory (false: they only go to the file).
+    /// Fold samples, frees and moves into the profile's aggregates (false: they only go to
+    /// the file).
     stream_only: bool,
     /// Modules written so far, by (path, base).
     modules_seen: HashSet<(String, u64)>,
     /// The loader's `dlpi_adds` when the modules were last listed.
     loader_adds: u64,
+    /// The (stack, size) pairs of the live blocks' [`Held`] tokens, and their ids.
+    pairs: Vec<(StackId, u64)>,
+    pair_ids: HashMap<(StackId, u64), u32, crate::sys::hash::FastHash>,
     /// Addresses whose symbols were written already (by a forced poll).
     resolved: HashSet<u64>,
     /// Leave symbols out at the end (see [`Recorder::offline_symbols`]).
@@ -70,7 +75,7 @@ impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recorder")
             .field("path", &self.path())
-            .field("samples", &self.profile.samples.len())
+            .field("samples", &self.profile.counts.samples)
             .field("stacks", &self.profile.stacks.len())
             .field("stream_only", &self.stream_only)
             .field("offline_symbols", &self.offline_symbols)
@@ -92,8 +97,8 @@ impl Recorder {
     }
 
     /// A recorder that streams to `file` (already open for writing; `path` names it in
-    /// messages) and keeps only the stack table in memory: samples, frees and moves go to
-    /// the file only, so [`Recorder::finish`] returns a profile without them.
+    /// messages) and keeps only the tables in memory: samples, frees and moves go to the
+    /// file only, so [`Recorder::finish`] returns a profile without their aggregates.
     pub fn streaming(path: impl AsRef<Path>, file: File) -> Self {
         Recorder {
             output: Some((path.as_ref().to_path_buf(), None)),
@@ -252,14 +257,52 @@ impl Recorder {
     }
 }
 
+/// What a [`Recorder`] remembers of a live sampled block until its free (16 bytes, kept by
+/// the session with the block): its (stack, size) pair, its sample points and when it was
+/// allocated, which the free names (see [`Free`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Held {
+    pair: u32,
+    /// `k` minus its expected value (its size in the exact mode, else 1), saturated.
+    k_delta: u32,
+    time_ns: u64,
+}
+
+impl Recorder {
+    fn held(&mut self, s: &Sample) -> Held {
+        let next = self.pairs.len() as u32;
+        let pair = *self.pair_ids.entry((s.stack, s.size)).or_insert(next);
+        if pair == next {
+            self.pairs.push((s.stack, s.size));
+        }
+        let expected = if self.profile.header.interval == 1.0 { s.size } else { 1 };
+        let k_delta = u32::try_from(s.k.saturating_sub(expected)).unwrap_or(u32::MAX);
+        Held { pair, k_delta, time_ns: s.time_ns }
+    }
+
+    fn sample_of(&self, h: &Held, id: u64) -> Sample {
+        let (stack, size) = self.pairs[h.pair as usize];
+        let expected = if self.profile.header.interval == 1.0 { size } else { 1 };
+        let k = expected + u64::from(h.k_delta);
+        Sample { id, stack, time_ns: h.time_ns, thread: 0, addr: 0, size, k }
+    }
+}
+
 /// A cheap hash of a call stack (the frames are return addresses: already well spread).
+/// Only the innermost [`HASHED_FRAMES`] frames (and the depth) are hashed: stacks that
+/// differ mostly differ near the allocation, and a lookup compares whole stacks anyway.
+/// Deep stacks (an interpreter's 64 frames) then cost the drain thread a quarter of the
+/// hashing.
 fn stack_hash(frames: &[usize], truncated: bool) -> u64 {
-    let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(truncated);
-    for &f in frames {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(truncated) ^ ((frames.len() as u64) << 32);
+    for &f in frames.iter().take(HASHED_FRAMES) {
         h = (h.rotate_left(5) ^ f as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
     h
 }
+
+/// See [`stack_hash`].
+const HASHED_FRAMES: usize = 16;
 
 /// This process's arguments; read from `/proc/self/cmdline` when the standard library has
 /// not seen them (inside a preload library whose constructor runs before std's).
@@ -285,7 +328,7 @@ fn loader_adds() -> u64 {
 }
 
 impl Tracker for Recorder {
-    type Token = ();
+    type Token = Held;
 
     fn started(&mut self, info: &SessionInfo) {
         self.profile.header = Header {
@@ -297,6 +340,8 @@ impl Tracker for Recorder {
                 .unwrap_or_default(),
             cmdline: command_line(),
             start_unix_ns: info.start_unix_ns,
+            // Times in memory are nanoseconds (a file gets its own unit: the writer's).
+            time_unit_ns: 1,
             ..Header::default()
         };
         self.open_output();
@@ -334,7 +379,7 @@ impl Tracker for Recorder {
         }
     }
 
-    fn alloc(&mut self, a: &Allocation<'_>) -> Option<()> {
+    fn alloc(&mut self, a: &Allocation<'_>) -> Option<Held> {
         if self.deferred.is_some() {
             self.open_deferred();
         }
@@ -374,35 +419,31 @@ impl Tracker for Recorder {
         };
         self.write(|w| w.write_sample(&sample));
         if !self.stream_only {
-            self.profile.samples.push(sample);
+            self.profile.add_sample(&sample);
         }
-        Some(())
+        Some(self.held(&sample))
     }
 
-    fn realloc(&mut self, _: &mut (), r: &Reallocation) {
-        let m = Move {
-            id: r.id,
-            time_ns: r.time_ns,
-            new_addr: r.new_addr as u64,
-            new_size: r.new_size as u64,
-        };
+    fn realloc(&mut self, h: &mut Held, r: &Reallocation) {
+        let s = self.sample_of(h, r.id);
+        let m = Move { new_addr: r.new_addr as u64, ..Move::of(&s, r.time_ns, r.new_size as u64) };
         self.write(|w| w.write_move(&m));
         if !self.stream_only {
-            self.profile.moves.push(m);
+            self.profile.add_move(&m);
         }
     }
 
-    fn dealloc(&mut self, _: (), d: &Deallocation) {
-        let f = Free { id: d.id, time_ns: d.time_ns };
+    fn dealloc(&mut self, h: Held, d: &Deallocation) {
+        let f = Free::of(&self.sample_of(&h, d.id), d.time_ns);
         self.write(|w| w.write_free(&f));
         if !self.stream_only {
-            self.profile.frees.push(f);
+            self.profile.add_free(&f);
         }
     }
 
     fn gc_cycle(&mut self, cycle: &GcCycle) {
         self.write(|w| w.write_gc_cycle(cycle));
-        self.profile.gc_cycles.push(*cycle);
+        self.profile.add_gc_cycle(cycle);
     }
 
     fn stopped(&mut self, stats: &Stats) {

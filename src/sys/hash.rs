@@ -3,11 +3,11 @@
 
 /// A hasher for integer keys the profiler makes itself (sample ids, stack hashes): one
 /// multiply, no SipHash. Not for keys an adversary chooses.
-pub(crate) type FastHash = std::hash::BuildHasherDefault<IdHasher>;
+pub type FastHash = std::hash::BuildHasherDefault<IdHasher>;
 
-/// The hasher of [`FastHash`].
+/// The hasher of `FastHash` (re-exported as [`crate::profile::IdHash`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct IdHasher(u64);
+pub struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {

@@ -2,6 +2,8 @@
 //! per-thread blocks without destructors, cache-line padding, errno, hashing, the loader's
 //! list of objects. Nothing here knows about sampling.
 
+#[cfg(test)]
+pub(crate) mod alloc_count;
 pub(crate) mod errno;
 pub(crate) mod hash;
 pub(crate) mod loader;

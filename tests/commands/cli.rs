@@ -8,18 +8,23 @@ fn memprof(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memprof")).args(args).output().expect("memprof runs")
 }
 
+/// The same profile as written by older memprofs (format version 1) and now (version 2).
+const SMALL: [&str; 2] = ["small.mprof", "small-v2.mprof"];
+
 #[test]
 fn report_prints_top_sites() {
-    let out = memprof(&["report", &fixture_file("small.mprof")]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = text(&out.stdout);
-    // The fixture's three sites, largest first, exact numbers (exact mode).
-    let parse = s.find("app::parse::parse_line").unwrap();
-    let cache = s.find("app::cache::Cache::insert").unwrap();
-    let config = s.find("app::config::load").unwrap();
-    assert!(parse < cache && cache < config, "{s}");
-    assert!(s.contains("exact"), "{s}");
-    assert!(s.contains("total (3 sites)"), "{s}");
+    for name in SMALL {
+        let out = memprof(&["report", &fixture_file(name)]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let s = text(&out.stdout);
+        // The fixture's three sites, largest first, exact numbers (exact mode).
+        let parse = s.find("app::parse::parse_line").unwrap();
+        let cache = s.find("app::cache::Cache::insert").unwrap();
+        let config = s.find("app::config::load").unwrap();
+        assert!(parse < cache && cache < config, "{name}: {s}");
+        assert!(s.contains("exact"), "{name}: {s}");
+        assert!(s.contains("total (3 sites)"), "{name}: {s}");
+    }
 }
 
 #[test]
@@ -58,11 +63,13 @@ fn report_writes_every_export() {
 
 #[test]
 fn truncated_profile_reads_with_a_warning() {
-    let out = memprof(&["report", &fixture_file("small-truncated.mprof")]);
-    assert!(out.status.success());
-    let err = text(&out.stderr);
-    assert!(err.contains("warning") && err.contains("cut at byte"), "{err}");
-    assert!(text(&out.stdout).contains("app::parse::parse_line"));
+    for name in ["small-truncated.mprof", "small-v2-truncated.mprof"] {
+        let out = memprof(&["report", &fixture_file(name)]);
+        assert!(out.status.success(), "{name}");
+        let err = text(&out.stderr);
+        assert!(err.contains("warning") && err.contains("cut at byte"), "{name}: {err}");
+        assert!(text(&out.stdout).contains("app::parse::parse_line"), "{name}");
+    }
 }
 
 #[test]

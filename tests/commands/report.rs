@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use memprof::profile::{Free, Header, Module, Profile, Sample, Stack, Symbol};
+use memprof::profile::format::{self, Event};
+use memprof::profile::{Free, Header, Module, Move, Profile, Sample, Stack, Symbol, Totals};
 use memprof::report::{self, FlameOptions, PprofOptions, SiteTotal, TopOptions, View};
 
 // ---------------------------------------------------------------------------------------------
@@ -85,10 +86,13 @@ fn sym(function: &str, file: &str, line: u32) -> Symbol {
     Symbol { function: function.into(), file: Some(file.into()), line: Some(line) }
 }
 
-/// A profile of the workload above: exact mode, or sampled with interval 512.
-fn three_sites(exact: bool) -> Profile {
-    let mut p = Profile {
-        header: Header {
+/// A recording of the workload above, exact or sampled with interval 512: its tables
+/// (header, modules, stacks, symbols) and its events in time order (sample `i` at `1000·i`
+/// ns, each free 500 ns after its sample).
+fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
+    let mut p = with_header(
+        Profile::default(),
+        Header {
             interval: if exact { 1.0 } else { INTERVAL_SAMPLED },
             depth: 16,
             pid: 4321,
@@ -97,9 +101,8 @@ fn three_sites(exact: bool) -> Profile {
             start_unix_ns: 1_700_000_000_000_000_000,
             ..Header::default()
         },
-        complete: true,
-        ..Profile::default()
-    };
+    );
+    p.complete = true;
     p.modules = vec![
         Module {
             path: "/opt/app/bin/app".into(),
@@ -151,10 +154,11 @@ fn three_sites(exact: bool) -> Profile {
         (vec![0x1010, 0x3100, 0x4000], true),
     ];
     p.stacks = stacks.into_iter().map(|(frames, truncated)| Stack { frames, truncated }).collect();
+    let mut events = Vec::new();
     for (i, a) in allocations().into_iter().enumerate() {
         let id = 100 + i as u64;
         let time_ns = 1000 * i as u64;
-        p.samples.push(Sample {
+        let sample = Sample {
             id,
             stack: a.stack,
             time_ns,
@@ -162,13 +166,67 @@ fn three_sites(exact: bool) -> Profile {
             addr: 0x5555_0000 + 0x1000 * i as u64,
             size: a.size,
             k: if exact { a.size } else { a.k_sampled },
-        });
+        };
+        events.push(Event::Sample(sample));
         if a.freed {
-            p.frees.push(Free { id, time_ns: time_ns + 500 });
+            events.push(Event::Free(Free::of(&sample, time_ns + 500)));
         }
     }
-    p.frees.sort_by_key(|f| f.time_ns);
+    (p, events)
+}
+
+/// `p` with `header` (a profile has private fields: no `Profile { header, ..p }` here).
+fn with_header(mut p: Profile, header: Header) -> Profile {
+    p.header = header;
     p
+}
+
+/// The profile of the workload: [`three_sites_recording`] with its events folded in.
+fn three_sites(exact: bool) -> Profile {
+    let (tables, events) = three_sites_recording(exact);
+    tables.with_events(&events)
+}
+
+/// `events` as a version-2 file gives them back: times (allocation times of frees and
+/// moves included) at the start of their unit of `unit_ns`, no block addresses, no sample
+/// ids (samples numbered 1, 2, 3, … in stream order; frees and moves with id 0).
+fn as_written(events: &[Event], unit_ns: u64) -> Vec<Event> {
+    let t = |ns: u64| ns / unit_ns * unit_ns;
+    let mut samples = 0;
+    events
+        .iter()
+        .map(|e| match *e {
+            Event::Sample(s) => {
+                samples += 1;
+                Event::Sample(Sample { id: samples, time_ns: t(s.time_ns), addr: 0, ..s })
+            }
+            Event::Free(f) => {
+                Event::Free(Free { id: 0, time_ns: t(f.time_ns), alloc_ns: t(f.alloc_ns), ..f })
+            }
+            Event::Move(m) => Event::Move(Move {
+                id: 0,
+                time_ns: t(m.time_ns),
+                new_addr: 0,
+                alloc_ns: t(m.alloc_ns),
+                ..m
+            }),
+            Event::GcCycle(c) => Event::GcCycle(c),
+        })
+        .collect()
+}
+
+/// Asserts that two profiles hold the same aggregates (what every report reads).
+fn assert_same_aggregates(got: &Profile, want: &Profile, what: &str) {
+    assert_eq!(got.allocated, want.allocated, "{what}: allocated");
+    assert_eq!(got.live, want.live, "{what}: live blocks");
+    assert_eq!(got.counts, want.counts, "{what}: counts");
+    assert_eq!(got.live_bytes, want.live_bytes, "{what}: live bytes");
+    assert_eq!(got.gc_cycles, want.gc_cycles, "{what}: GC cycles");
+    assert_eq!(got.gc_marked, want.gc_marked, "{what}: GC marked");
+    assert_eq!(got.series, want.series, "{what}: series");
+    assert_eq!(got.peak, want.peak, "{what}: peak");
+    assert_eq!(got.end_ns, want.end_ns, "{what}: end");
+    assert_eq!(got.lost, want.lost, "{what}: lost");
 }
 
 fn total(sites: &[SiteTotal]) -> SiteTotal {
@@ -346,12 +404,7 @@ mod folded {
         let mut s = p.stacks[3].clone();
         s.frames[1] = 0x3201;
         p.stacks.push(s);
-        let mut extra = p.samples[0];
-        extra.id = 9999;
-        extra.stack = 5;
-        extra.size = 7;
-        extra.k = 7;
-        p.samples.push(extra);
+        p.add_sample(&Sample { id: 9999, stack: 5, time_ns: 0, thread: 1, addr: 0, size: 7, k: 7 });
         let before = report::collapsed(&three_sites(true), View::Alloc);
         let after = report::collapsed(&p, View::Alloc);
         assert_eq!(before.len(), after.len());
@@ -390,8 +443,20 @@ mod flamegraph {
 
     #[test]
     fn all_freed_live_view_is_a_small_valid_svg() {
-        let mut p = three_sites(true);
-        p.frees = p.samples.iter().map(|s| Free { id: s.id, time_ns: s.time_ns + 1 }).collect();
+        let (tables, events) = three_sites_recording(true);
+        // Every sample, each freed 1 ns later.
+        let all_freed: Vec<Event> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Sample(s) => Some(*s),
+                _ => None,
+            })
+            .flat_map(|s| [Event::Sample(s), Event::Free(Free::of(&s, s.time_ns + 1))])
+            .collect();
+        let p = tables.with_events(&all_freed);
+        // Pairs whose blocks were all freed may stay, with zero totals.
+        assert!(p.live.values().all(|t| *t == Totals::default()), "{:?}", p.live);
+        assert!(p.counts.frees == p.counts.samples && p.counts.orphans == 0, "{:?}", p.counts);
         let svg = render(&p, View::Live);
         assert!(svg.contains("no samples"));
         assert!(svg.contains("memprof: live bytes at end (exact)"));
@@ -611,47 +676,115 @@ mod pprof {
 // .mprof fixtures
 
 mod mprof {
+    //! The golden files `small-v2.mprof` and `small-v2-truncated.mprof` are what the writer
+    //! writes now (format version 2); `small.mprof`, `small-truncated.mprof` and the two
+    //! `small-before-*.mprof` files were written by older memprofs (version 1) and must
+    //! still read.
     use super::*;
 
     fn small_bytes() -> Vec<u8> {
-        memprof::profile::format::write_profile(Vec::new(), &three_sites(true)).unwrap()
+        let (tables, events) = three_sites_recording(true);
+        format::write_events(Vec::new(), &tables, &events).unwrap()
     }
 
-    /// The small fixture cut three quarters in, inside a record.
+    /// The small profile as the drain thread writes a longer run: the same records, with a
+    /// block sealed (a flush) every four events.
+    fn small_in_blocks() -> Vec<u8> {
+        let (tables, events) = three_sites_recording(true);
+        let mut w = format::Writer::new(Vec::new(), &tables.header).unwrap();
+        for m in &tables.modules {
+            w.write_module(m).unwrap();
+        }
+        for (id, s) in tables.stacks.iter().enumerate() {
+            w.write_stack(id as u32, s).unwrap();
+        }
+        let mut addrs: Vec<u64> = tables.symbols.keys().copied().collect();
+        addrs.sort_unstable();
+        for a in addrs {
+            w.write_symbols(a, &tables.symbols[&a]).unwrap();
+        }
+        for (i, e) in events.iter().enumerate() {
+            if i % 4 == 0 {
+                w.flush().unwrap();
+            }
+            match e {
+                Event::Sample(s) => w.write_sample(s).unwrap(),
+                Event::Free(f) => w.write_free(f).unwrap(),
+                Event::Move(m) => w.write_move(m).unwrap(),
+                Event::GcCycle(c) => w.write_gc_cycle(c).unwrap(),
+            }
+        }
+        w.finish().unwrap()
+    }
+
+    /// The small profile in blocks, cut three quarters in, inside a block.
     fn truncated_bytes() -> Vec<u8> {
-        let bytes = small_bytes();
+        let bytes = small_in_blocks();
         let cut = bytes.len() * 3 / 4 + 1;
         bytes[..cut].to_vec()
     }
 
-    #[test]
-    fn small_fixture_is_what_the_writer_writes_and_reads_back() {
-        golden("small.mprof", &small_bytes());
-        golden("small-truncated.mprof", &truncated_bytes());
-        let p = Profile::read_file(fixtures().join("small.mprof")).unwrap();
-        let want = three_sites(true);
-        assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
-        assert_eq!(p.header, want.header);
-        assert_eq!(p.modules, want.modules, "modules, with their build ids");
-        assert_eq!(p.samples, want.samples);
-        assert_eq!(p.frees, want.frees);
-        assert_eq!(p.stacks, want.stacks);
-        assert_eq!(p.symbols, want.symbols);
-        assert_eq!(report::site_totals(&p), expected(true));
+    /// The events of a file, and its tables.
+    fn events_of(name: &str) -> (Profile, Vec<Event>) {
+        let f = std::fs::File::open(fixtures().join(name)).unwrap();
+        format::read_events(f).unwrap()
     }
 
-    /// Reads a golden file written by an older memprof and checks that it reads as the
-    /// three sites do now (samples, stacks, totals; modules by path, in order).
+    #[test]
+    fn small_fixture_is_what_the_writer_writes_and_reads_back() {
+        golden("small-v2.mprof", &small_bytes());
+        golden("small-v2-truncated.mprof", &truncated_bytes());
+        let p = Profile::read_file(fixtures().join("small-v2.mprof")).unwrap();
+        let (tables, events) = three_sites_recording(true);
+        assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
+        // The writer sets the version and the time unit of the exact mode.
+        let unit = format::TIME_UNIT_EXACT_NS;
+        let header =
+            Header { version: format::VERSION, time_unit_ns: unit, ..tables.header.clone() };
+        assert_eq!(p.header, header);
+        assert_eq!(p.modules, tables.modules, "modules, with their build ids");
+        assert_eq!(p.stacks, tables.stacks);
+        assert_eq!(p.symbols, tables.symbols);
+        // Every event, in order, at the resolution of the file.
+        let written = as_written(&events, unit);
+        let (_, read) = events_of("small-v2.mprof");
+        assert_eq!(read, written);
+        let want = with_header(tables, header).with_events(&written);
+        assert_same_aggregates(&p, &want, "small-v2.mprof");
+        assert_eq!(report::site_totals(&p), expected(true));
+        // The blocks of a longer run read back the same.
+        let q = Profile::read_from(&small_in_blocks()[..]).unwrap();
+        assert!(q.complete && q.warnings.is_empty(), "{:?}", q.warnings);
+        assert_same_aggregates(&q, &want, "small profile in blocks");
+    }
+
+    /// Reads a golden file written by an older memprof (format version 1, which kept times in
+    /// nanoseconds and block addresses) and checks that it reads as the three sites do now
+    /// (events, stacks, aggregates, totals; modules by path, in order).
     fn older_fixture_reads(name: &str) -> Profile {
         let p = Profile::read_file(fixtures().join(name)).unwrap();
-        let want = three_sites(true);
+        let (tables, events) = three_sites_recording(true);
         assert!(p.complete && p.warnings.is_empty(), "{name}: {:?}", p.warnings);
+        assert_eq!(p.header.version, 1, "{name}");
         let paths = |p: &Profile| p.modules.iter().map(|m| m.path.clone()).collect::<Vec<_>>();
-        assert_eq!(paths(&p), paths(&want));
-        assert_eq!(p.samples, want.samples);
-        assert_eq!(p.stacks, want.stacks);
+        assert_eq!(paths(&p), paths(&tables));
+        let (_, read) = events_of(name);
+        assert_eq!(read, events, "{name}: every event, exactly");
+        assert_eq!(p.stacks, tables.stacks);
+        let want = with_header(tables, p.header.clone()).with_events(&events);
+        assert_same_aggregates(&p, &want, name);
         assert_eq!(report::site_totals(&p), expected(true));
         p
+    }
+
+    /// The golden file of version 1, with everything a module record carries now.
+    #[test]
+    fn version_1_fixture_still_reads() {
+        let p = older_fixture_reads("small.mprof");
+        let want = three_sites(true);
+        assert_eq!(p.header, Header { version: 1, time_unit_ns: 1, ..want.header });
+        assert_eq!(p.modules, want.modules, "modules, with their build ids");
+        assert_eq!(p.symbols, want.symbols);
     }
 
     /// A file written before module records carried build ids (the field is appended to
@@ -673,23 +806,36 @@ mod mprof {
         assert_eq!(p.modules.iter().map(old).collect::<Vec<_>>(), want);
     }
 
+    /// A cut file (version 2, cut inside a block; version 1, cut inside a record) reads
+    /// back the events before the cut, exactly, and says it was cut.
     #[test]
     fn truncated_fixture_reads_the_prefix() {
-        let path = fixtures().join("small-truncated.mprof");
-        let p = Profile::read_file(&path).unwrap();
-        let len = std::fs::metadata(&path).unwrap().len();
-        assert!(!p.complete);
-        assert!(
-            p.warnings.iter().any(|w| w.contains(&format!("cut at byte {len}"))),
-            "{:?}",
-            p.warnings
-        );
-        let full = three_sites(true);
-        assert!(!p.samples.is_empty() && p.samples.len() < full.samples.len());
-        assert_eq!(p.samples[..], full.samples[..p.samples.len()]);
-        // Reports still work on a cut profile and say so.
-        let text = report::top_table(&p, &TopOptions::default());
-        assert!(text.contains("INCOMPLETE") && text.contains("may have crashed"), "{text}");
+        let (tables, events) = three_sites_recording(true);
+        for (name, full) in [
+            ("small-v2-truncated.mprof", as_written(&events, format::TIME_UNIT_EXACT_NS)),
+            // Version 1 kept times in nanoseconds, and the blocks' addresses.
+            ("small-truncated.mprof", events.clone()),
+        ] {
+            let path = fixtures().join(name);
+            let p = Profile::read_file(&path).unwrap();
+            let len = std::fs::metadata(&path).unwrap().len();
+            assert!(!p.complete, "{name}");
+            assert!(
+                p.warnings.iter().any(|w| w.contains(&format!("cut at byte {len}"))),
+                "{name}: {:?}",
+                p.warnings
+            );
+            let (read_tables, read) = events_of(name);
+            assert!(!read_tables.complete, "{name}");
+            let samples = |e: &[Event]| e.iter().filter(|e| matches!(e, Event::Sample(_))).count();
+            assert!(samples(&read) > 0 && samples(&read) < samples(&full), "{name}: {read:?}");
+            assert_eq!(read[..], full[..read.len()], "{name}: the events before the cut");
+            let want = with_header(tables.clone(), p.header.clone()).with_events(&read);
+            assert_same_aggregates(&p, &want, name);
+            // Reports still work on a cut profile and say so.
+            let text = report::top_table(&p, &TopOptions::default());
+            assert!(text.contains("INCOMPLETE") && text.contains("may have crashed"), "{text}");
+        }
     }
 
     #[test]
@@ -703,7 +849,11 @@ mod gc_view {
     use super::*;
     use memprof::profile::GcCycle;
 
-    /// Two managed-heap sites and one malloc site, exact mode, two GC cycles.
+    /// Times of the GC profile are in units of `U` ns, the exact mode's time unit in a file,
+    /// so that they survive the file unchanged.
+    const U: u64 = format::TIME_UNIT_EXACT_NS;
+
+    /// Two managed-heap sites and one malloc site, exact mode, two GC cycles; times in `U`.
     ///
     /// | id | site | bytes | alloc t | freed t |
     /// |----|------|-------|---------|---------|
@@ -713,10 +863,10 @@ mod gc_view {
     /// | 4  | log  | 80    | 120 (during cycle 1) | never |
     /// | 5  | malloc site | 4000 | 15 | never |
     ///
-    /// cycle 1: 100..200 ns, 2.0 ns/word; cycle 2: 1000..1100 ns, 0.5 ns/word.
-    fn gc_profile() -> Profile {
-        let mut p =
-            Profile { header: Header { interval: 1.0, ..Header::default() }, ..Default::default() };
+    /// cycle 1: 100..200, 2.0 ns/word; cycle 2: 1000..1100, 0.5 ns/word. The events are in
+    /// time order, each cycle reported at its end, as the collector does.
+    fn gc_recording() -> (Profile, Vec<Event>) {
+        let mut p = with_header(Profile::default(), Header { interval: 1.0, ..Header::default() });
         let named = |p: &mut Profile, addr: u64, f: &str| {
             p.symbols.insert(addr, vec![Symbol { function: f.into(), file: None, line: None }]);
         };
@@ -732,40 +882,56 @@ mod gc_view {
         p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false });
         // The collector's own mark stack, a malloc block: not a managed-heap block.
         p.stacks.push(Stack { frames: vec![0x60, 0x70, 0x40], truncated: false });
-        let s = |id, stack, size, time_ns| Sample {
-            id,
-            stack,
-            time_ns,
-            thread: 1,
-            addr: id * 64,
-            size,
-            k: size,
+        let samples: Vec<Sample> = [(6, 3, 8000, 5), (1, 0, 800, 10), (5, 2, 4000, 15)]
+            .into_iter()
+            .chain([(2, 0, 160, 20), (3, 1, 400, 30), (4, 1, 80, 120)])
+            .map(|(id, stack, size, t)| Sample {
+                id,
+                stack,
+                time_ns: t * U,
+                thread: 1,
+                addr: 0,
+                size,
+                k: size,
+            })
+            .collect();
+        let s = |id| Event::Sample(*samples.iter().find(|s| s.id == id).unwrap());
+        let free =
+            |id, t: u64| Event::Free(Free::of(samples.iter().find(|s| s.id == id).unwrap(), t * U));
+        let cycle = |cycle, start: u64, ns_per_word| {
+            Event::GcCycle(GcCycle {
+                cycle,
+                start_ns: start * U,
+                end_ns: (start + 100) * U,
+                mark_ns: 60,
+                slices: 2,
+                longest_slice_ns: 40,
+                words_marked: 150,
+                ns_per_word,
+                sweep_ns: 40,
+                heap_words: 4096,
+                live_words: 150,
+            })
         };
-        p.samples = vec![
-            s(1, 0, 800, 10),
-            s(2, 0, 160, 20),
-            s(3, 1, 400, 30),
-            s(4, 1, 80, 120),
-            s(5, 2, 4000, 15),
-            s(6, 3, 8000, 5),
+        let events = vec![
+            s(6),
+            s(1),
+            s(5),
+            s(2),
+            s(3),
+            s(4),
+            free(2, 150),
+            cycle(1, 100, 2.0),
+            free(3, 500),
+            cycle(2, 1000, 0.5),
         ];
-        p.frees = vec![Free { id: 2, time_ns: 150 }, Free { id: 3, time_ns: 500 }];
-        let cycle = |cycle, start_ns, ns_per_word| GcCycle {
-            cycle,
-            start_ns,
-            end_ns: start_ns + 100,
-            mark_ns: 60,
-            slices: 2,
-            longest_slice_ns: 40,
-            words_marked: 150,
-            ns_per_word,
-            sweep_ns: 40,
-            heap_words: 4096,
-            live_words: 150,
-        };
-        p.gc_cycles = vec![cycle(1, 100, 2.0), cycle(2, 1000, 0.5)];
         p.complete = true;
-        p
+        (p, events)
+    }
+
+    fn gc_profile() -> Profile {
+        let (tables, events) = gc_recording();
+        tables.with_events(&events)
     }
 
     #[test]
@@ -790,6 +956,14 @@ mod gc_view {
         assert_eq!(by_stack.get(&1), Some(&105.0));
         assert_eq!(by_stack.get(&2), None, "malloc blocks are not marked by the collector");
         assert_eq!(by_stack.get(&3), None, "nor is the collector's own malloc'd mark stack");
+        // A free that arrives after the cycle's record but happened before its end (block 2,
+        // swept by cycle 1) is taken back out of the cycle: the same attribution.
+        let (tables, mut events) = gc_recording();
+        events.swap(6, 7);
+        assert!(matches!((events[6], events[7]), (Event::GcCycle(_), Event::Free(_))));
+        let late = tables.with_events(&events);
+        assert_eq!(report::gc_cycle_samples(&late), per_cycle);
+        assert_eq!(report::stack_totals(&late, View::Gc), totals);
     }
 
     #[test]
@@ -826,10 +1000,12 @@ mod gc_view {
 
     #[test]
     fn cycles_survive_the_file() {
-        let p = gc_profile();
-        let bytes = p.write_to(Vec::new()).unwrap();
+        let (tables, events) = gc_recording();
+        let p = tables.clone().with_events(&events);
+        let bytes = format::write_events(Vec::new(), &tables, &events).unwrap();
         let q = Profile::read_from(&bytes[..]).unwrap();
         assert_eq!(q.gc_cycles, p.gc_cycles);
+        assert_eq!(report::gc_cycle_samples(&q), report::gc_cycle_samples(&p));
         assert_eq!(report::stack_totals(&q, View::Gc), report::stack_totals(&p, View::Gc));
     }
 }

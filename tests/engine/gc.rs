@@ -567,7 +567,7 @@ fn profiling_through_gc() {
     // sampled anyway: chunks come from System directly).
     let config =
         memprof::Config { queue_capacity: 1 << 20, seed: Some(5), ..memprof::Config::exact() };
-    let session = memprof::start(config, memprof::Recorder::new()).unwrap();
+    let session = memprof::start(config, crate::Witness::default()).unwrap();
     let mut rng = SmallRng::seed_from_u64(99);
     // address -> site of the block currently there (0 table, 1 temp)
     let mut site_at: HashMap<usize, u8> = HashMap::new();
@@ -596,17 +596,25 @@ fn profiling_through_gc() {
         memprof::poll();
     }
     let reachable: HashSet<usize> = roots.iter().map(|&r| heap.root_get(r).bits() - 8).collect();
-    let recorder = session.stop().unwrap();
-    let profile = recorder.into_profile();
+    let seen = crate::Witnessed::from(session.stop().unwrap());
+    let profile = &seen.profile;
     assert_eq!(profile.lost.events, 0);
     assert_eq!(profile.lost.untracked, 0);
     let gc_samples: Vec<_> =
-        profile.samples.iter().filter(|s| heap.contains(s.addr as usize)).collect();
+        seen.samples.iter().filter(|s| heap.contains(s.addr as usize)).collect();
     // Exact mode: every GC allocation is a sample of its exact size.
     assert_eq!(gc_samples.len(), allocated[0] + allocated[1]);
     let gc_ids: HashSet<u64> = gc_samples.iter().map(|s| s.id).collect();
-    let live_ids = profile.live_ids();
-    let live: Vec<_> = gc_samples.iter().filter(|s| live_ids.contains(&s.id)).collect();
+    let freed: HashSet<u64> = seen.frees.iter().copied().collect();
+    let live: Vec<_> = gc_samples.iter().copied().filter(|s| !freed.contains(&s.id)).collect();
+    // The profile's live totals (not the witness's record of frees) agree, pair by pair: a
+    // profile keeps no single blocks, but the GC sites' pairs have no other blocks.
+    let gc_stacks: HashSet<u32> = gc_samples.iter().map(|s| s.stack).collect();
+    assert_eq!(
+        crate::live_of(profile, |stack| gc_stacks.contains(&stack)),
+        crate::pair_totals(live.iter().copied()),
+        "the profile's live GC blocks"
+    );
     // Live samples are exactly the reachable blocks...
     let live_addrs: HashSet<usize> = live.iter().map(|s| s.addr as usize).collect();
     assert_eq!(live.len(), live_addrs.len());
@@ -625,8 +633,7 @@ fn profiling_through_gc() {
     let expected_site0 = reachable.iter().filter(|a| site_at[a] == 0).count();
     assert_eq!(per_site, [expected_site0, reachable.len() - expected_site0]);
     // Every GC block that died yields exactly one free.
-    let gc_frees: Vec<u64> =
-        profile.frees.iter().map(|f| f.id).filter(|id| gc_ids.contains(id)).collect();
+    let gc_frees: Vec<u64> = seen.frees.iter().copied().filter(|id| gc_ids.contains(id)).collect();
     let unique: HashSet<u64> = gc_frees.iter().copied().collect();
     assert_eq!(gc_frees.len(), unique.len(), "a block freed twice");
     assert_eq!(gc_frees.len(), allocated[0] + allocated[1] - reachable.len());

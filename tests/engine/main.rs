@@ -14,12 +14,15 @@
 mod gc;
 
 use std::alloc::System;
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::{Mutex, MutexGuard};
 
-use memprof::profile::Profile;
+use memprof::profile::{GcCycle, Profile, Stack, StackId, Totals};
 use memprof::report::{site_totals, SiteTotal};
-use memprof::{Config, Recorder};
+use memprof::{
+    Allocation, Config, Deallocation, Poll, Reallocation, Recorder, SessionInfo, Stats, Tracker,
+};
 
 #[global_allocator]
 static GLOBAL: memprof::Sampled<System> = memprof::Sampled::new(System);
@@ -36,6 +39,128 @@ fn record(config: Config, work: impl FnOnce()) -> Profile {
     let session = memprof::start(config, Recorder::new()).expect("start");
     work();
     session.stop().expect("stop").into_profile()
+}
+
+/// A sample as the engine handed it to the tracker, with the stack the recorder interned
+/// for it (profiles keep aggregates, not single samples or block addresses).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen {
+    pub(crate) id: u64,
+    pub(crate) stack: StackId,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) k: u64,
+    pub(crate) thread: u32,
+}
+
+/// A [`Recorder`] that also keeps every sample and the sample id of every free, in the
+/// order the engine delivered them: for the tests that follow single blocks.
+#[derive(Default)]
+pub(crate) struct Witness {
+    recorder: Recorder,
+    samples: Vec<Seen>,
+    frees: Vec<u64>,
+    /// The recorder's stack ids by stack, for the stacks indexed so far (the recorder
+    /// appends new stacks to its profile's table).
+    stack_ids: HashMap<Stack, StackId>,
+}
+
+/// The recorder's token for a live block (it names the block when it is freed).
+type Held = <Recorder as Tracker>::Token;
+
+impl Tracker for Witness {
+    type Token = Held;
+
+    fn started(&mut self, info: &SessionInfo) {
+        self.recorder.started(info);
+    }
+
+    fn alloc(&mut self, a: &Allocation<'_>) -> Option<Held> {
+        let token = self.recorder.alloc(a);
+        // The recorder has just interned the block's stack (appending it to its table when
+        // new) and entered the block in its live totals of its (stack, size) pair.
+        let profile = self.recorder.profile();
+        for id in self.stack_ids.len()..profile.stacks.len() {
+            let again = self.stack_ids.insert(profile.stacks[id].clone(), id as StackId);
+            assert_eq!(again, None, "stack {id} interned twice");
+        }
+        let frames = a.callstack.frames().iter().map(|&f| f as u64).collect();
+        let key = Stack { frames, truncated: a.callstack.truncated() };
+        let stack = *self.stack_ids.get(&key).expect("stack interned by the recorder");
+        let (id, addr, size, k, thread) = (a.id, a.addr as u64, a.size as u64, a.k, a.thread);
+        let live = profile.live.get(&(stack, size));
+        assert!(live.is_some_and(|t| t.samples > 0 && t.k >= k), "recorded as live: {live:?}");
+        self.samples.push(Seen { id, stack, addr, size, k, thread });
+        token
+    }
+
+    fn realloc(&mut self, token: &mut Held, r: &Reallocation) {
+        self.recorder.realloc(token, r);
+    }
+
+    fn dealloc(&mut self, token: Held, d: &Deallocation) {
+        self.frees.push(d.id);
+        self.recorder.dealloc(token, d);
+    }
+
+    fn gc_cycle(&mut self, cycle: &GcCycle) {
+        self.recorder.gc_cycle(cycle);
+    }
+
+    fn after_poll(&mut self, why: Poll) {
+        self.recorder.after_poll(why);
+    }
+
+    fn stopped(&mut self, stats: &Stats) {
+        self.recorder.stopped(stats);
+    }
+}
+
+/// What a session with a [`Witness`] saw: the profile, every sample, every freed sample id.
+pub(crate) struct Witnessed {
+    pub(crate) profile: Profile,
+    pub(crate) samples: Vec<Seen>,
+    pub(crate) frees: Vec<u64>,
+}
+
+impl From<Witness> for Witnessed {
+    fn from(w: Witness) -> Self {
+        Witnessed { profile: w.recorder.into_profile(), samples: w.samples, frees: w.frees }
+    }
+}
+
+/// Runs `work` under a session with a [`Witness`].
+pub(crate) fn record_witnessed(config: Config, work: impl FnOnce()) -> Witnessed {
+    let session = memprof::start(config, Witness::default()).expect("start");
+    work();
+    session.stop().expect("stop").into()
+}
+
+/// Totals per (stack, size) pair of `samples`, as a profile keeps its live blocks.
+pub(crate) fn pair_totals<'a>(
+    samples: impl IntoIterator<Item = &'a Seen>,
+) -> HashMap<(StackId, u64), Totals> {
+    let mut totals: HashMap<(StackId, u64), Totals> = HashMap::new();
+    for s in samples {
+        let t = totals.entry((s.stack, s.size)).or_default();
+        t.samples += 1;
+        t.k += s.k;
+    }
+    totals
+}
+
+/// The profile's live totals of the (stack, size) pairs whose stack passes `keep`, leaving
+/// out the pairs whose blocks were all freed (a profile may keep them with zero totals).
+pub(crate) fn live_of(
+    profile: &Profile,
+    keep: impl Fn(StackId) -> bool,
+) -> HashMap<(StackId, u64), Totals> {
+    profile
+        .live
+        .iter()
+        .filter(|((stack, _), t)| keep(*stack) && **t != Totals::default())
+        .map(|(&p, &t)| (p, t))
+        .collect()
 }
 
 /// The totals of the site named `name` (all zero when it has no samples).
@@ -153,7 +278,10 @@ mod exact {
         tb.check(&profile, "engine::exact::site_b");
         tc.check(&profile, "engine::exact::site_c");
         // Exact mode: k is the size of every sample.
-        assert!(profile.samples.iter().all(|s| s.k == s.size), "k == size in exact mode");
+        assert!(
+            profile.allocated.iter().all(|(&(_, size), t)| t.k == t.samples * size),
+            "k == size in exact mode"
+        );
         assert!(profile.complete);
     }
 }
@@ -950,7 +1078,7 @@ mod threads {
         let mut total = Counts::default();
         let config =
             Config { queue_capacity: 1 << 16, depth: 32, seed: Some(3), ..Config::exact() };
-        let profile = record(config, || {
+        let seen = record_witnessed(config, || {
             let handles: Vec<_> = (0..THREADS)
                 .map(|t| {
                     let pools = pools.clone();
@@ -968,17 +1096,17 @@ mod threads {
         for p in pools.iter() {
             held.append(&mut p.lock().unwrap());
         }
+        let profile = &seen.profile;
         assert_eq!(profile.lost, Default::default(), "nothing may be lost in this test");
         assert!(total.reused > 0, "the test never reused an address at once");
 
-        let names = site_names(&profile);
+        let names = site_names(profile);
         let ours: Vec<_> =
-            profile.samples.iter().filter(|s| names[s.stack as usize] == SITE).collect();
+            seen.samples.iter().filter(|s| names[s.stack as usize] == SITE).collect();
         assert_eq!(ours.len(), total.allocs, "one sample per allocation");
         let ids: HashSet<u64> = ours.iter().map(|s| s.id).collect();
         assert_eq!(ids.len(), ours.len(), "sample ids are unique");
-        let freed: Vec<u64> =
-            profile.frees.iter().map(|f| f.id).filter(|id| ids.contains(id)).collect();
+        let freed: Vec<u64> = seen.frees.iter().copied().filter(|id| ids.contains(id)).collect();
         let unique: HashSet<u64> = freed.iter().copied().collect();
         assert_eq!(unique.len(), freed.len(), "no block is freed twice");
         assert_eq!(freed.len(), total.frees, "one free per freed block");
@@ -990,7 +1118,14 @@ mod threads {
             held.iter().map(|b| (b.as_ptr() as u64, b.len() as u64)).collect();
         assert_eq!(truth.len(), held.len());
         assert_eq!(live, truth, "live samples = blocks still held");
-        let s = site(&profile, SITE);
+        // And the profile's live totals of the site are those samples', pair by pair.
+        let live_samples = ours.iter().copied().filter(|s| !unique.contains(&s.id));
+        assert_eq!(
+            live_of(profile, |stack| names[stack as usize] == SITE),
+            pair_totals(live_samples),
+            "the profile's live blocks = samples not freed"
+        );
+        let s = site(profile, SITE);
         let held_bytes: usize = held.iter().map(|b| b.len()).sum();
         assert_eq!(s.live_bytes, held_bytes as f64);
         assert_eq!(s.live_objects, held.len() as f64);
@@ -1021,12 +1156,19 @@ mod depth {
     }
 
     /// The stack of the sampled 333-byte block at `addr`: (frame count, truncated, names).
-    fn stack_of(profile: &Profile, addr: usize) -> (usize, bool, Vec<String>) {
-        let s = profile
+    fn stack_of(seen: &Witnessed, addr: usize) -> (usize, bool, Vec<String>) {
+        let s = seen
             .samples
             .iter()
             .find(|s| s.addr == addr as u64 && s.size == 333)
             .expect("the block was sampled");
+        let profile = &seen.profile;
+        // The only block of its (stack, size) pair, still live in the profile.
+        assert_eq!(
+            profile.live.get(&(s.stack, s.size)),
+            Some(&Totals { samples: 1, k: s.k }),
+            "still live, in the profile"
+        );
         let stack = &profile.stacks[s.stack as usize];
         (stack.frames.len(), stack.truncated, profile.frame_names(s.stack))
     }
@@ -1034,11 +1176,11 @@ mod depth {
     fn check(unwinder: Unwinder) {
         for (recursion, depth) in [(200usize, 128usize), (200, 10), (5, 128)] {
             let mut block = None;
-            let profile = record(Config { depth, unwinder, ..Config::exact() }, || {
+            let seen = record_witnessed(Config { depth, unwinder, ..Config::exact() }, || {
                 block = Some(deep(recursion))
             });
             let block = block.unwrap();
-            let (frames, truncated, names) = stack_of(&profile, block.as_ptr() as usize);
+            let (frames, truncated, names) = stack_of(&seen, block.as_ptr() as usize);
             let deep_frames = names.iter().filter(|n| *n == DEEP).count();
             let what = format!("{unwinder:?}, recursion {recursion}, depth {depth}: {names:?}");
             if recursion > depth {
@@ -1052,8 +1194,8 @@ mod depth {
                 assert!(!truncated, "{what}");
                 assert_eq!(deep_frames, recursion + 1, "{what}");
             }
-            let sample = profile.samples.iter().find(|s| s.addr == block.as_ptr() as u64).unwrap();
-            assert_eq!(profile.site_name(sample.stack), DEEP, "{what}");
+            let sample = seen.samples.iter().find(|s| s.addr == block.as_ptr() as u64).unwrap();
+            assert_eq!(seen.profile.site_name(sample.stack), DEEP, "{what}");
         }
     }
 
@@ -1104,9 +1246,14 @@ mod offline_symbols {
         bare.symbols.clear();
         let notes = memprof::profile::symbolize::resolve_offline(&mut bare);
         assert!(notes.is_empty(), "{notes:?}");
-        let mine: Vec<_> = profile.samples.iter().filter(|s| s.size >= 40_000).collect();
-        assert_eq!(mine.len(), 10);
-        let stack = mine[0].stack;
+        let mine: Vec<(StackId, u64)> = profile
+            .allocated
+            .iter()
+            .filter(|((_, size), _)| *size >= 40_000)
+            .map(|(&(stack, _), t)| (stack, t.samples))
+            .collect();
+        assert_eq!(mine.iter().map(|(_, n)| n).sum::<u64>(), 10);
+        let stack = mine[0].0;
         assert!(profile.frame_names(stack).iter().any(|f| f.ends_with("offline_site")));
         // Same functions (the inline chains come from the same DWARF), in the same order.
         // A system library without DWARF or a full symbol table (libc's start_thread is a

@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use memprof::config;
 use memprof::launcher::{self, EnvSettings, RecordOptions};
-use memprof::profile::load::{load_with, LoadOptions, Message};
+use memprof::profile::load::{load_with_first, LoadOptions, Message};
 use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
@@ -220,14 +220,34 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     // started only once the program runs, and told that it has ended by `done` closing.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let mut warm = None;
+    // And a third reads the profile as it grows, into its aggregates, so that only the
+    // last blocks are left to read after the exit.
+    let exited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut follower = None;
     let run = launcher::record_with(&opts, preload.path(), |pid| {
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
-            .spawn(move || warm_symbols(pid, &done_rx))
+            .spawn(move || {
+                idle_priority();
+                warm_symbols(pid, &done_rx)
+            })
+            .ok();
+        let path = launcher::output_path(&opts, pid);
+        let done = exited.clone();
+        follower = std::thread::Builder::new()
+            .name("memprof-reader".into())
+            .spawn(move || {
+                idle_priority();
+                memprof::profile::load::follow(path, done)
+            })
             .ok();
     });
     drop(done_tx);
+    exited.store(true, std::sync::atomic::Ordering::Release);
     let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
+    // Whatever went wrong while following is found again (and reported) by the reading
+    // after the exit.
+    let first = follower.and_then(|t| t.join().ok()).and_then(Result::ok);
     let run = run?;
     let shown = Path::new(program).display().to_string();
     if let Some(sig) = run.signal {
@@ -243,11 +263,11 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
             run.output.display()
         )));
     }
-    let (profile, labels) = read_profiles(&files, true, &mut loaders)?;
+    let (profile, labels) = read_profiles_first(&files, true, &mut loaders, first)?;
     // The process ends right after the report: freeing the parsed debug information (tens of
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
-    if profile.samples.is_empty() {
+    if profile.counts.samples == 0 {
         if let Some((_, hint)) = exec_hint(program, &run, &profile) {
             eprintln!("memprof: error: no allocations were seen in {shown}: {hint}");
             return Ok(if run.exit_code == 0 { 1 } else { run.exit_code });
@@ -338,13 +358,34 @@ fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
     loaders
 }
 
+/// Puts the calling thread in the `SCHED_IDLE` class: it runs only on a core nothing else
+/// wants. `record`'s reading threads must not take CPU from the program and its drain
+/// thread (in the exact mode the drain thread is busy: the program waits for it when it
+/// falls behind); they catch up once the program has exited.
+fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler(0, …)` changes only the calling thread's policy; `param`
+    // is a valid sched_param for SCHED_IDLE (priority 0). Failure leaves it as it was.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+}
+
 /// Reads one or more profiles ([`load`]), printing their warnings and notes.
 pub(crate) fn read_profiles(
     files: &[PathBuf],
     recorded: bool,
     loaders: &mut Loaders,
 ) -> Result<(Profile, Vec<String>), Error> {
-    let loaded = load_with(files, LoadOptions { recorded }, loaders)?;
+    read_profiles_first(files, recorded, loaders, None)
+}
+
+/// [`read_profiles`], the first one already read when `first` is given.
+fn read_profiles_first(
+    files: &[PathBuf],
+    recorded: bool,
+    loaders: &mut Loaders,
+    first: Option<Profile>,
+) -> Result<(Profile, Vec<String>), Error> {
+    let loaded = load_with_first(files, LoadOptions { recorded }, loaders, first)?;
     for m in &loaded.messages {
         match m {
             Message::Warning(w) => eprintln!("memprof: warning: {w}"),

@@ -32,7 +32,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     let session = memprof::start(worst_case::config(), Recorder::new())?;
     worst_case::run(iterations);
     let profile = session.stop()?.finish()?;
-    println!("{} samples in {:.2} s", profile.samples.len(), started.elapsed().as_secs_f64());
+    println!("{} samples in {:.2} s", profile.counts.samples, started.elapsed().as_secs_f64());
     show(&profile, &args.out, "worst_case", &[View::Alloc])?;
 
     // 2. A leaky cache at the default interval: the alloc and live views disagree.
@@ -45,7 +45,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     println!(
         "{} entries cached, {} samples, profile {}",
         cache.entries(),
-        profile.samples.len(),
+        profile.counts.samples,
         mprof.display()
     );
     drop(cache);
@@ -62,7 +62,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     println!(
         "{} GC cycles, {} samples, {} GC cycles in the profile {}",
         report.cycles.len(),
-        profile.samples.len(),
+        profile.counts.samples,
         profile.gc_cycles.len(),
         mprof.display()
     );
@@ -94,7 +94,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     )?;
     println!(
         "{} samples through the preload library, profile {}",
-        profile.samples.len(),
+        profile.counts.samples,
         mprof.display()
     );
     show(&profile, &args.out, "record_leaky_cache", &[View::Alloc, View::Live])?;

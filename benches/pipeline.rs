@@ -1,0 +1,684 @@
+//! The whole profile pipeline on two malloc-heavy programs (issue 11, "a profile pipeline
+//! that scales"): what a user waits for, from starting `memprof record` to reading the
+//! report, beside the plain program and beside heaptrack, measured side by side in one run
+//! and printed as ratios.
+//!
+//! ```text
+//! cargo build --release                                  # target/release/memprof
+//! cargo bench --bench pipeline                           # full size, 3 rounds
+//! cargo bench --bench pipeline -- --quick                # small workloads, 1 round
+//! cargo bench --bench pipeline -- --rounds 5             # more rounds: steadier medians
+//! cargo bench --bench pipeline -- --only cpython         # or --only c
+//! ```
+//!
+//! The two programs:
+//!
+//! 1. **CPython** (`python3` on the `PATH`, 3.11) with `PYTHONMALLOC=malloc`, so that every
+//!    object allocation goes through `malloc`, on a JSON round trip: the script below
+//!    ([`JSON_SCRIPT`]) builds 200 000 small dict records (50 000 with `--quick`), then
+//!    `json.dumps` and `json.loads` them. The interpreter is resolved once with
+//!    `sys.executable` and run by its path: a pyenv shim is a shell script, and `memprof
+//!    record` would profile the shell (which then executes Python unprofiled);
+//! 2. **seed 003's worst case in C**, `fixtures/c/worst_case.c` built with `cc -O2 -g`:
+//!    recursion depth 20, two mallocs and two frees per iteration, 10 M iterations (2 M with
+//!    `--quick`).
+//!
+//! Each round runs, for each program, one after the other: the plain program; `memprof
+//! record` with `--interval 800 --depth 10` (statmemprof's λ = 0.01), with the default
+//! interval, and with `--interval 1` (the exact mode: every allocation and free); then
+//! `heaptrack -o FILE prog` followed by `heaptrack_print FILE.zst` (or `.gz`, whichever
+//! heaptrack wrote; its output to a file), timed together as one job, since a heaptrack
+//! user waits for both. Every time is the whole process (start, the program, and what
+//! `memprof record` does after it exits: symbols, the summary, the flamegraph). This
+//! machine's speed drifts by tens of per cent over seconds (a shared host, 2 cores), so
+//! the figures are ratios between runs of the same round, and the printed ratio is the
+//! median over the rounds; bare seconds are printed for orientation only.
+//!
+//! For each memprof mode it prints the end-to-end time over the plain program's and over
+//! heaptrack's record + print, the profile's size, and its bytes per event (events =
+//! samples + frees + moves, read from the `samples: N (F freed, M moved)` line of the
+//! summary that `memprof record` and `memprof report` print; if neither prints it, the
+//! exact mode of the C program counts its known 2 mallocs + 2 frees per iteration, marked
+//! `*`, and the other modes show n/a). For the exact-mode profile it also times `memprof
+//! report FILE` (run in a scratch directory, where any default outputs land) and reads its
+//! peak RSS (`ru_maxrss` of that child, from `wait4`), beside heaptrack's file size and
+//! `heaptrack_print`'s time and peak RSS. The issue's targets are printed next to the
+//! figures with ✓ or ✗; the bench does not assert them. A run that fails (non-zero exit)
+//! panics with its stderr; a missing `python3` or heaptrack skips that part with one line
+//! saying so. Everything is written in a directory under the system's temporary directory,
+//! removed at the end (also after a panic, not after a signal).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Instant;
+
+/// The CPython workload: a JSON round trip of `argv[1]` small dict records.
+const JSON_SCRIPT: &str = r#"
+import json
+import sys
+
+n = int(sys.argv[1])
+records = [
+    {
+        "id": i,
+        "name": "user%d" % i,
+        "email": "user%d@example.com" % i,
+        "score": i * 0.25,
+        "active": i % 3 == 0,
+        "tags": ["t%d" % (i % 10), "x"],
+    }
+    for i in range(n)
+]
+text = json.dumps(records)
+back = json.loads(text)
+assert len(back) == n and back[-1] == records[-1]
+print(len(text))
+"#;
+
+/// The memprof modes, in the order they are printed: a label and `memprof record`'s flags.
+const MODES: [(&str, &[&str]); 3] = [
+    ("exact (--interval 1)", &["--interval", "1"]),
+    ("800 B, depth 10", &["--interval", "800", "--depth", "10"]),
+    ("default interval", &[]),
+];
+const EXACT: usize = 0;
+const I800: usize = 1;
+/// The order in which the modes run in a round: 800 B right after the plain program, whose
+/// ratio to it has a target.
+const RUN_ORDER: [usize; 3] = [1, 2, 0];
+
+// The issue's targets.
+const EXACT_VS_HEAPTRACK: f64 = 0.6;
+const BYTES_PER_EVENT: f64 = 4.0;
+const EXACT_FILE_VS_HEAPTRACK: f64 = 2.0;
+const REPORT_SECS: f64 = 1.5;
+const REPORT_RSS_MB: f64 = 100.0;
+const I800_VS_PLAIN: f64 = 1.6;
+
+const USAGE: &str =
+    "usage: cargo bench --bench pipeline -- [--quick] [--rounds N] [--only cpython|c]";
+
+struct Options {
+    quick: bool,
+    rounds: usize,
+    only: Option<String>,
+}
+
+fn options() -> Options {
+    let mut o = Options { quick: false, rounds: 0, only: None };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--rounds" => {
+                o.rounds = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| panic!("--rounds takes a number > 0\n{USAGE}"))
+            }
+            "--only" => match args.next().as_deref() {
+                Some(w @ ("cpython" | "c")) => o.only = Some(w.to_owned()),
+                _ => panic!("--only takes cpython or c\n{USAGE}"),
+            },
+            // `cargo bench` passes `--bench` to every bench binary.
+            "--bench" => {}
+            _ => panic!("unknown argument {a:?}\n{USAGE}"),
+        }
+    }
+    if o.rounds == 0 {
+        o.rounds = if o.quick { 1 } else { 3 };
+    }
+    o
+}
+
+/// A scratch directory, removed when dropped (also when a run panics).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn target_dir() -> PathBuf {
+    // The bench binary lives in target/<profile>/deps/.
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One finished child: its wall time and its peak RSS.
+struct Measured {
+    secs: f64,
+    max_rss: u64,
+}
+
+/// Where a run's stdout goes.
+enum Out<'a> {
+    Null,
+    /// A file of its own (heaptrack_print's report, memprof report's table).
+    File(&'a Path),
+    /// The stderr log too (heaptrack's own messages).
+    Log,
+}
+
+/// Waits for child `pid` with `wait4`, which also returns the child's own resource usage
+/// (its peak RSS, not that of other children).
+fn wait4(pid: libc::pid_t) -> (ExitStatus, libc::rusage) {
+    let mut status: libc::c_int = 0;
+    // SAFETY: `rusage` is a C struct of integers (two `timeval`s and `c_long`s), for which
+    // all zero bytes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `usage` are valid for writes for the whole call; `pid` is a
+        // child of this process that nothing else waits for (its `std::process::Child` is
+        // dropped without `wait`).
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            return (ExitStatus::from_raw(status), usage);
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "wait4({pid}): {e}");
+    }
+}
+
+/// Runs `cmd` with stdin from /dev/null, stdout to `out`, stderr to the file `log`, and
+/// panics with the end of `log` if it fails.
+fn run(what: &str, cmd: &mut Command, out: Out, log: &Path) -> Measured {
+    let err = File::create(log).unwrap();
+    let stdout: Stdio = match out {
+        Out::Null => Stdio::null(),
+        Out::File(path) => File::create(path).unwrap().into(),
+        Out::Log => err.try_clone().unwrap().into(),
+    };
+    cmd.stdin(Stdio::null()).stdout(stdout).stderr(err);
+    let start = Instant::now();
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
+    let (status, usage) = wait4(child.id() as libc::pid_t);
+    let secs = start.elapsed().as_secs_f64();
+    drop(child);
+    if !status.success() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail = text.len().saturating_sub(8000);
+        let tail = text.get(tail..).unwrap_or(&text);
+        panic!("{what} failed ({status}): {cmd:?}\n--- its stderr ---\n{tail}");
+    }
+    // Linux counts ru_maxrss in KiB.
+    Measured { secs, max_rss: usage.ru_maxrss.max(0) as u64 * 1024 }
+}
+
+/// The event counts from a memprof summary's `samples: N (F freed, M moved), …` line (the
+/// last one: the program's own stderr comes first): samples + frees + moves.
+fn parse_events(summary: &str) -> Option<u64> {
+    let line = summary.lines().rev().find(|l| l.trim_start().starts_with("samples:"))?;
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+        .take(3)
+        .collect();
+    (numbers.len() == 3).then(|| numbers.iter().sum())
+}
+
+/// Where an event count came from.
+#[derive(Clone, Copy, PartialEq)]
+enum Counted {
+    /// The summary of `memprof record` or `memprof report`.
+    Summary,
+    /// The allocations and frees the workload is known to make (exact mode only).
+    Known,
+    /// Neither.
+    Unknown,
+}
+
+struct Workload {
+    /// Its heading.
+    title: String,
+    /// For `--only`.
+    key: &'static str,
+    program: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(&'static str, &'static str)>,
+    /// Allocations + frees of one run (every one an event in exact mode), when known.
+    known_events: Option<u64>,
+}
+
+impl Workload {
+    fn plain(&self) -> Command {
+        let mut c = Command::new(&self.program);
+        c.args(&self.args).envs(self.env.iter().copied());
+        c
+    }
+
+    fn memprof(&self, memprof: &Path, flags: &[&str], out: &Path) -> Command {
+        let mut c = Command::new(memprof);
+        c.arg("record").arg("--force").args(flags).arg("-o").arg(out).arg("--");
+        c.arg(&self.program).args(&self.args).envs(self.env.iter().copied());
+        c
+    }
+
+    fn heaptrack(&self, prefix: &Path) -> Command {
+        let mut c = Command::new("heaptrack");
+        c.arg("-o").arg(prefix).arg(&self.program).args(&self.args);
+        c.envs(self.env.iter().copied());
+        c
+    }
+}
+
+/// The figures of one memprof mode, one entry per round.
+#[derive(Default)]
+struct ModeRuns {
+    secs: Vec<f64>,
+    vs_plain: Vec<f64>,
+    vs_heaptrack: Vec<f64>,
+    file_bytes: Vec<f64>,
+    events: Vec<f64>,
+    bytes_per_event: Vec<f64>,
+    counted: Vec<Counted>,
+    /// Exact mode: `memprof report FILE`'s wall time and peak RSS.
+    report_secs: Vec<f64>,
+    report_rss: Vec<f64>,
+}
+
+#[derive(Default)]
+struct HeaptrackRuns {
+    record_secs: Vec<f64>,
+    print_secs: Vec<f64>,
+    print_rss: Vec<f64>,
+    file_bytes: Vec<f64>,
+}
+
+struct Tools {
+    memprof: PathBuf,
+    heaptrack: bool,
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn mb(bytes: f64) -> String {
+    format!("{:.1} MB", bytes / 1e6)
+}
+
+/// A file size in MB, kB or bytes (heaptrack's files can be a few kB).
+fn size(bytes: f64) -> String {
+    if bytes >= 1e6 {
+        mb(bytes)
+    } else if bytes >= 1e3 {
+        format!("{:.1} kB", bytes / 1e3)
+    } else {
+        format!("{bytes:.0} B")
+    }
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✓"
+    } else {
+        "✗"
+    }
+}
+
+/// The heaptrack data file `heaptrack -o PREFIX` wrote (`PREFIX.zst` or `PREFIX.gz`).
+fn heaptrack_file(prefix: &Path) -> PathBuf {
+    let name = prefix.file_name().unwrap().to_string_lossy().into_owned();
+    let dir = prefix.parent().unwrap();
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let f = p.file_name().unwrap().to_string_lossy();
+            f.strip_prefix(&name).is_some_and(|rest| rest.starts_with('.'))
+        })
+        .unwrap_or_else(|| panic!("heaptrack wrote no {}.zst or .gz in {}", name, dir.display()))
+}
+
+/// Removes the files of a previous heaptrack run (`PREFIX.*`).
+fn remove_heaptrack_files(prefix: &Path) {
+    let name = format!("{}.", prefix.file_name().unwrap().to_string_lossy());
+    for e in std::fs::read_dir(prefix.parent().unwrap()).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&name) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
+    println!();
+    println!("== {} ==", w.title);
+    let log = dir.join("stderr.log");
+    let profile = dir.join("pipeline.mprof");
+    let report_dir = dir.join("report");
+    let ht_prefix = dir.join("ht");
+    let mut plain = vec![];
+    let mut modes: Vec<ModeRuns> = MODES.iter().map(|_| ModeRuns::default()).collect();
+    let mut ht = HeaptrackRuns::default();
+    for round in 0..rounds {
+        eprint!("  round {}/{rounds}: plain", round + 1);
+        let p = run("the plain program", &mut w.plain(), Out::Null, &log).secs;
+        plain.push(p);
+        let mut secs = [0.0; MODES.len()];
+        for &m in &RUN_ORDER {
+            let (label, flags) = MODES[m];
+            eprint!(", {label}");
+            let what = format!("memprof record ({label})");
+            let mut cmd = w.memprof(&tools.memprof, flags, &profile);
+            let t = run(&what, &mut cmd, Out::Null, &log).secs;
+            secs[m] = t;
+            let r = &mut modes[m];
+            r.secs.push(t);
+            r.vs_plain.push(t / p);
+            let bytes = std::fs::metadata(&profile).map(|m| m.len()).unwrap_or(0) as f64;
+            r.file_bytes.push(bytes);
+            // The summary that `record` prints at the end, after the program's own stderr.
+            let mut events = parse_events(&std::fs::read_to_string(&log).unwrap_or_default());
+            if m == EXACT {
+                // `memprof report` of the exact profile, in a scratch directory that takes
+                // whatever it writes by default; its top table goes to a file.
+                let _ = std::fs::remove_dir_all(&report_dir);
+                std::fs::create_dir_all(&report_dir).unwrap();
+                let table = report_dir.join("top.txt");
+                let mut cmd = Command::new(&tools.memprof);
+                cmd.arg("report").arg(&profile).current_dir(&report_dir);
+                let report = run("memprof report", &mut cmd, Out::File(&table), &log);
+                r.report_secs.push(report.secs);
+                r.report_rss.push(report.max_rss as f64);
+                events = events.or_else(|| parse_events(&read(&table)));
+            }
+            if events.is_none() {
+                // Not in record's summary: ask `memprof report` for the counts alone.
+                let table = dir.join("top0.txt");
+                let mut cmd = Command::new(&tools.memprof);
+                cmd.arg("report").arg("--top").arg("0").arg(&profile).current_dir(dir);
+                run("memprof report --top 0", &mut cmd, Out::File(&table), &log);
+                events = parse_events(&read(&table)).or_else(|| parse_events(&read(&log)));
+            }
+            let (counted, events) = match (events, w.known_events) {
+                (Some(e), _) => (Counted::Summary, Some(e)),
+                (None, Some(k)) if m == EXACT => (Counted::Known, Some(k)),
+                _ => (Counted::Unknown, None),
+            };
+            r.counted.push(counted);
+            if let Some(e) = events {
+                r.events.push(e as f64);
+                r.bytes_per_event.push(bytes / e as f64);
+            }
+            // Exact profiles of these programs are hundreds of MB: one at a time.
+            let _ = std::fs::remove_file(&profile);
+            let _ = std::fs::remove_file(dir.join("pipeline.mprof.svg"));
+        }
+        if tools.heaptrack {
+            eprint!(", heaptrack");
+            remove_heaptrack_files(&ht_prefix);
+            let rec = run("heaptrack", &mut w.heaptrack(&ht_prefix), Out::Log, &log);
+            let file = heaptrack_file(&ht_prefix);
+            let shown = dir.join("heaptrack_print.txt");
+            let mut cmd = Command::new("heaptrack_print");
+            cmd.arg(&file);
+            let print = run("heaptrack_print", &mut cmd, Out::File(&shown), &log);
+            let both = rec.secs + print.secs;
+            ht.record_secs.push(rec.secs);
+            ht.print_secs.push(print.secs);
+            ht.print_rss.push(print.max_rss as f64);
+            ht.file_bytes.push(std::fs::metadata(&file).unwrap().len() as f64);
+            for (m, t) in secs.iter().enumerate() {
+                modes[m].vs_heaptrack.push(t / both);
+            }
+            remove_heaptrack_files(&ht_prefix);
+        }
+        eprintln!();
+    }
+
+    // The figures.
+    let p = median(&plain);
+    println!("  {:<34} {:>8.2} s", "plain", p);
+    let ht_file = median(&ht.file_bytes);
+    if tools.heaptrack {
+        let both: Vec<f64> =
+            ht.record_secs.iter().zip(&ht.print_secs).map(|(r, p)| r + p).collect();
+        let vs_plain: Vec<f64> = both.iter().zip(&plain).map(|(b, p)| b / p).collect();
+        println!(
+            "  {:<34} {:>8.2} s  {:>6.2}× plain   (record {:.2} s + print {:.2} s)",
+            "heaptrack record + heaptrack_print",
+            median(&both),
+            median(&vs_plain),
+            median(&ht.record_secs),
+            median(&ht.print_secs)
+        );
+        // Per event of the exact mode, which records what heaptrack records.
+        let per_event = if modes[EXACT].events.is_empty() {
+            String::new()
+        } else {
+            format!(" ({:.3} B per exact-mode event)", ht_file / median(&modes[EXACT].events))
+        };
+        println!(
+            "  {:<34} file {}{per_event}; heaptrack_print {:.2} s, {} peak RSS",
+            "",
+            size(ht_file),
+            median(&ht.print_secs),
+            mb(median(&ht.print_rss))
+        );
+    }
+    println!(
+        "  {:<34} {:>10} {:>8} {:>12} {:>10} {:>12} {:>8}",
+        "memprof record", "time", "× plain", "× heaptrack", "file", "events", "B/event"
+    );
+    for (m, (label, _)) in MODES.iter().enumerate() {
+        let r = &modes[m];
+        let vs_ht =
+            if tools.heaptrack { format!("{:.2}×", median(&r.vs_heaptrack)) } else { "-".into() };
+        let (events, per_event) = if r.bytes_per_event.is_empty() {
+            ("n/a".to_owned(), "n/a".to_owned())
+        } else {
+            let known = if r.counted.contains(&Counted::Known) { "*" } else { "" };
+            (
+                format!("{:.0}{known}", median(&r.events)),
+                format!("{:.2}", median(&r.bytes_per_event)),
+            )
+        };
+        println!(
+            "  {:<34} {:>8.2} s {:>7.2}× {:>12} {:>10} {:>12} {:>8}",
+            label,
+            median(&r.secs),
+            median(&r.vs_plain),
+            vs_ht,
+            size(median(&r.file_bytes)),
+            events,
+            per_event
+        );
+    }
+    let exact = &modes[EXACT];
+    if exact.counted.contains(&Counted::Known) {
+        println!(
+            "  * the summary printed no parseable `samples: N (F freed, M moved)` line: the \
+             workload's known allocations + frees are counted instead"
+        );
+    }
+    if modes.iter().any(|r| r.counted.contains(&Counted::Unknown)) {
+        println!(
+            "  n/a: the summary printed no parseable `samples: N (F freed, M moved)` line, and \
+             this workload's count is not known"
+        );
+    }
+    let report_secs = median(&exact.report_secs);
+    let report_rss = median(&exact.report_rss);
+    println!(
+        "  memprof report of the exact profile: {report_secs:.2} s, {} peak RSS",
+        mb(report_rss)
+    );
+
+    // The issue's targets, reported and not asserted.
+    println!("  targets (issue 11; reported, not asserted):");
+    let target = |ok: Option<bool>, what: &str, figure: String| match ok {
+        Some(ok) => println!("    {} {what:<52} {figure}", mark(ok)),
+        None => println!("    - {what:<52} {figure}"),
+    };
+    if tools.heaptrack {
+        let r = median(&exact.vs_heaptrack);
+        target(
+            Some(r <= EXACT_VS_HEAPTRACK),
+            &format!("exact end to end ≤ {EXACT_VS_HEAPTRACK}× heaptrack record + print"),
+            format!("{r:.2}×"),
+        );
+    } else {
+        target(None, "exact end to end vs heaptrack", "skipped (no heaptrack)".into());
+    }
+    for (m, (label, _)) in MODES.iter().enumerate() {
+        let what = format!("≤ {BYTES_PER_EVENT} bytes per event, {label}");
+        if modes[m].bytes_per_event.is_empty() {
+            target(None, &what, "n/a (no event count)".into());
+        } else {
+            let b = median(&modes[m].bytes_per_event);
+            target(Some(b <= BYTES_PER_EVENT), &what, format!("{b:.2} B"));
+        }
+    }
+    if tools.heaptrack {
+        let r = median(&exact.file_bytes) / ht_file;
+        target(
+            Some(r <= EXACT_FILE_VS_HEAPTRACK),
+            &format!("exact file ≤ {EXACT_FILE_VS_HEAPTRACK}× heaptrack's file"),
+            format!("{r:.2}× ({} vs {})", size(median(&exact.file_bytes)), size(ht_file)),
+        );
+    } else {
+        target(None, "exact file vs heaptrack's file", "skipped (no heaptrack)".into());
+    }
+    // The report targets are CPython's; the C program's figures are for comparison.
+    let cpython = w.key == "cpython";
+    target(
+        cpython.then_some(report_secs <= REPORT_SECS),
+        &format!("memprof report (exact) ≤ {REPORT_SECS} s (CPython)"),
+        format!("{report_secs:.2} s"),
+    );
+    target(
+        cpython.then_some(report_rss / 1e6 <= REPORT_RSS_MB),
+        &format!("memprof report (exact) ≤ {REPORT_RSS_MB} MB peak RSS (CPython)"),
+        mb(report_rss),
+    );
+    let r = median(&modes[I800].vs_plain);
+    target(
+        Some(r <= I800_VS_PLAIN),
+        &format!("800 B, depth 10 end to end ≤ {I800_VS_PLAIN}× plain"),
+        format!("{r:.2}×"),
+    );
+}
+
+/// The real CPython interpreter (not a pyenv shim) and its version, or why there is none.
+fn find_python() -> Result<(PathBuf, String), String> {
+    let o = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable); print(sys.version.split()[0])"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("python3 cannot be run ({e})"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "python3 failed ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(exe), Some(version)) if !exe.is_empty() => Ok((exe.into(), version.into())),
+        _ => Err(format!("python3 printed no sys.executable ({text:?})")),
+    }
+}
+
+fn build_worst_case(out: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/worst_case.c");
+    let o =
+        Command::new("cc").args(["-O2", "-g", "-o"]).arg(out).arg(&src).output().expect("cc runs");
+    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn main() {
+    let opts = options();
+    let memprof = target_dir().join("memprof");
+    assert!(
+        memprof.is_file(),
+        "no memprof executable at {} (cargo build --release first)",
+        memprof.display()
+    );
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("memprof-pipeline-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+
+    let heaptrack = ["heaptrack", "heaptrack_print"].iter().all(|t| {
+        Command::new(t)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    });
+    let tools = Tools { memprof, heaptrack };
+    let (records, iterations) =
+        if opts.quick { (50_000u64, 2_000_000u64) } else { (200_000, 10_000_000) };
+    println!(
+        "memprof pipeline bench: {} round(s){}; each figure is the median over the rounds of \
+         ratios between runs of the same round (times in seconds are for orientation only)",
+        opts.rounds,
+        if opts.quick { ", --quick" } else { "" }
+    );
+    println!("memprof: {}", tools.memprof.display());
+    if !tools.heaptrack {
+        println!(
+            "heaptrack or heaptrack_print not found: the heaptrack comparison is skipped \
+             (Debian: apt-get install heaptrack)"
+        );
+    }
+
+    let wanted = |key: &str| opts.only.as_deref().is_none_or(|o| o == key);
+    let mut workloads = vec![];
+    if wanted("cpython") {
+        match find_python() {
+            Ok((python, version)) => {
+                let script = dir.0.join("json_roundtrip.py");
+                std::fs::write(&script, JSON_SCRIPT).unwrap();
+                let note = if version.starts_with("3.11.") { "" } else { " (not 3.11)" };
+                workloads.push(Workload {
+                    title: format!(
+                        "CPython {version}{note} ({}): JSON round trip of {records} records, \
+                         PYTHONMALLOC=malloc",
+                        python.display()
+                    ),
+                    key: "cpython",
+                    program: python,
+                    args: vec![script.into(), records.to_string().into()],
+                    env: vec![("PYTHONMALLOC", "malloc")],
+                    known_events: None,
+                })
+            }
+            Err(why) => {
+                println!("{why}: the CPython workload is skipped (Debian: apt-get install python3)")
+            }
+        }
+    }
+    if wanted("c") {
+        let prog = dir.0.join("worst_case");
+        build_worst_case(&prog);
+        workloads.push(Workload {
+            title: format!("worst_case.c (seed 003, cc -O2 -g): {iterations} iterations"),
+            key: "c",
+            program: prog,
+            args: vec![iterations.to_string().into()],
+            env: vec![],
+            // Two mallocs and two frees per iteration.
+            known_events: Some(4 * iterations),
+        });
+    }
+    for w in &workloads {
+        bench(w, &tools, opts.rounds, &dir.0);
+    }
+}
