@@ -155,8 +155,10 @@ pub const MAX_RECORD: u64 = 64 << 20;
 /// Largest decompressed block accepted, in bytes.
 pub const MAX_BLOCK: u64 = MAX_RECORD + (1 << 20);
 /// Raw bytes of pending records at which the writer seals a block without waiting for a
-/// flush.
-pub const BLOCK_BYTES: usize = 1 << 20;
+/// flush. Each block starts zstd afresh (a frame header, new tables): with 1 MiB blocks,
+/// seed 003's exact-mode file was 66 KB, with 4 MiB 57 KB (heaptrack's: 32 KB). A block
+/// still holds at most one flush interval of events (50 ms).
+pub const BLOCK_BYTES: usize = 4 << 20;
 /// Longest string accepted, in bytes.
 pub const MAX_STRING: u64 = 1 << 20;
 /// Longest build id accepted (GNU build ids are 16 or 20 bytes).
@@ -1184,7 +1186,7 @@ impl<R: Read> Reader<R> {
             ),
         };
         self.block.clear();
-        self.block.reserve(raw_len as usize);
+        self.block.reserve_exact(raw_len as usize);
         let n = z
             .decompress_to_buffer(p.rest, &mut self.block)
             .map_err(|e| format!("damaged block: {e}"))?;
