@@ -248,6 +248,7 @@ pub fn init() {
         // (the preload library is never unloaded).
         unsafe {
             libc::atexit(at_exit);
+            at_quick_exit(at_quick);
             libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         }
     }
@@ -345,6 +346,17 @@ fn after_dlclose() {
 
 extern "C" fn at_exit() {
     finish();
+}
+
+extern "C" {
+    /// glibc's `at_quick_exit` (C11; not in the libc crate for this target).
+    fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
+}
+
+/// `quick_exit` runs these handlers, then `_exit` (glibc's internal one, which the preload
+/// library's `_exit` hook does not see): bring the profile up to date here.
+extern "C" fn at_quick() {
+    before_quick_exit();
 }
 
 extern "C" fn fork_prepare() {

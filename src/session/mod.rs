@@ -146,25 +146,43 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
         let flag = stop.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let half = config.queue_capacity / 2;
-        let handle = std::thread::Builder::new()
-            .name("memprof-drain".into())
-            .spawn(move || {
-                let _ = ready_tx.send(());
-                drop(ready_tx);
-                while !flag.load(Ordering::Acquire) {
-                    // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
-                    // that was half full again at once. The pause keeps the consumer well
-                    // behind the producers: a consumer that catches up reads the slots they
-                    // are about to write (see `Queue::drain`).
-                    let n = poll();
-                    if n < 1024 {
-                        std::thread::sleep(Duration::from_millis(5));
-                    } else if n < half {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
+        // The thread starts with every signal blocked (inherited from this thread's mask,
+        // set around the spawn): a process-directed signal — a daemon's SIGTERM that its
+        // own `sigwait` thread should take, a SIGXFSZ when the profile reaches
+        // RLIMIT_FSIZE — is never delivered to it.
+        let blocked = crate::sys::signals::block_all();
+        let spawned = std::thread::Builder::new().name("memprof-drain".into()).spawn(move || {
+            let _ = ready_tx.send(());
+            drop(ready_tx);
+            let mut polls = 0u32;
+            while !flag.load(Ordering::Acquire) {
+                // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
+                // that was half full again at once. The pause keeps the consumer well
+                // behind the producers: a consumer that catches up reads the slots they
+                // are about to write (see `Queue::drain`).
+                let n = poll();
+                if n < 1024 {
+                    std::thread::sleep(Duration::from_millis(5));
+                } else if n < half {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-            })
-            .map_err(|e| Error::io("cannot start the drain thread", e))?;
+                polls = polls.wrapping_add(1);
+                if polls % 20 == 0 && {
+                    // Reading /proc allocates: not the program's allocations.
+                    let _busy = Busy::enter();
+                    crate::sys::signals::only_this_thread_left()
+                } {
+                    // `main` ended with `pthread_exit` and every other thread is gone:
+                    // the process would have exited with status 0 (POSIX: as if by
+                    // `exit(0)` when its last thread ends) but for this thread. Do it.
+                    // SAFETY: `exit` runs the exit handlers on this thread; the session's
+                    // stop does not wait for the thread it runs on (see `stop_inner`).
+                    unsafe { libc::exit(0) };
+                }
+            }
+        });
+        drop(blocked);
+        let handle = spawned.map_err(|e| Error::io("cannot start the drain thread", e))?;
         let _ = ready_rx.recv();
         Some((stop, handle))
     } else {
@@ -317,7 +335,11 @@ impl<T: Tracker> Session<T> {
         hot::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
         if let Some((flag, handle)) = c.drain {
             flag.store(true, Ordering::Release);
-            let _ = handle.join();
+            // Stopped from the drain thread itself (its `exit` when it is the last thread
+            // left, see `start`): it drains below instead of being waited for.
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
         }
         // Producers that passed the sampler before `end` may still be publishing.
         let deadline = std::time::Instant::now() + Duration::from_millis(200);
