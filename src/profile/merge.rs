@@ -89,14 +89,14 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         let offset = p.header.start_unix_ns.saturating_sub(start);
         for (c, marked) in p.gc_cycles.iter().zip(p.gc_marked) {
             out.gc_cycles.push(super::GcCycle {
-                start_ns: c.start_ns + offset,
-                end_ns: c.end_ns + offset,
+                start_ns: c.start_ns.saturating_add(offset),
+                end_ns: c.end_ns.saturating_add(offset),
                 ..*c
             });
             out.gc_marked.push(marked.into_iter().map(|(s, m)| (s + stack_base, m)).collect());
         }
         out.series.add(&p.series, offset);
-        out.end_ns = out.end_ns.max(p.end_ns + offset);
+        out.end_ns = out.end_ns.max(p.end_ns.saturating_add(offset));
         out.counts.samples += p.counts.samples;
         out.counts.frees += p.counts.frees;
         out.counts.moves += p.counts.moves;
