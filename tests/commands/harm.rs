@@ -174,3 +174,27 @@ fn a_program_that_allocates_nothing_keeps_its_status() {
     assert_ok(&out, 0);
     assert!(text(&out.stderr).contains("note: no allocations were seen"), "{}", text(&out.stderr));
 }
+
+/// A program that leaks 300 × 1000 B and dies within a millisecond, of SIGSEGV or abort:
+/// `record` exits as the shell would (139, 134) and every leaked byte is in the profile
+/// (the fatal signal's handler has the drain thread flush first).
+#[test]
+fn a_crash_right_after_allocating_loses_nothing() {
+    let dir = scratch("crash-fast");
+    let prog = fixture("crash_fast");
+    for (mode, sig) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT)] {
+        let p = plain(&dir, &prog, &[mode]);
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&p.status), Some(sig));
+        for (label, opts) in modes(&format!("cf-{mode}")) {
+            let out = record_within(&dir, &strs(&opts), &prog, &[mode]);
+            assert_ok(&out, 128 + sig);
+            let err = text(&out.stderr);
+            assert!(!err.contains("never called malloc"), "{label}: {err}");
+            let prof = read(&dir.join(&opts[opts.len() - 1]));
+            if label.ends_with("exact") {
+                let t = totals(&prof, "leak_site");
+                assert_eq!(t, (300_000.0, 300.0, 300_000.0, 300.0), "{label}: {err}");
+            }
+        }
+    }
+}
