@@ -24,7 +24,8 @@ const TAG_SHIFT: u32 = 48;
 const ROOT: u64 = (1 << TAG_SHIFT) - 1;
 
 /// Merges `profiles` (at least one) in order; the header is the first one's. The result is
-/// complete only when every input is; warnings are kept, prefixed with `labels[i]`.
+/// complete when the first is and every other one is complete or ended by `_exit` or
+/// `exec`; its `stopped` is the first one's. Warnings are kept, prefixed with `labels[i]`.
 pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error> {
     let mut it = profiles.into_iter();
     let Some(first) = it.next() else {
@@ -88,14 +89,14 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         let offset = p.header.start_unix_ns.saturating_sub(start);
         for (c, marked) in p.gc_cycles.iter().zip(p.gc_marked) {
             out.gc_cycles.push(super::GcCycle {
-                start_ns: c.start_ns + offset,
-                end_ns: c.end_ns + offset,
+                start_ns: c.start_ns.saturating_add(offset),
+                end_ns: c.end_ns.saturating_add(offset),
                 ..*c
             });
             out.gc_marked.push(marked.into_iter().map(|(s, m)| (s + stack_base, m)).collect());
         }
         out.series.add(&p.series, offset);
-        out.end_ns = out.end_ns.max(p.end_ns + offset);
+        out.end_ns = out.end_ns.max(p.end_ns.saturating_add(offset));
         out.counts.samples += p.counts.samples;
         out.counts.frees += p.counts.frees;
         out.counts.moves += p.counts.moves;
@@ -104,7 +105,12 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         out.lost.untracked += p.lost.untracked;
         out.lost.callback_panics += p.lost.callback_panics;
         out.warnings.extend(p.warnings.iter().map(|w| format!("{label}: {w}")));
-        out.complete &= p.complete;
+        // A child that ended by `_exit` or `exec` (it said so last) left a whole file; the
+        // root's own way of ending is the tree's.
+        if i == 0 {
+            out.stopped = p.stopped;
+        }
+        out.complete &= p.complete || (i > 0 && p.stopped.is_some());
     }
     out.peak = out.series.peak();
     Ok(out)

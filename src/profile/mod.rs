@@ -397,13 +397,15 @@ impl Series {
         while self.bucket_ns < other.bucket_ns {
             self.widen();
         }
-        let end = offset.saturating_add(other.points.len() as u64 * other.bucket_ns);
+        let end =
+            offset.saturating_add((other.points.len() as u64).saturating_mul(other.bucket_ns));
         while end / self.bucket_ns >= SERIES_POINTS as u64 {
             self.widen();
         }
         let mut folded: std::collections::BTreeMap<usize, SeriesPoint> = Default::default();
         for (j, q) in other.points.iter().enumerate() {
-            let i = ((offset + j as u64 * other.bucket_ns) / self.bucket_ns) as usize;
+            let i = (offset.saturating_add((j as u64).saturating_mul(other.bucket_ns))
+                / self.bucket_ns) as usize;
             let p = folded.entry(i).or_default();
             p.alloc_bytes += q.alloc_bytes;
             p.freed_bytes += q.freed_bytes;
@@ -530,12 +532,13 @@ impl Profile {
     /// Folds in an alloc sample.
     pub fn add_sample(&mut self, s: &Sample) {
         self.counts.samples += 1;
+        // Sums wrap rather than panic: a damaged or hostile file may name any k.
         let t = self.allocated.entry((s.stack, s.size)).or_default();
         t.samples += 1;
-        t.k += s.k;
+        t.k = t.k.wrapping_add(s.k);
         let t = self.live.entry((s.stack, s.size)).or_default();
         t.samples += 1;
-        t.k += s.k;
+        t.k = t.k.wrapping_add(s.k);
         let unit = s.time_ns / self.header.time_unit_ns.max(1);
         match self.live_by_time.index.entry((s.stack, s.size, unit)) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
@@ -545,7 +548,7 @@ impl Profile {
                     self.live_by_time.empty = self.live_by_time.empty.saturating_sub(1);
                 }
                 t.samples += 1;
-                t.k += s.k;
+                t.k = t.k.wrapping_add(s.k);
             }
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(Totals { samples: 1, k: s.k });
@@ -581,8 +584,8 @@ impl Profile {
         }
         // Emptied pairs stay (as many as the pairs; reports skip them).
         if let Some(t) = self.live.get_mut(&(stack, size)) {
-            t.samples -= 1;
-            t.k -= k;
+            t.samples = t.samples.saturating_sub(1);
+            t.k = t.k.wrapping_sub(k);
         }
         true
     }
@@ -598,12 +601,12 @@ impl Profile {
         self.live_bytes -= bytes;
         // Cycles already attributed that ended after this free: the block was dead by then.
         let half = self.header.time_unit_ns / 2;
-        let death = f.time_ns + half;
+        let death = f.time_ns.saturating_add(half);
         for (c, marked) in self.gc_cycles.iter().zip(&mut self.gc_marked).rev() {
             if c.end_ns < death {
                 break;
             }
-            if f.alloc_ns + half < c.start_ns {
+            if f.alloc_ns.saturating_add(half) < c.start_ns {
                 if let Some(m) = marked.get_mut(&f.stack) {
                     m.samples = m.samples.saturating_sub(1);
                     m.bytes -= bytes;
@@ -632,7 +635,7 @@ impl Profile {
         let interval = self.header.interval;
         let mut marked: HashMap<StackId, GcMarked, IdHash> = HashMap::default();
         for (&(stack, size, u), t) in &self.live_by_time.index {
-            if t.samples > 0 && u * unit + half < c.start_ns {
+            if t.samples > 0 && u.saturating_mul(unit).saturating_add(half) < c.start_ns {
                 let m = marked.entry(stack).or_default();
                 m.samples += t.samples;
                 m.bytes += t.k as f64 * interval;

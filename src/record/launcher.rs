@@ -328,6 +328,14 @@ pub fn record_with(
         cmd.env(k, v);
     }
     cmd.env_remove(config::ENV_STEM);
+    // The program may change directory (daemons do): its library is told where the output
+    // is as an absolute path, so followed children's files land beside the parent's
+    // whatever their working directory, where `record` looks for them.
+    if Path::new(&template).is_relative() {
+        if let Ok(cwd) = std::env::current_dir() {
+            cmd.env(config::ENV_OUTPUT, cwd.join(&template));
+        }
+    }
     let mut preload_list = preload.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload_list.push(":");

@@ -68,6 +68,11 @@ use std::time::Duration;
 
 /// The running session's epoch (0: none), read by `poll` under the driver's lock.
 static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
+/// A fatal signal's request to the drain thread ([`flush_from_signal`]): 0 none, 1
+/// requested, 2 done.
+static CRASH_FLUSH: AtomicU64 = AtomicU64::new(0);
+/// The drain thread's kernel thread id while it runs (0: none).
+static DRAIN_TID: AtomicU64 = AtomicU64::new(0);
 /// The running session's mean interval, as `f64` bits.
 static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
 
@@ -146,25 +151,53 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
         let flag = stop.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let half = config.queue_capacity / 2;
-        let handle = std::thread::Builder::new()
-            .name("memprof-drain".into())
-            .spawn(move || {
-                let _ = ready_tx.send(());
-                drop(ready_tx);
-                while !flag.load(Ordering::Acquire) {
-                    // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
-                    // that was half full again at once. The pause keeps the consumer well
-                    // behind the producers: a consumer that catches up reads the slots they
-                    // are about to write (see `Queue::drain`).
-                    let n = poll();
-                    if n < 1024 {
-                        std::thread::sleep(Duration::from_millis(5));
-                    } else if n < half {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
+        // The thread starts with every signal blocked (inherited from this thread's mask,
+        // set around the spawn): a process-directed signal — a daemon's SIGTERM that its
+        // own `sigwait` thread should take, a SIGXFSZ when the profile reaches
+        // RLIMIT_FSIZE — is never delivered to it.
+        let blocked = crate::sys::signals::block_all();
+        let spawned = std::thread::Builder::new().name("memprof-drain".into()).spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            DRAIN_TID.store(unsafe { libc::gettid() } as u64, Ordering::Release);
+            let _ = ready_tx.send(());
+            drop(ready_tx);
+            let mut polls = 0u32;
+            while !flag.load(Ordering::Acquire) {
+                if CRASH_FLUSH.load(Ordering::Acquire) == 1 {
+                    // Another thread is dying of a fatal signal and waits for this.
+                    sync(Poll::Sync);
+                    CRASH_FLUSH.store(2, Ordering::Release);
                 }
-            })
-            .map_err(|e| Error::io("cannot start the drain thread", e))?;
+                // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
+                // that was half full again at once. The pause keeps the consumer well
+                // behind the producers: a consumer that catches up reads the slots they
+                // are about to write (see `Queue::drain`).
+                let n = poll();
+                if n < 1024 {
+                    std::thread::sleep(Duration::from_millis(5));
+                } else if n < half {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                polls = polls.wrapping_add(1);
+                if CRASH_FLUSH.load(Ordering::Acquire) != 0 {
+                    continue;
+                }
+                if polls % 20 == 0 && {
+                    // Reading /proc allocates: not the program's allocations.
+                    let _busy = Busy::enter();
+                    crate::sys::signals::only_this_thread_left()
+                } {
+                    // `main` ended with `pthread_exit` and every other thread is gone:
+                    // the process would have exited with status 0 (POSIX: as if by
+                    // `exit(0)` when its last thread ends) but for this thread. Do it.
+                    // SAFETY: `exit` runs the exit handlers on this thread; the session's
+                    // stop does not wait for the thread it runs on (see `stop_inner`).
+                    unsafe { libc::exit(0) };
+                }
+            }
+        });
+        drop(blocked);
+        let handle = spawned.map_err(|e| Error::io("cannot start the drain thread", e))?;
         let _ = ready_rx.recv();
         Some((stop, handle))
     } else {
@@ -250,6 +283,33 @@ pub fn record_gc_cycle(cycle: &GcCycle) {
     poll();
 }
 
+/// For a thread dying of a fatal signal (the preload library's handler): asks the drain
+/// thread to bring the output up to date ([`Poll::Sync`]) and waits for it, at most
+/// `timeout_ms`. Async-signal-safe: atomics, `gettid`, `clock_gettime` and `nanosleep`
+/// only. Returns false at once without a drain thread, on the drain thread itself, or
+/// when another thread asked already; false after the timeout (the dying thread may hold
+/// a lock the drain needs).
+pub(crate) fn flush_from_signal(timeout_ms: u64) -> bool {
+    let drain = DRAIN_TID.load(Ordering::Acquire);
+    // SAFETY: gettid has no preconditions.
+    if drain == 0 || drain == unsafe { libc::gettid() } as u64 {
+        return false;
+    }
+    if CRASH_FLUSH.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return false;
+    }
+    let deadline = crate::engine::clock::monotonic_ns().saturating_add(timeout_ms * 1_000_000);
+    while CRASH_FLUSH.load(Ordering::Acquire) != 2 {
+        if crate::engine::clock::monotonic_ns() >= deadline {
+            return false;
+        }
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 500_000 };
+        // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
+        unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+    }
+    true
+}
+
 /// Runs pending callbacks on this thread, then [`Tracker::after_poll`] with `why` (a forced
 /// reason), waiting for a drain running on another thread to finish first. Does nothing
 /// when no session runs or when called from inside a callback.
@@ -317,7 +377,12 @@ impl<T: Tracker> Session<T> {
         hot::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
         if let Some((flag, handle)) = c.drain {
             flag.store(true, Ordering::Release);
-            let _ = handle.join();
+            // Stopped from the drain thread itself (its `exit` when it is the last thread
+            // left, see `start`): it drains below instead of being waited for.
+            DRAIN_TID.store(0, Ordering::Release);
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
         }
         // Producers that passed the sampler before `end` may still be publishing.
         let deadline = std::time::Instant::now() + Duration::from_millis(200);

@@ -9,4 +9,5 @@ pub(crate) mod hash;
 pub(crate) mod loader;
 pub(crate) mod padded;
 pub(crate) mod rawmem;
+pub(crate) mod signals;
 pub(crate) mod tls;

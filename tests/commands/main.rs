@@ -1,10 +1,12 @@
 //! The `memprof` command as a user meets it, in one test binary: `cli` (reports of recorded
 //! files, exports, the demo, one-line errors), `record` (real C programs and examples run
 //! under the preload library, their profiles checked against what they allocate) and
-//! `report` (every output format against golden files and an independent pprof decoder).
-//! What they share is in `common`.
+//! `report` (every output format against golden files and an independent pprof decoder),
+//! `harm` (programs that behave like daemons and servers, each run plain and under
+//! `record`: the same exit status and output). What they share is in `common`.
 
 mod cli;
 mod common;
+mod harm;
 mod record;
 mod report;

@@ -23,7 +23,7 @@ fn build_dir() -> &'static Path {
 /// Builds `fixtures/c/<name>.c` (once) with the system compiler and returns the program.
 /// `-fno-optimize-sibling-calls` keeps each `noinline` site in the call stack (a tail call
 /// to malloc would hide it); frame pointers are omitted as Debian's gcc does by default.
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(format!("{name}.c"));
@@ -61,14 +61,14 @@ fn cc(src: &str, out: &Path, args: &[&str]) {
 }
 
 /// A fresh directory for one test's profiles.
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     build_dir();
     crate::common::scratch(&format!("record/run-{name}"))
 }
 
 /// Runs `memprof record`. Every cached DWARF walk is also checked against framehop's own
 /// walk (`MEMPROF_UNWIND_CHECK`), and [`assert_ok`] requires that none differed.
-fn record(dir: &Path, opts: &[&str], prog: &Path, args: &[&str]) -> Output {
+pub(crate) fn record(dir: &Path, opts: &[&str], prog: &Path, args: &[&str]) -> Output {
     Command::new(MEMPROF)
         .current_dir(dir)
         .env("MEMPROF_UNWIND_CHECK", "1")
@@ -86,7 +86,7 @@ fn sites(p: &Profile) -> HashMap<String, SiteTotal> {
 }
 
 /// (alloc bytes, alloc objects, live bytes, live objects) of a site; zeros when absent.
-fn totals(p: &Profile, site: &str) -> (f64, f64, f64, f64) {
+pub(crate) fn totals(p: &Profile, site: &str) -> (f64, f64, f64, f64) {
     sites(p)
         .get(site)
         .map(|s| (s.alloc_bytes, s.alloc_objects, s.live_bytes, s.live_objects))
@@ -96,7 +96,7 @@ fn totals(p: &Profile, site: &str) -> (f64, f64, f64, f64) {
 /// Reads a profile as `memprof report` does: frames without symbols (a file cut by a
 /// crash, `_exit` or `exec`, whose symbols are left to the reader) are resolved from the
 /// recorded modules.
-fn read(path: &Path) -> Profile {
+pub(crate) fn read(path: &Path) -> Profile {
     let mut p = Profile::read_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     memprof::profile::symbolize::resolve_offline(&mut p);
     p
@@ -112,7 +112,7 @@ fn strip_symbols(path: &Path) {
     std::fs::write(path, bytes).unwrap();
 }
 
-fn assert_ok(out: &Output, code: i32) {
+pub(crate) fn assert_ok(out: &Output, code: i32) {
     assert_eq!(out.status.code(), Some(code), "stderr: {}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
@@ -442,11 +442,8 @@ fn bad_programs_get_one_line_errors() {
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     let out = record(&dir, &[], &suid, &[]);
     assert_one_line_error(&out, None, "setuid");
-    // Never allocates.
-    let out = record(&dir, &["--interval", "1"], &fixture("nomalloc"), &[]);
-    assert_one_line_error(&out, None, "no allocations were seen");
-    // Nothing was left but the (empty-profile) files of that run.
-    assert!(std::fs::read_dir(&dir).unwrap().count() <= 2);
+    // Nothing was left behind by these runs.
+    assert!(std::fs::read_dir(&dir).unwrap().count() <= 1);
 }
 
 #[test]

@@ -255,24 +255,42 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     }
     let mut files = vec![run.output.clone()];
     files.extend(run.children.iter().cloned());
+    // From here on, whatever goes wrong is memprof's to report, on stderr; the exit status
+    // stays the program's.
+    let code = run.exit_code;
     let empty = std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
     if empty {
-        return Err(Error::Other(format!(
-            "{} is empty: the preload library did not run in {shown} (a statically linked or \
-             setuid program, or LD_PRELOAD was cleared)",
-            run.output.display()
-        )));
+        let why = match run.signal {
+            Some(sig) => format!("{shown} was killed by signal {sig} before it wrote any"),
+            None => format!(
+                "the preload library did not run in {shown} (a statically linked or setuid \
+                 program, or LD_PRELOAD was cleared)"
+            ),
+        };
+        eprintln!("memprof: error: {} is empty: {why}", run.output.display());
+        return Ok(code);
     }
-    let (profile, labels) = read_profiles_first(&files, true, &mut loaders, first)?;
+    let (profile, labels) = match read_profiles_first(&files, true, &mut loaders, first) {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("memprof: error: the profile cannot be read: {e}");
+            return Ok(code);
+        }
+    };
     // The process ends right after the report: freeing the parsed debug information (tens of
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
     if profile.counts.samples == 0 {
         if let Some((_, hint)) = exec_hint(program, &run, &profile) {
-            eprintln!("memprof: error: no allocations were seen in {shown}: {hint}");
-            return Ok(if run.exit_code == 0 { 1 } else { run.exit_code });
+            eprintln!("memprof: note: no allocations were seen in {shown}: {hint}");
+            return Ok(code);
         }
-        let why = if profile.header.interval <= 1.0 {
+        let why = if let Some(sig) = run.signal {
+            format!(
+                "it was killed by signal {sig} before the profile's first flush (the last \
+                 50 ms of a crashed process can be lost)"
+            )
+        } else if profile.header.interval <= 1.0 {
             "it never called malloc or a related function through the dynamic loader \
              (statically linked allocators and direct mmap are not seen)"
                 .to_owned()
@@ -283,20 +301,22 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
                 profile.header.interval
             )
         };
-        eprintln!("memprof: error: no allocations were seen in {shown}: {why}");
-        return Ok(if run.exit_code == 0 { 1 } else { run.exit_code });
+        eprintln!("memprof: note: no allocations were seen in {shown}: {why}");
+        return Ok(code);
     }
     eprint!(
         "{}",
         report::top_table(&profile, &TopOptions { limit: args.top, ..Default::default() })
     );
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
-    write_outputs(&profile, View::Alloc, Some(&svg), None, None)?;
+    if let Err(e) = write_outputs(&profile, View::Alloc, Some(&svg), None, None) {
+        eprintln!("memprof: error: {e}");
+    }
     eprintln!("memprof: profile {} ({})", run.output.display(), labels.join(", "));
     if let Some((true, hint)) = exec_hint(program, &run, &profile) {
         eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
     }
-    Ok(run.exit_code)
+    Ok(code)
 }
 
 /// When the program's own profile shows that it replaced itself with another program
