@@ -322,6 +322,12 @@ pub fn record_with(
         }
     }
 
+    if opts.settings.follow_forks {
+        // Descendants that outlive the program are re-parented to this process rather
+        // than to init, so that `record` can wait for them and read their profiles whole.
+        // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) only sets a flag of this process.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    }
     let mut cmd = Command::new(&program);
     cmd.arg0(&opts.program).args(&opts.args);
     for (k, v) in opts.settings.to_env() {
@@ -405,6 +411,9 @@ pub fn record_with(
         [libc::signal(libc::SIGINT, libc::SIG_IGN), libc::signal(libc::SIGQUIT, libc::SIG_IGN)]
     };
     let status = child.wait();
+    if opts.settings.follow_forks {
+        wait_for_descendants(&shown);
+    }
     // SAFETY: restores the dispositions read above.
     unsafe {
         libc::signal(libc::SIGINT, old[0]);
@@ -441,6 +450,42 @@ pub fn mapped_objects(pid: u32) -> Vec<String> {
         }
     }
     out
+}
+
+/// After the program's exit, with `--follow-forks`: waits for the processes it left running
+/// (re-parented to this one, see [`record_with`]), naming them once, so that their
+/// profiles are read whole and none is left out of the report.
+fn wait_for_descendants(shown: &str) {
+    let me = std::process::id();
+    let left: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|s| {
+                let rest = s.rfind(')').map_or("", |i| &s[i + 1..]);
+                rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(me)
+            })
+        })
+        .collect();
+    if !left.is_empty() {
+        let pids: Vec<String> = left.iter().map(u32::to_string).collect();
+        eprintln!(
+            "memprof: {shown} exited; waiting for the {} process(es) it left running (pid {}), \
+             whose profiles are part of the run",
+            left.len(),
+            pids.join(", ")
+        );
+    }
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for any child of this process; `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
 }
 
 /// The files of followed children of the run whose root profile is `root`:

@@ -198,3 +198,29 @@ fn a_crash_right_after_allocating_loses_nothing() {
         }
     }
 }
+
+/// With `--follow-forks`, a child that outlives the program is waited for (and named), and
+/// its profile is read whole and reported.
+#[test]
+fn children_that_outlive_the_program_are_waited_for() {
+    let dir = scratch("orphan");
+    let prog = fixture("orphan");
+    let out =
+        record_within(&dir, &["--interval", "1", "--follow-forks", "-o", "o.mprof"], &prog, &[]);
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    assert!(err.contains("waiting for the 1 process"), "{err}");
+    assert!(err.contains("orphan_site") && !err.contains("INCOMPLETE"), "{err}");
+    let child = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("o.") && n.ends_with(".mprof") && n != "o.mprof"
+        })
+        .expect("the child's profile");
+    let p = read(&child);
+    assert!(p.complete, "{:?}", p.warnings);
+    assert_eq!(totals(&p, "orphan_site"), (120_000.0, 40.0, 120_000.0, 40.0));
+}
