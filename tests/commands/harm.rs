@@ -224,3 +224,30 @@ fn children_that_outlive_the_program_are_waited_for() {
     assert!(p.complete, "{:?}", p.warnings);
     assert_eq!(totals(&p, "orphan_site"), (120_000.0, 40.0, 120_000.0, 40.0));
 }
+
+/// The output's directory removed while the program runs: the program is not disturbed,
+/// `record` exits with its status, says what became of the file, and still reports what
+/// it read while the program ran (its reading thread holds the file open).
+#[test]
+fn an_output_directory_removed_mid_run_keeps_the_programs_status() {
+    let dir = scratch("rmdir");
+    let sub = dir.join("out");
+    std::fs::create_dir_all(&sub).unwrap();
+    let prog = fixture("slow_exit");
+    let child = Command::new(crate::common::MEMPROF)
+        .current_dir(&dir)
+        .args(["record", "--interval", "1", "-o", "out/p.mprof", "--"])
+        .arg(&prog)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    std::fs::remove_dir_all(&sub).unwrap();
+    let out = finish_within(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("statically linked"), "{err}");
+    assert!(err.contains("p.mprof") && err.contains("removed"), "names the profile: {err}");
+    assert!(err.contains("early_site") && err.contains("late_site"), "{err}");
+}

@@ -258,7 +258,25 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     // From here on, whatever goes wrong is memprof's to report, on stderr; the exit status
     // stays the program's.
     let code = run.exit_code;
-    let empty = std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
+    let gone = std::fs::symlink_metadata(&run.output).is_err();
+    if gone {
+        // Removed while the program ran (its directory too, perhaps): what the reading
+        // thread folded in before is all there is.
+        if first.is_none() {
+            eprintln!(
+                "memprof: error: the profile {} is gone (removed while {shown} ran?); nothing \
+                 was read from it",
+                run.output.display()
+            );
+            return Ok(code);
+        }
+        eprintln!(
+            "memprof: warning: the profile {} was removed while {shown} ran; reporting what \
+             was read from it before",
+            run.output.display()
+        );
+    }
+    let empty = !gone && std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
     if empty {
         let why = match run.signal {
             Some(sig) => format!("{shown} was killed by signal {sig} before it wrote any"),
