@@ -165,6 +165,27 @@ mod tests {
         assert_eq!(root(1), "cc1plus [pid 7]");
     }
 
+    /// A child that ended with `_exit` (its file says so last) leaves the tree whole; a
+    /// child cut by a crash does not; the root's way of ending is the tree's.
+    #[test]
+    fn children_ended_by_exit_or_exec_are_whole() {
+        let mut child = one(0x1000, "child", "sh", 5);
+        child.complete = false;
+        child.stopped = Some(crate::profile::Stopped::QuickExit);
+        let m = merge(vec![one(0x1000, "parent", "make", 10), child.clone()], &[]).unwrap();
+        assert!(m.complete && m.stopped.is_none());
+        let mut cut = child.clone();
+        cut.stopped = None;
+        let m = merge(vec![one(0x1000, "parent", "make", 10), cut], &[]).unwrap();
+        assert!(!m.complete);
+        let mut root = one(0x1000, "parent", "make", 10);
+        root.complete = false;
+        root.stopped = Some(crate::profile::Stopped::Exec);
+        let m = merge(vec![root, child], &[]).unwrap();
+        assert!(!m.complete);
+        assert_eq!(m.stopped, Some(crate::profile::Stopped::Exec));
+    }
+
     #[test]
     fn intervals_must_agree() {
         let mut b = one(1, "b", "b", 1);
