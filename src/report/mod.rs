@@ -96,28 +96,16 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
         t.samples += samples;
     };
     match view {
-        View::Alloc => {
-            for (&(stack, size), t) in sorted(&profile.allocated) {
+        View::Alloc | View::Live => {
+            let pairs = if view == View::Alloc { &profile.allocated } else { &profile.live };
+            for (&(stack, size), t) in sorted(pairs) {
                 let (b, o) = (profile.estimated_bytes(t.k), profile.estimated_objects(t.k, size));
                 add(stack, b, o, t.samples);
             }
         }
-        View::Live => {
-            for (&(stack, size), t) in sorted(&profile.live) {
-                let (b, o) = (profile.estimated_bytes(t.k), profile.estimated_objects(t.k, size));
-                add(stack, b, o, t.samples);
-            }
-        }
-        View::Gc => {
-            let mut gc_stack: HashMap<StackId, bool> = HashMap::new();
-            for (c, marked) in profile.gc_cycles.iter().zip(&profile.gc_marked) {
-                for (&stack, m) in sorted(marked) {
-                    if *gc_stack.entry(stack).or_insert_with(|| is_gc_stack(profile, stack)) {
-                        add(stack, m.bytes / 8.0 * c.ns_per_word, m.objects, m.samples);
-                    }
-                }
-            }
-        }
+        View::Gc => gc_marks(profile, |c, stack, m| {
+            add(stack, m.bytes / 8.0 * profile.gc_cycles[c].ns_per_word, m.objects, m.samples)
+        }),
     }
     totals.into_values().filter(|t| t.samples > 0).collect()
 }
@@ -156,23 +144,26 @@ pub struct GcSampled {
 /// dead; blocks allocated during marking are allocated black and not scanned); see
 /// [`Profile::gc_marked`].
 pub fn gc_cycle_samples(profile: &Profile) -> Vec<GcSampled> {
+    let mut out = vec![GcSampled::default(); profile.gc_cycles.len()];
+    gc_marks(profile, |c, _, m| {
+        out[c].objects += m.objects;
+        out[c].bytes += m.bytes;
+        out[c].mark_ns += m.bytes / 8.0 * profile.gc_cycles[c].ns_per_word;
+    });
+    out
+}
+
+/// Calls `f(cycle index, stack, marked)` for what each GC cycle marked of each managed-heap
+/// stack ([`is_gc_stack`]), cycles in order and stacks in id order.
+fn gc_marks(profile: &Profile, mut f: impl FnMut(usize, StackId, &crate::profile::GcMarked)) {
     let mut gc_stack: HashMap<StackId, bool> = HashMap::new();
-    profile
-        .gc_cycles
-        .iter()
-        .zip(&profile.gc_marked)
-        .map(|(c, marked)| {
-            let mut out = GcSampled::default();
-            for (&stack, m) in sorted(marked) {
-                if *gc_stack.entry(stack).or_insert_with(|| is_gc_stack(profile, stack)) {
-                    out.objects += m.objects;
-                    out.bytes += m.bytes;
-                    out.mark_ns += m.bytes / 8.0 * c.ns_per_word;
-                }
+    for (c, marked) in profile.gc_marked.iter().enumerate() {
+        for (&stack, m) in sorted(marked) {
+            if *gc_stack.entry(stack).or_insert_with(|| is_gc_stack(profile, stack)) {
+                f(c, stack, m);
             }
-            out
-        })
-        .collect()
+        }
+    }
 }
 
 /// True when the profile is in the exact mode (every allocation recorded with its size).
