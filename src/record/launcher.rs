@@ -463,10 +463,8 @@ fn wait_for_descendants(shown: &str) {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|s| {
-                let rest = s.rfind(')').map_or("", |i| &s[i + 1..]);
-                rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(me)
-            })
+            let ppid = crate::sys::procfs::stat_field(&format!("/proc/{pid}/stat"), 1);
+            ppid.and_then(|p| p.parse::<u32>().ok()) == Some(me)
         })
         .collect();
     if !left.is_empty() {

@@ -8,6 +8,7 @@ pub(crate) mod errno;
 pub(crate) mod hash;
 pub(crate) mod loader;
 pub(crate) mod padded;
+pub(crate) mod procfs;
 pub(crate) mod rawmem;
 pub(crate) mod signals;
 pub(crate) mod tls;

@@ -34,18 +34,11 @@ pub(crate) fn only_this_thread_left() -> bool {
     if unsafe { libc::gettid() } as u32 == pid {
         return false;
     }
-    // The fields after the command name, which is in parentheses and may hold anything:
-    // state is the 1st, num_threads the 18th.
-    let fields = |path: String| -> Option<Vec<String>> {
-        let s = std::fs::read_to_string(path).ok()?;
-        let rest = &s[s.rfind(')')? + 1..];
-        Some(rest.split_whitespace().take(18).map(str::to_owned).collect())
-    };
-    let threads = fields("/proc/self/stat".into())
-        .and_then(|f| f.get(17).and_then(|n| n.parse::<u64>().ok()));
+    use super::procfs::stat_field;
+    let threads = stat_field("/proc/self/stat", 17).and_then(|n| n.parse::<u64>().ok());
     if threads != Some(2) {
         return false;
     }
-    let main_state = fields(format!("/proc/self/task/{pid}/stat")).and_then(|f| f.first().cloned());
+    let main_state = stat_field(&format!("/proc/self/task/{pid}/stat"), 0);
     matches!(main_state.as_deref(), Some("Z" | "X"))
 }
