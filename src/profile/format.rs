@@ -280,14 +280,12 @@ pub struct Writer<W: Write> {
     delta: Delta,
     /// (stack, size) pair ids, and the next one.
     pairs: std::collections::HashMap<(StackId, u64), u64, crate::sys::hash::FastHash>,
-    exact: bool,
+    interval: f64,
     unit: u64,
     stacks: u64,
     samples: u64,
     frees: u64,
     moves: u64,
-    /// Bytes handed to the sink so far.
-    written: u64,
     /// Set when a write failed part-way: the stream may end in a half record, so nothing
     /// more may be appended after it (the reader then sees a cut, not a damaged record).
     failed: bool,
@@ -298,7 +296,6 @@ impl<W: Write> std::fmt::Debug for Writer<W> {
         f.debug_struct("Writer")
             .field("pending", &self.block.len())
             .field("samples", &self.samples)
-            .field("written", &self.written)
             .field("failed", &self.failed)
             .finish_non_exhaustive()
     }
@@ -322,13 +319,12 @@ impl<W: Write> Writer<W> {
             zstd,
             delta: Delta::default(),
             pairs: Default::default(),
-            exact: header.interval == 1.0,
+            interval: header.interval,
             unit: time_unit_ns(header.interval),
             stacks: 0,
             samples: 0,
             frees: 0,
             moves: 0,
-            written: 0,
             failed: false,
         })
     }
@@ -368,16 +364,10 @@ impl<W: Write> Writer<W> {
                 "an earlier write of this profile failed; the stream was left as it is".into(),
             ));
         }
-        match self.out.write_all(bytes) {
-            Ok(()) => {
-                self.written += bytes.len() as u64;
-                Ok(())
-            }
-            Err(e) => {
-                self.failed = true;
-                Err(Error::io("writing profile", e))
-            }
-        }
+        self.out.write_all(bytes).map_err(|e| {
+            self.failed = true;
+            Error::io("writing profile", e)
+        })
     }
 
     /// Appends the payload buffer as an inner record with a length.
@@ -527,7 +517,7 @@ impl<W: Write> Writer<W> {
         }
         let pair = self.pair(s.stack, s.size)?;
         let dt = self.time_delta(s.time_ns);
-        let expected = if self.exact { s.size } else { 1 };
+        let expected = super::expected_k(self.interval, s.size);
         let b = &mut self.block;
         b.push(EV_SAMPLE);
         put_u(b, pair);
@@ -571,7 +561,7 @@ impl<W: Write> Writer<W> {
         let dt = self.time_delta(time_ns);
         let age =
             (self.delta.time as i64).wrapping_sub((alloc_ns >> self.unit.trailing_zeros()) as i64);
-        let expected = if self.exact { size } else { 1 };
+        let expected = super::expected_k(self.interval, size);
         let b = &mut self.block;
         b.push(tag);
         put_z(b, dt);
@@ -657,11 +647,6 @@ impl<W: Write> Writer<W> {
     /// The underlying writer.
     pub fn get_ref(&self) -> &W {
         &self.out
-    }
-
-    /// Bytes handed to the underlying writer so far.
-    pub fn bytes_written(&self) -> u64 {
-        self.written
     }
 }
 
@@ -1059,11 +1044,6 @@ impl<R: Read> Reader<R> {
         &self.profile
     }
 
-    /// Samples, frees and moves read so far.
-    pub fn events_read(&self) -> [u64; 3] {
-        self.seen
-    }
-
     /// Stops reading with a warning about the record at `self.block_start`.
     fn stop(&mut self, m: &str) {
         self.profile.warnings.push(format!(
@@ -1231,7 +1211,7 @@ impl<R: Read> Reader<R> {
                 let (stack, size) = self.pair_at(p.u()?)?;
                 let time_ns = time(p, &mut self.delta)?;
                 let thread = p.u32("thread")?;
-                let expected = if self.profile.header.interval == 1.0 { size } else { 1 };
+                let expected = super::expected_k(self.profile.header.interval, size);
                 let k = expected.wrapping_add(p.z()? as u64);
                 self.stopping = None;
                 self.seen[0] += 1;
@@ -1243,7 +1223,7 @@ impl<R: Read> Reader<R> {
                 let (stack, size) = self.pair_at(p.u()?)?;
                 let age = p.z()?;
                 let alloc_ns = self.delta.time.wrapping_sub(age as u64).saturating_mul(unit);
-                let expected = if self.profile.header.interval == 1.0 { size } else { 1 };
+                let expected = super::expected_k(self.profile.header.interval, size);
                 let k = expected.wrapping_add(p.z()? as u64);
                 self.stopping = None;
                 if tag == EV_FREE {
@@ -1477,16 +1457,23 @@ impl Reader<std::fs::File> {
     /// Opens a `.mprof` file; errors name it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
-        let named = |m: String| Error::Format(format!("{}: {m}", path.display()));
         if path.is_dir() {
-            return Err(named("is a directory, not a profile".into()));
+            return Err(Error::Format(format!(
+                "{}: is a directory, not a profile",
+                path.display()
+            )));
         }
         let f = std::fs::File::open(path).map_err(|e| Error::io(path.display().to_string(), e))?;
-        Reader::new(f).map_err(|e| match e {
-            Error::Format(m) => named(m),
-            Error::Io(what, e) => Error::io(format!("{}: {what}", path.display()), e),
-            other => other,
-        })
+        Reader::new(f).map_err(|e| naming(path, e))
+    }
+}
+
+/// `e`, reading the file at `path`, with the file named in its message.
+pub(crate) fn naming(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Format(m) => Error::Format(format!("{}: {m}", path.display())),
+        Error::Io(what, e) => Error::io(format!("{}: {what}", path.display()), e),
+        other => other,
     }
 }
 

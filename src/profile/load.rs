@@ -95,12 +95,7 @@ pub fn follow(
     path: PathBuf,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Profile, Error> {
-    let shown = path.display().to_string();
-    Profile::read_from(Follow::new(path, done)).map_err(|e| match e {
-        Error::Format(m) => Error::Format(format!("{shown}: {m}")),
-        Error::Io(what, e) => Error::io(format!("{shown}: {what}"), e),
-        other => other,
-    })
+    Profile::read_from(Follow::new(path.clone(), done)).map_err(|e| super::format::naming(&path, e))
 }
 
 /// Reads one or more profiles (merged when several). Frames without symbols are resolved

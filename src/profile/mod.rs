@@ -279,6 +279,17 @@ impl Stopped {
 pub type IdHash = crate::sys::hash::FastHash;
 pub use crate::sys::hash::IdHasher;
 
+/// The sample points a sample of `size` bytes usually has at `interval`: its size in the
+/// exact mode, else 1. The format codes `k` as its difference from this, and a
+/// [`Recorder`](crate::Recorder)'s token keeps it the same way.
+pub(crate) fn expected_k(interval: f64, size: u64) -> u64 {
+    if interval == 1.0 {
+        size
+    } else {
+        1
+    }
+}
+
 /// Totals of the samples of one (stack, size) pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {

@@ -275,14 +275,14 @@ impl Recorder {
         if pair == next {
             self.pairs.push((s.stack, s.size));
         }
-        let expected = if self.profile.header.interval == 1.0 { s.size } else { 1 };
+        let expected = crate::profile::expected_k(self.profile.header.interval, s.size);
         let k_delta = u32::try_from(s.k.saturating_sub(expected)).unwrap_or(u32::MAX);
         Held { pair, k_delta, time_ns: s.time_ns }
     }
 
     fn sample_of(&self, h: &Held, id: u64) -> Sample {
         let (stack, size) = self.pairs[h.pair as usize];
-        let expected = if self.profile.header.interval == 1.0 { size } else { 1 };
+        let expected = crate::profile::expected_k(self.profile.header.interval, size);
         let k = expected + u64::from(h.k_delta);
         Sample { id, stack, time_ns: h.time_ns, thread: 0, addr: 0, size, k }
     }
