@@ -179,9 +179,6 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 polls = polls.wrapping_add(1);
-                if CRASH_FLUSH.load(Ordering::Acquire) != 0 {
-                    continue;
-                }
                 if polls % 20 == 0 && {
                     // Reading /proc allocates: not the program's allocations.
                     let _busy = Busy::enter();
