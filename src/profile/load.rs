@@ -105,17 +105,6 @@ pub fn load(files: &[PathBuf], options: LoadOptions) -> Result<Loaded, Error> {
     load_with(files, options, &mut super::symbolize::Loaders::default())
 }
 
-/// [`load_with`], the first file's profile already read (by [`follow`], while the program
-/// ran) when `first` is given.
-pub fn load_with_first(
-    files: &[PathBuf],
-    options: LoadOptions,
-    loaders: &mut super::symbolize::Loaders,
-    first: Option<Profile>,
-) -> Result<Loaded, Error> {
-    load_inner(files, options, loaders, first)
-}
-
 /// [`load`] with symbol readers loaded ahead (`memprof record` reads the program's objects
 /// while it runs: [`super::symbolize::Loaders`]); objects loaded here are kept in `loaders`.
 pub fn load_with(
@@ -123,10 +112,12 @@ pub fn load_with(
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,
 ) -> Result<Loaded, Error> {
-    load_inner(files, options, loaders, None)
+    load_with_first(files, options, loaders, None)
 }
 
-fn load_inner(
+/// [`load_with`], the first file's profile already read (by [`follow`], while the program
+/// ran) when `first` is given.
+pub fn load_with_first(
     files: &[PathBuf],
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,
