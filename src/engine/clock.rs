@@ -46,30 +46,58 @@ pub(crate) fn now() -> u64 {
     }
 }
 
+/// What converts this process's clock readings to session nanoseconds, for a consumer in
+/// another process on the same machine (the TSC and the monotonic clock are system-wide).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Params {
+    /// Readings are TSC ticks (else monotonic nanoseconds).
+    pub(crate) use_tsc: bool,
+    /// The TSC at the session start.
+    pub(crate) tsc0: u64,
+    /// [`monotonic_ns`] at the session start.
+    pub(crate) start_ns: u64,
+}
+
+/// This process's [`Params`] (of the running or last session).
+pub(crate) fn params() -> Params {
+    Params {
+        use_tsc: USE_TSC.load(Ordering::Relaxed),
+        tsc0: TSC0.load(Ordering::Relaxed),
+        start_ns: START_NS.load(Ordering::Relaxed),
+    }
+}
+
 /// Converts readings of [`now`] to nanoseconds since the session start.
 pub(crate) struct Converter {
     scale: f64,
+    params: Params,
 }
 
 impl Converter {
     /// Calibrates against the monotonic clock now (the readings to convert are older).
     pub(crate) fn new() -> Converter {
-        if !USE_TSC.load(Ordering::Relaxed) {
-            return Converter { scale: 0.0 };
+        Converter::with(params())
+    }
+
+    /// [`Converter::new`] for the readings of a session with these parameters (possibly
+    /// another process's).
+    pub(crate) fn with(params: Params) -> Converter {
+        if !params.use_tsc {
+            return Converter { scale: 0.0, params };
         }
         let (t, m) = (rdtsc(), monotonic_ns());
-        let ticks = t.wrapping_sub(TSC0.load(Ordering::Relaxed));
-        let ns = m.wrapping_sub(START_NS.load(Ordering::Relaxed));
+        let ticks = t.wrapping_sub(params.tsc0);
+        let ns = m.wrapping_sub(params.start_ns);
         // Too short an interval to measure: assume a 1 GHz counter until it is not.
         let scale = if ticks > 1_000_000 { ns as f64 / ticks as f64 } else { 1.0 };
-        Converter { scale }
+        Converter { scale, params }
     }
 
     pub(crate) fn session_ns(&self, reading: u64) -> u64 {
         if self.scale == 0.0 {
-            reading.wrapping_sub(START_NS.load(Ordering::Relaxed))
+            reading.wrapping_sub(self.params.start_ns)
         } else {
-            let ticks = reading.saturating_sub(TSC0.load(Ordering::Relaxed));
+            let ticks = reading.saturating_sub(self.params.tsc0);
             (ticks as f64 * self.scale) as u64
         }
     }

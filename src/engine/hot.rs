@@ -19,6 +19,24 @@ pub(crate) static DEPTH: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 /// Backpressure is on and a drain thread runs: a full queue is worth waiting for.
 pub(crate) static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);
+/// When another process consumes the queue (`memprof record`'s collector): its heartbeat
+/// (a [`monotonic_ns`] reading it renews every few milliseconds), so that a full queue is
+/// waited for only while it lives. Null: the consumer is in this process.
+pub(crate) static HEARTBEAT: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+/// A heartbeat older than this: the consumer is gone (see `record/ring.rs` §4).
+const STALE_NS: u64 = 500_000_000;
+
+/// True unless the queue's consumer is in another process that has stopped renewing its
+/// heartbeat.
+pub(crate) fn consumer_alive() -> bool {
+    let beat = HEARTBEAT.load(Ordering::Relaxed);
+    // SAFETY: a non-null heartbeat points into a shared mapping that is never unmapped
+    // while sampling may push (see `record/ring.rs`).
+    match unsafe { beat.as_ref() } {
+        None => true,
+        Some(b) => monotonic_ns().saturating_sub(b.load(Ordering::Relaxed)) < STALE_NS,
+    }
+}
 
 /// The session queue, when one exists.
 #[inline]
@@ -121,7 +139,10 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
     if WAIT_WHEN_FULL.load(Ordering::Relaxed) {
         let deadline = monotonic_ns()
             .saturating_add(crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000));
-        while WAIT_WHEN_FULL.load(Ordering::Relaxed) && monotonic_ns() < deadline {
+        while WAIT_WHEN_FULL.load(Ordering::Relaxed)
+            && monotonic_ns() < deadline
+            && consumer_alive()
+        {
             let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
             // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
             unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };

@@ -31,6 +31,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// What happened to a sampled block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum EventKind {
     /// A sampled allocation (carries a call stack).
     Alloc,
@@ -38,10 +39,27 @@ pub enum EventKind {
     Dealloc,
     /// A sampled block was reallocated and kept its sample (new address and size).
     Move,
+    /// Not a block's event: a record for a collector in another process (see
+    /// [`crate::record::ring`]): `id` says which, the frames carry its words.
+    Side,
 }
 
-/// One queued event. Plain data: `Copy`, no heap.
+impl EventKind {
+    fn from_u8(b: u8) -> Option<EventKind> {
+        Some(match b {
+            0 => EventKind::Alloc,
+            1 => EventKind::Dealloc,
+            2 => EventKind::Move,
+            3 => EventKind::Side,
+            _ => return None,
+        })
+    }
+}
+
+/// One queued event. Plain data: `Copy`, no heap, `repr(C)` (a queue in shared memory is
+/// read by another build of this crate: the collector in `memprof record`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Event {
     /// What happened.
     pub kind: EventKind,
@@ -71,21 +89,44 @@ struct SlotHead {
     nframes: UnsafeCell<usize>,
 }
 
+/// The queue's shared state, at the start of its memory block (the slots follow): in a
+/// block shared between processes, producers in one and the consumer in another see the
+/// same counters. The geometry is written once, before the block is shared, and checked by
+/// [`Queue::attach`].
+#[repr(C)]
+struct Ctl {
+    magic: u64,
+    slots: u64,
+    depth: u64,
+    stride: u64,
+    limit: AtomicUsize,
+    lost: AtomicU64,
+    draining: AtomicBool,
+    tail: Padded<AtomicUsize>,
+    head: Padded<AtomicUsize>,
+}
+
+/// [`Ctl::magic`] of an initialised block ("mpq1").
+const CTL_MAGIC: u64 = 0x6d70_7131_0000_0001;
+
 /// A bounded MPMC ring of events with inline call stacks.
 ///
 /// The fields every push reads (the block, its geometry, the limit) share no cache line
 /// with the ones that change on every event: `tail` (producers) and `head` (the consumer),
 /// each on lines of its own, so the consumer's progress does not evict the producers'.
+/// The handle itself holds the geometry and where the block is; the counters are in the
+/// block ([`Ctl`]).
 pub struct Queue {
+    ctl: *const Ctl,
     base: *mut u8,
     stride: usize,
     mask: usize,
     depth: usize,
-    limit: AtomicUsize,
-    lost: AtomicU64,
-    tail: Padded<AtomicUsize>,
-    head: Padded<AtomicUsize>,
-    draining: AtomicBool,
+    /// Another process consumes this queue: [`Queue::drain`] here does nothing.
+    external: bool,
+    /// This side reads a block another process writes: events are checked as they are
+    /// copied out (see [`Queue::attach`]).
+    attached: bool,
 }
 
 // SAFETY: slots are handed between threads by the sequence-number protocol: a slot's
@@ -95,38 +136,134 @@ unsafe impl Sync for Queue {}
 // SAFETY: the raw block is owned by the queue and has no thread affinity.
 unsafe impl Send for Queue {}
 
+/// The geometry of a queue: (slots, stride, bytes of the whole block).
+fn geometry(capacity: usize, depth: usize) -> Option<(usize, usize, usize)> {
+    let cap = capacity.max(2).checked_next_power_of_two()?;
+    let head = core::mem::size_of::<SlotHead>();
+    let stride = head.checked_add(depth.checked_mul(core::mem::size_of::<usize>())?)?;
+    let stride = stride.checked_add(63)? & !63;
+    let bytes = stride.checked_mul(cap)?.checked_add(CTL_BYTES)?;
+    Some((cap, stride, bytes))
+}
+
+/// Room for the [`Ctl`] before the first slot (a multiple of the slots' alignment).
+const CTL_BYTES: usize = (core::mem::size_of::<Ctl>() + 127) & !127;
+
 impl Queue {
     /// A queue of `capacity` events (slots rounded up to a power of two), each with room
     /// for `depth` frames. `None` when memory is short.
     pub fn new(capacity: usize, depth: usize) -> Option<Queue> {
-        let cap = capacity.max(2).checked_next_power_of_two()?;
-        let head = core::mem::size_of::<SlotHead>();
-        let stride = head.checked_add(depth.checked_mul(core::mem::size_of::<usize>())?)?;
-        let stride = stride.checked_add(63)? & !63;
-        let bytes = stride.checked_mul(cap)?;
-        let base = crate::sys::rawmem::alloc_zeroed(bytes);
+        let (_, _, bytes) = geometry(capacity, depth)?;
+        let base = crate::sys::rawmem::alloc_zeroed(bytes + 127);
         if base.is_null() {
             return None;
         }
-        for i in 0..cap {
-            // SAFETY: slot i lies inside the block; the block is zeroed, suitably aligned
-            // (malloc alignment ≥ 16, stride a multiple of 64) and not yet shared.
-            unsafe {
+        // Slots and the counters' padding want 128-byte alignment; malloc gives 16.
+        let aligned = ((base as usize + 127) & !127) as *mut u8;
+        // SAFETY: `aligned` starts a zeroed block of `bytes` bytes that nothing else uses.
+        unsafe { Queue::init_in(aligned, bytes, capacity, depth) }
+    }
+
+    /// Bytes a queue of `capacity` events of `depth` frames takes in a block of its own
+    /// ([`Queue::init_in`]).
+    pub fn bytes_for(capacity: usize, depth: usize) -> Option<usize> {
+        geometry(capacity, depth).map(|g| g.2)
+    }
+
+    /// Lays a queue out in the zeroed block at `mem` (`len` bytes, 128-byte aligned, at
+    /// least [`Queue::bytes_for`]), to be shared with a consumer in another process that
+    /// [`attach`](Queue::attach)es to it. `None` when it does not fit.
+    ///
+    /// # Safety
+    /// `mem` is valid for reads and writes of `len` bytes for the rest of the process's
+    /// life, zeroed, and not used by anything else of this process.
+    pub unsafe fn init_in(
+        mem: *mut u8,
+        len: usize,
+        capacity: usize,
+        depth: usize,
+    ) -> Option<Queue> {
+        let (cap, stride, bytes) = geometry(capacity, depth)?;
+        if bytes > len || mem as usize % 128 != 0 {
+            return None;
+        }
+        // SAFETY: the caller gives the zeroed block to this queue; slot i lies inside it.
+        unsafe {
+            let base = mem.add(CTL_BYTES);
+            for i in 0..cap {
                 let s = base.add(i * stride) as *mut SlotHead;
                 core::ptr::addr_of_mut!((*s).seq).write(AtomicUsize::new(i));
             }
+            let ctl = mem as *mut Ctl;
+            ctl.write(Ctl {
+                magic: CTL_MAGIC,
+                slots: cap as u64,
+                depth: depth as u64,
+                stride: stride as u64,
+                limit: AtomicUsize::new(capacity.clamp(1, cap)),
+                lost: AtomicU64::new(0),
+                draining: AtomicBool::new(false),
+                tail: Padded(AtomicUsize::new(0)),
+                head: Padded(AtomicUsize::new(0)),
+            });
+            Some(Queue {
+                ctl,
+                base,
+                stride,
+                mask: cap - 1,
+                depth,
+                external: false,
+                attached: false,
+            })
+        }
+    }
+
+    /// The consumer's handle on a queue another process laid out with [`Queue::init_in`]
+    /// in the block mapped at `mem` (`len` bytes). The geometry is checked against the
+    /// block, and each event is checked as it is read (the other process may be anything).
+    /// `None` when the block holds no queue that fits in it.
+    ///
+    /// # Safety
+    /// `mem` is valid for reads and writes of `len` bytes while the handle lives.
+    pub unsafe fn attach(mem: *mut u8, len: usize) -> Option<Queue> {
+        if len < CTL_BYTES || mem as usize % 128 != 0 {
+            return None;
+        }
+        let ctl = mem as *const Ctl;
+        // SAFETY: the block holds at least a `Ctl` (checked above); plain integers.
+        let (magic, slots, depth, stride) =
+            unsafe { ((*ctl).magic, (*ctl).slots, (*ctl).depth, (*ctl).stride) };
+        let (slots, depth) = (usize::try_from(slots).ok()?, usize::try_from(depth).ok()?);
+        let (cap, want_stride, bytes) = geometry(slots, depth)?;
+        if magic != CTL_MAGIC || cap != slots || want_stride as u64 != stride || bytes > len {
+            return None;
         }
         Some(Queue {
-            base,
-            stride,
+            ctl,
+            // SAFETY: the slots follow the counters inside the block (checked above).
+            base: unsafe { mem.add(CTL_BYTES) },
+            stride: want_stride,
             mask: cap - 1,
             depth,
-            limit: AtomicUsize::new(capacity.clamp(1, cap)),
-            tail: Padded(AtomicUsize::new(0)),
-            head: Padded(AtomicUsize::new(0)),
-            draining: AtomicBool::new(false),
-            lost: AtomicU64::new(0),
+            external: false,
+            attached: true,
         })
+    }
+
+    /// From now on another process consumes this queue: [`Queue::drain`] does nothing here.
+    pub fn set_external(&mut self) {
+        self.external = true;
+    }
+
+    /// True when another process consumes this queue ([`Queue::set_external`]).
+    pub fn is_external(&self) -> bool {
+        self.external
+    }
+
+    fn ctl(&self) -> &Ctl {
+        // SAFETY: `ctl` points at the initialised counters of a block that outlives the
+        // handle (see the constructors).
+        unsafe { &*self.ctl }
     }
 
     /// Number of slots.
@@ -136,7 +273,7 @@ impl Queue {
 
     /// Sets how many events may wait at a time (clamped to `1..=capacity()`).
     pub fn set_limit(&self, limit: usize) {
-        self.limit.store(limit.clamp(1, self.capacity()), Ordering::Relaxed);
+        self.ctl().limit.store(limit.clamp(1, self.capacity()), Ordering::Relaxed);
     }
 
     /// Frames each slot can hold.
@@ -197,7 +334,7 @@ impl Queue {
 
     #[inline(always)]
     fn push_inner(&self, event: Event, frames: &[usize], count_lost: bool) -> bool {
-        let mut pos = self.tail.load(Ordering::Relaxed);
+        let mut pos = self.ctl().tail.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(pos);
             // SAFETY: slot points at an initialised SlotHead.
@@ -209,17 +346,17 @@ impl Queue {
                 // the limit at the ring's capacity the sequence number alone tells a full
                 // ring (`diff < 0` below), and `head`, which the consumer writes for every
                 // event, is not read.
-                let limit = self.limit.load(Ordering::Relaxed);
+                let limit = self.ctl().limit.load(Ordering::Relaxed);
                 if limit <= self.mask
-                    && pos.wrapping_sub(self.head.load(Ordering::Acquire)) as isize
+                    && pos.wrapping_sub(self.ctl().head.load(Ordering::Acquire)) as isize
                         >= limit as isize
                 {
                     if count_lost {
-                        self.lost.fetch_add(1, Ordering::Relaxed);
+                        self.ctl().lost.fetch_add(1, Ordering::Relaxed);
                     }
                     return false;
                 }
-                match self.tail.compare_exchange_weak(
+                match self.ctl().tail.compare_exchange_weak(
                     pos,
                     pos.wrapping_add(1),
                     Ordering::Relaxed,
@@ -252,18 +389,18 @@ impl Queue {
                 }
             } else if diff < 0 {
                 if count_lost {
-                    self.lost.fetch_add(1, Ordering::Relaxed);
+                    self.ctl().lost.fetch_add(1, Ordering::Relaxed);
                 }
                 return false;
             } else {
-                pos = self.tail.load(Ordering::Relaxed);
+                pos = self.ctl().tail.load(Ordering::Relaxed);
             }
         }
     }
 
     /// Events refused because the queue was full, since the queue was made.
     pub fn lost(&self) -> u64 {
-        self.lost.load(Ordering::Relaxed)
+        self.ctl().lost.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on each published event in order, until the queue is empty or an event is
@@ -275,7 +412,7 @@ impl Queue {
     /// the lines a producer is about to write (it asked for them early, see `push_inner`);
     /// reading one would take it back to this core just before the producer's stores.
     pub fn drain(&self, mut f: impl FnMut(&Event, &[usize])) -> Option<usize> {
-        if self.draining.swap(true, Ordering::Acquire) {
+        if self.external || self.ctl().draining.swap(true, Ordering::Acquire) {
             return None;
         }
         struct Release<'a>(&'a AtomicBool);
@@ -284,13 +421,13 @@ impl Queue {
                 self.0.store(false, Ordering::Release);
             }
         }
-        let _release = Release(&self.draining);
+        let _release = Release(&self.ctl().draining);
         let mut n = 0;
         // The consumer runs at a safe point and may allocate.
         let mut frames: Vec<usize> = Vec::with_capacity(self.depth);
-        let end = self.tail.load(Ordering::Relaxed);
+        let end = self.ctl().tail.load(Ordering::Relaxed);
         loop {
-            let pos = self.head.load(Ordering::Relaxed);
+            let pos = self.ctl().head.load(Ordering::Relaxed);
             if pos == end {
                 return Some(n);
             }
@@ -303,7 +440,13 @@ impl Queue {
             // SAFETY: the Acquire load saw the producer's Release store, so the event and
             // frames are fully written; nobody writes the slot until we release it below.
             // Copy out first so `f` can push more events (even into this slot's ring).
-            let (event, count) = unsafe { (*(*slot).event.get(), *(*slot).nframes.get()) };
+            let (event, count) = if self.attached {
+                // SAFETY: as above; the bytes are checked before they are taken as an event.
+                unsafe { (read_checked((*slot).event.get()), *(*slot).nframes.get()) }
+            } else {
+                // SAFETY: as above; written by this process's own producers.
+                unsafe { (Some(*(*slot).event.get()), *(*slot).nframes.get()) }
+            };
             // The producer wrote the next slots on its own core: overlap their transfer.
             if (end.wrapping_sub(pos) as isize) > 2 {
                 self.prefetch(pos.wrapping_add(2), false);
@@ -315,18 +458,79 @@ impl Queue {
             frames.extend_from_slice(unsafe {
                 core::slice::from_raw_parts(Self::frames_ptr(slot), count)
             });
-            self.head.store(pos.wrapping_add(1), Ordering::Relaxed);
+            self.ctl().head.store(pos.wrapping_add(1), Ordering::Relaxed);
             // SAFETY: hands the slot back to producers one lap later.
             unsafe { (*slot).seq.store(pos.wrapping_add(self.mask + 1), Ordering::Release) };
-            f(&event, &frames);
+            match event {
+                Some(event) => f(&event, &frames),
+                None => {
+                    self.ctl().lost.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             n += 1;
+        }
+    }
+
+    /// Runs `f` on every event left in a queue whose producers are all gone (their process
+    /// ended): a slot claimed but never published (a thread killed inside a push) is
+    /// skipped and counted as lost instead of ending the drain. Returns the number handled.
+    pub fn drain_abandoned(&self, mut f: impl FnMut(&Event, &[usize])) -> usize {
+        let mut n = 0;
+        loop {
+            let end = self.ctl().tail.load(Ordering::Acquire);
+            n += self.drain(&mut f).unwrap_or(0);
+            let pos = self.ctl().head.load(Ordering::Relaxed);
+            // More claimed than the ring holds: not a queue any more (written over).
+            if pos == end || end.wrapping_sub(pos) > self.mask + 1 {
+                return n;
+            }
+            // `pos` was claimed and never published: nobody will.
+            let slot = self.slot(pos);
+            self.ctl().head.store(pos.wrapping_add(1), Ordering::Relaxed);
+            // SAFETY: hands the dead producer's slot back, as `drain` does for a read one.
+            unsafe { (*slot).seq.store(pos.wrapping_add(self.mask + 1), Ordering::Release) };
+            self.ctl().lost.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// True when a producer has claimed a slot the consumer has not seen published yet.
     pub fn has_unpublished(&self) -> bool {
-        self.tail.load(Ordering::Acquire) != self.head.load(Ordering::Acquire)
+        self.ctl().tail.load(Ordering::Acquire) != self.ctl().head.load(Ordering::Acquire)
     }
+}
+
+/// An event written by another process, copied out of its slot and taken as an
+/// [`Event`] only when its enum and bool fields hold valid values (anything else in a
+/// shared block would be undefined behaviour to read as an `Event`). `None`: not an event
+/// (counted as lost by the caller).
+///
+/// # Safety
+/// `p` is valid for reads of an `Event`'s size.
+unsafe fn read_checked(p: *const Event) -> Option<Event> {
+    let mut raw = core::mem::MaybeUninit::<Event>::uninit();
+    // SAFETY: copies the slot's bytes (valid for reads, per the caller) into local storage.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            p as *const u8,
+            raw.as_mut_ptr() as *mut u8,
+            size_of::<Event>(),
+        )
+    };
+    let bytes = raw.as_ptr() as *const u8;
+    // SAFETY: both offsets lie inside the copied event.
+    let (kind, truncated) = unsafe {
+        (
+            *bytes.add(core::mem::offset_of!(Event, kind)),
+            *bytes.add(core::mem::offset_of!(Event, truncated)),
+        )
+    };
+    EventKind::from_u8(kind)?;
+    if truncated > 1 {
+        return None;
+    }
+    // SAFETY: every field is now valid: integers take any bits, `kind` and `truncated`
+    // were checked above. Padding bytes are not read as values.
+    Some(unsafe { raw.assume_init() })
 }
 
 #[cfg(test)]

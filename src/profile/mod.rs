@@ -243,6 +243,43 @@ pub struct GcCycle {
     pub live_words: u64,
 }
 
+impl GcCycle {
+    /// The cycle as 11 words (the float as its bits), for a queue slot's frames.
+    pub(crate) fn to_words(&self) -> [u64; 11] {
+        [
+            self.cycle,
+            self.start_ns,
+            self.end_ns,
+            self.mark_ns,
+            self.slices,
+            self.longest_slice_ns,
+            self.words_marked,
+            self.ns_per_word.to_bits(),
+            self.sweep_ns,
+            self.heap_words,
+            self.live_words,
+        ]
+    }
+
+    /// [`GcCycle::to_words`] back, when there are enough words.
+    pub(crate) fn from_words(w: &[u64]) -> Option<GcCycle> {
+        let w: &[u64; 11] = w.get(..11)?.try_into().ok()?;
+        Some(GcCycle {
+            cycle: w[0],
+            start_ns: w[1],
+            end_ns: w[2],
+            mark_ns: w[3],
+            slices: w[4],
+            longest_slice_ns: w[5],
+            words_marked: w[6],
+            ns_per_word: f64::from_bits(w[7]),
+            sweep_ns: w[8],
+            heap_words: w[9],
+            live_words: w[10],
+        })
+    }
+}
+
 /// Events the profiler had to drop, reported so that nothing is lost silently.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Lost {

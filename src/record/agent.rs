@@ -44,10 +44,11 @@
 //! the library is gone (see `engine/callstack/cfi.rs`).
 
 use super::env::{self, EnvSettings};
+use super::ring::{self, Ring};
 use crate::session::recorder::Recorder;
 use crate::session::{self, Poll, Session};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::os::fd::FromRawFd;
@@ -58,6 +59,10 @@ struct Agent {
     settings: EnvSettings,
     /// The stem descendants name their files after (when following).
     stem: String,
+    /// The shared ring `memprof record` collects (§6), when this process has one.
+    ring: Option<Ring>,
+    /// The module list last written to the ring's side log.
+    logged_modules: Vec<(String, u64)>,
 }
 
 /// The agent's state, guarded by `LOCK` (a spin lock, so that the fork handlers can hold it
@@ -72,6 +77,8 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 /// The pid whose session this process's agent runs (0: none).
 static OWNER: AtomicU32 = AtomicU32::new(0);
 static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// This process's session queues into a shared ring (§6).
+static COLLECTED: AtomicBool = AtomicBool::new(false);
 
 fn lock() {
     while LOCK.swap(true, Ordering::Acquire) {
@@ -185,9 +192,71 @@ fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate
     )))
 }
 
+/// Creates the shared ring and starts the session on its queue (§6); `Err` is a message
+/// for stderr.
+fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
+    let mut config = settings.config.clone();
+    config.drain_thread = false;
+    let (ring, mut queue) = Ring::create(dir, config.queue_capacity, config.depth)
+        .map_err(|e| format!("cannot share the profile with memprof record: {e}"))?;
+    queue.set_external();
+    let exe =
+        std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
+    let cmdline = crate::session::recorder::command_line();
+    ring.log_append(ring::LOG_PROCESS, &ring::encode_process(&exe, &cmdline));
+    crate::engine::hot::HEARTBEAT
+        .store(ring.heartbeat() as *const AtomicU64 as *mut AtomicU64, Ordering::Release);
+    // The tracker is never fed (the queue's events go to the collector): it only sees the
+    // session start and stop.
+    let session = match crate::session::start_on(config.clone(), Recorder::new(), Some(queue)) {
+        Ok(s) => s,
+        Err(e) => {
+            crate::engine::hot::HEARTBEAT.store(core::ptr::null_mut(), Ordering::Release);
+            return Err(format!("cannot start profiling: {e}"));
+        }
+    };
+    ring.ready(session.epoch(), config.interval, config.depth, session.info().start_unix_ns);
+    COLLECTED.store(true, Ordering::Release);
+    OWNER.store(pid(), Ordering::Release);
+    let stem = String::new();
+    let mut agent = Agent {
+        session: Some(session),
+        path: String::new(),
+        settings,
+        stem,
+        ring: Some(ring),
+        logged_modules: Vec::new(),
+    };
+    log_modules(&mut agent);
+    Ok(agent)
+}
+
+/// Writes the loaded modules to the ring's side log when they changed since the last
+/// list, and tells the collector where they are among the events (§6).
+fn log_modules(agent: &mut Agent) {
+    let (Some(ring), Some(session)) = (&agent.ring, &agent.session) else {
+        return;
+    };
+    let _busy = crate::engine::sampler::Busy::enter();
+    let modules = crate::profile::symbolize::current_modules();
+    let key: Vec<(String, u64)> = modules.iter().map(|m| (m.path.clone(), m.base)).collect();
+    if key == agent.logged_modules {
+        return;
+    }
+    if let Some(end) = ring.log_append(ring::LOG_MODULES, &ring::encode_modules(&modules)) {
+        if let Some(q) = crate::engine::hot::queue() {
+            crate::session::push_side(q, session.epoch(), ring::SIDE_MODULES, end as usize, &[]);
+        }
+        agent.logged_modules = key;
+    }
+}
+
 /// Opens the output and starts the session; `Err` is a message for stderr. A child's file
 /// is created at its first sample, so that a child that only calls `exec` leaves none.
 fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
+    if let Some(dir) = settings.rings.clone() {
+        return start_collected(settings, &dir);
+    }
     let me = pid();
     let (recorder, path, stem) = match &settings.stem {
         None => {
@@ -206,7 +275,14 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
     let session = crate::session::start(settings.config.clone(), recorder)
         .map_err(|e| format!("cannot start profiling: {e}"))?;
     OWNER.store(me, Ordering::Release);
-    Ok(Agent { session: Some(session), path, settings, stem })
+    Ok(Agent {
+        session: Some(session),
+        path,
+        settings,
+        stem,
+        ring: None,
+        logged_modules: Vec::new(),
+    })
 }
 
 /// Starts profiling this process from the `MEMPROF_*` environment. Called once by the
@@ -235,7 +311,7 @@ pub fn init() {
         }
         match start_agent(settings) {
             Ok(a) => {
-                if a.settings.follow_forks && a.settings.stem.is_none() {
+                if a.settings.follow_forks && a.settings.stem.is_none() && a.ring.is_none() {
                     setenv(env::ENV_STEM, &a.stem);
                 }
                 *agent = Some(a);
@@ -249,7 +325,10 @@ pub fn init() {
         unsafe {
             libc::atexit(at_exit);
             at_quick_exit(at_quick);
-            install_fatal_handlers();
+            // With a collector nothing is left to flush when the program dies.
+            if !collected() {
+                install_fatal_handlers();
+            }
             libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         }
     }
@@ -259,6 +338,29 @@ pub fn init() {
 /// than once; does nothing in a process that does not own a session.
 pub(crate) fn finish() {
     if OWNER.load(Ordering::Acquire) != pid() {
+        return;
+    }
+    let collected = with_agent(|agent| match agent {
+        Some(a) if a.ring.is_some() => {
+            // Modules loaded since the last list, for a collector that reads them after
+            // the process is gone; then the counters only this process has.
+            log_modules(a);
+            if let Some(r) = &a.ring {
+                let untracked =
+                    crate::engine::hot::UNTRACKED.load(core::sync::atomic::Ordering::Relaxed);
+                r.header().untracked.store(untracked, Ordering::Relaxed);
+            }
+            // The session stops (sampling ends); its queue and the ring stay mapped for
+            // the collector, and for producers still inside a push.
+            if let Some(s) = a.session.take() {
+                core::mem::forget(s.stop());
+            }
+            true
+        }
+        _ => false,
+    });
+    if collected {
+        OWNER.store(0, Ordering::Release);
         return;
     }
     let taken = with_agent(|agent| {
@@ -334,6 +436,7 @@ pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {
 /// Brings the profile up to date before a library is unloaded (see §5), and withdraws the
 /// DWARF unwinder's module list until [`after_dlclose`]. Only through [`around_dlclose`].
 fn before_dlclose() {
+    log_owned_modules();
     sync_owned(Poll::BeforeUnload);
     crate::engine::callstack::before_dlclose();
 }
@@ -341,8 +444,27 @@ fn before_dlclose() {
 /// After `dlclose` returned: the DWARF unwinder lists the objects still loaded. Only
 /// through [`around_dlclose`], once per [`before_dlclose`].
 fn after_dlclose() {
-    let _busy = crate::engine::sampler::Busy::enter();
-    crate::engine::callstack::after_dlclose();
+    {
+        let _busy = crate::engine::sampler::Busy::enter();
+        crate::engine::callstack::after_dlclose();
+    }
+    log_owned_modules();
+}
+
+/// With a shared ring, in the process that owns it: the module list, if it changed.
+fn log_owned_modules() {
+    if OWNER.load(Ordering::Acquire) == pid() && collected() {
+        with_agent(|agent| {
+            if let Some(a) = agent {
+                log_modules(a);
+            }
+        });
+    }
+}
+
+/// True when this process's events go to `memprof record`'s collector (§6).
+fn collected() -> bool {
+    COLLECTED.load(Ordering::Acquire)
 }
 
 extern "C" fn at_exit() {
@@ -450,6 +572,11 @@ extern "C" fn fork_child() {
             // The parent's session: already abandoned by the tracker; dropping it would be a
             // no-op, but nothing of it may ever write, so it is forgotten.
             core::mem::forget(a.session.take());
+            // The parent's ring: the session's queue pointer is gone (`session::fork_child`),
+            // so nothing of this process reaches it any more; unmapped.
+            crate::engine::hot::HEARTBEAT.store(core::ptr::null_mut(), Ordering::Release);
+            COLLECTED.store(false, Ordering::Release);
+            drop(a.ring.take());
             a.settings.follow_forks.then(|| {
                 let mut s = a.settings.clone();
                 s.stem = Some(a.stem.clone());

@@ -26,6 +26,9 @@ pub const ENV_SEED: &str = "MEMPROF_SEED";
 pub const ENV_STEM: &str = "MEMPROF_STEM";
 /// Path of the preload library, for `memprof record` (overrides the search).
 pub const ENV_PRELOAD: &str = "MEMPROF_PRELOAD";
+/// The directory where each profiled process creates its shared ring for `memprof record`'s
+/// collector (see `record/ring.rs`); unset: the process writes its own file.
+pub const ENV_RINGS: &str = "MEMPROF_RINGS";
 /// Set to 1: every cached DWARF walk is checked against framehop alone, and the count of
 /// disagreements is printed at exit (a self-check for tests; it doubles the unwinding cost).
 pub const ENV_UNWIND_CHECK: &str = "MEMPROF_UNWIND_CHECK";
@@ -45,6 +48,9 @@ pub struct EnvSettings {
     pub follow_forks: bool,
     /// The stem of a followed child's file, when this process is one.
     pub stem: Option<String>,
+    /// The directory of the shared rings `memprof record` collects (`MEMPROF_RINGS`); none:
+    /// the process writes its own file.
+    pub rings: Option<String>,
 }
 
 impl EnvSettings {
@@ -95,7 +101,8 @@ impl EnvSettings {
         };
         let output = get(ENV_OUTPUT).filter(|v| !v.is_empty()).unwrap_or(DEFAULT_OUTPUT);
         let stem = get(ENV_STEM).filter(|v| !v.is_empty()).map(str::to_owned);
-        Ok(EnvSettings { config, output: output.to_owned(), follow_forks, stem })
+        let rings = get(ENV_RINGS).filter(|v| !v.is_empty()).map(str::to_owned);
+        Ok(EnvSettings { config, output: output.to_owned(), follow_forks, stem, rings })
     }
 
     /// The variables that carry these settings to a child process (all but the stem).
@@ -115,6 +122,9 @@ impl EnvSettings {
         ];
         if let Some(seed) = self.config.seed {
             v.push((ENV_SEED, seed.to_string()));
+        }
+        if let Some(dir) = &self.rings {
+            v.push((ENV_RINGS, dir.clone()));
         }
         v
     }

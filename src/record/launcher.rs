@@ -21,6 +21,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use super::bundled::{Bundled, Installed};
+use super::collect::{Collector, Plan};
 // `config` is the MEMPROF_* contract (record/env.rs), which the launcher writes.
 use super::env as config;
 pub use super::env::EnvSettings;
@@ -342,6 +343,13 @@ pub fn record_with(
             cmd.env(config::ENV_OUTPUT, cwd.join(&template));
         }
     }
+    // The program's events leave it through shared rings that this process collects
+    // (see `record/ring.rs`); without a directory for them, the program writes its own
+    // file as under a hand-set `LD_PRELOAD`.
+    let rings = RingDir::create();
+    if let Some(d) = &rings {
+        cmd.env(config::ENV_RINGS, &d.0);
+    }
     let mut preload_list = preload.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload_list.push(":");
@@ -404,6 +412,16 @@ pub fn record_with(
     unsafe { libc::close(rd) };
     let pid = child.id();
     let output = PathBuf::from(config::expand_output(&template, pid));
+    let collector = rings.as_ref().and_then(|d| {
+        let plan = Plan { dir: d.0.clone(), root_pid: pid, root_output: output.clone() };
+        match Collector::start(plan) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("memprof: cannot start collecting the profile: {e}");
+                None
+            }
+        }
+    });
     started(pid);
 
     // SAFETY: SIG_IGN is a valid disposition for these signals.
@@ -414,6 +432,10 @@ pub fn record_with(
     if opts.settings.follow_forks {
         wait_for_descendants(&shown);
     }
+    for msg in collector.map(Collector::finish).unwrap_or_default() {
+        eprintln!("memprof: {msg}");
+    }
+    drop(rings);
     // SAFETY: restores the dispositions read above.
     unsafe {
         libc::signal(libc::SIGINT, old[0]);
@@ -427,6 +449,37 @@ pub fn record_with(
     };
     let children = if opts.settings.follow_forks { child_profiles(&output) } else { Vec::new() };
     Ok(Recorded { exit_code, signal, output, children })
+}
+
+/// The private directory of a run's shared rings (0700, on a memory file system when
+/// there is one), removed with what is left in it when dropped.
+struct RingDir(PathBuf);
+
+impl RingDir {
+    fn create() -> Option<RingDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let shm = Path::new("/dev/shm");
+        let parent = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        for i in 0..100u32 {
+            let dir = parent.join(format!("memprof-{}-{nanos:x}{i}", std::process::id()));
+            match fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Some(RingDir(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(_) => break,
+            }
+        }
+        None
+    }
+}
+
+impl Drop for RingDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The object files mapped executable in process `pid` (from `/proc/<pid>/maps`), in the

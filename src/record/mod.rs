@@ -3,5 +3,7 @@
 
 pub(crate) mod agent;
 pub mod bundled;
+pub(crate) mod collect;
 pub(crate) mod env;
 pub mod launcher;
+pub(crate) mod ring;

@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The type-erased consumer side of a session.
-pub(super) trait Drive: Send {
+pub(crate) trait Drive: Send {
     fn gc(&mut self, cycle: &GcCycle);
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
     fn finish(&mut self, stats: &Stats);
@@ -20,9 +20,9 @@ pub(super) trait Drive: Send {
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
-pub(super) struct Driver<T: Tracker> {
-    pub(super) tracker: T,
-    pub(super) tokens: HashMap<u64, T::Token, FastHash>,
+pub(crate) struct Driver<T: Tracker> {
+    pub(crate) tracker: T,
+    pub(crate) tokens: HashMap<u64, T::Token, FastHash>,
 }
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
@@ -83,6 +83,8 @@ impl<T: Tracker> Drive for Driver<T> {
                     }
                 }
             }
+            // Read by the collector of a shared queue before events reach a driver.
+            EventKind::Side => {}
         }
     }
 

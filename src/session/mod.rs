@@ -40,7 +40,7 @@
 //! queue is replaced at the next start, and sampling stops. The child may then [`start`] a
 //! session of its own.
 
-mod driver;
+pub(crate) mod driver;
 mod fork;
 pub(crate) mod recorder;
 mod tracker;
@@ -96,6 +96,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Starts a profiling session. Fails when the configuration is invalid or a session is
 /// already running.
 pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error> {
+    start_on(config, tracker, None)
+}
+
+/// [`start`], on `shared` when given: a queue that another process consumes (`memprof
+/// record`'s collector, see `record/ring.rs`). Its drain here does nothing, and the
+/// tracker only hears of the session's start and stop.
+pub(crate) fn start_on<T: Tracker>(
+    config: Config,
+    tracker: T,
+    shared: Option<Queue>,
+) -> Result<Session<T>, Error> {
     config.validate()?;
     let mut control = lock(&CONTROL);
     if control.is_some() {
@@ -103,8 +114,20 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
     }
     // The profiler's own setup allocations are not sampled (no session yet) nor counted.
     let unwinder = crate::engine::callstack::select(config.unwinder);
-    let q = match queue() {
-        Some(q) if q.capacity() >= config.queue_capacity && q.depth() >= config.depth => q,
+    let external = shared.is_some();
+    let q = match (shared, queue()) {
+        (Some(q), _) => {
+            let q: &'static Queue = Box::leak(Box::new(q));
+            hot::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
+            q
+        }
+        (None, Some(q))
+            if !q.is_external()
+                && q.capacity() >= config.queue_capacity
+                && q.depth() >= config.depth =>
+        {
+            q
+        }
         _ => {
             let q = Queue::new(config.queue_capacity, config.depth).ok_or_else(|| {
                 Error::Other(format!(
@@ -207,7 +230,8 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
     let epoch = sampler::begin(config.interval, seed);
     SESSION_EPOCH.store(epoch, Ordering::Release);
     drop(slot);
-    hot::WAIT_WHEN_FULL.store(config.backpressure && drain.is_some(), Ordering::Relaxed);
+    hot::WAIT_WHEN_FULL
+        .store(config.backpressure && (drain.is_some() || external), Ordering::Relaxed);
     *control = Some(Control { epoch, lost_at_start: q.lost(), drain });
     Ok(Session { epoch, info, _tracker: PhantomData })
 }
@@ -273,11 +297,43 @@ pub fn record_gc_cycle(cycle: &GcCycle) {
         end_ns: cycle.end_ns.saturating_sub(start),
         ..*cycle
     };
+    if let Some(q) = queue().filter(|q| q.is_external()) {
+        // The collector in another process hears of it in order with the events.
+        push_side(q, epoch, crate::record::ring::SIDE_GC, 0, &c.to_words());
+        return;
+    }
     {
         let _busy = Busy::enter();
         lock(&PENDING_GC).push((epoch, c));
     }
     poll();
+}
+
+/// Queues a side event (`EventKind::Side`: `what`, `addr`, the words as its frames) for
+/// the consumer of a shared queue, waiting for room while the consumer lives (at most
+/// a second: this runs outside the allocator, at a call of the program's). Returns false
+/// when it was dropped (counted as lost).
+pub(crate) fn push_side(q: &Queue, epoch: u64, what: u64, addr: usize, words: &[u64]) -> bool {
+    let frames: Vec<usize> = words.iter().map(|&w| w as usize).collect();
+    let e = Event {
+        kind: crate::engine::queue::EventKind::Side,
+        epoch,
+        id: what,
+        thread: 0,
+        time_ns: clock::now(),
+        addr,
+        size: frames.len(),
+        k: 0,
+        truncated: false,
+    };
+    let deadline = clock::monotonic_ns() + 1_000_000_000;
+    while clock::monotonic_ns() < deadline && hot::consumer_alive() {
+        if q.try_push(e, &frames) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    q.push(&e, &frames)
 }
 
 /// For a thread dying of a fatal signal (the preload library's handler): asks the drain
@@ -343,6 +399,11 @@ impl<T: Tracker> std::fmt::Debug for Session<T> {
 }
 
 impl<T: Tracker> Session<T> {
+    /// The session's epoch (its events carry it).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// Facts about this session (interval, depth, unwinder, start time).
     pub fn info(&self) -> &SessionInfo {
         &self.info
@@ -386,7 +447,13 @@ impl<T: Tracker> Session<T> {
         loop {
             poll();
             match queue() {
-                Some(q) if q.has_unpublished() && std::time::Instant::now() < deadline => {
+                // A queue consumed elsewhere is left to its consumer, which also reads
+                // what producers publish after this process is gone.
+                Some(q)
+                    if !q.is_external()
+                        && q.has_unpublished()
+                        && std::time::Instant::now() < deadline =>
+                {
                     std::thread::yield_now()
                 }
                 _ => break,

@@ -69,6 +69,19 @@ pub struct Recorder {
     offline_symbols: bool,
     last_flush: Option<Instant>,
     error: Option<Error>,
+    /// Recording another process (`memprof record`'s collector): its facts, and its
+    /// modules come from [`Recorder::add_modules`] instead of this process's loader.
+    other: Option<ProcessFacts>,
+    /// A new stack had a frame outside every module known (only with `other`).
+    unknown_frames: bool,
+}
+
+/// What a [`Recorder`] of another process writes into the header for it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ProcessFacts {
+    pub(crate) pid: u32,
+    pub(crate) executable: String,
+    pub(crate) cmdline: Vec<String>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -127,6 +140,30 @@ impl Recorder {
     pub fn offline_symbols(mut self) -> Self {
         self.offline_symbols = true;
         self
+    }
+
+    /// Records another process's events (`memprof record`'s collector): the header names
+    /// `facts`, and its modules are those given to [`Recorder::add_modules`].
+    pub(crate) fn of_process(mut self, facts: ProcessFacts) -> Self {
+        self.other = Some(facts);
+        self
+    }
+
+    /// Modules of the recorded process (with [`Recorder::of_process`]): those not written
+    /// yet are written.
+    pub(crate) fn add_modules(&mut self, modules: Vec<crate::profile::Module>) {
+        for m in modules {
+            if self.modules_seen.insert((m.path.clone(), m.base)) {
+                self.write(|w| w.write_module(&m));
+                self.profile.modules.push(m);
+            }
+        }
+    }
+
+    /// True once, after a new stack had a frame outside every known module (with
+    /// [`Recorder::of_process`]): the caller may look the process's modules up.
+    pub(crate) fn take_unknown_frames(&mut self) -> bool {
+        std::mem::take(&mut self.unknown_frames)
     }
 
     /// The path of the file being written, once it is open.
@@ -216,6 +253,10 @@ impl Recorder {
 
     /// Lists the loaded modules again and writes those not written yet.
     fn refresh_modules(&mut self) {
+        if self.other.is_some() {
+            // Another process's modules come from `add_modules`.
+            return;
+        }
         self.loader_adds = loader_adds();
         let fresh: Vec<_> = symbolize::current_modules()
             .into_iter()
@@ -306,7 +347,7 @@ const HASHED_FRAMES: usize = 16;
 
 /// This process's arguments; read from `/proc/self/cmdline` when the standard library has
 /// not seen them (inside a preload library whose constructor runs before std's).
-fn command_line() -> Vec<String> {
+pub(crate) fn command_line() -> Vec<String> {
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     if !args.is_empty() {
         return args;
@@ -331,14 +372,22 @@ impl Tracker for Recorder {
     type Token = Held;
 
     fn started(&mut self, info: &SessionInfo) {
+        let facts = match &self.other {
+            Some(f) => f.clone(),
+            None => ProcessFacts {
+                pid: std::process::id(),
+                executable: std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                cmdline: command_line(),
+            },
+        };
         self.profile.header = Header {
             interval: info.interval,
             depth: info.depth as u32,
-            pid: std::process::id(),
-            executable: std::env::current_exe()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            cmdline: command_line(),
+            pid: facts.pid,
+            executable: facts.executable,
+            cmdline: facts.cmdline,
             start_unix_ns: info.start_unix_ns,
             // Times in memory are nanoseconds (a file gets its own unit: the writer's).
             time_unit_ns: 1,
@@ -371,7 +420,7 @@ impl Tracker for Recorder {
             self.flush();
             return;
         }
-        if loader_adds() != self.loader_adds {
+        if self.other.is_none() && loader_adds() != self.loader_adds {
             self.refresh_modules();
         }
         if self.last_flush.is_none_or(|t| t.elapsed() >= FLUSH_EVERY) {
@@ -400,6 +449,7 @@ impl Tracker for Recorder {
                 let stack = Stack { frames: frames.iter().map(|&f| f as u64).collect(), truncated };
                 let id = self.profile.stacks.len() as StackId;
                 if self.output.is_some() && !stack.frames.iter().all(|&a| self.in_known_module(a)) {
+                    self.unknown_frames = self.other.is_some();
                     self.refresh_modules();
                 }
                 self.write(|w| w.write_stack(id, &stack));

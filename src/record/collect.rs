@@ -1,0 +1,531 @@
+//! `memprof record`'s collector: reads the shared rings of the processes it runs (see
+//! [`super::ring`]) and writes their profiles.
+//!
+//! # 1. The loop
+//! One thread, at normal priority (it is the consumer the exact mode's backpressure waits
+//! for). Every pass it lists the ring directory and attaches to new rings (mapping the file,
+//! then unlinking it), renews each ring's heartbeat, drains each queue into a streaming
+//! [`Recorder`] (the tracker the in-process drain thread would run: the same interning,
+//! the same file, flushed at least every 50 ms) and checks whether its process is gone. A
+//! pass that found little to do sleeps 2 ms.
+//!
+//! # 2. Files
+//! The first ring of the program's own pid writes the output `record` created; any other
+//! ring (a followed child, or a further image after `exec`) creates
+//! `<stem>.<pid>[.<n>].mprof` beside it exclusively, as the preload library did in-process.
+//! A ring whose process never got its session running leaves no file.
+//!
+//! # 3. The end of a process
+//! A ring is finished when its process is gone (no `/proc/<pid>`, a zombie, or a pid reused
+//! by a process with another start time), when a newer ring of the same pid appears (the
+//! image was replaced by `exec`), or when `record` stops the collector after the program and
+//! its descendants were waited for. Whatever ended the process, its queue is drained to the
+//! last published event ([`Queue::drain_abandoned`]), the side log read to its end, and the
+//! file finished with its end record: a SIGKILL loses nothing that was sampled before it.
+//!
+//! # 4. Modules
+//! Module lists come from the side log, each at its place among the events. A new stack
+//! with a frame outside every listed module (a library `dlopen`ed since the last list)
+//! makes the collector read `/proc/<pid>/maps` while the process lives; the object files
+//! named there give the missing modules ([`modules_of`]).
+
+use super::env;
+use super::ring::{self, Ring};
+use crate::config::Unwinder;
+use crate::engine::clock::Converter;
+use crate::engine::queue::{EventKind, Queue};
+use crate::profile::{GcCycle, Module};
+use crate::session::driver::{Drive, Driver};
+use crate::session::recorder::{ProcessFacts, Recorder};
+use crate::session::{Poll, SessionInfo, Stats, Tracker};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the collector is told of the run.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    /// The ring directory.
+    pub(crate) dir: PathBuf,
+    /// The program's pid.
+    pub(crate) root_pid: u32,
+    /// The program's profile (created by `record`, empty).
+    pub(crate) root_output: PathBuf,
+}
+
+/// A running collector.
+pub(crate) struct Collector {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl Collector {
+    /// Starts collecting.
+    pub(crate) fn start(plan: Plan) -> std::io::Result<Collector> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("memprof-collect".into())
+            .spawn(move || run(plan, &flag))?;
+        Ok(Collector { stop, thread })
+    }
+
+    /// Collects what is left (every process of the run has ended), finishes every file and
+    /// returns the messages for stderr.
+    pub(crate) fn finish(self) -> Vec<String> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().unwrap_or_else(|_| vec!["the profile collector failed".into()])
+    }
+}
+
+/// One attached ring.
+struct Attached {
+    ring: Ring,
+    queue: Queue,
+    pid: u32,
+    proc_start: u64,
+    /// Rings of this pid attached before this one.
+    image: u32,
+    /// Set up once the process's session runs.
+    out: Option<Output>,
+    /// A newer ring of the same pid was attached: this image was replaced.
+    replaced: bool,
+    done: bool,
+}
+
+struct Output {
+    driver: Driver<Recorder>,
+    epoch: u64,
+    interval: f64,
+    /// Bytes of the side log read so far.
+    log_read: u64,
+}
+
+fn run(plan: Plan, stop: &AtomicBool) -> Vec<String> {
+    let mut messages = Vec::new();
+    let mut rings: Vec<Attached> = Vec::new();
+    let mut images: HashMap<u32, u32> = HashMap::new();
+    let stem = env::output_stem(&plan.root_output.display().to_string()).to_owned();
+    loop {
+        // Read before the pass: a stop seen now follows the end of every process, so this
+        // pass sees all they wrote.
+        let stopping = stop.load(Ordering::Acquire);
+        attach_new(&plan.dir, &mut rings, &mut images, &mut messages);
+        let mut busy = 0;
+        for r in rings.iter_mut().filter(|r| !r.done) {
+            r.ring.header().heartbeat_ns.store(crate::monotonic_ns(), Ordering::Relaxed);
+            if r.out.is_none() {
+                open_output(r, &plan, &stem, &mut messages);
+            }
+            busy += drain(r);
+            let gone = stopping || r.replaced || process_gone(r.pid, r.proc_start);
+            if gone {
+                finish_ring(r, &mut messages);
+            }
+        }
+        rings.retain(|r| !r.done);
+        if stopping {
+            return messages;
+        }
+        if busy < 1024 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Attaches to the rings that appeared in `dir` (§1), oldest image first per pid.
+fn attach_new(
+    dir: &Path,
+    rings: &mut Vec<Attached>,
+    images: &mut HashMap<u32, u32>,
+    messages: &mut Vec<String>,
+) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut found: Vec<(u32, u32, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            let (pid, n) = name.strip_suffix(".ring")?.split_once('.')?;
+            Some((pid.parse().ok()?, n.parse().ok()?, e.path()))
+        })
+        .collect();
+    found.sort();
+    for (pid, _, path) in found {
+        match map_ring(&path) {
+            Ok(Some((ring, queue))) => {
+                let h = ring.header();
+                let (hpid, proc_start) = (h.pid, h.proc_start);
+                if hpid != pid {
+                    continue;
+                }
+                for older in rings.iter_mut().filter(|r| r.pid == pid) {
+                    older.replaced = true;
+                }
+                let image = images.entry(pid).or_insert(0);
+                rings.push(Attached {
+                    ring,
+                    queue,
+                    pid,
+                    proc_start,
+                    image: *image,
+                    out: None,
+                    replaced: false,
+                    done: false,
+                });
+                *image += 1;
+            }
+            Ok(None) => {}
+            Err(e) => messages.push(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+}
+
+/// Maps a ring file and unlinks it (the mapping keeps it). `None`: not a ring of ours.
+fn map_ring(path: &Path) -> std::io::Result<Option<(Ring, Queue)>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let meta = file.metadata()?;
+    // SAFETY: getuid has no preconditions.
+    if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
+        return Ok(None);
+    }
+    let len = meta.len() as usize;
+    if len == 0 {
+        // Not sized yet: the next pass looks again.
+        return Ok(None);
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: maps `len` bytes of an open regular file, shared; no address hint.
+    let base = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `base` maps `len` bytes; the ring (or this function) unmaps it.
+    match unsafe { Ring::attach(base as *mut u8, len) } {
+        Some(r) => {
+            // Attached: the mapping keeps the memory, and nothing is left behind on the
+            // file system whatever happens to either process.
+            let _ = std::fs::remove_file(path);
+            Ok(Some(r))
+        }
+        None => {
+            // Not set up yet (the next pass looks again), or never will be: a process
+            // that died while setting up leaves its file to the directory's removal.
+            // SAFETY: unmaps the mapping made above, which nothing references.
+            unsafe { libc::munmap(base, len) };
+            Ok(None)
+        }
+    }
+}
+
+/// Once the ring's process runs its session: opens its profile and starts its recorder.
+fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<String>) {
+    let h = r.ring.header();
+    if h.state.load(Ordering::Acquire) != 1 {
+        return;
+    }
+    let root = r.pid == plan.root_pid && r.image == 0;
+    let opened = if root {
+        open_root(&plan.root_output).map(|f| (plan.root_output.clone(), f))
+    } else {
+        create_child(stem, r.pid, r.image)
+    };
+    let (path, file) = match opened {
+        Ok(x) => x,
+        Err(e) => {
+            messages.push(e);
+            // The queue is still drained (and its events dropped), so the program never
+            // waits for a collector that cannot write.
+            (PathBuf::new(), File::open("/dev/null").expect("/dev/null opens"))
+        }
+    };
+    let (log, log_read) = r.ring.log_records(0, u64::MAX);
+    let mut facts = ProcessFacts { pid: r.pid, ..ProcessFacts::default() };
+    // Only the process's facts are read here: module lists wait for their side events.
+    let mut read = 0;
+    for (kind, payload) in &log {
+        if *kind == ring::LOG_PROCESS {
+            if let Some((exe, args)) = ring::decode_process(payload) {
+                facts.executable = exe;
+                facts.cmdline = args;
+            }
+            read += 5 + payload.len() as u64;
+        } else {
+            break;
+        }
+    }
+    let _ = log_read;
+    let interval = f64::from_bits(h.interval_bits.load(Ordering::Relaxed));
+    let info = SessionInfo {
+        interval,
+        depth: h.depth.load(Ordering::Relaxed) as usize,
+        unwinder: Unwinder::Auto,
+        start_unix_ns: h.start_unix_ns.load(Ordering::Relaxed),
+    };
+    let mut recorder = if path.as_os_str().is_empty() {
+        Recorder::new().of_process(facts)
+    } else {
+        Recorder::streaming(&path, file).offline_symbols().of_process(facts)
+    };
+    recorder.started(&info);
+    r.out = Some(Output {
+        driver: Driver { tracker: recorder, tokens: HashMap::default() },
+        epoch: h.epoch.load(Ordering::Relaxed),
+        interval,
+        log_read: read,
+    });
+}
+
+/// Opens the program's profile, which `record` created empty.
+fn open_root(path: &Path) -> Result<File, String> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot open the profile {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    if !meta.is_file() || meta.len() != 0 {
+        return Err(format!(
+            "{} is no longer the empty file record created; it is left alone",
+            path.display()
+        ));
+    }
+    Ok(file)
+}
+
+/// Creates `<stem>.<pid>[.<n>].mprof` exclusively, from the `image`th name on.
+fn create_child(stem: &str, pid: u32, image: u32) -> Result<(PathBuf, File), String> {
+    for n in image..image + 100 {
+        let path = PathBuf::from(env::child_output(stem, pid, n));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(f) => return Ok((path, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("cannot create the profile {}: {e}", path.display())),
+        }
+    }
+    Err(format!("cannot create a profile named {stem}.{pid}.*.mprof: all names taken"))
+}
+
+/// Drains the ring's queue into its recorder. Returns the number of events.
+fn drain(r: &mut Attached) -> usize {
+    let Some(out) = &mut r.out else {
+        return 0;
+    };
+    let n = deliver(&r.queue, &r.ring, out, r.pid, false);
+    out.driver.after_poll(Poll::Periodic);
+    n
+}
+
+/// Hands the queue's events to the recorder; `abandoned`: the process is gone.
+fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) -> usize {
+    let clock = Converter::with(ring.clock());
+    let (epoch, interval) = (out.epoch, out.interval);
+    let mut handle = |e: &crate::engine::queue::Event, frames: &[usize]| {
+        if e.epoch != epoch {
+            return;
+        }
+        if e.kind == EventKind::Side {
+            side_event(ring, out, e.id, e.addr as u64, frames);
+            return;
+        }
+        let e = crate::engine::queue::Event { time_ns: clock.session_ns(e.time_ns), ..*e };
+        out.driver.event(&e, frames, interval);
+    };
+    let n =
+        if abandoned { q.drain_abandoned(&mut handle) } else { q.drain(&mut handle).unwrap_or(0) };
+    if out.driver.tracker.take_unknown_frames() && !abandoned {
+        out.driver.tracker.add_modules(modules_of(pid));
+    }
+    n
+}
+
+/// A side event (see `ring.rs` §3).
+fn side_event(ring: &Ring, out: &mut Output, what: u64, addr: u64, frames: &[usize]) {
+    match what {
+        ring::SIDE_MODULES => read_log(ring, out, addr),
+        ring::SIDE_GC => {
+            let words: Vec<u64> = frames.iter().map(|&w| w as u64).collect();
+            if let Some(c) = GcCycle::from_words(&words) {
+                out.driver.gc(&c);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Reads the side log up to `to` and hands its module lists to the recorder.
+fn read_log(ring: &Ring, out: &mut Output, to: u64) {
+    let (records, end) = ring.log_records(out.log_read, to);
+    out.log_read = end.max(out.log_read);
+    for (kind, payload) in records {
+        if kind == ring::LOG_MODULES {
+            if let Some(m) = ring::decode_modules(&payload) {
+                out.driver.tracker.add_modules(m);
+            }
+        }
+    }
+}
+
+/// Finishes a ring whose process is gone (§3).
+fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
+    r.done = true;
+    let Some(out) = &mut r.out else {
+        return;
+    };
+    deliver(&r.queue, &r.ring, out, r.pid, true);
+    read_log(&r.ring, out, u64::MAX);
+    let stats = Stats {
+        lost_events: r.queue.lost(),
+        untracked: r.ring.header().untracked.load(Ordering::Relaxed),
+        ..Stats::default()
+    };
+    out.driver.finish(&stats);
+    let rec = &out.driver.tracker;
+    if let Some(e) = rec.error() {
+        messages.push(format!("the profile of pid {} is incomplete: {e}", r.pid));
+    } else if stats.lost_events > 0 {
+        let path = rec.path().map(|p| p.display().to_string()).unwrap_or_default();
+        messages.push(format!(
+            "{} events did not fit in the queue and are missing from {path}",
+            stats.lost_events
+        ));
+    }
+}
+
+/// True when process `pid`, started at `start` (`/proc/<pid>/stat` field 22), has ended.
+fn process_gone(pid: u32, start: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return true;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first().copied().unwrap_or("X");
+    let started: u64 = fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0);
+    state == "Z" || state == "X" || (start != 0 && started != start)
+}
+
+/// The modules of a running process, from `/proc/<pid>/maps` and the object files it names
+/// (§4): for each file mapped with offset 0, its load bias from its first `PT_LOAD`, its
+/// extent from all of them, its build id or file identity.
+pub(crate) fn modules_of(pid: u32) -> Vec<Module> {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Module> = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let (Some(range), Some(_perms), Some(offset)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let Some(path) = f.nth(2) else { continue };
+        if !path.starts_with('/') || offset.trim_start_matches('0') != "" {
+            continue;
+        }
+        let Some(start) = range.split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok())
+        else {
+            continue;
+        };
+        if out.iter().any(|m| m.path == path && m.start <= start && start < m.end) {
+            continue;
+        }
+        let Some(loads) = load_segments(Path::new(path)) else { continue };
+        let Some(first) = loads.iter().map(|l| l.0).min() else { continue };
+        // The mapping at offset 0 is the first PT_LOAD's page.
+        let base = start.wrapping_sub(first & !0xfff);
+        let lo = loads.iter().map(|l| l.0).min().unwrap_or(0);
+        let hi = loads.iter().map(|l| l.0 + l.1).max().unwrap_or(0);
+        let build_id = crate::profile::symbolize::build_id(Path::new(path)).unwrap_or_default();
+        let (file_size, file_mtime_ns) = if build_id.is_empty() {
+            crate::profile::symbolize::file_identity(Path::new(path))
+        } else {
+            (0, 0)
+        };
+        out.push(Module {
+            path: path.to_owned(),
+            base,
+            start: base.wrapping_add(lo),
+            end: base.wrapping_add(hi),
+            build_id,
+            file_size,
+            file_mtime_ns,
+        });
+    }
+    out
+}
+
+/// The `PT_LOAD` segments (vaddr, memsz) of a 64-bit little-endian ELF file.
+fn load_segments(path: &Path) -> Option<Vec<(u64, u64)>> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    File::open(path).ok()?.take(64 * 1024).read_to_end(&mut head).ok()?;
+    if head.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let u16_at = |o: usize| Some(u16::from_le_bytes(head.get(o..o + 2)?.try_into().ok()?) as usize);
+    let u32_at = |o: usize| Some(u32::from_le_bytes(head.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(head.get(o..o + 8)?.try_into().ok()?));
+    let (phoff, phentsize, phnum) = (u64_at(0x20)? as usize, u16_at(0x36)?, u16_at(0x38)?);
+    let mut out = Vec::new();
+    for i in 0..phnum {
+        let at = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(at)? == 1 {
+            out.push((u64_at(at + 0x10)?, u64_at(at + 0x28)?));
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The modules read from this process's maps agree with its loader's list.
+    #[test]
+    fn modules_from_maps_match_the_loader() {
+        let mine = crate::profile::symbolize::current_modules();
+        let read = modules_of(std::process::id());
+        let exe = std::fs::read_link("/proc/self/exe").unwrap().display().to_string();
+        let a = mine.iter().find(|m| m.path == exe).expect("the loader lists the executable");
+        let b = read.iter().find(|m| m.path == exe).expect("maps list the executable");
+        assert_eq!((a.base, a.start, a.end, &a.build_id), (b.base, b.start, b.end, &b.build_id));
+        let libc = mine.iter().find(|m| m.path.contains("libc.so")).expect("libc is loaded");
+        let from_maps = read.iter().find(|m| m.start == libc.start).expect("libc in the maps");
+        assert_eq!((libc.base, libc.end), (from_maps.base, from_maps.end));
+    }
+
+    #[test]
+    fn a_missing_process_is_gone() {
+        assert!(process_gone(u32::MAX - 1, 0));
+        let me = crate::sys::procfs::stat_field("/proc/self/stat", 19).unwrap().parse().unwrap();
+        assert!(!process_gone(std::process::id(), me));
+        assert!(process_gone(std::process::id(), me + 1), "another start time: a reused pid");
+    }
+}

@@ -1,0 +1,487 @@
+//! The shared ring: how a process profiled under `memprof record` hands its events to the
+//! `record` process, which outlives it.
+//!
+//! # 1. Why outside the process
+//! A profile is most needed when the program dies (a crash, an OOM kill, `abort`) and on
+//! the programs hardest to run (daemons that close every descriptor, servers with a signal
+//! thread, programs under `RLIMIT_FSIZE`). An encoder and a file inside the process lose what
+//! it had not written when it is killed, and a thread and a descriptor of ours are things
+//! such a program can trip over. So under `record` the process keeps no thread, no
+//! descriptor and no file of ours: its sample path writes events into a queue in a shared
+//! mapping, and `record` ([`super::collect`]) reads the queue, encodes and writes the file,
+//! and drains what is left once the process is gone, whatever ended it.
+//!
+//! # 2. The file
+//! `memprof record` makes a private directory (0700) on a memory file system
+//! (`/dev/shm`, else the temporary directory) and names it in `MEMPROF_RINGS`. Each process
+//! that loads the preload library creates `<pid>.<n>.ring` there (`O_EXCL`, 0600; `n` counts
+//! the images of one pid across `exec`), sizes it, maps it shared and closes the
+//! descriptor at once. The collector unlinks the file when it attaches (the mapping lives on
+//! in both processes), so nothing stays on the file system after the program ends, even when
+//! `record` itself is killed. Layout:
+//!
+//! | offset | size | what |
+//! |---|---|---|
+//! | 0 | 4 KiB | [`RingHeader`]: who wrote it, the session's settings, its clock |
+//! | 4 KiB | [`LOG_BYTES`] | the side log: the process's command line and module lists |
+//! | 4 KiB + [`LOG_BYTES`] | [`crate::engine::queue::Queue::bytes_for`] | the event queue |
+//!
+//! # 3. Order
+//! Events are the queue's (one order per producer thread, as in-process). Module lists go
+//! to the side log (they do not fit in a slot) and a side event (`EventKind::Side`,
+//! [`SIDE_MODULES`]) in the queue says where the log ended when they were written, so the
+//! collector reads each list at its place among the events: the list written before a
+//! `dlclose` precedes every event after it. GC cycles travel as side events
+//! ([`SIDE_GC`]).
+//!
+//! # 4. A collector that goes away
+//! The collector stores the time into the header's heartbeat every few milliseconds. A
+//! sampling thread that finds the queue full waits for room (the exact mode's
+//! backpressure) only while the heartbeat is fresh (half a second): a program whose
+//! `record` was killed runs on at full speed, its events counted as lost.
+
+use crate::engine::queue::Queue;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// Bytes of the side log.
+pub(crate) const LOG_BYTES: usize = 1 << 20;
+/// Bytes reserved for the header.
+const HEADER_BYTES: usize = 4096;
+/// [`RingHeader::magic`] ("mpring01").
+const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
+/// The layout's version.
+const VERSION: u32 = 1;
+/// A side event: the side log up to `addr` bytes holds a new module list.
+pub(crate) const SIDE_MODULES: u64 = 1;
+/// A side event: a GC cycle, in the frames ([`crate::profile::GcCycle::to_words`]).
+pub(crate) const SIDE_GC: u64 = 2;
+/// Frames a shared queue's slot holds at least (a side event's words).
+pub(crate) const MIN_DEPTH: usize = 16;
+
+/// Side-log record kinds.
+pub(crate) const LOG_PROCESS: u8 = 1;
+/// A side-log record: the loaded modules.
+pub(crate) const LOG_MODULES: u8 = 2;
+
+/// The ring's header, written by the process (the collector writes only `heartbeat_ns`).
+#[repr(C)]
+pub(crate) struct RingHeader {
+    magic: u64,
+    version: u32,
+    /// 0 while the process sets up, 1 once its session runs.
+    pub(crate) state: AtomicU32,
+    pub(crate) pid: u32,
+    _pad: u32,
+    /// The process's start time (`/proc/<pid>/stat` field 22), to tell a reused pid.
+    pub(crate) proc_start: u64,
+    pub(crate) epoch: AtomicU64,
+    pub(crate) interval_bits: AtomicU64,
+    pub(crate) depth: AtomicU64,
+    pub(crate) use_tsc: AtomicU64,
+    pub(crate) tsc0: AtomicU64,
+    pub(crate) start_ns: AtomicU64,
+    pub(crate) start_unix_ns: AtomicU64,
+    /// The collector's last sign of life ([`crate::monotonic_ns`]).
+    pub(crate) heartbeat_ns: AtomicU64,
+    /// Sampled blocks the live table could not take (copied at exit).
+    pub(crate) untracked: AtomicU64,
+    /// Bytes of the side log written and published.
+    pub(crate) log_len: AtomicU64,
+    queue_bytes: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
+
+/// A mapped ring: the header, the log and the queue's block.
+pub(crate) struct Ring {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping has no thread affinity; the header's shared fields are atomics, the
+// log is written under `LOG_LOCK` and read only up to the published length.
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
+/// Serialises writers of the side log within a process.
+static LOG_LOCK: AtomicBool = AtomicBool::new(false);
+
+impl Ring {
+    /// Total bytes of a ring whose queue holds `capacity` events of `depth` frames.
+    fn bytes(capacity: usize, depth: usize) -> Option<usize> {
+        HEADER_BYTES.checked_add(LOG_BYTES)?.checked_add(Queue::bytes_for(capacity, depth)?)
+    }
+
+    /// Creates this process's ring in `dir` (see §2) with a queue of `capacity` events of
+    /// `depth` frames, and returns it with the queue (set up, consumed elsewhere). Leaves
+    /// no descriptor open. The error is a message for stderr.
+    pub(crate) fn create(
+        dir: &str,
+        capacity: usize,
+        depth: usize,
+    ) -> Result<(Ring, Queue), String> {
+        let depth = depth.max(MIN_DEPTH);
+        let len = Ring::bytes(capacity, depth).ok_or("the event queue is too large")?;
+        // Sizing the file past RLIMIT_FSIZE would kill the process with SIGXFSZ.
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: `lim` is a valid out pointer.
+        if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } == 0
+            && lim.rlim_cur != libc::RLIM_INFINITY
+            && (lim.rlim_cur as u128) < len as u128
+        {
+            return Err(format!(
+                "the file size limit (RLIMIT_FSIZE, {} bytes) leaves no room for the {len}-byte \
+                 shared queue",
+                lim.rlim_cur
+            ));
+        }
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        let mut fd = -1;
+        let mut name = String::new();
+        for n in 0..1000 {
+            name = format!("{dir}/{pid}.{n}.ring");
+            let c =
+                std::ffi::CString::new(name.as_bytes()).map_err(|_| "a NUL in MEMPROF_RINGS")?;
+            let flags =
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            // SAFETY: `c` is NUL-terminated; the mode is the variadic third argument.
+            fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+            if fd >= 0
+                || std::io::Error::last_os_error().kind() != std::io::ErrorKind::AlreadyExists
+            {
+                break;
+            }
+        }
+        if fd < 0 {
+            return Err(format!("cannot create {name}: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is the descriptor just opened.
+        let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+        let err = std::io::Error::last_os_error();
+        let base = if sized {
+            // SAFETY: maps `len` bytes of the file just sized; no address hint.
+            unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            }
+        } else {
+            libc::MAP_FAILED
+        };
+        let err = if sized { std::io::Error::last_os_error() } else { err };
+        // SAFETY: closes the descriptor this function opened; the mapping stays valid.
+        unsafe { libc::close(fd) };
+        if base == libc::MAP_FAILED {
+            if let Ok(c) = std::ffi::CString::new(name.as_bytes()) {
+                // SAFETY: `c` is NUL-terminated.
+                unsafe { libc::unlink(c.as_ptr()) };
+            }
+            return Err(format!("cannot map {name}: {err}"));
+        }
+        let base = base as *mut u8;
+        let ring = Ring { base, len };
+        let proc_start = crate::sys::procfs::stat_field("/proc/self/stat", 19)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        // SAFETY: the mapping is `len` ≥ HEADER_BYTES bytes, page-aligned, zeroed (a new
+        // file) and not yet read by anyone (the state says "starting").
+        unsafe {
+            (base as *mut RingHeader).write(RingHeader {
+                // Written last (below), when the rest is in place.
+                magic: 0,
+                version: VERSION,
+                state: AtomicU32::new(0),
+                pid,
+                _pad: 0,
+                proc_start,
+                epoch: AtomicU64::new(0),
+                interval_bits: AtomicU64::new(0),
+                depth: AtomicU64::new(0),
+                use_tsc: AtomicU64::new(0),
+                tsc0: AtomicU64::new(0),
+                start_ns: AtomicU64::new(0),
+                start_unix_ns: AtomicU64::new(0),
+                heartbeat_ns: AtomicU64::new(crate::engine::clock::monotonic_ns()),
+                untracked: AtomicU64::new(0),
+                log_len: AtomicU64::new(0),
+                queue_bytes: (len - HEADER_BYTES - LOG_BYTES) as u64,
+            })
+        };
+        let qlen = len - HEADER_BYTES - LOG_BYTES;
+        // SAFETY: the queue's part of the mapping is zeroed, 4 KiB-aligned, lives as long as
+        // the process (never unmapped while sampling may push) and used by nothing else.
+        let queue = unsafe { Queue::init_in(ring.queue_mem(), qlen, capacity, depth) }
+            .ok_or("cannot lay out the shared queue")?;
+        // SAFETY: the magic is an aligned u64 at the start of the mapping; viewed as an
+        // atomic, its Release store publishes the header and the queue written above to a
+        // collector that reads it with Acquire (`Ring::attach`).
+        unsafe { (*(base as *const AtomicU64)).store(MAGIC, Ordering::Release) };
+        Ok((ring, queue))
+    }
+
+    /// The collector's view of the ring mapped at `base` (`len` bytes), when it holds a
+    /// header of this version.
+    ///
+    /// # Safety
+    /// `base` is a mapping of `len` bytes that stays mapped while the ring lives.
+    pub(crate) unsafe fn attach(base: *mut u8, len: usize) -> Option<(Ring, Queue)> {
+        if len < HEADER_BYTES + LOG_BYTES {
+            return None;
+        }
+        // SAFETY: the mapping holds at least a header; its first word read atomically
+        // (see `create`).
+        let magic = unsafe { (*(base as *const AtomicU64)).load(Ordering::Acquire) };
+        if magic != MAGIC {
+            return None;
+        }
+        let ring = Ring { base, len };
+        let h = ring.header();
+        if h.version != VERSION {
+            // Dropping `ring` would unmap: the caller owns the mapping until this succeeds.
+            core::mem::forget(ring);
+            return None;
+        }
+        let qlen = usize::try_from(h.queue_bytes).unwrap_or(usize::MAX);
+        if qlen > len - HEADER_BYTES - LOG_BYTES {
+            core::mem::forget(ring);
+            return None;
+        }
+        // SAFETY: the queue's part lies inside the mapping (checked above).
+        match unsafe { Queue::attach(ring.queue_mem(), qlen) } {
+            Some(queue) => Some((ring, queue)),
+            None => {
+                core::mem::forget(ring);
+                None
+            }
+        }
+    }
+
+    /// The header.
+    pub(crate) fn header(&self) -> &RingHeader {
+        // SAFETY: the mapping starts with a header (written by `create`, checked by
+        // `attach`) and outlives `self`.
+        unsafe { &*(self.base as *const RingHeader) }
+    }
+
+    fn queue_mem(&self) -> *mut u8 {
+        // SAFETY: the offset lies inside the mapping (its size is checked by the
+        // constructors).
+        unsafe { self.base.add(HEADER_BYTES + LOG_BYTES) }
+    }
+
+    fn log_mem(&self) -> *mut u8 {
+        // SAFETY: as `queue_mem`.
+        unsafe { self.base.add(HEADER_BYTES) }
+    }
+
+    /// Publishes the session's settings and clock: the collector may start reading.
+    pub(crate) fn ready(&self, epoch: u64, interval: f64, depth: usize, start_unix_ns: u64) {
+        let h = self.header();
+        let c = crate::engine::clock::params();
+        h.epoch.store(epoch, Ordering::Relaxed);
+        h.interval_bits.store(interval.to_bits(), Ordering::Relaxed);
+        h.depth.store(depth as u64, Ordering::Relaxed);
+        h.use_tsc.store(u64::from(c.use_tsc), Ordering::Relaxed);
+        h.tsc0.store(c.tsc0, Ordering::Relaxed);
+        h.start_ns.store(c.start_ns, Ordering::Relaxed);
+        h.start_unix_ns.store(start_unix_ns, Ordering::Relaxed);
+        h.state.store(1, Ordering::Release);
+    }
+
+    /// The clock of the process's session.
+    pub(crate) fn clock(&self) -> crate::engine::clock::Params {
+        let h = self.header();
+        crate::engine::clock::Params {
+            use_tsc: h.use_tsc.load(Ordering::Relaxed) != 0,
+            tsc0: h.tsc0.load(Ordering::Relaxed),
+            start_ns: h.start_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The collector's heartbeat, for the sample path (see `engine::hot::HEARTBEAT`).
+    pub(crate) fn heartbeat(&self) -> &AtomicU64 {
+        &self.header().heartbeat_ns
+    }
+
+    /// Appends a record to the side log and returns the log's length after it (the side
+    /// event's `addr`), or `None` when the log is full.
+    pub(crate) fn log_append(&self, kind: u8, payload: &[u8]) -> Option<u64> {
+        while LOG_LOCK.swap(true, Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let h = self.header();
+        let at = h.log_len.load(Ordering::Relaxed) as usize;
+        let need = 5 + payload.len();
+        let r = if at + need <= LOG_BYTES && payload.len() < u32::MAX as usize {
+            let mut rec = Vec::with_capacity(need);
+            rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            rec.push(kind);
+            rec.extend_from_slice(payload);
+            // SAFETY: `at + need` ≤ LOG_BYTES: the bytes lie inside the log, past what is
+            // published (nobody reads them until the Release store below); this thread
+            // holds LOG_LOCK.
+            unsafe { core::ptr::copy_nonoverlapping(rec.as_ptr(), self.log_mem().add(at), need) };
+            let end = (at + need) as u64;
+            h.log_len.store(end, Ordering::Release);
+            Some(end)
+        } else {
+            None
+        };
+        LOG_LOCK.store(false, Ordering::Release);
+        r
+    }
+
+    /// The side log's records in bytes `from..to` (clamped to what is published): (kind,
+    /// payload) pairs, and where the last whole one ended.
+    pub(crate) fn log_records(&self, from: u64, to: u64) -> (Vec<(u8, Vec<u8>)>, u64) {
+        let published = self.header().log_len.load(Ordering::Acquire).min(LOG_BYTES as u64);
+        let to = to.min(published) as usize;
+        let mut at = from as usize;
+        let mut out = Vec::new();
+        // SAFETY: bytes below the published length were written before its Release store,
+        // which the Acquire load above saw; `to` ≤ LOG_BYTES keeps them inside the log.
+        let log = unsafe { core::slice::from_raw_parts(self.log_mem(), to) };
+        while at + 5 <= to {
+            let len = u32::from_le_bytes(log[at..at + 4].try_into().unwrap_or_default()) as usize;
+            let kind = log[at + 4];
+            let Some(end) = (at + 5).checked_add(len).filter(|&e| e <= to) else {
+                break;
+            };
+            out.push((kind, log[at + 5..end].to_vec()));
+            at = end;
+        }
+        (out, at as u64)
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping this ring owns; no reference into it outlives the ring
+        // (the queue handle made with it is dropped first by its owners).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Encodes what the collector needs to know of the process: its executable and command
+/// line ([`LOG_PROCESS`]).
+pub(crate) fn encode_process(executable: &str, cmdline: &[String]) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_str(&mut out, executable);
+    out.extend_from_slice(&(cmdline.len() as u32).to_le_bytes());
+    for a in cmdline {
+        put_str(&mut out, a);
+    }
+    out
+}
+
+/// Decodes [`encode_process`].
+pub(crate) fn decode_process(mut b: &[u8]) -> Option<(String, Vec<String>)> {
+    let exe = get_str(&mut b)?;
+    let n = get_u32(&mut b)?;
+    let mut args = Vec::new();
+    for _ in 0..n.min(1 << 16) {
+        args.push(get_str(&mut b)?);
+    }
+    Some((exe, args))
+}
+
+/// Encodes a module list ([`LOG_MODULES`]).
+pub(crate) fn encode_modules(modules: &[crate::profile::Module]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(modules.len() as u32).to_le_bytes());
+    for m in modules {
+        for v in [m.base, m.start, m.end, m.file_size, m.file_mtime_ns] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        put_bytes(&mut out, &m.build_id);
+        put_str(&mut out, &m.path);
+    }
+    out
+}
+
+/// Decodes [`encode_modules`].
+pub(crate) fn decode_modules(mut b: &[u8]) -> Option<Vec<crate::profile::Module>> {
+    let n = get_u32(&mut b)?;
+    let mut out = Vec::new();
+    for _ in 0..n.min(1 << 16) {
+        let mut v = [0u64; 5];
+        for x in &mut v {
+            let (head, rest) = b.split_first_chunk::<8>()?;
+            *x = u64::from_le_bytes(*head);
+            b = rest;
+        }
+        let build_id = get_bytes(&mut b)?;
+        let path = get_str(&mut b)?;
+        out.push(crate::profile::Module {
+            path,
+            base: v[0],
+            start: v[1],
+            end: v[2],
+            build_id,
+            file_size: v[3],
+            file_mtime_ns: v[4],
+        });
+    }
+    Some(out)
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_bytes(out, s.as_bytes());
+}
+
+fn get_u32(b: &mut &[u8]) -> Option<u32> {
+    let (head, rest) = b.split_first_chunk::<4>()?;
+    *b = rest;
+    Some(u32::from_le_bytes(*head))
+}
+
+fn get_bytes(b: &mut &[u8]) -> Option<Vec<u8>> {
+    let n = get_u32(b)? as usize;
+    if n > b.len() {
+        return None;
+    }
+    let (head, rest) = b.split_at(n);
+    *b = rest;
+    Some(head.to_vec())
+}
+
+fn get_str(b: &mut &[u8]) -> Option<String> {
+    get_bytes(b).map(|v| String::from_utf8_lossy(&v).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn side_records_round_trip() {
+        let m = crate::profile::Module {
+            path: "/lib/x.so".into(),
+            base: 1,
+            start: 2,
+            end: 3,
+            build_id: vec![9, 8],
+            file_size: 4,
+            file_mtime_ns: 5,
+        };
+        assert_eq!(
+            decode_modules(&encode_modules(&[m.clone(), m.clone()])),
+            Some(vec![m.clone(), m])
+        );
+        let args = vec!["a".to_owned(), "b c".to_owned()];
+        assert_eq!(decode_process(&encode_process("/bin/x", &args)), Some(("/bin/x".into(), args)));
+        assert_eq!(decode_modules(&[5, 0, 0, 0, 1]), None, "a cut record is refused");
+    }
+}
