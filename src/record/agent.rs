@@ -48,7 +48,7 @@ use super::ring::{self, Ring};
 use crate::session::recorder::Recorder;
 use crate::session::{self, Poll, Session};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::os::fd::FromRawFd;
@@ -79,6 +79,8 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 /// This process's session queues into a shared ring (§6).
 static COLLECTED: AtomicBool = AtomicBool::new(false);
+/// The header of this process's ring (null: none), for hooks that must not lock.
+static RING_HEADER: AtomicPtr<ring::RingHeader> = AtomicPtr::new(core::ptr::null_mut());
 
 fn lock() {
     while LOCK.swap(true, Ordering::Acquire) {
@@ -216,6 +218,10 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
         }
     };
     ring.ready(session.epoch(), config.interval, config.depth, session.info().start_unix_ns);
+    RING_HEADER.store(
+        ring.header() as *const ring::RingHeader as *mut ring::RingHeader,
+        Ordering::Release,
+    );
     COLLECTED.store(true, Ordering::Release);
     OWNER.store(pid(), Ordering::Release);
     let stem = String::new();
@@ -349,6 +355,8 @@ pub(crate) fn finish() {
                 let untracked =
                     crate::engine::hot::UNTRACKED.load(core::sync::atomic::Ordering::Relaxed);
                 r.header().untracked.store(untracked, Ordering::Relaxed);
+                // Exiting normally: an earlier `exec` failed, if one was tried.
+                r.header().ending.store(0, Ordering::Release);
             }
             // The session stops (sampling ends); its queue and the ring stay mapped for
             // the collector, and for producers still inside a push.
@@ -396,7 +404,22 @@ pub(crate) fn finish() {
 /// every event so far, flushed (the reader resolves the symbols), then a record that says
 /// why the file has no end record.
 pub fn before_quick_exit() {
+    set_ending(ring::ENDING_QUICK);
     sync_owned(Poll::BeforeQuickExit);
+}
+
+/// With a shared ring: tells the collector how this image is ending (see
+/// `RingHeader::ending`). Async-signal-safe (one atomic store), and takes no lock: `_exit`
+/// may be called from anywhere.
+fn set_ending(how: u32) {
+    if collected() && OWNER.load(Ordering::Acquire) == pid() {
+        let r = RING_HEADER.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is the header of this process's ring, mapped until the
+        // process ends (only a forked child unmaps its parent's, after clearing this).
+        if let Some(h) = unsafe { r.as_ref() } {
+            h.ending.store(how, Ordering::Release);
+        }
+    }
 }
 
 /// The forced poll, in the process that owns the session (not in a forked child that
@@ -411,6 +434,7 @@ fn sync_owned(why: Poll) {
 /// relatives): every event so far reaches the file, which the new image never finishes (it
 /// reads back as cut, with everything this image did).
 pub fn before_exec() {
+    set_ending(ring::ENDING_EXEC);
     sync_owned(Poll::BeforeExec);
 }
 
@@ -576,6 +600,7 @@ extern "C" fn fork_child() {
             // so nothing of this process reaches it any more; unmapped.
             crate::engine::hot::HEARTBEAT.store(core::ptr::null_mut(), Ordering::Release);
             COLLECTED.store(false, Ordering::Release);
+            RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
             drop(a.ring.take());
             a.settings.follow_forks.then(|| {
                 let mut s = a.settings.clone();

@@ -34,7 +34,7 @@ use super::ring::{self, Ring};
 use crate::config::Unwinder;
 use crate::engine::clock::Converter;
 use crate::engine::queue::{EventKind, Queue};
-use crate::profile::{GcCycle, Module};
+use crate::profile::{GcCycle, Module, Stopped};
 use crate::session::driver::{Drive, Driver};
 use crate::session::recorder::{ProcessFacts, Recorder};
 use crate::session::{Poll, SessionInfo, Stats, Tracker};
@@ -246,17 +246,15 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
     }
     let root = r.pid == plan.root_pid && r.image == 0;
     let opened = if root {
-        open_root(&plan.root_output).map(|f| (plan.root_output.clone(), f))
+        open_root(&plan.root_output).map(|f| Some((plan.root_output.clone(), f)))
     } else {
-        create_child(stem, r.pid, r.image)
+        Ok(None)
     };
-    let (path, file) = match opened {
-        Ok(x) => x,
+    let opened = match opened {
+        Ok(x) => Ok(x),
         Err(e) => {
             messages.push(e);
-            // The queue is still drained (and its events dropped), so the program never
-            // waits for a collector that cannot write.
-            (PathBuf::new(), File::open("/dev/null").expect("/dev/null opens"))
+            Err(())
         }
     };
     let (log, log_read) = r.ring.log_records(0, u64::MAX);
@@ -282,11 +280,22 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
         unwinder: Unwinder::Auto,
         start_unix_ns: h.start_unix_ns.load(Ordering::Relaxed),
     };
-    let mut recorder = if path.as_os_str().is_empty() {
-        Recorder::new().of_process(facts)
-    } else {
-        Recorder::streaming(&path, file).offline_symbols().of_process(facts)
-    };
+    let mut recorder = match opened {
+        Ok(Some((path, file))) => Recorder::streaming(&path, file),
+        // A child's file is created at its first sample: a child that only calls `exec`
+        // leaves none.
+        Ok(None) => {
+            let (stem, pid, image) = (stem.to_owned(), r.pid, r.image);
+            Recorder::streaming_deferred(Box::new(move || {
+                create_child(&stem, pid, image).map_err(crate::Error::Other)
+            }))
+        }
+        // The queue is still drained (its events dropped), so the program never waits
+        // for a collector that cannot write.
+        Err(()) => Recorder::new(),
+    }
+    .offline_symbols()
+    .of_process(facts);
     recorder.started(&info);
     r.out = Some(Output {
         driver: Driver { tracker: recorder, tokens: HashMap::default() },
@@ -405,7 +414,17 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
         untracked: r.ring.header().untracked.load(Ordering::Relaxed),
         ..Stats::default()
     };
-    out.driver.finish(&stats);
+    // An image that said it was ending without exit handlers: its file ends as the
+    // in-process recorder leaves it then (the reader tells why there is no end record).
+    let ending = match r.ring.header().ending.load(Ordering::Acquire) {
+        ring::ENDING_EXEC => Some(Stopped::Exec),
+        ring::ENDING_QUICK => Some(Stopped::QuickExit),
+        _ => None,
+    };
+    match ending {
+        Some(why) => out.driver.tracker.stop_as(why, &stats),
+        None => out.driver.finish(&stats),
+    }
     let rec = &out.driver.tracker;
     if let Some(e) = rec.error() {
         messages.push(format!("the profile of pid {} is incomplete: {e}", r.pid));
@@ -429,7 +448,21 @@ fn process_gone(pid: u32, start: u64) -> bool {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let state = fields.first().copied().unwrap_or("X");
     let started: u64 = fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0);
-    state == "Z" || state == "X" || (start != 0 && started != start)
+    if start != 0 && started != start {
+        return true;
+    }
+    if state != "Z" && state != "X" {
+        return false;
+    }
+    // A zombie leader whose other threads run on (`main` ended with `pthread_exit`) is
+    // not a process gone: any live thread keeps it.
+    let live_thread =
+        std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|t| {
+            let stat = t.path().join("stat");
+            let s = crate::sys::procfs::stat_field(&stat.to_string_lossy(), 0);
+            s.is_some_and(|s| s != "Z" && s != "X")
+        });
+    !live_thread
 }
 
 /// The modules of a running process, from `/proc/<pid>/maps` and the object files it names

@@ -58,6 +58,11 @@ pub(crate) const SIDE_GC: u64 = 2;
 /// Frames a shared queue's slot holds at least (a side event's words).
 pub(crate) const MIN_DEPTH: usize = 16;
 
+/// [`RingHeader::ending`]: the image is being replaced (`exec`).
+pub(crate) const ENDING_EXEC: u32 = 1;
+/// [`RingHeader::ending`]: the process ends without exit handlers (`_exit`).
+pub(crate) const ENDING_QUICK: u32 = 2;
+
 /// Side-log record kinds.
 pub(crate) const LOG_PROCESS: u8 = 1;
 /// A side-log record: the loaded modules.
@@ -87,6 +92,10 @@ pub(crate) struct RingHeader {
     pub(crate) untracked: AtomicU64,
     /// Bytes of the side log written and published.
     pub(crate) log_len: AtomicU64,
+    /// How the image is ending without exit handlers, when it says so: [`ENDING_EXEC`]
+    /// (before `exec`), [`ENDING_QUICK`] (`_exit`, `quick_exit`); 0 otherwise (a normal
+    /// exit clears it: an `exec` that failed is followed by more).
+    pub(crate) ending: AtomicU32,
     queue_bytes: u64,
 }
 
@@ -211,6 +220,7 @@ impl Ring {
                 heartbeat_ns: AtomicU64::new(crate::engine::clock::monotonic_ns()),
                 untracked: AtomicU64::new(0),
                 log_len: AtomicU64::new(0),
+                ending: AtomicU32::new(0),
                 queue_bytes: (len - HEADER_BYTES - LOG_BYTES) as u64,
             })
         };

@@ -160,6 +160,26 @@ impl Recorder {
         }
     }
 
+    /// Ends the file as a process image that ended without exit handlers leaves it (what
+    /// the in-process recorder writes before `exec` or `_exit`): the counters, a Stopping
+    /// record saying `why`, and no end record. For `memprof record`'s collector, which
+    /// learns how the image ended from its ring.
+    pub(crate) fn stop_as(&mut self, why: Stopped, stats: &Stats) {
+        self.profile.lost = Lost {
+            events: stats.lost_events,
+            untracked: stats.untracked,
+            callback_panics: stats.callback_panics,
+        };
+        let lost = self.profile.lost;
+        self.write(|w| w.write_lost(&lost));
+        self.write(|w| w.write_stopping(why));
+        self.flush();
+        if let Some((_, w)) = &mut self.output {
+            // Dropped without `finish`: no end record.
+            *w = None;
+        }
+    }
+
     /// True once, after a new stack had a frame outside every known module (with
     /// [`Recorder::of_process`]): the caller may look the process's modules up.
     pub(crate) fn take_unknown_frames(&mut self) -> bool {
