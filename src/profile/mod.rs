@@ -245,7 +245,7 @@ pub struct GcCycle {
 
 impl GcCycle {
     /// The cycle as 11 words (the float as its bits), for a queue slot's frames.
-    pub(crate) fn to_words(&self) -> [u64; 11] {
+    pub(crate) fn to_words(self) -> [u64; 11] {
         [
             self.cycle,
             self.start_ns,

@@ -479,7 +479,7 @@ pub(crate) fn modules_of(pid: u32) -> Vec<Module> {
             continue;
         };
         let Some(path) = f.nth(2) else { continue };
-        if !path.starts_with('/') || offset.trim_start_matches('0') != "" {
+        if !path.starts_with('/') || !offset.trim_start_matches('0').is_empty() {
             continue;
         }
         let Some(start) = range.split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok())

@@ -27,6 +27,7 @@ use crate::profile::{
     symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId, Stopped,
 };
 use crate::session::{Allocation, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker};
+use crate::sys::own_file::OwnFile;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
@@ -48,7 +49,7 @@ pub struct Recorder {
     /// Stack ids by a hash of their frames (collisions compared against the stack table),
     /// so that a lookup neither allocates nor hashes with SipHash.
     interned: HashMap<u64, Vec<StackId>, crate::sys::hash::FastHash>,
-    output: Option<(PathBuf, Option<Writer<BufWriter<File>>>)>,
+    output: Option<(PathBuf, Option<Writer<BufWriter<OwnFile>>>)>,
     /// An already open file to stream to (taken at `started`).
     opened: Option<File>,
     /// Opens the file at the first sample (taken then).
@@ -221,6 +222,8 @@ impl Recorder {
                     .map_err(|e| Error::io(format!("cannot create {}", path.display()), e)),
             };
             let opened = file.and_then(|f| {
+                let f = OwnFile::new(f)
+                    .map_err(|e| Error::io(format!("cannot use {}", path.display()), e))?;
                 Writer::new(BufWriter::with_capacity(STREAM_BUFFER, f), &self.profile.header)
             });
             match opened {
@@ -255,7 +258,7 @@ impl Recorder {
         self.profile
     }
 
-    fn write(&mut self, f: impl FnOnce(&mut Writer<BufWriter<File>>) -> Result<(), Error>) {
+    fn write(&mut self, f: impl FnOnce(&mut Writer<BufWriter<OwnFile>>) -> Result<(), Error>) {
         if let Some((path, Some(w))) = &mut self.output {
             if let Err(e) = f(w) {
                 self.error.get_or_insert(Error::Other(format!("{}: {e}", path.display())));

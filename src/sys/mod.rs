@@ -7,6 +7,7 @@ pub(crate) mod alloc_count;
 pub(crate) mod errno;
 pub(crate) mod hash;
 pub(crate) mod loader;
+pub(crate) mod own_file;
 pub(crate) mod padded;
 pub(crate) mod procfs;
 pub(crate) mod rawmem;

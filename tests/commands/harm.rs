@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::text;
+use crate::common::{text, MEMPROF};
 use crate::record::{assert_ok, fixture, read, record, scratch, totals};
 
 /// Runs `prog` plain (in `dir`), with a deadline: a program that hangs fails the test
@@ -178,14 +178,16 @@ fn a_program_that_allocates_nothing_keeps_its_status() {
     assert!(text(&out.stderr).contains("note: no allocations were seen"), "{}", text(&out.stderr));
 }
 
-/// A program that leaks 300 × 1000 B and dies within a millisecond, of SIGSEGV or abort:
-/// `record` exits as the shell would (139, 134) and every leaked byte is in the profile
-/// (the fatal signal's handler has the drain thread flush first).
+/// A program that leaks 300 × 1000 B and dies within a millisecond, of SIGSEGV, abort or a
+/// SIGKILL it sends itself: `record` exits as the shell would (139, 134, 137) and every
+/// leaked byte is in the profile (`record` drains the shared queue after the process is
+/// gone).
 #[test]
 fn a_crash_right_after_allocating_loses_nothing() {
     let dir = scratch("crash-fast");
     let prog = fixture("crash_fast");
-    for (mode, sig) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT)] {
+    for (mode, sig) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT), ("kill", libc::SIGKILL)]
+    {
         let p = plain(&dir, &prog, &[mode]);
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&p.status), Some(sig));
         for (label, opts) in modes(&format!("cf-{mode}")) {
@@ -253,4 +255,146 @@ fn an_output_directory_removed_mid_run_keeps_the_programs_status() {
     assert!(!err.contains("panicked") && !err.contains("statically linked"), "{err}");
     assert!(err.contains("p.mprof") && err.contains("removed"), "names the profile: {err}");
     assert!(err.contains("early_site") && err.contains("late_site"), "{err}");
+}
+
+/// The preload library started by hand (`LD_PRELOAD`, no `memprof record`): the process
+/// writes its own file, and a fatal signal has the drain thread flush before the program
+/// dies with its own disposition.
+#[test]
+fn a_crash_under_a_hand_set_preload_keeps_what_it_leaked() {
+    let dir = scratch("crash-by-hand");
+    let prog = fixture("crash_fast");
+    let lib = Path::new(MEMPROF).parent().unwrap().join("libmemprof_preload.so");
+    for (mode, sig) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT)] {
+        let file = dir.join(format!("h-{mode}.mprof"));
+        let out = Command::new(&prog)
+            .arg(mode)
+            .env("LD_PRELOAD", &lib)
+            .env("MEMPROF_INTERVAL", "1")
+            .env("MEMPROF_OUTPUT", &file)
+            .output()
+            .unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(sig));
+        let prof = read(&file);
+        let t = totals(&prof, "leak_site");
+        assert_eq!(t, (300_000.0, 300.0, 300_000.0, 300.0), "{mode}: {}", text(&out.stderr));
+    }
+}
+
+/// A daemon closes every descriptor and opens its data file, which takes the lowest free
+/// number: its file holds exactly its own 17 000 bytes, and the allocations it makes after
+/// the close are in the profile (the process holds no descriptor of ours under `record`;
+/// under a hand-set preload the recorder checks that its descriptor is still its file
+/// before each write, and stops instead of writing into the program's).
+#[test]
+fn a_daemon_closing_every_descriptor_keeps_its_file_and_its_profile() {
+    let dir = scratch("daemon");
+    let prog = fixture("daemon_fds");
+    let p = plain(&dir, &prog, &["plain.out"]);
+    assert_eq!(p.status.code(), Some(0));
+    let want = std::fs::read(dir.join("plain.out")).unwrap();
+    assert_eq!(want.len(), 17_000);
+    for (label, opts) in modes("dm") {
+        let out = record_within(&dir, &strs(&opts), &prog, &["rec.out"]);
+        assert_ok(&out, 0);
+        assert!(std::fs::read(dir.join("rec.out")).unwrap() == want, "{label}: the data file");
+        let prof = read(&dir.join(&opts[opts.len() - 1]));
+        assert!(prof.complete && prof.warnings.is_empty(), "{label}: {:?}", prof.warnings);
+        if label.ends_with("exact") {
+            let t = totals(&prof, "after_close_site");
+            assert_eq!(t, (200_000.0, 200.0, 200_000.0, 200.0), "{label}");
+        }
+    }
+    let lib = Path::new(MEMPROF).parent().unwrap().join("libmemprof_preload.so");
+    let out = Command::new(&prog)
+        .arg(dir.join("hand.out"))
+        .env("LD_PRELOAD", &lib)
+        .env("MEMPROF_INTERVAL", "1")
+        .env("MEMPROF_OUTPUT", dir.join("hand.mprof"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(std::fs::read(dir.join("hand.out")).unwrap() == want, "hand-set: the data file");
+}
+
+/// A program growing its heap, stopped and SIGKILLed from outside: its profile holds every
+/// block allocated up to the kill.
+#[test]
+fn a_program_killed_from_outside_keeps_its_growth() {
+    let dir = scratch("grow-kill");
+    let mut child = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["record", "--interval", "1", "-o", "g.%p.mprof", "--"])
+        .arg(fixture("grow"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line.trim().parse().unwrap_or(0)).is_err() {
+                break;
+            }
+        }
+    });
+    let mut last = 0;
+    while last < 300 {
+        last = rx.recv_timeout(Duration::from_secs(60)).expect("the program grows");
+    }
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "mprof"))
+        .unwrap();
+    let name = file.file_name().unwrap().to_str().unwrap();
+    let pid: i32 = name.trim_start_matches("g.").trim_end_matches(".mprof").parse().unwrap();
+    // SAFETY: kill has no memory preconditions; pid is the profiled program's.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    while let Ok(n) = rx.recv_timeout(Duration::from_millis(300)) {
+        last = n;
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out, 128 + libc::SIGKILL);
+    let prof = read(&file);
+    assert!(prof.complete && prof.warnings.is_empty(), "{:?}", prof.warnings);
+    // Each count is printed after its block was allocated; the next block may have been
+    // allocated before the stop.
+    let n = totals(&prof, "grow_site").1 as u64;
+    assert!(n == last || n == last + 1, "{n} blocks in the profile, {last} printed");
+}
+
+/// `memprof record` killed while its program runs: the program runs on unharmed and ends
+/// normally, its events counted as lost in its queue rather than waited for.
+#[test]
+fn a_program_outlives_its_killed_collector() {
+    let dir = scratch("outlive");
+    let (go, done) = (dir.join("go"), dir.join("done"));
+    let mut child = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["record", "--interval", "1", "-o", "o.mprof", "--"])
+        .arg(fixture("outlive"))
+        .arg(&go)
+        .arg(&done)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::write(&go, "").unwrap();
+    let start = Instant::now();
+    while !done.exists() {
+        assert!(start.elapsed() < Duration::from_secs(60), "the program did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
