@@ -99,6 +99,8 @@ struct Attached {
 }
 
 struct Output {
+    /// Stacks with frames outside every listed module were seen, not yet looked up.
+    unknown: bool,
     driver: Driver<Recorder>,
     epoch: u64,
     interval: f64,
@@ -298,6 +300,7 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
     .of_process(facts);
     recorder.started(&info);
     r.out = Some(Output {
+        unknown: false,
         driver: Driver { tracker: recorder, tokens: HashMap::default() },
         epoch: h.epoch.load(Ordering::Relaxed),
         interval,
@@ -368,10 +371,27 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
     };
     let n =
         if abandoned { q.drain_abandoned(&mut handle) } else { q.drain(&mut handle).unwrap_or(0) };
-    if out.driver.tracker.take_unknown_frames() && !abandoned {
-        out.driver.tracker.add_modules(modules_of(pid));
+    if !abandoned && out.unknown_frames(ring) {
+        // Frames outside every listed module, and no list pending in the log that could
+        // name them in order: the process's maps name them, unless it wrote a list while
+        // they were read (a `dlclose` under way: its list, read in order, will).
+        let before = ring.header().log_len.load(Ordering::Acquire);
+        let found = modules_of(pid);
+        if ring.header().log_len.load(Ordering::Acquire) == before {
+            out.driver.tracker.add_modules(found);
+            out.unknown = false;
+        }
     }
     n
+}
+
+impl Output {
+    /// True when frames outside every listed module wait to be looked up and every module
+    /// list the process wrote has been read (so the lookup is not ahead of one).
+    fn unknown_frames(&mut self, ring: &Ring) -> bool {
+        self.unknown |= self.driver.tracker.take_unknown_frames();
+        self.unknown && ring.header().log_len.load(Ordering::Acquire) <= self.log_read
+    }
 }
 
 /// A side event (see `ring.rs` §3).
@@ -395,7 +415,7 @@ fn read_log(ring: &Ring, out: &mut Output, to: u64) {
     for (kind, payload) in records {
         if kind == ring::LOG_MODULES {
             if let Some(m) = ring::decode_modules(&payload) {
-                out.driver.tracker.add_modules(m);
+                out.driver.tracker.module_snapshot(m);
             }
         }
     }

@@ -75,6 +75,75 @@ pub struct Recorder {
     other: Option<ProcessFacts>,
     /// A new stack had a frame outside every module known (only with `other`).
     unknown_frames: bool,
+    /// Module generations of another process (see [`Generations`]).
+    generations: Generations,
+}
+
+/// Module generations (with [`Recorder::of_process`]): the same addresses can hold
+/// different libraries over a run (`dlclose`, then a `dlopen` the loader maps where the
+/// last one was). Symbols are resolved after the run from the modules' files, by address,
+/// so a library mapped where an unloaded one had been is given its own stretch of
+/// addresses: a *shift* that moves its frames and its module record to a virtual range
+/// above the user address space ([`VIRTUAL_BASE`]). Offsets inside the module are
+/// unchanged, so offline symbolization reads the right file at the right offset.
+///
+/// The lists come in order with the events (`record/ring.rs` §3): `current` is the list
+/// of the latest snapshot; a module that leaves it is *retired*. A frame in a retired range
+/// that no current module covers belongs to whatever was mapped there since (its list
+/// comes later, at the next snapshot): a shift is opened for the range at once, and the
+/// module that shows up in it is written with that shift.
+#[derive(Default)]
+struct Generations {
+    current: Vec<(String, u64, u64, u64)>,
+    retired: Vec<(u64, u64)>,
+    shifts: Vec<Shift>,
+    next_virtual: u64,
+}
+
+/// Frames in `start..end` are recorded at `+ delta`.
+#[derive(Clone, Copy, Debug)]
+struct Shift {
+    start: u64,
+    end: u64,
+    delta: u64,
+}
+
+/// Where shifted modules go: above the 47-bit user address space.
+const VIRTUAL_BASE: u64 = 1 << 48;
+/// Room given to each shift.
+const VIRTUAL_STRIDE: u64 = 1 << 36;
+
+impl Generations {
+    fn shift_of(&self, addr: u64) -> Option<&Shift> {
+        self.shifts.iter().find(|s| s.start <= addr && addr < s.end)
+    }
+
+    fn covered(&self, addr: u64) -> bool {
+        self.current.iter().any(|&(_, _, a, b)| a <= addr && addr < b)
+    }
+
+    fn new_shift(&mut self, start: u64, end: u64) -> Shift {
+        let at = VIRTUAL_BASE + self.next_virtual * VIRTUAL_STRIDE;
+        self.next_virtual += 1 + (end - start) / VIRTUAL_STRIDE;
+        let s = Shift { start, end, delta: at.wrapping_sub(start) };
+        self.shifts.push(s);
+        s
+    }
+
+    /// The frame as recorded: shifted when it lies in a shift, or in a retired range no
+    /// current module covers (which opens a shift).
+    fn translate(&mut self, addr: u64) -> u64 {
+        if let Some(s) = self.shift_of(addr) {
+            return addr.wrapping_add(s.delta);
+        }
+        if self.covered(addr) {
+            return addr;
+        }
+        match self.retired.iter().find(|&&(a, b)| a <= addr && addr < b).copied() {
+            Some((a, b)) => addr.wrapping_add(self.new_shift(a, b).delta),
+            None => addr,
+        }
+    }
 }
 
 /// What a [`Recorder`] of another process writes into the header for it.
@@ -150,14 +219,60 @@ impl Recorder {
         self
     }
 
-    /// Modules of the recorded process (with [`Recorder::of_process`]): those not written
-    /// yet are written.
+    /// Modules of the recorded process found mapped (with [`Recorder::of_process`]): those
+    /// not written yet are written.
     pub(crate) fn add_modules(&mut self, modules: Vec<crate::profile::Module>) {
         for m in modules {
-            if self.modules_seen.insert((m.path.clone(), m.base)) {
-                self.write(|w| w.write_module(&m));
-                self.profile.modules.push(m);
+            self.admit(m);
+        }
+    }
+
+    /// The recorded process's full module list at this point of its events (with
+    /// [`Recorder::of_process`]): modules gone since the last list are retired (see
+    /// [`Generations`]), new ones written.
+    pub(crate) fn module_snapshot(&mut self, modules: Vec<crate::profile::Module>) {
+        let key = |m: &crate::profile::Module| (m.path.clone(), m.base, m.start, m.end);
+        let now: Vec<_> = modules.iter().map(key).collect();
+        let gone: Vec<_> =
+            self.generations.current.iter().filter(|k| !now.contains(k)).cloned().collect();
+        for (_, _, start, end) in gone {
+            let g = &mut self.generations;
+            g.shifts.retain(|s| s.end <= start || end <= s.start);
+            g.retired.retain(|&(a, b)| b <= start || end <= a);
+            g.retired.push((start, end));
+        }
+        self.generations.current = now;
+        for m in modules {
+            self.admit(m);
+        }
+    }
+
+    /// Writes a module of the recorded process unless written already, shifted when it is
+    /// mapped where a retired one was.
+    fn admit(&mut self, mut m: crate::profile::Module) {
+        let g = &mut self.generations;
+        let shift = match g.shift_of(m.start).copied() {
+            Some(s) => Some(s),
+            None if g.retired.iter().any(|&(a, b)| a < m.end && m.start < b) => {
+                Some(g.new_shift(m.start, m.end))
             }
+            None => None,
+        };
+        if let Some(s) = shift {
+            // The shift covers the whole module from now on.
+            if let Some(x) = g.shifts.iter_mut().find(|x| x.start == s.start && x.delta == s.delta)
+            {
+                x.start = x.start.min(m.start);
+                x.end = x.end.max(m.end);
+            }
+            g.retired.retain(|&(a, b)| b <= m.start || m.end <= a);
+            m.base = m.base.wrapping_add(s.delta);
+            m.start = m.start.wrapping_add(s.delta);
+            m.end = m.end.wrapping_add(s.delta);
+        }
+        if self.modules_seen.insert((m.path.clone(), m.base)) {
+            self.write(|w| w.write_module(&m));
+            self.profile.modules.push(m);
         }
     }
 
@@ -455,7 +570,15 @@ impl Tracker for Recorder {
         if self.deferred.is_some() {
             self.open_deferred();
         }
-        let frames = a.callstack.frames();
+        let translated: Vec<usize>;
+        let mut frames = a.callstack.frames();
+        if self.other.is_some()
+            && (!self.generations.retired.is_empty() || !self.generations.shifts.is_empty())
+        {
+            let g = &mut self.generations;
+            translated = frames.iter().map(|&f| g.translate(f as u64) as usize).collect();
+            frames = &translated;
+        }
         let truncated = a.callstack.truncated();
         let key = stack_hash(frames, truncated);
         let same = |s: &Stack| {

@@ -398,3 +398,40 @@ fn a_program_outlives_its_killed_collector() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Two libraries `dlopen`ed alternately at the same address, each leaking 10 × 1000 B in
+/// its constructor, loaded 5 times each: each gets its own 50 000 B (every sample is
+/// attributed to the module mapped when it was taken); then the same from 4 threads at
+/// once, where the loads that run a constructor are counted from the program's output.
+#[test]
+fn libraries_loaded_at_the_same_address_keep_their_own_samples() {
+    let dir = scratch("dl-generations");
+    let prog = fixture("gen");
+    let libs = [fixture("libgen0"), fixture("libgen1")];
+    let libs: Vec<&str> = libs.iter().map(|l| l.to_str().unwrap()).collect();
+    let out = record_within(&dir, &["--interval", "1", "-o", "g.mprof"], &prog, &libs);
+    assert_ok(&out, 0);
+    let reused: u32 = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("reused ")?.trim().parse().ok())
+        .expect("the program says where the libraries went");
+    assert!(reused > 0, "the loader reused the address: the test means something");
+    let prof = read(&dir.join("g.mprof"));
+    assert_eq!(totals(&prof, "gen0_leak"), (50_000.0, 50.0, 50_000.0, 50.0));
+    assert_eq!(totals(&prof, "gen1_leak"), (50_000.0, 50.0, 50_000.0, 50.0));
+
+    let mut args = libs.clone();
+    args.push("threads");
+    for round in 0..3 {
+        let file = format!("t{round}.mprof");
+        let out = record_within(&dir, &["--interval", "1", "-o", &file], &prog, &args);
+        assert_ok(&out, 0);
+        let stdout = text(&out.stdout);
+        let loads = |g: &str| stdout.lines().filter(|l| l.trim() == g).count() as f64;
+        let prof = read(&dir.join(&file));
+        for (site, g) in [("gen0_leak", "g0"), ("gen1_leak", "g1")] {
+            let n = 10.0 * loads(g);
+            assert_eq!(totals(&prof, site), (1000.0 * n, n, 1000.0 * n, n), "{site}, {round}");
+        }
+    }
+}
