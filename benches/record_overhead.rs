@@ -30,6 +30,15 @@
 //!    the process a user waits for (target: at most 1 % over the floor);
 //! 4. the exact mode vs heaptrack on the same program and iterations (fewer, since both
 //!    record every allocation; target: faster than heaptrack).
+//!
+//! Cases 1 and 2 run the preload library as a hand-set `LD_PRELOAD` does (the process
+//! writes its own file); `interval 800, depth 10, via record` runs the same under
+//! `memprof record`, where the events leave through the shared ring its collector drains.
+//! With `--baseline DIR` (the `target/release` of an earlier build, e.g. from
+//! `git worktree add /tmp/old <rev> && cd /tmp/old && cargo build --release`), the default
+//! interval and the 800 B case also run with that build's preload library in the same
+//! rounds, and the bench prints this build's per-sample cost and unsampled-path overhead
+//! beside the earlier build's: the sample path must not get slower.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,8 +81,26 @@ fn build_forward(out: &Path) {
 
 /// One run: (loop seconds, process seconds, samples in the profile if any).
 fn run(prog: &Path, iterations: u64, env: &[(&str, String)], out: &Path) -> (f64, f64, u64) {
+    run_with(&[], prog, iterations, env, out)
+}
+
+/// [`run`] with a command in front of the program (`memprof record … --`).
+fn run_with(
+    front: &[String],
+    prog: &Path,
+    iterations: u64,
+    env: &[(&str, String)],
+    out: &Path,
+) -> (f64, f64, u64) {
     let _ = std::fs::remove_file(out);
-    let mut cmd = Command::new(prog);
+    let mut cmd = match front.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(prog);
+            c
+        }
+        None => Command::new(prog),
+    };
     cmd.arg(iterations.to_string());
     for (k, v) in env {
         cmd.env(k, v);
@@ -88,7 +115,7 @@ fn run(prog: &Path, iterations: u64, env: &[(&str, String)], out: &Path) -> (f64
         .find_map(|l| l.strip_prefix("loop_ns "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(f64::NAN);
-    let samples = if !env.iter().any(|(k, _)| *k == "MEMPROF_OUTPUT") {
+    let samples = if front.is_empty() && !env.iter().any(|(k, _)| *k == "MEMPROF_OUTPUT") {
         0
     } else {
         memprof::profile::Profile::read_file(out).map(|p| p.counts.samples).unwrap_or(0)
@@ -132,8 +159,32 @@ fn main() {
     assert!(preload.is_file(), "build the preload library first: {}", preload.display());
     let out = dir.join("bench.mprof");
 
+    let baseline = args
+        .iter()
+        .position(|a| a == "--baseline")
+        .and_then(|i| args.get(i + 1))
+        .map(|d| PathBuf::from(d).join("libmemprof_preload.so"));
+    if let Some(b) = &baseline {
+        assert!(b.is_file(), "--baseline DIR: no {} (build the earlier revision)", b.display());
+    }
+    let memprof_bin = Path::new(env!("CARGO_BIN_EXE_memprof"));
+    let via_record: Vec<String> = [
+        memprof_bin.display().to_string(),
+        "record".into(),
+        "--interval".into(),
+        "800".into(),
+        "--depth".into(),
+        "10".into(),
+        "--force".into(),
+        "-o".into(),
+        out.display().to_string(),
+        "--".into(),
+    ]
+    .into();
+
     struct Case {
         name: &'static str,
+        front: Vec<String>,
         prog: PathBuf,
         env: Vec<(&'static str, String)>,
         /// The plain run this case is compared with (an index into `cases`).
@@ -146,6 +197,7 @@ fn main() {
     }
     let case = |name, prog: &Path, base, env| Case {
         name,
+        front: vec![],
         prog: prog.to_path_buf(),
         env,
         base,
@@ -154,7 +206,7 @@ fn main() {
         ratios: vec![],
         samples: 0,
     };
-    let mut cases = [
+    let cases = [
         case("plain", &plain_bin, 0, vec![]),
         case(
             "forwarding-only preload (floor)",
@@ -181,6 +233,20 @@ fn main() {
             ),
         ),
     ];
+    let mut cases: Vec<Case> = cases.into_iter().collect();
+    cases.push(Case {
+        front: via_record.clone(),
+        ..case("interval 800, depth 10, via record", &plain_bin, 0, vec![])
+    });
+    if let Some(b) = &baseline {
+        cases.push(case("default interval, baseline build", &plain_bin, 0, preload_env(b, &out, &[])));
+        cases.push(case(
+            "interval 800, depth 10, baseline build",
+            &plain_bin,
+            0,
+            preload_env(b, &out, &[("MEMPROF_INTERVAL", "800"), ("MEMPROF_DEPTH", "10")]),
+        ));
+    }
     println!(
         "worst_case.c, {iterations} iterations × {rounds} rounds; each case runs right after its \
          plain baseline, and the ratio is the median of the rounds' ratios"
@@ -196,7 +262,8 @@ fn main() {
             let (bl, bt, _) = run(&cases[base].prog, iterations, &cases[base].env, &out);
             cases[base].loops.push(bl);
             cases[base].totals.push(bt);
-            let (l, t, s) = run(&cases[i].prog, iterations, &cases[i].env, &out);
+            let (l, t, s) =
+                run_with(&cases[i].front, &cases[i].prog, iterations, &cases[i].env, &out);
             let c = &mut cases[i];
             c.loops.push(l);
             c.totals.push(t);
@@ -227,9 +294,33 @@ fn main() {
         };
         println!("  {:<32} loop {l:>7.3} s   {r:.3}× its baseline{per_sample}", c.name);
     }
+    if baseline.is_some() {
+        // This build beside the earlier one, measured in the same rounds.
+        let ratio = |name: &str| {
+            let c = cases.iter().find(|c| c.name == name).expect("a case of that name");
+            (median(&mut c.ratios.clone()), c.samples)
+        };
+        let bl = median(&mut cases[0].loops.clone());
+        let per_sample = |(r, n): (f64, u64)| (r - 1.0) * bl * 1e9 / n.max(1) as f64;
+        let (new, old) = (
+            ratio("interval 800, depth 10, dwarf"),
+            ratio("interval 800, depth 10, baseline build"),
+        );
+        println!(
+            "  this build vs baseline: {:.0} ns vs {:.0} ns per sample ({:.3}×)",
+            per_sample(new),
+            per_sample(old),
+            per_sample(new) / per_sample(old)
+        );
+        let (d_new, d_old) =
+            (ratio("default interval (512 KiB)").0, ratio("default interval, baseline build").0);
+        println!(
+            "  this build vs baseline: default interval {d_new:.3}× vs {d_old:.3}× plain \
+             (the unsampled path; callgrind counts its instructions exactly, see the README)"
+        );
+    }
 
     // End to end: what the user waits for, the whole `memprof record` command.
-    let memprof_bin = Path::new(env!("CARGO_BIN_EXE_memprof"));
     let floor_env = vec![("LD_PRELOAD", forward.display().to_string())];
     let (mut floor_t, mut plain_t, mut rec_t, mut ratios, mut plain_ratios) =
         (vec![], vec![], vec![], vec![], vec![]);

@@ -34,7 +34,9 @@
 //! stops the session: the drain thread writes what is left, symbols are resolved in this
 //! process and written with the end record. A process that dies another way (`_exit`, a
 //! signal, `abort`) leaves a file that reads back up to the drain thread's last flush, which
-//! is at most [`crate::session::recorder::FLUSH_EVERY`] old. Write errors (a full disk) stop the
+//! is at most [`crate::session::recorder::FLUSH_EVERY`] old; a fatal signal whose
+//! disposition is the default first has the drain thread flush (see [`on_fatal`]). Write
+//! errors (a full disk, a descriptor the program closed: [`crate::sys::own_file`]) stop the
 //! recording, never the program; they are reported on stderr at exit.
 //!
 //! # 5. dlclose
@@ -42,6 +44,20 @@
 //! events are written, the modules listed again and the symbols seen so far resolved. It
 //! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
 //! the library is gone (see `engine/callstack/cfi.rs`).
+//!
+//! # 6. Under `memprof record`: the shared ring
+//! With `MEMPROF_RINGS` set (by `memprof record`), §2 and §4 do not apply: the process
+//! writes no file and starts no thread. [`start_collected`] creates the process's ring
+//! (`record/ring.rs`), writes its command line and module list to the ring's side log, and
+//! starts the session on the ring's queue, which only `record`'s collector drains
+//! (`record/collect.rs`). The process keeps a mapping and nothing else: no descriptor a
+//! daemon could close or reuse, no file `RLIMIT_FSIZE` applies to, no thread a signal
+//! could be delivered to or that could keep the process alive, and nothing to flush when
+//! it dies: the collector drains the queue after the process is gone, whatever killed it.
+//! The module list is written again, when it changed, around `dlclose` and at exit, each
+//! time with a side event that places it among the events; `exec` and `_exit` set the
+//! header's `ending`, so the collector ends the file as §4 describes for them. A forked
+//! child unmaps its parent's ring and, when following, creates its own.
 
 use super::env::{self, EnvSettings};
 use super::ring::{self, Ring};
