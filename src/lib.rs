@@ -145,6 +145,7 @@ pub mod __private {
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::sys::elf_lookup::next_definitions;
     pub use crate::sys::errno::{errno, set_errno};
 }
 

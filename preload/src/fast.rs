@@ -30,7 +30,7 @@
 //! thread parked while no session ran is zeroed when one starts (at start-up and in a
 //! followed child, on the only thread there is).
 
-use crate::{__libc_free, __libc_malloc};
+use crate::next;
 use core::ffi::c_void;
 #[cfg(not(target_arch = "x86_64"))]
 use memprof::__private::{on_alloc_in, on_dealloc};
@@ -102,14 +102,15 @@ mod imp {
             "jae 2f",
             "sub rcx, rdi",
             "mov qword ptr fs:[rax], rcx",
-            "jmp qword ptr [rip + {real}@GOTPCREL]",
+            "jmp qword ptr [rip + {next} + {slot}]",
             // The slow path gets the program's stack pointer (at the return address into
             // it) and frame pointer, where the call stack starts.
             "2:",
             "mov rsi, rsp",
             "mov rdx, rbp",
             "jmp {slow}",
-            real = sym __libc_malloc,
+            next = sym next::NEXT,
+            slot = const next::MALLOC * 8,
             slow = sym malloc_slow,
         )
     }
@@ -118,7 +119,7 @@ mod imp {
     /// `bp` are the program's registers at `malloc`'s entry.
     extern "C" fn malloc_slow(size: usize, sp: usize, bp: usize) -> *mut c_void {
         // SAFETY: no preconditions.
-        let p = unsafe { __libc_malloc(size) };
+        let p = unsafe { next::malloc()(size) };
         on_alloc_slow_at(countdown(), p.cast(), size, sp, bp);
         p
     }
@@ -139,13 +140,14 @@ mod imp {
             "mov rdx, qword ptr [rip + {filter}@GOTPCREL]",
             "cmp byte ptr [rdx + rax], 0",
             "jne 2f",
-            "jmp qword ptr [rip + {real}@GOTPCREL]",
+            "jmp qword ptr [rip + {next} + {slot}]",
             "2:",
             "jmp {slow}",
             shift = const memprof::__private::FILTER_SHIFT,
             mask = const memprof::__private::FILTER_MASK,
             filter = sym memprof::__private::FILTER,
-            real = sym __libc_free,
+            next = sym next::NEXT,
+            slot = const next::FREE * 8,
             slow = sym free_slow,
         )
     }
@@ -158,7 +160,7 @@ mod imp {
         }
         on_dealloc_counted(ptr.cast());
         // SAFETY: the caller's contract (free's): a live block of this allocator.
-        unsafe { __libc_free(ptr) };
+        unsafe { next::free()(ptr) };
     }
 }
 
@@ -185,7 +187,7 @@ mod imp {
     #[no_mangle]
     pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         // SAFETY: no preconditions.
-        let p = unsafe { __libc_malloc(size) };
+        let p = unsafe { next::malloc()(size) };
         on_alloc_in(countdown(), p.cast(), size);
         p
     }
@@ -215,5 +217,5 @@ unsafe fn free_checked(ptr: *mut c_void) {
     // load), and so does glibc's free since 2.33.
     on_dealloc(ptr.cast());
     // SAFETY: the caller passes a live block.
-    unsafe { __libc_free(ptr) };
+    unsafe { next::free()(ptr) };
 }

@@ -30,22 +30,12 @@
 
 mod entry;
 mod fast;
+mod next;
 mod process;
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use fast::countdown;
-
-extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
-    fn __libc_free(ptr: *mut c_void);
-    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
-    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
-    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
-    fn __libc_valloc(size: usize) -> *mut c_void;
-    fn __libc_pvalloc(size: usize) -> *mut c_void;
-    fn gnu_get_libc_version() -> *const core::ffi::c_char;
-}
 
 /// Looks `name` up in the objects after this one, once, caching it in `slot`.
 fn next_symbol(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void {
@@ -59,6 +49,7 @@ fn next_symbol(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void 
 }
 
 extern "C" fn init() {
+    next::resolve_once();
     memprof::__private::init();
     reset_countdown();
     // After the agent's own handler (child handlers run in the order registered), which

@@ -1,0 +1,105 @@
+//! Forwarding to the next definition: programs whose `malloc` is not glibc's (their own
+//! allocator in a library they link), allocations made before the preload library's
+//! constructor runs (a linked library's constructor), and the stack a sampled `malloc`
+//! needs (small thread stacks, an 8 KiB `sigaltstack`). Each program runs plain and under
+//! `memprof record`, in the exact mode and at the default interval: the same exit status and
+//! output, and the profile holds what the program is known to allocate.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::text;
+use crate::record::{assert_ok, fixture, read, record, scratch, totals};
+
+/// Waits for `child` at most a minute: a program that hangs fails the test instead of
+/// hanging it.
+fn finish_within(mut child: std::process::Child) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("still running after 60 s; stderr: {}", text(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `prog` plain, in `dir`.
+fn plain(dir: &Path, prog: &Path, args: &[&str]) -> Output {
+    let child = Command::new(prog)
+        .current_dir(dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the fixture runs");
+    finish_within(child)
+}
+
+/// The exact mode and the default interval, each into its own profile: (label, options).
+fn modes(name: &str) -> [(String, Vec<String>); 2] {
+    [
+        (
+            format!("{name} exact"),
+            vec!["--interval".into(), "1".into(), "-o".into(), format!("{name}.exact.mprof")],
+        ),
+        (format!("{name} default"), vec!["-o".into(), format!("{name}.default.mprof")]),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Builds `fixtures/c/<name>.c` into a program linked against the fixture libraries
+/// `libs` (each a `DT_NEEDED` entry, found through the run path), once per test run.
+fn linked(name: &str, libs: &[&str]) -> PathBuf {
+    let libs: Vec<PathBuf> = libs.iter().map(|l| fixture(l)).collect();
+    let dir = libs[0].parent().expect("the build directory").to_owned();
+    let out = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(format!("{name}.c"));
+    let o = Command::new("cc")
+        .args(["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(&libs)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .expect("the system C compiler `cc` runs");
+    assert!(o.status.success(), "cc {name}: {}", text(&o.stderr));
+    out
+}
+
+/// A program whose malloc family is its own library's (`libmyalloc.so`): every block,
+/// those a linked library's constructor allocates before the preload library's constructor
+/// runs too, comes from that allocator under `record` as it does plain (forwarding to
+/// glibc made the program find 357 foreign blocks, or abort in its `free`), and the exact
+/// profile holds each site's known bytes.
+#[test]
+fn a_program_with_its_own_allocator_library() {
+    let dir = scratch("own-alloc");
+    let prog = linked("own_alloc", &["libmyalloc", "libctorleak"]);
+    let p = plain(&dir, &prog, &[]);
+    assert_eq!(p.status.code(), Some(0), "{}", text(&p.stderr));
+    assert!(text(&p.stdout).contains("all from myalloc (served enough)"), "{}", text(&p.stdout));
+    for (label, opts) in modes("oa") {
+        let out = record(&dir, &strs(&opts), &prog, &[]);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), text(&p.stdout), "{label}");
+        let prof = read(&dir.join(&opts[opts.len() - 1]));
+        assert!(prof.complete, "{label}: {:?}", prof.warnings);
+        if label.ends_with("exact") {
+            assert_eq!(totals(&prof, "own_leak_site"), (100_000.0, 100.0, 100_000.0, 100.0));
+            assert_eq!(totals(&prof, "own_realloc_first"), (5_000.0, 50.0, 0.0, 0.0));
+            assert_eq!(totals(&prof, "own_realloc_site"), (100_000.0, 50.0, 100_000.0, 50.0));
+            assert_eq!(totals(&prof, "own_calloc_site"), (10_000.0, 10.0, 0.0, 0.0));
+            assert_eq!(totals(&prof, "own_aligned_site"), (10_240.0, 20.0, 10_240.0, 20.0));
+            assert_eq!(totals(&prof, "own_aligned_free_site"), (5_120.0, 20.0, 0.0, 0.0));
+        }
+    }
+}
