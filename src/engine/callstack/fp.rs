@@ -145,7 +145,7 @@ fn capture_fp_slow(out: &mut Captured, depth: usize, mut fp: usize, lo: usize, t
 
 /// The top of the current thread's stack, cached per thread.
 pub(super) fn stack_hi() -> usize {
-    thread_hi(this_thread())
+    this_thread().map_or(0, thread_hi)
 }
 
 #[inline(always)]

@@ -1,0 +1,158 @@
+//! The sample path's per-thread state, allocated when a thread first needs it.
+//!
+//! # 1. Why not thread-local storage
+//! Every thread-local of the preload library is part of its `PT_TLS` segment, and glibc
+//! carves the static TLS block of every thread, its TLS included, out of the thread's own
+//! stack: a thread created with a `PTHREAD_STACK_MIN` stack lost ~5.9 KB of its 16 KiB to
+//! memprof before it ran a line. So only what the fast path and the reentrancy check need
+//! stays there (the preload library's countdown, the sampler's busy flag, and the pointer
+//! below: a few words); the rest (the sampler's generator and ids, the unwinder's stack top
+//! and remembered walks, ~5.8 KB) is a [`Blocks`] allocated the first time the thread takes
+//! the sample path while a session runs. A thread that never samples never gets one.
+//!
+//! # 2. Memory and release
+//! A block is mapped from the kernel ([`rawmem::map_zeroed`]): no lock, so a signal
+//! handler's allocation may be the one that creates it, and zeroed, which every field
+//! allows (the types of `crate::sys::tls`: cells, flags, `MaybeUninit`s behind a flag).
+//! The thread's pointer is set before anything else can run on the thread, then the block
+//! is registered with a `pthread` key whose destructor unmaps it when the thread exits
+//! (after clearing the pointer: an allocation in a later destructor maps a fresh one, which
+//! glibc's next round of destructors releases; after its last round, the block of an
+//! allocation made then is not unmapped). The key is created when a session begins
+//! ([`prepare`]), off the sample path; `pthread_setspecific` of one of the first 32 keys a
+//! process creates allocates nothing (glibc keeps them in the thread descriptor); for a
+//! later key it may call `calloc`, which comes back to the profiler and finds the pointer
+//! already set. If no key could be created, blocks are not released (documented leak of
+//! one block per sampling thread, only when the process has used up its keys).
+//!
+//! If the kernel refuses the mapping, the thread does not sample (the callers stop its
+//! countdown).
+
+use crate::engine::callstack::PerThread;
+use crate::engine::sampler::ThreadState;
+use crate::sys::rawmem;
+use core::cell::Cell;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// A thread's state beyond its countdown and busy flag.
+pub(crate) struct Blocks {
+    /// The sampler's (generator, ids, thread number).
+    pub(crate) sampler: ThreadState,
+    /// The unwinder's (stack top, remembered walks).
+    pub(crate) callstack: PerThread,
+}
+
+/// The size of a block's mapping: whole pages.
+const MAPPED: usize = (core::mem::size_of::<Blocks>() + 4095) & !4095;
+
+crate::sys::tls::thread_block! {
+    /// This thread's block, or null before its first sample.
+    fn slot() -> Cell<*mut Blocks> = Cell::new(core::ptr::null_mut()), "memprof_0_1_thread_blocks"
+}
+
+/// The key whose destructor releases a thread's block: 0 before [`prepare`], the key + 2
+/// after, 1 when none could be created.
+static KEY: AtomicU32 = AtomicU32::new(0);
+
+/// Creates the key that releases blocks at thread exit, once (a session begins). Not on the
+/// sample path.
+pub(crate) fn prepare() {
+    if KEY.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is a valid out-pointer; `release` is an `extern "C"` function that lives
+    // as long as the process.
+    let created = unsafe { libc::pthread_key_create(&mut key, Some(release)) } == 0;
+    let v = if created { key.saturating_add(2) } else { 1 };
+    if KEY.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire).is_err() && created {
+        // Another session start won the race: its key serves.
+        // SAFETY: the key was just created and is used by nobody.
+        unsafe { libc::pthread_key_delete(key) };
+    }
+}
+
+/// Unmaps a thread's block at its exit (the key's destructor).
+extern "C" fn release(block: *mut c_void) {
+    // SAFETY: the slot is this exiting thread's own.
+    let s = unsafe { &*slot() };
+    if s.get() == block.cast() {
+        s.set(core::ptr::null_mut());
+    }
+    // SAFETY: `block` is the mapping `blocks` made for this thread (the only value ever
+    // stored under the key), and the thread is exiting: no call of the profiler on it
+    // holds a reference into the block (destructors run outside any allocation call).
+    unsafe { rawmem::unmap(block.cast(), MAPPED) };
+}
+
+/// This thread's block, mapped on first use; `None` if the kernel refused the mapping.
+/// Never blocks, never panics, keeps errno, allocates nothing through the profiled
+/// allocator (see the module documentation).
+#[inline(always)]
+pub(crate) fn blocks<'a>() -> Option<&'a Blocks> {
+    // SAFETY: the slot is this thread's own.
+    let p = unsafe { &*slot() }.get();
+    if p.is_null() {
+        return first_block();
+    }
+    // SAFETY: a non-null slot holds this thread's mapped, live block (cleared before the
+    // block is unmapped); only this thread uses it, within the call that asked for it, and
+    // every field is a cell.
+    Some(unsafe { &*p })
+}
+
+#[cold]
+#[inline(never)]
+fn first_block<'a>() -> Option<&'a Blocks> {
+    let saved = crate::sys::errno::SavedErrno::save();
+    let p = rawmem::map_zeroed(MAPPED).cast::<Blocks>();
+    if p.is_null() {
+        saved.restore();
+        return None;
+    }
+    // SAFETY: the slot is this thread's own.
+    unsafe { &*slot() }.set(p);
+    let key = KEY.load(Ordering::Acquire);
+    if key >= 2 {
+        // SAFETY: `key - 2` is a key `prepare` created and never deletes; the value is
+        // this thread's block.
+        unsafe { libc::pthread_setspecific(key - 2, p.cast()) };
+    }
+    saved.restore();
+    // SAFETY: `p` is a fresh zeroed mapping of at least `size_of::<Blocks>()` bytes,
+    // page-aligned, and all-zero is a valid `Blocks` (module documentation, §2).
+    Some(unsafe { &*p })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread's block is mapped once and stays the same; its release clears the slot
+    /// and unmaps it, and the next use maps a fresh one; a new thread starts without one.
+    #[test]
+    fn one_block_per_thread_until_released() {
+        prepare();
+        std::thread::spawn(|| {
+            let a = blocks().expect("mapped") as *const Blocks;
+            assert_eq!(blocks().map(|b| b as *const Blocks), Some(a));
+            release(a as *mut c_void);
+            // SAFETY: this thread's own slot.
+            assert!(unsafe { &*slot() }.get().is_null());
+            // SAFETY: msync on an address range only reports whether it is mapped.
+            let r = unsafe { libc::msync(a as *mut c_void, MAPPED, libc::MS_ASYNC) };
+            assert_eq!((r, crate::sys::errno::errno()), (-1, libc::ENOMEM), "unmapped");
+            assert!(blocks().is_some());
+        })
+        .join()
+        .unwrap();
+        std::thread::spawn(|| {
+            // SAFETY: this thread's own slot.
+            assert!(unsafe { &*slot() }.get().is_null());
+        })
+        .join()
+        .unwrap();
+        assert!(MAPPED >= core::mem::size_of::<Blocks>() && MAPPED <= 8192);
+    }
+}
