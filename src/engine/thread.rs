@@ -58,6 +58,7 @@ static KEY: AtomicU32 = AtomicU32::new(0);
 /// Creates the key that releases blocks at thread exit, once (a session begins). Not on the
 /// sample path.
 pub(crate) fn prepare() {
+    crate::engine::callstack::bind_stack_queries();
     if KEY.load(Ordering::Acquire) != 0 {
         return;
     }

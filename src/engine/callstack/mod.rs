@@ -53,6 +53,7 @@ mod frames;
 mod memo;
 
 use dwarf::{capture_dwarf, capture_dwarf_at, capture_dwarf_from};
+pub(crate) use fp::bind_stack_queries;
 #[cfg(test)]
 use fp::stack_hi;
 use fp::{capture_fp, capture_fp_walk, frame_pointer, stack_pointer, thread_hi, FP_SUPPORTED};
@@ -94,9 +95,12 @@ fn with_thread<R>(f: impl FnOnce(usize, Option<&mut memo::Memo>) -> R) -> R {
         return f(hi, None);
     }
     if !t.memo_ready.get() {
+        // An empty memo copied from a constant (read-only data), not built on the stack
+        // first: it is ~5.6 KB, and the sample path's stack must stay small.
+        const EMPTY: memo::Memo = memo::Memo::new();
         // SAFETY: `memo_taken` was false and is now true, so nothing else refers to the
         // memo; it is this thread's own. Its first use on the thread fills it.
-        unsafe { (*t.memo.get()).write(memo::Memo::new()) };
+        unsafe { (*t.memo.get()).as_mut_ptr().copy_from_nonoverlapping(&EMPTY, 1) };
         t.memo_ready.set(true);
     }
     // SAFETY: the memo holds a value (`memo_ready`); `memo_taken` was false and is now
