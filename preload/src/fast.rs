@@ -5,9 +5,11 @@
 //! rest of an unsampled `malloc`. So the thread's [`Countdown`] lives in a thread-local of
 //! the initial-exec model declared here (the library is loaded at start-up, so its TLS is
 //! in the static block), and `malloc` and `free` are naked functions whose common case is
-//! a handful of instructions ending in a tail jump to glibc:
+//! a handful of instructions ending in a tail jump to the next definition (glibc's, or the
+//! program's own allocator: the slot of `crate::next`'s table, one load and an indirect
+//! jump, as the GOT slot of `__libc_malloc` was before):
 //!
-//! - `malloc(n)`: if `n < countdown`, `countdown -= n` and jump to `__libc_malloc`
+//! - `malloc(n)`: if `n < countdown`, `countdown -= n` and jump to the next `malloc`
 //!   (the sampler's `sample_in` fast path without its session check, see below);
 //!   otherwise jump to
 //!   `malloc_slow` with the program's `rsp` (pointing at the return address into it) and
@@ -15,7 +17,7 @@
 //!   program's frame (the capture's `capture_at_entry`): none of the profiler's
 //!   frames is unwound, and `--depth` counts the program's frames only.
 //! - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::__private::FILTER`]) is
-//!   0, `p` is not a sampled block: jump to `__libc_free`; otherwise jump to `free_slow`.
+//!   0, `p` is not a sampled block: jump to the next `free`; otherwise jump to `free_slow`.
 //!
 //! Neither touches the stack, so the slow paths and glibc see the caller's own frame and
 //! alignment. The other entry points reach the same countdown through [`countdown`].
@@ -88,7 +90,7 @@ mod imp {
         unsafe { &*countdown_addr() }
     }
 
-    /// `malloc`: glibc's, sampled (see the module documentation).
+    /// `malloc`: the next definition's, sampled (see the module documentation).
     ///
     /// # Safety
     /// As C's `malloc`.
@@ -124,7 +126,7 @@ mod imp {
         p
     }
 
-    /// `free`: glibc's; a sampled block's death is recorded first. Keeps errno (checked by
+    /// `free`: the next definition's; a sampled block's death is recorded first. Keeps errno (checked by
     /// `fixtures/c/edge.c`): the fast path touches no errno, the slow path restores it, and
     /// glibc's free keeps it since 2.33.
     ///
@@ -192,7 +194,7 @@ mod imp {
         p
     }
 
-    /// `free`: glibc's; a sampled block's death is recorded first. Keeps errno.
+    /// `free`: the next definition's; a sampled block's death is recorded first. Keeps errno.
     ///
     /// # Safety
     /// As C's `free`: `ptr` is null or a live block of this allocator.
