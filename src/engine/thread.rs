@@ -27,6 +27,15 @@
 //!
 //! If the kernel refuses the mapping, the thread does not sample (the callers stop its
 //! countdown).
+//!
+//! # 3. The walk stack
+//! The DWARF unwinder's first walk through an address hands the frame to framehop, whose
+//! gimli unwind-table rows take ~6 KB of stack: on the program's stack, a sampled `malloc`
+//! needed ~7.3 KB, too much for a thread on a `PTHREAD_STACK_MIN` stack or a handler on an
+//! 8 KiB `sigaltstack`. The block starts with a 16 KiB stack (above a `PROT_NONE` guard
+//! page), and [`on_walk_stack`] runs such calls there: they read the program's stack only
+//! through the bounds the capture passes them, so which stack they run on does not change
+//! their result. Pages of it that are never touched are never backed by memory.
 
 use crate::engine::callstack::PerThread;
 use crate::engine::sampler::ThreadState;
@@ -35,16 +44,33 @@ use core::cell::Cell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-/// A thread's state beyond its countdown and busy flag.
+/// The size of the stack the unwinder's framehop calls run on ([`on_walk_stack`]).
+const WALK_STACK: usize = 16 * 1024;
+
+/// A thread's state beyond its countdown and busy flag. `repr(C)`: the walk stack comes
+/// first, right above the guard page below the block, so that an overflow faults.
+#[repr(C)]
 pub(crate) struct Blocks {
+    /// The stack framehop runs on (§3), 16-byte aligned at its top.
+    walk_stack: WalkStack,
+    /// The walk stack is in use on this thread (a signal handler's sample runs on its own
+    /// stack instead).
+    walk_stack_taken: Cell<bool>,
     /// The sampler's (generator, ids, thread number).
     pub(crate) sampler: ThreadState,
     /// The unwinder's (stack top, remembered walks).
     pub(crate) callstack: PerThread,
 }
 
-/// The size of a block's mapping: whole pages.
-const MAPPED: usize = (core::mem::size_of::<Blocks>() + 4095) & !4095;
+/// The walk stack's bytes.
+#[repr(C, align(16))]
+struct WalkStack([u8; WALK_STACK]);
+
+/// The guard page below a block.
+const GUARD: usize = 4096;
+
+/// The size of a block's mapping: the guard page and whole pages for the block.
+const MAPPED: usize = GUARD + ((core::mem::size_of::<Blocks>() + 4095) & !4095);
 
 crate::sys::tls::thread_block! {
     /// This thread's block, or null before its first sample.
@@ -81,10 +107,11 @@ extern "C" fn release(block: *mut c_void) {
     if s.get() == block.cast() {
         s.set(core::ptr::null_mut());
     }
-    // SAFETY: `block` is the mapping `blocks` made for this thread (the only value ever
-    // stored under the key), and the thread is exiting: no call of the profiler on it
-    // holds a reference into the block (destructors run outside any allocation call).
-    unsafe { rawmem::unmap(block.cast(), MAPPED) };
+    // SAFETY: `block` lies `GUARD` bytes into the mapping `first_block` made for this
+    // thread (the only value ever stored under the key), and the thread is exiting: no
+    // call of the profiler on it holds a reference into the block (destructors run outside
+    // any allocation call).
+    unsafe { rawmem::unmap(block.cast::<u8>().sub(GUARD), MAPPED) };
 }
 
 /// This thread's block, mapped on first use; `None` if the kernel refused the mapping.
@@ -107,11 +134,16 @@ pub(crate) fn blocks<'a>() -> Option<&'a Blocks> {
 #[inline(never)]
 fn first_block<'a>() -> Option<&'a Blocks> {
     let saved = crate::sys::errno::SavedErrno::save();
-    let p = rawmem::map_zeroed(MAPPED).cast::<Blocks>();
-    if p.is_null() {
+    let mapping = rawmem::map_zeroed(MAPPED);
+    if mapping.is_null() {
         saved.restore();
         return None;
     }
+    // SAFETY: the first page of a fresh mapping of our own; a failure leaves it readable
+    // (no guard, nothing else changes).
+    unsafe { libc::mprotect(mapping.cast(), GUARD, libc::PROT_NONE) };
+    // SAFETY: `GUARD` bytes into a mapping of `MAPPED` bytes: in bounds, page-aligned.
+    let p = unsafe { mapping.add(GUARD) }.cast::<Blocks>();
     // SAFETY: the slot is this thread's own.
     unsafe { &*slot() }.set(p);
     let key = KEY.load(Ordering::Acquire);
@@ -121,9 +153,65 @@ fn first_block<'a>() -> Option<&'a Blocks> {
         unsafe { libc::pthread_setspecific(key - 2, p.cast()) };
     }
     saved.restore();
-    // SAFETY: `p` is a fresh zeroed mapping of at least `size_of::<Blocks>()` bytes,
+    // SAFETY: `p` is fresh zeroed memory of at least `size_of::<Blocks>()` bytes,
     // page-aligned, and all-zero is a valid `Blocks` (module documentation, §2).
     Some(unsafe { &*p })
+}
+
+/// Runs `f` on this thread's walk stack (§3) when it has one and it is free, else on the
+/// current stack. For code whose stack use is large and independent of the program's
+/// stack contents: framehop's unwinding of one frame (gimli's unwind-table rows alone are
+/// ~6 KB of stack). `f` must not unwind (it runs under an `extern "C"` frame: a panic
+/// aborts) and must not capture a call stack (its frames end at the switch).
+#[inline(never)]
+pub(crate) fn on_walk_stack<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(b) = blocks() {
+        if !b.walk_stack_taken.replace(true) {
+            let mut f = Some(f);
+            let mut result = None;
+            let mut run = || result = f.take().map(|f| f());
+            let mut run: &mut dyn FnMut() = &mut run;
+            // The top of the walk stack (16-byte aligned: its type's alignment and size).
+            let top = b.walk_stack.0.as_ptr_range().end;
+            extern "C" fn trampoline(data: *mut c_void) {
+                // SAFETY: `data` is the `&mut &mut dyn FnMut()` below, alive and not
+                // otherwise used during the call.
+                let run = unsafe { &mut *(data as *mut &mut dyn FnMut()) };
+                run();
+            }
+            // SAFETY: `top` is the 16-byte-aligned end of this thread's walk stack, which
+            // nothing else uses (`walk_stack_taken`), with a guard page below the block;
+            // the old stack pointer is kept in r12 (callee-saved, so the call preserves it)
+            // and restored after the call; the call follows the C ABI (`clobber_abi`).
+            unsafe {
+                core::arch::asm!(
+                    "mov r12, rsp",
+                    "mov rsp, {top}",
+                    "call {trampoline}",
+                    "mov rsp, r12",
+                    top = in(reg) top,
+                    trampoline = sym trampoline,
+                    in("rdi") &mut run as *mut &mut dyn FnMut() as *mut c_void,
+                    out("r12") _,
+                    clobber_abi("C"),
+                )
+            };
+            b.walk_stack_taken.set(false);
+            if let Some(r) = result {
+                return r;
+            }
+            unreachable_fallback();
+        }
+    }
+    f()
+}
+
+/// The closure ran and left no result: impossible (it always stores one). Aborts rather
+/// than panics (the sample path must not unwind).
+#[cold]
+fn unreachable_fallback() -> ! {
+    std::process::abort()
 }
 
 #[cfg(test)]
@@ -142,7 +230,7 @@ mod tests {
             // SAFETY: this thread's own slot.
             assert!(unsafe { &*slot() }.get().is_null());
             // SAFETY: msync on an address range only reports whether it is mapped.
-            let r = unsafe { libc::msync(a as *mut c_void, MAPPED, libc::MS_ASYNC) };
+            let r = unsafe { libc::msync(a as *mut c_void, 4096, libc::MS_ASYNC) };
             assert_eq!((r, crate::sys::errno::errno()), (-1, libc::ENOMEM), "unmapped");
             assert!(blocks().is_some());
         })
@@ -154,6 +242,6 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert!(MAPPED >= core::mem::size_of::<Blocks>() && MAPPED <= 8192);
+        assert!(MAPPED >= GUARD + core::mem::size_of::<Blocks>() && MAPPED <= 32 * 1024);
     }
 }
