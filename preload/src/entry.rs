@@ -114,9 +114,15 @@ fn at(sp: usize, bp: usize) -> Option<(usize, usize)> {
 
 /// Reports a block an entry point allocated (see [`entry_points`]).
 fn sampled(p: *mut c_void, size: usize, sp: usize, bp: usize) {
+    if crate::before_start() {
+        crate::early_start();
+    }
     match at(sp, bp) {
         Some((sp, bp)) => on_alloc_at(countdown(), p.cast(), size, sp, bp),
         None => on_alloc_in(countdown(), p.cast(), size),
+    }
+    if crate::before_start() {
+        crate::keep_counting();
     }
 }
 
@@ -163,6 +169,9 @@ unsafe fn realloc_by(
     if size == 0 {
         on_dealloc(ptr.cast());
         return inside(|| f(ptr));
+    }
+    if crate::before_start() {
+        crate::early_start();
     }
     let old = before_realloc(ptr.cast());
     let new = inside(|| f(ptr));

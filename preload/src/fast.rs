@@ -122,7 +122,13 @@ mod imp {
     extern "C" fn malloc_slow(size: usize, sp: usize, bp: usize) -> *mut c_void {
         // SAFETY: no preconditions.
         let p = unsafe { next::malloc()(size) };
+        if crate::before_start() {
+            crate::early_start();
+        }
         on_alloc_slow_at(countdown(), p.cast(), size, sp, bp);
+        if crate::before_start() {
+            crate::keep_counting();
+        }
         p
     }
 

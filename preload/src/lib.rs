@@ -40,6 +40,23 @@
 //! an address reused at once by another thread is never confused with it). The hooks
 //! never allocate through `malloc` and keep errno; the profiler's own allocations come back
 //! here and pass through untracked (the sampler's busy flag).
+//!
+//! # 4. Start
+//! The constructors of the libraries a program links run before this library's (a
+//! library's constructor runs after those of its dependencies, and this one depends only
+//! on glibc and libgcc), and what they allocate would be forwarded but not profiled. So
+//! while the constructor has not run, each allocation's slow path (the countdown is held
+//! at 0 until then: one `getenv` a call, only during start-up) checks whether the session
+//! can start at once: `MEMPROF_OUTPUT` is set (which also says libc has initialised its
+//! environment, so the loader has reached the constructors) and the call is on the main
+//! thread (no other exists yet). Then it starts the session right there, inside that
+//! allocation, as the constructor would: the agent's work allocates (through these hooks,
+//! marked busy, forwarded to the next definition), opens the file, starts the drain thread
+//! and registers the exit and fork handlers. The allocation that started it is then
+//! sampled like any other. That allocation may run inside `dl_iterate_phdr` (the loader's
+//! lock held): the agent's own calls to it take the same recursive lock on the same thread,
+//! and the drain thread's wait for it (its module list) ends when the callback returns;
+//! nothing here waits for the drain thread.
 #![deny(missing_docs)]
 
 mod entry;
@@ -48,7 +65,7 @@ mod next;
 mod process;
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use fast::countdown;
 
 /// Looks `name` up in the objects after this one, once, caching it in `slot`.
@@ -62,14 +79,65 @@ fn next_symbol(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void 
     f
 }
 
-extern "C" fn init() {
-    next::resolve_once();
+/// Set when the session was started, or could not be: by an allocation before the
+/// constructor (§4), or by the constructor.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts profiling, once per process image (see §4).
+fn start() {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // The registration below allocates: the library's, not the program's.
+    let _busy = memprof::__private::Busy::enter();
     memprof::__private::init();
     reset_countdown();
     // After the agent's own handler (child handlers run in the order registered), which
     // starts a followed child's session.
     // SAFETY: registers a plain function without arguments; no preconditions.
     unsafe { libc::pthread_atfork(None, None, Some(reset_countdown)) };
+}
+
+/// True before the session was started (the constructor has not run yet, nor an early
+/// start): the allocating entry points call [`early_start`] and [`keep_counting`] then.
+#[inline(always)]
+fn before_start() -> bool {
+    !STARTED.load(Ordering::Relaxed)
+}
+
+/// An allocation before the constructor: starts the session now if `memprof record` asked
+/// for one and the process is ready for it (§4); otherwise leaves it to a later allocation
+/// or to the constructor.
+#[cold]
+#[inline(never)]
+fn early_start() {
+    // libc has run its own initialiser (it sets `environ`) once a constructor can run; an
+    // earlier allocation (the loader's) finds no environment.
+    // SAFETY: getenv reads the environment without allocating; the name is a C string.
+    if unsafe { libc::getenv(c"MEMPROF_OUTPUT".as_ptr()) }.is_null() {
+        return;
+    }
+    // SAFETY: getpid and gettid have no preconditions.
+    if unsafe { libc::getpid() != libc::gettid() } {
+        return;
+    }
+    let saved = memprof::__private::errno();
+    start();
+    memprof::__private::set_errno(saved);
+}
+
+/// Before the session starts, keeps the calling thread's countdown at 0, so that its next
+/// allocation comes back to [`early_start`] (the sampler parks it at `u64::MAX` while no
+/// session runs).
+#[cold]
+#[inline(never)]
+fn keep_counting() {
+    countdown().countdown.set(0);
+}
+
+extern "C" fn init() {
+    next::resolve_once();
+    start();
 }
 
 /// Zeroes the calling thread's countdown after a session started: its next allocation
@@ -79,7 +147,8 @@ extern "C" fn reset_countdown() {
     countdown().countdown.set(0);
 }
 
-/// The constructor: starts profiling when the loader has initialised the process.
+/// The constructor: resolves the forwarding table and starts profiling, unless an
+/// allocation before it did (§4).
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;

@@ -100,6 +100,38 @@ fn a_program_with_its_own_allocator_library() {
             assert_eq!(totals(&prof, "own_calloc_site"), (10_000.0, 10.0, 0.0, 0.0));
             assert_eq!(totals(&prof, "own_aligned_site"), (10_240.0, 20.0, 10_240.0, 20.0));
             assert_eq!(totals(&prof, "own_aligned_free_site"), (5_120.0, 20.0, 0.0, 0.0));
+            // Allocated in a linked library's constructor, before the preload library's.
+            assert_eq!(totals(&prof, "ctor_leak_site"), (7_000.0, 7.0, 7_000.0, 7.0));
+        }
+    }
+}
+
+/// A leak in the constructor of a linked library, which runs before the preload library's
+/// constructor (and inside `dl_iterate_phdr`, the loader's lock held): the session starts
+/// at that first allocation, and the exact profile holds the leak with its stack, as
+/// heaptrack and valgrind see it.
+#[test]
+fn a_leak_in_a_linked_library_constructor_is_seen() {
+    let dir = scratch("ctor-leak");
+    let prog = linked("ctor_leak", &["libctorleak"]);
+    let p = plain(&dir, &prog, &[]);
+    assert_eq!((p.status.code(), text(&p.stdout).trim()), (Some(0), "ok"));
+    for (label, opts) in modes("cl") {
+        let out = record(&dir, &strs(&opts), &prog, &[]);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), text(&p.stdout), "{label}");
+        let prof = read(&dir.join(&opts[opts.len() - 1]));
+        assert!(prof.complete, "{label}: {:?}", prof.warnings);
+        if label.ends_with("exact") {
+            assert_eq!(totals(&prof, "ctor_leak_site"), (7_000.0, 7.0, 7_000.0, 7.0));
+            assert_eq!(totals(&prof, "main_site"), (1_500.0, 3.0, 1_500.0, 3.0));
+            let stacks = memprof::report::collapsed(&prof, memprof::report::View::Live);
+            assert!(
+                stacks
+                    .iter()
+                    .any(|l| l.contains("leak_in_constructor;") && l.contains("ctor_leak_site")),
+                "the constructor's frames: {stacks:?}"
+            );
         }
     }
 }
