@@ -188,7 +188,7 @@ mod imp {
         COUNTDOWN.with(|c| unsafe { &*(c as *const Countdown) })
     }
 
-    /// `malloc`: glibc's, sampled.
+    /// `malloc`: the next definition's, sampled.
     ///
     /// # Safety
     /// As C's `malloc`.
@@ -196,7 +196,13 @@ mod imp {
     pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         // SAFETY: no preconditions.
         let p = unsafe { next::malloc()(size) };
+        if crate::before_start() {
+            crate::early_start();
+        }
         on_alloc_in(countdown(), p.cast(), size);
+        if crate::before_start() {
+            crate::keep_counting();
+        }
         p
     }
 
@@ -211,7 +217,8 @@ mod imp {
     }
 }
 
-/// `free` past the fast path: a sampled block's death is recorded, then glibc frees it.
+/// `free` past the fast path: a sampled block's death is recorded, then the next `free`
+/// frees it.
 /// (On x86-64, `free`'s own filter test comes first: see `imp::free_slow`.)
 ///
 /// # Safety

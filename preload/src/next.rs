@@ -10,7 +10,11 @@
 //! [`memprof::__private::next_definitions`]: an ELF symbol lookup over the loader's list
 //! of objects that allocates nothing and calls neither `dlsym` nor `malloc`, so it may run
 //! inside the first `malloc`. It is idempotent (every resolver writes the same values), so
-//! threads or signal handlers that race to do it need no lock. A function no later object
+//! threads or signal handlers that race to do it need no lock. The walk takes the loader's
+//! lock (recursive: a first call made inside `dl_iterate_phdr` on the same thread goes
+//! through), which user code holds only inside its own `dl_iterate_phdr` callbacks; the
+//! only call that can wait for it is the process's first allocating call, made during
+//! start-up, before the program has started any thread. A function no later object
 //! defines (impossible while glibc is loaded) falls back to glibc's own entry point.
 
 use core::ffi::{c_int, c_void, CStr};
