@@ -19,8 +19,8 @@
 //! - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::__private::FILTER`]) is
 //!   0, `p` is not a sampled block: jump to the next `free`; otherwise jump to `free_slow`.
 //!
-//! Neither touches the stack, so the slow paths and glibc see the caller's own frame and
-//! alignment. The other entry points reach the same countdown through [`countdown`].
+//! Neither touches the stack, so the slow paths and the next allocator see the caller's
+//! own frame and alignment. The other entry points reach the same countdown through [`countdown`].
 //!
 //! `sample_in` also compares the countdown's epoch with the sampler's
 //! [`EPOCH`](memprof::__private::EPOCH), so that a countdown drawn in another session (at
