@@ -23,16 +23,18 @@
 //! | Path | What it holds |
 //! |---|---|
 //! | `sys/` | process primitives, nothing about sampling |
-//! | `sys/rawmem.rs` | the profiler's own memory, from glibc's `__libc_*` entry points |
+//! | `sys/rawmem.rs` | the profiler's own memory, from glibc's `__libc_*` entry points and `mmap` |
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
+//! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`) without allocating |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
 //! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
 //! | `engine/sampler.rs` | Poisson sampling over allocated bytes: the countdown, `k`, busy flag |
+//! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
 //! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample) and its filter |
 //! | `engine/queue.rs` | the bounded queue of events waiting for a safe point |
@@ -145,6 +147,7 @@ pub mod __private {
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::sys::elf_lookup::next_definitions;
     pub use crate::sys::errno::{errno, set_errno};
 }
 

@@ -3,14 +3,10 @@
 //! memprof calls.
 
 use crate::fast::countdown;
-use crate::{
-    __libc_calloc, __libc_malloc, __libc_memalign, __libc_pvalloc, __libc_realloc, __libc_valloc,
-    gnu_get_libc_version, next_symbol,
-};
+use crate::next;
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use memprof::__private::{
-    before_realloc, on_alloc_at, on_alloc_in, on_dealloc, on_realloc_at, on_realloc_in, set_errno,
+    before_realloc, on_alloc_at, on_alloc_in, on_dealloc, on_realloc_at, on_realloc_in, Busy,
 };
 
 /// The other allocating entry points. Each is a Rust function `*_at` taking the entry
@@ -49,52 +45,66 @@ macro_rules! entry_points {
 }
 
 entry_points! {
-    /// `calloc`: glibc's (which checks `n * size` for overflow), sampled.
+    /// `calloc`: the next definition's (which checks `n * size` for overflow), sampled.
     ///
     /// # Safety
     /// As C's `calloc`.
     calloc(n: usize, size: usize) -> *mut c_void => calloc_at, "rdx", "rcx";
-    /// `realloc` with glibc's semantics: `realloc(NULL, n)` allocates, `realloc(p, 0)` frees
-    /// and returns NULL, a failure leaves the block alone.
+    /// `realloc`: the next definition's, reported with glibc's semantics: `realloc(NULL, n)`
+    /// allocates, `realloc(p, 0)` frees, a failure leaves the block alone.
     ///
     /// # Safety
     /// As C's `realloc`.
     realloc(ptr: *mut c_void, size: usize) -> *mut c_void => realloc_at, "rdx", "rcx";
-    /// `reallocarray`: `realloc(ptr, n * size)`, or NULL with ENOMEM when the product
-    /// overflows.
+    /// `reallocarray`: the next definition's (`realloc(ptr, n * size)`, or NULL with ENOMEM
+    /// when the product overflows), reported as `realloc`.
     ///
     /// # Safety
     /// As C's `reallocarray`.
     reallocarray(ptr: *mut c_void, n: usize, size: usize) -> *mut c_void =>
         reallocarray_at, "rcx", "r8";
-    /// `memalign`: glibc's (which rounds the alignment up to a power of two), sampled.
+    /// `memalign`: the next definition's (glibc's rounds the alignment up to a power of
+    /// two), sampled.
     ///
     /// # Safety
     /// As C's `memalign`.
     memalign(align: usize, size: usize) -> *mut c_void => memalign_at, "rdx", "rcx";
-    /// `posix_memalign`: EINVAL unless the alignment is a power-of-two multiple of
-    /// `sizeof(void *)`, ENOMEM when out of memory (glibc's checks), sampled.
+    /// `posix_memalign`: the next definition's (EINVAL unless the alignment is a
+    /// power-of-two multiple of `sizeof(void *)`, ENOMEM when out of memory), sampled.
     ///
     /// # Safety
     /// As C's `posix_memalign`: `out` is valid for a write.
     posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int =>
         posix_memalign_at, "rcx", "r8";
-    /// `aligned_alloc`: as the running glibc's (see `ALIGNED_ALLOC_CHECKS`), sampled.
+    /// `aligned_alloc`: the next definition's (glibc 2.38 and later reject an alignment
+    /// that is not a power of two with EINVAL), sampled.
     ///
     /// # Safety
     /// As C's `aligned_alloc`.
     aligned_alloc(align: usize, size: usize) -> *mut c_void => aligned_alloc_at, "rdx", "rcx";
-    /// `valloc`: glibc's, sampled.
+    /// `valloc`: the next definition's, sampled.
     ///
     /// # Safety
     /// As C's `valloc`.
     valloc(size: usize) -> *mut c_void => valloc_at, "rsi", "rdx";
-    /// `pvalloc`: glibc's (the size is rounded up to whole pages), sampled with the size
-    /// asked.
+    /// `pvalloc`: the next definition's (glibc's rounds the size up to whole pages),
+    /// sampled with the size asked.
     ///
     /// # Safety
     /// As C's `pvalloc`.
     pvalloc(size: usize) -> *mut c_void => pvalloc_at, "rsi", "rdx";
+}
+
+/// Runs `f`, a call of the next definition, with the thread marked as inside the profiler
+/// ([`Busy`]): an allocator whose `realloc`, `calloc` or `memalign` calls its own `malloc`
+/// and `free` through the PLT (those calls come back to this library) is reported once,
+/// for the program's call, and not again for the calls it makes itself. (`malloc` and
+/// `free` tail-jump to the next definition and set no flag: an allocator whose `malloc`
+/// calls another entry point of the family would be seen twice.)
+#[inline(always)]
+fn inside<R>(f: impl FnOnce() -> R) -> R {
+    let _busy = Busy::enter();
+    f()
 }
 
 /// The program's registers at an entry point (`sp`, `bp`), when known (`sp != 0`).
@@ -104,16 +114,22 @@ fn at(sp: usize, bp: usize) -> Option<(usize, usize)> {
 
 /// Reports a block an entry point allocated (see [`entry_points`]).
 fn sampled(p: *mut c_void, size: usize, sp: usize, bp: usize) {
+    if crate::before_start() {
+        crate::early_start();
+    }
     match at(sp, bp) {
         Some((sp, bp)) => on_alloc_at(countdown(), p.cast(), size, sp, bp),
         None => on_alloc_in(countdown(), p.cast(), size),
+    }
+    if crate::before_start() {
+        crate::keep_counting();
     }
 }
 
 /// `calloc` (see [`entry_points`]).
 unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
-    let p = unsafe { __libc_calloc(n, size) };
+    let p = inside(|| unsafe { next::calloc()(n, size) });
     if !p.is_null() {
         sampled(p, n.wrapping_mul(size), sp, bp);
     }
@@ -127,20 +143,38 @@ unsafe extern "C" fn realloc_at(
     sp: usize,
     bp: usize,
 ) -> *mut c_void {
+    // SAFETY: the caller's contract, realloc's; the closure passes the caller's block (or
+    // null) on to the next realloc.
+    unsafe { realloc_by(ptr, size, sp, bp, |ptr| next::realloc()(ptr, size)) }
+}
+
+/// A reallocation of `ptr` to `size` bytes by `f` (`realloc` or `reallocarray`), reported:
+/// `ptr` null is an allocation, `size` 0 a free (glibc's `realloc(p, 0)` frees `p`), and
+/// otherwise a move or a resize.
+///
+/// # Safety
+/// As C's `realloc`, and `f(ptr)` is such a reallocation.
+unsafe fn realloc_by(
+    ptr: *mut c_void,
+    size: usize,
+    sp: usize,
+    bp: usize,
+    f: impl FnOnce(*mut c_void) -> *mut c_void,
+) -> *mut c_void {
     if ptr.is_null() {
-        // SAFETY: no preconditions.
-        let p = unsafe { __libc_malloc(size) };
+        let p = inside(|| f(ptr));
         sampled(p, size, sp, bp);
         return p;
     }
     if size == 0 {
         on_dealloc(ptr.cast());
-        // SAFETY: the caller passes a live block; glibc frees it and returns NULL.
-        return unsafe { __libc_realloc(ptr, 0) };
+        return inside(|| f(ptr));
+    }
+    if crate::before_start() {
+        crate::early_start();
     }
     let old = before_realloc(ptr.cast());
-    // SAFETY: the caller passes a live block.
-    let new = unsafe { __libc_realloc(ptr, size) };
+    let new = inside(|| f(ptr));
     match at(sp, bp) {
         Some(regs) => on_realloc_at(countdown(), ptr.cast(), old, new.cast(), size, regs),
         None => on_realloc_in(countdown(), ptr.cast(), old, new.cast(), size),
@@ -156,20 +190,20 @@ unsafe extern "C" fn reallocarray_at(
     sp: usize,
     bp: usize,
 ) -> *mut c_void {
-    match n.checked_mul(size) {
-        // SAFETY: as C's realloc.
-        Some(total) => unsafe { realloc_at(ptr, total, sp, bp) },
-        None => {
-            set_errno(libc::ENOMEM);
-            core::ptr::null_mut()
-        }
-    }
+    let Some(total) = n.checked_mul(size) else {
+        // The next reallocarray fails (ENOMEM) and leaves the block alone: nothing to report.
+        // SAFETY: the caller's contract, reallocarray's.
+        return inside(|| unsafe { next::reallocarray()(ptr, n, size) });
+    };
+    // SAFETY: the caller's contract (reallocarray is realloc of the product); the closure
+    // passes the caller's block (or null) on to the next reallocarray.
+    unsafe { realloc_by(ptr, total, sp, bp, |ptr| next::reallocarray()(ptr, n, size)) }
 }
 
 /// `memalign` (see [`entry_points`]).
 unsafe extern "C" fn memalign_at(align: usize, size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
-    let p = unsafe { __libc_memalign(align, size) };
+    let p = inside(|| unsafe { next::memalign()(align, size) });
     sampled(p, size, sp, bp);
     p
 }
@@ -182,36 +216,14 @@ unsafe extern "C" fn posix_memalign_at(
     sp: usize,
     bp: usize,
 ) -> c_int {
-    let word = core::mem::size_of::<*mut c_void>();
-    if align == 0 || align % word != 0 || !(align / word).is_power_of_two() {
-        return libc::EINVAL;
+    // SAFETY: the caller's contract: `out` is writable.
+    let r = inside(|| unsafe { next::posix_memalign()(out, align, size) });
+    if r == 0 {
+        // SAFETY: on success the allocator wrote the block's address to `out`.
+        let p = unsafe { *out };
+        sampled(p, size, sp, bp);
     }
-    // SAFETY: no preconditions.
-    let p = unsafe { __libc_memalign(align, size) };
-    if p.is_null() {
-        return libc::ENOMEM;
-    }
-    sampled(p, size, sp, bp);
-    // SAFETY: the caller passes a writable `out`.
-    unsafe { *out = p };
-    0
-}
-
-/// 0: not known yet; 1: glibc before 2.38 (aligned_alloc is memalign); 2: 2.38 or later
-/// (aligned_alloc rejects alignments that are not powers of two with EINVAL).
-static ALIGNED_ALLOC_CHECKS: AtomicU8 = AtomicU8::new(0);
-
-fn aligned_alloc_checks() -> bool {
-    let mut v = ALIGNED_ALLOC_CHECKS.load(Ordering::Relaxed);
-    if v == 0 {
-        // SAFETY: returns a static NUL-terminated string such as "2.36".
-        let s = unsafe { core::ffi::CStr::from_ptr(gnu_get_libc_version()) };
-        let mut parts = s.to_str().unwrap_or("").split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        v = if version >= (2, 38) { 2 } else { 1 };
-        ALIGNED_ALLOC_CHECKS.store(v, Ordering::Relaxed);
-    }
-    v == 2
+    r
 }
 
 /// `aligned_alloc` (see [`entry_points`]).
@@ -221,18 +233,16 @@ unsafe extern "C" fn aligned_alloc_at(
     sp: usize,
     bp: usize,
 ) -> *mut c_void {
-    if aligned_alloc_checks() && !align.is_power_of_two() {
-        set_errno(libc::EINVAL);
-        return core::ptr::null_mut();
-    }
-    // SAFETY: as C's memalign.
-    unsafe { memalign_at(align, size, sp, bp) }
+    // SAFETY: no preconditions (a bad alignment is the allocator's to report).
+    let p = inside(|| unsafe { next::aligned_alloc()(align, size) });
+    sampled(p, size, sp, bp);
+    p
 }
 
 /// `valloc` (see [`entry_points`]).
 unsafe extern "C" fn valloc_at(size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
-    let p = unsafe { __libc_valloc(size) };
+    let p = inside(|| unsafe { next::valloc()(size) });
     sampled(p, size, sp, bp);
     p
 }
@@ -240,26 +250,19 @@ unsafe extern "C" fn valloc_at(size: usize, sp: usize, bp: usize) -> *mut c_void
 /// `pvalloc` (see [`entry_points`]).
 unsafe extern "C" fn pvalloc_at(size: usize, sp: usize, bp: usize) -> *mut c_void {
     // SAFETY: no preconditions.
-    let p = unsafe { __libc_pvalloc(size) };
+    let p = inside(|| unsafe { next::pvalloc()(size) });
     sampled(p, size, sp, bp);
     p
 }
 
-/// `malloc_usable_size`: glibc's.
+/// `malloc_usable_size`: the next definition's.
 ///
 /// # Safety
 /// As C's `malloc_usable_size`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
-    static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-    let f = next_symbol(&REAL, c"malloc_usable_size");
-    if f.is_null() {
-        return 0;
-    }
-    // SAFETY: `f` is glibc's malloc_usable_size, of this signature.
-    let f: unsafe extern "C" fn(*mut c_void) -> usize = unsafe { core::mem::transmute(f) };
     // SAFETY: as the caller's contract.
-    unsafe { f(ptr) }
+    unsafe { next::malloc_usable_size()(ptr) }
 }
 
 /// A block of a managed heap ([`memprof::gc`]) in the profiled program was allocated: the

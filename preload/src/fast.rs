@@ -5,9 +5,11 @@
 //! rest of an unsampled `malloc`. So the thread's [`Countdown`] lives in a thread-local of
 //! the initial-exec model declared here (the library is loaded at start-up, so its TLS is
 //! in the static block), and `malloc` and `free` are naked functions whose common case is
-//! a handful of instructions ending in a tail jump to glibc:
+//! a handful of instructions ending in a tail jump to the next definition (glibc's, or the
+//! program's own allocator: the slot of `crate::next`'s table, one load and an indirect
+//! jump, as the GOT slot of `__libc_malloc` was before):
 //!
-//! - `malloc(n)`: if `n < countdown`, `countdown -= n` and jump to `__libc_malloc`
+//! - `malloc(n)`: if `n < countdown`, `countdown -= n` and jump to the next `malloc`
 //!   (the sampler's `sample_in` fast path without its session check, see below);
 //!   otherwise jump to
 //!   `malloc_slow` with the program's `rsp` (pointing at the return address into it) and
@@ -15,10 +17,10 @@
 //!   program's frame (the capture's `capture_at_entry`): none of the profiler's
 //!   frames is unwound, and `--depth` counts the program's frames only.
 //! - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::__private::FILTER`]) is
-//!   0, `p` is not a sampled block: jump to `__libc_free`; otherwise jump to `free_slow`.
+//!   0, `p` is not a sampled block: jump to the next `free`; otherwise jump to `free_slow`.
 //!
-//! Neither touches the stack, so the slow paths and glibc see the caller's own frame and
-//! alignment. The other entry points reach the same countdown through [`countdown`].
+//! Neither touches the stack, so the slow paths and the next allocator see the caller's
+//! own frame and alignment. The other entry points reach the same countdown through [`countdown`].
 //!
 //! `sample_in` also compares the countdown's epoch with the sampler's
 //! [`EPOCH`](memprof::__private::EPOCH), so that a countdown drawn in another session (at
@@ -30,7 +32,7 @@
 //! thread parked while no session ran is zeroed when one starts (at start-up and in a
 //! followed child, on the only thread there is).
 
-use crate::{__libc_free, __libc_malloc};
+use crate::next;
 use core::ffi::c_void;
 #[cfg(not(target_arch = "x86_64"))]
 use memprof::__private::{on_alloc_in, on_dealloc};
@@ -88,7 +90,7 @@ mod imp {
         unsafe { &*countdown_addr() }
     }
 
-    /// `malloc`: glibc's, sampled (see the module documentation).
+    /// `malloc`: the next definition's, sampled (see the module documentation).
     ///
     /// # Safety
     /// As C's `malloc`.
@@ -102,14 +104,15 @@ mod imp {
             "jae 2f",
             "sub rcx, rdi",
             "mov qword ptr fs:[rax], rcx",
-            "jmp qword ptr [rip + {real}@GOTPCREL]",
+            "jmp qword ptr [rip + {next} + {slot}]",
             // The slow path gets the program's stack pointer (at the return address into
             // it) and frame pointer, where the call stack starts.
             "2:",
             "mov rsi, rsp",
             "mov rdx, rbp",
             "jmp {slow}",
-            real = sym __libc_malloc,
+            next = sym next::NEXT,
+            slot = const next::MALLOC * 8,
             slow = sym malloc_slow,
         )
     }
@@ -118,12 +121,18 @@ mod imp {
     /// `bp` are the program's registers at `malloc`'s entry.
     extern "C" fn malloc_slow(size: usize, sp: usize, bp: usize) -> *mut c_void {
         // SAFETY: no preconditions.
-        let p = unsafe { __libc_malloc(size) };
+        let p = unsafe { next::malloc()(size) };
+        if crate::before_start() {
+            crate::early_start();
+        }
         on_alloc_slow_at(countdown(), p.cast(), size, sp, bp);
+        if crate::before_start() {
+            crate::keep_counting();
+        }
         p
     }
 
-    /// `free`: glibc's; a sampled block's death is recorded first. Keeps errno (checked by
+    /// `free`: the next definition's; a sampled block's death is recorded first. Keeps errno (checked by
     /// `fixtures/c/edge.c`): the fast path touches no errno, the slow path restores it, and
     /// glibc's free keeps it since 2.33.
     ///
@@ -139,13 +148,14 @@ mod imp {
             "mov rdx, qword ptr [rip + {filter}@GOTPCREL]",
             "cmp byte ptr [rdx + rax], 0",
             "jne 2f",
-            "jmp qword ptr [rip + {real}@GOTPCREL]",
+            "jmp qword ptr [rip + {next} + {slot}]",
             "2:",
             "jmp {slow}",
             shift = const memprof::__private::FILTER_SHIFT,
             mask = const memprof::__private::FILTER_MASK,
             filter = sym memprof::__private::FILTER,
-            real = sym __libc_free,
+            next = sym next::NEXT,
+            slot = const next::FREE * 8,
             slow = sym free_slow,
         )
     }
@@ -158,7 +168,7 @@ mod imp {
         }
         on_dealloc_counted(ptr.cast());
         // SAFETY: the caller's contract (free's): a live block of this allocator.
-        unsafe { __libc_free(ptr) };
+        unsafe { next::free()(ptr) };
     }
 }
 
@@ -178,19 +188,25 @@ mod imp {
         COUNTDOWN.with(|c| unsafe { &*(c as *const Countdown) })
     }
 
-    /// `malloc`: glibc's, sampled.
+    /// `malloc`: the next definition's, sampled.
     ///
     /// # Safety
     /// As C's `malloc`.
     #[no_mangle]
     pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         // SAFETY: no preconditions.
-        let p = unsafe { __libc_malloc(size) };
+        let p = unsafe { next::malloc()(size) };
+        if crate::before_start() {
+            crate::early_start();
+        }
         on_alloc_in(countdown(), p.cast(), size);
+        if crate::before_start() {
+            crate::keep_counting();
+        }
         p
     }
 
-    /// `free`: glibc's; a sampled block's death is recorded first. Keeps errno.
+    /// `free`: the next definition's; a sampled block's death is recorded first. Keeps errno.
     ///
     /// # Safety
     /// As C's `free`: `ptr` is null or a live block of this allocator.
@@ -201,7 +217,8 @@ mod imp {
     }
 }
 
-/// `free` past the fast path: a sampled block's death is recorded, then glibc frees it.
+/// `free` past the fast path: a sampled block's death is recorded, then the next `free`
+/// frees it.
 /// (On x86-64, `free`'s own filter test comes first: see `imp::free_slow`.)
 ///
 /// # Safety
@@ -215,5 +232,5 @@ unsafe fn free_checked(ptr: *mut c_void) {
     // load), and so does glibc's free since 2.33.
     on_dealloc(ptr.cast());
     // SAFETY: the caller passes a live block.
-    unsafe { __libc_free(ptr) };
+    unsafe { next::free()(ptr) };
 }

@@ -4,48 +4,69 @@
 //! # 1. What is here
 //! Only the exported functions and the constructor, by family: `fast` (`malloc` and
 //! `free`), `entry` (the other allocating entry points), `process` (`dlclose`, `_exit`,
-//! `exec`); the work is in the `memprof` library
+//! `exec`), and where the allocating ones forward to (`next`); the work is in the `memprof` library
 //! (its engine's allocation hooks, and its agent for start, fork and exit, reached through
 //! `memprof::__private`).
 //!
 //! # 2. Forwarding
-//! Every export forwards to glibc's own allocator under the names no interposer replaces
-//! (`__libc_malloc`, `__libc_free`, …), so there is no `dlsym` on the allocation path and no
-//! bootstrap problem: the exports work from the first allocation the loader makes, before
-//! any constructor. glibc's semantics are kept: `realloc(NULL, n)` is `malloc(n)`,
-//! `realloc(p, 0)` frees `p` and returns NULL, `free(NULL)` does nothing, `calloc` and
-//! `reallocarray` overflows fail with ENOMEM, `posix_memalign` returns EINVAL for a bad
-//! alignment, `aligned_alloc` sets EINVAL for one where the running glibc does (2.38 and
-//! later), and `free` preserves errno. `malloc_usable_size`, `dlclose` and `_exit` are
-//! found once with `dlsym(RTLD_NEXT)` (none is called by the loader before the constructors
-//! run). `dlclose` and `_exit` first bring the profile up to date (while the library is
-//! still mapped; before the process ends without exit handlers).
+//! Every export calls the *next* definition of its function in lookup order, what
+//! `dlsym(RTLD_NEXT, name)` would find: glibc's allocator in most programs, the program's
+//! own where a library it links defines the malloc family (`next`). The table is resolved
+//! without `dlsym` and without allocating, by an ELF symbol lookup over the loader's list
+//! of objects (`memprof::__private::next_definitions`), at the first call of any of the
+//! functions: the first `malloc` of a process can come from a constructor of a linked
+//! library, which runs before this library's, possibly with the loader's lock held (inside
+//! `dl_iterate_phdr`; the lock is recursive, and `fixtures/c/libctorleak.c` makes exactly
+//! that call first). Once the loader runs constructors, every object of the start-up scope
+//! is mapped and relocated, so any call resolves the table to the same values; no block is
+//! ever allocated by one allocator and freed by another. glibc's `__libc_*` entry points
+//! are used only for a function no later object defines. The semantics are the next
+//! allocator's (glibc's: `realloc(p, 0)` frees `p`, `free(NULL)` does nothing, `calloc`
+//! and `reallocarray` overflows fail with ENOMEM, `posix_memalign` returns EINVAL for a bad
+//! alignment, `aligned_alloc` sets EINVAL for one since 2.38); `free` preserves errno.
+//! While the next allocator runs (all but `malloc` and `free`, which tail-jump to it), the
+//! thread is marked busy, so an allocator whose `realloc` calls its own `malloc` through the
+//! PLT is reported once. `dlclose` and `_exit` are found once with `dlsym(RTLD_NEXT)` (none
+//! is called by the loader before the constructors run). `dlclose` and `_exit` first bring
+//! the profile up to date (while the library is still mapped; before the process ends
+//! without exit handlers).
+//!
+//! The profiler's own memory (live table, queue, deep stack buffers) still comes from
+//! glibc's `__libc_malloc`, and is freed with `__libc_free`: never mixed with the program's.
 //!
 //! # 3. Hooks
-//! A block is reported after glibc returned it, and its free before glibc gets it back (so
+//! A block is reported after the allocator returned it, and its free before the allocator
+//! gets it back (so
 //! an address reused at once by another thread is never confused with it). The hooks
 //! never allocate through `malloc` and keep errno; the profiler's own allocations come back
 //! here and pass through untracked (the sampler's busy flag).
+//!
+//! # 4. Start
+//! The constructors of the libraries a program links run before this library's (a
+//! library's constructor runs after those of its dependencies, and this one depends only
+//! on glibc and libgcc), and what they allocate would be forwarded but not profiled. So
+//! while the constructor has not run, each allocation's slow path (the countdown is held
+//! at 0 until then: one `getenv` a call, only during start-up) checks whether the session
+//! can start at once: `MEMPROF_OUTPUT` is set (which also says libc has initialised its
+//! environment, so the loader has reached the constructors) and the call is on the main
+//! thread (no other exists yet). Then it starts the session right there, inside that
+//! allocation, as the constructor would: the agent's work allocates (through these hooks,
+//! marked busy, forwarded to the next definition), opens the file, starts the drain thread
+//! and registers the exit and fork handlers. The allocation that started it is then
+//! sampled like any other. That allocation may run inside `dl_iterate_phdr` (the loader's
+//! lock held): the agent's own calls to it take the same recursive lock on the same thread,
+//! and the drain thread's wait for it (its module list) ends when the callback returns;
+//! nothing here waits for the drain thread.
 #![deny(missing_docs)]
 
 mod entry;
 mod fast;
+mod next;
 mod process;
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use fast::countdown;
-
-extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
-    fn __libc_free(ptr: *mut c_void);
-    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
-    fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
-    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
-    fn __libc_valloc(size: usize) -> *mut c_void;
-    fn __libc_pvalloc(size: usize) -> *mut c_void;
-    fn gnu_get_libc_version() -> *const core::ffi::c_char;
-}
 
 /// Looks `name` up in the objects after this one, once, caching it in `slot`.
 fn next_symbol(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void {
@@ -58,13 +79,65 @@ fn next_symbol(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> *mut c_void 
     f
 }
 
-extern "C" fn init() {
+/// Set when the session was started, or could not be: by an allocation before the
+/// constructor (§4), or by the constructor.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts profiling, once per process image (see §4).
+fn start() {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // The registration below allocates: the library's, not the program's.
+    let _busy = memprof::__private::Busy::enter();
     memprof::__private::init();
     reset_countdown();
     // After the agent's own handler (child handlers run in the order registered), which
     // starts a followed child's session.
     // SAFETY: registers a plain function without arguments; no preconditions.
     unsafe { libc::pthread_atfork(None, None, Some(reset_countdown)) };
+}
+
+/// True before the session was started (the constructor has not run yet, nor an early
+/// start): the allocating entry points call [`early_start`] and [`keep_counting`] then.
+#[inline(always)]
+fn before_start() -> bool {
+    !STARTED.load(Ordering::Relaxed)
+}
+
+/// An allocation before the constructor: starts the session now if `memprof record` asked
+/// for one and the process is ready for it (§4); otherwise leaves it to a later allocation
+/// or to the constructor.
+#[cold]
+#[inline(never)]
+fn early_start() {
+    // libc has run its own initialiser (it sets `environ`) once a constructor can run; an
+    // earlier allocation (the loader's) finds no environment.
+    // SAFETY: getenv reads the environment without allocating; the name is a C string.
+    if unsafe { libc::getenv(c"MEMPROF_OUTPUT".as_ptr()) }.is_null() {
+        return;
+    }
+    // SAFETY: getpid and gettid have no preconditions.
+    if unsafe { libc::getpid() != libc::gettid() } {
+        return;
+    }
+    let saved = memprof::__private::errno();
+    start();
+    memprof::__private::set_errno(saved);
+}
+
+/// Before the session starts, keeps the calling thread's countdown at 0, so that its next
+/// allocation comes back to [`early_start`] (the sampler parks it at `u64::MAX` while no
+/// session runs).
+#[cold]
+#[inline(never)]
+fn keep_counting() {
+    countdown().countdown.set(0);
+}
+
+extern "C" fn init() {
+    next::resolve_once();
+    start();
 }
 
 /// Zeroes the calling thread's countdown after a session started: its next allocation
@@ -74,7 +147,8 @@ extern "C" fn reset_countdown() {
     countdown().countdown.set(0);
 }
 
-/// The constructor: starts profiling when the loader has initialised the process.
+/// The constructor: resolves the forwarding table and starts profiling, unless an
+/// allocation before it did (§4).
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;

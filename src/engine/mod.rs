@@ -12,3 +12,4 @@ pub(crate) mod hot;
 pub(crate) mod live;
 pub(crate) mod queue;
 pub(crate) mod sampler;
+pub(crate) mod thread;

@@ -100,14 +100,14 @@ impl Countdown {
     }
 }
 
-struct ThreadState {
+/// A thread's sampler state beyond its countdown (in its lazily mapped block,
+/// `crate::engine::thread`).
+pub(crate) struct ThreadState {
     /// The epoch of the thread's number and generator.
     epoch: Cell<u64>,
     /// The thread's next sample id and the end of its block (see [`ID_BLOCK`]).
     next_id: Cell<u64>,
     id_end: Cell<u64>,
-    /// Inside the profiler: allocations are not reported.
-    busy: Cell<bool>,
     /// Thread number within the current epoch's session.
     thread: Cell<u32>,
     /// `-1 / ln(1 - p)`, cached per epoch.
@@ -164,29 +164,18 @@ thread_local! {
 }
 
 crate::sys::tls::thread_block! {
-    /// This thread's sampler state.
-    fn state() -> ThreadState = ThreadState {
-        epoch: Cell::new(0),
-        next_id: Cell::new(0),
-        id_end: Cell::new(0),
-        busy: Cell::new(false),
-        thread: Cell::new(0),
-        gap_scale: Cell::new(0.0),
-        p: Cell::new(0.0),
-        many: Cell::new(0),
-        seeded: Cell::new(false),
-        drawing: Cell::new(false),
-        rng: UnsafeCell::new(MaybeUninit::uninit()),
-    }, "memprof_0_1_sampler_state"
+    /// Inside the profiler: allocations are not reported (see [`Busy`]). Static
+    /// thread-local storage, beside the countdown: the reentrancy check needs it on every
+    /// path, before any block is mapped.
+    fn busy_flag() -> Cell<bool> = Cell::new(false), "memprof_0_1_sampler_busy"
 }
 
-/// This thread's sampler state, as a reference.
+/// This thread's busy flag, as a reference.
 #[inline(always)]
-fn this_thread<'a>() -> &'a ThreadState {
-    // SAFETY: `state()` is this thread's block, valid until the thread exits; the
-    // reference is used only on this thread, within the call that made it (it is never
-    // stored), and every field is a cell.
-    unsafe { &*state() }
+fn busy<'a>() -> &'a Cell<bool> {
+    // SAFETY: `busy_flag()` is this thread's block, valid until the thread exits; the
+    // reference is used only on this thread, within the call that made it.
+    unsafe { &*busy_flag() }
 }
 
 /// Starts sampling with mean interval `interval` bytes. Returns the new epoch.
@@ -195,6 +184,7 @@ pub(crate) fn begin(interval: f64, seed: u64) -> u64 {
     SEED.store(seed, Ordering::Relaxed);
     THREADS.store(0, Ordering::Relaxed);
     ID_BLOCKS.store(1, Ordering::Relaxed);
+    crate::engine::thread::prepare();
     ACTIVE.store(true, Ordering::Relaxed);
     EPOCH.fetch_add(1, Ordering::AcqRel) + 1
 }
@@ -244,7 +234,6 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
 #[inline(always)]
 pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
     let size = size as u64;
-    let s = this_thread();
     let epoch = EPOCH.load(Ordering::Acquire);
     let fresh = cd.epoch.get() != epoch;
     if fresh {
@@ -254,6 +243,12 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
             return None;
         }
     }
+    let Some(blocks) = crate::engine::thread::blocks() else {
+        // No memory for the thread's state: it stops sampling in this session.
+        cd.countdown.set(u64::MAX);
+        return None;
+    };
+    let s = &blocks.sampler;
     if s.epoch.get() != epoch {
         // The thread's first slow path in this session: its number, its generator, and
         // no ids yet.
@@ -295,7 +290,7 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
     }
     // The first point is byte `c` of the allocation.
     let k = s.draw(|rng| points(s, rng, cd, size, c))?;
-    if s.busy.get() {
+    if busy().get() {
         return None;
     }
     let mut id = s.next_id.get();
@@ -406,9 +401,9 @@ impl Busy {
     /// Enters the profiler on this thread; `None` when the thread is inside already.
     #[inline]
     pub fn enter() -> Option<Busy> {
-        let flag = &this_thread().busy as *const Cell<bool>;
-        // SAFETY: `flag` points into this thread's own STATE, alive for the thread's
-        // lifetime, and is only used on this thread (Busy is not Send).
+        let flag = busy() as *const Cell<bool>;
+        // SAFETY: `flag` is this thread's own flag (static thread-local storage), alive for
+        // the thread's lifetime, and is only used on this thread (Busy is not Send).
         if unsafe { (*flag).replace(true) } {
             None
         } else {
@@ -419,14 +414,14 @@ impl Busy {
     /// True when this thread is inside the profiler.
     #[inline]
     pub fn is_busy() -> bool {
-        this_thread().busy.get()
+        busy().get()
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
         // SAFETY: as in `enter`: the guard lives on the thread that made it (not Send), so
-        // the thread and its STATE are alive.
+        // the thread and its flag are alive.
         unsafe { (*self.flag).set(false) };
     }
 }

@@ -2,7 +2,9 @@
 //! profiled program, around the hooks in [`crate::engine::alloc`].
 //!
 //! # 1. Start
-//! The preload library's constructor calls [`init`]. It reads the `MEMPROF_*` variables
+//! The preload library calls [`init`] once: from its constructor, or earlier, from the
+//! first allocation made by the constructor of a library the program links (the preload
+//! library's §4; the session then sees those allocations too). It reads the `MEMPROF_*` variables
 //! ([`EnvSettings`]) with `getenv`, opens the output file and starts a session
 //! whose tracker is a streaming [`Recorder`] and whose drain thread writes the file (the
 //! writer never runs inside an allocating call). Everything here allocates through the
@@ -308,7 +310,7 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
 }
 
 /// Starts profiling this process from the `MEMPROF_*` environment. Called once by the
-/// preload library's constructor. Problems are reported on stderr and leave the program
+/// preload library: from its constructor, or from an allocation that runs before it. Problems are reported on stderr and leave the program
 /// running unprofiled.
 pub fn init() {
     // The agent's own allocations (the file name, the handler registrations) are not the

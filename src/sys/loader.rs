@@ -42,6 +42,15 @@ impl Object<'_> {
         }
     }
 
+    /// The object's `PT_LOAD` segments as (run-time start, size in memory).
+    pub(crate) fn loads(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let bias = self.bias();
+        self.phdrs()
+            .iter()
+            .filter(|ph| ph.p_type == libc::PT_LOAD)
+            .map(move |ph| (bias.wrapping_add(ph.p_vaddr as usize), ph.p_memsz as usize))
+    }
+
     /// True when the loader's record has the `dlpi_adds`/`dlpi_subs` counters (glibc 2.4+).
     pub(crate) fn has_counters(&self) -> bool {
         self.size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8

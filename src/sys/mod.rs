@@ -1,9 +1,10 @@
 //! Process primitives the engine is built on: memory from glibc's own entry points,
 //! per-thread blocks without destructors, cache-line padding, errno, hashing, the loader's
-//! list of objects. Nothing here knows about sampling.
+//! list of objects and the next definition of a symbol in it. Nothing here knows about sampling.
 
 #[cfg(test)]
 pub(crate) mod alloc_count;
+pub(crate) mod elf_lookup;
 pub(crate) mod errno;
 pub(crate) mod hash;
 pub(crate) mod loader;

@@ -5,7 +5,9 @@
 //! *is* the profiler. glibc exports its allocator under a second set of names
 //! (`__libc_malloc`, `__libc_free`) that no interposer replaces, so the live table, the
 //! event queue and deep call-stack buffers use those. They take only glibc's own arena
-//! locks, which user code cannot hold.
+//! locks, which user code cannot hold. The engine's per-thread blocks, which a signal
+//! handler's allocation may need first, are mapped from the kernel instead
+//! ([`map_zeroed`]): no lock at all.
 
 use core::ffi::c_void;
 
@@ -34,4 +36,36 @@ pub(crate) fn alloc_zeroed(bytes: usize) -> *mut u8 {
 pub(crate) unsafe fn free(ptr: *mut u8) {
     // SAFETY: the caller guarantees ptr came from __libc_malloc/__libc_calloc (or is null).
     unsafe { __libc_free(ptr as *mut c_void) }
+}
+
+/// Maps `bytes` of zeroed, private memory straight from the kernel (`mmap`), or returns
+/// null. Unlike [`alloc`] it takes no lock at all, so it is safe where glibc's allocator
+/// may be interrupted on the same thread (a signal handler's allocation).
+pub(crate) fn map_zeroed(bytes: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping at an address the kernel picks has no
+    // preconditions; failure is MAP_FAILED, turned into null.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        core::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// Unmaps memory from [`map_zeroed`].
+///
+/// # Safety
+/// `ptr` and `bytes` are those of one [`map_zeroed`] mapping, which nothing uses any more.
+pub(crate) unsafe fn unmap(ptr: *mut u8, bytes: usize) {
+    // SAFETY: the caller's contract: the whole mapping, no longer used.
+    unsafe { libc::munmap(ptr.cast(), bytes) };
 }

@@ -2,8 +2,8 @@
 //!
 //! A Rust `thread_local!` in a shared library uses the general-dynamic TLS model: every
 //! access calls `__tls_get_addr` (about 15 instructions with the call). A sample reaches
-//! three such blocks (the sampler's, the busy flag's and the unwinder's), so the preload
-//! library paid three calls per sample for them. An object that is loaded when the program
+//! two such blocks (the busy flag and the pointer to the thread's lazily mapped state,
+//! `crate::engine::thread`), which would cost two calls per sample. An object that is loaded when the program
 //! starts (the preload library, an executable) may use the initial-exec model instead: its
 //! blocks lie at a fixed offset from the thread pointer, which the dynamic linker writes
 //! into the GOT once, and an access is two instructions.
@@ -19,6 +19,11 @@
 //! yet", when every byte is zero: integers, floats, `bool`s, `Cell`s and `UnsafeCell`s of
 //! them, and `MaybeUninit`s with a flag that says whether they hold a value. Neither way
 //! runs a destructor.
+//!
+//! Every byte declared here is in the static TLS of every thread of a program that loads the
+//! preload library, and glibc takes static TLS out of each thread's stack: blocks stay a
+//! few words; larger per-thread state is mapped when a thread first needs it
+//! (`crate::engine::thread`).
 
 /// Declares `fn $name() -> *const $ty`, this thread's block of type `$ty`, zeroed when the
 /// thread starts (see the module documentation). `$zero` is the all-zero value of `$ty`,

@@ -3,10 +3,13 @@
 //! under the preload library, their profiles checked against what they allocate) and
 //! `report` (every output format against golden files and an independent pprof decoder),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
-//! `record`: the same exit status and output). What they share is in `common`.
+//! `record`: the same exit status and output), `forwarding` (programs with their own
+//! allocator, allocations before the preload library is ready, small stacks). What they
+//! share is in `common`.
 
 mod cli;
 mod common;
+mod forwarding;
 mod harm;
 mod record;
 mod report;

@@ -54,6 +54,7 @@
 
 use super::memo::{Key, Log, Memo};
 use super::Captured;
+use crate::engine::thread::on_walk_stack;
 use crate::sys::loader::{for_each_object, Object};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -609,7 +610,8 @@ fn walk_with(
             let Some(frame) = st.frame_address() else {
                 return true;
             };
-            *entry = derive(table, cache, frame);
+            // On the thread's walk stack: framehop needs ~6 KB (engine::thread, §3).
+            *entry = on_walk_stack(|| derive(table, cache, frame));
         }
         match entry.kind {
             Kind::Keep | Kind::LoadFromSp | Kind::LoadFromBp => continue,
@@ -630,7 +632,10 @@ fn walk_with(
                     }
                     Ok(v)
                 };
-                match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
+                let unwound = on_walk_stack(|| {
+                    table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read)
+                });
+                match unwound {
                     Ok(Some(ra)) => {
                         st = Frame { ip: ra, sp: regs.sp(), bp: regs.bp(), first: false }
                     }
@@ -932,7 +937,9 @@ fn check(
             }
             n += 1;
         }
-        match table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read) {
+        let unwound =
+            on_walk_stack(|| table.unwinder.unwind_frame(frame, &mut regs, cache, &mut read));
+        match unwound {
             Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                 Some(f) => frame = f,
                 None => break,

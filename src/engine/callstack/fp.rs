@@ -145,7 +145,7 @@ fn capture_fp_slow(out: &mut Captured, depth: usize, mut fp: usize, lo: usize, t
 
 /// The top of the current thread's stack, cached per thread.
 pub(super) fn stack_hi() -> usize {
-    thread_hi(this_thread())
+    this_thread().map_or(0, thread_hi)
 }
 
 #[inline(always)]
@@ -157,6 +157,26 @@ pub(super) fn thread_hi(t: &PerThread) -> usize {
     let v = query_stack_hi();
     t.hi.set(v);
     v
+}
+
+/// Runs the library calls a thread's first sample makes to find its stack top
+/// (`pthread_getattr_np`, which calls `realloc` and `pthread_getaffinity_np` through
+/// glibc's lazily bound PLT), so that their symbols are bound before a thread on a small
+/// stack samples: binding one costs the sample path ~2 KB of stack (`_dl_runtime_resolve`
+/// saves the vector registers, then the symbol lookup). Called when a session begins.
+pub(crate) fn bind_stack_queries() {
+    let saved = errno();
+    // SAFETY: as in `query_stack_hi`.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
+            let mut addr: *mut libc::c_void = core::ptr::null_mut();
+            let mut size: libc::size_t = 0;
+            libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+        }
+    }
+    set_errno(saved);
 }
 
 fn query_stack_hi() -> usize {

@@ -53,6 +53,7 @@ mod frames;
 mod memo;
 
 use dwarf::{capture_dwarf, capture_dwarf_at, capture_dwarf_from};
+pub(crate) use fp::bind_stack_queries;
 #[cfg(test)]
 use fp::stack_hi;
 use fp::{capture_fp, capture_fp_walk, frame_pointer, stack_pointer, thread_hi, FP_SUPPORTED};
@@ -63,9 +64,9 @@ const USE_LIBGCC: u8 = 1;
 const USE_CFI: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(USE_LIBGCC);
 
-/// The sample path's per-thread state, in one block (zeroed at thread start, see
-/// `crate::sys::tls`).
-struct PerThread {
+/// The sample path's per-thread state, in the thread's lazily mapped block (zeroed when
+/// mapped, see `crate::engine::thread`).
+pub(crate) struct PerThread {
     /// Highest address of this thread's stack (0 = not yet known).
     hi: Cell<usize>,
     /// The thread's remembered walks (§4), used by one capture at a time; valid once
@@ -75,38 +76,31 @@ struct PerThread {
     memo_taken: Cell<bool>,
 }
 
-crate::sys::tls::thread_block! {
-    /// This thread's unwinding state.
-    fn per_thread() -> PerThread = PerThread {
-        hi: Cell::new(0),
-        memo: UnsafeCell::new(MaybeUninit::uninit()),
-        memo_ready: Cell::new(false),
-        memo_taken: Cell::new(false),
-    }, "memprof_0_1_callstack_thread"
-}
-
-/// This thread's unwinding state, as a reference.
+/// This thread's unwinding state, as a reference (`None` if its block could not be
+/// mapped).
 #[inline(always)]
-fn this_thread<'a>() -> &'a PerThread {
-    // SAFETY: `per_thread()` is this thread's block, valid until the thread exits; the
-    // reference is used only on this thread, within the call that made it, and the
-    // fields are cells.
-    unsafe { &*per_thread() }
+fn this_thread<'a>() -> Option<&'a PerThread> {
+    crate::engine::thread::blocks().map(|b| &b.callstack)
 }
 
 /// Runs `f` with this thread's stack top (0 when unknown) and its remembered walks (`None`
 /// when a capture on this thread, interrupted by a signal, already uses them).
 #[inline(always)]
 fn with_thread<R>(f: impl FnOnce(usize, Option<&mut memo::Memo>) -> R) -> R {
-    let t = this_thread();
+    let Some(t) = this_thread() else {
+        return f(0, None);
+    };
     let hi = thread_hi(t);
     if t.memo_taken.replace(true) {
         return f(hi, None);
     }
     if !t.memo_ready.get() {
+        // An empty memo copied from a constant (read-only data), not built on the stack
+        // first: it is ~5.6 KB, and the sample path's stack must stay small.
+        const EMPTY: memo::Memo = memo::Memo::new();
         // SAFETY: `memo_taken` was false and is now true, so nothing else refers to the
         // memo; it is this thread's own. Its first use on the thread fills it.
-        unsafe { (*t.memo.get()).write(memo::Memo::new()) };
+        unsafe { (*t.memo.get()).as_mut_ptr().copy_from_nonoverlapping(&EMPTY, 1) };
         t.memo_ready.set(true);
     }
     // SAFETY: the memo holds a value (`memo_ready`); `memo_taken` was false and is now
@@ -282,7 +276,9 @@ fn entry_key(mode: u8, ra: usize, sp: usize, bp: usize, depth: usize) -> Option<
 /// Never allocates and never panics.
 #[inline(always)]
 pub fn replay_at_entry(out: &mut Captured, depth: usize, sp: usize, bp: usize) -> bool {
-    let t = this_thread();
+    let Some(t) = this_thread() else {
+        return false;
+    };
     // An unknown stack top (0) leaves it to `capture_at_entry`, which looks it up.
     let hi = t.hi.get();
     let Some(ra) = entry_return_address(hi, sp, depth) else {
