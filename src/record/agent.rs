@@ -386,6 +386,7 @@ pub(crate) fn finish() {
         _ => false,
     });
     if collected {
+        report_unwind_check();
         OWNER.store(0, Ordering::Release);
         return;
     }
@@ -411,11 +412,21 @@ pub(crate) fn finish() {
         }
         Err(e) => say(&format!("cannot stop profiling: {e}")),
     }
+    report_unwind_check();
+    OWNER.store(0, Ordering::Release);
+}
+
+/// With `MEMPROF_UNWIND_CHECK=1`: the DWARF walks checked against framehop alone, how many
+/// differed, and how many captures fell back to libgcc.
+fn report_unwind_check() {
     if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         let (walks, differed) = crate::engine::callstack::unwind_check_stats();
-        say(&format!("unwind check: {walks} walks, {differed} differed from framehop's"));
+        let fallbacks = crate::engine::callstack::dwarf_fallbacks();
+        say(&format!(
+            "unwind check: {walks} walks, {differed} differed from framehop's, {fallbacks} fell \
+             back to libgcc"
+        ));
     }
-    OWNER.store(0, Ordering::Release);
 }
 
 /// Brings the profile up to date when the process ends without exit handlers (`_exit`):

@@ -113,19 +113,28 @@ fn run(plan: Plan, stop: &AtomicBool) -> Vec<String> {
     let mut rings: Vec<Attached> = Vec::new();
     let mut images: HashMap<u32, u32> = HashMap::new();
     let stem = env::output_stem(&plan.root_output.display().to_string()).to_owned();
+    let mut last_look = 0u64;
     loop {
         // Read before the pass: a stop seen now follows the end of every process, so this
         // pass sees all they wrote.
         let stopping = stop.load(Ordering::Acquire);
-        attach_new(&plan.dir, &mut rings, &mut images, &mut messages);
-        let mut busy = 0;
+        // New rings and ended processes are looked for every few milliseconds, not on every
+        // pass: a busy pass follows the last at once.
+        let now = crate::monotonic_ns();
+        let look = stopping || now.saturating_sub(last_look) >= LOOK_EVERY_NS;
+        if look {
+            last_look = now;
+            attach_new(&plan.dir, &mut rings, &mut images, &mut messages);
+        }
+        let mut fullest = 0f64;
         for r in rings.iter_mut().filter(|r| !r.done) {
-            r.ring.header().heartbeat_ns.store(crate::monotonic_ns(), Ordering::Relaxed);
+            r.ring.header().heartbeat_ns.store(now, Ordering::Relaxed);
             if r.out.is_none() {
                 open_output(r, &plan, &stem, &mut messages);
             }
-            busy += drain(r);
-            let gone = stopping || r.replaced || process_gone(r.pid, r.proc_start);
+            let n = drain(r);
+            fullest = fullest.max(n as f64 / r.queue.capacity() as f64);
+            let gone = look && (stopping || r.replaced || process_gone(r.pid, r.proc_start));
             if gone {
                 finish_ring(r, &mut messages);
             }
@@ -134,11 +143,20 @@ fn run(plan: Plan, stop: &AtomicBool) -> Vec<String> {
         if stopping {
             return messages;
         }
-        if busy < 1024 {
+        // As the in-process drain thread does: an idle queue is drained every 2 ms, a busy
+        // one every millisecond, one that was half full again at once. The pause keeps the
+        // consumer well behind the producers: a consumer that catches up reads the slots
+        // they are about to write, and both slow down (`Queue::drain`).
+        if fullest < 1024.0 / 16384.0 {
             std::thread::sleep(Duration::from_millis(2));
+        } else if fullest < 0.5 {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
+
+/// How often the collector looks for new rings and ended processes.
+const LOOK_EVERY_NS: u64 = 5_000_000;
 
 /// Attaches to the rings that appeared in `dir` (§1), oldest image first per pid.
 fn attach_new(

@@ -13,7 +13,9 @@
 //! # 2. Publication
 //! The module list and the sorted executable ranges it covers form a [`Table`], built off
 //! the sample path (session start, the drain thread's polls when the loader's `dlpi_adds`
-//! or `dlpi_subs` moved, after a `dlclose` seen by the preload library) and published
+//! or `dlpi_subs` moved, after a `dlclose` seen by the preload library), or on it when a
+//! walk failed and the loader's counts moved ([`refresh_on_miss`]: at most every 10 ms,
+//! with a try-lock; under `memprof record` no drain thread polls), and published
 //! through an atomic pointer. A table is never mutated once published and never freed
 //! (the few kilobytes of a superseded table are leaked: a thread may still be unwinding
 //! with it), so the sample path reads it without a lock. Builders serialise on a spin lock
@@ -250,6 +252,52 @@ pub(super) fn refresh(force: bool) {
         LOADER_SUBS.store(subs, Ordering::Relaxed);
     }
     build_unlock();
+}
+
+/// When the last refresh from the sample path ran ([`refresh_on_miss`]).
+static LAST_MISS_REFRESH: AtomicU64 = AtomicU64::new(0);
+/// At most one refresh from the sample path per this many nanoseconds.
+const MISS_REFRESH_NS: u64 = 10_000_000;
+
+/// [`refresh`] from the sample path, after a walk failed (an address outside the table's
+/// objects: a library `dlopen`ed since, in a process whose safe points never come, as
+/// under `memprof record`, where no drain thread polls). At most once per
+/// [`MISS_REFRESH_NS`] in the process, and never waiting: the builders' lock is only tried,
+/// and nothing happens while a `dlclose` is under way. Listing the objects takes the
+/// loader's lock, as libgcc's unwinder (the fallback) does for every frame; the table is
+/// allocated through the profiler's own (busy, so untracked) allocations. Returns true when
+/// a new table was published (the caller may walk again).
+pub(super) fn refresh_on_miss() -> bool {
+    if CLOSING.load(Ordering::Acquire) != 0 {
+        return false;
+    }
+    let now = crate::engine::clock::monotonic_ns();
+    let last = LAST_MISS_REFRESH.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < MISS_REFRESH_NS
+        || LAST_MISS_REFRESH
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return false;
+    }
+    if BUILDING.swap(true, Ordering::Acquire) {
+        return false;
+    }
+    let (adds, subs) = crate::sys::loader::counts();
+    let stale =
+        adds != LOADER_ADDS.load(Ordering::Relaxed) || subs != LOADER_SUBS.load(Ordering::Relaxed);
+    let mut published = false;
+    if stale {
+        let table = build();
+        if CLOSING.load(Ordering::Acquire) == 0 {
+            TABLE.store(Box::into_raw(Box::new(table)), Ordering::Release);
+            LOADER_ADDS.store(adds, Ordering::Relaxed);
+            LOADER_SUBS.store(subs, Ordering::Relaxed);
+            published = true;
+        }
+    }
+    build_unlock();
+    published
 }
 
 /// Withdraws the table before `dlclose` may unmap an object (see §2).

@@ -158,10 +158,13 @@ pub fn capture(out: &mut Captured, depth: usize, caller: usize) {
             // The registers are `capture`'s own: the walk yields the program counter here,
             // then the return into `caller`, then the return from `caller`: skip two.
             let (pc, sp, bp) = registers();
-            let walked = with_thread(|hi, memo| {
-                hi != 0 && cfi::walk(out, depth, 2, pc, sp, bp, hi, true, memo.map(|m| (m, true)))
-            });
-            if walked {
+            let mut walk = || {
+                with_thread(|hi, memo| {
+                    hi != 0
+                        && cfi::walk(out, depth, 2, pc, sp, bp, hi, true, memo.map(|m| (m, true)))
+                })
+            };
+            if walk() || (cfi::refresh_on_miss() && walk()) {
                 return;
             }
             out.clear();
@@ -215,9 +218,35 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
             }
             #[cfg(target_arch = "x86_64")]
             USE_CFI => {
-                let memo = memo.map(|m| (m, false));
-                if cfi::walk(out, depth, 0, pc, after, bp as u64, hi, false, memo) {
+                if cfi::walk(
+                    out,
+                    depth,
+                    0,
+                    pc,
+                    after,
+                    bp as u64,
+                    hi,
+                    false,
+                    memo.as_deref_mut().map(|m| (m, false)),
+                ) {
                     return;
+                }
+                // A library loaded since the table was built: list the objects again.
+                if cfi::refresh_on_miss() {
+                    out.clear();
+                    if cfi::walk(
+                        out,
+                        depth,
+                        0,
+                        pc,
+                        after,
+                        bp as u64,
+                        hi,
+                        false,
+                        memo.map(|m| (m, false)),
+                    ) {
+                        return;
+                    }
                 }
                 cfi::count_fallback();
                 out.clear();
