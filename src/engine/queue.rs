@@ -84,6 +84,10 @@ pub struct Event {
 
 #[repr(C)]
 struct SlotHead {
+    /// Vyukov's sequence number minus the slot's index: the slot at position `pos` (index
+    /// `pos & mask`) is free for the producer of `pos` when `seq + index == pos`, and
+    /// published for the consumer when it is `pos + 1`. Stored relative to the index so
+    /// that zeroed memory is a queue's initial state.
     seq: AtomicUsize,
     event: UnsafeCell<Event>,
     nframes: UnsafeCell<usize>,
@@ -187,13 +191,12 @@ impl Queue {
         if bytes > len || mem as usize % 128 != 0 {
             return None;
         }
-        // SAFETY: the caller gives the zeroed block to this queue; slot i lies inside it.
+        // SAFETY: the caller gives the zeroed block to this queue. The slots are left as
+        // they are: a zero sequence number is the initial one (see `SlotHead::seq`), so
+        // laying a queue out touches its first page only, and a slot's memory is first
+        // touched by its first event.
         unsafe {
             let base = mem.add(CTL_BYTES);
-            for i in 0..cap {
-                let s = base.add(i * stride) as *mut SlotHead;
-                core::ptr::addr_of_mut!((*s).seq).write(AtomicUsize::new(i));
-            }
             let ctl = mem as *mut Ctl;
             ctl.write(Ctl {
                 magic: CTL_MAGIC,
@@ -253,6 +256,12 @@ impl Queue {
     /// From now on another process consumes this queue: [`Queue::drain`] does nothing here.
     pub fn set_external(&mut self) {
         self.external = true;
+    }
+
+    /// The stored sequence number that hands the slot at `pos` back to producers, one lap
+    /// later (see `SlotHead::seq`).
+    fn lap_end(&self, pos: usize) -> usize {
+        pos.wrapping_add(self.mask + 1).wrapping_sub(pos & self.mask)
     }
 
     /// True when another process consumes this queue ([`Queue::set_external`]).
@@ -338,7 +347,7 @@ impl Queue {
         loop {
             let slot = self.slot(pos);
             // SAFETY: slot points at an initialised SlotHead.
-            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) };
+            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) }.wrapping_add(pos & self.mask);
             let diff = seq as isize - pos as isize;
             if diff == 0 {
                 // Events waiting, were `pos` claimed now. Negative when `pos` is stale
@@ -374,7 +383,10 @@ impl Queue {
                                 frames.as_ptr(),
                                 n,
                             );
-                            (*slot).seq.store(pos.wrapping_add(1), Ordering::Release);
+                            (*slot).seq.store(
+                                pos.wrapping_add(1).wrapping_sub(pos & self.mask),
+                                Ordering::Release,
+                            );
                         }
                         // The slots ahead were last written by the consumer, on another core
                         // (their sequence numbers, one lap ago): ask for their lines early,
@@ -433,7 +445,7 @@ impl Queue {
             }
             let slot = self.slot(pos);
             // SAFETY: slot points at an initialised SlotHead.
-            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) };
+            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) }.wrapping_add(pos & self.mask);
             if seq != pos.wrapping_add(1) {
                 return Some(n);
             }
@@ -460,7 +472,7 @@ impl Queue {
             });
             self.ctl().head.store(pos.wrapping_add(1), Ordering::Relaxed);
             // SAFETY: hands the slot back to producers one lap later.
-            unsafe { (*slot).seq.store(pos.wrapping_add(self.mask + 1), Ordering::Release) };
+            unsafe { (*slot).seq.store(self.lap_end(pos), Ordering::Release) };
             match event {
                 Some(event) => f(&event, &frames),
                 None => {
@@ -488,7 +500,7 @@ impl Queue {
             let slot = self.slot(pos);
             self.ctl().head.store(pos.wrapping_add(1), Ordering::Relaxed);
             // SAFETY: hands the dead producer's slot back, as `drain` does for a read one.
-            unsafe { (*slot).seq.store(pos.wrapping_add(self.mask + 1), Ordering::Release) };
+            unsafe { (*slot).seq.store(self.lap_end(pos), Ordering::Release) };
             self.ctl().lost.fetch_add(1, Ordering::Relaxed);
         }
     }
