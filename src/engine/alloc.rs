@@ -21,12 +21,13 @@
 //! A reallocation is an allocation of the new size as far as sampling goes (heaptrack and
 //! jemalloc count it the same way). If the new size is sampled, the old sample (if any)
 //! dies and a new one is born; otherwise a sampled old block *moves*, keeping its sample and
-//! token, and the tracker's `realloc` callback hears of it. The old block leaves the live
-//! table before the real `realloc` can free it, and goes back if `realloc` fails.
+//! token, and the tracker's `realloc` callback hears of it, at most once per block per
+//! `hot::MOVE_WINDOW` clock ticks (moves are coalesced: see [`hot`] §2). The old block
+//! leaves the live table before the real `realloc` can free it, and goes back if `realloc`
+//! fails.
 
 use crate::engine::hot;
 use crate::engine::live::{self, Entry};
-use crate::engine::queue::EventKind;
 use crate::engine::sampler::{self, Countdown, Hit};
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -82,7 +83,7 @@ fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
 #[inline(always)]
 pub fn on_dealloc(addr: *mut u8) {
     if let Some(entry) = live::remove(addr as usize) {
-        hot::record_other(EventKind::Dealloc, entry, 0, 0);
+        hot::record_free(entry);
     }
 }
 
@@ -91,7 +92,7 @@ pub fn on_dealloc(addr: *mut u8) {
 #[inline(always)]
 pub fn on_dealloc_counted(addr: *mut u8) {
     if let Some(entry) = live::remove_counted(addr as usize) {
-        hot::record_other_inline(EventKind::Dealloc, entry, 0, 0);
+        hot::record_free_inline(entry);
     }
 }
 
@@ -151,16 +152,14 @@ fn finish_realloc(
 ) {
     if new.is_null() {
         if let Some(e) = old_entry {
-            if !live::insert(old as usize, e) {
-                // Could not put it back: its free will go unseen, like any untracked block.
-            }
+            hot::restore(e, old as usize);
         }
         return;
     }
     match sample(new_size) {
         Some(hit) => {
             if let Some(e) = old_entry {
-                hot::record_other(EventKind::Dealloc, e, 0, 0);
+                hot::record_free(e);
             }
             match entry {
                 Some(_) => hot::record_alloc_at(new as usize, new_size, hit, entry),
@@ -169,7 +168,7 @@ fn finish_realloc(
         }
         None => {
             if let Some(e) = old_entry {
-                hot::record_other(EventKind::Move, e, new as usize, new_size);
+                hot::record_move(e, new as usize, new_size);
             }
         }
     }

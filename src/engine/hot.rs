@@ -2,10 +2,32 @@
 //! live-table entry, and the events of a sampled block's death or move. Never allocates
 //! through the profiled allocator, never blocks on a user-held lock, never panics, keeps
 //! errno. The session ([`crate::session`]) sets the state here at its start and stop.
+//!
+//! # 1. Reentrancy
+//! A signal handler may allocate on a thread that is inside this path. The sampler refuses
+//! a sample while its thread is in the sample path (the busy flag, see
+//! [`sampler`](crate::engine::sampler) §4), the live table refuses an insertion into a shard
+//! its thread holds and defers a removal from one ([`live`] §4), the queue's push is
+//! lock-free, and nothing here takes a lock of glibc's (the table grows into `mmap`ed
+//! pages). A sample refused for reentrancy is counted in [`SKIPPED`], which the session
+//! reports with the lost events; nothing ever waits for its own thread.
+//!
+//! # 2. Moves are coalesced
+//! A block that keeps its sample through `realloc` used to cost one queued event per call:
+//! a loop that resizes one long-lived sampled block millions of times wrote a move record
+//! for each. No report needs them: a profile's aggregates (live bytes by stack and size, the
+//! heap series, the peak) count a sample's `k × interval` bytes from its allocation to its
+//! free, and a move changes neither end; only the count of moves is shown. So the live
+//! table's entry remembers when the block's last move event was queued
+//! ([`Entry::moved_at`]), and a move queues an event only when [`MOVE_WINDOW`] clock ticks
+//! have passed since (or for the block's first move), carrying the block's address and size
+//! then; the other moves only re-key the entry. In the exact mode every reallocation is a
+//! new sample (every byte is a sample point), so there are no moves, and its numbers stay
+//! exact.
 
 use crate::engine::callstack::{self, Captured};
 use crate::engine::clock::{self, monotonic_ns};
-use crate::engine::live::{self, Entry};
+use crate::engine::live::{self, Entry, Insert};
 use crate::engine::queue::{Event, EventKind, Queue};
 use crate::engine::sampler::{Busy, Hit};
 use crate::sys::errno::SavedErrno;
@@ -15,8 +37,24 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering
 pub(crate) static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
 /// The session's call-stack depth.
 pub(crate) static DEPTH: AtomicUsize = AtomicUsize::new(0);
-/// Sampled blocks that could not be entered in the live table.
+/// Sampled blocks that the live table could not follow: no memory for them, or a signal
+/// handler's free or move of a block whose shard its own thread held (its death is then
+/// never seen, or reported early).
 pub(crate) static UNTRACKED: AtomicU64 = AtomicU64::new(0);
+/// Samples skipped because their thread was inside the profiler already (a signal handler
+/// that allocates, §1): reported with the lost events.
+pub(crate) static SKIPPED: AtomicU64 = AtomicU64::new(0);
+/// At most one move event per sampled block per this many clock ticks (§2): 2^20, about
+/// 1 ms of the monotonic clock and 0.2–1 ms of a 1–5 GHz TSC, the order of the finest bucket
+/// of the heap series and of the exact mode's time unit (`format::TIME_UNIT_EXACT_NS`).
+pub(crate) const MOVE_WINDOW: u64 = 1 << 20;
+
+/// Counts a sample skipped for reentrancy (§1).
+#[cold]
+#[inline(never)]
+pub(crate) fn skipped() {
+    SKIPPED.fetch_add(1, Ordering::Relaxed);
+}
 /// Backpressure is on and a drain thread runs: a full queue is worth waiting for.
 pub(crate) static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);
 /// When another process consumes the queue (`memprof record`'s collector): its heartbeat
@@ -72,7 +110,8 @@ pub(crate) fn record_alloc_inline(
     hit: Hit,
     entry: Option<(usize, usize)>,
 ) {
-    let Some(_busy) = Busy::enter() else {
+    let Some(_busy) = Busy::enter_sampling() else {
+        skipped();
         return;
     };
     let saved = SavedErrno::save();
@@ -103,14 +142,18 @@ pub(crate) fn record_alloc_inline(
         // The live-table entry goes in before the event: its lock's exchange is a full
         // fence, which after the slot's ~200 bytes of stores would wait for all of them
         // to drain. The block cannot be freed before this returns, so the order is free.
-        let tracked = live::insert(addr, Entry { id, epoch: hit.epoch });
-        if !push(q, event, frames.frames()) {
-            // Lost event: no dealloc event must follow for it either.
-            if tracked {
-                live::remove(addr);
+        match live::insert(addr, Entry::new(id, hit.epoch)) {
+            Insert::Reentrant => skipped(),
+            tracked => {
+                if !push(q, event, frames.frames()) {
+                    // Lost event: no dealloc event must follow for it either.
+                    if tracked == Insert::Done {
+                        live::remove(addr);
+                    }
+                } else if tracked == Insert::NoMemory {
+                    UNTRACKED.fetch_add(1, Ordering::Relaxed);
+                }
             }
-        } else if !tracked {
-            UNTRACKED.fetch_add(1, Ordering::Relaxed);
         }
     }
     saved.restore();
@@ -154,42 +197,102 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
     q.push(event, frames)
 }
 
-/// Queues the death (`addr == 0`) or the move of a sampled block. Keeps errno. A death
-/// reads the clock and pushes, neither of which allocates or touches errno (a full
-/// queue's wait restores it, see [`push_full`]), so it needs neither the busy flag nor
-/// errno saved; a move may grow the live table (memory from `mmap`), so it takes both.
+/// Queues the death of a sampled block. Keeps errno: it reads the clock and pushes,
+/// neither of which allocates or touches errno (a full queue's wait restores it, see
+/// [`push_full`]), so it needs neither the busy flag nor errno saved.
 #[cold]
 #[inline(never)]
-pub(crate) fn record_other(kind: EventKind, entry: Entry, addr: usize, size: usize) {
-    record_other_inline(kind, entry, addr, size)
+pub(crate) fn record_free(entry: Entry) {
+    record_free_inline(entry)
 }
 
-/// [`record_other`], inlined: for a caller that is a slow path already (the preload
+/// [`record_free`], inlined: for a caller that is a slow path already (the preload
 /// library's `free` of a block whose filter counter is set).
 #[inline(always)]
-pub(crate) fn record_other_inline(kind: EventKind, entry: Entry, addr: usize, size: usize) {
+pub(crate) fn record_free_inline(entry: Entry) {
+    record_death(entry, clock::now())
+}
+
+/// Queues the death, at clock reading `time`, of a sampled block (also for a free that a
+/// signal handler deferred, see [`live`] §4).
+#[inline(always)]
+pub(crate) fn record_death(entry: Entry, time: u64) {
     let Some(q) = queue() else {
         return;
     };
     let event = Event {
-        kind,
+        kind: EventKind::Dealloc,
         epoch: entry.epoch,
         id: entry.id,
         thread: 0,
-        time_ns: clock::now(),
+        time_ns: time,
+        addr: 0,
+        size: 0,
+        k: 0,
+        truncated: false,
+    };
+    push(q, event, &[]);
+}
+
+/// A sampled block was reallocated to `size` bytes at `addr` and keeps its sample: its
+/// entry goes back into the live table, and a move event is queued when the last was
+/// [`MOVE_WINDOW`] ticks ago or more (§2). Keeps errno (the table's growth restores it).
+#[cold]
+#[inline(never)]
+pub(crate) fn record_move(mut entry: Entry, addr: usize, size: usize) {
+    let now = clock::now();
+    let due = entry.moved_at == 0 || now.wrapping_sub(entry.moved_at) >= MOVE_WINDOW;
+    if due {
+        entry.moved_at = now.max(1);
+    }
+    match live::insert(addr, entry) {
+        Insert::Done => {}
+        Insert::NoMemory => {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Insert::Reentrant => {
+            // A signal handler's realloc, into a shard its thread holds: the sample ends
+            // here rather than never.
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            record_death(entry, now);
+            return;
+        }
+    }
+    if !due {
+        return;
+    }
+    let Some(q) = queue() else {
+        return;
+    };
+    let event = Event {
+        kind: EventKind::Move,
+        epoch: entry.epoch,
+        id: entry.id,
+        thread: 0,
+        time_ns: now,
         addr,
         size,
         k: 0,
         truncated: false,
     };
-    if kind != EventKind::Move {
-        push(q, event, &[]);
-        return;
+    // A move lost to a full queue loses nothing a report needs (§2): the entry stays.
+    push(q, event, &[]);
+}
+
+/// A reallocation failed: the old block, taken out of the table before it, is still live
+/// and goes back (see [`record_move`] for what a refusal does).
+#[cold]
+#[inline(never)]
+pub(crate) fn restore(entry: Entry, addr: usize) {
+    match live::insert(addr, entry) {
+        Insert::Done => {}
+        Insert::NoMemory => {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+        }
+        Insert::Reentrant => {
+            UNTRACKED.fetch_add(1, Ordering::Relaxed);
+            record_death(entry, clock::now());
+        }
     }
-    let _busy = Busy::enter();
-    let saved = SavedErrno::save();
-    if push(q, event, &[]) && !live::insert(addr, entry) {
-        UNTRACKED.fetch_add(1, Ordering::Relaxed);
-    }
-    saved.restore();
 }

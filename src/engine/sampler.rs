@@ -31,9 +31,14 @@
 //! fixed sequence per thread.
 //!
 //! # 4. Reentrancy
-//! [`Busy`] marks a thread that is inside the profiler (the slow path, or a callback). Bytes
-//! allocated while busy still advance the countdown (so user bytes stay a Bernoulli process)
-//! but are never reported.
+//! [`Busy`] marks a thread that is inside the profiler (the sample path, or a callback).
+//! Bytes allocated while busy still advance the countdown (so user bytes stay a Bernoulli
+//! process) but are never reported. The profiler's own allocations at safe points
+//! ([`Busy::enter`]) are not the program's, and are simply not reported. An allocation
+//! that finds its thread in the sample path ([`Busy::enter_sampling`]) or in the middle of a
+//! draw can only be a signal handler's that interrupted it: a sample point that falls in
+//! it is skipped and counted ([`hot::SKIPPED`](crate::engine::hot::SKIPPED)), never
+//! waited for.
 
 use crate::sys::padded::Padded;
 use core::cell::{Cell, UnsafeCell};
@@ -106,8 +111,9 @@ struct ThreadState {
     /// The thread's next sample id and the end of its block (see [`ID_BLOCK`]).
     next_id: Cell<u64>,
     id_end: Cell<u64>,
-    /// Inside the profiler: allocations are not reported.
-    busy: Cell<bool>,
+    /// Inside the profiler: allocations are not reported ([`NOT_BUSY`], [`SAFE_POINT`] or
+    /// [`SAMPLING`]).
+    busy: Cell<u8>,
     /// Thread number within the current epoch's session.
     thread: Cell<u32>,
     /// `-1 / ln(1 - p)`, cached per epoch.
@@ -169,7 +175,7 @@ crate::sys::tls::thread_block! {
         epoch: Cell::new(0),
         next_id: Cell::new(0),
         id_end: Cell::new(0),
-        busy: Cell::new(false),
+        busy: Cell::new(NOT_BUSY),
         thread: Cell::new(0),
         gap_scale: Cell::new(0.0),
         p: Cell::new(0.0),
@@ -294,9 +300,18 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
         return None;
     }
     // The first point is byte `c` of the allocation.
-    let k = s.draw(|rng| points(s, rng, cd, size, c))?;
-    if s.busy.get() {
+    let Some(k) = s.draw(|rng| points(s, rng, cd, size, c)) else {
+        // A signal handler's allocation interrupted a draw of this thread (§4).
+        crate::engine::hot::skipped();
         return None;
+    };
+    match s.busy.get() {
+        NOT_BUSY => {}
+        SAMPLING => {
+            crate::engine::hot::skipped();
+            return None;
+        }
+        _ => return None,
     }
     let mut id = s.next_id.get();
     if id >= s.id_end.get() {
@@ -394,32 +409,56 @@ pub(crate) fn entropy_seed() -> u64 {
     mix(t ^ mix(u64::from(std::process::id())) ^ (&local as *const u8 as u64))
 }
 
+/// The thread is not inside the profiler.
+const NOT_BUSY: u8 = 0;
+/// The thread is at a safe point of the profiler (callbacks, the agent): its allocations are
+/// the profiler's own.
+const SAFE_POINT: u8 = 1;
+/// The thread is in the sample path: an allocation now is a signal handler's (§4).
+const SAMPLING: u8 = 2;
+
 /// Marks the current thread as inside the profiler for the guard's lifetime.
 #[derive(Debug)]
 pub struct Busy {
     /// This thread's flag (thread-local storage without a destructor: valid until the
     /// thread exits), kept so that leaving needs no second thread-local lookup.
-    flag: *const Cell<bool>,
+    flag: *const Cell<u8>,
 }
 
 impl Busy {
-    /// Enters the profiler on this thread; `None` when the thread is inside already.
+    /// Enters the profiler at a safe point on this thread; `None` when the thread is inside
+    /// already.
     #[inline]
     pub fn enter() -> Option<Busy> {
-        let flag = &this_thread().busy as *const Cell<bool>;
+        Busy::enter_as(SAFE_POINT)
+    }
+
+    /// Enters the sample path on this thread; `None` when the thread is inside the profiler
+    /// already.
+    #[inline]
+    pub fn enter_sampling() -> Option<Busy> {
+        Busy::enter_as(SAMPLING)
+    }
+
+    #[inline(always)]
+    fn enter_as(how: u8) -> Option<Busy> {
+        let flag = &this_thread().busy as *const Cell<u8>;
         // SAFETY: `flag` points into this thread's own STATE, alive for the thread's
-        // lifetime, and is only used on this thread (Busy is not Send).
-        if unsafe { (*flag).replace(true) } {
-            None
-        } else {
-            Some(Busy { flag })
+        // lifetime, and is only used on this thread (Busy is not Send). A signal handler
+        // between the read and the write leaves the flag as it found it.
+        unsafe {
+            if (*flag).get() != NOT_BUSY {
+                return None;
+            }
+            (*flag).set(how);
         }
+        Some(Busy { flag })
     }
 
     /// True when this thread is inside the profiler.
     #[inline]
     pub fn is_busy() -> bool {
-        this_thread().busy.get()
+        this_thread().busy.get() != NOT_BUSY
     }
 }
 
@@ -427,7 +466,7 @@ impl Drop for Busy {
     fn drop(&mut self) {
         // SAFETY: as in `enter`: the guard lives on the thread that made it (not Send), so
         // the thread and its STATE are alive.
-        unsafe { (*self.flag).set(false) };
+        unsafe { (*self.flag).set(NOT_BUSY) };
     }
 }
 

@@ -145,6 +145,7 @@ pub(crate) fn start_on<T: Tracker>(
     q.set_limit(config.queue_capacity);
     crate::engine::live::clear();
     hot::UNTRACKED.store(0, Ordering::Relaxed);
+    hot::SKIPPED.store(0, Ordering::Relaxed);
     hot::DEPTH.store(config.depth, Ordering::Relaxed);
     INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
     clock::start();
@@ -264,6 +265,8 @@ pub fn poll() -> usize {
 /// queued before them. Returns the number delivered.
 fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
     let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
+    // Deaths a signal handler deferred (`live` §4) go into the queue first.
+    crate::engine::live::flush_deferred();
     let clock = clock::Converter::new();
     let n = q
         .drain(|e, frames| {
@@ -487,8 +490,12 @@ fn current_stats(lost_at_start: Option<u64>) -> Stats {
     Stats {
         samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
         frees: DELIVERED_FREES.load(Ordering::Relaxed),
+        // Events the queue refused, and samples skipped because a signal handler allocated
+        // while its thread was inside the profiler (`hot` §1).
         lost_events: match (queue(), lost_at_start) {
-            (Some(q), Some(base)) => q.lost().saturating_sub(base),
+            (Some(q), Some(base)) => {
+                q.lost().saturating_sub(base) + hot::SKIPPED.load(Ordering::Relaxed)
+            }
             _ => 0,
         },
         untracked: hot::UNTRACKED.load(Ordering::Relaxed),
