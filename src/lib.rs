@@ -138,8 +138,8 @@ pub use session::{
 #[doc(hidden)]
 pub mod __private {
     pub use crate::engine::alloc::{
-        before_realloc, on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc,
-        on_dealloc_counted, on_realloc, on_realloc_at, on_realloc_in,
+        before_realloc, before_realloc_in, on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at,
+        on_dealloc, on_dealloc_counted, on_realloc, on_realloc_at, ReallocPlan,
     };
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};

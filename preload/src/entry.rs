@@ -10,7 +10,7 @@ use crate::{
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use memprof::__private::{
-    before_realloc, on_alloc_at, on_alloc_in, on_dealloc, on_realloc_at, on_realloc_in, set_errno,
+    before_realloc_in, on_alloc_at, on_alloc_in, on_dealloc, on_realloc, on_realloc_at, set_errno,
 };
 
 /// The other allocating entry points. Each is a Rust function `*_at` taking the entry
@@ -138,12 +138,12 @@ unsafe extern "C" fn realloc_at(
         // SAFETY: the caller passes a live block; glibc frees it and returns NULL.
         return unsafe { __libc_realloc(ptr, 0) };
     }
-    let old = before_realloc(ptr.cast());
+    let plan = before_realloc_in(countdown(), ptr.cast(), size);
     // SAFETY: the caller passes a live block.
     let new = unsafe { __libc_realloc(ptr, size) };
     match at(sp, bp) {
-        Some(regs) => on_realloc_at(countdown(), ptr.cast(), old, new.cast(), size, regs),
-        None => on_realloc_in(countdown(), ptr.cast(), old, new.cast(), size),
+        Some(regs) => on_realloc_at(ptr.cast(), plan, new.cast(), size, regs),
+        None => on_realloc(ptr.cast(), plan, new.cast(), size),
     }
     new
 }

@@ -19,12 +19,15 @@
 //!
 //! # 4. Realloc
 //! A reallocation is an allocation of the new size as far as sampling goes (heaptrack and
-//! jemalloc count it the same way). If the new size is sampled, the old sample (if any)
-//! dies and a new one is born; otherwise a sampled old block *moves*, keeping its sample and
-//! token, and the tracker's `realloc` callback hears of it, at most once per block per
-//! `hot::MOVE_WINDOW` clock ticks (moves are coalesced: see [`hot`] §2). The old block
-//! leaves the live table before the real `realloc` can free it, and goes back if `realloc`
-//! fails.
+//! jemalloc count it the same way), decided before the real `realloc` runs
+//! ([`before_realloc`]). If the new size is sampled, the old sample (if any) dies and a new
+//! one is born: the old block leaves the live table before the real `realloc` can free it,
+//! and goes back if `realloc` fails. Otherwise a sampled old block *moves*, keeping its
+//! sample and token. That is the common case of a loop that resizes one long-lived block,
+//! and it touches the live table only when the block really moved: a block resized in place
+//! keeps its address, so its entry stays right, and a block whose filter counter is 0 was
+//! not sampled at all. The tracker's `realloc` callback hears of a move at most once per
+//! block per drain (moves are coalesced: see [`hot`] §2).
 
 use crate::engine::hot;
 use crate::engine::live::{self, Entry};
@@ -96,69 +99,76 @@ pub fn on_dealloc_counted(addr: *mut u8) {
     }
 }
 
-/// The first half of a reallocation: takes the old block out of the live table. Pass the
-/// result to [`on_realloc`] once the real reallocation has returned.
+/// What [`before_realloc`] decided, for [`on_realloc`] once the real reallocation returned.
+#[derive(Clone, Copy, Debug)]
+pub struct ReallocPlan {
+    /// The new size is sampled: the old block's sample (if any) dies, a new one is born.
+    hit: Option<Hit>,
+    /// The old block's sample, taken out of the live table (only when `hit`).
+    old: Option<Entry>,
+}
+
+/// The first half of a reallocation to `new_size` bytes: decides whether the new size is
+/// sampled, and if so takes the old block out of the live table (see §4). Pass the result
+/// to [`on_realloc`] once the real reallocation has returned.
 #[inline(always)]
-pub fn before_realloc(old: *mut u8) -> Option<Entry> {
-    if old.is_null() {
-        return None;
-    }
-    live::remove(old as usize)
+pub fn before_realloc(old: *mut u8, new_size: usize) -> ReallocPlan {
+    plan(old, sampler::sample(new_size))
+}
+
+/// [`before_realloc`] for an allocator that keeps the thread's countdown itself (see
+/// [`Countdown`]).
+#[inline(always)]
+pub fn before_realloc_in(cd: &Countdown, old: *mut u8, new_size: usize) -> ReallocPlan {
+    plan(old, sampler::sample_in(cd, new_size))
+}
+
+#[inline(always)]
+fn plan(old: *mut u8, hit: Option<Hit>) -> ReallocPlan {
+    let old = match hit {
+        Some(_) if !old.is_null() => live::remove(old as usize),
+        _ => None,
+    };
+    ReallocPlan { hit, old }
 }
 
 /// The second half of a reallocation: `new` is the result (null if it failed, in which case
 /// the old block stays live), `new_size` the requested size.
 #[inline(always)]
-pub fn on_realloc(old: *mut u8, old_entry: Option<Entry>, new: *mut u8, new_size: usize) {
-    finish_realloc(old, old_entry, new, new_size, sampler::sample, None);
+pub fn on_realloc(old: *mut u8, plan: ReallocPlan, new: *mut u8, new_size: usize) {
+    finish_realloc(old, plan, new, new_size, None);
 }
 
-/// [`on_realloc`] for an allocator that keeps the thread's countdown itself (see
-/// [`Countdown`]).
-#[inline(always)]
-pub fn on_realloc_in(
-    cd: &Countdown,
-    old: *mut u8,
-    old_entry: Option<Entry>,
-    new: *mut u8,
-    new_size: usize,
-) {
-    finish_realloc(old, old_entry, new, new_size, |n| sampler::sample_in(cd, n), None);
-}
-
-/// [`on_realloc_in`] for an allocator entry point that knows the program's registers at its
+/// [`on_realloc`] for an allocator entry point that knows the program's registers at its
 /// entry (see [`on_alloc_at`]): a new sample's call stack starts at the program's frame.
 #[inline(always)]
 pub fn on_realloc_at(
-    cd: &Countdown,
     old: *mut u8,
-    old_entry: Option<Entry>,
+    plan: ReallocPlan,
     new: *mut u8,
     new_size: usize,
     (sp, bp): (usize, usize),
 ) {
-    let sample = |n| sampler::sample_in(cd, n);
-    finish_realloc(old, old_entry, new, new_size, sample, Some((sp, bp)));
+    finish_realloc(old, plan, new, new_size, Some((sp, bp)));
 }
 
 #[inline(always)]
 fn finish_realloc(
     old: *mut u8,
-    old_entry: Option<Entry>,
+    plan: ReallocPlan,
     new: *mut u8,
     new_size: usize,
-    sample: impl FnOnce(usize) -> Option<Hit>,
     entry: Option<(usize, usize)>,
 ) {
     if new.is_null() {
-        if let Some(e) = old_entry {
+        if let Some(e) = plan.old {
             hot::restore(e, old as usize);
         }
         return;
     }
-    match sample(new_size) {
+    match plan.hit {
         Some(hit) => {
-            if let Some(e) = old_entry {
+            if let Some(e) = plan.old {
                 hot::record_free(e);
             }
             match entry {
@@ -166,11 +176,16 @@ fn finish_realloc(
                 None => hot::record_alloc(new as usize, new_size, hit),
             }
         }
-        None => {
-            if let Some(e) = old_entry {
-                hot::record_move(e, new as usize, new_size);
+        // Not sampled: a sampled old block keeps its sample. Only a block whose filter
+        // counter is set can be one (§4, and the live table's §1).
+        None if !old.is_null() && live::may_hold(old as usize) => {
+            if new == old {
+                hot::moved_in_place(old as usize, new_size);
+            } else {
+                hot::moved(old as usize, new as usize, new_size);
             }
         }
+        None => {}
     }
 }
 
@@ -232,10 +247,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Sampled<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let old = before_realloc(ptr);
+        let plan = before_realloc(ptr, new_size);
         // SAFETY: forwarded with the caller's guarantees.
         let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
-        on_realloc(ptr, old, new, new_size);
+        on_realloc(ptr, plan, new, new_size);
         new
     }
 }

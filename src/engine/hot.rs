@@ -13,17 +13,19 @@
 //! reports with the lost events; nothing ever waits for its own thread.
 //!
 //! # 2. Moves are coalesced
-//! A block that keeps its sample through `realloc` used to cost one queued event per call:
-//! a loop that resizes one long-lived sampled block millions of times wrote a move record
-//! for each. No report needs them: a profile's aggregates (live bytes by stack and size, the
-//! heap series, the peak) count a sample's `k × interval` bytes from its allocation to its
-//! free, and a move changes neither end; only the count of moves is shown. So the live
-//! table's entry remembers when the block's last move event was queued
-//! ([`Entry::moved_at`]), and a move queues an event only when [`MOVE_WINDOW`] clock ticks
-//! have passed since (or for the block's first move), carrying the block's address and size
-//! then; the other moves only re-key the entry. In the exact mode every reallocation is a
-//! new sample (every byte is a sample point), so there are no moves, and its numbers stay
-//! exact.
+//! A block that keeps its sample through `realloc` used to cost one queued event, and two
+//! live-table round trips, per call: a loop that resizes one long-lived sampled block
+//! millions of times wrote a move record for each. No report needs them: a profile's
+//! aggregates (live bytes by stack and size, the heap series, the peak) count a sample's
+//! `k × interval` bytes from its allocation to its free, and a move changes neither end;
+//! only the number of move records is shown. So a move queues an event at most once per
+//! block per drain, carrying the block's address and size then: each thread remembers the
+//! last few blocks it queued a move for ([`MoveMemo`], keyed by address) and the drain
+//! they were queued after ([`MOVE_GEN`], advanced by every drain), and a move of one of
+//! them before the next drain queues nothing. A resize in place then costs a filter load
+//! and the memo's compare; only a block that glibc really moved is re-keyed in the table
+//! (`alloc` §4). In the exact mode every reallocation is a new sample (every byte is a
+//! sample point), so there are no moves, and its numbers stay exact.
 
 use crate::engine::callstack::{self, Captured};
 use crate::engine::clock::{self, monotonic_ns};
@@ -31,6 +33,7 @@ use crate::engine::live::{self, Entry, Insert};
 use crate::engine::queue::{Event, EventKind, Queue};
 use crate::engine::sampler::{Busy, Hit};
 use crate::sys::errno::SavedErrno;
+use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// The session's queue (null: none yet). Queues are leaked, never freed.
@@ -44,10 +47,53 @@ pub(crate) static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 /// Samples skipped because their thread was inside the profiler already (a signal handler
 /// that allocates, §1): reported with the lost events.
 pub(crate) static SKIPPED: AtomicU64 = AtomicU64::new(0);
-/// At most one move event per sampled block per this many clock ticks (§2): 2^20, about
-/// 1 ms of the monotonic clock and 0.2–1 ms of a 1–5 GHz TSC, the order of the finest bucket
-/// of the heap series and of the exact mode's time unit (`format::TIME_UNIT_EXACT_NS`).
-pub(crate) const MOVE_WINDOW: u64 = 1 << 20;
+/// Drains so far: a block's move is queued at most once between two (§2).
+pub(crate) static MOVE_GEN: AtomicU64 = AtomicU64::new(1);
+
+/// Blocks a thread remembers having queued a move for (a power of two).
+const MEMO: usize = 4;
+
+/// A thread's last moves (§2): the block's address and the [`MOVE_GEN`] of its move event,
+/// direct-mapped by address. Zeroed (nothing remembered) when the thread starts.
+pub(crate) struct MoveMemo {
+    addr: [Cell<usize>; MEMO],
+    gen: [Cell<u64>; MEMO],
+}
+
+crate::sys::tls::thread_block! {
+    /// This thread's [`MoveMemo`].
+    fn move_memo() -> MoveMemo = MoveMemo {
+        addr: [const { Cell::new(0) }; MEMO],
+        gen: [const { Cell::new(0) }; MEMO],
+    }, "memprof_0_1_move_memo"
+}
+
+/// Was a move of the block at `addr` queued since the last drain? Remembers that one is
+/// now, for `now_at` (the block's address from here on) when it was not.
+#[inline(always)]
+fn move_queued(addr: usize, now_at: usize) -> bool {
+    // SAFETY: `move_memo()` is this thread's block, valid until the thread exits; the
+    // reference never leaves this call and every field is a cell.
+    let memo = unsafe { &*move_memo() };
+    let gen = MOVE_GEN.load(Ordering::Relaxed);
+    let i = (addr >> 4) & (MEMO - 1);
+    if memo.addr[i].get() == addr && memo.gen[i].get() == gen {
+        if now_at != addr {
+            memo.addr[i].set(0);
+            remember(memo, now_at, gen);
+        }
+        return true;
+    }
+    remember(memo, now_at, gen);
+    false
+}
+
+#[inline(always)]
+fn remember(memo: &MoveMemo, addr: usize, gen: u64) {
+    let i = (addr >> 4) & (MEMO - 1);
+    memo.addr[i].set(addr);
+    memo.gen[i].set(gen);
+}
 
 /// Counts a sample skipped for reentrancy (§1).
 #[cold]
@@ -234,18 +280,31 @@ pub(crate) fn record_death(entry: Entry, time: u64) {
     push(q, event, &[]);
 }
 
-/// A sampled block was reallocated to `size` bytes at `addr` and keeps its sample: its
-/// entry goes back into the live table, and a move event is queued when the last was
-/// [`MOVE_WINDOW`] ticks ago or more (§2). Keeps errno (the table's growth restores it).
+/// A block that may be sampled (its filter counter is set) was resized in place to `size`
+/// bytes and keeps its sample, if it has one: its entry is still right, and a move event is
+/// queued unless one was since the last drain (§2).
 #[cold]
 #[inline(never)]
-pub(crate) fn record_move(mut entry: Entry, addr: usize, size: usize) {
-    let now = clock::now();
-    let due = entry.moved_at == 0 || now.wrapping_sub(entry.moved_at) >= MOVE_WINDOW;
-    if due {
-        entry.moved_at = now.max(1);
+pub(crate) fn moved_in_place(addr: usize, size: usize) {
+    if move_queued(addr, addr) {
+        return;
     }
-    match live::insert(addr, entry) {
+    if let Some(entry) = live::get(addr) {
+        queue_move(entry, addr, size, clock::now());
+    }
+}
+
+/// A block that may be sampled was moved by `realloc` from `old` to `new` (now `size`
+/// bytes) and keeps its sample, if it has one: its entry is re-keyed (see [`live`] §3 for
+/// another thread that got `old` back meanwhile), and a move event queued unless one was
+/// since the last drain (§2). Keeps errno (the table's growth restores it).
+#[cold]
+#[inline(never)]
+pub(crate) fn moved(old: usize, new: usize, size: usize) {
+    let Some(entry) = live::remove(old) else {
+        return;
+    };
+    match live::insert(new, entry) {
         Insert::Done => {}
         Insert::NoMemory => {
             UNTRACKED.fetch_add(1, Ordering::Relaxed);
@@ -255,13 +314,16 @@ pub(crate) fn record_move(mut entry: Entry, addr: usize, size: usize) {
             // A signal handler's realloc, into a shard its thread holds: the sample ends
             // here rather than never.
             UNTRACKED.fetch_add(1, Ordering::Relaxed);
-            record_death(entry, now);
+            record_death(entry, clock::now());
             return;
         }
     }
-    if !due {
-        return;
+    if !move_queued(old, new) {
+        queue_move(entry, new, size, clock::now());
     }
+}
+
+fn queue_move(entry: Entry, addr: usize, size: usize, time: u64) {
     let Some(q) = queue() else {
         return;
     };
@@ -270,18 +332,18 @@ pub(crate) fn record_move(mut entry: Entry, addr: usize, size: usize) {
         epoch: entry.epoch,
         id: entry.id,
         thread: 0,
-        time_ns: now,
+        time_ns: time,
         addr,
         size,
         k: 0,
         truncated: false,
     };
-    // A move lost to a full queue loses nothing a report needs (§2): the entry stays.
+    // A move lost to a full queue loses nothing a report needs (§2).
     push(q, event, &[]);
 }
 
 /// A reallocation failed: the old block, taken out of the table before it, is still live
-/// and goes back (see [`record_move`] for what a refusal does).
+/// and goes back (see [`moved`] for what a refusal does).
 #[cold]
 #[inline(never)]
 pub(crate) fn restore(entry: Entry, addr: usize) {

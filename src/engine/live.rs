@@ -23,7 +23,17 @@
 //! # 3. Address reuse
 //! A block is removed from the table *before* the real free returns its memory, so when
 //! another thread gets the same address back immediately, its insertion finds the slot free
-//! and the two samples never mix.
+//! and the two samples never mix. One path cannot do that: a `realloc` that keeps its
+//! sample leaves the entry in the table while glibc runs (a resize in place, the common
+//! case, then needs no table work at all; see `alloc` §4), and when glibc moved the block
+//! instead, it re-keys the entry afterwards, by which time another thread may have got the
+//! old address back and inserted a sample of its own there. So an address may have two
+//! entries for a moment, and the table keeps both in insertion order: an insertion never
+//! overwrites, it goes after any entry of its address (linear probing puts it further along
+//! the same run, and backward-shift deletion never reorders a run), and a removal takes the
+//! oldest. The re-keying realloc thus takes its own entry, and the newcomer's stays. (A
+//! stale entry, whose free was never seen, is taken by the next free of its address in the
+//! same way: one sample stays live in either order.)
 //!
 //! # 4. Signal handlers: a lock is never waited for by its own thread
 //! A signal handler may allocate and free (programs do, with care for glibc's per-thread
@@ -84,16 +94,13 @@ pub struct Entry {
     pub id: u64,
     /// Session epoch of the sample.
     pub epoch: u64,
-    /// The clock reading ([`crate::engine::clock::now`]) of the last move event queued for
-    /// the block, 0 when none was: moves are coalesced (see `hot::record_move`).
-    pub moved_at: u64,
 }
 
 impl Entry {
-    /// A new sample's entry.
+    /// A sample's entry.
     #[inline(always)]
     pub fn new(id: u64, epoch: u64) -> Entry {
-        Entry { id, epoch, moved_at: 0 }
+        Entry { id, epoch }
     }
 }
 
@@ -312,7 +319,7 @@ impl Table {
             // SAFETY: i < old.cap.
             let s = unsafe { *old.slot(i) };
             if s.addr != 0 {
-                let _ = self.put(s.addr, s.entry);
+                self.put(s.addr, s.entry);
             }
         }
         if !old.slots.is_null() {
@@ -323,8 +330,8 @@ impl Table {
         true
     }
 
-    /// Inserts or overwrites; the caller ensures there is room. True when `addr` is new.
-    fn put(&mut self, addr: usize, entry: Entry) -> bool {
+    /// Inserts, after any entry of the same address (§3); the caller ensures there is room.
+    fn put(&mut self, addr: usize, entry: Entry) {
         let mask = self.cap - 1;
         let mut i = (hash(addr) as usize) & mask;
         loop {
@@ -334,18 +341,15 @@ impl Table {
                 if (*s).addr == 0 {
                     *s = Slot { addr, entry };
                     self.len += 1;
-                    return true;
-                }
-                if (*s).addr == addr {
-                    (*s).entry = entry;
-                    return false;
+                    return;
                 }
             }
             i = (i + 1) & mask;
         }
     }
 
-    fn take(&mut self, addr: usize) -> Option<Entry> {
+    /// The index of `addr`'s slot, if it has one (the oldest, §3).
+    fn find(&self, addr: usize) -> Option<usize> {
         if self.cap == 0 {
             return None;
         }
@@ -358,10 +362,15 @@ impl Table {
                 return None;
             }
             if s.addr == addr {
-                break;
+                return Some(i);
             }
             i = (i + 1) & mask;
         }
+    }
+
+    fn take(&mut self, addr: usize) -> Option<Entry> {
+        let i = self.find(addr)?;
+        let mask = self.cap - 1;
         // SAFETY: i < cap.
         let found = unsafe { (*self.slot(i)).entry };
         // Backward-shift deletion: move later members of the probe run into the hole.
@@ -450,12 +459,31 @@ pub fn insert(addr: usize, entry: Entry) -> Insert {
         if (t.len + 1) * 2 > t.cap && !t.grow() {
             return Insert::NoMemory;
         }
-        if t.put(addr, entry) {
-            filter_inc(fi);
-        }
+        t.put(addr, entry);
+        filter_inc(fi);
         Insert::Done
     });
     done.unwrap_or(Insert::Reentrant)
+}
+
+/// False when the block at `addr` is certainly not sampled (its filter counter is 0): one
+/// load.
+#[inline(always)]
+pub fn may_hold(addr: usize) -> bool {
+    FILTER[filter_index(addr)].load(Ordering::Relaxed) != 0
+}
+
+/// The sample of the block at `addr`, left in the table; `None` when it is not a sampled
+/// block, or when this thread holds the block's shard already (a signal handler, §4).
+pub(crate) fn get(addr: usize) -> Option<Entry> {
+    let fi = filter_index(addr);
+    with_shard(shard_index(fi), |t| {
+        t.find(addr).map(|i| {
+            // SAFETY: `find` returns an index below cap.
+            unsafe { (*t.slot(i)).entry }
+        })
+    })
+    .flatten()
 }
 
 /// Removes and returns the sample of the block at `addr`, if it is a sampled block.

@@ -265,8 +265,10 @@ pub fn poll() -> usize {
 /// queued before them. Returns the number delivered.
 fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
     let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
-    // Deaths a signal handler deferred (`live` §4) go into the queue first.
+    // Deaths a signal handler deferred (`live` §4) go into the queue first; a move of a
+    // block queued from here on is news again (`hot` §2).
     crate::engine::live::flush_deferred();
+    hot::MOVE_GEN.fetch_add(1, Ordering::Relaxed);
     let clock = clock::Converter::new();
     let n = q
         .drain(|e, frames| {
