@@ -9,4 +9,5 @@ mod cli;
 mod common;
 mod harm;
 mod record;
+mod reentrancy;
 mod report;
