@@ -23,7 +23,7 @@
 //! | Path | What it holds |
 //! |---|---|
 //! | `sys/` | process primitives, nothing about sampling |
-//! | `sys/rawmem.rs` | the profiler's own memory, from glibc's `__libc_*` entry points |
+//! | `sys/rawmem.rs` | the profiler's own memory: `mmap` on the sample path, glibc's `__libc_calloc` at start |
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |

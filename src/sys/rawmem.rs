@@ -3,41 +3,24 @@
 //! The profiler must never allocate through the allocator it profiles: under
 //! `Sampled<A>` that would recurse into the sampler, and under the preload library `malloc`
 //! *is* the profiler. glibc exports its allocator under a second set of names
-//! (`__libc_malloc`, `__libc_free`) that no interposer replaces, so the live table, the
-//! event queue and deep call-stack buffers use those. They take only glibc's own arena
-//! locks, which user code cannot hold.
+//! (`__libc_malloc`, `__libc_free`) that no interposer replaces: the event queue, made at
+//! a session's start, comes from there ([`alloc_zeroed`]).
 //!
-//! What the sample path itself allocates while it holds one of its own locks (the live
-//! table's growth) comes from [`map`] instead: `mmap` takes no lock of glibc's, so a signal
-//! handler that interrupts the profiler there and calls `malloc` finds glibc's arena free.
+//! What the sample path itself allocates (the live table's growth, deep call-stack
+//! buffers) comes from [`map`] instead: `mmap` takes no lock of glibc's, so a signal
+//! handler that interrupts the profiler there and calls `malloc` never finds glibc's arena
+//! locked by its own thread.
 
 use core::ffi::c_void;
 
 extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
     fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
-    fn __libc_free(ptr: *mut c_void);
-}
-
-/// Allocates `bytes` of uninitialised memory, or returns null.
-pub(crate) fn alloc(bytes: usize) -> *mut u8 {
-    // SAFETY: __libc_malloc has no preconditions; a null return is passed on.
-    unsafe { __libc_malloc(bytes) as *mut u8 }
 }
 
 /// Allocates `bytes` of zeroed memory, or returns null.
 pub(crate) fn alloc_zeroed(bytes: usize) -> *mut u8 {
     // SAFETY: __libc_calloc has no preconditions; a null return is passed on.
     unsafe { __libc_calloc(1, bytes) as *mut u8 }
-}
-
-/// Frees memory from [`alloc`] or [`alloc_zeroed`].
-///
-/// # Safety
-/// `ptr` is null or came from this module and has not been freed.
-pub(crate) unsafe fn free(ptr: *mut u8) {
-    // SAFETY: the caller guarantees ptr came from __libc_malloc/__libc_calloc (or is null).
-    unsafe { __libc_free(ptr as *mut c_void) }
 }
 
 /// Maps `bytes` of zeroed memory straight from the kernel (no lock of glibc's, see the
