@@ -9,8 +9,11 @@
 //! [`sampler`](crate::engine::sampler) §4), the live table refuses an insertion into a shard
 //! its thread holds and defers a removal from one ([`live`] §4), the queue's push is
 //! lock-free, and nothing here takes a lock of glibc's (the table grows into `mmap`ed
-//! pages). A sample refused for reentrancy is counted in [`SKIPPED`], which the session
-//! reports with the lost events; nothing ever waits for its own thread.
+//! pages, deep stacks go into `mmap`ed buffers). A push from a handler that interrupted a
+//! push never waits for room in a full queue (the consumer may be waiting for the
+//! interrupted push's slot: [`push_frameless`]). A sample refused for reentrancy is counted
+//! in [`SKIPPED`], which the session reports with the lost events; nothing ever waits for
+//! its own thread.
 //!
 //! # 2. Moves are coalesced
 //! A block that keeps its sample through `realloc` used to cost one queued event, and two
@@ -245,7 +248,7 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
 
 /// Queues the death of a sampled block. Keeps errno: it reads the clock and pushes,
 /// neither of which allocates or touches errno (a full queue's wait restores it, see
-/// [`push_full`]), so it needs neither the busy flag nor errno saved.
+/// [`push_full`]), so it needs no errno saved.
 #[cold]
 #[inline(never)]
 pub(crate) fn record_free(entry: Entry) {
@@ -277,7 +280,23 @@ pub(crate) fn record_death(entry: Entry, time: u64) {
         k: 0,
         truncated: false,
     };
-    push(q, event, &[]);
+    push_frameless(q, event);
+}
+
+/// Pushes an event without frames (a death or a move), waiting for room only when no push
+/// of this thread is under way: a signal handler that interrupted one (between its claim of
+/// a slot and its publication, which the consumer waits for) would wait for itself, so it
+/// pushes once and counts a loss. The busy flag tells: it is held across every push.
+#[inline(always)]
+fn push_frameless(q: &Queue, event: Event) {
+    match Busy::enter_sampling() {
+        Some(_busy) => {
+            push(q, event, &[]);
+        }
+        None => {
+            q.push(&event, &[]);
+        }
+    }
 }
 
 /// A block that may be sampled (its filter counter is set) was resized in place to `size`
@@ -339,7 +358,7 @@ fn queue_move(entry: Entry, addr: usize, size: usize, time: u64) {
         truncated: false,
     };
     // A move lost to a full queue loses nothing a report needs (§2).
-    push(q, event, &[]);
+    push_frameless(q, event);
 }
 
 /// A reallocation failed: the old block, taken out of the table before it, is still live
