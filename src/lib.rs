@@ -138,12 +138,13 @@ pub use session::{
 #[doc(hidden)]
 pub mod __private {
     pub use crate::engine::alloc::{
-        before_realloc, before_realloc_in, on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at,
-        on_dealloc, on_dealloc_counted, on_realloc, on_realloc_at, ReallocPlan,
+        before_realloc, before_realloc_in, before_realloc_slow_in, on_alloc, on_alloc_at,
+        on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted, on_realloc, on_realloc_at,
+        on_realloc_unsampled, ReallocPlan,
     };
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
-    pub use crate::engine::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
+    pub use crate::engine::sampler::{sample, sample_in, skip_in, Busy, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::sys::errno::{errno, set_errno};
 }

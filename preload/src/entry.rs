@@ -10,7 +10,8 @@ use crate::{
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use memprof::__private::{
-    before_realloc_in, on_alloc_at, on_alloc_in, on_dealloc, on_realloc, on_realloc_at, set_errno,
+    before_realloc_slow_in, on_alloc_at, on_alloc_in, on_dealloc, on_realloc, on_realloc_at,
+    on_realloc_unsampled, set_errno, skip_in,
 };
 
 /// The other allocating entry points. Each is a Rust function `*_at` taking the entry
@@ -138,7 +139,26 @@ unsafe extern "C" fn realloc_at(
         // SAFETY: the caller passes a live block; glibc frees it and returns NULL.
         return unsafe { __libc_realloc(ptr, 0) };
     }
-    let plan = before_realloc_in(countdown(), ptr.cast(), size);
+    if skip_in(countdown(), size) {
+        // The common case, kept short: no sample point in the new size (the old block, if
+        // sampled, keeps its sample: see the engine's `alloc` §4).
+        // SAFETY: the caller passes a live block.
+        let new = unsafe { __libc_realloc(ptr, size) };
+        on_realloc_unsampled(ptr.cast(), new.cast(), size);
+        return new;
+    }
+    // SAFETY: as above.
+    unsafe { realloc_slow(ptr, size, sp, bp) }
+}
+
+/// `realloc` of a block to a size that may hold a sample point (the countdown ran out).
+///
+/// # Safety
+/// As C's `realloc`, with `ptr` not null and `size` not 0.
+#[cold]
+#[inline(never)]
+unsafe fn realloc_slow(ptr: *mut c_void, size: usize, sp: usize, bp: usize) -> *mut c_void {
+    let plan = before_realloc_slow_in(countdown(), ptr.cast(), size);
     // SAFETY: the caller passes a live block.
     let new = unsafe { __libc_realloc(ptr, size) };
     match at(sp, bp) {

@@ -123,6 +123,36 @@ pub fn before_realloc_in(cd: &Countdown, old: *mut u8, new_size: usize) -> Reall
     plan(old, sampler::sample_in(cd, new_size))
 }
 
+/// [`before_realloc_in`] for an allocator whose own fast path found that the countdown ran
+/// out ([`sampler::skip_in`] said false; the preload library's `realloc`): the sampler's
+/// slow path decides.
+#[inline(always)]
+pub fn before_realloc_slow_in(cd: &Countdown, old: *mut u8, new_size: usize) -> ReallocPlan {
+    plan(old, sampler::sample_slow(cd, new_size))
+}
+
+/// [`on_realloc`] after a reallocation whose new size holds no sample point (the preload
+/// library's `realloc` when [`sampler::skip_in`] said so): a sampled old block keeps its
+/// sample (§4).
+#[inline(always)]
+pub fn on_realloc_unsampled(old: *mut u8, new: *mut u8, new_size: usize) {
+    if !new.is_null() && !old.is_null() && live::may_hold(old as usize) {
+        kept(old, new, new_size);
+    }
+}
+
+/// A block that may be sampled was reallocated without a new sample.
+#[inline(always)]
+fn kept(old: *mut u8, new: *mut u8, new_size: usize) {
+    if new == old {
+        if !hot::move_queued_here(old as usize) {
+            hot::moved_in_place(old as usize, new_size);
+        }
+    } else {
+        hot::moved(old as usize, new as usize, new_size);
+    }
+}
+
 #[inline(always)]
 fn plan(old: *mut u8, hit: Option<Hit>) -> ReallocPlan {
     let old = match hit {
@@ -178,13 +208,7 @@ fn finish_realloc(
         }
         // Not sampled: a sampled old block keeps its sample. Only a block whose filter
         // counter is set can be one (§4, and the live table's §1).
-        None if !old.is_null() && live::may_hold(old as usize) => {
-            if new == old {
-                hot::moved_in_place(old as usize, new_size);
-            } else {
-                hot::moved(old as usize, new as usize, new_size);
-            }
-        }
+        None if !old.is_null() && live::may_hold(old as usize) => kept(old, new, new_size),
         None => {}
     }
 }

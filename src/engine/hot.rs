@@ -71,6 +71,18 @@ crate::sys::tls::thread_block! {
     }, "memprof_0_1_move_memo"
 }
 
+/// Was a move of the block at `addr` queued by this thread since the last drain? (The
+/// inlined test of [`moved_in_place`]: a resize in place that finds its block here costs
+/// nothing more.)
+#[inline(always)]
+pub(crate) fn move_queued_here(addr: usize) -> bool {
+    // SAFETY: `move_memo()` is this thread's block, valid until the thread exits; the
+    // reference never leaves this call and every field is a cell.
+    let memo = unsafe { &*move_memo() };
+    let i = (addr >> 4) & (MEMO - 1);
+    memo.addr[i].get() == addr && memo.gen[i].get() == MOVE_GEN.load(Ordering::Relaxed)
+}
+
 /// Was a move of the block at `addr` queued since the last drain? Remembers that one is
 /// now, for `now_at` (the block's address from here on) when it was not.
 #[inline(always)]
@@ -301,7 +313,8 @@ fn push_frameless(q: &Queue, event: Event) {
 
 /// A block that may be sampled (its filter counter is set) was resized in place to `size`
 /// bytes and keeps its sample, if it has one: its entry is still right, and a move event is
-/// queued unless one was since the last drain (§2).
+/// queued unless one was since the last drain (§2). The caller tests
+/// [`move_queued_here`] first.
 #[cold]
 #[inline(never)]
 pub(crate) fn moved_in_place(addr: usize, size: usize) {

@@ -235,6 +235,24 @@ pub fn sample_in(cd: &Countdown, size: usize) -> Option<Hit> {
     }
 }
 
+/// [`sample_in`]'s fast path alone: true, with the countdown charged, when no sample point
+/// falls in an allocation of `size` bytes and the countdown is this session's; false when
+/// [`sample_slow`] must decide (nothing was changed).
+///
+/// Never allocates, never blocks, never panics.
+#[doc(hidden)]
+#[inline(always)]
+pub fn skip_in(cd: &Countdown, size: usize) -> bool {
+    let size = size as u64;
+    let c = cd.countdown.get();
+    if size < c && cd.epoch.get() == EPOCH.load(Ordering::Relaxed) {
+        cd.countdown.set(c - size);
+        true
+    } else {
+        false
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
