@@ -9,9 +9,9 @@
 //! [`sampler`](crate::engine::sampler) §4), the live table refuses an insertion into a shard
 //! its thread holds and defers a removal from one ([`live`] §4), the queue's push is
 //! lock-free, and nothing here takes a lock of glibc's (the table grows into `mmap`ed
-//! pages, deep stacks go into `mmap`ed buffers). A push from a handler that interrupted a
-//! push never waits for room in a full queue (the consumer may be waiting for the
-//! interrupted push's slot: [`push_frameless`]). A sample refused for reentrancy is counted
+//! pages, deep stacks go into `mmap`ed buffers). A push that finds the queue full does not
+//! wait for room when the consumer waits for a slot its own thread claimed (a handler that
+//! interrupted a push: see `queue`). A sample refused for reentrancy is counted
 //! in [`SKIPPED`], which the session reports with the lost events; nothing ever waits for
 //! its own thread.
 //!
@@ -240,7 +240,8 @@ fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
 }
 
 fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
-    if WAIT_WHEN_FULL.load(Ordering::Relaxed) {
+    // A signal handler whose thread's own push holds the consumer up: no wait frees room.
+    if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
         let deadline = monotonic_ns()
             .saturating_add(crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000));
         while WAIT_WHEN_FULL.load(Ordering::Relaxed)
@@ -295,20 +296,10 @@ pub(crate) fn record_death(entry: Entry, time: u64) {
     push_frameless(q, event);
 }
 
-/// Pushes an event without frames (a death or a move), waiting for room only when no push
-/// of this thread is under way: a signal handler that interrupted one (between its claim of
-/// a slot and its publication, which the consumer waits for) would wait for itself, so it
-/// pushes once and counts a loss. The busy flag tells: it is held across every push.
+/// Pushes an event without frames (a death or a move).
 #[inline(always)]
 fn push_frameless(q: &Queue, event: Event) {
-    match Busy::enter_sampling() {
-        Some(_busy) => {
-            push(q, event, &[]);
-        }
-        None => {
-            q.push(&event, &[]);
-        }
-    }
+    push(q, event, &[]);
 }
 
 /// A block that may be sampled (its filter counter is set) was resized in place to `size`

@@ -39,7 +39,7 @@
 //! A signal handler may allocate and free (programs do, with care for glibc's per-thread
 //! cache), and it runs on the thread it interrupted, which may be inside this table with a
 //! shard locked. Waiting for that lock would wait forever. So a shard's lock word holds its
-//! owner, the thread pointer ([`me`]: unique among live threads, the same in a handler as
+//! owner, the thread pointer ([`thread_id`](crate::sys::tls::thread_id): unique among live threads, the same in a handler as
 //! in the code it interrupted), and a thread that finds the lock held by itself never
 //! spins:
 //! - an insertion (a sample, or a block put back after a move) is refused
@@ -140,7 +140,7 @@ struct Deferred {
 /// fields every operation touches come first, on one line; the deferred slots follow.
 #[repr(align(128))]
 struct Shard {
-    /// 0 when free, else the owner's thread pointer ([`me`], §4).
+    /// 0 when free, else the owner's thread pointer (§4).
     lock: AtomicUsize,
     /// Some deferred slot may be taken (§4).
     pending: AtomicBool,
@@ -161,44 +161,6 @@ static TABLE: [Shard; SHARDS] = [const {
             DEFERRED],
     }
 }; SHARDS];
-
-/// The calling thread's identity for the shard locks: its thread pointer, unique among the
-/// live threads, never 0, and the same in a signal handler as in the code it interrupted.
-#[inline(always)]
-fn me() -> usize {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let p: usize;
-        // SAFETY: `fs:[0]` holds the thread pointer itself (the x86-64 TLS ABI); the load
-        // writes one register and reads nothing else.
-        unsafe {
-            core::arch::asm!(
-                "mov {p}, qword ptr fs:[0]",
-                p = out(reg) p,
-                options(nostack, pure, readonly, preserves_flags),
-            )
-        };
-        p
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        let p: usize;
-        // SAFETY: reading the thread-pointer register has no preconditions.
-        unsafe {
-            core::arch::asm!(
-                "mrs {p}, tpidr_el0",
-                p = out(reg) p,
-                options(nostack, nomem, pure, preserves_flags),
-            )
-        };
-        p
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        // SAFETY: pthread_self has no preconditions and neither allocates nor locks.
-        unsafe { libc::pthread_self() as usize }
-    }
-}
 
 #[inline]
 fn hash(addr: usize) -> u64 {
@@ -223,7 +185,7 @@ fn shard_index(fi: usize) -> usize {
 #[inline(always)]
 fn with_shard<R>(i: usize, f: impl FnOnce(&mut Table) -> R) -> Option<R> {
     let shard = &TABLE[i];
-    let me = me();
+    let me = crate::sys::tls::thread_id();
     if let Err(owner) = shard.lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
         if owner == me {
             return None;
@@ -232,6 +194,7 @@ fn with_shard<R>(i: usize, f: impl FnOnce(&mut Table) -> R) -> Option<R> {
     }
     struct Unlock<'a>(&'a AtomicUsize);
     impl Drop for Unlock<'_> {
+        #[inline(always)]
         fn drop(&mut self) {
             self.0.store(0, Ordering::Release);
         }
@@ -349,6 +312,7 @@ impl Table {
     }
 
     /// The index of `addr`'s slot, if it has one (the oldest, §3).
+    #[inline(always)]
     fn find(&self, addr: usize) -> Option<usize> {
         if self.cap == 0 {
             return None;
@@ -368,6 +332,7 @@ impl Table {
         }
     }
 
+    #[inline(always)]
     fn take(&mut self, addr: usize) -> Option<Entry> {
         let i = self.find(addr)?;
         let mask = self.cap - 1;
@@ -573,7 +538,7 @@ pub(crate) fn clear() {
 
 /// Takes every shard lock (before `fork`, so the child never inherits a held lock).
 pub(crate) fn lock_all() {
-    let me = me();
+    let me = crate::sys::tls::thread_id();
     for shard in TABLE.iter() {
         while shard.lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_err() {
             core::hint::spin_loop();
