@@ -15,7 +15,8 @@
 //! each pair's ratio (this machine's speed drifts; a pair runs back to back). With
 //! `MEMPROF_BASELINE_PRELOAD` the library of another build runs in the same rounds, for a
 //! before/after comparison. Each profile's size and its sample and move counts are printed
-//! beside: a move costs at most one event per block per drain (`src/engine/hot.rs` §2),
+//! beside: a move costs at most one event per block between two samples of its thread
+//! (`src/engine/hot.rs` §2),
 //! where it used to cost one per call. Target: the ratio of a loop of unsampled blocks at
 //! the default interval (≤ 1.05×).
 

@@ -239,7 +239,12 @@ fn main() {
         ..case("interval 800, depth 10, via record", &plain_bin, 0, vec![])
     });
     if let Some(b) = &baseline {
-        cases.push(case("default interval, baseline build", &plain_bin, 0, preload_env(b, &out, &[])));
+        cases.push(case(
+            "default interval, baseline build",
+            &plain_bin,
+            0,
+            preload_env(b, &out, &[]),
+        ));
         cases.push(case(
             "interval 800, depth 10, baseline build",
             &plain_bin,

@@ -397,8 +397,8 @@ fn hot_path_never_panics() {
 
 /// (e) A sampled block resized many times without a new sample (the move path: in place,
 /// and moved by glibc) allocates nothing, keeps errno, keeps its sample, and is told to the
-/// tracker at most once per drain: with no drain during the loop, at most one move per
-/// sample (`hot` §2).
+/// tracker at most once per block between two samples of its thread (`hot` §2): with no
+/// drain during the loop, at most one move per sample and one more.
 #[test]
 fn moves_allocate_nothing_keep_errno_and_are_coalesced() {
     let _g = serial();
@@ -433,7 +433,7 @@ fn moves_allocate_nothing_keep_errno_and_are_coalesced() {
     assert_eq!((stats.lost_events, stats.untracked), (0, 0));
     assert!(seen.samples >= 1 && seen.frees >= seen.samples, "{} {}", seen.samples, seen.frees);
     assert!(
-        (1..=seen.samples).contains(&seen.moves),
+        (1..=seen.samples + 1).contains(&seen.moves),
         "{} moves told for {} samples",
         seen.moves,
         seen.samples

@@ -27,7 +27,7 @@
 //! and it touches the live table only when the block really moved: a block resized in place
 //! keeps its address, so its entry stays right, and a block whose filter counter is 0 was
 //! not sampled at all. The tracker's `realloc` callback hears of a move at most once per
-//! block per drain (moves are coalesced: see [`hot`] §2).
+//! block between two samples of its thread (moves are coalesced: see [`hot`] §2).
 
 use crate::engine::hot;
 use crate::engine::live::{self, Entry};

@@ -12,7 +12,7 @@
 //! pages, deep stacks go into `mmap`ed buffers). A push that finds the queue full does not
 //! wait for room when the consumer waits for a slot its own thread claimed (a handler that
 //! interrupted a push: see `queue`). A sample refused for reentrancy is counted
-//! in [`SKIPPED`], which the session reports with the lost events; nothing ever waits for
+//! as a lost event ([`skipped`]); nothing ever waits for
 //! its own thread.
 //!
 //! # 2. Moves are coalesced
@@ -22,12 +22,13 @@
 //! aggregates (live bytes by stack and size, the heap series, the peak) count a sample's
 //! `k × interval` bytes from its allocation to its free, and a move changes neither end;
 //! only the number of move records is shown. So a move queues an event at most once per
-//! block per drain, carrying the block's address and size then: each thread remembers the
-//! last few blocks it queued a move for ([`MoveMemo`], keyed by address) and the drain
-//! they were queued after ([`MOVE_GEN`], advanced by every drain), and a move of one of
-//! them before the next drain queues nothing. A resize in place then costs a filter load
-//! and the memo's compare; only a block that glibc really moved is re-keyed in the table
-//! (`alloc` §4). In the exact mode every reallocation is a new sample (every byte is a
+//! block between two samples of its thread (or two in-process drains), carrying the
+//! block's address and size then: each thread remembers the last few blocks it queued a
+//! move for ([`MoveMemo`], keyed by address) and the generation then ([`move_gen`]: the
+//! thread's next sample id and the drains so far), and a move of one of them in the same
+//! generation queues nothing. A loop that resizes one block queues about one move per
+//! sample, not one per call. A resize in place then costs a filter load and the memo's
+//! compare; only a block that glibc really moved is re-keyed in the table (`alloc` §4). In the exact mode every reallocation is a new sample (every byte is a
 //! sample point), so there are no moves, and its numbers stay exact.
 
 use crate::engine::callstack::{self, Captured};
@@ -47,20 +48,26 @@ pub(crate) static DEPTH: AtomicUsize = AtomicUsize::new(0);
 /// handler's free or move of a block whose shard its own thread held (its death is then
 /// never seen, or reported early).
 pub(crate) static UNTRACKED: AtomicU64 = AtomicU64::new(0);
-/// Samples skipped because their thread was inside the profiler already (a signal handler
-/// that allocates, §1): reported with the lost events.
-pub(crate) static SKIPPED: AtomicU64 = AtomicU64::new(0);
-/// Drains so far: a block's move is queued at most once between two (§2).
+/// In-process drains so far: part of a remembered move's generation (§2).
 pub(crate) static MOVE_GEN: AtomicU64 = AtomicU64::new(1);
 
 /// Blocks a thread remembers having queued a move for (a power of two).
 const MEMO: usize = 4;
 
-/// A thread's last moves (§2): the block's address and the [`MOVE_GEN`] of its move event,
-/// direct-mapped by address. Zeroed (nothing remembered) when the thread starts.
+/// A thread's last moves (§2): the block's address and the generation of its move event
+/// ([`move_gen`]), direct-mapped by address. Zeroed (nothing remembered) when the thread
+/// starts.
 pub(crate) struct MoveMemo {
     addr: [Cell<usize>; MEMO],
     gen: [Cell<u64>; MEMO],
+}
+
+/// The generation a remembered move belongs to: it changes at every in-process drain
+/// ([`MOVE_GEN`]) and at every sample of this thread (its next sample id), so a block's
+/// move is news again after either.
+#[inline(always)]
+fn move_gen() -> u64 {
+    MOVE_GEN.load(Ordering::Relaxed) ^ crate::engine::sampler::next_id().rotate_left(32)
 }
 
 crate::sys::tls::thread_block! {
@@ -80,7 +87,7 @@ pub(crate) fn move_queued_here(addr: usize) -> bool {
     // reference never leaves this call and every field is a cell.
     let memo = unsafe { &*move_memo() };
     let i = (addr >> 4) & (MEMO - 1);
-    memo.addr[i].get() == addr && memo.gen[i].get() == MOVE_GEN.load(Ordering::Relaxed)
+    memo.addr[i].get() == addr && memo.gen[i].get() == move_gen()
 }
 
 /// Was a move of the block at `addr` queued since the last drain? Remembers that one is
@@ -90,7 +97,7 @@ fn move_queued(addr: usize, now_at: usize) -> bool {
     // SAFETY: `move_memo()` is this thread's block, valid until the thread exits; the
     // reference never leaves this call and every field is a cell.
     let memo = unsafe { &*move_memo() };
-    let gen = MOVE_GEN.load(Ordering::Relaxed);
+    let gen = move_gen();
     let i = (addr >> 4) & (MEMO - 1);
     if memo.addr[i].get() == addr && memo.gen[i].get() == gen {
         if now_at != addr {
@@ -110,11 +117,14 @@ fn remember(memo: &MoveMemo, addr: usize, gen: u64) {
     memo.gen[i].set(gen);
 }
 
-/// Counts a sample skipped for reentrancy (§1).
+/// Counts a sample skipped for reentrancy (§1) as a lost event of the session's queue
+/// (which `memprof record`'s collector reads from outside the process).
 #[cold]
 #[inline(never)]
 pub(crate) fn skipped() {
-    SKIPPED.fetch_add(1, Ordering::Relaxed);
+    if let Some(q) = queue() {
+        q.note_lost();
+    }
 }
 /// Backpressure is on and a drain thread runs: a full queue is worth waiting for.
 pub(crate) static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);

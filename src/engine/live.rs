@@ -39,21 +39,22 @@
 //! A signal handler may allocate and free (programs do, with care for glibc's per-thread
 //! cache), and it runs on the thread it interrupted, which may be inside this table with a
 //! shard locked. Waiting for that lock would wait forever. So a shard's lock word holds its
-//! owner, the thread pointer ([`thread_id`](crate::sys::tls::thread_id): unique among live threads, the same in a handler as
-//! in the code it interrupted), and a thread that finds the lock held by itself never
-//! spins:
+//! owner, the thread pointer ([`thread_id`](crate::sys::tls::thread_id): unique among live
+//! threads, the same in a handler as in the code it interrupted), and a thread that finds
+//! the lock held by itself never spins:
 //! - an insertion (a sample, or a block put back after a move) is refused
 //!   ([`Insert::Reentrant`]): the caller skips the sample and counts it as lost;
 //! - a removal (the handler frees a sampled block) is *deferred*: the address and the time
 //!   go into one of the shard's [`DEFERRED`] slots, and the shard's `pending` flag is set.
-//!   Whoever takes the shard's lock next (the interrupted code, once the handler returned
-//!   and it released the lock; or another thread) first takes the deferred blocks out of
-//!   the table and reports their deaths, with the time of the free, through
+//!   Whoever takes the shard's lock next first takes the deferred blocks out of the table
+//!   and reports their deaths, with the time of the free, through
 //!   [`hot::record_death`](crate::engine::hot::record_death). That is before any other
-//!   operation on the shard, so a thread that got the freed address back from glibc meanwhile
-//!   and waits to insert it finds the old entry gone, as in §3. The drain also visits shards
-//!   with deaths pending ([`flush_deferred`]), so a death is never held back longer than a
-//!   drain. More deferred frees than slots on one shard in one interruption (a handler that
+//!   operation on the shard, so a thread that got the freed address back from glibc
+//!   meanwhile and waits to insert it finds the old entry gone, as in §3. The interrupted
+//!   thread itself looks at the flag right after it releases the lock (a load of a line it
+//!   holds) and takes the shard again when it is set, so the deaths are reported as soon as
+//!   the handler returned and the interrupted operation ended; the in-process drain visits
+//!   flagged shards too ([`flush_deferred`]). More deferred frees than slots on one shard in one interruption (a handler that
 //!   frees more than [`DEFERRED`] sampled blocks of one shard) leave the rest live in the
 //!   table, counted as untracked.
 //!
@@ -192,14 +193,19 @@ fn with_shard<R>(i: usize, f: impl FnOnce(&mut Table) -> R) -> Option<R> {
         }
         wait_for(&shard.lock, me);
     }
-    struct Unlock<'a>(&'a AtomicUsize);
+    struct Unlock<'a>(&'a Shard, usize);
     impl Drop for Unlock<'_> {
         #[inline(always)]
         fn drop(&mut self) {
-            self.0.store(0, Ordering::Release);
+            self.0.lock.store(0, Ordering::Release);
+            // A signal handler deferred a free while this thread held the shard (§4): take
+            // the shard again, normally now, and so the block out.
+            if self.0.pending.load(Ordering::Relaxed) {
+                flush_shard(self.1);
+            }
         }
     }
-    let _unlock = Unlock(&shard.lock);
+    let _unlock = Unlock(shard, i);
     // SAFETY: the spin lock gives this thread exclusive access to the table.
     let table = unsafe { &mut *shard.table.get() };
     if shard.pending.load(Ordering::Relaxed) {
@@ -247,12 +253,19 @@ fn defer(i: usize, addr: usize) -> bool {
     false
 }
 
-/// Visits the shards with deferred deaths (§4), so that none waits longer than a drain.
-/// Off the sample path (the drain).
+/// Takes shard `i` to handle its deferred frees (§4).
+#[cold]
+#[inline(never)]
+fn flush_shard(i: usize) {
+    let _ = with_shard(i, |_| ());
+}
+
+/// Visits the shards with deferred deaths (§4). Off the sample path (the drain), as a
+/// backstop: the thread that held the shard takes them out as soon as it released it.
 pub(crate) fn flush_deferred() {
     for (i, shard) in TABLE.iter().enumerate() {
         if shard.pending.load(Ordering::Acquire) {
-            let _ = with_shard(i, |_| ());
+            flush_shard(i);
         }
     }
 }
@@ -600,7 +613,7 @@ mod tests {
 
     /// A signal handler that interrupts this thread inside a shard (simulated by calling
     /// in from the locked section itself) never waits: its insertion is refused, its
-    /// removal deferred to the next owner of the shard, which takes the block out.
+    /// removal deferred, and the block taken out once the interrupted section ends.
     #[test]
     fn same_thread_reentry_never_waits() {
         let a = in_shard(5, 0x5000_0000_0000);
@@ -613,12 +626,11 @@ mod tests {
             (remove(a), remove(c), insert(b, Entry::new(2, 3)))
         });
         assert_eq!(inside, Some((None, None, Insert::Reentrant)));
-        assert!(TABLE[5].pending.load(Ordering::Relaxed));
-        // The next owner takes the deferred blocks out first.
-        assert_eq!(insert(b, Entry::new(2, 3)), Insert::Done);
+        // The interrupted owner took the deferred blocks out as it released the shard.
         assert!(!TABLE[5].pending.load(Ordering::Relaxed));
         assert_eq!(remove(a), None);
         assert_eq!(remove(c), None);
+        assert_eq!(insert(b, Entry::new(2, 3)), Insert::Done);
         assert_eq!(remove(b), Some(Entry::new(2, 3)));
         // A reentrant call on another shard goes through.
         let d = in_shard(6, 0x5100_0000_0000);

@@ -413,12 +413,20 @@ impl Queue {
     /// and has not published: a push of this thread that a signal handler interrupted. Room
     /// is then not worth waiting for (see the module documentation).
     pub fn waits_for_me(&self) -> bool {
-        let pos = self.head.load(Ordering::Acquire);
+        let pos = self.ctl().head.load(Ordering::Acquire);
         let slot = self.slot(pos);
         // SAFETY: slot points at an initialised SlotHead; only atomics are read.
         let (seq, owner) =
             unsafe { ((*slot).seq.load(Ordering::Acquire), (*slot).owner.load(Ordering::Relaxed)) };
         seq != pos.wrapping_add(1) && owner == crate::sys::tls::thread_id()
+    }
+
+    /// Counts an event that was never pushed as lost (a sample skipped for reentrancy,
+    /// `hot` §1).
+    #[cold]
+    #[inline(never)]
+    pub fn note_lost(&self) {
+        self.ctl().lost.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Events refused because the queue was full, since the queue was made.
@@ -636,7 +644,7 @@ mod tests {
     #[test]
     fn a_queue_held_up_by_this_thread_is_not_waited_for() {
         let q = Queue::new(4, 1).unwrap();
-        let pos = q.tail.fetch_add(1, Ordering::Relaxed);
+        let pos = q.ctl().tail.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the slot was claimed above (the tail moved past it); only atomics change.
         unsafe { (*q.slot(pos)).owner.store(crate::sys::tls::thread_id(), Ordering::Relaxed) };
         for i in 0..3 {

@@ -37,7 +37,8 @@
 //! ([`Busy::enter`]) are not the program's, and are simply not reported. An allocation
 //! that finds its thread in the sample path ([`Busy::enter_sampling`]) or in the middle of a
 //! draw can only be a signal handler's that interrupted it: a sample point that falls in
-//! it is skipped and counted ([`hot::SKIPPED`](crate::engine::hot::SKIPPED)), never
+//! it is skipped and counted as a lost event
+//! ([`hot::skipped`](crate::engine::hot::skipped)), never
 //! waited for.
 
 use crate::sys::padded::Padded;
@@ -434,6 +435,13 @@ const NOT_BUSY: u8 = 0;
 const SAFE_POINT: u8 = 1;
 /// The thread is in the sample path: an allocation now is a signal handler's (§4).
 const SAMPLING: u8 = 2;
+
+/// This thread's next sample id (changes at every sample of the thread; see
+/// `hot::move_gen`).
+#[inline(always)]
+pub(crate) fn next_id() -> u64 {
+    this_thread().next_id.get()
+}
 
 /// Marks the current thread as inside the profiler for the guard's lifetime.
 #[derive(Debug)]

@@ -145,7 +145,6 @@ pub(crate) fn start_on<T: Tracker>(
     q.set_limit(config.queue_capacity);
     crate::engine::live::clear();
     hot::UNTRACKED.store(0, Ordering::Relaxed);
-    hot::SKIPPED.store(0, Ordering::Relaxed);
     hot::DEPTH.store(config.depth, Ordering::Relaxed);
     INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
     clock::start();
@@ -493,11 +492,9 @@ fn current_stats(lost_at_start: Option<u64>) -> Stats {
         samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
         frees: DELIVERED_FREES.load(Ordering::Relaxed),
         // Events the queue refused, and samples skipped because a signal handler allocated
-        // while its thread was inside the profiler (`hot` §1).
+        // while its thread was inside the profiler (counted by the queue, `hot` §1).
         lost_events: match (queue(), lost_at_start) {
-            (Some(q), Some(base)) => {
-                q.lost().saturating_sub(base) + hot::SKIPPED.load(Ordering::Relaxed)
-            }
+            (Some(q), Some(base)) => q.lost().saturating_sub(base),
             _ => 0,
         },
         untracked: hot::UNTRACKED.load(Ordering::Relaxed),
