@@ -1,20 +1,20 @@
-//! A sampled block resized millions of times, under the preload library at the default
+//! A sampled block resized millions of times, under `memprof record` at the default
 //! interval, measured side by side with the plain program and printed as ratios.
 //!
 //! ```text
 //! cargo bench --bench realloc                 # 5 M reallocations, 7 rounds
 //! cargo bench --bench realloc -- --quick      # 2 M, 5 rounds
-//! MEMPROF_BASELINE_PRELOAD=/path/to/old/libmemprof_preload.so cargo bench --bench realloc
+//! cargo bench --bench realloc -- --baseline /path/to/earlier/target/release
 //! ```
 //!
 //! The program is `fixtures/c/realloc_loop.c`: one long-lived block realloc'ed alternately
 //! to 3000 and 1000 bytes (10 GB requested in all at 5 M calls: ≈ 19,000 samples at
 //! 512 KiB), built with `cc -O2`. It prints its loop's time (`loop_ns`), which is what is
-//! compared: the plain loop, then the loop under the preload library (the same `LD_PRELOAD`
-//! and `MEMPROF_*` variables as `memprof record`), in interleaved rounds, and the median of
-//! each pair's ratio (this machine's speed drifts; a pair runs back to back). With
-//! `MEMPROF_BASELINE_PRELOAD` the library of another build runs in the same rounds, for a
-//! before/after comparison. Each profile's size and its sample and move counts are printed
+//! compared: the plain loop, then the loop under `memprof record` (this build's, beside
+//! the bench in `target/release`), in interleaved rounds, and the median of each pair's
+//! ratio (this machine's speed drifts; a pair runs back to back). With `--baseline DIR`
+//! the `memprof` of an earlier build runs in the same rounds, for a before/after
+//! comparison. Each profile's size and its sample and move counts are printed
 //! beside: a move costs at most one event per block between two samples of its thread
 //! (`src/engine/hot.rs` §2),
 //! where it used to cost one per call. Target: the ratio of a loop of unsampled blocks at
@@ -50,15 +50,19 @@ fn run(
     prog: &Path,
     n: u64,
     mode: &str,
-    preload: Option<&Path>,
+    memprof: Option<&Path>,
     out: &Path,
 ) -> (f64, Option<(u64, u64, u64)>) {
     let _ = std::fs::remove_file(out);
-    let mut cmd = Command::new(prog);
+    let mut cmd = match memprof {
+        Some(m) => {
+            let mut c = Command::new(m);
+            c.args(["record", "--force", "-o"]).arg(out).arg("--").arg(prog);
+            c
+        }
+        None => Command::new(prog),
+    };
     cmd.arg(n.to_string()).arg(mode);
-    if let Some(lib) = preload {
-        cmd.env("LD_PRELOAD", lib).env("MEMPROF_OUTPUT", out);
-    }
     let o = cmd.output().expect("the program runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -67,7 +71,7 @@ fn run(
         .find_map(|l| l.strip_prefix("loop_ns "))
         .and_then(|v| v.trim().parse().ok())
         .expect("the program prints loop_ns");
-    let profile = preload.map(|_| {
+    let profile = memprof.map(|_| {
         let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
         let p = memprof::profile::Profile::read_file(out).expect("the profile reads back");
         (bytes, p.counts.samples, p.counts.moves)
@@ -82,16 +86,25 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let prog = dir.join("realloc_loop");
     build(&prog);
-    let preload = target_dir().join("libmemprof_preload.so");
-    assert!(preload.is_file(), "build the preload library first: {}", preload.display());
-    let baseline = std::env::var_os("MEMPROF_BASELINE_PRELOAD").map(PathBuf::from);
-    let mut libs = vec![("realloc", "realloc", preload.clone())];
+    let memprof = target_dir().join("memprof");
+    assert!(memprof.is_file(), "build memprof first: {}", memprof.display());
+    let args: Vec<String> = std::env::args().collect();
+    let baseline = args
+        .iter()
+        .position(|a| a == "--baseline")
+        .and_then(|i| args.get(i + 1))
+        .map(|d| PathBuf::from(d).join("memprof"));
+    let mut libs = vec![("realloc", "realloc", memprof.clone())];
     if let Some(b) = baseline {
+        assert!(b.is_file(), "--baseline DIR: no {}", b.display());
         libs.push(("realloc", "baseline", b));
     }
-    libs.push(("malloc", "malloc+free", preload));
+    libs.push(("malloc", "malloc+free", memprof));
     let out = dir.join("realloc.mprof");
-    println!("realloc_loop: {n} reallocations of one block, default interval, {rounds} rounds");
+    println!(
+        "realloc_loop under memprof record: {n} reallocations of one block, default interval, \
+         {rounds} rounds"
+    );
     let mut plain = Vec::new();
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); libs.len()];
     let mut last: Vec<Option<(u64, u64, u64)>> = vec![None; libs.len()];

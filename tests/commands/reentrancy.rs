@@ -73,7 +73,7 @@ fn signal_handlers_that_allocate_never_deadlock() {
     assert_eq!(p.status.code(), Some(0), "plain: {}", text(&p.stderr));
     let expected = text(&p.stdout);
     assert!(expected.starts_with("checksum "), "{expected}");
-    let mut skipped = 0;
+    let mut lost = 0;
     for run in 0..10 {
         for (mode, opts) in [("exact", &["--interval", "1"][..]), ("default", &[][..])] {
             let file = format!("sig-{mode}-{run}.mprof");
@@ -83,7 +83,7 @@ fn signal_handlers_that_allocate_never_deadlock() {
             assert_eq!(text(&out.stdout), expected, "{mode} run {run}: output differs");
             let profile = read(&dir.join(&file));
             assert!(profile.complete, "{mode} run {run}: {:?}", profile.warnings);
-            skipped += profile.lost.events;
+            lost += profile.lost.events;
             if mode == "exact" {
                 let (alloc, objs, live, _) = totals(&profile, "handler_site");
                 assert!(alloc > 0.0 && objs > 0.0, "run {run}: the handler's blocks are seen");
@@ -100,7 +100,9 @@ fn signal_handlers_that_allocate_never_deadlock() {
             }
         }
     }
-    eprintln!("signal_alloc: {skipped} samples skipped over 20 runs (handler inside the profiler)");
+    // Mostly samples skipped because the handler interrupted its thread's sample path
+    // (counted, never waited for), and events refused by a full queue.
+    eprintln!("signal_alloc: {lost} events lost over 20 runs");
 }
 
 /// One block realloc'ed 5 M times between 1000 and 3000 bytes, plus a 100 × 1000-byte leak
