@@ -481,6 +481,24 @@ impl Busy {
         Some(Busy { flag })
     }
 
+    /// Runs `f`, a call of the sample path into the C library that may allocate (the stack
+    /// bounds' query, libgcc's unwinder), with the thread marked as at a safe point: those
+    /// allocations are the profiler's own, neither reported nor counted as skipped (§4).
+    /// (A signal handler's allocation during `f` is then not counted either.)
+    #[inline]
+    pub(crate) fn own_allocations<R>(f: impl FnOnce() -> R) -> R {
+        let flag = &this_thread().busy;
+        let was = flag.get();
+        if was == SAMPLING {
+            flag.set(SAFE_POINT);
+        }
+        let r = f();
+        if was == SAMPLING {
+            flag.set(SAMPLING);
+        }
+        r
+    }
+
     /// True when this thread is inside the profiler.
     #[inline]
     pub fn is_busy() -> bool {

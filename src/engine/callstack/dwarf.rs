@@ -23,10 +23,12 @@ pub(super) fn capture_dwarf_at(out: &mut Captured, depth: usize, caller: usize, 
     let mut more = false;
     let mut skipping = caller != 0 || start != 0;
     let mut seen = 0usize;
+    // libgcc may allocate (objects registered with `__register_frame_info` are sorted on
+    // first use): the profiler's own allocations.
     // SAFETY: trace_unsynchronized requires that no other thread calls it concurrently in a
     // way that breaks libgcc's unwinder; _Unwind_Backtrace is thread-safe on glibc targets,
     // and the closure only writes into `out`, which this thread owns.
-    unsafe {
+    crate::engine::sampler::Busy::own_allocations(|| unsafe {
         backtrace::trace_unsynchronized(|frame| {
             if skipping {
                 seen += 1;
@@ -55,6 +57,6 @@ pub(super) fn capture_dwarf_at(out: &mut Captured, depth: usize, caller: usize, 
             }
             out.push(ip)
         });
-    }
+    });
     out.truncated = more;
 }
