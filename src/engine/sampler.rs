@@ -482,7 +482,7 @@ impl Busy {
     }
 
     /// Runs `f`, a call of the sample path into the C library that may allocate (the stack
-    /// bounds' query, libgcc's unwinder), with the thread marked as at a safe point: those
+    /// bounds' query), with the thread marked as at a safe point: those
     /// allocations are the profiler's own, neither reported nor counted as skipped (§4).
     /// (A signal handler's allocation during `f` is then not counted either.)
     #[inline]

@@ -23,12 +23,11 @@ pub(super) fn capture_dwarf_at(out: &mut Captured, depth: usize, caller: usize, 
     let mut more = false;
     let mut skipping = caller != 0 || start != 0;
     let mut seen = 0usize;
-    // libgcc may allocate (objects registered with `__register_frame_info` are sorted on
-    // first use): the profiler's own allocations.
     // SAFETY: trace_unsynchronized requires that no other thread calls it concurrently in a
     // way that breaks libgcc's unwinder; _Unwind_Backtrace is thread-safe on glibc targets,
-    // and the closure only writes into `out`, which this thread owns.
-    crate::engine::sampler::Busy::own_allocations(|| unsafe {
+    // and the closure only writes into `out`, which this thread owns. (Not wrapped in
+    // `Busy::own_allocations`: the frames to skip are counted from here.)
+    unsafe {
         backtrace::trace_unsynchronized(|frame| {
             if skipping {
                 seen += 1;
@@ -57,6 +56,6 @@ pub(super) fn capture_dwarf_at(out: &mut Captured, depth: usize, caller: usize, 
             }
             out.push(ip)
         });
-    });
+    }
     out.truncated = more;
 }
