@@ -23,7 +23,7 @@
 //! | Path | What it holds |
 //! |---|---|
 //! | `sys/` | process primitives, nothing about sampling |
-//! | `sys/rawmem.rs` | the profiler's own memory, from glibc's `__libc_*` entry points and `mmap` |
+//! | `sys/rawmem.rs` | the profiler's own memory: `mmap` on the sample path, glibc's `__libc_calloc` at start |
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
@@ -140,12 +140,13 @@ pub use session::{
 #[doc(hidden)]
 pub mod __private {
     pub use crate::engine::alloc::{
-        before_realloc, on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc,
-        on_dealloc_counted, on_realloc, on_realloc_at, on_realloc_in,
+        before_realloc, before_realloc_in, before_realloc_slow_in, on_alloc, on_alloc_at,
+        on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted, on_realloc, on_realloc_at,
+        on_realloc_unsampled, ReallocPlan,
     };
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
-    pub use crate::engine::sampler::{sample, sample_in, Busy, Countdown, EPOCH};
+    pub use crate::engine::sampler::{sample, sample_in, skip_in, Busy, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::sys::elf_lookup::next_definitions;
     pub use crate::sys::errno::{errno, set_errno};

@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use memprof::{Allocation, Config, Deallocation, Stats, Tracker, Unwinder};
+use memprof::{Allocation, Config, Deallocation, Reallocation, Stats, Tracker, Unwinder};
 
 /// `System`, counting the calls of the watched thread.
 struct Counting;
@@ -134,6 +134,8 @@ struct Seen {
     sizes: std::ops::Range<usize>,
     samples: u64,
     frees: u64,
+    /// Moves told to the tracker.
+    moves: u64,
     deepest: usize,
     stats: Option<Stats>,
     /// (id, address) of sampled 100-byte blocks, and the ids of freed samples.
@@ -160,6 +162,10 @@ impl Tracker for Seen {
     fn dealloc(&mut self, _: (), d: &Deallocation) {
         self.frees += 1;
         self.freed.push(d.id);
+    }
+
+    fn realloc(&mut self, _: &mut (), _: &Reallocation) {
+        self.moves += 1;
     }
 
     fn stopped(&mut self, stats: &Stats) {
@@ -387,4 +393,49 @@ fn hot_path_never_panics() {
     }
     drop(std::panic::take_hook());
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "the hot path panicked");
+}
+
+/// (e) A sampled block resized many times without a new sample (the move path: in place,
+/// and moved by glibc) allocates nothing, keeps errno, keeps its sample, and is told to the
+/// tracker at most once per block between two samples of its thread (`hot` §2): with no
+/// drain during the loop, at most one move per sample and one more.
+#[test]
+fn moves_allocate_nothing_keep_errno_and_are_coalesced() {
+    let _g = serial();
+    const SENTINEL: i32 = 777;
+    // 4 MiB at a 64 KiB interval: sampled unless its 2^22 bytes hold no point (e^-64).
+    const BIG: usize = 4 << 20;
+    const N: usize = 20_000;
+    let config = Config { seed: Some(6), ..Config::with_interval(65536.0) };
+    let session = memprof::start(config, seen(1..usize::MAX)).unwrap();
+    let mut p = alloc(BIG);
+    let mut size = BIG;
+    let ((), calls) = count(|| {
+        for i in 0..N {
+            // Mostly in place; every 64th a size beyond what the block's chunk can hold
+            // next to its neighbours' (moved), then back.
+            let new = match i % 64 {
+                0 => 20_000,
+                _ if i % 2 == 0 => 64,
+                _ => 128,
+            };
+            set_errno(SENTINEL);
+            p = grow(p, size, new);
+            let e = errno();
+            assert_eq!(e, SENTINEL, "realloc {i} changed errno");
+            size = new;
+        }
+    });
+    assert_eq!(calls, Calls { realloc: N as u64, ..Calls::default() });
+    free(p, size);
+    let seen = session.stop().unwrap();
+    let stats = seen.stats.unwrap();
+    assert_eq!((stats.lost_events, stats.untracked), (0, 0));
+    assert!(seen.samples >= 1 && seen.frees >= seen.samples, "{} {}", seen.samples, seen.frees);
+    assert!(
+        (1..=seen.samples + 1).contains(&seen.moves),
+        "{} moves told for {} samples",
+        seen.moves,
+        seen.samples
+    );
 }

@@ -6,7 +6,8 @@ use crate::fast::countdown;
 use crate::next;
 use core::ffi::{c_int, c_void};
 use memprof::__private::{
-    before_realloc, on_alloc_at, on_alloc_in, on_dealloc, on_realloc_at, on_realloc_in, Busy,
+    before_realloc_slow_in, on_alloc_at, on_alloc_in, on_dealloc, on_realloc, on_realloc_at,
+    on_realloc_unsampled, skip_in, Busy,
 };
 
 /// The other allocating entry points. Each is a Rust function `*_at` taking the entry
@@ -173,11 +174,35 @@ unsafe fn realloc_by(
     if crate::before_start() {
         crate::early_start();
     }
-    let old = before_realloc(ptr.cast());
+    if skip_in(countdown(), size) {
+        // The common case, kept short: no sample point in the new size (the old block, if
+        // sampled, keeps its sample: see the engine's `alloc` §4).
+        let new = inside(|| f(ptr));
+        on_realloc_unsampled(ptr.cast(), new.cast(), size);
+        return new;
+    }
+    // SAFETY: as above.
+    unsafe { realloc_slow(ptr, size, sp, bp, f) }
+}
+
+/// [`realloc_by`] of a block to a size that may hold a sample point (the countdown ran out).
+///
+/// # Safety
+/// As [`realloc_by`], with `ptr` not null and `size` not 0.
+#[cold]
+#[inline(never)]
+unsafe fn realloc_slow(
+    ptr: *mut c_void,
+    size: usize,
+    sp: usize,
+    bp: usize,
+    f: impl FnOnce(*mut c_void) -> *mut c_void,
+) -> *mut c_void {
+    let plan = before_realloc_slow_in(countdown(), ptr.cast(), size);
     let new = inside(|| f(ptr));
     match at(sp, bp) {
-        Some(regs) => on_realloc_at(countdown(), ptr.cast(), old, new.cast(), size, regs),
-        None => on_realloc_in(countdown(), ptr.cast(), old, new.cast(), size),
+        Some(regs) => on_realloc_at(ptr.cast(), plan, new.cast(), size, regs),
+        None => on_realloc(ptr.cast(), plan, new.cast(), size),
     }
     new
 }

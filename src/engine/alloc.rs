@@ -19,14 +19,18 @@
 //!
 //! # 4. Realloc
 //! A reallocation is an allocation of the new size as far as sampling goes (heaptrack and
-//! jemalloc count it the same way). If the new size is sampled, the old sample (if any)
-//! dies and a new one is born; otherwise a sampled old block *moves*, keeping its sample and
-//! token, and the tracker's `realloc` callback hears of it. The old block leaves the live
-//! table before the real `realloc` can free it, and goes back if `realloc` fails.
+//! jemalloc count it the same way), decided before the real `realloc` runs
+//! ([`before_realloc`]). If the new size is sampled, the old sample (if any) dies and a new
+//! one is born: the old block leaves the live table before the real `realloc` can free it,
+//! and goes back if `realloc` fails. Otherwise a sampled old block *moves*, keeping its
+//! sample and token. That is the common case of a loop that resizes one long-lived block,
+//! and it touches the live table only when the block really moved: a block resized in place
+//! keeps its address, so its entry stays right, and a block whose filter counter is 0 was
+//! not sampled at all. The tracker's `realloc` callback hears of a move at most once per
+//! block between two samples of its thread (moves are coalesced: see [`hot`] §2).
 
 use crate::engine::hot;
 use crate::engine::live::{self, Entry};
-use crate::engine::queue::EventKind;
 use crate::engine::sampler::{self, Countdown, Hit};
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -82,7 +86,7 @@ fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
 #[inline(always)]
 pub fn on_dealloc(addr: *mut u8) {
     if let Some(entry) = live::remove(addr as usize) {
-        hot::record_other(EventKind::Dealloc, entry, 0, 0);
+        hot::record_free(entry);
     }
 }
 
@@ -91,87 +95,121 @@ pub fn on_dealloc(addr: *mut u8) {
 #[inline(always)]
 pub fn on_dealloc_counted(addr: *mut u8) {
     if let Some(entry) = live::remove_counted(addr as usize) {
-        hot::record_other_inline(EventKind::Dealloc, entry, 0, 0);
+        hot::record_free_inline(entry);
     }
 }
 
-/// The first half of a reallocation: takes the old block out of the live table. Pass the
-/// result to [`on_realloc`] once the real reallocation has returned.
+/// What [`before_realloc`] decided, for [`on_realloc`] once the real reallocation returned.
+#[derive(Clone, Copy, Debug)]
+pub struct ReallocPlan {
+    /// The new size is sampled: the old block's sample (if any) dies, a new one is born.
+    hit: Option<Hit>,
+    /// The old block's sample, taken out of the live table (only when `hit`).
+    old: Option<Entry>,
+}
+
+/// The first half of a reallocation to `new_size` bytes: decides whether the new size is
+/// sampled, and if so takes the old block out of the live table (see §4). Pass the result
+/// to [`on_realloc`] once the real reallocation has returned.
 #[inline(always)]
-pub fn before_realloc(old: *mut u8) -> Option<Entry> {
-    if old.is_null() {
-        return None;
+pub fn before_realloc(old: *mut u8, new_size: usize) -> ReallocPlan {
+    plan(old, sampler::sample(new_size))
+}
+
+/// [`before_realloc`] for an allocator that keeps the thread's countdown itself (see
+/// [`Countdown`]).
+#[inline(always)]
+pub fn before_realloc_in(cd: &Countdown, old: *mut u8, new_size: usize) -> ReallocPlan {
+    plan(old, sampler::sample_in(cd, new_size))
+}
+
+/// [`before_realloc_in`] for an allocator whose own fast path found that the countdown ran
+/// out ([`sampler::skip_in`] said false; the preload library's `realloc`): the sampler's
+/// slow path decides.
+#[inline(always)]
+pub fn before_realloc_slow_in(cd: &Countdown, old: *mut u8, new_size: usize) -> ReallocPlan {
+    plan(old, sampler::sample_slow(cd, new_size))
+}
+
+/// [`on_realloc`] after a reallocation whose new size holds no sample point (the preload
+/// library's `realloc` when [`sampler::skip_in`] said so): a sampled old block keeps its
+/// sample (§4).
+#[inline(always)]
+pub fn on_realloc_unsampled(old: *mut u8, new: *mut u8, new_size: usize) {
+    if !new.is_null() && !old.is_null() && live::may_hold(old as usize) {
+        kept(old, new, new_size);
     }
-    live::remove(old as usize)
+}
+
+/// A block that may be sampled was reallocated without a new sample.
+#[inline(always)]
+fn kept(old: *mut u8, new: *mut u8, new_size: usize) {
+    if new == old {
+        if !hot::move_queued_here(old as usize) {
+            hot::moved_in_place(old as usize, new_size);
+        }
+    } else {
+        hot::moved(old as usize, new as usize, new_size);
+    }
+}
+
+#[inline(always)]
+fn plan(old: *mut u8, hit: Option<Hit>) -> ReallocPlan {
+    let old = match hit {
+        Some(_) if !old.is_null() => live::remove(old as usize),
+        _ => None,
+    };
+    ReallocPlan { hit, old }
 }
 
 /// The second half of a reallocation: `new` is the result (null if it failed, in which case
 /// the old block stays live), `new_size` the requested size.
 #[inline(always)]
-pub fn on_realloc(old: *mut u8, old_entry: Option<Entry>, new: *mut u8, new_size: usize) {
-    finish_realloc(old, old_entry, new, new_size, sampler::sample, None);
+pub fn on_realloc(old: *mut u8, plan: ReallocPlan, new: *mut u8, new_size: usize) {
+    finish_realloc(old, plan, new, new_size, None);
 }
 
-/// [`on_realloc`] for an allocator that keeps the thread's countdown itself (see
-/// [`Countdown`]).
-#[inline(always)]
-pub fn on_realloc_in(
-    cd: &Countdown,
-    old: *mut u8,
-    old_entry: Option<Entry>,
-    new: *mut u8,
-    new_size: usize,
-) {
-    finish_realloc(old, old_entry, new, new_size, |n| sampler::sample_in(cd, n), None);
-}
-
-/// [`on_realloc_in`] for an allocator entry point that knows the program's registers at its
+/// [`on_realloc`] for an allocator entry point that knows the program's registers at its
 /// entry (see [`on_alloc_at`]): a new sample's call stack starts at the program's frame.
 #[inline(always)]
 pub fn on_realloc_at(
-    cd: &Countdown,
     old: *mut u8,
-    old_entry: Option<Entry>,
+    plan: ReallocPlan,
     new: *mut u8,
     new_size: usize,
     (sp, bp): (usize, usize),
 ) {
-    let sample = |n| sampler::sample_in(cd, n);
-    finish_realloc(old, old_entry, new, new_size, sample, Some((sp, bp)));
+    finish_realloc(old, plan, new, new_size, Some((sp, bp)));
 }
 
 #[inline(always)]
 fn finish_realloc(
     old: *mut u8,
-    old_entry: Option<Entry>,
+    plan: ReallocPlan,
     new: *mut u8,
     new_size: usize,
-    sample: impl FnOnce(usize) -> Option<Hit>,
     entry: Option<(usize, usize)>,
 ) {
     if new.is_null() {
-        if let Some(e) = old_entry {
-            if !live::insert(old as usize, e) {
-                // Could not put it back: its free will go unseen, like any untracked block.
-            }
+        if let Some(e) = plan.old {
+            hot::restore(e, old as usize);
         }
         return;
     }
-    match sample(new_size) {
+    match plan.hit {
         Some(hit) => {
-            if let Some(e) = old_entry {
-                hot::record_other(EventKind::Dealloc, e, 0, 0);
+            if let Some(e) = plan.old {
+                hot::record_free(e);
             }
             match entry {
                 Some(_) => hot::record_alloc_at(new as usize, new_size, hit, entry),
                 None => hot::record_alloc(new as usize, new_size, hit),
             }
         }
-        None => {
-            if let Some(e) = old_entry {
-                hot::record_other(EventKind::Move, e, new as usize, new_size);
-            }
-        }
+        // Not sampled: a sampled old block keeps its sample. Only a block whose filter
+        // counter is set can be one (§4, and the live table's §1).
+        None if !old.is_null() && live::may_hold(old as usize) => kept(old, new, new_size),
+        None => {}
     }
 }
 
@@ -233,10 +271,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Sampled<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let old = before_realloc(ptr);
+        let plan = before_realloc(ptr, new_size);
         // SAFETY: forwarded with the caller's guarantees.
         let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
-        on_realloc(ptr, old, new, new_size);
+        on_realloc(ptr, plan, new, new_size);
         new
     }
 }

@@ -1,7 +1,9 @@
 //! Everything that runs inside the allocator: the hooks, the sampler, the live table, the
 //! event queue, the call-stack capture and its clock. Nothing here takes a `std::sync` lock
-//! or allocates through the profiled allocator (its memory comes from glibc's own entry
-//! points, [`crate::sys::rawmem`]), and nothing here depends on the session, the recorder,
+//! or allocates through the profiled allocator (its memory comes from `mmap` on the sample
+//! path and from glibc's own entry points at a session's start, [`crate::sys::rawmem`]),
+//! nothing here waits for a lock its own thread holds (a signal handler that allocates,
+//! see `hot` §1), and nothing here depends on the session, the recorder,
 //! the profile or the reports: `grep -rn "use crate::" src/engine` names only `engine`,
 //! `sys` and `config`.
 

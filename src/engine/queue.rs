@@ -18,6 +18,14 @@
 //! (header plus `depth` frames) in one block from `rawmem`, so the frames are
 //! copied once, from the capture buffer.
 //!
+//! A signal handler may push on a thread that is in the middle of a push (between its claim
+//! and its publication): it claims the next slot and publishes it, and the consumer, which
+//! stops at the first unpublished slot, takes both once the interrupted push resumes. So a
+//! producer that finds the queue full must not wait for room when the slot the consumer
+//! waits for is its own thread's: each slot names the thread that claimed it (one store
+//! into a line the push writes anyway), and [`Queue::waits_for_me`] tells. (A handler that
+//! lands between the claim and that store, one instruction, still waits its bounded time.)
+//!
 //! # 3. Lifetime
 //! Producers can be inside `push` at any moment, including while a session stops, so a
 //! queue is never freed: it is reused by the next session when it is large enough and
@@ -89,6 +97,8 @@ struct SlotHead {
     /// published for the consumer when it is `pos + 1`. Stored relative to the index so
     /// that zeroed memory is a queue's initial state.
     seq: AtomicUsize,
+    /// The thread that claimed the slot last ([`crate::sys::tls::thread_id`]).
+    owner: AtomicUsize,
     event: UnsafeCell<Event>,
     nframes: UnsafeCell<usize>,
 }
@@ -376,6 +386,7 @@ impl Queue {
                         // SAFETY: winning the CAS gives this thread exclusive use of the slot
                         // until the Release store below; the frames area has `depth` words.
                         unsafe {
+                            (*slot).owner.store(crate::sys::tls::thread_id(), Ordering::Relaxed);
                             (*slot).event.get().write(event);
                             (*slot).nframes.get().write(n);
                             crate::engine::callstack::copy_words(
@@ -408,6 +419,28 @@ impl Queue {
                 pos = self.ctl().tail.load(Ordering::Relaxed);
             }
         }
+    }
+
+    /// True when the event the consumer waits for next is one the calling thread claimed
+    /// and has not published: a push of this thread that a signal handler interrupted. Room
+    /// is then not worth waiting for (see the module documentation).
+    pub fn waits_for_me(&self) -> bool {
+        let pos = self.ctl().head.load(Ordering::Acquire);
+        let slot = self.slot(pos);
+        // SAFETY: slot points at an initialised SlotHead; only atomics are read.
+        let (seq, owner) =
+            unsafe { ((*slot).seq.load(Ordering::Acquire), (*slot).owner.load(Ordering::Relaxed)) };
+        // The stored sequence number is relative to the slot's index (`SlotHead::seq`).
+        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1)
+            && owner == crate::sys::tls::thread_id()
+    }
+
+    /// Counts an event that was never pushed as lost (a sample skipped for reentrancy,
+    /// `hot` §1).
+    #[cold]
+    #[inline(never)]
+    pub fn note_lost(&self) {
+        self.ctl().lost.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Events refused because the queue was full, since the queue was made.
@@ -617,6 +650,31 @@ mod tests {
         assert_eq!(q.drain(|e, _| seen.push(e.id)), Some(1));
         assert_eq!(seen, [0, 1, 2, 10]);
         assert!(!q.has_unpublished());
+    }
+
+    /// A push interrupted between its claim and its publication (simulated: a slot claimed
+    /// and named, not published) holds the consumer up; its own thread is told not to wait
+    /// for room, any other thread is.
+    #[test]
+    fn a_queue_held_up_by_this_thread_is_not_waited_for() {
+        let q = Queue::new(4, 1).unwrap();
+        let pos = q.ctl().tail.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the slot was claimed above (the tail moved past it); only atomics change.
+        unsafe { (*q.slot(pos)).owner.store(crate::sys::tls::thread_id(), Ordering::Relaxed) };
+        for i in 0..3 {
+            assert!(q.push(&ev(i), &[]));
+        }
+        assert!(!q.push(&ev(9), &[]), "full");
+        assert!(q.waits_for_me());
+        std::thread::scope(|s| s.spawn(|| assert!(!q.waits_for_me())).join().unwrap());
+        // Published: the consumer can go on, so room is worth waiting for.
+        // SAFETY: as above.
+        unsafe {
+            (*q.slot(pos))
+                .seq
+                .store(pos.wrapping_add(1).wrapping_sub(pos & q.mask), Ordering::Release)
+        };
+        assert!(!q.waits_for_me());
     }
 
     #[test]

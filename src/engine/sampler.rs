@@ -31,9 +31,15 @@
 //! fixed sequence per thread.
 //!
 //! # 4. Reentrancy
-//! [`Busy`] marks a thread that is inside the profiler (the slow path, or a callback). Bytes
-//! allocated while busy still advance the countdown (so user bytes stay a Bernoulli process)
-//! but are never reported.
+//! [`Busy`] marks a thread that is inside the profiler (the sample path, or a callback).
+//! Bytes allocated while busy still advance the countdown (so user bytes stay a Bernoulli
+//! process) but are never reported. The profiler's own allocations at safe points
+//! ([`Busy::enter`]) are not the program's, and are simply not reported. An allocation
+//! that finds its thread in the sample path ([`Busy::enter_sampling`]) or in the middle of a
+//! draw can only be a signal handler's that interrupted it: a sample point that falls in
+//! it is skipped and counted as a lost event
+//! ([`hot::skipped`](crate::engine::hot::skipped)), never
+//! waited for.
 
 use crate::sys::padded::Padded;
 use core::cell::{Cell, UnsafeCell};
@@ -167,12 +173,12 @@ crate::sys::tls::thread_block! {
     /// Inside the profiler: allocations are not reported (see [`Busy`]). Static
     /// thread-local storage, beside the countdown: the reentrancy check needs it on every
     /// path, before any block is mapped.
-    fn busy_flag() -> Cell<bool> = Cell::new(false), "memprof_0_1_sampler_busy"
+    fn busy_flag() -> Cell<u8> = Cell::new(NOT_BUSY), "memprof_0_1_sampler_busy"
 }
 
 /// This thread's busy flag, as a reference.
 #[inline(always)]
-fn busy<'a>() -> &'a Cell<bool> {
+fn busy<'a>() -> &'a Cell<u8> {
     // SAFETY: `busy_flag()` is this thread's block, valid until the thread exits; the
     // reference is used only on this thread, within the call that made it.
     unsafe { &*busy_flag() }
@@ -216,6 +222,24 @@ pub fn sample_in(cd: &Countdown, size: usize) -> Option<Hit> {
         None
     } else {
         slow(cd, size)
+    }
+}
+
+/// [`sample_in`]'s fast path alone: true, with the countdown charged, when no sample point
+/// falls in an allocation of `size` bytes and the countdown is this session's; false when
+/// [`sample_slow`] must decide (nothing was changed).
+///
+/// Never allocates, never blocks, never panics.
+#[doc(hidden)]
+#[inline(always)]
+pub fn skip_in(cd: &Countdown, size: usize) -> bool {
+    let size = size as u64;
+    let c = cd.countdown.get();
+    if size < c && cd.epoch.get() == EPOCH.load(Ordering::Relaxed) {
+        cd.countdown.set(c - size);
+        true
+    } else {
+        false
     }
 }
 
@@ -289,9 +313,18 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
         return None;
     }
     // The first point is byte `c` of the allocation.
-    let k = s.draw(|rng| points(s, rng, cd, size, c))?;
-    if busy().get() {
+    let Some(k) = s.draw(|rng| points(s, rng, cd, size, c)) else {
+        // A signal handler's allocation interrupted a draw of this thread (§4).
+        crate::engine::hot::skipped();
         return None;
+    };
+    match busy().get() {
+        NOT_BUSY => {}
+        SAMPLING => {
+            crate::engine::hot::skipped();
+            return None;
+        }
+        _ => return None,
     }
     let mut id = s.next_id.get();
     if id >= s.id_end.get() {
@@ -389,32 +422,81 @@ pub(crate) fn entropy_seed() -> u64 {
     mix(t ^ mix(u64::from(std::process::id())) ^ (&local as *const u8 as u64))
 }
 
+/// The thread is not inside the profiler.
+const NOT_BUSY: u8 = 0;
+/// The thread is at a safe point of the profiler (callbacks, the agent): its allocations are
+/// the profiler's own.
+const SAFE_POINT: u8 = 1;
+/// The thread is in the sample path: an allocation now is a signal handler's (§4).
+const SAMPLING: u8 = 2;
+
+/// This thread's next sample id (changes at every sample of the thread; see
+/// `hot::move_gen`).
+#[inline(always)]
+pub(crate) fn next_id() -> u64 {
+    crate::engine::thread::blocks().map_or(0, |b| b.sampler.next_id.get())
+}
+
 /// Marks the current thread as inside the profiler for the guard's lifetime.
 #[derive(Debug)]
 pub struct Busy {
     /// This thread's flag (thread-local storage without a destructor: valid until the
     /// thread exits), kept so that leaving needs no second thread-local lookup.
-    flag: *const Cell<bool>,
+    flag: *const Cell<u8>,
 }
 
 impl Busy {
-    /// Enters the profiler on this thread; `None` when the thread is inside already.
+    /// Enters the profiler at a safe point on this thread; `None` when the thread is inside
+    /// already.
     #[inline]
     pub fn enter() -> Option<Busy> {
-        let flag = busy() as *const Cell<bool>;
+        Busy::enter_as(SAFE_POINT)
+    }
+
+    /// Enters the sample path on this thread; `None` when the thread is inside the profiler
+    /// already.
+    #[inline]
+    pub fn enter_sampling() -> Option<Busy> {
+        Busy::enter_as(SAMPLING)
+    }
+
+    #[inline(always)]
+    fn enter_as(how: u8) -> Option<Busy> {
+        let flag = busy() as *const Cell<u8>;
         // SAFETY: `flag` is this thread's own flag (static thread-local storage), alive for
-        // the thread's lifetime, and is only used on this thread (Busy is not Send).
-        if unsafe { (*flag).replace(true) } {
-            None
-        } else {
-            Some(Busy { flag })
+        // the thread's lifetime, and is only used on this thread (Busy is not Send). A
+        // signal handler between the read and the write leaves the flag as it found it.
+        unsafe {
+            if (*flag).get() != NOT_BUSY {
+                return None;
+            }
+            (*flag).set(how);
         }
+        Some(Busy { flag })
+    }
+
+    /// Runs `f`, a call of the sample path into the C library that may allocate (the stack
+    /// bounds' query), with the thread marked as at a safe point: those
+    /// allocations are the profiler's own, neither reported nor counted as skipped (§4).
+    /// (A signal handler's allocation during `f` is then not counted either.)
+    #[inline]
+    pub(crate) fn own_allocations<R>(f: impl FnOnce() -> R) -> R {
+        let flag = busy();
+        let was = flag.get();
+        if was == SAMPLING {
+            flag.set(SAFE_POINT);
+        }
+        let r = f();
+        if was == SAMPLING {
+            flag.set(SAMPLING);
+        }
+        r
     }
 
     /// True when this thread is inside the profiler.
     #[inline]
     pub fn is_busy() -> bool {
-        busy().get()
+        busy().get() != NOT_BUSY
     }
 }
 
@@ -422,7 +504,7 @@ impl Drop for Busy {
     fn drop(&mut self) {
         // SAFETY: as in `enter`: the guard lives on the thread that made it (not Send), so
         // the thread and its flag are alive.
-        unsafe { (*self.flag).set(false) };
+        unsafe { (*self.flag).set(NOT_BUSY) };
     }
 }
 

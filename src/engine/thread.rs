@@ -11,7 +11,7 @@
 //! the sample path while a session runs. A thread that never samples never gets one.
 //!
 //! # 2. Memory and release
-//! A block is mapped from the kernel ([`rawmem::map_zeroed`]): no lock, so a signal
+//! A block is mapped from the kernel ([`rawmem::map`]): no lock, so a signal
 //! handler's allocation may be the one that creates it, and zeroed, which every field
 //! allows (the types of `crate::sys::tls`: cells, flags, `MaybeUninit`s behind a flag).
 //! The thread's pointer is set before anything else can run on the thread, then the block
@@ -137,7 +137,7 @@ pub(crate) fn blocks<'a>() -> Option<&'a Blocks> {
 #[inline(never)]
 fn first_block<'a>() -> Option<&'a Blocks> {
     let saved = crate::sys::errno::SavedErrno::save();
-    let mapping = rawmem::map_zeroed(MAPPED);
+    let mapping = rawmem::map(MAPPED);
     if mapping.is_null() {
         saved.restore();
         return None;

@@ -283,9 +283,11 @@ impl GcCycle {
 /// Events the profiler had to drop, reported so that nothing is lost silently.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Lost {
-    /// Events that did not fit in the postponed queue.
+    /// Events that did not fit in the postponed queue, and samples skipped because a signal
+    /// handler allocated while its thread was inside the profiler.
     pub events: u64,
-    /// Sampled blocks that could not be entered in the live table (their frees are unseen).
+    /// Sampled blocks that the live table could not follow (their frees are unseen, or
+    /// reported early: see [`crate::session::Stats`]'s field of the same name).
     pub untracked: u64,
     /// Callbacks that panicked (caught; the event was dropped).
     pub callback_panics: u64,

@@ -49,8 +49,8 @@ pub(crate) const LOG_BYTES: usize = 1 << 20;
 const HEADER_BYTES: usize = 4096;
 /// [`RingHeader::magic`] ("mpring01").
 const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
-/// The layout's version.
-const VERSION: u32 = 1;
+/// The layout's version (2: a queue slot names the thread that claimed it).
+const VERSION: u32 = 2;
 /// A side event: the side log up to `addr` bytes holds a new module list.
 pub(crate) const SIDE_MODULES: u64 = 1;
 /// A side event: a GC cycle, in the frames ([`crate::profile::GcCycle::to_words`]).

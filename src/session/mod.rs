@@ -264,6 +264,10 @@ pub fn poll() -> usize {
 /// queued before them. Returns the number delivered.
 fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
     let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
+    // Deaths a signal handler deferred (`live` §4) go into the queue first; a move of a
+    // block queued from here on is news again (`hot` §2).
+    crate::engine::live::flush_deferred();
+    hot::MOVE_GEN.fetch_add(1, Ordering::Relaxed);
     let clock = clock::Converter::new();
     let n = q
         .drain(|e, frames| {
@@ -487,6 +491,8 @@ fn current_stats(lost_at_start: Option<u64>) -> Stats {
     Stats {
         samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
         frees: DELIVERED_FREES.load(Ordering::Relaxed),
+        // Events the queue refused, and samples skipped because a signal handler allocated
+        // while its thread was inside the profiler (counted by the queue, `hot` §1).
         lost_events: match (queue(), lost_at_start) {
             (Some(q), Some(base)) => q.lost().saturating_sub(base),
             _ => 0,

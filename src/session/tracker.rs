@@ -90,9 +90,12 @@ pub struct Stats {
     pub samples: u64,
     /// Dealloc events delivered.
     pub frees: u64,
-    /// Events that did not fit in the queue.
+    /// Events that did not fit in the queue, and samples skipped because a signal handler
+    /// allocated while its thread was inside the profiler.
     pub lost_events: u64,
-    /// Sampled blocks that could not be entered in the live table.
+    /// Sampled blocks that the live table could not follow (no memory; or a signal
+    /// handler's free or move of a block whose table shard its own thread held, beyond what
+    /// could be deferred): their death is never seen, or is reported early.
     pub untracked: u64,
     /// Callbacks that panicked (caught).
     pub callback_panics: u64,

@@ -81,3 +81,42 @@ macro_rules! thread_block {
 }
 
 pub(crate) use thread_block;
+
+/// The calling thread's identity: its thread pointer, unique among the live threads, never
+/// 0, and the same in a signal handler as in the code it interrupted (the live table's
+/// locks and the queue's slots name their owner with it).
+#[inline(always)]
+pub(crate) fn thread_id() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p: usize;
+        // SAFETY: `fs:[0]` holds the thread pointer itself (the x86-64 TLS ABI); the load
+        // writes one register and reads nothing else.
+        unsafe {
+            core::arch::asm!(
+                "mov {p}, qword ptr fs:[0]",
+                p = out(reg) p,
+                options(nostack, pure, readonly, preserves_flags),
+            )
+        };
+        p
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let p: usize;
+        // SAFETY: reading the thread-pointer register has no preconditions.
+        unsafe {
+            core::arch::asm!(
+                "mrs {p}, tpidr_el0",
+                p = out(reg) p,
+                options(nostack, nomem, pure, preserves_flags),
+            )
+        };
+        p
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        // SAFETY: pthread_self has no preconditions and neither allocates nor locks.
+        unsafe { libc::pthread_self() as usize }
+    }
+}

@@ -12,4 +12,5 @@ mod common;
 mod forwarding;
 mod harm;
 mod record;
+mod reentrancy;
 mod report;

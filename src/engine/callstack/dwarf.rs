@@ -25,7 +25,8 @@ pub(super) fn capture_dwarf_at(out: &mut Captured, depth: usize, caller: usize, 
     let mut seen = 0usize;
     // SAFETY: trace_unsynchronized requires that no other thread calls it concurrently in a
     // way that breaks libgcc's unwinder; _Unwind_Backtrace is thread-safe on glibc targets,
-    // and the closure only writes into `out`, which this thread owns.
+    // and the closure only writes into `out`, which this thread owns. (Not wrapped in
+    // `Busy::own_allocations`: the frames to skip are counted from here.)
     unsafe {
         backtrace::trace_unsynchronized(|frame| {
             if skipping {

@@ -191,9 +191,10 @@ fn query_stack_hi() -> usize {
         return unsafe { __libc_stack_end } as usize;
     }
     let saved = errno();
+    // pthread_getattr_np allocates (the thread's CPU set): the profiler's own allocations.
     // SAFETY: pthread_attr_t is plain data initialised by pthread_getattr_np and destroyed
     // once; the out-pointers are valid locals.
-    let hi = unsafe {
+    let hi = crate::engine::sampler::Busy::own_allocations(|| unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
             0
@@ -208,7 +209,7 @@ fn query_stack_hi() -> usize {
                 0
             }
         }
-    };
+    });
     set_errno(saved);
     hi
 }

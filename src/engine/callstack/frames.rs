@@ -1,7 +1,58 @@
-//! The capture buffer: return addresses in a 32-entry inline array that moves to a doubling
-//! buffer from `sys::rawmem` (never the profiled allocator) for deeper stacks.
+//! The capture buffer: return addresses in a 32-entry inline array that moves to a larger
+//! buffer for deeper stacks.
+//!
+//! The larger buffers come from `mmap` ([`crate::sys::rawmem::map`]), never from an
+//! allocator: not the profiled one, and not glibc's either, whose arena lock the sample
+//! path would then hold where a signal handler on the same thread may call `malloc` (see
+//! `hot` §1). A mapping per deep capture would cost two system calls, so [`POOL`] keeps
+//! [`POOL_SLOTS`] buffers, mapped on first use and never unmapped: a capture takes a free
+//! one with an atomic swap (as the DWARF unwinder takes its caches) and gives it back when
+//! done. With every slot taken it maps a private buffer and unmaps it afterwards. Nested
+//! captures on one thread never happen (the sampler's busy flag), so a slot is never
+//! waited for.
 
-use core::mem::MaybeUninit;
+use core::mem::{size_of, MaybeUninit};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+
+/// Deep-stack buffers kept for reuse.
+const POOL_SLOTS: usize = 16;
+
+/// A pooled buffer: taken by one capture at a time.
+#[repr(align(64))]
+struct PoolSlot {
+    taken: AtomicBool,
+    buf: AtomicPtr<usize>,
+    /// Words in `buf`.
+    cap: AtomicUsize,
+}
+
+static POOL: [PoolSlot; POOL_SLOTS] = [const {
+    PoolSlot {
+        taken: AtomicBool::new(false),
+        buf: AtomicPtr::new(core::ptr::null_mut()),
+        cap: AtomicUsize::new(0),
+    }
+}; POOL_SLOTS];
+
+/// Maps a buffer of at least `words` words (whole pages); returns it and its words.
+fn map_words(words: usize) -> Option<(*mut usize, usize)> {
+    let page = 4096usize;
+    let bytes = words.checked_mul(size_of::<usize>())?.checked_add(page - 1)? & !(page - 1);
+    // mmap sets errno when it fails; the sample path keeps the program's.
+    let saved = crate::sys::errno::SavedErrno::save();
+    let p = crate::sys::rawmem::map(bytes) as *mut usize;
+    saved.restore();
+    (!p.is_null()).then_some((p, bytes / size_of::<usize>()))
+}
+
+/// Unmaps a buffer from [`map_words`].
+///
+/// # Safety
+/// `p` came from `map_words` with `words` words and is not used afterwards.
+unsafe fn unmap_words(p: *mut usize, words: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { crate::sys::rawmem::unmap(p as *mut u8, words * size_of::<usize>()) };
+}
 
 /// Frames kept inline before the buffer moves to the heap.
 pub const INLINE_FRAMES: usize = 32;
@@ -28,6 +79,8 @@ pub struct Captured {
     pub(super) inline: [MaybeUninit<usize>; INLINE_FRAMES],
     pub(super) heap: *mut usize,
     pub(super) cap: usize,
+    /// The pool slot `heap` belongs to, or null for a private mapping (§ module docs).
+    slot: *const PoolSlot,
     pub(super) len: usize,
     pub(super) truncated: bool,
 }
@@ -49,6 +102,7 @@ impl Captured {
         // `MaybeUninit`, valid in any state, so the whole struct is initialised.
         unsafe {
             core::ptr::addr_of_mut!((*p).heap).write(core::ptr::null_mut());
+            core::ptr::addr_of_mut!((*p).slot).write(core::ptr::null());
             core::ptr::addr_of_mut!((*p).cap).write(INLINE_FRAMES);
             core::ptr::addr_of_mut!((*p).len).write(0);
             core::ptr::addr_of_mut!((*p).truncated).write(false);
@@ -90,23 +144,77 @@ impl Captured {
 
     #[cold]
     fn grow(&mut self) -> bool {
-        let new_cap = self.cap * 2;
-        let Some(bytes) = new_cap.checked_mul(core::mem::size_of::<usize>()) else {
+        let Some(want) = self.cap.checked_mul(2) else {
             return false;
         };
-        let new = crate::sys::rawmem::alloc(bytes) as *mut usize;
-        if new.is_null() {
-            return false;
+        if self.heap.is_null() {
+            if let Some(slot) = POOL.iter().find(|s| {
+                !s.taken.load(Ordering::Relaxed) && !s.taken.swap(true, Ordering::Acquire)
+            }) {
+                if slot.cap.load(Ordering::Relaxed) < want && !Self::regrow(slot, want, 0) {
+                    slot.taken.store(false, Ordering::Release);
+                    return false;
+                }
+                let buf = slot.buf.load(Ordering::Relaxed);
+                // SAFETY: the slot's buffer holds at least `want` > len words and is this
+                // capture's until it gives the slot back; the inline entries up to len
+                // were written.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        self.inline.as_ptr() as *const usize,
+                        buf,
+                        self.len,
+                    )
+                };
+                self.heap = buf;
+                self.cap = slot.cap.load(Ordering::Relaxed);
+                self.slot = slot;
+                return true;
+            }
+        } else if !self.slot.is_null() {
+            // SAFETY: `slot` points into the static pool.
+            let slot = unsafe { &*self.slot };
+            if !Self::regrow(slot, want, self.len) {
+                return false;
+            }
+            self.heap = slot.buf.load(Ordering::Relaxed);
+            self.cap = slot.cap.load(Ordering::Relaxed);
+            return true;
         }
+        // No pool slot: a private mapping.
+        let Some((new, cap)) = map_words(want) else {
+            return false;
+        };
         let old = self.frames();
-        // SAFETY: `new` has room for new_cap > len entries; the regions do not overlap.
+        // SAFETY: `new` has room for cap >= want > len entries; the regions do not overlap.
         unsafe { core::ptr::copy_nonoverlapping(old.as_ptr(), new, self.len) };
         if !self.heap.is_null() {
-            // SAFETY: `heap` came from rawmem::alloc and is replaced below.
-            unsafe { crate::sys::rawmem::free(self.heap as *mut u8) };
+            // SAFETY: a private `heap` came from map_words with `cap` words, replaced below.
+            unsafe { unmap_words(self.heap, self.cap) };
         }
         self.heap = new;
-        self.cap = new_cap;
+        self.cap = cap;
+        true
+    }
+
+    /// Replaces the buffer of `slot` (taken by the caller) with one of at least `want`
+    /// words, keeping its first `keep` words.
+    #[cold]
+    fn regrow(slot: &PoolSlot, want: usize, keep: usize) -> bool {
+        let Some((new, cap)) = map_words(want) else {
+            return false;
+        };
+        let old = slot.buf.load(Ordering::Relaxed);
+        if !old.is_null() {
+            // SAFETY: the old buffer holds at least `keep` words; the new one `cap` >= keep;
+            // they do not overlap. The slot is taken, so nobody else uses either.
+            unsafe {
+                core::ptr::copy_nonoverlapping(old, new, keep);
+                unmap_words(old, slot.cap.load(Ordering::Relaxed));
+            }
+        }
+        slot.buf.store(new, Ordering::Relaxed);
+        slot.cap.store(cap, Ordering::Relaxed);
         true
     }
 
@@ -120,12 +228,20 @@ impl Captured {
         self.truncated = false;
     }
 
-    /// Gives back a buffer that outgrew the inline storage (deep stacks only).
+    /// Gives back a buffer that outgrew the inline storage (deep stacks only): a pool
+    /// slot is released, a private mapping unmapped.
     #[cold]
     #[inline(never)]
     fn free_heap(&mut self) {
-        // SAFETY: `heap` came from rawmem::alloc and is not referenced after this.
-        unsafe { crate::sys::rawmem::free(self.heap as *mut u8) };
+        if self.slot.is_null() {
+            // SAFETY: a private `heap` came from map_words with `cap` words and is not
+            // referenced after this.
+            unsafe { unmap_words(self.heap, self.cap) };
+        } else {
+            // SAFETY: `slot` points into the static pool; this capture took it.
+            unsafe { (*self.slot).taken.store(false, Ordering::Release) };
+            self.slot = core::ptr::null();
+        }
         self.heap = core::ptr::null_mut();
         self.cap = INLINE_FRAMES;
     }
@@ -134,8 +250,15 @@ impl Captured {
 impl Drop for Captured {
     fn drop(&mut self) {
         if !self.heap.is_null() {
-            // SAFETY: `heap` came from rawmem::alloc and is freed once.
-            unsafe { crate::sys::rawmem::free(self.heap as *mut u8) };
+            self.free_heap();
         }
+    }
+}
+
+/// In a forked child, whose only thread is the one that called `fork`: no other thread
+/// holds a pool slot any more.
+pub(super) fn fork_child() {
+    for slot in &POOL {
+        slot.taken.store(false, Ordering::Release);
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! # 1. One pass
 //! The stack is walked once, straight into a buffer: 32 entries inline on the caller's
-//! stack, doubled on the profiler's own heap (`rawmem`, never the profiled
-//! allocator) when a deeper stack fills it, up to the configured depth. There is no first
+//! stack, moved to a pooled `mmap`ed buffer (never an allocator: see `frames`) when a
+//! deeper stack fills it, up to the configured depth. There is no first
 //! pass to measure the depth (statmemprof's lesson: copying out of an oversized buffer is
 //! cheaper than walking twice). When the real stack is deeper than the depth the capture is
 //! marked truncated.
@@ -417,6 +417,7 @@ pub(crate) fn after_dlclose() {
 
 /// In a forked child: releases what threads the child lacks held in the DWARF unwinder.
 pub(crate) fn fork_child() {
+    frames::fork_child();
     #[cfg(target_arch = "x86_64")]
     cfi::fork_child();
 }
