@@ -262,17 +262,25 @@ fn log_modules(agent: &mut Agent) {
         return;
     };
     let _busy = crate::engine::sampler::Busy::enter();
-    let modules = crate::profile::symbolize::current_modules();
-    let key: Vec<(String, u64)> = modules.iter().map(|m| (m.path.clone(), m.base)).collect();
-    if key == agent.logged_modules {
-        return;
-    }
-    if let Some(end) = ring.log_append(ring::LOG_MODULES, &ring::encode_modules(&modules)) {
-        if let Some(q) = crate::engine::hot::queue() {
-            crate::session::push_side(q, session.epoch(), ring::SIDE_MODULES, end as usize, &[]);
+    let epoch = session.epoch();
+    let logged = &mut agent.logged_modules;
+    // The list is read and its side event queued while no other thread can load or unload
+    // an object: a sample queued before the event was taken with those objects mapped,
+    // one queued after it with what the next list says (the collector's module
+    // generations depend on it). Queuing waits only for the collector, another process.
+    crate::sys::loader::while_list_is_fixed(|| {
+        let modules = crate::profile::symbolize::current_modules();
+        let key: Vec<(String, u64)> = modules.iter().map(|m| (m.path.clone(), m.base)).collect();
+        if key == *logged {
+            return;
         }
-        agent.logged_modules = key;
-    }
+        if let Some(end) = ring.log_append(ring::LOG_MODULES, &ring::encode_modules(&modules)) {
+            if let Some(q) = crate::engine::hot::queue() {
+                crate::session::push_side(q, epoch, ring::SIDE_MODULES, end as usize, &[]);
+            }
+            *logged = key;
+        }
+    });
 }
 
 /// Opens the output and starts the session; `Err` is a message for stderr. A child's file

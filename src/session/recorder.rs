@@ -249,30 +249,53 @@ impl Recorder {
 
     /// Writes a module of the recorded process unless written already, shifted when it is
     /// mapped where a retired one was.
-    fn admit(&mut self, mut m: crate::profile::Module) {
+    fn admit(&mut self, m: crate::profile::Module) {
         let g = &mut self.generations;
-        let shift = match g.shift_of(m.start).copied() {
-            Some(s) => Some(s),
-            None if g.retired.iter().any(|&(a, b)| a < m.end && m.start < b) => {
-                Some(g.new_shift(m.start, m.end))
-            }
-            None => None,
-        };
-        if let Some(s) = shift {
-            // The shift covers the whole module from now on.
-            if let Some(x) = g.shifts.iter_mut().find(|x| x.start == s.start && x.delta == s.delta)
-            {
-                x.start = x.start.min(m.start);
-                x.end = x.end.max(m.end);
-            }
-            g.retired.retain(|&(a, b)| b <= m.start || m.end <= a);
-            m.base = m.base.wrapping_add(s.delta);
-            m.start = m.start.wrapping_add(s.delta);
-            m.end = m.end.wrapping_add(s.delta);
+        // The module's range, cut where retired ranges and open shifts begin and end: a
+        // piece inside a shift (opened for frames seen before this list came) or inside a
+        // retired range is written shifted, the rest as it is, so every frame recorded
+        // so far, shifted or not, lies in a record of this module.
+        let mut cuts = vec![m.start, m.end];
+        let bounds = g.retired.iter().copied().chain(g.shifts.iter().map(|s| (s.start, s.end)));
+        for (x, y) in bounds {
+            cuts.extend([x, y].into_iter().filter(|&c| m.start < c && c < m.end));
         }
-        if self.modules_seen.insert((m.path.clone(), m.base)) {
-            self.write(|w| w.write_module(&m));
-            self.profile.modules.push(m);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
+        for w in cuts.windows(2) {
+            let (lo, hi) = (w[0], w[1]);
+            let delta = match g.shift_of(lo) {
+                Some(s) => s.delta,
+                None if g.retired.iter().any(|&(x, y)| x <= lo && lo < y) => {
+                    g.new_shift(lo, hi).delta
+                }
+                None => 0,
+            };
+            match pieces.last_mut() {
+                Some(last) if last.1 == lo && last.2 == delta => last.1 = hi,
+                _ => pieces.push((lo, hi, delta)),
+            }
+        }
+        // What this module covers is mapped again: no longer retired (its shifts stay for
+        // as long as it is mapped).
+        g.retired.retain(|&(x, y)| y <= m.start || m.end <= x);
+        for (lo, hi, delta) in pieces {
+            let piece = crate::profile::Module {
+                base: m.base.wrapping_add(delta),
+                start: lo.wrapping_add(delta),
+                end: hi.wrapping_add(delta),
+                ..m.clone()
+            };
+            let written =
+                self.profile.modules.iter().any(|x| {
+                    x.path == piece.path && x.base == piece.base && x.start == piece.start
+                });
+            if !written {
+                self.modules_seen.insert((piece.path.clone(), piece.base));
+                self.write(|w| w.write_module(&piece));
+                self.profile.modules.push(piece);
+            }
         }
     }
 

@@ -76,6 +76,30 @@ pub(crate) fn for_each_object<F: FnMut(&Object<'_>)>(mut f: F) {
     unsafe { libc::dl_iterate_phdr(Some(each::<F>), &mut f as *mut F as *mut c_void) };
 }
 
+/// Runs `f` once while the loader's list of objects cannot change: inside a
+/// `dl_iterate_phdr` callback, which holds the loader's lock (recursive: `f` may walk the
+/// list again) that `dlopen` and `dlclose` take to change the list. So what `f` reads of
+/// the list and what it does next happen at one point among the loads and unloads of
+/// other threads. `f` must not wait for another thread that may be loading or unloading.
+pub(crate) fn while_list_is_fixed<F: FnOnce()>(f: F) {
+    unsafe extern "C" fn once<F: FnOnce()>(
+        _info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the `&mut Option<F>` passed below, alive during the walk.
+        let f = unsafe { &mut *(data as *mut Option<F>) };
+        if let Some(f) = f.take() {
+            f();
+        }
+        // Stop after the first object.
+        1
+    }
+    let mut f = Some(f);
+    // SAFETY: the callback runs `f` (which outlives the call) at most once.
+    unsafe { libc::dl_iterate_phdr(Some(once::<F>), &mut f as *mut Option<F> as *mut c_void) };
+}
+
 /// The loader's counts of objects ever loaded and unloaded (`dlpi_adds`, `dlpi_subs`):
 /// either changes when `dlopen` maps or `dlclose` unmaps an object. (0, 0) where the
 /// loader does not keep them.

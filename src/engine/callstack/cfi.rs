@@ -14,7 +14,7 @@
 //! The module list and the sorted executable ranges it covers form a [`Table`], built off
 //! the sample path (session start, the drain thread's polls when the loader's `dlpi_adds`
 //! or `dlpi_subs` moved, after a `dlclose` seen by the preload library), or on it when a
-//! walk failed and the loader's counts moved ([`refresh_on_miss`]: at most every 10 ms,
+//! walk failed and the loader's counts moved ([`refresh_on_miss`]: at most every millisecond,
 //! with a try-lock; under `memprof record` no drain thread polls), and published
 //! through an atomic pointer. A table is never mutated once published and never freed
 //! (the few kilobytes of a superseded table are leaked: a thread may still be unwinding
@@ -257,7 +257,7 @@ pub(super) fn refresh(force: bool) {
 /// When the last refresh from the sample path ran ([`refresh_on_miss`]).
 static LAST_MISS_REFRESH: AtomicU64 = AtomicU64::new(0);
 /// At most one refresh from the sample path per this many nanoseconds.
-const MISS_REFRESH_NS: u64 = 10_000_000;
+const MISS_REFRESH_NS: u64 = 1_000_000;
 
 /// [`refresh`] from the sample path, after a walk failed (an address outside the table's
 /// objects: a library `dlopen`ed since, in a process whose safe points never come, as
@@ -288,7 +288,8 @@ pub(super) fn refresh_on_miss() -> bool {
         adds != LOADER_ADDS.load(Ordering::Relaxed) || subs != LOADER_SUBS.load(Ordering::Relaxed);
     let mut published = false;
     if stale {
-        let table = build();
+        // The table's allocations are the profiler's own, not a handler's (sampler §4).
+        let table = crate::engine::sampler::Busy::own_allocations(build);
         if CLOSING.load(Ordering::Acquire) == 0 {
             TABLE.store(Box::into_raw(Box::new(table)), Ordering::Release);
             LOADER_ADDS.store(adds, Ordering::Relaxed);
