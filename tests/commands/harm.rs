@@ -344,14 +344,7 @@ fn a_program_killed_from_outside_keeps_its_growth() {
     while last < 300 {
         last = rx.recv_timeout(Duration::from_secs(60)).expect("the program grows");
     }
-    let file = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "mprof"))
-        .unwrap();
-    let name = file.file_name().unwrap().to_str().unwrap();
-    let pid: i32 = name.trim_start_matches("g.").trim_end_matches(".mprof").parse().unwrap();
+    let (file, pid) = crate::record::profile_of_pid(&dir, "g.");
     // SAFETY: kill has no memory preconditions; pid is the profiled program's.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     while let Ok(n) = rx.recv_timeout(Duration::from_millis(300)) {

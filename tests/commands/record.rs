@@ -112,6 +112,20 @@ fn strip_symbols(path: &Path) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// The profile `record -o <prefix>%p.mprof` created in `dir` (the only `.mprof` there), and
+/// the pid it names.
+pub(crate) fn profile_of_pid(dir: &Path, prefix: &str) -> (PathBuf, i32) {
+    let file = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "mprof"))
+        .expect("record created the profile before the program ran");
+    let name = file.file_name().unwrap().to_str().unwrap();
+    let pid = name.trim_start_matches(prefix).trim_end_matches(".mprof").parse().unwrap();
+    (file, pid)
+}
+
 pub(crate) fn assert_ok(out: &Output, code: i32) {
     assert_eq!(out.status.code(), Some(code), "stderr: {}", text(&out.stderr));
     let err = text(&out.stderr);
@@ -291,14 +305,7 @@ fn sigkill_mid_run_keeps_everything() {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready");
-    let file = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "mprof"))
-        .unwrap();
-    let name = file.file_name().unwrap().to_str().unwrap();
-    let pid: i32 = name.trim_start_matches("k.").trim_end_matches(".mprof").parse().unwrap();
+    let (file, pid) = profile_of_pid(&dir, "k.");
     // SAFETY: kill has no memory preconditions; pid is the profiled program's.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let out = child.wait_with_output().unwrap();

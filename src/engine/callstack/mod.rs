@@ -218,33 +218,18 @@ pub fn capture_at_entry(out: &mut Captured, depth: usize, caller: usize, sp: usi
             }
             #[cfg(target_arch = "x86_64")]
             USE_CFI => {
-                if cfi::walk(
-                    out,
-                    depth,
-                    0,
-                    pc,
-                    after,
-                    bp as u64,
-                    hi,
-                    false,
-                    memo.as_deref_mut().map(|m| (m, false)),
-                ) {
+                let mut memo = memo;
+                let mut walk = |out: &mut Captured| {
+                    let memo = memo.as_deref_mut().map(|m| (m, false));
+                    cfi::walk(out, depth, 0, pc, after, bp as u64, hi, false, memo)
+                };
+                if walk(out) {
                     return;
                 }
                 // A library loaded since the table was built: list the objects again.
                 if cfi::refresh_on_miss() {
                     out.clear();
-                    if cfi::walk(
-                        out,
-                        depth,
-                        0,
-                        pc,
-                        after,
-                        bp as u64,
-                        hi,
-                        false,
-                        memo.map(|m| (m, false)),
-                    ) {
+                    if walk(out) {
                         return;
                     }
                 }
