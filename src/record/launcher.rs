@@ -460,6 +460,7 @@ impl RingDir {
         use std::os::unix::fs::DirBuilderExt;
         let shm = Path::new("/dev/shm");
         let parent = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        RingDir::remove_stale(&parent);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -473,6 +474,31 @@ impl RingDir {
             }
         }
         None
+    }
+}
+
+impl RingDir {
+    /// Removes the ring directories of `record` processes that are gone (killed before they
+    /// could remove their own: a ring their program made before they attached to it stays
+    /// there otherwise), when they are this user's.
+    fn remove_stale(parent: &Path) {
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        for e in fs::read_dir(parent).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("memprof-"))
+                .and_then(|n| n.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
+            if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
     }
 }
 

@@ -390,6 +390,18 @@ fn a_program_outlives_its_killed_collector() {
         assert!(start.elapsed() < Duration::from_secs(60), "the program did not finish");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The killed `record` could not remove its ring directory; the next `record` does.
+    let stale = format!("memprof-{}-", child.id());
+    let left = || {
+        std::fs::read_dir("/dev/shm")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&stale))
+    };
+    let out = record_within(&dir, &["-o", "next.mprof"], &fixture("nomalloc"), &[]);
+    assert_ok(&out, 0);
+    assert!(!left(), "a dead record's {stale}* is removed by the next one");
 }
 
 /// Two libraries `dlopen`ed alternately at the same address, each leaking 10 × 1000 B in
