@@ -6,55 +6,11 @@
 //! output, and the profile holds what the program is known to allocate.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use crate::common::{text, MEMPROF};
+use crate::harm::{modes, plain, strs};
 use crate::record::{assert_ok, fixture, read, record, scratch, totals};
-
-/// Waits for `child` at most a minute: a program that hangs fails the test instead of
-/// hanging it.
-fn finish_within(mut child: std::process::Child) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!("still running after 60 s; stderr: {}", text(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs `prog` plain, in `dir`.
-fn plain(dir: &Path, prog: &Path, args: &[&str]) -> Output {
-    let child = Command::new(prog)
-        .current_dir(dir)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the fixture runs");
-    finish_within(child)
-}
-
-/// The exact mode and the default interval, each into its own profile: (label, options).
-fn modes(name: &str) -> [(String, Vec<String>); 2] {
-    [
-        (
-            format!("{name} exact"),
-            vec!["--interval".into(), "1".into(), "-o".into(), format!("{name}.exact.mprof")],
-        ),
-        (format!("{name} default"), vec!["-o".into(), format!("{name}.default.mprof")]),
-    ]
-}
-
-fn strs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
-}
 
 /// Builds `fixtures/c/<name>.c` into a program linked against the fixture libraries
 /// `libs` (each a `DT_NEEDED` entry, found through the run path), once per test run.

@@ -13,7 +13,7 @@ use crate::record::{assert_ok, fixture, read, record, scratch, totals};
 
 /// Runs `prog` plain (in `dir`), with a deadline: a program that hangs fails the test
 /// instead of hanging it.
-fn plain(dir: &Path, prog: &Path, args: &[&str]) -> Output {
+pub(crate) fn plain(dir: &Path, prog: &Path, args: &[&str]) -> Output {
     let child = Command::new(prog)
         .current_dir(dir)
         .args(args)
@@ -55,7 +55,7 @@ fn record_within(dir: &Path, opts: &[&str], prog: &Path, args: &[&str]) -> Outpu
 }
 
 /// Both modes, each into its own profile: (label, options).
-fn modes(name: &str) -> [(String, Vec<String>); 2] {
+pub(crate) fn modes(name: &str) -> [(String, Vec<String>); 2] {
     [
         (
             format!("{name} exact"),
@@ -65,7 +65,7 @@ fn modes(name: &str) -> [(String, Vec<String>); 2] {
     ]
 }
 
-fn strs(v: &[String]) -> Vec<&str> {
+pub(crate) fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
