@@ -41,6 +41,7 @@ pub mod format;
 #[cfg(feature = "report")]
 pub mod load;
 pub mod merge;
+pub mod replay;
 pub mod symbolize;
 
 use std::collections::HashMap;
@@ -533,6 +534,9 @@ pub struct Profile {
     pub series: Series,
     /// The largest estimated live heap.
     pub peak: Peak,
+    /// The sampled blocks live at [`Profile::peak`], per (stack, size), when asked for
+    /// ([`Profile::fill_peak_live`]: a second pass over the recording); `None` otherwise.
+    pub peak_live: Option<HashMap<(StackId, u64), Totals, IdHash>>,
     /// The latest event time, in nanoseconds since the start of the recording.
     pub end_ns: u64,
     /// Events folded in.

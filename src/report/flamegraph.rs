@@ -36,6 +36,11 @@ pub fn default_title(profile: &Profile, view: View) -> String {
     match view {
         View::Alloc => format!("memprof: allocated bytes ({kind})"),
         View::Live => format!("memprof: live bytes at end ({kind})"),
+        View::Peak => format!(
+            "memprof: live bytes at the peak, {} at {:.3} s ({kind})",
+            super::human_bytes(profile.peak.bytes),
+            profile.peak.time_ns as f64 / 1e9
+        ),
         View::Gc => format!("memprof: GC mark time by allocation site ({kind}, ns)"),
     }
 }

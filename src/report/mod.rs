@@ -39,6 +39,9 @@ pub enum View {
     Alloc,
     /// Samples whose block was still allocated at the end of the recording.
     Live,
+    /// Samples whose block was allocated at the heap's peak ([`Profile::peak_live`], which
+    /// the caller fills with [`Profile::fill_peak_live`]; nothing is counted without it).
+    Peak,
     /// Estimated garbage-collector mark time, in nanoseconds: for every GC cycle, each
     /// sampled managed-heap block that the cycle found live (allocated before the cycle
     /// began, not freed by its sweep) counts its estimated words × the cycle's measured ns
@@ -47,11 +50,12 @@ pub enum View {
 }
 
 impl View {
-    /// A short lowercase name: `alloc` or `live`.
+    /// A short lowercase name: `alloc`, `live`, `peak` or `gc`.
     pub fn name(self) -> &'static str {
         match self {
             View::Alloc => "alloc",
             View::Live => "live",
+            View::Peak => "peak",
             View::Gc => "gc",
         }
     }
@@ -64,9 +68,10 @@ impl std::str::FromStr for View {
         match s {
             "alloc" => Ok(View::Alloc),
             "live" | "inuse" => Ok(View::Live),
+            "peak" => Ok(View::Peak),
             "gc" | "mark" => Ok(View::Gc),
             other => Err(crate::Error::Config(format!(
-                "unknown view {other:?} (expected alloc, live or gc)"
+                "unknown view {other:?} (expected alloc, live, peak or gc)"
             ))),
         }
     }
@@ -96,8 +101,13 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
         t.samples += samples;
     };
     match view {
-        View::Alloc | View::Live => {
-            let pairs = if view == View::Alloc { &profile.allocated } else { &profile.live };
+        View::Alloc | View::Live | View::Peak => {
+            let none = HashMap::default();
+            let pairs = match view {
+                View::Alloc => &profile.allocated,
+                View::Live => &profile.live,
+                _ => profile.peak_live.as_ref().unwrap_or(&none),
+            };
             for (&(stack, size), t) in sorted(pairs) {
                 let (b, o) = (profile.estimated_bytes(t.k), profile.estimated_objects(t.k, size));
                 add(stack, b, o, t.samples);

@@ -191,7 +191,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     let period_type = value_type(&mut t.strings, "space", "bytes");
     let default_sample_type = match options.default_view {
         View::Alloc => t.strings.get("alloc_space"),
-        View::Live | View::Gc => t.strings.get("inuse_space"),
+        View::Live | View::Peak | View::Gc => t.strings.get("inuse_space"),
     };
     let bytes_key = t.strings.get("bytes");
 
@@ -223,7 +223,12 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         v[0] += profile.estimated_objects(t.k, size);
         v[1] += profile.estimated_bytes(t.k);
     }
-    for (&(stack, size), t) in super::sorted(&profile.live) {
+    // In use: at the end, or at the peak for the peak view.
+    let inuse = match (options.default_view, &profile.peak_live) {
+        (View::Peak, Some(at_peak)) => at_peak,
+        _ => &profile.live,
+    };
+    for (&(stack, size), t) in super::sorted(inuse) {
         let v = merged.entry((stack, size)).or_default();
         v[2] += profile.estimated_objects(t.k, size);
         v[3] += profile.estimated_bytes(t.k);

@@ -98,6 +98,15 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         profile.counts.moves,
         profile.stacks.len()
     );
+    if profile.peak.bytes > 0.0 {
+        let _ = writeln!(
+            out,
+            "peak: {} live{} at {:.3} s",
+            human_bytes(profile.peak.bytes),
+            if is_exact(profile) { "" } else { " (estimated)" },
+            profile.peak.time_ns as f64 / 1e9
+        );
+    }
     match profile.stopped {
         _ if profile.complete => {}
         Some(why) => {

@@ -1011,3 +1011,48 @@ fn a_lone_copy_of_the_executable_records() {
     assert_eq!(totals(&read(&work.join("d.mprof")), "leak_site"), (2_331.0, 3.0, 2_331.0, 3.0));
     assert_eq!(std::fs::read_dir(&root).unwrap().count(), before, "the temporary copy is gone");
 }
+
+/// The live set at the heap's peak (`--view peak`), on a program with known phases, in the
+/// exact mode: what was live when the last `peak_site` block was allocated, exactly, in the
+/// folded output; the top table states the peak; `--view peak` of two profiles is refused.
+#[test]
+fn the_peak_view_is_the_live_set_at_the_peak() {
+    let dir = scratch("peak");
+    let out = record(&dir, &["--interval", "1", "-o", "p.mprof"], &fixture("phases"), &[]);
+    assert_ok(&out, 0);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let line = said.lines().find(|l| l.starts_with("peak: ")).expect("record states the peak");
+    assert!(line.contains(" live at "), "{line}");
+    let folded = dir.join("p.folded");
+    let rep = Command::new(MEMPROF)
+        .arg("report")
+        .arg(dir.join("p.mprof"))
+        .args(["--view", "peak", "--collapsed"])
+        .arg(&folded)
+        .output()
+        .unwrap();
+    assert_ok(&rep, 0);
+    let text_folded = std::fs::read_to_string(&folded).unwrap();
+    let site = |name: &str| -> u64 {
+        text_folded
+            .lines()
+            .filter(|l| l.rsplit_once(' ').is_some_and(|(stack, _)| stack.ends_with(name)))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(site("peak_site"), 1_000_000, "{text_folded}");
+    assert_eq!(site("keep_site"), 200_000, "{text_folded}");
+    assert_eq!(site("churn_site"), 0, "{text_folded}");
+    // At the end, by contrast, only keep_site's blocks (and stdio's buffer) are live.
+    let p = read(&dir.join("p.mprof"));
+    assert_eq!(totals(&p, "peak_site"), (1_000_000.0, 1000.0, 0.0, 0.0));
+    let two = Command::new(MEMPROF)
+        .arg("report")
+        .arg(dir.join("p.mprof"))
+        .arg(dir.join("p.mprof"))
+        .args(["--view", "peak"])
+        .output()
+        .unwrap();
+    assert_eq!(two.status.code(), Some(1), "{}", text(&two.stderr));
+    assert!(text(&two.stderr).contains("one profile at a time"), "{}", text(&two.stderr));
+}

@@ -92,9 +92,10 @@ struct ReportArgs {
     /// --follow-forks) are reported together.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
-    /// What to count in the flamegraph and folded output: alloc (every sampled allocation),
-    /// live (blocks still allocated at the end) or gc (estimated GC mark time by allocation
-    /// site, for profiles of a managed heap).
+    /// What to count in the flamegraph, folded and pprof output: alloc (every sampled
+    /// allocation), live (blocks still allocated at the end), peak (blocks allocated when
+    /// the live heap peaked; one profile at a time) or gc (estimated GC mark time by
+    /// allocation site, for profiles of a managed heap).
     #[arg(long, default_value = "alloc")]
     view: View,
     /// Number of sites in the top table.
@@ -434,7 +435,16 @@ fn read_profiles_first(
 }
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
-    let (profile, _) = read_profiles(&args.files, false, &mut Loaders::default())?;
+    let (mut profile, _) = read_profiles(&args.files, false, &mut Loaders::default())?;
+    if args.view == View::Peak {
+        // The live set at the peak comes from a second pass over the recording.
+        let [file] = args.files.as_slice() else {
+            return Err(Error::Config(
+                "--view peak reports one profile at a time (each process peaks on its own)".into(),
+            ));
+        };
+        profile.fill_peak_live(file)?;
+    }
     if args.files.len() > 1 {
         eprintln!("memprof: {} profiles reported together", args.files.len());
     }
@@ -466,7 +476,12 @@ pub fn write_outputs(
         eprintln!("memprof: wrote {} flamegraph {}", view.name(), path.display());
     }
     if let Some(path) = pprof {
-        write_file(path, |w| report::write_pprof(profile, &PprofOptions::default(), w))?;
+        // The in-use sample types hold the live set at the peak for the peak view.
+        let options = match view {
+            View::Peak => PprofOptions { default_view: View::Peak, ..Default::default() },
+            _ => PprofOptions::default(),
+        };
+        write_file(path, |w| report::write_pprof(profile, &options, w))?;
         eprintln!("memprof: wrote pprof profile {}", path.display());
     }
     if let Some(path) = collapsed {
