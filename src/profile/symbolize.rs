@@ -367,6 +367,20 @@ fn debug_file(path: &Path) -> Option<std::path::PathBuf> {
 /// The GNU build id of the 64-bit little-endian ELF object at `path` (its `NT_GNU_BUILD_ID`
 /// note, found through the program headers; only the headers and the notes are read).
 pub fn build_id(path: &Path) -> Option<Vec<u8>> {
+    file_layout(path)?.build_id
+}
+
+/// What a module record needs of an object file mapped in another process (`memprof
+/// record`'s collector): see [`file_layout`].
+pub(crate) struct FileLayout {
+    /// The `PT_LOAD` segments: (virtual address, size in memory).
+    pub(crate) loads: Vec<(u64, u64)>,
+    /// The GNU build id, when the notes hold one.
+    pub(crate) build_id: Option<Vec<u8>>,
+}
+
+/// The layout of a 64-bit little-endian ELF file, read from its program headers and notes.
+pub(crate) fn file_layout(path: &Path) -> Option<FileLayout> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(path).ok()?;
     let read = |off: u64, len: usize| -> Option<Vec<u8>> {
@@ -387,21 +401,25 @@ pub fn build_id(path: &Path) -> Option<Vec<u8>> {
         return None;
     }
     let phdrs = read(phoff, usize::from(phentsize) * usize::from(phnum))?;
+    let (mut loads, mut build_id) = (Vec::new(), None);
     for i in 0..usize::from(phnum) {
         let ph = &phdrs[i * usize::from(phentsize)..];
+        const PT_LOAD: u32 = 1;
         const PT_NOTE: u32 = 4;
-        if u32_at(ph, 0)? != PT_NOTE {
-            continue;
-        }
-        let (off, size) = (u64_at(ph, 8)?, u64_at(ph, 32)?);
-        if size > 1 << 16 {
-            continue;
-        }
-        if let Some(id) = read(off, size as usize).and_then(|notes| note_build_id(&notes)) {
-            return Some(id);
+        match u32_at(ph, 0)? {
+            // p_vaddr, p_memsz.
+            PT_LOAD => loads.push((u64_at(ph, 16)?, u64_at(ph, 40)?)),
+            // p_offset, p_filesz.
+            PT_NOTE if build_id.is_none() => {
+                let (off, size) = (u64_at(ph, 8)?, u64_at(ph, 32)?);
+                if size <= 1 << 16 {
+                    build_id = read(off, size as usize).and_then(|notes| note_build_id(&notes));
+                }
+            }
+            _ => {}
         }
     }
-    None
+    Some(FileLayout { loads, build_id })
 }
 
 /// The descriptor of the `NT_GNU_BUILD_ID` note among `notes` (a note segment's bytes).

@@ -277,7 +277,7 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
             Err(())
         }
     };
-    let (log, log_read) = r.ring.log_records(0, u64::MAX);
+    let (log, _) = r.ring.log_records(0, u64::MAX);
     let mut facts = ProcessFacts { pid: r.pid, ..ProcessFacts::default() };
     // Only the process's facts are read here: module lists wait for their side events.
     let mut read = 0;
@@ -292,7 +292,6 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
             break;
         }
     }
-    let _ = log_read;
     let interval = f64::from_bits(h.interval_bits.load(Ordering::Relaxed));
     let info = SessionInfo {
         interval,
@@ -477,15 +476,12 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
 
 /// True when process `pid`, started at `start` (`/proc/<pid>/stat` field 22), has ended.
 fn process_gone(pid: u32, start: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    use crate::sys::procfs::{stat_field, stat_fields, START_TIME};
+    let Some(fields) = stat_fields(&format!("/proc/{pid}/stat")) else {
         return true;
     };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return true;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first().copied().unwrap_or("X");
-    let started: u64 = fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let state = fields.first().map_or("X", String::as_str);
+    let started: u64 = fields.get(START_TIME).and_then(|s| s.parse().ok()).unwrap_or(0);
     if start != 0 && started != start {
         return true;
     }
@@ -497,7 +493,7 @@ fn process_gone(pid: u32, start: u64) -> bool {
     let live_thread =
         std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|t| {
             let stat = t.path().join("stat");
-            let s = crate::sys::procfs::stat_field(&stat.to_string_lossy(), 0);
+            let s = stat_field(&stat.to_string_lossy(), 0);
             s.is_some_and(|s| s != "Z" && s != "X")
         });
     !live_thread
@@ -527,13 +523,14 @@ pub(crate) fn modules_of(pid: u32) -> Vec<Module> {
         if out.iter().any(|m| m.path == path && m.start <= start && start < m.end) {
             continue;
         }
-        let Some(loads) = load_segments(Path::new(path)) else { continue };
+        let Some(layout) = crate::profile::symbolize::file_layout(Path::new(path)) else {
+            continue;
+        };
+        let (loads, build_id) = (layout.loads, layout.build_id.unwrap_or_default());
         let Some(first) = loads.iter().map(|l| l.0).min() else { continue };
         // The mapping at offset 0 is the first PT_LOAD's page.
         let base = start.wrapping_sub(first & !0xfff);
-        let lo = loads.iter().map(|l| l.0).min().unwrap_or(0);
         let hi = loads.iter().map(|l| l.0 + l.1).max().unwrap_or(0);
-        let build_id = crate::profile::symbolize::build_id(Path::new(path)).unwrap_or_default();
         let (file_size, file_mtime_ns) = if build_id.is_empty() {
             crate::profile::symbolize::file_identity(Path::new(path))
         } else {
@@ -542,7 +539,7 @@ pub(crate) fn modules_of(pid: u32) -> Vec<Module> {
         out.push(Module {
             path: path.to_owned(),
             base,
-            start: base.wrapping_add(lo),
+            start: base.wrapping_add(first),
             end: base.wrapping_add(hi),
             build_id,
             file_size,
@@ -550,28 +547,6 @@ pub(crate) fn modules_of(pid: u32) -> Vec<Module> {
         });
     }
     out
-}
-
-/// The `PT_LOAD` segments (vaddr, memsz) of a 64-bit little-endian ELF file.
-fn load_segments(path: &Path) -> Option<Vec<(u64, u64)>> {
-    use std::io::Read;
-    let mut head = Vec::new();
-    File::open(path).ok()?.take(64 * 1024).read_to_end(&mut head).ok()?;
-    if head.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let u16_at = |o: usize| Some(u16::from_le_bytes(head.get(o..o + 2)?.try_into().ok()?) as usize);
-    let u32_at = |o: usize| Some(u32::from_le_bytes(head.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(head.get(o..o + 8)?.try_into().ok()?));
-    let (phoff, phentsize, phnum) = (u64_at(0x20)? as usize, u16_at(0x36)?, u16_at(0x38)?);
-    let mut out = Vec::new();
-    for i in 0..phnum {
-        let at = phoff.checked_add(i.checked_mul(phentsize)?)?;
-        if u32_at(at)? == 1 {
-            out.push((u64_at(at + 0x10)?, u64_at(at + 0x28)?));
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -595,7 +570,10 @@ mod tests {
     #[test]
     fn a_missing_process_is_gone() {
         assert!(process_gone(u32::MAX - 1, 0));
-        let me = crate::sys::procfs::stat_field("/proc/self/stat", 19).unwrap().parse().unwrap();
+        let me = crate::sys::procfs::stat_field("/proc/self/stat", crate::sys::procfs::START_TIME)
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(!process_gone(std::process::id(), me));
         assert!(process_gone(std::process::id(), me + 1), "another start time: a reused pid");
     }

@@ -196,9 +196,10 @@ impl Ring {
         }
         let base = base as *mut u8;
         let ring = Ring { base, len };
-        let proc_start = crate::sys::procfs::stat_field("/proc/self/stat", 19)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        let proc_start =
+            crate::sys::procfs::stat_field("/proc/self/stat", crate::sys::procfs::START_TIME)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
         // SAFETY: the mapping is `len` ≥ HEADER_BYTES bytes, page-aligned, zeroed (a new
         // file) and not yet read by anyone (the state says "starting").
         unsafe {

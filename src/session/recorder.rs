@@ -304,12 +304,7 @@ impl Recorder {
     /// record saying `why`, and no end record. For `memprof record`'s collector, which
     /// learns how the image ended from its ring.
     pub(crate) fn stop_as(&mut self, why: Stopped, stats: &Stats) {
-        self.profile.lost = Lost {
-            events: stats.lost_events,
-            untracked: stats.untracked,
-            callback_panics: stats.callback_panics,
-        };
-        let lost = self.profile.lost;
+        let lost = self.take_lost(stats);
         self.write(|w| w.write_lost(&lost));
         self.write(|w| w.write_stopping(why));
         self.flush();
@@ -317,6 +312,16 @@ impl Recorder {
             // Dropped without `finish`: no end record.
             *w = None;
         }
+    }
+
+    /// Records the session's drop counters in the profile, and returns them.
+    fn take_lost(&mut self, stats: &Stats) -> Lost {
+        self.profile.lost = Lost {
+            events: stats.lost_events,
+            untracked: stats.untracked,
+            callback_panics: stats.callback_panics,
+        };
+        self.profile.lost
     }
 
     /// True once, after a new stack had a frame outside every known module (with
@@ -666,11 +671,7 @@ impl Tracker for Recorder {
     }
 
     fn stopped(&mut self, stats: &Stats) {
-        self.profile.lost = Lost {
-            events: stats.lost_events,
-            untracked: stats.untracked,
-            callback_panics: stats.callback_panics,
-        };
+        self.take_lost(stats);
         let addrs = if self.offline_symbols { BTreeSet::new() } else { self.unresolved_addrs() };
         let fresh = symbolize::resolve_in_process(addrs.iter().copied());
         self.profile.symbols.extend(fresh);

@@ -5,7 +5,17 @@
 /// from the one after the command name (0: state, 1: ppid, 17: num_threads), which is in
 /// parentheses and may hold anything. `None` when the file cannot be read or is short.
 pub(crate) fn stat_field(path: &str, n: usize) -> Option<String> {
+    stat_fields(path)?.into_iter().nth(n)
+}
+
+/// Every field of a `stat` file after the command name, numbered as in [`stat_field`]: one
+/// read for a caller that needs several.
+pub(crate) fn stat_fields(path: &str) -> Option<Vec<String>> {
     let s = std::fs::read_to_string(path).ok()?;
     let rest = &s[s.rfind(')')? + 1..];
-    rest.split_whitespace().nth(n).map(str::to_owned)
+    Some(rest.split_whitespace().map(str::to_owned).collect())
 }
+
+/// [`stat_field`] number of the process's start time (clock ticks since boot): with the
+/// pid, what tells a process from a later one that reused its pid.
+pub(crate) const START_TIME: usize = 19;
