@@ -372,6 +372,15 @@ pub struct LiveByTime {
     empty: usize,
 }
 
+/// The default threshold of a short-lived block: freed less than 1 ms after it was
+/// allocated (`--short-lived`). Scratch buffers, temporary strings and per-iteration
+/// objects (heaptrack's "temporary allocations") die within microseconds, while what a
+/// request, a frame or a batch holds lives for milliseconds or more; 1 ms is also the
+/// resolution of the exact mode's event times ([`format::TIME_UNIT_EXACT_NS`] ≈ 1.05 ms),
+/// so that a block is short-lived there when it is freed within the time unit it was
+/// allocated in.
+pub const DEFAULT_SHORT_LIVED_NS: u64 = 1_000_000;
+
 /// Most buckets in a [`Series`].
 pub const SERIES_POINTS: usize = 1024;
 
@@ -537,6 +546,9 @@ pub struct Profile {
     /// The sampled blocks live at [`Profile::peak`], per (stack, size), when asked for
     /// ([`Profile::fill_peak_live`]: a second pass over the recording); `None` otherwise.
     pub peak_live: Option<HashMap<(StackId, u64), Totals, IdHash>>,
+    /// Set when the aggregates are those of a range of the recording rather than all of it
+    /// ([`Profile::restrict`]).
+    pub window: Option<replay::Window>,
     /// The latest event time, in nanoseconds since the start of the recording.
     pub end_ns: u64,
     /// Events folded in.

@@ -1,24 +1,149 @@
-//! Replays: a recording's events read again, in order, to see the heap as it was at one
-//! moment of the run. The aggregates of a [`Profile`] hold the end of the run (what was
-//! allocated, what is still live) and the peak's size and time; what was live *at* the
-//! peak is found by folding the events into a fresh profile until its own peak is that one.
-//! Memory is that of one profile's aggregates, never the events.
+//! Replays: a recording's events read again, to see the heap as it was at one moment of
+//! the run, or what a range of it allocated. The aggregates of a [`Profile`] hold the end
+//! of the run (what was allocated, what is still live) and the peak's size and time; any
+//! other moment is found by reading the events again. Memory is that of one profile's
+//! aggregates, never the events.
+//!
+//! # 1. Windows
+//! A [`Window`] `[from, to)` keeps what was allocated in it: the samples with
+//! `from ≤ time < to`, and of their frees and moves those with `time < to`. Folded into a
+//! profile ([`Profile::restrict`]), its *allocated* aggregates are what the range
+//! allocated, and its *live* ones what of that was still live at `to`. The live set at a
+//! moment `t` ([`Window::at`]) is the window `[0, t)`: every block allocated before `t` and
+//! not freed before `t`. The filter does not depend on the order of the events, so it
+//! is exact however the threads' events interleave in the stream; an event's time is the
+//! start of its time unit ([`format`](super::format) §1: ≈ 1 ms in the exact mode, ≈ 1 µs
+//! sampled), which is the resolution of `from` and `to`.
+//!
+//! # 2. The peak
+//! What was live at the peak is found by folding the events in stream order into a fresh
+//! profile until its own peak is the recorded one ([`live_at_peak`]): the same arithmetic
+//! in the same order, so the live set is that of the moment right after the event that
+//! made the peak.
 
-use super::format::Reader;
+use super::format::{Event, Reader};
 use super::{IdHash, Peak, Profile, StackId, Totals};
 use crate::error::Error;
 use std::collections::HashMap;
 use std::path::Path;
 
+/// A range of the recording, `[from_ns, to_ns)` in nanoseconds since its start: what was
+/// allocated in it, and what of that was still live at its end (see the
+/// [module documentation](self) §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Start of the range (inclusive).
+    pub from_ns: u64,
+    /// End of the range (exclusive); `u64::MAX` for the end of the recording.
+    pub to_ns: u64,
+}
+
+impl Window {
+    /// The whole recording.
+    pub const ALL: Window = Window { from_ns: 0, to_ns: u64::MAX };
+
+    /// The live set at `t`: what was allocated before `t`, and not freed before `t`.
+    pub fn at(t: u64) -> Window {
+        Window { from_ns: 0, to_ns: t }
+    }
+
+    /// True for a window that starts at the beginning of the recording: its live set is the
+    /// whole heap at `to_ns` (a moment, `--at`), not only what a range allocated.
+    pub fn is_moment(&self) -> bool {
+        self.from_ns == 0
+    }
+
+    /// True when the event belongs to the window: a sample allocated in it, a free or move
+    /// of such a sample before its end, a GC cycle that began in it.
+    pub fn keeps(&self, e: &Event) -> bool {
+        let inside = |t: u64| self.from_ns <= t && t < self.to_ns;
+        match e {
+            Event::Sample(s) => inside(s.time_ns),
+            Event::Free(f) => inside(f.alloc_ns) && f.time_ns < self.to_ns,
+            Event::Move(m) => inside(m.alloc_ns) && m.time_ns < self.to_ns,
+            Event::GcCycle(c) => inside(c.start_ns),
+        }
+    }
+
+    /// The window in words, for report headers: `live at 1.500 s`, or `allocated from
+    /// 0.250 s to 1.500 s (live: what of it was still live at 1.500 s)`.
+    pub fn describe(&self) -> String {
+        let s = |t: u64| format!("{:.3} s", t as f64 / 1e9);
+        let end = |t: u64| if t == u64::MAX { "the end".to_owned() } else { s(t) };
+        if self.is_moment() {
+            format!("the heap at {} (alloc: what was allocated before it)", end(self.to_ns))
+        } else {
+            format!(
+                "allocated from {} to {} (live: what of it was still live at {})",
+                s(self.from_ns),
+                end(self.to_ns),
+                end(self.to_ns)
+            )
+        }
+    }
+}
+
+/// Parses a moment of a recording that ends at `end_ns`: a time since its start with a
+/// unit (`1.5s`, `250ms`, `40us`, `1200ns`) or a share of its length (`40%`; `100%` is
+/// the end, after every event). Returns nanoseconds since the start.
+pub fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
+    let t = s.trim();
+    let bad = || {
+        Error::Config(format!(
+            "invalid time {s:?}: give a time since the start with its unit (1.5s, 250ms, \
+             40us, 1200ns) or a share of the run (40%)"
+        ))
+    };
+    let (num, scale) = if let Some(n) = t.strip_suffix('%') {
+        let p: f64 = n.trim().parse().map_err(|_| bad())?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(Error::Config(format!("invalid time {s:?}: a share is 0% to 100%")));
+        }
+        if p >= 100.0 {
+            return Ok(u64::MAX);
+        }
+        return Ok((p / 100.0 * end_ns as f64).round() as u64);
+    } else if let Some(n) = t.strip_suffix("ns") {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e6)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1e9)
+    } else {
+        return Err(bad());
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    let ns = v * scale;
+    Ok(if ns >= u64::MAX as f64 { u64::MAX } else { ns.round() as u64 })
+}
+
+/// The events of the recording at `path` in `window`, folded into a fresh profile (its
+/// aggregates; its tables are the file's header only).
+pub fn fold_window(path: &Path, window: Window) -> Result<Profile, Error> {
+    let mut reader = Reader::open(path)?;
+    let mut p = Profile { header: reader.profile().header.clone(), ..Profile::default() };
+    while let Some(e) = reader.next_event() {
+        if window.keeps(&e) {
+            p.add(&e);
+        }
+    }
+    Ok(p)
+}
+
 /// The sampled blocks live at the peak `peak` of the recording at `path` (its
-/// [`Profile::peak`]), totalled per (stack, size) as [`Profile::live`] is. The events are
-/// folded in the order they were recorded with the arithmetic that found the peak, so the
-/// live set is that of the moment right after the event that made it: in the exact mode,
-/// the program's true live heap at its peak. An error when the file cannot be read or its
-/// events never reach that peak (not the file the peak came from).
+/// [`Profile::peak`]), totalled per (stack, size) as [`Profile::live`] is; with a
+/// `window`, the peak of what the window allocated (the peak of a profile
+/// [`Profile::restrict`]ed to it). An error when the file cannot be read or its events
+/// never reach that peak (not the file the peak came from).
 pub fn live_at_peak(
     path: &Path,
     peak: Peak,
+    window: Window,
 ) -> Result<HashMap<(StackId, u64), Totals, IdHash>, Error> {
     let mut reader = Reader::open(path)?;
     let mut p = Profile { header: reader.profile().header.clone(), ..Profile::default() };
@@ -26,6 +151,9 @@ pub fn live_at_peak(
         return Ok(HashMap::default());
     }
     while let Some(e) = reader.next_event() {
+        if !window.keeps(&e) {
+            continue;
+        }
         p.add(&e);
         if p.peak == peak && p.live_bytes == peak.bytes {
             p.live.retain(|_, t| t.samples > 0);
@@ -42,9 +170,64 @@ pub fn live_at_peak(
 
 impl Profile {
     /// Fills [`Profile::peak_live`] from the recording at `path`, which this profile was read
-    /// from (see [`live_at_peak`]).
+    /// from (see [`live_at_peak`]), within its [`Profile::window`] if it has one.
     pub fn fill_peak_live(&mut self, path: &Path) -> Result<(), Error> {
-        self.peak_live = Some(live_at_peak(path, self.peak)?);
+        let window = self.window.unwrap_or(Window::ALL);
+        self.peak_live = Some(live_at_peak(path, self.peak, window)?);
         Ok(())
+    }
+
+    /// Replaces the aggregates of this profile, read from the recording at `path`, with
+    /// those of `window` (see the [module documentation](self) §1); the tables (stacks,
+    /// symbols, modules) and warnings stay. [`Profile::window`] says which window it is.
+    pub fn restrict(&mut self, path: &Path, window: Window) -> Result<(), Error> {
+        let agg = fold_window(path, window)?;
+        self.take_aggregates(agg);
+        self.peak_live = None;
+        self.window = Some(window);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moments_parse() {
+        assert_eq!(parse_moment("1.5s", 0).unwrap(), 1_500_000_000);
+        assert_eq!(parse_moment("250ms", 0).unwrap(), 250_000_000);
+        assert_eq!(parse_moment("40us", 0).unwrap(), 40_000);
+        assert_eq!(parse_moment("1200ns", 0).unwrap(), 1200);
+        assert_eq!(parse_moment("40%", 2_000_000_000).unwrap(), 800_000_000);
+        assert_eq!(parse_moment("100%", 5).unwrap(), u64::MAX);
+        assert_eq!(parse_moment("0%", 5).unwrap(), 0);
+        for bad in ["", "1.5", "abc", "-1s", "150%", "1.5 parsecs", "nans"] {
+            assert!(parse_moment(bad, 10).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn windows_keep_what_they_allocated() {
+        use crate::profile::{Free, Sample};
+        let s = |id: u64, t: u64| Sample {
+            id,
+            stack: 0,
+            time_ns: t,
+            thread: 1,
+            addr: 0,
+            size: 8,
+            k: 8,
+        };
+        let a = s(1, 10);
+        let b = s(2, 20);
+        let w = Window { from_ns: 15, to_ns: 30 };
+        assert!(!w.keeps(&Event::Sample(a)));
+        assert!(w.keeps(&Event::Sample(b)));
+        assert!(w.keeps(&Event::Free(Free::of(&b, 25))));
+        assert!(!w.keeps(&Event::Free(Free::of(&b, 30))));
+        assert!(!w.keeps(&Event::Free(Free::of(&a, 25))));
+        assert!(Window::at(20).keeps(&Event::Sample(a)));
+        assert!(!Window::at(20).keeps(&Event::Sample(b)));
     }
 }

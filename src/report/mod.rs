@@ -21,6 +21,7 @@
 pub mod flamegraph;
 pub mod folded;
 pub mod pprof;
+pub mod stats;
 pub mod top;
 
 pub use flamegraph::{flamegraph, FlameOptions};

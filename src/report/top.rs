@@ -98,10 +98,14 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         profile.counts.moves,
         profile.stacks.len()
     );
+    if let Some(w) = &profile.window {
+        let _ = writeln!(out, "window: {}", w.describe());
+    }
     if profile.peak.bytes > 0.0 {
         let _ = writeln!(
             out,
-            "peak: {} live{} at {:.3} s",
+            "{}: {} live{} at {:.3} s",
+            if profile.window.is_some() { "peak in the window" } else { "peak" },
             human_bytes(profile.peak.bytes),
             if is_exact(profile) { "" } else { " (estimated)" },
             profile.peak.time_ns as f64 / 1e9

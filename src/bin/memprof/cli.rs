@@ -4,6 +4,7 @@ use clap::{Args, Parser, Subcommand};
 use memprof::config;
 use memprof::launcher::{self, EnvSettings, RecordOptions};
 use memprof::profile::load::{load_with_first, LoadOptions, Message};
+use memprof::profile::replay::{parse_moment, Window};
 use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
@@ -110,6 +111,18 @@ struct ReportArgs {
     /// Write folded stacks (`root;…;leaf bytes`, sorted) of the chosen view.
     #[arg(long, value_name = "OUT")]
     collapsed: Option<PathBuf>,
+    /// Report the heap at one moment: live = the blocks live then, alloc = what was
+    /// allocated before it (a time since the start, 1.5s, 250ms, 40us, 1200ns, or a share of
+    /// the run, 40%). Every table and output follows.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["from", "to"])]
+    at: Option<String>,
+    /// Report only what was allocated from this time on (see --at for the forms); live =
+    /// what of it was still live at --to (or at the end).
+    #[arg(long, value_name = "TIME")]
+    from: Option<String>,
+    /// Report only what was allocated before this time (see --from).
+    #[arg(long, value_name = "TIME")]
+    to: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -436,6 +449,16 @@ fn read_profiles_first(
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     let (mut profile, _) = read_profiles(&args.files, false, &mut Loaders::default())?;
+    if let Some(window) = report_window(args, &profile)? {
+        let [file] = args.files.as_slice() else {
+            return Err(Error::Config(
+                "--at, --from and --to report one profile at a time (each process has its own \
+                 clock)"
+                    .into(),
+            ));
+        };
+        profile.restrict(file, window)?;
+    }
     if args.view == View::Peak {
         // The live set at the peak comes from a second pass over the recording.
         let [file] = args.files.as_slice() else {
@@ -459,6 +482,28 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
         args.pprof.as_deref(),
         args.collapsed.as_deref(),
     )
+}
+
+/// The range of the recording that `--at`, `--from` and `--to` ask for, if any.
+fn report_window(args: &ReportArgs, profile: &Profile) -> Result<Option<Window>, Error> {
+    let end = profile.end_ns;
+    let moment = |s: &Option<String>| s.as_deref().map(|s| parse_moment(s, end)).transpose();
+    if let Some(t) = moment(&args.at)? {
+        return Ok(Some(Window::at(t)));
+    }
+    let (from, to) = (moment(&args.from)?, moment(&args.to)?);
+    if from.is_none() && to.is_none() {
+        return Ok(None);
+    }
+    let w = Window { from_ns: from.unwrap_or(0), to_ns: to.unwrap_or(u64::MAX) };
+    if w.from_ns >= w.to_ns {
+        return Err(Error::Config(format!(
+            "--from {} is not before --to {}",
+            args.from.as_deref().unwrap_or("0"),
+            args.to.as_deref().unwrap_or("100%")
+        )));
+    }
+    Ok(Some(w))
 }
 
 /// Writes the requested exports of `profile`, saying where each went.
