@@ -80,6 +80,18 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
             e.samples += tot.samples;
             e.k += tot.k;
         }
+        let life = &mut out.lifetimes;
+        life.short_lived_ns = p.lifetimes.short_lived_ns;
+        for (&(stack, size), tot) in &p.lifetimes.short {
+            let e = life.short.entry((stack + stack_base, size)).or_default();
+            e.samples += tot.samples;
+            e.k += tot.k;
+        }
+        for (&(stack, bucket), tot) in &p.lifetimes.histogram {
+            let e = life.histogram.entry((stack + stack_base, bucket)).or_default();
+            e.samples += tot.samples;
+            e.k += tot.k;
+        }
         // Allocation times are on each process's clock: the tree's GC cycles are each
         // process's own, attributed when its profile was read.
         for (&(stack, size, unit), tot) in &p.live_by_time.index {
@@ -113,6 +125,7 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         out.complete &= p.complete || (i > 0 && p.stopped.is_some());
     }
     out.peak = out.series.peak();
+    out.since_peak.unknown = true;
     Ok(out)
 }
 

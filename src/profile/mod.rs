@@ -381,6 +381,107 @@ pub struct LiveByTime {
 /// allocated in.
 pub const DEFAULT_SHORT_LIVED_NS: u64 = 1_000_000;
 
+/// Buckets of a lifetime histogram per octave of nanoseconds (relative width 2^(1/4) − 1 ≈
+/// 19 %).
+const LIFETIME_STEPS: u32 = 4;
+
+/// The histogram bucket of a lifetime of `ns` nanoseconds: 0 for 0, then
+/// [`LIFETIME_STEPS`] buckets per power of two.
+pub fn lifetime_bucket(ns: u64) -> u16 {
+    if ns == 0 {
+        return 0;
+    }
+    let octave = 63 - ns.leading_zeros();
+    let step = if octave >= 2 { (ns >> (octave - 2)) & 3 } else { (ns << (2 - octave)) & 3 };
+    (1 + octave * LIFETIME_STEPS + step as u32) as u16
+}
+
+/// The lifetimes of bucket `b` of [`lifetime_bucket`]: `[low, high)` in nanoseconds.
+pub fn lifetime_bucket_range(b: u16) -> (u64, u64) {
+    if b == 0 {
+        return (0, 1);
+    }
+    let b = u32::from(b) - 1;
+    let (octave, step) = (b / LIFETIME_STEPS, u64::from(b % LIFETIME_STEPS));
+    let low = |octave: u32, step: u64| -> u64 {
+        if octave >= 2 {
+            (4 + step) << (octave - 2)
+        } else {
+            (4 + step) >> (2 - octave)
+        }
+    };
+    let lo = low(octave, step);
+    let hi = if step + 1 < 4 { low(octave, step + 1) } else { low(octave + 1, 0) };
+    (lo, hi.max(lo + 1))
+}
+
+/// How long the sampled blocks lived: every free folded in knows when its block was
+/// allocated ([`Free::alloc_ns`]), so each freed sampled block has a lifetime (to the
+/// stream's time unit). Blocks still live have none yet.
+#[derive(Clone, Debug)]
+pub struct Lifetimes {
+    /// A freed block is short-lived when its lifetime is below this
+    /// ([`DEFAULT_SHORT_LIVED_NS`] unless the reader asked for another).
+    pub short_lived_ns: u64,
+    /// The short-lived blocks, per (stack, size).
+    pub short: HashMap<(StackId, u64), Totals, IdHash>,
+    /// The freed blocks per (stack, [`lifetime_bucket`] of their lifetime).
+    pub histogram: HashMap<(StackId, u16), Totals, IdHash>,
+}
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Lifetimes::with_threshold(DEFAULT_SHORT_LIVED_NS)
+    }
+}
+
+impl Lifetimes {
+    /// Empty, with short-lived meaning a lifetime below `short_lived_ns`.
+    pub fn with_threshold(short_lived_ns: u64) -> Self {
+        Lifetimes { short_lived_ns, short: HashMap::default(), histogram: HashMap::default() }
+    }
+
+    fn add(&mut self, f: &Free) {
+        let life = f.time_ns.saturating_sub(f.alloc_ns);
+        let add = |t: &mut Totals| {
+            t.samples += 1;
+            t.k = t.k.wrapping_add(f.k);
+        };
+        if life < self.short_lived_ns {
+            add(self.short.entry((f.stack, f.size)).or_default());
+        }
+        add(self.histogram.entry((f.stack, lifetime_bucket(life))).or_default());
+    }
+}
+
+/// What changed in [`Profile::live`] since the peak, so that the live set at the peak is
+/// known without a second pass: `live at the peak = live now − changes since`. A new peak
+/// makes every change stale at once (a generation number, not a clear: a growing heap
+/// makes a new peak at every event). Entries: at most one per (stack, size) pair.
+#[derive(Clone, Debug, Default)]
+pub struct SincePeak {
+    /// Generation of the current peak.
+    generation: u64,
+    /// Per pair: the generation of its changes, and their (wrapping) sum.
+    changes: HashMap<(StackId, u64), (u64, Totals), IdHash>,
+    /// False for a merged profile (each process peaks on its own clock): no live set at
+    /// the peak.
+    unknown: bool,
+}
+
+impl SincePeak {
+    fn change(&mut self, pair: (StackId, u64), samples: u64, k: u64) {
+        let generation = self.generation;
+        let (g, t) = self.changes.entry(pair).or_insert((generation, Totals::default()));
+        if *g != generation {
+            *g = generation;
+            *t = Totals::default();
+        }
+        t.samples = t.samples.wrapping_add(samples);
+        t.k = t.k.wrapping_add(k);
+    }
+}
+
 /// Most buckets in a [`Series`].
 pub const SERIES_POINTS: usize = 1024;
 
@@ -543,9 +644,10 @@ pub struct Profile {
     pub series: Series,
     /// The largest estimated live heap.
     pub peak: Peak,
-    /// The sampled blocks live at [`Profile::peak`], per (stack, size), when asked for
-    /// ([`Profile::fill_peak_live`]: a second pass over the recording); `None` otherwise.
-    pub peak_live: Option<HashMap<(StackId, u64), Totals, IdHash>>,
+    /// What changed in `live` since the peak ([`Profile::peak_live`]).
+    pub since_peak: SincePeak,
+    /// How long the freed sampled blocks lived.
+    pub lifetimes: Lifetimes,
     /// Set when the aggregates are those of a range of the recording rather than all of it
     /// ([`Profile::restrict`]).
     pub window: Option<replay::Window>,
@@ -622,7 +724,9 @@ impl Profile {
         }
         let bytes = self.estimated_bytes(s.k);
         self.live_bytes += bytes;
-        self.note(s.time_ns, bytes, 0.0);
+        if !self.note(s.time_ns, bytes, 0.0) {
+            self.since_peak.change((s.stack, s.size), 1, s.k);
+        }
     }
 
     /// Takes one block of `(stack, size)` allocated at `alloc_ns` with `k` points out of
@@ -663,6 +767,8 @@ impl Profile {
             return;
         }
         self.counts.frees += 1;
+        self.lifetimes.add(f);
+        self.since_peak.change((f.stack, f.size), 1u64.wrapping_neg(), f.k.wrapping_neg());
         let bytes = self.estimated_bytes(f.k);
         self.live_bytes -= bytes;
         // Cycles already attributed that ended after this free: the block was dead by then.
@@ -712,12 +818,46 @@ impl Profile {
         self.gc_marked.push(marked);
     }
 
-    fn note(&mut self, t: u64, alloc: f64, freed: f64) {
+    /// Notes an event at `t` in the series and the peak; true when it made a new peak.
+    fn note(&mut self, t: u64, alloc: f64, freed: f64) -> bool {
         self.end_ns = self.end_ns.max(t);
+        self.series.record(t, alloc, freed, self.live_bytes);
         if self.live_bytes > self.peak.bytes {
             self.peak = Peak { bytes: self.live_bytes, time_ns: t };
+            self.since_peak.generation += 1;
+            return true;
         }
-        self.series.record(t, alloc, freed, self.live_bytes);
+        false
+    }
+
+    /// True when [`Profile::peak_live`] is known (not for a merged profile).
+    pub fn since_peak_known(&self) -> bool {
+        !self.since_peak.unknown
+    }
+
+    /// The sampled blocks live at [`Profile::peak`], per (stack, size) as in
+    /// [`Profile::live`] (pairs with none left out): the live set right after the event that
+    /// made the peak, in stream order, so in the exact mode the program's true live heap at
+    /// its peak. `None` for a merged profile (its processes peak each on their own).
+    pub fn peak_live(&self) -> Option<HashMap<(StackId, u64), Totals, IdHash>> {
+        let sp = &self.since_peak;
+        if sp.unknown {
+            return None;
+        }
+        let mut out: HashMap<(StackId, u64), Totals, IdHash> = HashMap::default();
+        for (&pair, t) in &self.live {
+            let mut t = *t;
+            if let Some((g, d)) = sp.changes.get(&pair) {
+                if *g == sp.generation {
+                    t.samples = t.samples.wrapping_sub(d.samples);
+                    t.k = t.k.wrapping_sub(d.k);
+                }
+            }
+            if t.samples > 0 {
+                out.insert(pair, t);
+            }
+        }
+        Some(out)
     }
 
     /// Moves the aggregates of `agg` (folded in by another thread) into this profile, whose
@@ -733,6 +873,8 @@ impl Profile {
         self.end_ns = agg.end_ns;
         self.counts = agg.counts;
         self.live_bytes = agg.live_bytes;
+        self.lifetimes = agg.lifetimes;
+        self.since_peak = agg.since_peak;
     }
 
     /// Adds a warning for the orphans counted so far (after reading a stream).
@@ -752,5 +894,39 @@ impl Profile {
             self.add(e);
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetime_buckets_cover_every_lifetime_once() {
+        let mut last = 0;
+        for ns in (0..5000u64).chain([1 << 20, (1 << 20) + 1, 3_000_000_000, u64::MAX / 2]) {
+            let b = lifetime_bucket(ns);
+            let (lo, hi) = lifetime_bucket_range(b);
+            assert!(lo <= ns && ns < hi, "{ns}: bucket {b} = [{lo}, {hi})");
+            if ns < 5000 {
+                assert!(b >= last, "buckets grow with the lifetime");
+                last = b;
+            }
+        }
+        // Within an octave the buckets are a quarter of it wide.
+        assert_eq!(lifetime_bucket_range(lifetime_bucket(1 << 20)), (1 << 20, 5 << 18));
+    }
+
+    #[test]
+    fn frees_sort_lifetimes() {
+        let mut p = Profile::default();
+        let s = |id, t| Sample { id, stack: 0, time_ns: t, thread: 1, addr: 0, size: 10, k: 10 };
+        let (a, b) = (s(1, 0), s(2, 0));
+        p.add_sample(&a);
+        p.add_sample(&b);
+        p.add_free(&Free::of(&a, 999_999));
+        p.add_free(&Free::of(&b, 1_000_000));
+        assert_eq!(p.lifetimes.short[&(0, 10)], Totals { samples: 1, k: 10 });
+        assert_eq!(p.lifetimes.histogram.values().map(|t| t.samples).sum::<u64>(), 2);
     }
 }

@@ -15,16 +15,13 @@
 //! start of its time unit ([`format`](super::format) §1: ≈ 1 ms in the exact mode, ≈ 1 µs
 //! sampled), which is the resolution of `from` and `to`.
 //!
-//! # 2. The peak
-//! What was live at the peak is found by folding the events in stream order into a fresh
-//! profile until its own peak is the recorded one ([`live_at_peak`]): the same arithmetic
-//! in the same order, so the live set is that of the moment right after the event that
-//! made the peak.
+//! A restricted profile has its own peak: the largest live heap of what the window
+//! allocated (for a moment `t`, the peak before `t`), and its own live set at that peak
+//! ([`Profile::peak_live`]).
 
 use super::format::{Event, Reader};
-use super::{IdHash, Peak, Profile, StackId, Totals};
+use super::Profile;
 use crate::error::Error;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// A range of the recording, `[from_ns, to_ns)` in nanoseconds since its start: what was
@@ -122,11 +119,26 @@ pub fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
     Ok(if ns >= u64::MAX as f64 { u64::MAX } else { ns.round() as u64 })
 }
 
+/// Parses a duration with its unit (`100us`, `10ms`, `1.5s`, `800ns`) as nanoseconds.
+pub fn parse_duration(s: &str) -> Result<u64, Error> {
+    if s.trim().ends_with('%') {
+        return Err(Error::Config(format!(
+            "invalid duration {s:?}: give it with its unit (100us, 10ms, 1s)"
+        )));
+    }
+    parse_moment(s, 0)
+}
+
 /// The events of the recording at `path` in `window`, folded into a fresh profile (its
-/// aggregates; its tables are the file's header only).
-pub fn fold_window(path: &Path, window: Window) -> Result<Profile, Error> {
+/// aggregates; its tables are the file's header only), whose blocks are short-lived when
+/// freed within `short_lived_ns`.
+pub fn fold_window(path: &Path, window: Window, short_lived_ns: u64) -> Result<Profile, Error> {
     let mut reader = Reader::open(path)?;
-    let mut p = Profile { header: reader.profile().header.clone(), ..Profile::default() };
+    let mut p = Profile {
+        header: reader.profile().header.clone(),
+        lifetimes: super::Lifetimes::with_threshold(short_lived_ns),
+        ..Profile::default()
+    };
     while let Some(e) = reader.next_event() {
         if window.keeps(&e) {
             p.add(&e);
@@ -135,56 +147,16 @@ pub fn fold_window(path: &Path, window: Window) -> Result<Profile, Error> {
     Ok(p)
 }
 
-/// The sampled blocks live at the peak `peak` of the recording at `path` (its
-/// [`Profile::peak`]), totalled per (stack, size) as [`Profile::live`] is; with a
-/// `window`, the peak of what the window allocated (the peak of a profile
-/// [`Profile::restrict`]ed to it). An error when the file cannot be read or its events
-/// never reach that peak (not the file the peak came from).
-pub fn live_at_peak(
-    path: &Path,
-    peak: Peak,
-    window: Window,
-) -> Result<HashMap<(StackId, u64), Totals, IdHash>, Error> {
-    let mut reader = Reader::open(path)?;
-    let mut p = Profile { header: reader.profile().header.clone(), ..Profile::default() };
-    if peak.bytes <= 0.0 {
-        return Ok(HashMap::default());
-    }
-    while let Some(e) = reader.next_event() {
-        if !window.keeps(&e) {
-            continue;
-        }
-        p.add(&e);
-        if p.peak == peak && p.live_bytes == peak.bytes {
-            p.live.retain(|_, t| t.samples > 0);
-            return Ok(p.live);
-        }
-    }
-    Err(Error::Format(format!(
-        "{}: its events never reach the peak of {} bytes at {} ns",
-        path.display(),
-        peak.bytes,
-        peak.time_ns
-    )))
-}
-
 impl Profile {
-    /// Fills [`Profile::peak_live`] from the recording at `path`, which this profile was read
-    /// from (see [`live_at_peak`]), within its [`Profile::window`] if it has one.
-    pub fn fill_peak_live(&mut self, path: &Path) -> Result<(), Error> {
-        let window = self.window.unwrap_or(Window::ALL);
-        self.peak_live = Some(live_at_peak(path, self.peak, window)?);
-        Ok(())
-    }
-
     /// Replaces the aggregates of this profile, read from the recording at `path`, with
-    /// those of `window` (see the [module documentation](self) §1); the tables (stacks,
-    /// symbols, modules) and warnings stay. [`Profile::window`] says which window it is.
+    /// those of `window` (see the [module documentation](self) §1), with its
+    /// [`Lifetimes::short_lived_ns`](super::Lifetimes::short_lived_ns); the tables (stacks,
+    /// symbols, modules) and warnings stay. [`Profile::window`] says which window it is
+    /// (`None` for [`Window::ALL`]: a second pass with another short-lived threshold).
     pub fn restrict(&mut self, path: &Path, window: Window) -> Result<(), Error> {
-        let agg = fold_window(path, window)?;
+        let agg = fold_window(path, window, self.lifetimes.short_lived_ns)?;
         self.take_aggregates(agg);
-        self.peak_live = None;
-        self.window = Some(window);
+        self.window = (window != Window::ALL).then_some(window);
         Ok(())
     }
 }

@@ -41,6 +41,10 @@ pub fn default_title(profile: &Profile, view: View) -> String {
             super::human_bytes(profile.peak.bytes),
             profile.peak.time_ns as f64 / 1e9
         ),
+        View::ShortLived => format!(
+            "memprof: short-lived bytes, freed within {} ({kind})",
+            super::human_duration(profile.lifetimes.short_lived_ns as f64)
+        ),
         View::Gc => format!("memprof: GC mark time by allocation site ({kind}, ns)"),
     }
 }

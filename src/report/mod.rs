@@ -40,9 +40,13 @@ pub enum View {
     Alloc,
     /// Samples whose block was still allocated at the end of the recording.
     Live,
-    /// Samples whose block was allocated at the heap's peak ([`Profile::peak_live`], which
-    /// the caller fills with [`Profile::fill_peak_live`]; nothing is counted without it).
+    /// Samples whose block was allocated at the heap's peak ([`Profile::peak_live`];
+    /// nothing is counted for a merged profile, which has none).
     Peak,
+    /// Samples whose block was freed soon after it was allocated (within
+    /// [`Lifetimes::short_lived_ns`](crate::profile::Lifetimes::short_lived_ns), 1 ms by
+    /// default): the churn of temporary allocations.
+    ShortLived,
     /// Estimated garbage-collector mark time, in nanoseconds: for every GC cycle, each
     /// sampled managed-heap block that the cycle found live (allocated before the cycle
     /// began, not freed by its sweep) counts its estimated words × the cycle's measured ns
@@ -51,12 +55,13 @@ pub enum View {
 }
 
 impl View {
-    /// A short lowercase name: `alloc`, `live`, `peak` or `gc`.
+    /// A short lowercase name: `alloc`, `live`, `peak`, `short-lived` or `gc`.
     pub fn name(self) -> &'static str {
         match self {
             View::Alloc => "alloc",
             View::Live => "live",
             View::Peak => "peak",
+            View::ShortLived => "short-lived",
             View::Gc => "gc",
         }
     }
@@ -70,9 +75,10 @@ impl std::str::FromStr for View {
             "alloc" => Ok(View::Alloc),
             "live" | "inuse" => Ok(View::Live),
             "peak" => Ok(View::Peak),
+            "short-lived" | "short" | "temporary" => Ok(View::ShortLived),
             "gc" | "mark" => Ok(View::Gc),
             other => Err(crate::Error::Config(format!(
-                "unknown view {other:?} (expected alloc, live, peak or gc)"
+                "unknown view {other:?} (expected alloc, live, peak, short-lived or gc)"
             ))),
         }
     }
@@ -102,12 +108,16 @@ pub fn stack_totals(profile: &Profile, view: View) -> Vec<StackTotal> {
         t.samples += samples;
     };
     match view {
-        View::Alloc | View::Live | View::Peak => {
-            let none = HashMap::default();
+        View::Alloc | View::Live | View::Peak | View::ShortLived => {
+            let at_peak;
             let pairs = match view {
                 View::Alloc => &profile.allocated,
                 View::Live => &profile.live,
-                _ => profile.peak_live.as_ref().unwrap_or(&none),
+                View::ShortLived => &profile.lifetimes.short,
+                _ => {
+                    at_peak = profile.peak_live().unwrap_or_default();
+                    &at_peak
+                }
             };
             for (&(stack, size), t) in sorted(pairs) {
                 let (b, o) = (profile.estimated_bytes(t.k), profile.estimated_objects(t.k, size));
@@ -200,6 +210,20 @@ pub fn human_bytes(n: f64) -> String {
     format!("{v:.2} {unit}")
 }
 
+/// A duration of `ns` nanoseconds in the unit that suits it: `850 ns`, `12.5 µs`,
+/// `1.05 ms`, `2.50 s`.
+pub fn human_duration(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.1} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +236,14 @@ mod tests {
         assert_eq!(human_bytes(3.25 * 1048576.0), "3.25 MiB");
         assert_eq!(human_bytes(1073741824.0), "1.00 GiB");
         assert_eq!(human_bytes(5.0 * 1099511627776.0), "5.00 TiB");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(850.0), "850 ns");
+        assert_eq!(human_duration(12_500.0), "12.5 µs");
+        assert_eq!(human_duration(1_048_576.0), "1.05 ms");
+        assert_eq!(human_duration(2.5e9), "2.50 s");
     }
 
     #[test]

@@ -190,7 +190,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     ];
     let period_type = value_type(&mut t.strings, "space", "bytes");
     let default_sample_type = match options.default_view {
-        View::Alloc => t.strings.get("alloc_space"),
+        View::Alloc | View::ShortLived => t.strings.get("alloc_space"),
         View::Live | View::Peak | View::Gc => t.strings.get("inuse_space"),
     };
     let bytes_key = t.strings.get("bytes");
@@ -217,17 +217,26 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     }
 
     // Merge samples by (stack, size): [alloc objects, alloc bytes, inuse objects, inuse bytes].
+    // The short-lived view's profile holds the short-lived allocations (none in use).
+    let other;
+    let (allocated, inuse) = match options.default_view {
+        View::ShortLived => {
+            other = HashMap::default();
+            (&profile.lifetimes.short, &other)
+        }
+        View::Peak => {
+            other = profile.peak_live().unwrap_or_default();
+            (&profile.allocated, &other)
+        }
+        _ => (&profile.allocated, &profile.live),
+    };
     let mut merged: BTreeMap<(StackId, u64), [f64; 4]> = BTreeMap::new();
-    for (&(stack, size), t) in super::sorted(&profile.allocated) {
+    for (&(stack, size), t) in super::sorted(allocated) {
         let v = merged.entry((stack, size)).or_default();
         v[0] += profile.estimated_objects(t.k, size);
         v[1] += profile.estimated_bytes(t.k);
     }
     // In use: at the end, or at the peak for the peak view.
-    let inuse = match (options.default_view, &profile.peak_live) {
-        (View::Peak, Some(at_peak)) => at_peak,
-        _ => &profile.live,
-    };
     for (&(stack, size), t) in super::sorted(inuse) {
         let v = merged.entry((stack, size)).or_default();
         v[2] += profile.estimated_objects(t.k, size);

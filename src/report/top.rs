@@ -7,8 +7,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::{gc_cycle_samples, human_bytes, is_exact, stack_totals, View};
-use crate::profile::Profile;
+use super::stats::ci95;
+use super::{gc_cycle_samples, human_bytes, human_duration, is_exact, stack_totals, View};
+use crate::profile::{lifetime_bucket_range, Profile};
 
 /// Options of [`top_table`].
 #[derive(Clone, Debug)]
@@ -38,25 +39,74 @@ pub struct SiteTotal {
     pub live_bytes: f64,
     /// Estimated objects allocated here and still live at the end.
     pub live_objects: f64,
+    /// Estimated bytes allocated here and live at the heap's peak ([`Profile::peak_live`]).
+    pub peak_bytes: f64,
+    /// Estimated bytes allocated here and freed within the short-lived threshold.
+    pub short_bytes: f64,
+    /// Estimated bytes allocated here and freed, by [`crate::profile::lifetime_bucket`] of
+    /// their lifetime, in bucket order.
+    pub lifetimes: Vec<(u16, f64)>,
+}
+
+impl SiteTotal {
+    /// The lifetime below which a share `q` (0 to 1) of the site's freed bytes died, as the
+    /// lower bound of its histogram bucket (within 19 %); `None` when none was freed.
+    pub fn lifetime_quantile(&self, q: f64) -> Option<u64> {
+        let total: f64 = self.lifetimes.iter().map(|(_, b)| b).sum();
+        if total <= 0.0 {
+            return None;
+        }
+        let mut seen = 0.0;
+        for &(bucket, bytes) in &self.lifetimes {
+            seen += bytes;
+            if seen >= q * total {
+                return Some(lifetime_bucket_range(bucket).0);
+            }
+        }
+        self.lifetimes.last().map(|&(b, _)| lifetime_bucket_range(b).0)
+    }
 }
 
 /// Totals of every site, largest allocated bytes first, then by name.
 pub fn site_totals(profile: &Profile) -> Vec<SiteTotal> {
     let mut by_site: HashMap<String, SiteTotal> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
-    for (view, live) in [(View::Alloc, false), (View::Live, true)] {
+    fn site<'a>(
+        by_site: &'a mut HashMap<String, SiteTotal>,
+        names: &mut HashMap<u32, String>,
+        profile: &Profile,
+        stack: u32,
+    ) -> &'a mut SiteTotal {
+        let name = names.entry(stack).or_insert_with(|| profile.site_name(stack)).clone();
+        by_site
+            .entry(name.clone())
+            .or_insert_with(|| SiteTotal { site: name, ..Default::default() })
+    }
+    for view in [View::Alloc, View::Live, View::Peak, View::ShortLived] {
         for t in stack_totals(profile, view) {
-            let site = names.entry(t.stack).or_insert_with(|| profile.site_name(t.stack)).clone();
-            let e = by_site
-                .entry(site.clone())
-                .or_insert_with(|| SiteTotal { site, ..SiteTotal::default() });
-            if live {
-                e.live_bytes += t.bytes;
-                e.live_objects += t.objects;
-            } else {
-                e.alloc_bytes += t.bytes;
-                e.alloc_objects += t.objects;
+            let e = site(&mut by_site, &mut names, profile, t.stack);
+            match view {
+                View::Alloc => {
+                    e.alloc_bytes += t.bytes;
+                    e.alloc_objects += t.objects;
+                }
+                View::Live => {
+                    e.live_bytes += t.bytes;
+                    e.live_objects += t.objects;
+                }
+                View::Peak => e.peak_bytes += t.bytes,
+                _ => e.short_bytes += t.bytes,
             }
+        }
+    }
+    let mut histogram: Vec<_> = profile.lifetimes.histogram.iter().collect();
+    histogram.sort_unstable_by_key(|(&(stack, bucket), _)| (bucket, stack));
+    for (&(stack, bucket), t) in histogram {
+        let e = site(&mut by_site, &mut names, profile, stack);
+        let bytes = profile.estimated_bytes(t.k);
+        match e.lifetimes.last_mut() {
+            Some((b, sum)) if *b == bucket => *sum += bytes,
+            _ => e.lifetimes.push((bucket, bytes)),
         }
     }
     let mut sites: Vec<SiteTotal> = by_site.into_values().collect();
@@ -143,10 +193,19 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         t.alloc_objects += s.alloc_objects;
         t.live_bytes += s.live_bytes;
         t.live_objects += s.live_objects;
+        t.peak_bytes += s.peak_bytes;
+        t.short_bytes += s.short_bytes;
         t
     });
+    let interval = h.interval;
+    // The peak column exists when the live set at the peak is known (not for a tree of
+    // processes, which peak each on its own).
+    let peak = profile.since_peak_known();
 
     let bytes = |v: f64| if options.human_bytes { human_bytes(v) } else { format!("{v:.0}") };
+    // ± the 95 % interval of a sampled estimate (see `report::stats`); nothing when exact.
+    // A site without samples in a column has no estimate to bound: `-`.
+    let pm = |v: f64| if v > 0.0 { format!("±{}", bytes(ci95(v, interval))) } else { "-".into() };
     let objects = |v: f64| if exact { format!("{v:.0}") } else { format!("{v:.1}") };
     let percent = |v: f64, of: f64| {
         if of > 0.0 {
@@ -155,23 +214,34 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
             "-".to_owned()
         }
     };
-    let row = |s: &SiteTotal, name: &str| -> [String; 7] {
-        [
-            bytes(s.alloc_bytes),
-            percent(s.alloc_bytes, total.alloc_bytes),
-            objects(s.alloc_objects),
-            bytes(s.live_bytes),
-            percent(s.live_bytes, total.live_bytes),
-            objects(s.live_objects),
-            name.to_owned(),
-        ]
+    // Columns: (header, cell of a site); the ± columns only for sampled profiles, the peak
+    // column only when known.
+    type Cell<'a> = Box<dyn Fn(&SiteTotal) -> String + 'a>;
+    let mut columns: Vec<(&str, Cell)> = Vec::new();
+    columns.push(("alloc bytes", Box::new(|s| bytes(s.alloc_bytes))));
+    if !exact {
+        columns.push(("±95%", Box::new(|s| pm(s.alloc_bytes))));
+    }
+    columns.push(("alloc%", Box::new(|s| percent(s.alloc_bytes, total.alloc_bytes))));
+    columns.push(("alloc objs", Box::new(|s| objects(s.alloc_objects))));
+    columns.push(("live bytes", Box::new(|s| bytes(s.live_bytes))));
+    if !exact {
+        columns.push(("±95%", Box::new(|s| pm(s.live_bytes))));
+    }
+    columns.push(("live%", Box::new(|s| percent(s.live_bytes, total.live_bytes))));
+    columns.push(("live objs", Box::new(|s| objects(s.live_objects))));
+    if peak {
+        columns.push(("peak bytes", Box::new(|s| bytes(s.peak_bytes))));
+        if !exact {
+            columns.push(("±95%", Box::new(|s| pm(s.peak_bytes))));
+        }
+    }
+    let row = |s: &SiteTotal, name: &str| -> Vec<String> {
+        columns.iter().map(|(_, f)| f(s)).chain(std::iter::once(name.to_owned())).collect()
     };
 
-    let mut rows: Vec<[String; 7]> = Vec::new();
-    rows.push(
-        ["alloc bytes", "alloc%", "alloc objs", "live bytes", "live%", "live objs", "site"]
-            .map(str::to_owned),
-    );
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    rows.push(columns.iter().map(|(h, _)| h.to_string()).chain(["site".to_owned()]).collect());
     let shown = sites.len().min(options.limit);
     for s in sites.iter().take(shown) {
         rows.push(row(s, &s.site));
@@ -181,34 +251,105 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         let _ = write!(label, ", {shown} shown");
     }
     label.push(')');
+    // The totals' intervals are those of the sums (every sample point is independent).
     let totals = row(&total, &label);
-
-    let mut width = [0usize; 6];
-    for r in rows.iter().chain(std::iter::once(&totals)) {
-        for (w, cell) in width.iter_mut().zip(r.iter()) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut line = |r: &[String; 7]| {
-        let mut text = String::new();
-        for (w, cell) in width.iter().zip(r.iter()) {
-            let _ = write!(text, "{cell:>w$}  ");
-        }
-        text.push_str(&r[6]);
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    for r in &rows {
-        line(r);
-    }
-    let rule: [String; 7] =
-        std::array::from_fn(|i| if i < 6 { "-".repeat(width[i]) } else { String::new() });
-    line(&rule);
-    line(&totals);
+    let rule: Vec<String> =
+        (0..columns.len()).map(|_| "-".to_owned()).chain([String::new()]).collect();
+    write_table(&mut out, &rows, Some(&rule), &totals);
+    out.push_str(&short_lived_table(profile, &sites, options));
     if !profile.gc_cycles.is_empty() {
         out.push('\n');
         out.push_str(&gc_table(profile, options));
     }
+    out
+}
+
+/// Writes `rows` right-aligned in columns (the last column left as is), then a rule of
+/// dashes as wide as each column (cells of `rule` are repeated to the width) and `last`.
+fn write_table(out: &mut String, rows: &[Vec<String>], rule: Option<&[String]>, last: &[String]) {
+    let n = rows.first().map_or(0, Vec::len).saturating_sub(1);
+    let mut width = vec![0usize; n];
+    for r in rows.iter().chain(std::iter::once(&last.to_vec())) {
+        for (w, cell) in width.iter_mut().zip(r.iter()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |r: &[String]| {
+        let mut text = String::new();
+        for (w, cell) in width.iter().zip(r.iter()) {
+            let _ = write!(text, "{cell:>w$}  ");
+        }
+        text.push_str(r.get(n).map_or("", String::as_str));
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    for r in rows {
+        line(r);
+    }
+    if let Some(rule) = rule {
+        let dashes: Vec<String> =
+            rule.iter().zip(&width).map(|(c, w)| c.repeat(*w)).chain([String::new()]).collect();
+        line(&dashes);
+    }
+    if !last.is_empty() {
+        line(last);
+    }
+}
+
+/// The short-lived section of the top table: how many of the allocated bytes were freed
+/// within the threshold, then the sites with the most short-lived bytes and the lifetimes
+/// of their freed bytes (percentiles by bytes, to within 19 %; a lifetime below the time
+/// unit of the recording shows as `<` the unit). Empty when nothing was freed.
+pub fn short_lived_table(profile: &Profile, sites: &[SiteTotal], options: &TopOptions) -> String {
+    let mut out = String::new();
+    let short: f64 = sites.iter().map(|s| s.short_bytes).sum();
+    let alloc: f64 = sites.iter().map(|s| s.alloc_bytes).sum();
+    if profile.counts.frees == 0 || alloc <= 0.0 {
+        return out;
+    }
+    let exact = is_exact(profile);
+    let interval = profile.header.interval;
+    let unit = profile.header.time_unit_ns.max(1);
+    let bytes = |v: f64| if options.human_bytes { human_bytes(v) } else { format!("{v:.0}") };
+    let _ = writeln!(
+        out,
+        "\nshort-lived (freed within {}): {} of {} allocated ({:.1}%)",
+        human_duration(profile.lifetimes.short_lived_ns as f64),
+        bytes(short),
+        bytes(alloc),
+        100.0 * short / alloc
+    );
+    let mut by_short: Vec<&SiteTotal> = sites.iter().filter(|s| !s.lifetimes.is_empty()).collect();
+    by_short.sort_by(|a, b| {
+        b.short_bytes
+            .total_cmp(&a.short_bytes)
+            .then_with(|| b.alloc_bytes.total_cmp(&a.alloc_bytes))
+    });
+    let life = |s: &SiteTotal, q: f64| match s.lifetime_quantile(q) {
+        Some(ns) if ns < unit => format!("<{}", human_duration(unit as f64)),
+        Some(ns) => human_duration(ns as f64),
+        None => "-".to_owned(),
+    };
+    let mut header = vec!["short bytes".to_owned()];
+    if !exact {
+        header.push("±95%".to_owned());
+    }
+    header.extend(["of site", "lifetime p50", "p90", "p99", "site"].map(str::to_owned));
+    let mut rows = vec![header];
+    for s in by_short.iter().take(options.limit.min(10)) {
+        let mut r = vec![bytes(s.short_bytes)];
+        if !exact {
+            r.push(if s.short_bytes > 0.0 {
+                format!("±{}", bytes(ci95(s.short_bytes, interval)))
+            } else {
+                "-".to_owned()
+            });
+        }
+        let of = if s.alloc_bytes > 0.0 { 100.0 * s.short_bytes / s.alloc_bytes } else { 0.0 };
+        r.extend([format!("{of:.1}%"), life(s, 0.5), life(s, 0.9), life(s, 0.99), s.site.clone()]);
+        rows.push(r);
+    }
+    write_table(&mut out, &rows, None, &[]);
     out
 }
 

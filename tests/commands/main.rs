@@ -14,3 +14,4 @@ mod harm;
 mod record;
 mod reentrancy;
 mod report;
+mod time;

@@ -4,7 +4,7 @@ use clap::{Args, Parser, Subcommand};
 use memprof::config;
 use memprof::launcher::{self, EnvSettings, RecordOptions};
 use memprof::profile::load::{load_with_first, LoadOptions, Message};
-use memprof::profile::replay::{parse_moment, Window};
+use memprof::profile::replay::{parse_duration, parse_moment, Window};
 use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
@@ -123,6 +123,10 @@ struct ReportArgs {
     /// Report only what was allocated before this time (see --from).
     #[arg(long, value_name = "TIME")]
     to: Option<String>,
+    /// A freed block is short-lived when it lived less than this (e.g. 100us, 10ms, 1s):
+    /// the short-lived view and the top table's short-lived section [default: 1ms]
+    #[arg(long, value_name = "DURATION")]
+    short_lived: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -449,24 +453,26 @@ fn read_profiles_first(
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     let (mut profile, _) = read_profiles(&args.files, false, &mut Loaders::default())?;
-    if let Some(window) = report_window(args, &profile)? {
+    let window = report_window(args, &profile)?;
+    let threshold = args.short_lived.as_deref().map(parse_duration).transpose()?;
+    if window.is_some() || threshold.is_some() {
+        // A second pass over the recording, with the window and the threshold.
         let [file] = args.files.as_slice() else {
             return Err(Error::Config(
-                "--at, --from and --to report one profile at a time (each process has its own \
-                 clock)"
+                "--at, --from, --to and --short-lived report one profile at a time (each \
+                 process has its own clock)"
                     .into(),
             ));
         };
-        profile.restrict(file, window)?;
+        if let Some(ns) = threshold {
+            profile.lifetimes.short_lived_ns = ns;
+        }
+        profile.restrict(file, window.unwrap_or(Window::ALL))?;
     }
-    if args.view == View::Peak {
-        // The live set at the peak comes from a second pass over the recording.
-        let [file] = args.files.as_slice() else {
-            return Err(Error::Config(
-                "--view peak reports one profile at a time (each process peaks on its own)".into(),
-            ));
-        };
-        profile.fill_peak_live(file)?;
+    if args.view == View::Peak && args.files.len() > 1 {
+        return Err(Error::Config(
+            "--view peak reports one profile at a time (each process peaks on its own)".into(),
+        ));
     }
     if args.files.len() > 1 {
         eprintln!("memprof: {} profiles reported together", args.files.len());
@@ -523,7 +529,9 @@ pub fn write_outputs(
     if let Some(path) = pprof {
         // The in-use sample types hold the live set at the peak for the peak view.
         let options = match view {
-            View::Peak => PprofOptions { default_view: View::Peak, ..Default::default() },
+            View::Peak | View::ShortLived => {
+                PprofOptions { default_view: view, ..Default::default() }
+            }
             _ => PprofOptions::default(),
         };
         write_file(path, |w| report::write_pprof(profile, &options, w))?;
