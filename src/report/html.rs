@@ -138,10 +138,10 @@ struct Tree {
     /// Node `i + 1`'s parent and name (node 0 is the root, which has neither).
     nodes: Vec<(u32, u32)>,
     children: HashMap<(u32, u32), u32>,
-    /// The leaf node of each stack, by stack id.
-    of_stack: HashMap<StackId, u32, IdHash>,
+    /// The leaf node of each stack, by stack id (`u32::MAX`: not seen yet).
+    of_stack: Vec<u32>,
     /// The site name of each leaf node.
-    sites: Vec<(u32, u32)>,
+    sites: HashMap<u32, u32, IdHash>,
 }
 
 impl Tree {
@@ -157,8 +157,12 @@ impl Tree {
 
     /// The leaf node of `stack`, interning its frames on first sight.
     fn node(&mut self, profile: &Profile, stack: StackId) -> u32 {
-        if let Some(&n) = self.of_stack.get(&stack) {
-            return n;
+        if self.of_stack.len() != profile.stacks.len() {
+            self.of_stack = vec![u32::MAX; profile.stacks.len()];
+        }
+        let cached = self.of_stack.get(stack as usize).copied().unwrap_or(u32::MAX);
+        if cached != u32::MAX {
+            return cached;
         }
         let mut node = 0;
         for f in profile.frame_names_ref(stack) {
@@ -173,11 +177,13 @@ impl Tree {
                 }
             };
         }
-        if !self.sites.iter().any(|&(n, _)| n == node) {
+        if !self.sites.contains_key(&node) {
             let site = self.name(&profile.site_name(stack));
-            self.sites.push((node, site));
+            self.sites.insert(node, site);
         }
-        self.of_stack.insert(stack, node);
+        if let Some(c) = self.of_stack.get_mut(stack as usize) {
+            *c = node;
+        }
         node
     }
 }
@@ -198,6 +204,8 @@ struct Pass {
     cells: HashMap<(u32, u32, u32), Cell, IdHash>,
     /// Per node, the sample points of short-lived blocks.
     short: HashMap<u32, u64, IdHash>,
+    /// Per node, the sample points live at the peak (`None` if the pass never reached it).
+    peak: Option<Vec<u64>>,
     /// Per bucket: estimated bytes allocated and freed, largest live heap after an event.
     alloc: Vec<f64>,
     freed: Vec<f64>,
@@ -230,6 +238,7 @@ fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> 
         buckets,
         cells: HashMap::default(),
         short: HashMap::default(),
+        peak: None,
         alloc: vec![0.0; buckets as usize],
         freed: vec![0.0; buckets as usize],
         live_max: vec![0.0; buckets as usize],
@@ -246,49 +255,53 @@ fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> 
         }
         Ok(b as u32)
     };
-    // What Profile::add keeps to tell an orphan free: live samples per (stack, size, unit).
+    // Allocated per (node, bucket); the blocks never freed are what the frees leave.
+    let mut allocated: HashMap<(u32, u32), Cell, IdHash> = HashMap::default();
+    // What Profile::add keeps to tell an orphan free (live samples per (stack, size,
+    // unit)), needed only when the profile counted orphans.
+    let orphans = profile.counts.orphans > 0;
     let mut live: HashMap<(StackId, u64, u64), (u64, u64), IdHash> = HashMap::default();
+    // The peak as Profile::add finds it (same arithmetic, same order): the live set is
+    // taken when this pass reaches the recorded peak, as `live_at_peak` does.
     let mut live_bytes = 0.0;
+    let mut peak = crate::profile::Peak::default();
+    let mut live_node: Vec<u64> = Vec::new();
     let mut live_end = vec![0.0; buckets as usize];
     let mut had = vec![false; buckets as usize];
-    let never = buckets as u32;
     while let Some(e) = reader.next_event() {
-        match e {
+        let (t, b, node, delta) = match e {
             Event::Sample(s) => {
                 let node = tree.node(profile, s.stack);
                 let a = bucket(s.time_ns)?;
-                let c = p.cells.entry((node, a, never)).or_default();
+                let c = allocated.entry((node, a)).or_default();
                 c.k = c.k.wrapping_add(s.k);
                 c.n += 1;
-                let l = live.entry((s.stack, s.size, s.time_ns / unit)).or_default();
-                l.0 += 1;
-                l.1 = l.1.wrapping_add(s.k);
+                if orphans {
+                    let l = live.entry((s.stack, s.size, s.time_ns / unit)).or_default();
+                    l.0 += 1;
+                    l.1 = l.1.wrapping_add(s.k);
+                }
                 let bytes = s.k as f64 * interval;
                 live_bytes += bytes;
                 p.alloc[a as usize] += bytes;
-                let m = &mut p.live_max[a as usize];
-                *m = m.max(live_bytes);
-                live_end[a as usize] = live_bytes;
-                had[a as usize] = true;
+                (s.time_ns, a, node, s.k as i128)
             }
             Event::Free(f) => {
-                let key = (f.stack, f.size, f.alloc_ns / unit);
-                match live.get_mut(&key) {
-                    Some(l) if l.0 > 0 && l.1 >= f.k => {
-                        l.0 -= 1;
-                        l.1 -= f.k;
-                        if l.0 == 0 {
-                            live.remove(&key);
+                if orphans {
+                    let key = (f.stack, f.size, f.alloc_ns / unit);
+                    match live.get_mut(&key) {
+                        Some(l) if l.0 > 0 && l.1 >= f.k => {
+                            l.0 -= 1;
+                            l.1 -= f.k;
+                            if l.0 == 0 {
+                                live.remove(&key);
+                            }
                         }
+                        _ => continue,
                     }
-                    _ => continue,
                 }
                 let node = tree.node(profile, f.stack);
                 let (a, b) = (bucket(f.alloc_ns)?, bucket(f.time_ns)?);
-                if let Some(c) = p.cells.get_mut(&(node, a, never)) {
-                    c.k = c.k.wrapping_sub(f.k);
-                    c.n = c.n.saturating_sub(1);
-                }
                 let c = p.cells.entry((node, a, b)).or_default();
                 c.k = c.k.wrapping_add(f.k);
                 c.n += 1;
@@ -298,15 +311,45 @@ fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> 
                 let bytes = f.k as f64 * interval;
                 live_bytes -= bytes;
                 p.freed[b as usize] += bytes;
-                let m = &mut p.live_max[b as usize];
-                *m = m.max(live_bytes);
-                live_end[b as usize] = live_bytes;
-                had[b as usize] = true;
+                (f.time_ns, b, node, -(f.k as i128))
             }
-            Event::Move(_) | Event::GcCycle(_) => {}
+            Event::Move(_) | Event::GcCycle(_) => continue,
+        };
+        let i = b as usize;
+        p.live_max[i] = p.live_max[i].max(live_bytes);
+        live_end[i] = live_bytes;
+        had[i] = true;
+        if p.peak.is_none() {
+            if live_node.len() <= node as usize {
+                live_node.resize(node as usize + 1, 0);
+            }
+            let l = &mut live_node[node as usize];
+            *l = (*l as i128 + delta) as u64;
+            if live_bytes > peak.bytes {
+                peak = crate::profile::Peak { bytes: live_bytes, time_ns: t };
+            }
+            if profile.peak.bytes > 0.0 && peak == profile.peak && live_bytes == peak.bytes {
+                p.peak = Some(std::mem::take(&mut live_node));
+            }
         }
     }
-    p.cells.retain(|_, c| c.n > 0 || c.k > 0);
+    // The blocks never freed: what each (node, bucket) allocated, less its frees.
+    let never = buckets as u32;
+    let mut left = allocated;
+    for (&(node, a, _), c) in &p.cells {
+        if let Some(l) = left.get_mut(&(node, a)) {
+            l.k = l.k.wrapping_sub(c.k);
+            l.n = l.n.saturating_sub(c.n);
+        }
+    }
+    for ((node, a), c) in left {
+        if c.n > 0 || c.k > 0 {
+            p.cells.insert((node, a, never), c);
+        }
+    }
+    if profile.peak.bytes <= 0.0 {
+        p.peak = Some(Vec::new());
+    }
     carry_live(&mut p.live_max, &live_end, &had);
     Ok(p)
 }
@@ -323,10 +366,16 @@ pub fn write_html(profile: &Profile, path: &Path, mut out: impl Write) -> Result
     }
     let mut tree = Tree::default();
     let p = pass(profile, path, &mut tree)?;
-    let peak = live_at_peak(path, profile.peak, Window::ALL)?;
     let mut peak_k: std::collections::BTreeMap<u32, u64> = Default::default();
-    for (&(stack, _), t) in &peak {
-        *peak_k.entry(tree.node(profile, stack)).or_default() += t.k;
+    match &p.peak {
+        Some(live) => peak_k
+            .extend(live.iter().enumerate().filter(|(_, &k)| k > 0).map(|(n, &k)| (n as u32, k))),
+        // Never reached in this pass: the replay of the peak says why (an error).
+        None => {
+            for (&(stack, _), t) in &live_at_peak(path, profile.peak, Window::ALL)? {
+                *peak_k.entry(tree.node(profile, stack)).or_default() += t.k;
+            }
+        }
     }
     let mut gc: std::collections::BTreeMap<u32, f64> = Default::default();
     for t in stack_totals(profile, View::Gc) {
@@ -334,7 +383,8 @@ pub fn write_html(profile: &Profile, path: &Path, mut out: impl Write) -> Result
     }
     let json = data_json(profile, &p, &tree, &peak_k, &gc);
     let exe = profile.header.executable.rsplit('/').next().unwrap_or_default();
-    let title = if exe.is_empty() { "memprof report".to_owned() } else { format!("memprof: {exe}") };
+    let title =
+        if exe.is_empty() { "memprof report".to_owned() } else { format!("memprof: {exe}") };
     let page = PAGE
         .replace("{{TITLE}}", &html_escape(&title))
         .replace("{{CSS}}", CSS)
@@ -431,7 +481,7 @@ fn data_json(
     j.key("nodes");
     j.ints(tree.nodes.iter().flat_map(|&(parent, name)| [parent as u64, name as u64]));
     j.key("sites");
-    let mut sites = tree.sites.clone();
+    let mut sites: Vec<(u32, u32)> = tree.sites.iter().map(|(&n, &s)| (n, s)).collect();
     sites.sort_unstable();
     j.ints(sites.iter().flat_map(|&(n, s)| [n as u64, s as u64]));
     j.key("cells");
@@ -471,10 +521,8 @@ mod tests {
         for (i, f) in ["a", "b<&>\"x\""].iter().enumerate() {
             let addr = 0x1000 + i as u64;
             p.stacks.push(Stack { frames: vec![addr], truncated: false });
-            p.symbols.insert(
-                addr,
-                vec![Symbol { function: (*f).to_owned(), file: None, line: None }],
-            );
+            p.symbols
+                .insert(addr, vec![Symbol { function: (*f).to_owned(), file: None, line: None }]);
         }
         p
     }
@@ -527,6 +575,22 @@ mod tests {
         }
         // b lived 10 units (more than 1 ms): not short-lived; nothing else was freed young.
         assert!(p.short.is_empty());
+        // The live set at the peak, taken in the pass: what the peak's replay finds.
+        let mut want: HashMap<u32, u64> = HashMap::new();
+        for (&(stack, _), t) in &live_at_peak(&path, profile.peak, Window::ALL).unwrap() {
+            *want.entry(tree.node(&profile, stack)).or_default() += t.k;
+        }
+        let got: HashMap<u32, u64> = p
+            .peak
+            .as_ref()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, &k)| k > 0)
+            .map(|(n, &k)| (n as u32, k))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got.values().sum::<u64>(), 110, "a and b at 50 units");
         let mut html = Vec::new();
         write_html(&profile, &path, &mut html).unwrap();
         let html = String::from_utf8(html).unwrap();

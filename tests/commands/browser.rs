@@ -132,7 +132,8 @@ fn value(b: &[u8], at: &mut usize) -> Result<Json, String> {
         }
         Some(_) => {
             let start = *at;
-            while *at < b.len() && matches!(b[*at], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+            while *at < b.len() && matches!(b[*at], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+            {
                 *at += 1;
             }
             let s = std::str::from_utf8(&b[start..*at]).unwrap();
@@ -345,9 +346,7 @@ impl Browser {
         let button = if kind == "mouseMoved" { "none" } else { "left" };
         self.call(
             "Input.dispatchMouseEvent",
-            &format!(
-                r#"{{"type":"{kind}","x":{x},"y":{y},"button":"{button}","clickCount":1}}"#
-            ),
+            &format!(r#"{{"type":"{kind}","x":{x},"y":{y},"button":"{button}","clickCount":1}}"#),
         );
     }
 
@@ -372,7 +371,8 @@ impl Browser {
         self.call("Page.navigate", &format!(r#"{{"url":{}}}"#, quote(&url)));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let ready = self.eval("document.readyState === 'complete' && document.body.dataset.ready === '1'");
+            let ready = self
+                .eval("document.readyState === 'complete' && document.body.dataset.ready === '1'");
             if ready == Json::Bool(true) {
                 return;
             }
@@ -439,8 +439,10 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
     for external in ["http://", "https://", "<link", "src=\""] {
-        let hits: Vec<_> =
-            html.match_indices(external).filter(|(i, _)| !html[*i..].starts_with("http://www.w3.org/2000/svg")).collect();
+        let hits: Vec<_> = html
+            .match_indices(external)
+            .filter(|(i, _)| !html[*i..].starts_with("http://www.w3.org/2000/svg"))
+            .collect();
         assert!(hits.is_empty(), "the page refers to something outside it: {external}");
     }
 
@@ -525,8 +527,10 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
     b.eval("(() => { const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input')); document.getElementById('reset').click(); return 1; })()");
 
     // A drag from 0.5 s to 0.7 s shows what that range allocated: churn_site's 1 000 000 B.
-    let (x0, x1) =
-        (b.eval("window.memprof.clientX(0.5e9)").num(), b.eval("window.memprof.clientX(0.7e9)").num());
+    let (x0, x1) = (
+        b.eval("window.memprof.clientX(0.5e9)").num(),
+        b.eval("window.memprof.clientX(0.7e9)").num(),
+    );
     b.drag(x0, x1, y);
     let range = b.json(
         "(() => { const f = document.getElementById('flame'); \
@@ -543,8 +547,9 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
     assert_eq!(range.get("total").num() as u64, alloc, "{range:?}");
     assert!(alloc >= 1_000_000, "churn_site's blocks: {alloc}");
 
-    // Back to the moment at 0.3 s for the picture.
+    // Back to the moment at 0.3 s for the picture, the pointer out of the way.
     b.click(x, y);
+    b.mouse("mouseMoved", 2.0, 2.0);
     b.screenshot(&dir.join("report.png"));
     if std::env::var_os("MEMPROF_WRITE_SCREENSHOT").is_some() {
         let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
