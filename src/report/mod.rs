@@ -20,6 +20,7 @@
 
 pub mod flamegraph;
 pub mod folded;
+pub mod html;
 pub mod pprof;
 pub mod stats;
 pub mod top;

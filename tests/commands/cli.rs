@@ -129,6 +129,10 @@ fn demo_writes_flamegraphs_naming_the_examples_functions() {
     assert!(recorded.contains("Cache::remember"), "memprof record sees who holds the cache");
     assert!(read("record_leaky_cache.alloc.svg").contains("leaky_cache::parse_request"));
 
+    // The HTML reports of the leaky cache and the managed heap.
+    assert!(read("leaky_cache.html").contains("Cache::remember"));
+    assert!(read("gc_workload.html").contains("gc_workload::make_record"));
+
     // The managed heap: samples and GC cycles in one profile, mark time by site.
     let gc = read("gc_workload.gc.svg");
     assert!(gc.contains("GC mark time") && gc.contains("gc_workload::make_record"));

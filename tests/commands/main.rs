@@ -7,6 +7,7 @@
 //! allocator, allocations before the preload library is ready, small stacks). What they
 //! share is in `common`.
 
+mod browser;
 mod cli;
 mod common;
 mod forwarding;

@@ -203,7 +203,7 @@ fn fork_from_threads_without_following() {
         assert_eq!(totals(&p, "child_work"), (0.0, 0.0, 0.0, 0.0), "{mode}: child not profiled");
         let files: Vec<_> =
             std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
-        assert_eq!(files.len(), 2, "{mode}: only f.mprof and its flamegraph: {files:?}");
+        assert_eq!(files.len(), 3, "{mode}: only f.mprof, its flamegraph and page: {files:?}");
     }
 }
 

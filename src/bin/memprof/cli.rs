@@ -111,6 +111,10 @@ struct ReportArgs {
     /// Write folded stacks (`root;…;leaf bytes`, sorted) of the chosen view.
     #[arg(long, value_name = "OUT")]
     collapsed: Option<PathBuf>,
+    /// Write an interactive HTML report (one self-contained page: timeline, flamegraph of
+    /// any moment or range, search, sites) of the whole recording; one profile at a time.
+    #[arg(long, value_name = "OUT.html", conflicts_with_all = ["at", "from", "to"])]
+    html: Option<PathBuf>,
     /// Report the heap at one moment: live = the blocks live then, alloc = what was
     /// allocated before it (a time since the start, 1.5s, 250ms, 40us, 1200ns, or a share of
     /// the run, 40%). Every table and output follows.
@@ -348,6 +352,14 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     if let Err(e) = write_outputs(&profile, View::Alloc, Some(&svg), None, None) {
         eprintln!("memprof: error: {e}");
     }
+    // The page replays the file by stack id: only a profile read from one file has the
+    // file's ids.
+    let html = PathBuf::from(format!("{}.html", run.output.display()));
+    if files.len() == 1 && !gone {
+        if let Err(e) = write_html(&profile, &run.output, &html) {
+            eprintln!("memprof: error: {e}");
+        }
+    }
     eprintln!("memprof: profile {} ({})", run.output.display(), labels.join(", "));
     if let Some((true, hint)) = exec_hint(program, &run, &profile) {
         eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
@@ -477,6 +489,14 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     if args.files.len() > 1 {
         eprintln!("memprof: {} profiles reported together", args.files.len());
     }
+    if let Some(out) = &args.html {
+        let [file] = args.files.as_slice() else {
+            return Err(Error::Config(
+                "--html reports one profile at a time (each process has its own timeline)".into(),
+            ));
+        };
+        write_html(&profile, file, out)?;
+    }
     print!(
         "{}",
         report::top_table(&profile, &TopOptions { limit: args.top, ..Default::default() })
@@ -541,6 +561,19 @@ pub fn write_outputs(
         write_file(path, |w| report::write_collapsed(w, profile, view))?;
         eprintln!("memprof: wrote {} folded stacks {}", view.name(), path.display());
     }
+    Ok(())
+}
+
+/// Writes the HTML report of `profile`, read from `file` alone, to `out`.
+pub fn write_html(profile: &Profile, file: &Path, out: &Path) -> Result<(), Error> {
+    let started = std::time::Instant::now();
+    write_file(out, |w| report::html::write_html(profile, file, w))?;
+    eprintln!(
+        "memprof: wrote HTML report {} ({} KiB in {:.2} s)",
+        out.display(),
+        std::fs::metadata(out).map_or(0, |m| m.len()) / 1024,
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

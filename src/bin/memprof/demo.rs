@@ -50,6 +50,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     );
     drop(cache);
     show(&profile, &args.out, "leaky_cache", &[View::Alloc, View::Live])?;
+    page(&profile, &mprof, &args.out, "leaky_cache")?;
 
     // 3. The managed heap: a steady live set with churn, collected incrementally; the
     //    profile holds the sampled blocks and every cycle's mark timing.
@@ -67,6 +68,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
         mprof.display()
     );
     show(&profile, &args.out, "gc_workload", &[View::Live, View::Gc])?;
+    page(&profile, &mprof, &args.out, "gc_workload")?;
 
     // 4. The whole `memprof record` path: the leaky cache again, as an unmodified program
     //    (this executable, with no session of its own), through the preload library.
@@ -111,6 +113,18 @@ fn show(profile: &Profile, out: &Path, name: &str, views: &[View]) -> Result<(),
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The interactive HTML report of the recording `mprof`, as `<name>.html` in `out`.
+fn page(profile: &Profile, mprof: &Path, out: &Path, name: &str) -> Result<(), Error> {
+    // Read back from its file: the page replays the file by the file's stack ids.
+    let (read, _) = crate::cli::read_profiles(
+        &[mprof.to_path_buf()],
+        false,
+        &mut memprof::profile::symbolize::Loaders::default(),
+    )?;
+    debug_assert_eq!(read.counts.samples, profile.counts.samples);
+    crate::cli::write_html(&read, mprof, &out.join(format!("{name}.html")))
 }
 
 /// `memprof __workload NAME SIZE`: a demo workload with no session of its own, for the
