@@ -2,6 +2,7 @@
 //! files, exports, the demo, one-line errors), `record` (real C programs and examples run
 //! under the preload library, their profiles checked against what they allocate) and
 //! `report` (every output format against golden files and an independent pprof decoder),
+//! `diff` (`memprof diff` of real recordings: its flags, its exact numbers, its exports),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
 //! allocator, allocations before the preload library is ready, small stacks). What they
@@ -9,6 +10,7 @@
 
 mod cli;
 mod common;
+mod diff;
 mod forwarding;
 mod harm;
 mod record;
