@@ -44,7 +44,11 @@
 //!
 //! The peak is a moment chosen by the data (the largest *estimated* live heap), so its
 //! per-site test is approximate: two recordings whose live heap has a plateau may be
-//! compared at different moments of it.
+//! compared at different moments of it, and a short-lived block that happened to get
+//! several sample points is more likely than others to be in the live set of a sampled
+//! recording's peak (it raised the estimate there). Against an exact recording, the test's
+//! error is then the interval's (the larger of the two), which such a block stays within
+//! unless it got many more points than its size warrants.
 //!
 //! # 4. Differential outputs
 //! [`diff_collapsed`] writes the differential folded format `stack BASE NEW` (estimated
@@ -251,7 +255,7 @@ pub struct DiffOptions {
 fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
     let h = &p.header;
     let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
-    let _ = write!(out, "{label}: ");
+    let _ = write!(out, "{label:<4}: ");
     if let Some(f) = file {
         let _ = write!(out, "{f}: ");
     }
@@ -260,7 +264,7 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
         let _ = write!(out, " (pid {})", h.pid);
     }
     out.push('\n');
-    let pad = " ".repeat(label.len() + 2);
+    let pad = " ".repeat(label.len().max(4) + 2);
     if !h.cmdline.is_empty() {
         let _ = writeln!(out, "{pad}command: {}", h.cmdline.join(" "));
     }
@@ -369,16 +373,9 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
             .collect();
         said.join(", ")
     };
-    let mut rows: Vec<[String; 7]> = vec![[
-        "base alloc",
-        "new alloc",
-        "Δ alloc",
-        "Δ live",
-        "Δ peak",
-        "change",
-        "site",
-    ]
-    .map(str::to_owned)];
+    let mut rows: Vec<[String; 7]> =
+        vec![["base alloc", "new alloc", "Δ alloc", "Δ live", "Δ peak", "change", "site"]
+            .map(str::to_owned)];
     let shown: Vec<&SiteDiff> = d.sites.iter().filter(|s| options.all || s.flagged()).collect();
     for s in &shown {
         let c = &s.changes;
@@ -423,19 +420,19 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
         out.push('\n');
     };
     if shown.is_empty() {
-        let _ = writeln!(out, "no significant change");
-    } else {
-        for r in &rows {
-            line(&mut out, r);
-        }
-        let rule: [String; 7] =
-            std::array::from_fn(|i| if i < 6 { "-".repeat(width[i]) } else { String::new() });
-        line(&mut out, &rule);
+        let _ = writeln!(out, "no significant change\n");
     }
+    for r in &rows {
+        line(&mut out, r);
+    }
+    let rule: [String; 7] =
+        std::array::from_fn(|i| if i < 6 { "-".repeat(width[i]) } else { String::new() });
+    line(&mut out, &rule);
     line(&mut out, &total);
     let hidden = d.sites.len() - shown.len();
     if hidden > 0 {
-        let _ = writeln!(out, "{hidden} sites without a significant change hidden (--all shows them)");
+        let _ =
+            writeln!(out, "{hidden} sites without a significant change hidden (--all shows them)");
     }
     out
 }
@@ -496,9 +493,8 @@ pub fn diff_flamegraph(
     let kind = if is_exact(base) && is_exact(new) { "exact" } else { "estimated" };
     let title =
         format!("memprof diff: {}, BASE → NEW (red: more in NEW, blue: less)", view_words(view));
-    let subtitle =
-        format!("base: {} | new: {}", default_subtitle(base), default_subtitle(new))
-            + &format!(" | widths: NEW's bytes ({kind})");
+    let subtitle = format!("base: {} | new: {}", default_subtitle(base), default_subtitle(new))
+        + &format!(" | widths: NEW's bytes ({kind})");
     let lines = diff_collapsed(base, new, view)?;
     let io = |e| Error::io("writing flamegraph", e);
     // inferno refuses input whose NEW counts are all 0.
