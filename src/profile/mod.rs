@@ -386,7 +386,7 @@ pub const DEFAULT_SHORT_LIVED_NS: u64 = 1_000_000;
 const LIFETIME_STEPS: u32 = 4;
 
 /// The histogram bucket of a lifetime of `ns` nanoseconds: 0 for 0, then
-/// [`LIFETIME_STEPS`] buckets per power of two.
+/// 4 buckets per power of two.
 pub fn lifetime_bucket(ns: u64) -> u16 {
     if ns == 0 {
         return 0;

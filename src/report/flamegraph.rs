@@ -115,7 +115,7 @@ fn xml_escape(s: &str) -> String {
 }
 
 /// A small valid SVG for a view without samples.
-fn empty_svg(title: &str, subtitle: &str, width: Option<usize>) -> String {
+pub(crate) fn empty_svg(title: &str, subtitle: &str, width: Option<usize>) -> String {
     let width = width.unwrap_or(1200);
     let mid = width / 2;
     format!(

@@ -6,7 +6,7 @@
 //!
 //! # 1. Pre-aggregation
 //! A page cannot replay ten million events, so the recording is read once more
-//! ([`format::Reader`]) and folded into what any view needs. The run is divided into at
+//! (`profile::format::Reader`) and folded into what any view needs. The run is divided into at
 //! most [`BUCKETS`] buckets of `w` nanoseconds (a multiple of the stream's time unit),
 //! bucket `i` covering `[i·w, (i+1)·w)`. Every sampled block falls into one *cell*:
 //! (its stack's node, the bucket it was allocated in, the bucket it was freed in or

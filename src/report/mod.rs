@@ -18,6 +18,7 @@
 //! walk, and flamegraph colours are derived from the function names.
 #![forbid(unsafe_code)]
 
+pub mod diff;
 pub mod flamegraph;
 pub mod folded;
 pub mod html;
@@ -25,6 +26,7 @@ pub mod pprof;
 pub mod stats;
 pub mod top;
 
+pub use diff::{diff_sites, diff_table, DiffOptions};
 pub use flamegraph::{flamegraph, FlameOptions};
 pub use folded::{collapsed, write_collapsed};
 pub use pprof::{pprof, write_pprof, PprofOptions};

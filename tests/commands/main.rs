@@ -1,7 +1,8 @@
 //! The `memprof` command as a user meets it, in one test binary: `cli` (reports of recorded
 //! files, exports, the demo, one-line errors), `record` (real C programs and examples run
-//! under the preload library, their profiles checked against what they allocate) and
+//! under the preload library, their profiles checked against what they allocate),
 //! `report` (every output format against golden files and an independent pprof decoder),
+//! `diff` (`memprof diff` of real recordings: its flags, its exact numbers, its exports),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
 //! allocator, allocations before the preload library is ready, small stacks). What they
@@ -10,6 +11,7 @@
 mod browser;
 mod cli;
 mod common;
+mod diff;
 mod forwarding;
 mod harm;
 mod record;
