@@ -131,8 +131,8 @@ pub use record::bundled;
 pub use record::launcher;
 pub use session::recorder::{Held, Recorder};
 pub use session::{
-    live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Reallocation, Session,
-    SessionInfo, Stats, Tracker,
+    live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll,
+    Reallocation, Session, SessionInfo, Stats, Tracker,
 };
 
 /// Not API: what the preload library (`memprof-preload`), the tests and the benchmarks

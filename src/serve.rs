@@ -411,12 +411,10 @@ fn answer(mut stream: TcpStream, handler: &Handler) {
         Ok(Some(line)) => {
             let mut parts = line.split(' ');
             match (parts.next(), parts.next(), parts.next()) {
-                (Some(method), Some(target), Some(v)) if v.starts_with("HTTP/1.") => {
-                    match method {
-                        "GET" | "HEAD" => (method == "HEAD", handler.respond(target)),
-                        _ => (false, Response::text(405, "only GET is served")),
-                    }
-                }
+                (Some(method), Some(target), Some(v)) if v.starts_with("HTTP/1.") => match method {
+                    "GET" | "HEAD" => (method == "HEAD", handler.respond(target)),
+                    _ => (false, Response::text(405, "only GET is served")),
+                },
                 _ => (false, Response::text(400, "malformed request line")),
             }
         }
