@@ -11,13 +11,15 @@
 //!     `Session::pprof` (symbols resolved), the next ones (symbols cached), `live_profile`
 //!     (a copy of the whole profile), and the same with every block of its own size
 //!     (100 000 pairs: the largest pprof for that many samples). Medians of the rounds.
-//! (b) In the same session, a thread allocates and frees 64-byte blocks for a fixed time,
-//!     alone, then while another thread takes `Session::pprof` in a loop; rounds
-//!     interleaved, medians compared as a ratio (allocations per second with profiling /
-//!     without). The same at the default interval (512 KiB: hardly any allocation sampled).
-//!     On a machine with fewer cores than the threads (allocating, profiling, drain), the
-//!     ratio includes the competition for a core; the longest 1 000-allocation batch shows
-//!     that no allocation waited for the profile (a lock wait would last a whole build).
+//! (b) A thread allocates and frees 64-byte blocks for 1 s: alone, beside a thread that
+//!     spins (the competition for a core, as a control), and beside a thread that takes
+//!     `Session::pprof` in a loop; rounds interleaved, medians compared as ratios. In an
+//!     exact-mode session with backpressure holding 100 000 live samples (every allocation
+//!     an event; the allocating thread waits when the queue is full, so a drain held up by
+//!     a profile would slow it), and at the default interval (512 KiB: hardly any
+//!     allocation sampled). With fewer cores than busy threads the spinning control is the
+//!     baseline to compare with: profiling / spinning near 1 means the allocating thread
+//!     lost only a core's share, not time waiting for the profile.
 
 use memprof::report::View;
 use memprof::{Config, Recorder, Sampled, Session};
@@ -104,38 +106,64 @@ fn alloc_rate(d: Duration) -> (f64, Duration) {
     (n as f64 / start.elapsed().as_secs_f64(), worst)
 }
 
+/// What runs beside the allocating thread.
+#[derive(Clone, Copy, PartialEq)]
+enum Beside {
+    Nothing,
+    /// A thread spinning: the competition for a core alone.
+    Spinner,
+    /// A thread taking `Session::pprof` in a loop.
+    Profiler,
+}
+
 fn part_b(session: &Session<Recorder>, what: &str, rounds: usize, d: Duration) {
-    let (mut alone, mut with, mut profiles) = (Vec::new(), Vec::new(), 0u64);
-    let (mut worst_alone, mut worst_with) = (Duration::ZERO, Duration::ZERO);
+    let kinds = [Beside::Nothing, Beside::Spinner, Beside::Profiler];
+    let mut rates = [Vec::new(), Vec::new(), Vec::new()];
+    let mut worst = [Duration::ZERO; 3];
+    let mut profiles = 0u64;
     for _ in 0..rounds {
-        let (r, w) = std::thread::spawn(move || alloc_rate(d)).join().unwrap();
-        alone.push(r);
-        worst_alone = worst_alone.max(w);
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let allocating = std::thread::spawn(move || {
-            let r = alloc_rate(d);
-            flag.store(true, Ordering::Release);
-            r
-        });
-        while !stop.load(Ordering::Acquire) {
-            black_box(session.pprof(View::Live).unwrap());
-            profiles += 1;
+        for (i, &kind) in kinds.iter().enumerate() {
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            let allocating = std::thread::spawn(move || {
+                let r = alloc_rate(d);
+                flag.store(true, Ordering::Release);
+                r
+            });
+            while !stop.load(Ordering::Acquire) {
+                match kind {
+                    Beside::Nothing => std::thread::sleep(Duration::from_millis(10)),
+                    Beside::Spinner => {
+                        let t = Instant::now();
+                        while t.elapsed() < Duration::from_millis(5) {
+                            black_box(0u64);
+                        }
+                    }
+                    Beside::Profiler => {
+                        black_box(session.pprof(View::Live).unwrap());
+                        profiles += 1;
+                    }
+                }
+            }
+            let (r, w) = allocating.join().unwrap();
+            rates[i].push(r);
+            worst[i] = worst[i].max(w);
         }
-        let (r, w) = allocating.join().unwrap();
-        with.push(r);
-        worst_with = worst_with.max(w);
     }
-    let (a, w) = (median(&mut alone), median(&mut with));
+    let [alone, spin, prof] = rates.map(|mut v| median(&mut v));
     println!(
-        "  {what}: {:.2} M allocations/s alone, {:.2} M/s while profiles are taken in a loop \
-         ({profiles} profiles): ratio {:.3}; longest 1 000-allocation batch {:.2} ms alone, \
-         {:.2} ms with",
-        a / 1e6,
-        w / 1e6,
-        w / a,
-        worst_alone.as_secs_f64() * 1e3,
-        worst_with.as_secs_f64() * 1e3
+        "  {what}: {:.2} M allocations/s alone, {:.2} M/s beside a spinning thread, {:.2} M/s \
+         beside a thread taking profiles in a loop ({profiles} profiles)\n    ratios: \
+         profiling / alone {:.3}, profiling / spinning {:.3}; longest 1 000-allocation batch: \
+         {:.2} ms alone, {:.2} ms spinning, {:.2} ms profiling",
+        alone / 1e6,
+        spin / 1e6,
+        prof / 1e6,
+        prof / alone,
+        prof / spin,
+        worst[0].as_secs_f64() * 1e3,
+        worst[1].as_secs_f64() * 1e3,
+        worst[2].as_secs_f64() * 1e3
     );
 }
 
@@ -149,9 +177,13 @@ fn main() {
     println!("(b) a thread allocating while another takes profiles ({rounds} rounds of 1 s each)");
     let d = Duration::from_secs(1);
     {
-        let session = memprof::start(exact(), Recorder::new()).unwrap();
+        // Backpressure: the allocating thread waits for the drain thread rather than
+        // dropping events (the exact mode's lossless setting), so a drain held up by a
+        // profile would show here.
+        let config = Config { backpressure: true, ..exact() };
+        let session = memprof::start(config, Recorder::new()).unwrap();
         let kept = fill(n, false);
-        part_b(&session, "exact mode, 100 000 live samples", rounds, d);
+        part_b(&session, "exact mode with backpressure, 100 000 live samples", rounds, d);
         let stats = session.stats();
         println!("    events lost to a full queue: {}", stats.lost_events);
         drop(kept);
