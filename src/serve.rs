@@ -10,7 +10,7 @@
 //! | `/debug/pprof/` | an index page |
 //!
 //! Both profiles carry Go's four heap sample types (`alloc_objects`, `alloc_space`,
-//! `inuse_objects`, `inuse_space`), gzip-compressed ([`crate::report::pprof`]). With
+//! `inuse_objects`, `inuse_space`), gzip-compressed ([`crate::report::pprof()`]). With
 //! `seconds=N` (1 to 3600) the handler takes a profile, waits N seconds, takes another and
 //! answers with the later one whose allocated values are the difference of the two (what was
 //! allocated in those N seconds) and whose in-use values are the later one's (what is held

@@ -101,7 +101,7 @@ pub fn follow(
 /// A profile being read while it is written ([`follow_shared`]), shared with other threads:
 /// each event is folded in under a lock, so [`Followed::snapshot_into`] sees the file as
 /// read so far (the reader waits at the file's end: a snapshot is as old as the file's
-/// last flush, plus [`FOLLOW_POLL`]). For `memprof record --serve`.
+/// last flush, plus 5 ms). For `memprof record --serve`.
 #[derive(Debug, Default)]
 pub struct Followed {
     state: std::sync::Mutex<FollowedState>,

@@ -62,7 +62,10 @@ fn not_running() -> Error {
 /// index of live blocks by allocation time ([`Profile::live_by_time`]); the snapshot is
 /// marked complete (it is whole as of its moment).
 ///
-/// Allocating threads never wait for it: see the [module documentation](self) §2. Fails
+/// Allocating threads never wait for it: the allocation path takes no lock, and neither
+/// lock this call takes (the session's driver, held only to deliver the pending events
+/// and copy what changed since the last call; then the copy's own) is one it takes;
+/// symbols are resolved and the result built after the driver's lock is released. Fails
 /// when no session runs, when its tracker is not a [`Recorder`], when the recorder keeps
 /// no profile in memory ([`Recorder::streaming`]), and when called from a tracker callback.
 pub fn live_profile() -> Result<Profile, Error> {
