@@ -51,8 +51,10 @@
 //! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
 //! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
 //! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
 //! | `report/` | top table, folded stacks, flamegraph, pprof |
+//! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
 //! | `record/` | both halves of `memprof record` |
 //! | `record/launcher.rs` | [`launcher`]: runs a program under the preload library |
@@ -116,6 +118,8 @@ pub mod profile;
 mod record;
 #[cfg(feature = "report")]
 pub mod report;
+#[cfg(feature = "serve")]
+pub mod serve;
 mod session;
 mod sys;
 
@@ -127,8 +131,8 @@ pub use record::bundled;
 pub use record::launcher;
 pub use session::recorder::{Held, Recorder};
 pub use session::{
-    poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Reallocation, Session,
-    SessionInfo, Stats, Tracker,
+    live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll,
+    Reallocation, Session, SessionInfo, Stats, Tracker,
 };
 
 /// Not API: what the preload library (`memprof-preload`), the tests and the benchmarks

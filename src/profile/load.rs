@@ -98,6 +98,111 @@ pub fn follow(
     Profile::read_from(Follow::new(path.clone(), done)).map_err(|e| super::format::naming(&path, e))
 }
 
+/// A profile being read while it is written ([`follow_shared`]), shared with other threads:
+/// each event is folded in under a lock, so [`Followed::snapshot_into`] sees the file as
+/// read so far (the reader waits at the file's end: a snapshot is as old as the file's
+/// last flush, plus 5 ms). For `memprof record --serve`.
+#[derive(Debug, Default)]
+pub struct Followed {
+    state: std::sync::Mutex<FollowedState>,
+}
+
+#[derive(Debug, Default)]
+struct FollowedState {
+    /// The header has been read.
+    started: bool,
+    /// The tables read so far (header, modules, stacks, symbols, lost counts).
+    tables: Profile,
+    /// The events folded in so far.
+    agg: Profile,
+}
+
+impl Followed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FollowedState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Brings `mirror` up to the profile read so far: the stacks and modules read since it
+    /// was last brought up (its symbols are kept), and the aggregates. False before the
+    /// file's header has been read.
+    pub fn snapshot_into(&self, mirror: &mut Profile) -> bool {
+        let s = self.lock();
+        if !s.started {
+            return false;
+        }
+        let (t, a) = (&s.tables, &s.agg);
+        if mirror.header != t.header {
+            *mirror = Profile { header: t.header.clone(), ..Profile::default() };
+        }
+        let known = mirror.stacks.len().min(t.stacks.len());
+        mirror.stacks.extend_from_slice(&t.stacks[known..]);
+        if mirror.modules != t.modules {
+            mirror.modules.clone_from(&t.modules);
+        }
+        for (addr, sym) in &t.symbols {
+            mirror.symbols.entry(*addr).or_insert_with(|| sym.clone());
+        }
+        mirror.lost = t.lost;
+        mirror.stopped = t.stopped;
+        mirror.allocated.clone_from(&a.allocated);
+        mirror.live.clone_from(&a.live);
+        mirror.gc_cycles.clone_from(&a.gc_cycles);
+        mirror.gc_marked.clone_from(&a.gc_marked);
+        mirror.series.clone_from(&a.series);
+        mirror.peak = a.peak;
+        mirror.since_peak.clone_from(&a.since_peak);
+        mirror.lifetimes.clone_from(&a.lifetimes);
+        mirror.end_ns = a.end_ns;
+        mirror.counts = a.counts;
+        mirror.live_bytes = a.live_bytes;
+        // Whole as of now (the recording goes on).
+        mirror.complete = true;
+        true
+    }
+}
+
+/// [`follow`], publishing the profile read so far in `shared` as it goes (one thread:
+/// each event is folded in under `shared`'s lock, and the tables the event needs are
+/// copied there first).
+pub fn follow_shared(
+    path: PathBuf,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    shared: &Followed,
+) -> Result<Profile, Error> {
+    let named = |e| super::format::naming(&path, e);
+    let mut rd = super::format::Reader::new(Follow::new(path.clone(), done)).map_err(named)?;
+    {
+        let mut s = shared.lock();
+        s.tables = Profile { header: rd.profile().header.clone(), ..Profile::default() };
+        s.agg = Profile { header: rd.profile().header.clone(), ..Profile::default() };
+        s.started = true;
+    }
+    let mut symbols = 0;
+    while let Some(e) = rd.next_event() {
+        let t = rd.profile();
+        let mut s = shared.lock();
+        let known = s.tables.stacks.len();
+        if known < t.stacks.len() {
+            s.tables.stacks.extend_from_slice(&t.stacks[known..]);
+        }
+        if s.tables.modules.len() != t.modules.len() {
+            s.tables.modules.clone_from(&t.modules);
+        }
+        if symbols != t.symbols.len() {
+            symbols = t.symbols.len();
+            s.tables.symbols.clone_from(&t.symbols);
+        }
+        s.tables.lost = t.lost;
+        s.agg.add(&e);
+    }
+    let mut p = rd.finish();
+    // `shared` keeps its copy: requests may still come until the caller stops serving.
+    let agg = shared.lock().agg.clone();
+    p.take_aggregates(agg);
+    p.note_orphans();
+    Ok(p)
+}
+
 /// Reads one or more profiles (merged when several). Frames without symbols are resolved
 /// from the recorded modules, before merging, while the addresses are still each process's
 /// own.

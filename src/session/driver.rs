@@ -18,6 +18,8 @@ pub(crate) trait Drive: Send {
     fn finish(&mut self, stats: &Stats);
     fn after_poll(&mut self, why: Poll);
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
+    /// The tracker, for a look at it while the session runs (`session/live.rs`).
+    fn tracker_any(&mut self) -> &mut dyn Any;
 }
 
 pub(crate) struct Driver<T: Tracker> {
@@ -111,6 +113,10 @@ impl<T: Tracker> Drive for Driver<T> {
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         Box::new(self.tracker)
+    }
+
+    fn tracker_any(&mut self) -> &mut dyn Any {
+        &mut self.tracker
     }
 }
 

@@ -42,10 +42,12 @@
 
 pub(crate) mod driver;
 mod fork;
+mod live;
 pub(crate) mod recorder;
 mod tracker;
 
 pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
+pub use live::live_profile;
 pub use tracker::{
     Allocation, Callstack, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker,
 };

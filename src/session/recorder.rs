@@ -396,6 +396,12 @@ impl Recorder {
         }
     }
 
+    /// The profile so far, while the session runs (`session/live.rs`); `None` for a
+    /// streaming recorder, which keeps no aggregates in memory.
+    pub(crate) fn profile_so_far(&self) -> Option<&Profile> {
+        (!self.stream_only).then_some(&self.profile)
+    }
+
     /// The profile, ignoring file errors.
     pub fn into_profile(self) -> Profile {
         self.profile

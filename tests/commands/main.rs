@@ -17,4 +17,5 @@ mod harm;
 mod record;
 mod reentrancy;
 mod report;
+mod serve;
 mod time;

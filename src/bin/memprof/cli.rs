@@ -79,6 +79,11 @@ struct RecordArgs {
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// While the program runs, serve its profile so far over HTTP on ADDR, in Go's
+    /// /debug/pprof/ conventions (heap, allocs, ?seconds=N): e.g. 127.0.0.1:6060, then
+    /// `go tool pprof http://127.0.0.1:6060/debug/pprof/heap`.
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<String>,
     /// The program and its arguments (after `--`).
     #[arg(
         required = true,
@@ -234,6 +239,12 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         .split_first()
         .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
     let preload = launcher::find_preload(Some(&crate::PRELOAD))?;
+    // Bound before the program runs: a taken port is an error, and nothing runs.
+    let followed = std::sync::Arc::new(memprof::profile::load::Followed::default());
+    let server = match &args.serve {
+        Some(addr) => Some(serve_followed(addr, followed.clone())?),
+        None => None,
+    };
     let opts = RecordOptions {
         settings,
         force: args.force,
@@ -259,16 +270,24 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
             .ok();
         let path = launcher::output_path(&opts, pid);
         let done = exited.clone();
+        let serving = server.is_some().then(|| followed.clone());
         follower = std::thread::Builder::new()
             .name("memprof-reader".into())
-            .spawn(move || {
-                idle_priority();
-                memprof::profile::load::follow(path, done)
+            .spawn(move || match serving {
+                // Served requests see what it has read: it keeps up at normal priority.
+                Some(shared) => memprof::profile::load::follow_shared(path, done, &shared),
+                None => {
+                    idle_priority();
+                    memprof::profile::load::follow(path, done)
+                }
             })
             .ok();
     });
     drop(done_tx);
     exited.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(server) = server {
+        server.stop();
+    }
     let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
     // Whatever went wrong while following is found again (and reported) by the reading
     // after the exit.
@@ -368,6 +387,31 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
     }
     Ok(code)
+}
+
+/// Serves, on `addr`, the profile that the reading thread publishes in `followed`, its
+/// symbols resolved from the recorded modules (readers kept from request to request).
+fn serve_followed(
+    addr: &str,
+    followed: std::sync::Arc<memprof::profile::load::Followed>,
+) -> Result<memprof::serve::Running, Error> {
+    let bound = memprof::serve::Server::bind(addr)?;
+    let mirror = std::sync::Mutex::new((Profile::default(), Loaders::default()));
+    let handler = memprof::serve::Handler::new(move || {
+        let mut guard = mirror.lock().unwrap_or_else(|p| p.into_inner());
+        let (profile, loaders) = &mut *guard;
+        if !followed.snapshot_into(profile) {
+            return Err(Error::Other("the program has not started its profile yet".into()));
+        }
+        let _ = memprof::profile::symbolize::resolve_offline_with(profile, loaders);
+        Ok(profile.clone())
+    });
+    let running = bound.spawn(handler)?;
+    eprintln!(
+        "memprof: serving http://{}/debug/pprof/ while the program runs",
+        running.local_addr()
+    );
+    Ok(running)
 }
 
 /// When the program's own profile shows that it replaced itself with another program

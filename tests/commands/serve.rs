@@ -1,0 +1,301 @@
+//! Profiles served over HTTP (`memprof::serve`, `memprof record --serve`), fetched with
+//! `go tool pprof` (the independent decoder, and Go's own HTTP client) and checked against
+//! what the programs allocate: the in-process example `serve_pprof` against its own
+//! in-process totals, and a C program under `record --serve` against its known growth.
+
+use crate::common::{assert_one_line_error, text, MEMPROF};
+use crate::record::{fixture, scratch};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `go tool pprof -raw SOURCE` (a URL or a file): the four sums of the sample values
+/// (alloc_objects, alloc_space, inuse_objects, inuse_space) and the text; `None` (one line
+/// on the terminal) without `go`, outside CI.
+fn go_raw(source: &str) -> Option<([i64; 4], String)> {
+    let go = Command::new("go").arg("version").output();
+    if !matches!(go, Ok(ref o) if o.status.success()) {
+        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
+            panic!("`go` is not on PATH, and CI requires the go tool pprof check");
+        }
+        crate::common::skipped(
+            "the go tool pprof checks of the served profiles",
+            "`go` is not on PATH; Debian: apt-get install golang-go",
+        );
+        return None;
+    }
+    let home = scratch("serve-go-home");
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw", source])
+        .env("HOME", &home)
+        .env("PPROF_TMPDIR", &home)
+        .env("PPROF_BINARY_PATH", &home)
+        .output()
+        .expect("running go tool pprof");
+    let raw = text(&out.stdout);
+    assert!(out.status.success(), "go tool pprof {source} failed: {}\n{raw}", text(&out.stderr));
+    let mut sums = [0i64; 4];
+    let samples = raw.split("Samples:").nth(1).unwrap_or("");
+    for line in samples.split("Locations").next().unwrap_or("").lines() {
+        let Some((values, _)) = line.split_once(':') else { continue };
+        let nums: Result<Vec<i64>, _> = values.split_whitespace().map(str::parse).collect();
+        if let Ok(v) = nums {
+            if v.len() == 4 {
+                for (acc, x) in sums.iter_mut().zip(v) {
+                    *acc += x;
+                }
+            }
+        }
+    }
+    Some((sums, raw))
+}
+
+/// A GET of `target` on `addr` with a plain socket: the status and the body.
+fn get(addr: &str, target: &str) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = text(&all[..end]);
+    assert!(head.contains("Connection: close"), "{head}");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, all[end + 4..].to_vec())
+}
+
+/// The example `serve_pprof`, exact mode, on a free loopback port: the child, its stdin
+/// and stdout, and its address.
+struct Example {
+    child: Child,
+    out: BufReader<ChildStdout>,
+    addr: String,
+}
+
+impl Example {
+    fn start() -> Example {
+        let exe = Path::new(MEMPROF).parent().unwrap().join("examples/serve_pprof");
+        assert!(exe.exists(), "{} is built by cargo test", exe.display());
+        let mut child = Command::new(exe)
+            .args(["127.0.0.1:0", "--interval", "1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut ex = Example { child, out, addr: String::new() };
+        let first = ex.line();
+        ex.addr = first
+            .strip_prefix("serving http://")
+            .and_then(|r| r.strip_suffix("/debug/pprof/"))
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        assert_eq!(ex.line(), "ready");
+        ex
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.out.read_line(&mut l).unwrap();
+        l.trim_end().to_owned()
+    }
+
+    fn command(&mut self, c: &str) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{c}").unwrap();
+        stdin.flush().unwrap();
+        self.line()
+    }
+
+    /// The example's own totals, taken in process.
+    fn totals(&mut self) -> [i64; 4] {
+        let l = self.command("totals");
+        let v: Vec<i64> = l
+            .strip_prefix("totals ")
+            .unwrap_or_else(|| panic!("{l:?}"))
+            .split(' ')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        v.try_into().unwrap()
+    }
+
+    fn url(&self, target: &str) -> String {
+        format!("http://{}{target}", self.addr)
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The example's heap and allocs, fetched by `go tool pprof` over HTTP, hold exactly the
+/// totals the example computes in process right after (it allocates nothing sampled in
+/// between); a delta over 2 s holds exactly the 2 000 000 bytes of the burst made during
+/// it, and the in-use values of its end.
+#[test]
+fn example_serves_what_it_holds_and_a_delta_of_two_seconds() {
+    let mut ex = Example::start();
+    let Some((heap, raw)) = go_raw(&ex.url("/debug/pprof/heap")) else { return };
+    let own = ex.totals();
+    assert_eq!(heap, own, "go tool pprof -raw of /debug/pprof/heap:\n{raw}");
+    // 100 × 10 000 bytes kept, 1 000 × 1 000 allocated and freed, and the program's own.
+    assert!(heap[3] >= 1_000_000 && heap[1] >= 2_000_000, "{heap:?}");
+    assert!(raw.contains("keep_site") && raw.contains("churn_site"), "{raw}");
+    assert!(raw.contains("inuse_space/bytes[dflt]"), "heap defaults to inuse_space: {raw}");
+    let (allocs, raw) = go_raw(&ex.url("/debug/pprof/allocs")).unwrap();
+    assert_eq!(allocs, ex.totals(), "{raw}");
+    assert!(raw.contains("alloc_space/bytes[dflt]"), "allocs defaults to alloc_space: {raw}");
+
+    // The delta: the request goes out first (its first profile is taken at once), the
+    // burst half a second later.
+    let addr = ex.addr.clone();
+    let started = Instant::now();
+    let fetch = std::thread::spawn(move || get(&addr, "/debug/pprof/allocs?seconds=2"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ex.command("burst"), "burst done");
+    let (status, body) = fetch.join().unwrap();
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{}", text(&body));
+    assert!(took >= Duration::from_secs(2), "a 2 s delta answered after {took:?}");
+    let after = ex.totals();
+    let dir = scratch("serve-delta");
+    let file = dir.join("allocs-delta.pb.gz");
+    std::fs::write(&file, &body).unwrap();
+    let (delta, raw) = go_raw(file.to_str().unwrap()).unwrap();
+    assert_eq!(delta[1], 2_000_000, "alloc_space of the delta is the burst's:\n{raw}");
+    assert_eq!(delta[0], 100, "alloc_objects of the delta:\n{raw}");
+    assert_eq!([delta[2], delta[3]], [after[2], after[3]], "in use: the end's:\n{raw}");
+    assert!(raw.contains("burst_site") && !raw.contains("churn_site"), "{raw}");
+    assert!(ex.command("quit").starts_with("stopped: "));
+}
+
+/// Paths and queries other than the profiles' get the answers Go's handler gives.
+#[test]
+fn example_answers_index_errors_and_not_found() {
+    let ex = Example::start();
+    let (status, body) = get(&ex.addr, "/debug/pprof/");
+    assert_eq!(status, 200);
+    assert!(text(&body).contains("href=\"heap\""), "{}", text(&body));
+    assert_eq!(get(&ex.addr, "/metrics").0, 404);
+    assert_eq!(get(&ex.addr, "/debug/pprof/profile").0, 404);
+    let (status, body) = get(&ex.addr, "/debug/pprof/heap?seconds=0");
+    assert_eq!(status, 400, "{}", text(&body));
+    assert!(text(&body).contains("seconds"), "{}", text(&body));
+    assert_eq!(get(&ex.addr, "/debug/pprof/heap?debug=1").0, 400);
+    let (status, body) = get(&ex.addr, "/debug/pprof/heap?gc=1");
+    assert_eq!(status, 200);
+    assert_eq!(&body[..2], [0x1f, 0x8b], "gzip");
+    let mut s = TcpStream::connect(&ex.addr).unwrap();
+    write!(s, "POST /debug/pprof/heap HTTP/1.1\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    assert!(all.starts_with("HTTP/1.1 405 "), "{all}");
+}
+
+/// `record --serve` on a program that keeps 1 MB every 300 ms: two fetches a second apart
+/// show the growth, in whole megabytes at grow_site; the run ends as without --serve.
+#[test]
+fn record_serves_a_growing_program() {
+    let prog = fixture("phased_growth");
+    let dir = scratch("serve-record");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(MEMPROF)
+        .args(["record", "--interval", "1", "--serve", &addr, "-o"])
+        .arg(dir.join("p.mprof"))
+        .arg("--")
+        .arg(&prog)
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "1", "the program's first block");
+    let grow = |raw: &str| -> i64 {
+        // grow_site's inuse_space: the samples whose size label is 1 MB.
+        let mut sum = 0;
+        let mut last = 0;
+        for l in raw.lines() {
+            if let Some((values, _)) = l.split_once(':') {
+                if let Ok(v) =
+                    values.split_whitespace().map(str::parse).collect::<Result<Vec<i64>, _>>()
+                {
+                    if v.len() == 4 {
+                        last = v[3];
+                    }
+                }
+            }
+            if l.trim() == "bytes:[1048576]" {
+                sum += last;
+            }
+        }
+        sum
+    };
+    let url = format!("http://{addr}/debug/pprof/heap");
+    let t0 = Instant::now();
+    let Some((_, first)) = go_raw(&url) else {
+        let _ = child.wait();
+        return;
+    };
+    let t1 = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    let t2 = t0.elapsed();
+    let (_, second) = go_raw(&url).unwrap();
+    let t3 = t0.elapsed();
+    let (a, b) = (grow(&first), grow(&second));
+    assert!(a >= 1 << 20 && a % (1 << 20) == 0, "{a}: {first}");
+    assert!(b % (1 << 20) == 0, "{b}: {second}");
+    assert!(first.contains("grow_site"), "symbols resolved from the recorded modules: {first}");
+    // 1 MB per 300 ms over the time between the fetches (each fetch's moment lies within
+    // its call; data at most ~0.1 s old): within one block of the expected growth.
+    let grown = ((b - a) >> 20) as f64;
+    let (lo, hi) = ((t2 - t1).as_secs_f64() / 0.3, t3.as_secs_f64() / 0.3);
+    assert!(
+        grown >= (lo - 1.0).floor() && grown <= hi.ceil() + 1.0,
+        "grew by {grown} MB between fetches {t1:?}–{t2:?}–{t3:?} apart (expected {lo:.1}–{hi:.1})"
+    );
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(rest.trim_end().ends_with("10"), "{rest}");
+    assert!(err.contains(&format!("serving http://{addr}/debug/pprof/")), "{err}");
+    assert!(err.contains("10.00 MiB") && err.contains("grow_site"), "{err}");
+    // The server stopped with the program.
+    assert!(TcpStream::connect(&addr).is_err(), "still listening on {addr}");
+}
+
+/// A taken port is one line and status 1, and the program does not run.
+#[test]
+fn record_refuses_a_taken_port_before_running_the_program() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = scratch("serve-taken");
+    let out = Command::new(MEMPROF)
+        .args(["record", "--serve", &addr, "--"])
+        .arg(fixture("phased_growth"))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, Some(1), &format!("address {addr} is in use"));
+    assert!(out.stdout.is_empty(), "the program ran: {}", text(&out.stdout));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no profile written");
+    let out = Command::new(MEMPROF)
+        .args(["record", "--serve", "localhost", "--", "true"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, Some(1), "invalid address");
+}
