@@ -52,3 +52,48 @@ pub fn skipped(what: &str, how: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "skipped: {what} ({how})");
 }
+
+/// `go tool pprof -raw SOURCE` (a file or a URL; `go` is the independent protobuf decoder
+/// the pprof checks use): the sums of the four sample values (alloc_objects, alloc_space,
+/// inuse_objects, inuse_space; values may be negative) and the text. `None`, with one line
+/// on the terminal saying what `what` check was skipped, when `go` is not installed outside
+/// CI; a panic in CI (`.ci/run` installs it).
+pub fn go_pprof_raw(source: &std::ffi::OsStr, what: &str) -> Option<([i64; 4], String)> {
+    let go = std::process::Command::new("go").arg("version").output();
+    if !matches!(go, Ok(ref o) if o.status.success()) {
+        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
+            panic!("`go` is not on PATH, and CI requires the go tool pprof check");
+        }
+        skipped(what, "`go` is not on PATH; Debian: apt-get install golang-go");
+        return None;
+    }
+    let home = scratch("go-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = std::process::Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(source)
+        .env("HOME", &home)
+        .env("PPROF_TMPDIR", &home)
+        .env("GOFLAGS", "-mod=mod")
+        .env("PPROF_BINARY_PATH", &home)
+        .output()
+        .expect("running go tool pprof");
+    let raw = text(&out.stdout);
+    assert!(out.status.success(), "go tool pprof {source:?} failed: {}\n{raw}", text(&out.stderr));
+    // Sample lines look like "   3   600   2   400: 1 2 3"; label lines like
+    // "                bytes:[100]".
+    let mut sums = [0i64; 4];
+    let samples = raw.split("Samples:").nth(1).unwrap_or("");
+    for line in samples.split("Locations").next().unwrap_or("").lines() {
+        let Some((values, _)) = line.split_once(':') else { continue };
+        let nums: Result<Vec<i64>, _> = values.split_whitespace().map(str::parse).collect();
+        if let Ok(v) = nums {
+            if v.len() == 4 {
+                for (acc, x) in sums.iter_mut().zip(v) {
+                    *acc += x;
+                }
+            }
+        }
+    }
+    Some((sums, raw))
+}

@@ -212,7 +212,7 @@ fn exact_runs_give_exact_differences() {
     };
     let ((ab, lb), (an, ln)) = (sum(&pb_base), sum(&pb_new));
     assert_eq!(an - ab, 3_000.0 * 65_536.0);
-    if let Some((sums, raw)) = go_pprof_raw(&pb, &dir) {
+    if let Some((sums, raw)) = go_pprof_raw(&pb) {
         assert_eq!(sums[1] as f64, an - ab, "alloc_space:\n{raw}");
         assert_eq!(sums[3] as f64, ln - lb, "inuse_space:\n{raw}");
         assert!(raw.contains("grow_site"), "{raw}");
@@ -250,55 +250,10 @@ fn bad_input_is_a_one_line_error() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
 
-/// Runs `go tool pprof -raw` on the file and sums the four sample values (None, said on the
-/// terminal, when `go` is not installed outside CI).
-fn go_pprof_raw(path: &Path, dir: &Path) -> Option<([i64; 4], String)> {
-    let go = Command::new("go").arg("version").output();
-    if !matches!(go, Ok(ref o) if o.status.success()) {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
-            panic!("`go` is not on PATH, and CI requires the go tool pprof check");
-        }
-        crate::common::skipped(
-            "the go tool pprof check of memprof diff's pprof output",
-            "`go` is not on PATH; Debian: apt-get install golang-go",
-        );
-        return None;
-    }
-    let home = dir.join("go-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(path)
-        .env("HOME", &home)
-        .env("PPROF_TMPDIR", &home)
-        .env("GOFLAGS", "-mod=mod")
-        .env("PPROF_BINARY_PATH", &home)
-        .output()
-        .expect("running go tool pprof");
-    let raw = text(&out.stdout);
-    assert!(out.status.success(), "go tool pprof failed: {}\n{raw}", text(&out.stderr));
-    // Sample lines look like "   3   600   2   400: 1 2 3" (values may be negative).
-    let mut sums = [0i64; 4];
-    let mut in_samples = false;
-    for line in raw.lines() {
-        if line.starts_with("Samples:") {
-            in_samples = true;
-            continue;
-        }
-        if line.starts_with("Locations") {
-            break;
-        }
-        let Some((values, _)) = line.split_once(':') else { continue };
-        if !in_samples {
-            continue;
-        }
-        if let Ok(v) = values.split_whitespace().map(str::parse).collect::<Result<Vec<i64>, _>>() {
-            if v.len() == 4 {
-                for (acc, x) in sums.iter_mut().zip(v) {
-                    *acc += x;
-                }
-            }
-        }
-    }
-    Some((sums, raw))
+/// Runs `go tool pprof -raw` on the file: see [`crate::common::go_pprof_raw`].
+fn go_pprof_raw(path: &Path) -> Option<([i64; 4], String)> {
+    crate::common::go_pprof_raw(
+        path.as_os_str(),
+        "the go tool pprof check of memprof diff's pprof output",
+    )
 }

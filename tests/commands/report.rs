@@ -612,65 +612,10 @@ mod pprof {
         assert!(d.sample.iter().all(|s| s.label.is_empty()));
     }
 
-    /// Runs `go tool pprof -raw` (an independent protobuf decoder) on the file and sums the
-    /// four sample values, plus the text of the report.
+    /// Runs `go tool pprof -raw` (an independent protobuf decoder) on the file: see
+    /// [`crate::common::go_pprof_raw`].
     fn go_pprof_raw(path: &Path) -> Option<([i64; 4], String)> {
-        let go = std::process::Command::new("go").arg("version").output();
-        if !matches!(go, Ok(ref o) if o.status.success()) {
-            // Required in CI (`.ci/run` installs it); elsewhere one line says what was skipped.
-            if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
-                panic!("`go` is not on PATH, and CI requires the go tool pprof check");
-            }
-            crate::common::skipped(
-                "the go tool pprof check of our pprof output",
-                "`go` is not on PATH; Debian: apt-get install golang-go",
-            );
-            return None;
-        }
-        let home = out_path("go-home");
-        std::fs::create_dir_all(&home).unwrap();
-        let out = std::process::Command::new("go")
-            .args(["tool", "pprof", "-raw"])
-            .arg(path)
-            .env("HOME", &home)
-            .env("PPROF_TMPDIR", &home)
-            .env("GOFLAGS", "-mod=mod")
-            .env("PPROF_BINARY_PATH", &home)
-            .output()
-            .expect("running go tool pprof");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "go tool pprof failed: {}\n{text}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // Sample lines look like "   3   600   2   400: 1 2 3"; label lines like
-        // "                bytes:[100]".
-        let mut sums = [0i64; 4];
-        let mut in_samples = false;
-        for line in text.lines() {
-            if line.starts_with("Samples:") {
-                in_samples = true;
-                continue;
-            }
-            if line.starts_with("Locations") {
-                break;
-            }
-            let Some((values, _)) = line.split_once(':') else { continue };
-            if !in_samples {
-                continue;
-            }
-            let nums: Result<Vec<i64>, _> = values.split_whitespace().map(str::parse).collect();
-            match nums {
-                Ok(v) if v.len() == 4 => {
-                    for (acc, x) in sums.iter_mut().zip(v) {
-                        *acc += x;
-                    }
-                }
-                _ => {}
-            }
-        }
-        Some((sums, text))
+        crate::common::go_pprof_raw(path.as_os_str(), "the go tool pprof check of our pprof output")
     }
 
     #[test]

@@ -11,45 +11,9 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `go tool pprof -raw SOURCE` (a URL or a file): the four sums of the sample values
-/// (alloc_objects, alloc_space, inuse_objects, inuse_space) and the text; `None` (one line
-/// on the terminal) without `go`, outside CI.
+/// `go tool pprof -raw SOURCE` (a URL or a file): see [`crate::common::go_pprof_raw`].
 fn go_raw(source: &str) -> Option<([i64; 4], String)> {
-    let go = Command::new("go").arg("version").output();
-    if !matches!(go, Ok(ref o) if o.status.success()) {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
-            panic!("`go` is not on PATH, and CI requires the go tool pprof check");
-        }
-        crate::common::skipped(
-            "the go tool pprof checks of the served profiles",
-            "`go` is not on PATH; Debian: apt-get install golang-go",
-        );
-        return None;
-    }
-    let home = scratch("serve-go-home");
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw", source])
-        .env("HOME", &home)
-        .env("PPROF_TMPDIR", &home)
-        .env("PPROF_BINARY_PATH", &home)
-        .output()
-        .expect("running go tool pprof");
-    let raw = text(&out.stdout);
-    assert!(out.status.success(), "go tool pprof {source} failed: {}\n{raw}", text(&out.stderr));
-    let mut sums = [0i64; 4];
-    let samples = raw.split("Samples:").nth(1).unwrap_or("");
-    for line in samples.split("Locations").next().unwrap_or("").lines() {
-        let Some((values, _)) = line.split_once(':') else { continue };
-        let nums: Result<Vec<i64>, _> = values.split_whitespace().map(str::parse).collect();
-        if let Ok(v) = nums {
-            if v.len() == 4 {
-                for (acc, x) in sums.iter_mut().zip(v) {
-                    *acc += x;
-                }
-            }
-        }
-    }
-    Some((sums, raw))
+    crate::common::go_pprof_raw(source.as_ref(), "the go tool pprof checks of the served profiles")
 }
 
 /// A GET of `target` on `addr` with a plain socket: the status and the body.
