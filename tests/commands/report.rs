@@ -176,7 +176,7 @@ fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
         (vec![0x1010, 0x3200, 0x3300, 0x4000, 0x4100, libc_start], false),
         (vec![0x1010, 0x3100, 0x4000], true),
     ];
-    p.stacks = stacks.into_iter().map(|(frames, truncated)| Stack { frames, truncated }).collect();
+    p.stacks = stacks.into_iter().map(|(frames, truncated)| Stack { frames, truncated, label: 0 }).collect();
     let mut events = Vec::new();
     for (i, a) in allocations().into_iter().enumerate() {
         let id = 100 + i as u64;
@@ -906,11 +906,11 @@ mod gc_view {
         named(&mut p, 0x50, "app::buffer::make");
         named(&mut p, 0x60, "alloc::raw_vec::RawVec<T>::grow_one");
         named(&mut p, 0x70, "memprof::gc::mark::MarkState::push");
-        p.stacks.push(Stack { frames: vec![0x10, 0x20, 0x40], truncated: false });
-        p.stacks.push(Stack { frames: vec![0x10, 0x30, 0x40], truncated: false });
-        p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x10, 0x20, 0x40], truncated: false, label: 0 });
+        p.stacks.push(Stack { frames: vec![0x10, 0x30, 0x40], truncated: false, label: 0 });
+        p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false, label: 0 });
         // The collector's own mark stack, a malloc block: not a managed-heap block.
-        p.stacks.push(Stack { frames: vec![0x60, 0x70, 0x40], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x60, 0x70, 0x40], truncated: false, label: 0 });
         let samples: Vec<Sample> = [(6, 3, 8000, 5), (1, 0, 800, 10), (5, 2, 4000, 15)]
             .into_iter()
             .chain([(2, 0, 160, 20), (3, 1, 400, 30), (4, 1, 80, 120)])
