@@ -74,14 +74,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (&(stack, _), t) in &profile.live {
         *by_span.entry(GroupBy::span(&profile, stack)).or_default() += profile.estimated_bytes(t.k);
     }
-    let mut rows: Vec<_> = by_span.into_iter().collect();
+    let mut rows: Vec<_> = by_span.into_iter().filter(|&(_, bytes)| bytes > 0.0).collect();
     rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
     for (span, bytes) in rows {
         println!("  {:>12}  {span}", report::human_bytes(bytes));
     }
     println!();
     println!("profile written to {}; report it with", file.display());
-    println!("  memprof report {} --group-by span --view live --flamegraph live.svg", file.display());
+    println!(
+        "  memprof report {} --group-by span --view live --flamegraph live.svg",
+        file.display()
+    );
     Ok(())
 }
 
@@ -102,7 +105,8 @@ async fn connection(socket: TcpStream) {
             Ok(_) => {}
         }
     }
-    let body = handle(&path).instrument(tracing::info_span!("handle", endpoint = path.as_str())).await;
+    let body =
+        handle(&path).instrument(tracing::info_span!("handle", endpoint = path.as_str())).await;
     let mut socket = reader.into_inner();
     let reply = format!("HTTP/1.0 200 OK\r\ncontent-length: {}\r\n\r\n{body}", body.len());
     let _ = socket.write_all(reply.as_bytes()).await;
@@ -120,7 +124,11 @@ async fn handle(path: &str) -> String {
     let temporary = vec![7u8; scratch];
     if keep > 0 {
         let mut cache = CACHE.lock().unwrap();
-        cache.get_or_insert_with(HashMap::new).entry(path.to_owned()).or_default().push(vec![1u8; keep]);
+        cache
+            .get_or_insert_with(HashMap::new)
+            .entry(path.to_owned())
+            .or_default()
+            .push(vec![1u8; keep]);
     }
     format!("{path}: {} bytes of scratch\n", temporary.len())
 }

@@ -82,7 +82,9 @@ pub fn site_totals_grouped(profile: &Profile, group: GroupBy) -> Vec<SiteTotal> 
     let mut names: HashMap<u32, String> = HashMap::new();
     let name_of = |stack: u32| match group {
         GroupBy::Stack => profile.site_name(stack),
-        GroupBy::Span => format!("{} › {}", GroupBy::span(profile, stack), profile.site_name(stack)),
+        GroupBy::Span => {
+            format!("{} › {}", GroupBy::span(profile, stack), profile.site_name(stack))
+        }
     };
     fn site<'a>(
         by_site: &'a mut HashMap<String, SiteTotal>,

@@ -149,7 +149,18 @@ mod tests {
     }
 
     fn event(kind: EventKind, id: u64, size: usize, addr: usize) -> Event {
-        Event { kind, epoch: 1, id, thread: 1, label: 0, time_ns: 0, addr, size, k: 2, truncated: false }
+        Event {
+            kind,
+            epoch: 1,
+            id,
+            thread: 1,
+            label: 0,
+            time_ns: 0,
+            addr,
+            size,
+            k: 2,
+            truncated: false,
+        }
     }
 
     #[test]

@@ -38,8 +38,8 @@ pub(crate) fn intern(text: &str) -> u32 {
         return 0;
     }
     let leaked: &'static str = Box::leak(text.to_owned().into_boxed_str());
-    let chunk = TABLE[id as usize / CHUNK]
-        .get_or_init(|| Box::new([const { OnceLock::new() }; CHUNK]));
+    let chunk =
+        TABLE[id as usize / CHUNK].get_or_init(|| Box::new([const { OnceLock::new() }; CHUNK]));
     // Set once: ids are handed out once, under the mutex.
     let _ = chunk[id as usize % CHUNK].set(leaked);
     ids.0.insert(leaked, id);

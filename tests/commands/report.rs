@@ -176,7 +176,10 @@ fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
         (vec![0x1010, 0x3200, 0x3300, 0x4000, 0x4100, libc_start], false),
         (vec![0x1010, 0x3100, 0x4000], true),
     ];
-    p.stacks = stacks.into_iter().map(|(frames, truncated)| Stack { frames, truncated, label: 0 }).collect();
+    p.stacks = stacks
+        .into_iter()
+        .map(|(frames, truncated)| Stack { frames, truncated, label: 0 })
+        .collect();
     let mut events = Vec::new();
     for (i, a) in allocations().into_iter().enumerate() {
         let id = 100 + i as u64;

@@ -772,8 +772,10 @@ fn labels_out_of_order_or_undefined_are_refused() {
     assert!(p.warnings[0].contains("label record defines id 2"), "{:?}", p.warnings);
     let p = Profile::read_from(&with_block(&[TAG_STACK, 5, 0, 0, 1, 7, 4])[..]).unwrap();
     assert!(p.warnings[0].contains("names label 4"), "{:?}", p.warnings);
-    let p = Profile::read_from(&with_block(&[TAG_LABEL, 3, 1, 1, b'x', TAG_STACK, 5, 0, 0, 1, 7, 1])[..])
-        .unwrap();
+    let p = Profile::read_from(
+        &with_block(&[TAG_LABEL, 3, 1, 1, b'x', TAG_STACK, 5, 0, 0, 1, 7, 1])[..],
+    )
+    .unwrap();
     assert!(p.warnings.is_empty() || !p.warnings[0].contains("label"), "{:?}", p.warnings);
     assert_eq!((p.labels.len(), p.stack_label(0)), (1, Some("x")));
 }
