@@ -111,7 +111,7 @@ pub struct Module {
 }
 
 /// One interned call stack. Its label is part of its identity: one site allocating under
-/// two tracing spans is two stacks (see [`format`] §2b).
+/// two tracing spans is two stacks (see [`format`](mod@format) §2b).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stack {
     /// Return addresses, innermost (the allocating frame) first.

@@ -25,9 +25,11 @@ type Chunk = [OnceLock<&'static str>; CHUNK];
 static TABLE: [OnceLock<Box<Chunk>>; CHUNKS] = [const { OnceLock::new() }; CHUNKS];
 
 /// Ids by text, and the next id: writers only.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 static IDS: Mutex<(BTreeMap<&'static str, u32>, u32)> = Mutex::new((BTreeMap::new(), 1));
 
 /// The id of `text`, interned when new; 0 when the table is full. Not on the sample path.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
 pub(crate) fn intern(text: &str) -> u32 {
     let mut ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&id) = ids.0.get(text) {
