@@ -715,6 +715,7 @@ fn symbols_appended_after_a_stopping_record_keep_it_stopped() {
 fn labels_round_trip_and_are_part_of_a_stacks_identity() {
     let mut p = Profile::default();
     p.header.interval = 1.0;
+    p.header.time_unit_ns = TIME_UNIT_EXACT_NS;
     p.labels = vec!["server".into(), "server;handle{endpoint=/upload}".into(), "ünï;code".into()];
     // One site under no span, under each of two spans.
     for label in [0, 1, 2] {
