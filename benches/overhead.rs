@@ -13,7 +13,9 @@
 //! (b) instructions added to an unsampled allocation by `Sampled<System>`: the bench runs
 //!     itself under callgrind twice, N malloc/free pairs through `System` and through
 //!     `Sampled<System>` (with a session at the default interval), and divides the
-//!     difference by N. Instruction counts do not depend on machine load.
+//!     difference by N. Instruction counts do not depend on machine load. With
+//!     `--features tracing`, the same again with `memprof::tracing::SpanLayer` installed
+//!     and two spans entered around the loop (the unsampled path must not change).
 
 #[allow(dead_code)]
 #[path = "../examples/worst_case/workload.rs"]
@@ -87,6 +89,22 @@ fn worst_case_ratios(iterations: u64, rounds: usize) {
 
 fn alloc_loop(which: &str, n: u64) {
     let _session = memprof::start(Config::default(), worst_case::CountSamples::default()).unwrap();
+    #[cfg(feature = "tracing")]
+    if let Some(which) = which.strip_suffix("-span") {
+        // The span layer installed, two spans entered around the loop (issue 14): the
+        // unsampled path must not see them.
+        use tracing_subscriber::layer::SubscriberExt;
+        let layer = memprof::tracing::SpanLayer::new().with_field("endpoint");
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+            .unwrap();
+        let _outer = tracing::info_span!("server").entered();
+        let _inner = tracing::info_span!("handle", endpoint = "/upload").entered();
+        return alloc_loop_in(which, n);
+    }
+    alloc_loop_in(which, n)
+}
+
+fn alloc_loop_in(which: &str, n: u64) {
     match which {
         "sampled" => pairs(&Sampled::new(System), &Sampled::new(System), n),
         "sampled-alloc" => pairs(&Sampled::new(System), &System, n),
@@ -141,6 +159,16 @@ fn instructions_per_allocation() {
                 both - alloc
             );
         }
+        _ => println!("  valgrind not found or failed: skipped"),
+    }
+    #[cfg(feature = "tracing")]
+    match (per_pair("system-span"), per_pair("sampled-alloc-span"), per_pair("sampled-span")) {
+        (Some(sys), Some(alloc), Some(both)) => println!(
+            "  with the span layer and two spans entered: {:.1} per unsampled allocation, \
+             {:.1} per free (System {sys:.1})",
+            alloc - sys,
+            both - alloc
+        ),
         _ => println!("  valgrind not found or failed: skipped"),
     }
 }

@@ -36,6 +36,7 @@
 //! | `engine/sampler.rs` | Poisson sampling over allocated bytes: the countdown, `k`, busy flag |
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
 //! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
+//! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample) and its filter |
 //! | `engine/queue.rs` | the bounded queue of events waiting for a safe point |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`) |
@@ -52,10 +53,12 @@
 //! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
 //! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
+//! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
 //! | `report/` | top table, folded stacks, flamegraph, pprof |
 //! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
+//! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
 //! | `record/` | both halves of `memprof record` |
 //! | `record/launcher.rs` | [`launcher`]: runs a program under the preload library |
 //! | `record/bundled.rs` | [`bundled`]: the preload library carried in the executable, cached on disk |
@@ -122,6 +125,8 @@ pub mod report;
 pub mod serve;
 mod session;
 mod sys;
+#[cfg(feature = "tracing")]
+pub mod tracing;
 
 pub use config::{Config, Unwinder};
 pub use engine::alloc::Sampled;

@@ -1,7 +1,8 @@
 //! The `.mprof` reader, fuzzed: property-based (proptest, on stable Rust, inside `cargo
 //! test`, with shrinking to a minimal input when a case fails), seeded with real
 //! recordings — the committed version-1 and version-2 fixtures and a multi-block
-//! recording with GC cycles and appended symbols written here — and mutated two ways:
+//! version-3 recording with span labels, GC cycles and appended symbols written here —
+//! and mutated two ways:
 //!
 //! - **bytes**: bit flips, overwritten and inserted bytes, truncation, a slice duplicated
 //!   elsewhere (exercises the framing, the CRCs, the header, the cut-file paths);
@@ -25,8 +26,8 @@ fn fixtures() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
-/// A version-2 recording with several blocks, GC cycles, frees and moves, and a block of
-/// symbols appended after its end record.
+/// A version-3 recording with span labels, several blocks, GC cycles, frees and moves, and
+/// a block of symbols appended after its end record.
 fn multi_block() -> Vec<u8> {
     let mut meta = Profile::default();
     meta.header.interval = 512.0;
@@ -38,13 +39,18 @@ fn multi_block() -> Vec<u8> {
         build_id: vec![7; 20],
         ..Default::default()
     });
+    // Two span labels (version 3), so that mutations reach the label records too.
+    meta.labels = vec!["server".into(), "server;handle{endpoint=/upload}".into()];
     for i in 0..6u64 {
-        meta.stacks
-            .push(Stack { frames: vec![0x1100 + i, 0x1200, 0x1300 + i * 3], truncated: i == 5 });
+        let frames = vec![0x1100 + i, 0x1200, 0x1300 + i * 3];
+        meta.stacks.push(Stack { frames, truncated: i == 5, label: (i % 3) as u32 });
     }
     let mut w = format::Writer::new(Vec::new(), &meta.header).unwrap();
     for m in &meta.modules {
         w.write_module(m).unwrap();
+    }
+    for (i, l) in meta.labels.iter().enumerate() {
+        w.write_label(i as u32 + 1, l).unwrap();
     }
     for (i, s) in meta.stacks.iter().enumerate() {
         w.write_stack(i as u32, s).unwrap();

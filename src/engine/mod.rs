@@ -11,6 +11,7 @@ pub(crate) mod alloc;
 pub(crate) mod callstack;
 pub(crate) mod clock;
 pub(crate) mod hot;
+pub(crate) mod label;
 pub(crate) mod live;
 pub(crate) mod queue;
 pub(crate) mod sampler;

@@ -77,6 +77,9 @@ pub struct Event {
     pub id: u64,
     /// Thread number within the session.
     pub thread: u32,
+    /// The allocating thread's label (`Alloc` only; 0: none), see
+    /// [`crate::engine::label`]. In the padding after `thread`: the event keeps its size.
+    pub label: u32,
     /// When it happened: a raw reading of the sample path's clock in the queue (TSC ticks
     /// or monotonic ns), nanoseconds since the session started once handed to a tracker.
     pub time_ns: u64,
@@ -89,6 +92,10 @@ pub struct Event {
     /// The call stack was deeper than the depth (`Alloc` only).
     pub truncated: bool,
 }
+
+// The label went into the padding after `thread`: slots, and the shared rings of
+// `memprof record`, keep their geometry.
+const _: () = assert!(size_of::<Event>() == 72);
 
 #[repr(C)]
 struct SlotHead {
@@ -588,6 +595,7 @@ mod tests {
             epoch: 1,
             id,
             thread: 1,
+            label: 0,
             time_ns: 0,
             addr: 0,
             size: 8,

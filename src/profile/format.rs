@@ -1,6 +1,6 @@
 //! The `.mprof` stream: versioned, streamed, append-only, compact, and readable after a crash.
 //!
-//! # 1. Layout (version 2)
+//! # 1. Layout (version 3)
 //! ```text
 //! magic   8 bytes  "MPROF\0\0\x01"
 //! record*          tag: u8 · len: LEB128 varint · payload[len] · crc32(tag ‖ payload): u32 LE
@@ -25,11 +25,12 @@
 //! | tag | inner record | payload |
 //! |-----|--------------|---------|
 //! | 2 | Module | as in version 1 (below) |
-//! | 3 | Stack | as in version 1 |
+//! | 3 | Stack | as in version 1, then (version 3, may be absent: 0) label `u`: 0 for none, else a label defined before it |
 //! | 4 | Symbols | as in version 1 |
 //! | 8 | Lost | as in version 1 |
 //! | 9 | End | as in version 1 |
 //! | 11 | Pair | stack `u`, size `u`: defines the next (stack, size) pair id (0, 1, 2, … per file) |
+//! | 12 | Label | id `u`, text `str`: defines label `id` (1, 2, 3, … per file, in order), e.g. the tracing span path `server;handle{endpoint=/upload}` (version 3) |
 //! | 0x80, 0x81 | GcCycle, Stopping | as in version 1 |
 //! | 0x40 | Sample (event) | pair `u`, Δtime `z`, thread `u`, Δk `z` |
 //! | 0x41 | Free (event) | Δtime `z`, pair `u`, age `z`, Δk `z` |
@@ -90,9 +91,22 @@
 //! | 0x80 | GcCycle | cycle, start_ns, end_ns, mark_ns, slices, longest_slice_ns, words_marked `u`, ns_per_word `f64`, sweep_ns, heap_words, live_words `u` (ancillary) |
 //! | 0x81 | Stopping | reason `u` (1: `exec`, 2: `_exit`) (ancillary): the last write before the process image ends without an end record; meaningful only as the stream's last record (an `exec` that failed is followed by more) |
 //!
-//! In both versions stack ids are dense in order of first write (0, 1, 2, …); a stack is
+//! In every version stack ids are dense in order of first write (0, 1, 2, …); a stack is
 //! written before the first sample that names it, and a sample before any free or move of
 //! its block.
+//!
+//! # 2b. Version 3: labels
+//! Version 3 is version 2 with labels: a stack's identity is its frames, its truncation and
+//! its *label* (what [`crate::profile::Stack::label`] holds: the tracing span path of the
+//! allocating thread, see `memprof::tracing`), so one site allocating under two spans is two
+//! stacks, and every aggregate keyed by stack (allocated, live, frees, peak, windows) keeps
+//! the label. A label is defined by a Label record (tag 12) before the first stack that
+//! names it; label ids are dense (1, 2, 3, …) in order of definition, 0 meaning "no label".
+//! A stack without a label writes no label field, so a version-3 stream without labels has
+//! the bytes of a version-2 one but for the header's version. Readers of version 1 and 2
+//! files see no labels (every stack's label is 0): in a stream of an older version a Label
+//! record is an unknown critical record (the reading stops there, §3) and bytes after a
+//! stack's frames are ignored trailing bytes.
 //!
 //! # 3. Compatibility
 //! - The header's `version` is [`VERSION`]; a reader refuses versions it does not know.
@@ -135,7 +149,7 @@ use crate::Error;
 /// The first eight bytes of every `.mprof` stream.
 pub const MAGIC: &[u8; 8] = b"MPROF\0\0\x01";
 /// The format version this module writes and the newest it reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The unit of event times in the version-2 streams this module writes in the exact mode
 /// (§1 "Time units").
 pub const TIME_UNIT_EXACT_NS: u64 = 1 << 20;
@@ -185,6 +199,7 @@ const TAG_LOST: u8 = 8;
 const TAG_END: u8 = 9;
 const TAG_BLOCK: u8 = 10;
 const TAG_PAIR: u8 = 11;
+const TAG_LABEL: u8 = 12;
 const EV_SAMPLE: u8 = 0x40;
 const EV_FREE: u8 = 0x41;
 const EV_MOVE: u8 = 0x42;
@@ -267,7 +282,7 @@ struct Delta {
     time: u64,
 }
 
-/// Streams a profile as `.mprof` version 2. See the [module documentation](self).
+/// Streams a profile as `.mprof` version 3. See the [module documentation](self).
 pub struct Writer<W: Write> {
     out: W,
     /// Inner records of the block being built.
@@ -283,6 +298,8 @@ pub struct Writer<W: Write> {
     interval: f64,
     unit: u64,
     stacks: u64,
+    /// Labels written so far (the next one's id is this + 1).
+    labels: u64,
     samples: u64,
     frees: u64,
     moves: u64,
@@ -322,6 +339,7 @@ impl<W: Write> Writer<W> {
             interval: header.interval,
             unit: time_unit_ns(header.interval),
             stacks: 0,
+            labels: 0,
             samples: 0,
             frees: 0,
             moves: 0,
@@ -438,13 +456,37 @@ impl<W: Write> Writer<W> {
         self.record(TAG_MODULE)
     }
 
+    /// Writes label `id` (§2b), which must be the next id (labels are numbered 1, 2, 3… in
+    /// order of first write), before any stack that names it.
+    pub fn write_label(&mut self, id: u32, text: &str) -> Result<(), Error> {
+        if u64::from(id) != self.labels + 1 {
+            return Err(Error::Format(format!(
+                "label {id} written out of order: the next label id is {}",
+                self.labels + 1
+            )));
+        }
+        let p = &mut self.payload;
+        p.clear();
+        put_u(p, u64::from(id));
+        put_str(p, text)?;
+        self.record(TAG_LABEL)?;
+        self.labels += 1;
+        Ok(())
+    }
+
     /// Writes stack `id`, which must be the next id (stacks are numbered 0, 1, 2… in order
-    /// of first write).
+    /// of first write); its label, if any, must have been written.
     pub fn write_stack(&mut self, id: StackId, stack: &Stack) -> Result<(), Error> {
         if u64::from(id) != self.stacks {
             return Err(Error::Format(format!(
                 "stack {id} written out of order: the next stack id is {}",
                 self.stacks
+            )));
+        }
+        if u64::from(stack.label) > self.labels {
+            return Err(Error::Format(format!(
+                "stack {id} names label {} before it was written",
+                stack.label
             )));
         }
         if stack.frames.len() as u64 > MAX_FRAMES {
@@ -466,6 +508,9 @@ impl<W: Write> Writer<W> {
                 put_z(p, f.wrapping_sub(prev) as i64);
             }
             prev = f;
+        }
+        if stack.label != 0 {
+            put_u(p, u64::from(stack.label));
         }
         self.record(TAG_STACK)?;
         self.stacks += 1;
@@ -657,6 +702,11 @@ pub fn write_events<W: Write>(out: W, meta: &Profile, events: &[Event]) -> Resul
     let mut w = Writer::new(out, &meta.header)?;
     for m in &meta.modules {
         w.write_module(m)?;
+    }
+    for (i, text) in meta.labels.iter().enumerate() {
+        let id = u32::try_from(i + 1)
+            .map_err(|_| Error::Format("more labels than a label id can name".into()))?;
+        w.write_label(id, text)?;
     }
     for (id, s) in meta.stacks.iter().enumerate() {
         let id = StackId::try_from(id)
@@ -1304,7 +1354,31 @@ impl<R: Read> Reader<R> {
                     frames.push(f);
                     prev = f;
                 }
-                prof.stacks.push(Stack { frames, truncated });
+                // The label was appended in version 3 (§2b): absent when 0.
+                let label = if p.rest.is_empty() || prof.header.version < 3 {
+                    0
+                } else {
+                    let l = p.u()?;
+                    if l > prof.labels.len() as u64 {
+                        return Err(format!("stack {id} names label {l} which was never defined"));
+                    }
+                    l as u32
+                };
+                prof.stacks.push(Stack { frames, truncated, label });
+            }
+            TAG_LABEL if prof.header.version >= 3 => {
+                let id = p.u()?;
+                if id != prof.labels.len() as u64 + 1 {
+                    return Err(format!(
+                        "label record defines id {id}, expected {}",
+                        prof.labels.len() + 1
+                    ));
+                }
+                if id > u64::from(u32::MAX) {
+                    return Err(format!("label id {id} does not fit in 32 bits"));
+                }
+                let text = p.str()?;
+                prof.labels.push(text);
             }
             TAG_SYMBOLS => {
                 let addr = p.u()?;

@@ -315,7 +315,7 @@ mod tests {
         let path = dir.join("p.mprof");
         let mut p = Profile::default();
         p.header.pid = 42;
-        p.stacks.push(Stack { frames: vec![0x1234], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x1234], truncated: false, label: 0 });
         let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 1 };
         write(&path, &p, &[Event::Sample(s)]);
         let len = std::fs::metadata(&path).unwrap().len();

@@ -63,10 +63,13 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         let root = tag | ROOT;
         out.symbols
             .insert(root, vec![Symbol { function: process_name(&p), file: None, line: None }]);
+        // Labels are texts: the same span path in two processes is one label.
+        let relabel: Vec<u32> = p.labels.iter().map(|l| out.intern_label(l)).collect();
         out.stacks.extend(p.stacks.iter().map(|s| {
             let mut s = s.clone();
             s.frames.iter_mut().for_each(|f| *f = t(*f));
             s.frames.push(root);
+            s.label = s.label.checked_sub(1).map_or(0, |i| relabel[i as usize]);
             s
         }));
         out.symbols.extend(p.symbols.iter().map(|(a, s)| (t(*a), s.clone())));
@@ -151,7 +154,7 @@ mod tests {
         p.header.interval = 1.0;
         p.header.executable = format!("/usr/bin/{exe}");
         p.header.pid = 7;
-        p.stacks.push(Stack { frames: vec![addr], truncated: false });
+        p.stacks.push(Stack { frames: vec![addr], truncated: false, label: 0 });
         p.symbols.insert(addr, vec![Symbol { function: name.into(), file: None, line: None }]);
         let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 16, size, k: size };
         p.add_sample(&s);

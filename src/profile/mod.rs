@@ -110,13 +110,18 @@ pub struct Module {
     pub file_mtime_ns: u64,
 }
 
-/// One interned call stack.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// One interned call stack. Its label is part of its identity: one site allocating under
+/// two tracing spans is two stacks (see [`format`](mod@format) §2b).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stack {
     /// Return addresses, innermost (the allocating frame) first.
     pub frames: Vec<u64>,
     /// True when the real stack was deeper than the configured depth.
     pub truncated: bool,
+    /// The label of the allocating thread when the stack was sampled: 0 for none, else
+    /// `n` names [`Profile::labels`]`[n - 1]` (the tracing span path, e.g.
+    /// `server;handle{endpoint=/upload}`).
+    pub label: u32,
 }
 
 /// One source-level frame at an address. An address can have several (inlining).
@@ -624,6 +629,9 @@ pub struct Profile {
     pub modules: Vec<Module>,
     /// Interned stacks; a [`StackId`] indexes this.
     pub stacks: Vec<Stack>,
+    /// The labels stacks name ([`Stack::label`] `n` is `labels[n - 1]`): span paths whose
+    /// segments are separated by `;`, outermost first.
+    pub labels: Vec<String>,
     /// Symbols by return address, innermost inline frame first.
     pub symbols: HashMap<u64, Vec<Symbol>>,
     /// Every sample, totalled per (stack, size).
@@ -670,6 +678,29 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The text of a label ([`Stack::label`]): `None` for 0 and for an id the table lacks.
+    pub fn label_text(&self, label: u32) -> Option<&str> {
+        let i = usize::try_from(label).ok()?.checked_sub(1)?;
+        self.labels.get(i).map(String::as_str)
+    }
+
+    /// The label text of stack `id`, if it has one.
+    pub fn stack_label(&self, id: StackId) -> Option<&str> {
+        self.label_text(self.stacks.get(id as usize)?.label)
+    }
+
+    /// The id of label `text`, added to [`Profile::labels`] when new (a linear search: a
+    /// profile has few labels; for building and merging profiles, not per event).
+    pub fn intern_label(&mut self, text: &str) -> u32 {
+        match self.labels.iter().position(|l| l == text) {
+            Some(i) => i as u32 + 1,
+            None => {
+                self.labels.push(text.to_owned());
+                self.labels.len() as u32
+            }
+        }
+    }
+
     /// Estimated bytes `k` sample points stand for: `k × interval`.
     pub fn estimated_bytes(&self, k: u64) -> f64 {
         k as f64 * self.header.interval

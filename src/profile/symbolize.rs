@@ -732,11 +732,12 @@ mod tests {
         p.stacks.push(Stack {
             frames: vec![0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80],
             truncated: false,
+            label: 0,
         });
-        p.stacks.push(Stack { frames: vec![0x8123, 0x60, 0xdead], truncated: true });
-        p.stacks.push(Stack { frames: vec![0x10, 0x40], truncated: false });
-        p.stacks.push(Stack { frames: vec![0x10, 0x20], truncated: false });
-        p.stacks.push(Stack { frames: vec![], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x8123, 0x60, 0xdead], truncated: true, label: 0 });
+        p.stacks.push(Stack { frames: vec![0x10, 0x40], truncated: false, label: 0 });
+        p.stacks.push(Stack { frames: vec![0x10, 0x20], truncated: false, label: 0 });
+        p.stacks.push(Stack { frames: vec![], truncated: false, label: 0 });
         p
     }
 
@@ -787,7 +788,7 @@ mod tests {
         // from the leaf) is kept.
         let mut frames = vec![0x60; TRIM_WINDOW];
         frames.push(0x10);
-        p.stacks.push(Stack { frames, truncated: false });
+        p.stacks.push(Stack { frames, truncated: false, label: 0 });
         let names = p.frame_names(5);
         assert_eq!(names.first().map(String::as_str), Some("malloc"));
         assert_eq!(names.len(), 2 * TRIM_WINDOW + 1);

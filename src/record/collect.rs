@@ -383,7 +383,10 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
             side_event(ring, out, e.id, e.addr as u64, frames);
             return;
         }
-        let e = crate::engine::queue::Event { time_ns: clock.session_ns(e.time_ns), ..*e };
+        // Label ids are the other process's (and its preload library never sets one):
+        // they name nothing here.
+        let e =
+            crate::engine::queue::Event { time_ns: clock.session_ns(e.time_ns), label: 0, ..*e };
         out.driver.event(&e, frames, interval);
     };
     let n =

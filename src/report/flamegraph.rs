@@ -13,7 +13,7 @@ use std::io::Write;
 
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
-use super::{collapsed, human_bytes, is_exact, View};
+use super::{collapsed_grouped, human_bytes, is_exact, GroupBy, View};
 use crate::profile::Profile;
 use crate::Error;
 
@@ -28,6 +28,8 @@ pub struct FlameOptions {
     pub subtitle: Option<String>,
     /// Image width in pixels; `None` lets the SVG fill its container.
     pub image_width: Option<usize>,
+    /// [`GroupBy::Span`]: span paths as root frames (see [`collapsed_grouped`]).
+    pub group_by: GroupBy,
 }
 
 /// The default title of a view.
@@ -80,7 +82,7 @@ pub fn flamegraph(
 ) -> Result<(), Error> {
     let title = options.title.clone().unwrap_or_else(|| default_title(profile, options.view));
     let subtitle = options.subtitle.clone().unwrap_or_else(|| default_subtitle(profile));
-    let lines = collapsed(profile, options.view);
+    let lines = collapsed_grouped(profile, options.view, options.group_by);
     let io = |e| Error::io("writing flamegraph", e);
     if lines.is_empty() {
         w.write_all(empty_svg(&title, &subtitle, options.image_width).as_bytes()).map_err(io)?;

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use super::{stack_totals, View};
+use super::{stack_totals, GroupBy, View};
 use crate::profile::{Profile, StackId};
 use crate::Error;
 
@@ -49,9 +49,23 @@ pub(crate) fn folded_stack(profile: &Profile, stack: StackId) -> String {
 
 /// Folded stacks of `profile` under `view`, merged by name and sorted.
 pub fn collapsed(profile: &Profile, view: View) -> Vec<String> {
+    collapsed_grouped(profile, view, GroupBy::Stack)
+}
+
+/// [`collapsed`], grouped: with [`GroupBy::Span`] each stack's span path comes first, one
+/// root frame per span (`server;handle{endpoint=/upload};main;…;leaf bytes`).
+pub fn collapsed_grouped(profile: &Profile, view: View, group: GroupBy) -> Vec<String> {
     let mut merged: BTreeMap<String, f64> = BTreeMap::new();
     for t in stack_totals(profile, view) {
-        *merged.entry(folded_stack(profile, t.stack)).or_default() += t.bytes;
+        let mut key = String::new();
+        if group == GroupBy::Span {
+            for span in GroupBy::span(profile, t.stack).split(';') {
+                key.push_str(&folded_frame(span));
+                key.push(';');
+            }
+        }
+        key.push_str(&folded_stack(profile, t.stack));
+        *merged.entry(key).or_default() += t.bytes;
     }
     let mut lines: Vec<String> = merged
         .into_iter()
@@ -66,8 +80,18 @@ pub fn collapsed(profile: &Profile, view: View) -> Vec<String> {
 }
 
 /// Writes [`collapsed`] lines, one per line.
-pub fn write_collapsed(mut w: impl Write, profile: &Profile, view: View) -> Result<(), Error> {
-    for line in collapsed(profile, view) {
+pub fn write_collapsed(w: impl Write, profile: &Profile, view: View) -> Result<(), Error> {
+    write_collapsed_grouped(w, profile, view, GroupBy::Stack)
+}
+
+/// Writes [`collapsed_grouped`] lines, one per line.
+pub fn write_collapsed_grouped(
+    mut w: impl Write,
+    profile: &Profile,
+    view: View,
+    group: GroupBy,
+) -> Result<(), Error> {
+    for line in collapsed_grouped(profile, view, group) {
         writeln!(w, "{line}").map_err(|e| Error::io("writing folded stacks", e))?;
     }
     w.flush().map_err(|e| Error::io("writing folded stacks", e))

@@ -494,7 +494,7 @@ mod tests {
         };
         for (i, f) in ["a", "b<&>\"x\""].iter().enumerate() {
             let addr = 0x1000 + i as u64;
-            p.stacks.push(Stack { frames: vec![addr], truncated: false });
+            p.stacks.push(Stack { frames: vec![addr], truncated: false, label: 0 });
             p.symbols
                 .insert(addr, vec![Symbol { function: (*f).to_owned(), file: None, line: None }]);
         }

@@ -28,9 +28,9 @@ pub mod top;
 
 pub use diff::{diff_sites, diff_table, DiffOptions};
 pub use flamegraph::{flamegraph, FlameOptions};
-pub use folded::{collapsed, write_collapsed};
+pub use folded::{collapsed, collapsed_grouped, write_collapsed, write_collapsed_grouped};
 pub use pprof::{pprof, write_pprof, PprofOptions};
-pub use top::{gc_table, site_totals, top_table, SiteTotal, TopOptions};
+pub use top::{gc_table, site_totals, site_totals_grouped, top_table, SiteTotal, TopOptions};
 
 use crate::profile::{Profile, StackId};
 use std::collections::HashMap;
@@ -82,6 +82,45 @@ impl std::str::FromStr for View {
             "gc" | "mark" => Ok(View::Gc),
             other => Err(crate::Error::Config(format!(
                 "unknown view {other:?} (expected alloc, live, peak, short-lived or gc)"
+            ))),
+        }
+    }
+}
+
+/// How reports group samples above their call stacks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GroupBy {
+    /// By call stack only (the sites and frames of the program).
+    #[default]
+    Stack,
+    /// By the tracing span path each sample was taken under ([`Stack::label`], the
+    /// `tracing` feature's `SpanLayer`), then by stack: folded stacks and flamegraphs get the
+    /// path's spans as root frames, the top table names a site `span › site`. Samples taken
+    /// outside every span go under [`NO_SPAN`].
+    ///
+    /// [`Stack::label`]: crate::profile::Stack::label
+    Span,
+}
+
+/// The span path shown for samples taken outside every span ([`GroupBy::Span`]).
+pub const NO_SPAN: &str = "[no span]";
+
+impl GroupBy {
+    /// The span path a stack is grouped under: its label, or [`NO_SPAN`].
+    pub fn span(profile: &Profile, stack: StackId) -> &str {
+        profile.stack_label(stack).unwrap_or(NO_SPAN)
+    }
+}
+
+impl std::str::FromStr for GroupBy {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "stack" | "site" | "none" => Ok(GroupBy::Stack),
+            "span" => Ok(GroupBy::Span),
+            other => Err(crate::Error::Config(format!(
+                "unknown grouping {other:?} (expected span or stack)"
             ))),
         }
     }

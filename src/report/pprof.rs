@@ -9,7 +9,11 @@
 //! - values are already scaled estimates (like Go's), rounded to integers: every sample
 //!   carries alloc values, and inuse values when its block was never freed;
 //! - samples with the same stack and allocation size are merged and carry Go's numeric
-//!   label `bytes` = the allocation size.
+//!   label `bytes` = the allocation size;
+//! - a sample taken under tracing spans (the `tracing` feature's `SpanLayer`, see
+//!   [`crate::profile::Stack::label`]) carries the string label `span` = the span path
+//!   (`server;handle{endpoint=/upload}`): `go tool pprof -tags` lists the paths and
+//!   `-tagfocus=span=…` keeps one (a stack under two paths is two samples).
 //!
 //! Tables: the string table starts with `""` and is insertion-ordered; functions are unique
 //! by (name, file); a location is one return address with its inline chain as `line`
@@ -243,6 +247,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         v[3] += profile.estimated_bytes(t.k);
     }
 
+    let mut span_key: Option<i64> = None;
     let mut stack_locations: HashMap<StackId, Vec<u64>> = HashMap::new();
     let mut samples = Vec::with_capacity(merged.len());
     for ((stack, size), v) in merged {
@@ -251,11 +256,17 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
             continue;
         }
         let location_id = stack_locations.entry(stack).or_insert_with(|| t.stack(stack)).clone();
-        let label = if options.size_labels {
+        let mut label = if options.size_labels {
             vec![protos::Label { key: bytes_key, str: 0, num: clamp_i64(size), num_unit: 0 }]
         } else {
             Vec::new()
         };
+        if let Some(span) = profile.stack_label(stack) {
+            // The key's string goes in at the first labelled sample only: a profile without
+            // spans keeps its table (and bytes) as before.
+            let key = *span_key.get_or_insert_with(|| t.strings.get("span"));
+            label.push(protos::Label { key, str: t.strings.get(span), num: 0, num_unit: 0 });
+        }
         samples.push(protos::Sample { location_id, value, label });
     }
 

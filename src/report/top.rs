@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::stats::ci95;
-use super::{gc_cycle_samples, human_bytes, human_duration, is_exact, stack_totals, View};
+use super::{gc_cycle_samples, human_bytes, human_duration, is_exact, stack_totals, GroupBy, View};
 use crate::profile::{lifetime_bucket_range, Profile};
 
 /// Options of [`top_table`].
@@ -18,11 +18,14 @@ pub struct TopOptions {
     pub limit: usize,
     /// Show bytes in binary units (`1.50 MiB`) rather than as plain integers.
     pub human_bytes: bool,
+    /// [`GroupBy::Span`]: one row per (span path, site), named `span › site`
+    /// ([`site_totals_grouped`]).
+    pub group_by: GroupBy,
 }
 
 impl Default for TopOptions {
     fn default() -> Self {
-        TopOptions { limit: 20, human_bytes: true }
+        TopOptions { limit: 20, human_bytes: true, group_by: GroupBy::Stack }
     }
 }
 
@@ -69,22 +72,34 @@ impl SiteTotal {
 
 /// Totals of every site, largest allocated bytes first, then by name.
 pub fn site_totals(profile: &Profile) -> Vec<SiteTotal> {
+    site_totals_grouped(profile, GroupBy::Stack)
+}
+
+/// [`site_totals`], grouped: with [`GroupBy::Span`] a site allocating under two span paths
+/// is two rows, named `span › site` ([`GroupBy::span`]).
+pub fn site_totals_grouped(profile: &Profile, group: GroupBy) -> Vec<SiteTotal> {
     let mut by_site: HashMap<String, SiteTotal> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
+    let name_of = |stack: u32| match group {
+        GroupBy::Stack => profile.site_name(stack),
+        GroupBy::Span => {
+            format!("{} › {}", GroupBy::span(profile, stack), profile.site_name(stack))
+        }
+    };
     fn site<'a>(
         by_site: &'a mut HashMap<String, SiteTotal>,
         names: &mut HashMap<u32, String>,
-        profile: &Profile,
+        name_of: &dyn Fn(u32) -> String,
         stack: u32,
     ) -> &'a mut SiteTotal {
-        let name = names.entry(stack).or_insert_with(|| profile.site_name(stack)).clone();
+        let name = names.entry(stack).or_insert_with(|| name_of(stack)).clone();
         by_site
             .entry(name.clone())
             .or_insert_with(|| SiteTotal { site: name, ..Default::default() })
     }
     for view in [View::Alloc, View::Live, View::Peak, View::ShortLived] {
         for t in stack_totals(profile, view) {
-            let e = site(&mut by_site, &mut names, profile, t.stack);
+            let e = site(&mut by_site, &mut names, &name_of, t.stack);
             match view {
                 View::Alloc => {
                     e.alloc_bytes += t.bytes;
@@ -102,7 +117,7 @@ pub fn site_totals(profile: &Profile) -> Vec<SiteTotal> {
     let mut histogram: Vec<_> = profile.lifetimes.histogram.iter().collect();
     histogram.sort_unstable_by_key(|(&(stack, bucket), _)| (bucket, stack));
     for (&(stack, bucket), t) in histogram {
-        let e = site(&mut by_site, &mut names, profile, stack);
+        let e = site(&mut by_site, &mut names, &name_of, stack);
         let bytes = profile.estimated_bytes(t.k);
         match e.lifetimes.last_mut() {
             Some((b, sum)) if *b == bucket => *sum += bytes,
@@ -183,7 +198,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     }
     out.push('\n');
 
-    let sites = site_totals(profile);
+    let sites = site_totals_grouped(profile, options.group_by);
     if sites.is_empty() {
         out.push_str("no samples\n");
         return out;

@@ -53,6 +53,7 @@ impl<T: Tracker> Drive for Driver<T> {
                     time_ns: e.time_ns,
                     addr: e.addr,
                     callstack: Callstack { frames, truncated: e.truncated },
+                    label: super::label::text(e.label),
                 };
                 match catch_unwind(AssertUnwindSafe(|| tracker.alloc(&a))) {
                     Ok(Some(token)) => {
@@ -154,7 +155,18 @@ mod tests {
     }
 
     fn event(kind: EventKind, id: u64, size: usize, addr: usize) -> Event {
-        Event { kind, epoch: 1, id, thread: 1, time_ns: 0, addr, size, k: 2, truncated: false }
+        Event {
+            kind,
+            epoch: 1,
+            id,
+            thread: 1,
+            label: 0,
+            time_ns: 0,
+            addr,
+            size,
+            k: 2,
+            truncated: false,
+        }
     }
 
     #[test]

@@ -122,6 +122,9 @@ fn copy_from(mirror: &mut Mirror, from: &Profile) {
     to.header = from.header.clone();
     let known = to.stacks.len();
     to.stacks.extend_from_slice(from.stacks.get(known..).unwrap_or_default());
+    // Labels (span paths: `memprof::tracing`) are only ever added, as stacks are.
+    let known = to.labels.len();
+    to.labels.extend_from_slice(from.labels.get(known..).unwrap_or_default());
     if to.modules.len() != from.modules.len() {
         to.modules = from.modules.clone();
     }

@@ -42,6 +42,7 @@
 
 pub(crate) mod driver;
 mod fork;
+pub(crate) mod label;
 mod live;
 pub(crate) mod recorder;
 mod tracker;
@@ -326,6 +327,7 @@ pub(crate) fn push_side(q: &Queue, epoch: u64, what: u64, addr: usize, words: &[
         epoch,
         id: what,
         thread: 0,
+        label: 0,
         time_ns: clock::now(),
         addr,
         size: frames.len(),

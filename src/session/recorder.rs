@@ -49,6 +49,9 @@ pub struct Recorder {
     /// Stack ids by a hash of their frames (collisions compared against the stack table),
     /// so that a lookup neither allocates nor hashes with SipHash.
     interned: HashMap<u64, Vec<StackId>, crate::sys::hash::FastHash>,
+    /// Profile label ids by the address and length of the session's label text (the
+    /// registry's texts are unique, so a lookup hashes two words, not the text).
+    label_ids: HashMap<(usize, usize), u32, crate::sys::hash::FastHash>,
     output: Option<(PathBuf, Option<Writer<BufWriter<OwnFile>>>)>,
     /// An already open file to stream to (taken at `started`).
     opened: Option<File>,
@@ -540,6 +543,23 @@ fn loader_adds() -> u64 {
     crate::sys::loader::counts().0
 }
 
+impl Recorder {
+    /// The profile's id of a session label, added to the profile (and written) when new.
+    fn label_id(&mut self, text: &'static str) -> u32 {
+        let key = (text.as_ptr() as usize, text.len());
+        if let Some(&id) = self.label_ids.get(&key) {
+            return id;
+        }
+        let before = self.profile.labels.len();
+        let id = self.profile.intern_label(text);
+        if self.profile.labels.len() > before {
+            self.write(|w| w.write_label(id, text));
+        }
+        self.label_ids.insert(key, id);
+        id
+    }
+}
+
 impl Tracker for Recorder {
     type Token = Held;
 
@@ -614,9 +634,14 @@ impl Tracker for Recorder {
             frames = &translated;
         }
         let truncated = a.callstack.truncated();
-        let key = stack_hash(frames, truncated);
+        let label = match a.label {
+            None => 0,
+            Some(text) => self.label_id(text),
+        };
+        let key = stack_hash(frames, truncated) ^ u64::from(label).wrapping_mul(0x9e37_79b9);
         let same = |s: &Stack| {
             s.truncated == truncated
+                && s.label == label
                 && s.frames.len() == frames.len()
                 && s.frames.iter().zip(frames).all(|(&x, &y)| x == y as u64)
         };
@@ -626,7 +651,8 @@ impl Tracker for Recorder {
         let id = match found {
             Some(id) => id,
             None => {
-                let stack = Stack { frames: frames.iter().map(|&f| f as u64).collect(), truncated };
+                let frames = frames.iter().map(|&f| f as u64).collect();
+                let stack = Stack { frames, truncated, label };
                 let id = self.profile.stacks.len() as StackId;
                 if self.output.is_some() && !stack.frames.iter().all(|&a| self.in_known_module(a)) {
                     self.unknown_frames = self.other.is_some();

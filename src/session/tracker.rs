@@ -42,6 +42,10 @@ pub struct Allocation<'a> {
     pub addr: usize,
     /// Where it was allocated.
     pub callstack: Callstack<'a>,
+    /// The allocating thread's label when it was sampled: with `memprof::tracing`'s span
+    /// layer installed, the path of the spans it had entered (`outer;inner{field=value}`);
+    /// `None` outside every span.
+    pub label: Option<&'static str>,
 }
 
 /// A sampled block that was reallocated and kept its sample.

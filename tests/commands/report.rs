@@ -176,7 +176,10 @@ fn three_sites_recording(exact: bool) -> (Profile, Vec<Event>) {
         (vec![0x1010, 0x3200, 0x3300, 0x4000, 0x4100, libc_start], false),
         (vec![0x1010, 0x3100, 0x4000], true),
     ];
-    p.stacks = stacks.into_iter().map(|(frames, truncated)| Stack { frames, truncated }).collect();
+    p.stacks = stacks
+        .into_iter()
+        .map(|(frames, truncated)| Stack { frames, truncated, label: 0 })
+        .collect();
     let mut events = Vec::new();
     for (i, a) in allocations().into_iter().enumerate() {
         let id = 100 + i as u64;
@@ -646,9 +649,10 @@ mod pprof {
 // .mprof fixtures
 
 mod mprof {
-    //! The golden files `small-v2.mprof` and `small-v2-truncated.mprof` are what the writer
-    //! writes now (format version 2); `small.mprof`, `small-truncated.mprof` and the two
-    //! `small-before-*.mprof` files were written by older memprofs (version 1) and must
+    //! The golden files `small-v3.mprof` and `small-v3-truncated.mprof` are what the writer
+    //! writes now (format version 3); `small-v2.mprof` and `small-v2-truncated.mprof` were
+    //! written by the previous writer (version 2), `small.mprof`, `small-truncated.mprof`
+    //! and the two `small-before-*.mprof` files by older memprofs (version 1): all must
     //! still read.
     use super::*;
 
@@ -702,9 +706,9 @@ mod mprof {
 
     #[test]
     fn small_fixture_is_what_the_writer_writes_and_reads_back() {
-        golden("small-v2.mprof", &small_bytes());
-        golden("small-v2-truncated.mprof", &truncated_bytes());
-        let p = Profile::read_file(fixtures().join("small-v2.mprof")).unwrap();
+        golden("small-v3.mprof", &small_bytes());
+        golden("small-v3-truncated.mprof", &truncated_bytes());
+        let p = Profile::read_file(fixtures().join("small-v3.mprof")).unwrap();
         let (tables, events) = three_sites_recording(true);
         assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
         // The writer sets the version and the time unit of the exact mode.
@@ -717,10 +721,15 @@ mod mprof {
         assert_eq!(p.symbols, tables.symbols);
         // Every event, in order, at the resolution of the file.
         let written = as_written(&events, unit);
-        let (_, read) = events_of("small-v2.mprof");
+        let (_, read) = events_of("small-v3.mprof");
         assert_eq!(read, written);
         let want = with_header(tables, header).with_events(&written);
-        assert_same_aggregates(&p, &want, "small-v2.mprof");
+        assert_same_aggregates(&p, &want, "small-v3.mprof");
+        // The previous writer's file (version 2, no labels) reads back the same events.
+        let (v2, read) = events_of("small-v2.mprof");
+        assert_eq!(v2.header.version, 2);
+        assert_eq!(read, written);
+        assert_eq!(v2.stacks, p.stacks);
         // At the file's time unit (≈ 1 ms) the frees 500 ns after their samples read back
         // with a lifetime of 0.
         let mut sites = expected(true);
@@ -851,11 +860,11 @@ mod gc_view {
         named(&mut p, 0x50, "app::buffer::make");
         named(&mut p, 0x60, "alloc::raw_vec::RawVec<T>::grow_one");
         named(&mut p, 0x70, "memprof::gc::mark::MarkState::push");
-        p.stacks.push(Stack { frames: vec![0x10, 0x20, 0x40], truncated: false });
-        p.stacks.push(Stack { frames: vec![0x10, 0x30, 0x40], truncated: false });
-        p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x10, 0x20, 0x40], truncated: false, label: 0 });
+        p.stacks.push(Stack { frames: vec![0x10, 0x30, 0x40], truncated: false, label: 0 });
+        p.stacks.push(Stack { frames: vec![0x50, 0x40], truncated: false, label: 0 });
         // The collector's own mark stack, a malloc block: not a managed-heap block.
-        p.stacks.push(Stack { frames: vec![0x60, 0x70, 0x40], truncated: false });
+        p.stacks.push(Stack { frames: vec![0x60, 0x70, 0x40], truncated: false, label: 0 });
         let samples: Vec<Sample> = [(6, 3, 8000, 5), (1, 0, 800, 10), (5, 2, 4000, 15)]
             .into_iter()
             .chain([(2, 0, 160, 20), (3, 1, 400, 30), (4, 1, 80, 120)])

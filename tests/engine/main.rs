@@ -85,7 +85,7 @@ impl Tracker for Witness {
             assert_eq!(again, None, "stack {id} interned twice");
         }
         let frames = a.callstack.frames().iter().map(|&f| f as u64).collect();
-        let key = Stack { frames, truncated: a.callstack.truncated() };
+        let key = Stack { frames, truncated: a.callstack.truncated(), label: 0 };
         let stack = *self.stack_ids.get(&key).expect("stack interned by the recorder");
         let (id, addr, size, k, thread) = (a.id, a.addr as u64, a.size as u64, a.k, a.thread);
         let live = profile.live.get(&(stack, size));

@@ -7,7 +7,7 @@ use memprof::profile::load::{load_with_first, LoadOptions, Message};
 use memprof::profile::replay::{parse_duration, parse_moment, Window};
 use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
-use memprof::report::{self, FlameOptions, PprofOptions, TopOptions, View};
+use memprof::report::{self, FlameOptions, GroupBy, PprofOptions, TopOptions, View};
 use memprof::Error;
 use std::ffi::OsString;
 use std::fs::File;
@@ -138,6 +138,11 @@ struct ReportArgs {
     /// the short-lived view and the top table's short-lived section [default: 1ms]
     #[arg(long, value_name = "DURATION")]
     short_lived: Option<String>,
+    /// span: group by tracing span path first (profiles of programs with memprof's
+    /// `SpanLayer`): the spans become root frames of the flamegraph and folded stacks, and
+    /// the top table's sites read `span › site` (pprof samples always carry a `span` label).
+    #[arg(long, value_name = "span|stack", default_value = "stack")]
+    group_by: GroupBy,
 }
 
 #[derive(Args, Debug)]
@@ -371,7 +376,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         report::top_table(&profile, &TopOptions { limit: args.top, ..Default::default() })
     );
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
-    if let Err(e) = write_outputs(&profile, View::Alloc, Some(&svg), None, None) {
+    if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, Some(&svg), None, None) {
         eprintln!("memprof: error: {e}");
     }
     // The page replays the file by stack id: only a profile read from one file has the
@@ -544,13 +549,12 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
         };
         write_html(&profile, file, out)?;
     }
-    print!(
-        "{}",
-        report::top_table(&profile, &TopOptions { limit: args.top, ..Default::default() })
-    );
+    let top = TopOptions { limit: args.top, group_by: args.group_by, ..Default::default() };
+    print!("{}", report::top_table(&profile, &top));
     write_outputs(
         &profile,
         args.view,
+        args.group_by,
         args.flamegraph.as_deref(),
         args.pprof.as_deref(),
         args.collapsed.as_deref(),
@@ -583,13 +587,14 @@ fn report_window(args: &ReportArgs, profile: &Profile) -> Result<Option<Window>,
 pub fn write_outputs(
     profile: &Profile,
     view: View,
+    group_by: GroupBy,
     flamegraph: Option<&Path>,
     pprof: Option<&Path>,
     collapsed: Option<&Path>,
 ) -> Result<(), Error> {
     if let Some(path) = flamegraph {
         write_file(path, |w| {
-            report::flamegraph(profile, &FlameOptions { view, ..Default::default() }, w)
+            report::flamegraph(profile, &FlameOptions { view, group_by, ..Default::default() }, w)
         })?;
         eprintln!("memprof: wrote {} flamegraph {}", view.name(), path.display());
     }
@@ -605,7 +610,7 @@ pub fn write_outputs(
         eprintln!("memprof: wrote pprof profile {}", path.display());
     }
     if let Some(path) = collapsed {
-        write_file(path, |w| report::write_collapsed(w, profile, view))?;
+        write_file(path, |w| report::write_collapsed_grouped(w, profile, view, group_by))?;
         eprintln!("memprof: wrote {} folded stacks {}", view.name(), path.display());
     }
     Ok(())

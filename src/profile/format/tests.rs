@@ -35,9 +35,10 @@ fn rich() -> (Profile, Vec<Event>) {
     p.stacks.push(Stack {
         frames: vec![0x5555_1234, 0x5555_1100, 0x7f00_0000_1000, u64::MAX, 0],
         truncated: false,
+        label: 0,
     });
-    p.stacks.push(Stack { frames: vec![], truncated: true });
-    p.stacks.push(Stack { frames: vec![0x5555_2000; 3], truncated: true });
+    p.stacks.push(Stack { frames: vec![], truncated: true, label: 0 });
+    p.stacks.push(Stack { frames: vec![0x5555_2000; 3], truncated: true, label: 0 });
     p.symbols.insert(
         0x5555_1234,
         vec![
@@ -114,6 +115,7 @@ fn assert_same_tables(a: &Profile, b: &Profile) {
     assert_eq!(a.header, b.header);
     assert_eq!(a.modules, b.modules);
     assert_eq!(a.stacks, b.stacks);
+    assert_eq!(a.labels, b.labels);
     assert_eq!(a.symbols, b.symbols);
     assert_eq!(a.lost, b.lost);
 }
@@ -216,7 +218,7 @@ fn round_trip_of_tables_and_events() {
 #[test]
 fn times_are_quantized_to_the_unit_and_deltas_go_both_ways() {
     let mut p = Profile::default();
-    p.stacks.push(Stack { frames: vec![1], truncated: false });
+    p.stacks.push(Stack { frames: vec![1], truncated: false, label: 0 });
     let unit = TIME_UNIT_SAMPLED_NS;
     // Threads' clocks interleave: times go back as well as forward; ids jump.
     let times = [5 * unit + 7, 3 * unit, 3 * unit + unit - 1, 1 << 40, 0];
@@ -261,7 +263,7 @@ fn times_are_quantized_to_the_unit_and_deltas_go_both_ways() {
 fn the_exact_mode_writes_coarser_units_and_k_equal_to_size_for_free() {
     let mut p = Profile::default();
     p.header.interval = 1.0;
-    p.stacks.push(Stack { frames: vec![1, 2, 3], truncated: false });
+    p.stacks.push(Stack { frames: vec![1, 2, 3], truncated: false, label: 0 });
     let mut events = Vec::new();
     for i in 0..100_000u64 {
         let s = Sample { id: i, stack: 0, time_ns: i * 40, thread: 1, addr: 0, size: 168, k: 168 };
@@ -308,7 +310,7 @@ fn version_1_streams_read_to_the_same_aggregates() {
 #[test]
 fn a_stream_is_readable_before_it_is_finished_and_checks_ids() {
     let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
-    let s = Stack { frames: vec![1, 2, 3], truncated: false };
+    let s = Stack { frames: vec![1, 2, 3], truncated: false, label: 0 };
     assert!(w.write_stack(1, &s).is_err());
     w.write_stack(0, &s).unwrap();
     let bad = Sample { id: 1, stack: 1, time_ns: 0, thread: 1, addr: 0, size: 1, k: 1 };
@@ -333,7 +335,7 @@ fn a_stream_is_readable_before_it_is_finished_and_checks_ids() {
 #[test]
 fn stopping_record_tells_an_exec_from_a_crash() {
     let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
-    w.write_stack(0, &Stack { frames: vec![1, 2], truncated: false }).unwrap();
+    w.write_stack(0, &Stack { frames: vec![1, 2], truncated: false, label: 0 }).unwrap();
     let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 8 };
     w.write_sample(&s).unwrap();
     w.write_stopping(Stopped::Exec).unwrap();
@@ -385,7 +387,7 @@ fn a_failed_write_ends_the_stream() {
     let mut w = Writer::new(Full { data: Vec::new(), room: 60 }, &Header::default()).unwrap();
     // Incompressible frames: the block is longer than the room left.
     let frames = (0..200u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
-    w.write_stack(0, &Stack { frames, truncated: false }).unwrap();
+    w.write_stack(0, &Stack { frames, truncated: false, label: 0 }).unwrap();
     assert!(w.flush().is_err());
     // Later blocks would follow a half block: refused, and the stream stays a clean cut.
     w.write_lost(&Lost::default()).unwrap();
@@ -531,7 +533,7 @@ fn with_block(inner: &[u8]) -> Vec<u8> {
 #[test]
 fn undefined_pairs_unknown_tags_and_orphans() {
     let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
-    w.write_stack(0, &Stack { frames: vec![1], truncated: false }).unwrap();
+    w.write_stack(0, &Stack { frames: vec![1], truncated: false, label: 0 }).unwrap();
     let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 1 };
     w.write_sample(&s).unwrap();
     // An unknown ancillary record is skipped; trailing payload bytes of a table record too.
@@ -614,8 +616,8 @@ fn varints_and_zigzag() {
 fn reading_50_million_events_keeps_memory_bounded() {
     let mut p = Profile::default();
     p.header.interval = 1.0;
-    p.stacks.push(Stack { frames: vec![0x1000, 0x2000], truncated: false });
-    p.stacks.push(Stack { frames: vec![0x1000, 0x3000], truncated: false });
+    p.stacks.push(Stack { frames: vec![0x1000, 0x2000], truncated: false, label: 0 });
+    p.stacks.push(Stack { frames: vec![0x1000, 0x3000], truncated: false, label: 0 });
     // Generated block by block, so the test itself never holds the events.
     let mut w = Writer::new(Vec::new(), &p.header).unwrap();
     for (i, s) in p.stacks.iter().enumerate() {
@@ -695,7 +697,7 @@ fn committed_version_1_fixtures_convert_to_the_same_aggregates() {
 #[test]
 fn symbols_appended_after_a_stopping_record_keep_it_stopped() {
     let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
-    w.write_stack(0, &Stack { frames: vec![7], truncated: false }).unwrap();
+    w.write_stack(0, &Stack { frames: vec![7], truncated: false, label: 0 }).unwrap();
     let s = Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 1 };
     w.write_sample(&s).unwrap();
     w.write_stopping(Stopped::QuickExit).unwrap();
@@ -707,4 +709,89 @@ fn symbols_appended_after_a_stopping_record_keep_it_stopped() {
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     assert_eq!((p.complete, p.stopped), (false, Some(Stopped::QuickExit)));
     assert_eq!(p.symbols[&7], sym);
+}
+
+#[test]
+fn labels_round_trip_and_are_part_of_a_stacks_identity() {
+    let mut p = Profile::default();
+    p.header.interval = 1.0;
+    p.header.time_unit_ns = TIME_UNIT_EXACT_NS;
+    p.labels = vec!["server".into(), "server;handle{endpoint=/upload}".into(), "ünï;code".into()];
+    // One site under no span, under each of two spans.
+    for label in [0, 1, 2] {
+        p.stacks.push(Stack { frames: vec![0x10, 0x20], truncated: false, label });
+    }
+    p.stacks.push(Stack { frames: vec![0x30], truncated: true, label: 3 });
+    let samples: Vec<Sample> = (0..4u32)
+        .map(|i| Sample {
+            id: u64::from(i) + 1,
+            stack: i,
+            time_ns: 0,
+            thread: 1,
+            addr: 0,
+            size: 100 * (u64::from(i) + 1),
+            k: 100 * (u64::from(i) + 1),
+        })
+        .collect();
+    let mut events: Vec<Event> = samples.iter().map(|s| Event::Sample(*s)).collect();
+    // The free names its sample's (stack, size): its label goes with it.
+    events.push(Event::Free(Free::of(&samples[2], 10)));
+    let bytes = encode(&p, &events);
+    let (q, read) = read_events(&bytes[..]).unwrap();
+    assert!(q.complete && q.warnings.is_empty(), "{:?}", q.warnings);
+    assert_eq!(q.header.version, 3);
+    assert_same_tables(&p, &q);
+    assert_eq!(read.len(), events.len());
+    let agg = Profile::read_from(&bytes[..]).unwrap();
+    assert_eq!(agg.stack_label(0), None);
+    assert_eq!(agg.stack_label(1), Some("server"));
+    assert_eq!(agg.stack_label(2), Some("server;handle{endpoint=/upload}"));
+    assert_eq!(agg.stack_label(3), Some("ünï;code"));
+    assert_eq!(agg.allocated[&(1, 200)], Totals { samples: 1, k: 200 });
+    assert_eq!(agg.live[&(2, 300)], Totals { samples: 0, k: 0 });
+    assert_eq!(agg.live[&(1, 200)], Totals { samples: 1, k: 200 });
+    // Without labels the label field is not written: only the header's version differs
+    // from what version 2 wrote.
+    let mut plain = p.clone();
+    plain.labels.clear();
+    plain.stacks.iter_mut().for_each(|s| s.label = 0);
+    let plain_bytes = encode(&plain, &events);
+    assert!(plain_bytes.len() < bytes.len());
+    let q = Profile::read_from(&plain_bytes[..]).unwrap();
+    assert!(q.labels.is_empty() && q.stacks.iter().all(|s| s.label == 0));
+}
+
+#[test]
+fn labels_out_of_order_or_undefined_are_refused() {
+    let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+    assert!(w.write_label(2, "a").is_err());
+    assert!(w.write_stack(0, &Stack { frames: vec![1], truncated: false, label: 1 }).is_err());
+    w.write_label(1, "a").unwrap();
+    w.write_stack(0, &Stack { frames: vec![1], truncated: false, label: 1 }).unwrap();
+    // A reader stops at a label defined out of order, or a stack naming an undefined one.
+    let p = Profile::read_from(&with_block(&[TAG_LABEL, 3, 2, 1, b'x'])[..]).unwrap();
+    assert!(p.warnings[0].contains("label record defines id 2"), "{:?}", p.warnings);
+    let p = Profile::read_from(&with_block(&[TAG_STACK, 5, 0, 0, 1, 7, 4])[..]).unwrap();
+    assert!(p.warnings[0].contains("names label 4"), "{:?}", p.warnings);
+    let p = Profile::read_from(
+        &with_block(&[TAG_LABEL, 3, 1, 1, b'x', TAG_STACK, 5, 0, 0, 1, 7, 1])[..],
+    )
+    .unwrap();
+    assert!(p.warnings.is_empty() || !p.warnings[0].contains("label"), "{:?}", p.warnings);
+    assert_eq!((p.labels.len(), p.stack_label(0)), (1, Some("x")));
+}
+
+#[test]
+fn committed_version_2_fixture_reads_without_labels() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let bytes = std::fs::read(dir.join("small-v2.mprof")).unwrap();
+    let (meta, events) = read_events(&bytes[..]).unwrap();
+    assert_eq!(meta.header.version, 2);
+    assert!(meta.complete, "{:?}", meta.warnings);
+    assert!(meta.labels.is_empty() && meta.stacks.iter().all(|s| s.label == 0));
+    // Rewritten as version 3, it reads back to the same aggregates.
+    let v3 = write_events(Vec::new(), &meta, &events).unwrap();
+    let (a, b) = (Profile::read_from(&bytes[..]).unwrap(), Profile::read_from(&v3[..]).unwrap());
+    assert_eq!(b.header.version, VERSION);
+    assert_eq!((&a.stacks, &a.allocated, &a.live), (&b.stacks, &b.allocated, &b.live));
 }
