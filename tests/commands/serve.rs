@@ -263,3 +263,52 @@ fn record_refuses_a_taken_port_before_running_the_program() {
         .unwrap();
     assert_one_line_error(&out, Some(1), "invalid address");
 }
+
+/// The same handler plugged into an axum router (`examples/axum_pprof.rs`), exact mode:
+/// `/debug/pprof/heap` read by `go tool pprof` holds keep_site's 100 × 10 000 bytes, with
+/// Go's file name; the index answers and an unknown profile is a 404.
+#[test]
+fn the_handler_serves_from_an_axum_router() {
+    let exe = Path::new(MEMPROF).parent().unwrap().join("examples/axum_pprof");
+    assert!(exe.exists(), "{} is built by cargo test", exe.display());
+    let mut child = Command::new(exe)
+        .args(["127.0.0.1:0", "--interval", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix("serving http://")
+        .and_then(|s| s.strip_suffix("/debug/pprof/"))
+        .unwrap_or_else(|| panic!("{first:?}"))
+        .to_owned();
+    // hyper keeps a connection open unless asked to close it.
+    let get = |target: &str| -> (u16, Vec<u8>) {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+        let status = text(&all[..end]).split(' ').nth(1).unwrap().parse().unwrap();
+        (status, all[end + 4..].to_vec())
+    };
+    let (status, body) = get("/debug/pprof/");
+    assert_eq!(status, 200, "{}", text(&body));
+    assert!(text(&body).contains("heap"), "{}", text(&body));
+    assert_eq!(get("/debug/pprof/nothing").0, 404);
+    let (status, body) = get("/debug/pprof/heap");
+    assert_eq!(status, 200);
+    assert_eq!(&body[..2], [0x1f, 0x8b], "a gzip-compressed profile");
+    if let Some((sums, raw)) = go_raw(&format!("http://{addr}/debug/pprof/heap")) {
+        assert!(raw.contains("keep_site"), "{raw}");
+        // In use: keep_site's 1 000 000 bytes, plus whatever the runtime holds.
+        assert!(sums[3] >= 1_000_000, "{sums:?}\n{raw}");
+    }
+    child.stdin.take().unwrap().write_all(b"quit\n").unwrap();
+    assert!(child.wait().unwrap().success());
+}
