@@ -26,7 +26,7 @@
 //! forked child, a mirror whose lock a thread of the parent held at the fork) works on a
 //! fresh mirror of its own instead of waiting, and resolves its symbols again.
 
-use super::{drain_into, lock, queue, Poll, Session, DRIVER, SESSION_EPOCH};
+use super::{drain_into, lock, queue, Poll, DRIVER, SESSION_EPOCH};
 use crate::engine::sampler::Busy;
 use crate::error::Error;
 use crate::profile::{symbolize, Profile};
@@ -174,7 +174,7 @@ fn resolve_new(mirror: &mut Mirror) {
 }
 
 #[cfg(feature = "report")]
-impl Session<Recorder> {
+impl super::Session<Recorder> {
     /// The running session's profile as a gzip-compressed pprof profile (Go's heap-profile
     /// sample types; the default sample type `inuse_space` for [`View::Live`](crate::report::View::Live),
     /// `alloc_space` for [`View::Alloc`](crate::report::View::Alloc)), taken without
