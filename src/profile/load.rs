@@ -136,6 +136,8 @@ impl Followed {
         }
         let known = mirror.stacks.len().min(t.stacks.len());
         mirror.stacks.extend_from_slice(&t.stacks[known..]);
+        let known = mirror.labels.len().min(t.labels.len());
+        mirror.labels.extend_from_slice(&t.labels[known..]);
         if mirror.modules != t.modules {
             mirror.modules.clone_from(&t.modules);
         }
@@ -144,17 +146,7 @@ impl Followed {
         }
         mirror.lost = t.lost;
         mirror.stopped = t.stopped;
-        mirror.allocated.clone_from(&a.allocated);
-        mirror.live.clone_from(&a.live);
-        mirror.gc_cycles.clone_from(&a.gc_cycles);
-        mirror.gc_marked.clone_from(&a.gc_marked);
-        mirror.series.clone_from(&a.series);
-        mirror.peak = a.peak;
-        mirror.since_peak.clone_from(&a.since_peak);
-        mirror.lifetimes.clone_from(&a.lifetimes);
-        mirror.end_ns = a.end_ns;
-        mirror.counts = a.counts;
-        mirror.live_bytes = a.live_bytes;
+        mirror.clone_aggregates_from(a);
         // Whole as of now (the recording goes on).
         mirror.complete = true;
         true
@@ -184,6 +176,10 @@ pub fn follow_shared(
         let known = s.tables.stacks.len();
         if known < t.stacks.len() {
             s.tables.stacks.extend_from_slice(&t.stacks[known..]);
+        }
+        let known = s.tables.labels.len();
+        if known < t.labels.len() {
+            s.tables.labels.extend_from_slice(&t.labels[known..]);
         }
         if s.tables.modules.len() != t.modules.len() {
             s.tables.modules.clone_from(&t.modules);

@@ -908,6 +908,23 @@ impl Profile {
         self.since_peak = agg.since_peak;
     }
 
+    /// Copies the aggregates of `from` into this profile (a mirror of a profile still being
+    /// read or recorded), reusing this one's allocations: all that [`Profile::take_aggregates`]
+    /// moves but the GC attribution index ([`Profile::live_by_time`]), which no report reads.
+    pub(crate) fn clone_aggregates_from(&mut self, from: &Profile) {
+        self.allocated.clone_from(&from.allocated);
+        self.live.clone_from(&from.live);
+        self.gc_cycles.clone_from(&from.gc_cycles);
+        self.gc_marked.clone_from(&from.gc_marked);
+        self.series.clone_from(&from.series);
+        self.peak = from.peak;
+        self.since_peak.clone_from(&from.since_peak);
+        self.lifetimes.clone_from(&from.lifetimes);
+        self.end_ns = from.end_ns;
+        self.counts = from.counts;
+        self.live_bytes = from.live_bytes;
+    }
+
     /// Adds a warning for the orphans counted so far (after reading a stream).
     pub(crate) fn note_orphans(&mut self) {
         if self.counts.orphans > 0 {

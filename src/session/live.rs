@@ -138,17 +138,7 @@ fn copy_from(mirror: &mut Mirror, from: &Profile) {
             }
         }
     }
-    to.allocated.clone_from(&from.allocated);
-    to.live.clone_from(&from.live);
-    to.gc_cycles.clone_from(&from.gc_cycles);
-    to.gc_marked.clone_from(&from.gc_marked);
-    to.series.clone_from(&from.series);
-    to.peak = from.peak;
-    to.since_peak.clone_from(&from.since_peak);
-    to.lifetimes.clone_from(&from.lifetimes);
-    to.end_ns = from.end_ns;
-    to.counts = from.counts;
-    to.live_bytes = from.live_bytes;
+    to.clone_aggregates_from(from);
     to.lost = from.lost;
     to.warnings.clone_from(&from.warnings);
     to.complete = true;
