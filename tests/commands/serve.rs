@@ -16,21 +16,30 @@ fn go_raw(source: &str) -> Option<([i64; 4], String)> {
     crate::common::go_pprof_raw(source.as_ref(), "the go tool pprof checks of the served profiles")
 }
 
-/// A GET of `target` on `addr` with a plain socket: the status and the body.
-fn get(addr: &str, target: &str) -> (u16, Vec<u8>) {
+/// A GET of `target` on `addr` with a plain socket, with `headers` (each ending in
+/// `\r\n`) added to the request: the response head, the status and the body.
+fn exchange(addr: &str, target: &str, headers: &str) -> (String, u16, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n{headers}\r\n").unwrap();
     let mut all = Vec::new();
     s.read_to_end(&mut all).unwrap();
     let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
     let head = text(&all[..end]);
-    assert!(head.contains("Connection: close"), "{head}");
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, all[end + 4..].to_vec())
+    (head, status, all[end + 4..].to_vec())
 }
 
-/// The example `serve_pprof`, exact mode, on a free loopback port: the child, its stdin
-/// and stdout, and its address.
+/// A GET of `target` on the built-in server at `addr`, which closes every connection
+/// unasked: the status and the body.
+fn get(addr: &str, target: &str) -> (u16, Vec<u8>) {
+    let (head, status, body) = exchange(addr, target, "");
+    assert!(head.contains("Connection: close"), "{head}");
+    (status, body)
+}
+
+/// An example serving its profile (`serve_pprof`, `axum_pprof`), exact mode, on a free
+/// loopback port: the child, its stdin and stdout, and its address.
 struct Example {
     child: Child,
     out: BufReader<ChildStdout>,
@@ -38,8 +47,16 @@ struct Example {
 }
 
 impl Example {
+    /// `serve_pprof`, once it has allocated what it holds (it says `ready`).
     fn start() -> Example {
-        let exe = Path::new(MEMPROF).parent().unwrap().join("examples/serve_pprof");
+        let mut ex = Example::spawn("serve_pprof");
+        assert_eq!(ex.line(), "ready");
+        ex
+    }
+
+    /// The example `name`, once it says where it serves.
+    fn spawn(name: &str) -> Example {
+        let exe = Path::new(MEMPROF).parent().unwrap().join("examples").join(name);
         assert!(exe.exists(), "{} is built by cargo test", exe.display());
         let mut child = Command::new(exe)
             .args(["127.0.0.1:0", "--interval", "1"])
@@ -55,7 +72,6 @@ impl Example {
             .and_then(|r| r.strip_suffix("/debug/pprof/"))
             .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
             .to_owned();
-        assert_eq!(ex.line(), "ready");
         ex
     }
 
@@ -269,33 +285,12 @@ fn record_refuses_a_taken_port_before_running_the_program() {
 /// Go's file name; the index answers and an unknown profile is a 404.
 #[test]
 fn the_handler_serves_from_an_axum_router() {
-    let exe = Path::new(MEMPROF).parent().unwrap().join("examples/axum_pprof");
-    assert!(exe.exists(), "{} is built by cargo test", exe.display());
-    let mut child = Command::new(exe)
-        .args(["127.0.0.1:0", "--interval", "1"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let addr = first
-        .trim()
-        .strip_prefix("serving http://")
-        .and_then(|s| s.strip_suffix("/debug/pprof/"))
-        .unwrap_or_else(|| panic!("{first:?}"))
-        .to_owned();
+    let mut ex = Example::spawn("axum_pprof");
+    let addr = ex.addr.clone();
     // hyper keeps a connection open unless asked to close it.
-    let get = |target: &str| -> (u16, Vec<u8>) {
-        let mut s = TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut all = Vec::new();
-        s.read_to_end(&mut all).unwrap();
-        let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
-        let status = text(&all[..end]).split(' ').nth(1).unwrap().parse().unwrap();
-        (status, all[end + 4..].to_vec())
+    let get = |target: &str| {
+        let (_, status, body) = exchange(&addr, target, "Connection: close\r\n");
+        (status, body)
     };
     let (status, body) = get("/debug/pprof/");
     assert_eq!(status, 200, "{}", text(&body));
@@ -309,6 +304,6 @@ fn the_handler_serves_from_an_axum_router() {
         // In use: keep_site's 1 000 000 bytes, plus whatever the runtime holds.
         assert!(sums[3] >= 1_000_000, "{sums:?}\n{raw}");
     }
-    child.stdin.take().unwrap().write_all(b"quit\n").unwrap();
-    assert!(child.wait().unwrap().success());
+    ex.child.stdin.take().unwrap().write_all(b"quit\n").unwrap();
+    assert!(ex.child.wait().unwrap().success());
 }
