@@ -89,7 +89,8 @@ static THREADS: AtomicU32 = AtomicU32::new(0);
 /// language: `size < countdown && epoch == EPOCH` → `countdown -= size`, not sampled;
 /// otherwise [`sample_in`]. The layout is fixed (`repr(C)`: the countdown, then the epoch)
 /// for code outside Rust. A zeroed `Countdown` is valid: its first allocation takes the
-/// slow path and draws.
+/// slow path and draws. So is a countdown of 0 whatever its epoch: writing 0 makes the
+/// thread draw a fresh gap at its next allocation (a drawn countdown is never 0).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Countdown {
@@ -259,7 +260,13 @@ fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
 pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
     let size = size as u64;
     let epoch = EPOCH.load(Ordering::Acquire);
-    let fresh = cd.epoch.get() != epoch;
+    // A countdown of 0 was never drawn: every drawn countdown is at least 1 (the point is
+    // its `countdown`-th byte), so 0 is what a new thread starts with and what an allocator
+    // that keeps the countdown itself writes to make the thread draw again (the preload
+    // library, when a session starts). It gets a fresh gap like a countdown of another
+    // epoch. Taking it as "the point is here" would sample the thread's next allocation
+    // whatever its size: a first-sample bias.
+    let fresh = cd.epoch.get() != epoch || cd.countdown.get() == 0;
     if fresh {
         cd.epoch.set(epoch);
         if !ACTIVE.load(Ordering::Relaxed) {

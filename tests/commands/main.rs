@@ -5,13 +5,15 @@
 //! `diff` (`memprof diff` of real recordings: its flags, its exact numbers, its exports),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
-//! allocator, allocations before the preload library is ready, small stacks). What they
+//! allocator, allocations before the preload library is ready, small stacks),
+//! `first_sample` (every thread's first allocation sampled like any other). What they
 //! share is in `common`.
 
 mod browser;
 mod cli;
 mod common;
 mod diff;
+mod first_sample;
 mod forwarding;
 mod harm;
 mod record;

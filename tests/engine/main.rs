@@ -576,6 +576,81 @@ mod external_countdown {
         );
         assert_eq!(s.live_bytes, 0.0, "every block was freed");
     }
+
+    /// A countdown set to 0 in the current session (what the preload library writes when
+    /// its session starts, after its own start-up allocations drew one) makes the thread
+    /// draw a fresh gap, not sample its next allocation whatever its size. At interval 64 a
+    /// 37-byte block holds a point with probability q = 1 − (63/64)^37 ≈ 0.442: over 400
+    /// sessions the count is Binomial(400, q), mean 176.6, σ 9.9, checked at ± 5.7 σ (false
+    /// failure ≈ 1e-8 from the exact binomial tails; fixed seeds, so a build always passes
+    /// or always fails). A countdown taken as "the point is here" samples it 400 times.
+    #[test]
+    fn a_zeroed_countdown_draws_afresh_in_its_session() {
+        let _g = serial();
+        let cd = Countdown::new();
+        let layout = Layout::from_size_align(37, 16).unwrap();
+        let n = 400u64;
+        let mut hits = 0u64;
+        for seed in 1..=n {
+            // SAFETY: the layout has a non-zero size.
+            let p = unsafe { System.alloc(layout) };
+            assert!(!p.is_null());
+            let w = record_witnessed(
+                Config { seed: Some(seed), ..Config::with_interval(64.0) },
+                || {
+                    // A draw of this session, as the start-up's allocations leave it, then the
+                    // reset.
+                    on_alloc_in(&cd, core::ptr::null_mut(), 0);
+                    cd.epoch.set(EPOCH.load(Ordering::Relaxed));
+                    cd.countdown.set(0);
+                    on_alloc_in(&cd, p, 37);
+                    on_dealloc(p);
+                },
+            );
+            // SAFETY: allocated above with this layout.
+            unsafe { System.dealloc(p, layout) };
+            hits += u64::from(w.samples.iter().any(|s| s.addr == p as u64 && s.size == 37));
+        }
+        let q = 1.0 - (63.0f64 / 64.0).powi(37);
+        let (mean, sd) = (n as f64 * q, (n as f64 * q * (1.0 - q)).sqrt());
+        assert!(
+            (hits as f64 - mean).abs() < 5.7 * sd,
+            "sampled in {hits} of {n} sessions; expected {mean:.1} ± {:.1}",
+            5.7 * sd
+        );
+    }
+
+    /// The same through `Sampled<System>`: a thread started in a session samples its first
+    /// allocation (37 bytes) with probability q, as any later one (same bound and false-
+    /// failure rate as above).
+    #[test]
+    fn a_new_threads_first_allocation_is_an_ordinary_draw() {
+        let _g = serial();
+        let n = 400u64;
+        let mut hits = 0u64;
+        for seed in 1..=n {
+            let mut addr = 0u64;
+            let w = record_witnessed(
+                Config { seed: Some(seed), ..Config::with_interval(64.0) },
+                || {
+                    addr = std::thread::spawn(|| {
+                        let v = black_box(Vec::<u8>::with_capacity(37));
+                        v.as_ptr() as u64
+                    })
+                    .join()
+                    .unwrap();
+                },
+            );
+            hits += u64::from(w.samples.iter().any(|s| s.addr == addr && s.size == 37));
+        }
+        let q = 1.0 - (63.0f64 / 64.0).powi(37);
+        let (mean, sd) = (n as f64 * q, (n as f64 * q * (1.0 - q)).sqrt());
+        assert!(
+            (hits as f64 - mean).abs() < 5.7 * sd,
+            "sampled in {hits} of {n} sessions; expected {mean:.1} ± {:.1}",
+            5.7 * sd
+        );
+    }
 }
 
 mod callbacks {
