@@ -16,7 +16,9 @@ pub const MAX_DEPTH: usize = 4096;
 /// How return addresses are collected on the sample path.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Unwinder {
-    /// Frame pointers when a probe at start shows the code keeps them, else `Dwarf`.
+    /// Frame pointers where they are shown to be kept, else `Dwarf`: in process, when a
+    /// probe of the profiler's own calls (built with the program) walks right; under the
+    /// preload library, when every loaded object's unwind tables show that it keeps them.
     #[default]
     Auto,
     /// Walk the frame-pointer chain (fast; needs code built with frame pointers).

@@ -43,6 +43,7 @@
 //! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
 //! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
 //! | `engine/callstack/fp.rs` | the frame-pointer walk and the thread's stack bounds |
+//! | `engine/callstack/fp_proof.rs` | which loaded objects keep frame pointers, from their `.eh_frame` |
 //! | `engine/callstack/cfi.rs` | the cached DWARF unwinder (framehop over in-memory tables) |
 //! | `engine/callstack/memo.rs` | repeated stacks replayed by checking the words they read |
 //! | `engine/callstack/dwarf.rs` | libgcc's walk, the fallback |
@@ -55,7 +56,7 @@
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
-//! | `report/` | top table, folded stacks, flamegraph, pprof |
+//! | `report/` | top table, folded stacks, flamegraph, pprof, diff, HTML; notes on unwinding |
 //! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |

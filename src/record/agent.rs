@@ -334,6 +334,7 @@ pub fn init() {
     if !settings.follow_forks {
         strip_preload();
     }
+    crate::engine::callstack::sampling_the_c_library();
     if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         crate::engine::callstack::enable_unwind_check();
     }

@@ -21,3 +21,4 @@ mod reentrancy;
 mod report;
 mod serve;
 mod time;
+mod unwinder;

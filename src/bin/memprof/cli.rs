@@ -69,8 +69,9 @@ struct RecordArgs {
     #[arg(long)]
     follow_forks: bool,
     /// Stack unwinder in the program: dwarf (default: cached DWARF unwind tables, libgcc
-    /// where they cannot walk), fp (fastest; needs code built with frame pointers) or
-    /// libgcc (libgcc's unwinder only: slow).
+    /// where they cannot walk), fp (fastest; needs code built with frame pointers), libgcc
+    /// (libgcc's unwinder only: slow) or auto (fp when every loaded object's unwind tables
+    /// show that it keeps frame pointers, else dwarf).
     #[arg(long, value_name = "fp|dwarf|libgcc|auto")]
     unwinder: Option<String>,
     /// Fixed sampler seed: the same program gives the same samples (per thread).
@@ -375,6 +376,9 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         "{}",
         report::top_table(&profile, &TopOptions { limit: args.top, ..Default::default() })
     );
+    if let Some(note) = report::unwinding::shallow_stacks_note(&profile) {
+        eprintln!("memprof: note: {note}");
+    }
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
     if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, Some(&svg), None, None) {
         eprintln!("memprof: error: {e}");
@@ -551,6 +555,9 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     }
     let top = TopOptions { limit: args.top, group_by: args.group_by, ..Default::default() };
     print!("{}", report::top_table(&profile, &top));
+    if let Some(note) = report::unwinding::shallow_stacks_note(&profile) {
+        eprintln!("memprof: note: {note}");
+    }
     write_outputs(
         &profile,
         args.view,

@@ -340,7 +340,7 @@ pub(super) fn count_fallback() {
 ///
 /// # Safety
 /// `p..p + 8` is readable.
-unsafe fn read_encoded(p: usize, enc: u8) -> Option<usize> {
+pub(super) unsafe fn read_encoded(p: usize, enc: u8) -> Option<usize> {
     // SAFETY: the caller guarantees the bytes are readable; unaligned reads are used.
     let v = unsafe {
         match enc & 0x0f {

@@ -23,8 +23,14 @@
 //! libgcc: `backtrace::trace_unsynchronized`, correct for any code with unwind tables but
 //! microseconds per sample; the fallback of the DWARF unwinder, and `Unwinder::Libgcc`.
 //!
-//! `Unwinder::Auto` probes at session start: it walks a known chain of calls both ways and
-//! uses frame pointers when they agree, DWARF otherwise.
+//! `Unwinder::Auto` decides at session start. In process (`Sampled`), the sampled
+//! allocations come from Rust code built in one cargo build with the profiler, with the
+//! same flags: it walks a known chain of the profiler's own calls both ways and uses frame
+//! pointers when they agree, DWARF otherwise. Under the preload library the allocations
+//! are the C library's, called from any object of the program, whatever compiled it: frame
+//! pointers are used only when every loaded object's unwind tables show that it keeps them
+//! (`fp_proof`), DWARF otherwise (on a distribution whose C library omits them, always).
+//! Objects loaded after the start are not checked.
 //!
 //! # 3. Addresses
 //! Frames are raw return addresses (the instruction after the call), innermost first,
@@ -43,12 +49,14 @@
 use crate::config::Unwinder;
 use core::cell::{Cell, UnsafeCell};
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 #[cfg(target_arch = "x86_64")]
 mod cfi;
 mod dwarf;
 mod fp;
+#[cfg(target_arch = "x86_64")]
+mod fp_proof;
 mod frames;
 mod memo;
 
@@ -63,6 +71,15 @@ const USE_FP: u8 = 0;
 const USE_LIBGCC: u8 = 1;
 const USE_CFI: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(USE_LIBGCC);
+/// Set when the sampled allocations are the C library's `malloc` family (the preload
+/// library): `Auto` then needs every object's evidence (§2).
+static MALLOC_FAMILY: AtomicBool = AtomicBool::new(false);
+
+/// Says that the sampled allocations are the C library's, made by any object of the
+/// process (the preload library's agent, before its session starts).
+pub(crate) fn sampling_the_c_library() {
+    MALLOC_FAMILY.store(true, Ordering::Relaxed);
+}
 
 /// The sample path's per-thread state, in the thread's lazily mapped block (zeroed when
 /// mapped, see `crate::engine::thread`).
@@ -339,15 +356,17 @@ fn registers() -> (u64, u64, u64) {
     (pc, sp, bp)
 }
 
-/// Chooses the unwinder for the sample path. `Auto` probes whether frame pointers agree
-/// with the DWARF unwinder on a known chain of calls. Returns the unwinder in use: `Dwarf`
+/// Chooses the unwinder for the sample path. `Auto` uses frame pointers where they are
+/// shown to be kept (§2), DWARF otherwise. Returns the unwinder in use: `Dwarf`
 /// becomes `Libgcc` where the cached DWARF unwinder is unavailable (not x86_64, or no
 /// loaded object has unwind tables), `FramePointer` becomes a DWARF one where frame
 /// pointers are not walked.
 pub fn select(unwinder: Unwinder) -> Unwinder {
     let chosen = match unwinder {
         Unwinder::Auto => {
-            if probe_frame_pointers() {
+            if probe_frame_pointers()
+                && (!MALLOC_FAMILY.load(Ordering::Relaxed) || every_object_keeps_fp())
+            {
                 Unwinder::FramePointer
             } else {
                 Unwinder::Dwarf
@@ -363,6 +382,18 @@ pub fn select(unwinder: Unwinder) -> Unwinder {
     };
     MODE.store(mode, Ordering::Relaxed);
     used
+}
+
+/// Every loaded object's unwind tables show that it keeps frame pointers (§2).
+fn every_object_keeps_fp() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        fp_proof::all_objects_keep_frame_pointers()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 fn cfi_prepare() -> bool {
