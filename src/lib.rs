@@ -64,6 +64,7 @@
 //! | `record/bundled.rs` | [`bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/agent.rs` | the in-process half: start, fork, exec, `dlclose`, exit |
 //! | `record/env.rs` | the `MEMPROF_*` contract between the two halves |
+//! | `record/unfollowed.rs` | the programs a process started unfollowed, named for `record` |
 //! | `error.rs` | [`Error`] and [`LaunchError`] |
 //! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
 //! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
@@ -157,6 +158,7 @@ pub mod __private {
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Busy, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::next_definitions;
     pub use crate::sys::errno::{errno, set_errno};
 }

@@ -60,6 +60,11 @@
 //! time with a side event that places it among the events; `exec` and `_exit` set the
 //! header's `ending`, so the collector ends the file as §4 describes for them. A forked
 //! child unmaps its parent's ring and, when following, creates its own.
+//!
+//! # 7. Programs not followed
+//! Without `MEMPROF_FOLLOW_FORKS`, under `memprof record`, the preload library's `exec` and
+//! `posix_spawn` hooks name what this process (or a forked child of it, followed or not)
+//! starts, for `record` to print (see `record/unfollowed.rs`).
 
 use super::env::{self, EnvSettings};
 use super::ring::{self, Ring};
@@ -333,6 +338,11 @@ pub fn init() {
     };
     if !settings.follow_forks {
         strip_preload();
+        // What this process and its forked children execute is not profiled: `record`
+        // is told its name instead.
+        if let Some(dir) = &settings.rings {
+            super::unfollowed::set_dir(dir);
+        }
     }
     if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         crate::engine::callstack::enable_unwind_check();

@@ -38,6 +38,9 @@ use std::process::Command;
 /// File name of the preload library.
 pub const PRELOAD_NAME: &str = "libmemprof_preload.so";
 
+/// CPython's choice of allocator (`malloc`: every object from the C library's `malloc`).
+const PYTHONMALLOC: &str = "PYTHONMALLOC";
+
 /// What `memprof record` runs.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -49,6 +52,11 @@ pub struct RecordOptions {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Leave CPython's own small-object allocator (pymalloc) in place: without it, the
+    /// program runs with `PYTHONMALLOC=malloc` (unless its environment sets `PYTHONMALLOC`),
+    /// so that every Python object is a `malloc` call the profile sees, not a slice of an
+    /// arena allocated long before.
+    pub keep_pymalloc: bool,
 }
 
 /// The outcome of a recorded run.
@@ -60,8 +68,16 @@ pub struct Recorded {
     pub signal: Option<i32>,
     /// The profile of the program's process.
     pub output: PathBuf,
-    /// Profiles of followed children (`<stem>.<pid>.mprof`), sorted.
+    /// Profiles of followed children (in the tree's directory, [`config::tree_dir`]),
+    /// sorted by pid.
     pub children: Vec<PathBuf>,
+    /// `PYTHONMALLOC=malloc` was put in the program's environment (see
+    /// [`RecordOptions::keep_pymalloc`]).
+    pub pymalloc_bypassed: bool,
+    /// Without `--follow-forks`: the programs that the profiled process and its forked
+    /// children executed or spawned, unprofiled, as they were named to `exec` or
+    /// `posix_spawn`, in order (names are the program's strings: escape them to print).
+    pub unfollowed: Vec<String>,
 }
 
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
@@ -335,6 +351,12 @@ pub fn record_with(
         cmd.env(k, v);
     }
     cmd.env_remove(config::ENV_STEM);
+    // Harmless to any other program, and it must be there before an interpreter that the
+    // program starts (a script's, a wrapper's) reads it.
+    let pymalloc_bypassed = !opts.keep_pymalloc && std::env::var_os(PYTHONMALLOC).is_none();
+    if pymalloc_bypassed {
+        cmd.env(PYTHONMALLOC, "malloc");
+    }
     // The program may change directory (daemons do): its library is told where the output
     // is as an absolute path, so followed children's files land beside the parent's
     // whatever their working directory, where `record` looks for them.
@@ -435,6 +457,8 @@ pub fn record_with(
     for msg in collector.map(Collector::finish).unwrap_or_default() {
         eprintln!("memprof: {msg}");
     }
+    let unfollowed =
+        rings.as_ref().map(|d| super::unfollowed::read(&d.0, 1 << 20)).unwrap_or_default();
     drop(rings);
     // SAFETY: restores the dispositions read above.
     unsafe {
@@ -448,7 +472,7 @@ pub fn record_with(
         (None, None) => (1, None),
     };
     let children = if opts.settings.follow_forks { child_profiles(&output) } else { Vec::new() };
-    Ok(Recorded { exit_code, signal, output, children })
+    Ok(Recorded { exit_code, signal, output, children, pymalloc_bypassed, unfollowed })
 }
 
 /// The private directory of a run's shared rings (0700, on a memory file system when

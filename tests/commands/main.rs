@@ -5,10 +5,12 @@
 //! `diff` (`memprof diff` of real recordings: its flags, its exact numbers, its exports),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
-//! allocator, allocations before the preload library is ready, small stacks). What they
-//! share is in `common`.
+//! allocator, allocations before the preload library is ready, small stacks), `children`
+//! (programs that start programs: the notes naming them, CPython, process trees). What
+//! they share is in `common`.
 
 mod browser;
+mod children;
 mod cli;
 mod common;
 mod diff;

@@ -76,6 +76,11 @@ struct RecordArgs {
     /// Fixed sampler seed: the same program gives the same samples (per thread).
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
+    /// Leave CPython's own allocator (pymalloc) in place. By default the program runs with
+    /// PYTHONMALLOC=malloc (unless its environment sets PYTHONMALLOC), so that a Python
+    /// program's objects are seen one by one rather than as pymalloc's arenas.
+    #[arg(long)]
+    keep_pymalloc: bool,
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -255,6 +260,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         force: args.force,
         program: program.clone(),
         args: rest.to_vec(),
+        keep_pymalloc: args.keep_pymalloc,
     };
     // While the program runs, another thread reads the symbols of the objects it mapped,
     // so that little is left to do once it exits (symbol reading was most of that). It is
@@ -347,9 +353,22 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     // The process ends right after the report: freeing the parsed debug information (tens of
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
+    let after_notes = || {
+        if let Some(n) = crate::notes::unfollowed(&shown, &run.unfollowed) {
+            eprintln!("memprof: note: {n}");
+        }
+        let modules = profile.modules.iter().map(|m| m.path.as_str());
+        if crate::notes::is_cpython(&profile.header.executable, modules) {
+            eprintln!(
+                "memprof: note: {}",
+                crate::notes::cpython(run.pymalloc_bypassed, args.keep_pymalloc)
+            );
+        }
+    };
     if profile.counts.samples == 0 {
         if let Some((_, hint)) = exec_hint(program, &run, &profile) {
             eprintln!("memprof: note: no allocations were seen in {shown}: {hint}");
+            after_notes();
             return Ok(code);
         }
         let why = if let Some(sig) = run.signal {
@@ -369,6 +388,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
             )
         };
         eprintln!("memprof: note: no allocations were seen in {shown}: {why}");
+        after_notes();
         return Ok(code);
     }
     eprint!(
@@ -391,6 +411,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     if let Some((true, hint)) = exec_hint(program, &run, &profile) {
         eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
     }
+    after_notes();
     Ok(code)
 }
 
