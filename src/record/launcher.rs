@@ -297,6 +297,26 @@ fn create_output(path: &[u8], force: bool) -> i32 {
     0
 }
 
+/// Set in the errno the child sends back when it was the tree's directory that could not
+/// be created.
+const TREE_DIR_ERROR: i32 = 1 << 30;
+
+/// `--force` with `--follow-forks`: an earlier run's tree directory is removed, if it is
+/// this user's real directory (its files with it); anything else of its name (a symlink, a
+/// file) is unlinked, never followed.
+fn remove_tree(dir: &Path) {
+    let Ok(meta) = fs::symlink_metadata(dir) else { return };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    if meta.is_dir() {
+        if meta.uid() == me {
+            let _ = fs::remove_dir_all(dir);
+        }
+    } else {
+        let _ = fs::remove_file(dir);
+    }
+}
+
 fn create_error(path: &str, errno: i32, force: bool) -> Error {
     let e = std::io::Error::from_raw_os_error(errno);
     if errno == libc::EEXIST && !force {
@@ -336,6 +356,18 @@ pub fn record_with(
         let errno = create_output(c.as_bytes_with_nul(), opts.force);
         if errno != 0 {
             return Err(create_error(&template, errno, opts.force));
+        }
+        if opts.settings.follow_forks {
+            let dir = config::tree_dir(&template);
+            if opts.force {
+                remove_tree(Path::new(&dir));
+            }
+            let c = std::ffi::CString::new(dir.as_bytes()).map_err(|_| LaunchError::NulInOutput)?;
+            let errno = crate::sys::private_dir::create(c.as_bytes_with_nul(), false);
+            if errno != 0 {
+                let _ = fs::remove_file(&template);
+                return Err(create_error(&dir, errno, false));
+            }
         }
     }
 
@@ -389,15 +421,33 @@ pub fn record_with(
     if deferred {
         let tmpl = template.clone().into_bytes();
         let force = opts.force;
+        let follow = opts.settings.follow_forks;
         let make = move || -> std::io::Result<()> {
             let mut buf = [0u8; 4096];
             // SAFETY: getpid has no preconditions.
             let pid = unsafe { libc::getpid() } as u32;
-            let errno = if expand_into(&tmpl, pid, &mut buf) {
+            let mut errno = if expand_into(&tmpl, pid, &mut buf) {
                 create_output(&buf, force)
             } else {
                 libc::ENAMETOOLONG
             };
+            if errno == 0 && follow {
+                // The tree's directory, `<output>.d`, beside it (a fresh pid's: none of an
+                // earlier run's is replaced here).
+                let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+                errno = if end + 3 <= buf.len() {
+                    buf[end..end + 3].copy_from_slice(b".d\0");
+                    crate::sys::private_dir::create(&buf[..end + 3], false)
+                } else {
+                    libc::ENAMETOOLONG
+                };
+                if errno != 0 {
+                    buf[end] = 0;
+                    // SAFETY: `buf` holds the output's NUL-terminated path, created above.
+                    unsafe { libc::unlink(buf.as_ptr().cast()) };
+                    errno |= TREE_DIR_ERROR;
+                }
+            }
             if errno != 0 {
                 let bytes = errno.to_ne_bytes();
                 // SAFETY: writes 4 bytes from a live buffer to the pipe's write end.
@@ -422,7 +472,12 @@ pub fn record_with(
             // SAFETY: closes the read end once.
             unsafe { libc::close(rd) };
             if n == 4 {
-                return Err(create_error(&template, i32::from_ne_bytes(b), opts.force));
+                let errno = i32::from_ne_bytes(b);
+                if errno & TREE_DIR_ERROR != 0 {
+                    let dir = config::tree_dir(&template);
+                    return Err(create_error(&dir, errno & !TREE_DIR_ERROR, false));
+                }
+                return Err(create_error(&template, errno, opts.force));
             }
             if !deferred {
                 let _ = fs::remove_file(&template);
@@ -590,30 +645,9 @@ fn wait_for_descendants(shown: &str) {
 }
 
 /// The files of followed children of the run whose root profile is `root`:
-/// `<stem>.<pid>[.<n>].mprof` beside it.
+/// `<pid>[.<n>].mprof` in its tree's directory ([`config::tree_dir`]), by pid and image.
 pub fn child_profiles(root: &Path) -> Vec<PathBuf> {
-    let dir = match root.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let Some(name) = root.file_name().and_then(|n| n.to_str()) else {
-        return Vec::new();
-    };
-    let prefix = format!("{}.", config::output_stem(name));
-    let mut out: Vec<PathBuf> = fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let n = e.file_name();
-            let n = n.to_str()?;
-            let rest = n.strip_prefix(&prefix)?.strip_suffix(".mprof")?;
-            let numeric = !rest.is_empty() && rest.split('.').all(|p| p.parse::<u32>().is_ok());
-            numeric.then(|| dir.join(n))
-        })
-        .collect();
-    out.sort();
-    out
+    crate::profile::tree::children(root)
 }
 
 #[cfg(test)]
