@@ -138,3 +138,126 @@ fn cpython_heap_is_seen_by_default() {
     let out = record(&dir, &["-o", "c.mprof"], &fixture("sites"), &["1"]);
     assert!(!text(&out.stderr).contains("CPython"), "{}", text(&out.stderr));
 }
+
+/// `sh -c "sites 1; diffsites"` under `--follow-forks`: the shell and the two programs it
+/// runs (each forked, or the last one exec'd in the shell's own pid, as the shell likes).
+fn record_tree(dir: &Path, file: &str) -> std::process::Output {
+    let cmd = format!("'{}' 1; '{}'", fixture("sites").display(), fixture("diffsites").display());
+    record(
+        dir,
+        &["--interval", "1", "--follow-forks", "-o", file],
+        Path::new("/bin/sh"),
+        &["-c", &cmd],
+    )
+}
+
+/// The profiles of a tree, one per process, in its directory; one table row per process
+/// above the merged top table; one HTML page; `report DIR` and `report ROOT` read the
+/// tree; whatever reports one process at a time names the file to pass.
+#[test]
+fn follow_forks_writes_the_tree_in_its_directory() {
+    let dir = scratch("children-tree");
+    let out = record_tree(&dir, "t.mprof");
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    let mut beside: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    beside.sort();
+    assert_eq!(beside, ["t.mprof", "t.mprof.d", "t.mprof.html", "t.mprof.svg"], "{err}");
+    let tree = dir.join("t.mprof.d");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::symlink_metadata(&tree).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the tree's directory is private");
+    let children = memprof::launcher::child_profiles(&dir.join("t.mprof"));
+    assert_eq!(children.len(), 2, "sites and diffsites: {children:?}");
+    assert!(children.iter().all(|c| c.starts_with(&tree)), "{children:?}");
+
+    // The table: three rows, the shell first, each naming its program and file.
+    let table: Vec<&str> =
+        err.lines().skip_while(|l| !l.starts_with("processes: ")).take(5).collect();
+    assert_eq!(table.first(), Some(&"processes: 3 in the tree"), "{err}");
+    assert!(table[2].contains(" dash ") || table[2].contains(" sh "), "{table:?}");
+    for prog in ["sites", "diffsites"] {
+        let row = table
+            .iter()
+            .find(|l| l.contains(&format!(" {prog} ")))
+            .unwrap_or_else(|| panic!("{table:?}"));
+        assert!(row.contains("t.mprof.d/"), "the row names the file: {row}");
+    }
+    assert!(err.contains("leak_site"), "the merged top table follows: {err}");
+    assert!(err.contains("wrote HTML report") && err.contains("t.mprof.d/ (3 processes"), "{err}");
+    assert!(std::fs::metadata(dir.join("t.mprof.html")).unwrap().len() > 10_000);
+    assert!(err.lines().all(|l| l.len() < 400), "no line lists every file: {err}");
+
+    // report reads the tree by its directory or its root.
+    for arg in ["t.mprof.d", "t.mprof.d/", "t.mprof"] {
+        let o = Command::new(MEMPROF).current_dir(&dir).args(["report", arg]).output().unwrap();
+        assert_ok(&o, 0);
+        let s = text(&o.stdout);
+        assert!(s.starts_with("processes: 3 in the tree"), "{arg}: {s}");
+        assert!(s.contains("small_site") && s.contains("steady_site"), "{arg}: {s}");
+    }
+    // One process at a time: a directory or several files are refused, naming a file; the
+    // root file is reported alone, with a note naming a child's file.
+    let report = |args: &[&str]| {
+        Command::new(MEMPROF).current_dir(&dir).arg("report").args(args).output().unwrap()
+    };
+    for args in [
+        &["t.mprof.d", "--view", "peak"][..],
+        &["t.mprof.d", "--at", "1ms"],
+        &["t.mprof.d", "--short-lived", "1ms"],
+    ] {
+        let o = report(args);
+        crate::common::assert_one_line_error(
+            &o,
+            Some(1),
+            "pass one file of the tree, e.g. t.mprof (the program's) or t.mprof.d/",
+        );
+    }
+    let two = [dir.join("t.mprof"), children[0].clone()];
+    let o =
+        Command::new(MEMPROF).arg("report").args(&two).args(["--view", "peak"]).output().unwrap();
+    crate::common::assert_one_line_error(&o, Some(1), &format!("e.g. {}", two[0].display()));
+    let o = report(&["t.mprof", "--view", "peak"]);
+    assert_ok(&o, 0);
+    let e = text(&o.stderr);
+    assert!(e.contains("t.mprof alone is reported") && e.contains("e.g. t.mprof.d/"), "{e}");
+    assert!(!text(&o.stdout).starts_with("processes:"), "{}", text(&o.stdout));
+    // --html of the tree: one page.
+    let o = report(&["t.mprof.d", "--html", "tree.html"]);
+    assert_ok(&o, 0);
+    let html = std::fs::read_to_string(dir.join("tree.html")).unwrap();
+    assert!(html.contains("\"procs\":[") && html.contains("diffsites"), "the tree's page");
+}
+
+/// The tree's directory is never followed through a symlink, never an earlier run's
+/// without --force, and --force replaces the link, not what it points to.
+#[test]
+fn the_tree_directory_is_created_safely() {
+    let dir = scratch("children-tree-safe");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("s.mprof.d")).unwrap();
+    let out = record_tree(&dir, "s.mprof");
+    crate::common::assert_one_line_error(&out, Some(1), "s.mprof.d: it exists");
+    assert!(!dir.join("s.mprof").exists(), "nothing is left of the refused run");
+    let out = record(
+        &dir,
+        &["--force", "--follow-forks", "-o", "s.mprof"],
+        Path::new("/bin/sh"),
+        &["-c", "true"],
+    );
+    assert_ok(&out, 0);
+    assert!(std::fs::symlink_metadata(dir.join("s.mprof.d")).unwrap().is_dir(), "a directory now");
+    assert!(
+        std::fs::read_dir(&elsewhere).unwrap().next().is_none(),
+        "the link's target is untouched"
+    );
+    // An earlier run's tree needs --force.
+    let out =
+        record(&dir, &["--follow-forks", "-o", "s.mprof"], Path::new("/bin/sh"), &["-c", "true"]);
+    crate::common::assert_one_line_error(&out, Some(1), "exists");
+}
