@@ -56,7 +56,9 @@
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
-//! | `report/` | top table, folded stacks, flamegraph, pprof |
+//! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
+//! | `report/` | top table, folded stacks, flamegraph, pprof, HTML, diff |
+//! | `report/tree.rs` | a tree's table of processes; names escaped for a terminal |
 //! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
@@ -68,6 +70,7 @@
 //! | `record/unfollowed.rs` | the programs a process started unfollowed, named for `record` |
 //! | `error.rs` | [`Error`] and [`LaunchError`] |
 //! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
+//! | `bin/memprof/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
 //! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
 //!
 //! # Quick use

@@ -82,7 +82,7 @@ struct Agent {
     session: Option<Session<Recorder>>,
     path: String,
     settings: EnvSettings,
-    /// The stem descendants name their files after (when following).
+    /// The tree's directory, where descendants write their files (when following).
     stem: String,
     /// The shared ring `memprof record` collects (§6), when this process has one.
     ring: Option<Ring>,

@@ -12,12 +12,18 @@
 //! and another run's profile never overwritten, unless `--force` removes it first. A name with
 //! `%p` (the default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`,
 //! where its pid is known; a failure there comes back to this process before the program runs.
+//! With `--follow-forks` the tree's directory, `<output>.d/`, is created next to it
+//! (`sys/private_dir.rs`: `mkdir`, 0700; `--force` first removes an earlier run's, if it is
+//! this user's directory, and unlinks anything else of the name).
 //!
 //! # 2. The contract with the preload library
 //! Settings travel in the `MEMPROF_*` variables ([`EnvSettings`]); the
 //! library is put first in `LD_PRELOAD`. The program's exit status is returned (128 + the
 //! signal number when a signal killed it); SIGINT and SIGQUIT are ignored here while the
 //! program runs, so that a Ctrl-C reaches the program and the report still follows.
+//! `PYTHONMALLOC=malloc` is set unless the environment sets it (see
+//! [`RecordOptions::keep_pymalloc`]). Without `--follow-forks`, the programs the processes
+//! started unprofiled are read back from the ring directory ([`Recorded::unfollowed`]).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use super::bundled::{Bundled, Installed};
@@ -68,7 +74,7 @@ pub struct Recorded {
     pub signal: Option<i32>,
     /// The profile of the program's process.
     pub output: PathBuf,
-    /// Profiles of followed children (in the tree's directory, [`config::tree_dir`]),
+    /// Profiles of followed children (in the tree's directory, `<output>.d/`),
     /// sorted by pid.
     pub children: Vec<PathBuf>,
     /// `PYTHONMALLOC=malloc` was put in the program's environment (see
@@ -645,7 +651,7 @@ fn wait_for_descendants(shown: &str) {
 }
 
 /// The files of followed children of the run whose root profile is `root`:
-/// `<pid>[.<n>].mprof` in its tree's directory ([`config::tree_dir`]), by pid and image.
+/// `<pid>[.<n>].mprof` in its tree's directory, `<root>.d/`, by pid and image.
 pub fn child_profiles(root: &Path) -> Vec<PathBuf> {
     crate::profile::tree::children(root)
 }

@@ -586,7 +586,7 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
         write_html_of(&profile, &processes, out)?;
     }
     if processes.len() > 1 {
-        print!("{}\n", report::tree::process_table(&processes, &Default::default()));
+        println!("{}", report::tree::process_table(&processes, &Default::default()));
     }
     let top = TopOptions { limit: args.top, group_by: args.group_by, ..Default::default() };
     print!("{}", report::top_table(&profile, &top));
