@@ -487,6 +487,10 @@ pub fn record_with(
             }
             if !deferred {
                 let _ = fs::remove_file(&template);
+                if opts.settings.follow_forks {
+                    // Empty: the program never ran.
+                    let _ = fs::remove_dir(config::tree_dir(&template));
+                }
             }
             return Err(Error::io(format!("cannot run {shown}"), e));
         }

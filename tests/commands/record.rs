@@ -1054,5 +1054,9 @@ fn the_peak_view_is_the_live_set_at_the_peak() {
         .output()
         .unwrap();
     assert_eq!(two.status.code(), Some(1), "{}", text(&two.stderr));
-    assert!(text(&two.stderr).contains("one profile at a time"), "{}", text(&two.stderr));
+    let err = text(&two.stderr);
+    assert!(
+        err.contains("one process at a time") && err.contains("pass one of the files, e.g. "),
+        "{err}"
+    );
 }

@@ -607,7 +607,9 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
 /// refused with an error that names a file to pass.
 fn report_files(paths: &[PathBuf], alone: Option<&str>) -> Result<Vec<PathBuf>, Error> {
     let one_of = |files: &[PathBuf], first: &str| -> String {
-        let shown: Vec<String> = files.iter().take(2).map(|f| f.display().to_string()).collect();
+        let mut shown: Vec<String> =
+            files.iter().take(2).map(|f| f.display().to_string()).collect();
+        shown.dedup();
         format!(
             "{}{first}{}",
             shown[0],
