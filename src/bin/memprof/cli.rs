@@ -491,8 +491,9 @@ fn exec_hint(
         Some(memprof::profile::Stopped::QuickExit) => "ended with _exit",
         None => "replaced itself with another program (exec), or ended with _exit",
     };
-    // A program that ended with _exit executed nothing: nothing to follow.
-    if p.stopped == Some(memprof::profile::Stopped::QuickExit) {
+    // A program that ended with _exit executed nothing: nothing to follow. Programs named
+    // in the note that follows (`notes::unfollowed`) need no word here.
+    if p.stopped == Some(memprof::profile::Stopped::QuickExit) || !run.unfollowed.is_empty() {
         return Some((wrapper, format!("{who} {what}")));
     }
     Some((
