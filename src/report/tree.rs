@@ -111,7 +111,7 @@ mod tests {
         let ps = vec![
             process(10, "/bin/sh", 1024.0),
             process(11, "/usr/bin/small", 2048.0),
-            process(12, "./big\x1b", 4096.0),
+            process(12, "./big\n\x1b[2J", 4096.0),
             process(13, "/usr/bin/tiny", 512.0),
         ];
         let t = process_table(&ps, &TreeOptions { limit: 3 });
@@ -122,6 +122,7 @@ mod tests {
             "{t}"
         );
         assert!(lines[3].contains("4.00 KiB") && lines[3].contains("12.mprof"), "{t}");
+        assert!(lines[3].contains(" big\\n\\u{1b}[2J "), "a name is one escaped line: {t}");
         assert!(lines[4].contains("  small "), "{t}");
         assert_eq!(lines[5], "… 1 more processes: 512 B allocated, 0 B live at exit");
         assert_eq!(lines.len(), 6);
