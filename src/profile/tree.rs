@@ -66,11 +66,6 @@ impl Named {
     pub fn files(&self) -> Vec<PathBuf> {
         std::iter::once(self.root.clone()).chain(self.children.iter().cloned()).collect()
     }
-
-    /// The tree's directory, as the user would type it.
-    pub fn dir(&self) -> String {
-        format!("{}/", dir_of(&self.root.display().to_string()))
-    }
 }
 
 #[cfg(test)]

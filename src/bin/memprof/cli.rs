@@ -409,8 +409,8 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, Some(&svg), None, None) {
         eprintln!("memprof: error: {e}");
     }
-    // The page replays the file by stack id: only a profile read from one file has the
-    // file's ids.
+    // The page replays each file by its stack ids (a tree's files into the merged
+    // profile's: report/html.rs §4).
     let html = PathBuf::from(format!("{}.html", run.output.display()));
     if !gone {
         if let Err(e) = write_html_of(&profile, &processes, &html) {
@@ -418,12 +418,11 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         }
     }
     if tree {
-        let named = memprof::profile::tree::Named::of(&run.output);
+        let dir = memprof::profile::tree::dir_of(&run.output.display().to_string());
         eprintln!(
-            "memprof: profiles {} and {} ({} processes, {} samples; `memprof report {}` \
+            "memprof: profiles {} and {dir}/ ({} processes, {} samples; `memprof report {}` \
              reads the tree)",
             run.output.display(),
-            named.dir(),
             processes.len(),
             profile.counts.samples,
             run.output.display()
