@@ -29,6 +29,7 @@
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
+//! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`) without allocating |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
@@ -56,7 +57,10 @@
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
-//! | `report/` | top table, folded stacks, flamegraph, pprof, diff, HTML; notes on unwinding |
+//! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
+//! | `report/` | top table, folded stacks, flamegraph, pprof, HTML, diff |
+//! | `report/tree.rs` | a tree's table of processes; names escaped for a terminal |
+//! | `report/unwinding.rs` | the note on stacks that end after one frame |
 //! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
@@ -65,8 +69,10 @@
 //! | `record/bundled.rs` | [`bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/agent.rs` | the in-process half: start, fork, exec, `dlclose`, exit |
 //! | `record/env.rs` | the `MEMPROF_*` contract between the two halves |
+//! | `record/unfollowed.rs` | the programs a process started unfollowed, named for `record` |
 //! | `error.rs` | [`Error`] and [`LaunchError`] |
 //! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
+//! | `bin/memprof/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
 //! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
 //!
 //! # Quick use
@@ -158,6 +164,7 @@ pub mod __private {
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Busy, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::next_definitions;
     pub use crate::sys::errno::{errno, set_errno};
 }

@@ -1,5 +1,7 @@
 //! The hooks that bring the profile up to date before the process image, or a library in
-//! it, goes away: `dlclose`, `_exit`/`_Exit` and the `exec` family.
+//! it, goes away: `dlclose`, `_exit`/`_Exit` and the `exec` family; and the hooks that name
+//! the programs a process starts without following them (the `exec` family and
+//! `posix_spawn`/`posix_spawnp`: see `memprof`'s `record/unfollowed.rs`).
 
 use crate::next_symbol;
 use core::ffi::{c_char, c_int, c_void, CStr};
@@ -61,11 +63,15 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 
 type Argv = *const *const c_char;
 
-/// Brings the profile up to date ([`memprof::__private::before_exec`]) and returns glibc's
-/// `name` (found once, cached in `slot`), with errno as the caller left it; null with
-/// ENOSYS when it cannot be found.
-fn before_exec(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
+/// Names the program `shown` (a NUL-terminated string, or null) for `memprof record` when
+/// it is not followed, brings the profile up to date
+/// ([`memprof::__private::before_exec`]) and returns glibc's `name` (found once, cached in
+/// `slot`), with errno as the caller left it; null with ENOSYS when it cannot be found.
+fn before_exec(slot: &AtomicPtr<c_void>, name: &CStr, shown: *const c_char) -> *mut c_void {
     let saved = errno();
+    // SAFETY: `shown` is the path or file argument of an exec function, which its caller
+    // passes NUL-terminated, or null.
+    unsafe { memprof::__private::note_unfollowed(shown) };
     memprof::__private::before_exec();
     let f = next_symbol(slot, name);
     set_errno(if f.is_null() { libc::ENOSYS } else { saved });
@@ -78,7 +84,7 @@ fn before_exec(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
 /// when glibc's cannot be found). The other `exec` functions glibc exports call its
 /// `execve` internally, past this hook, so they are hooked too.
 macro_rules! exec_hooks {
-    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*);)*) => {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) names $shown:expr;)*) => {
         $(
             $(#[$doc])*
             #[no_mangle]
@@ -89,7 +95,7 @@ macro_rules! exec_hooks {
                         Ok(name) => name,
                         Err(_) => panic!("not a C string"),
                     };
-                let f = before_exec(&REAL, NAME);
+                let f = before_exec(&REAL, NAME, $shown);
                 if f.is_null() {
                     return -1;
                 }
@@ -108,27 +114,27 @@ exec_hooks! {
     ///
     /// # Safety
     /// As C's `execve`.
-    execve(path: *const c_char, argv: Argv, envp: Argv);
+    execve(path: *const c_char, argv: Argv, envp: Argv) names path;
     /// `execv`: see [`exec_hooks`].
     ///
     /// # Safety
     /// As C's `execv`.
-    execv(path: *const c_char, argv: Argv);
+    execv(path: *const c_char, argv: Argv) names path;
     /// `execvp`: see [`exec_hooks`].
     ///
     /// # Safety
     /// As C's `execvp`.
-    execvp(file: *const c_char, argv: Argv);
+    execvp(file: *const c_char, argv: Argv) names file;
     /// `execvpe`: see [`exec_hooks`].
     ///
     /// # Safety
     /// As C's `execvpe`.
-    execvpe(file: *const c_char, argv: Argv, envp: Argv);
+    execvpe(file: *const c_char, argv: Argv, envp: Argv) names file;
     /// `fexecve`: see [`exec_hooks`].
     ///
     /// # Safety
     /// As C's `fexecve`.
-    fexecve(fd: c_int, argv: Argv, envp: Argv);
+    fexecve(fd: c_int, argv: Argv, envp: Argv) names core::ptr::null();
 }
 
 /// `execl`, `execlp` and `execle`: see [`exec_hooks`]. They are C-variadic, which stable Rust
@@ -144,11 +150,12 @@ mod variadic_exec {
     static REAL: [AtomicPtr<c_void>; 3] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 3];
     const NAMES: [&core::ffi::CStr; 3] = [c"execl", c"execlp", c"execle"];
 
-    /// Brings the profile up to date and returns glibc's function number `which` (null,
-    /// with ENOSYS, when it cannot be found), keeping errno.
-    extern "C" fn before_variadic_exec(which: usize) -> *mut c_void {
+    /// Names `path` (the exec function's first argument), brings the profile up to date
+    /// and returns glibc's function number `which` (null, with ENOSYS, when it cannot be
+    /// found), keeping errno.
+    extern "C" fn before_variadic_exec(which: usize, path: *const c_char) -> *mut c_void {
         let which = which.min(2);
-        before_exec(&REAL[which], NAMES[which])
+        before_exec(&REAL[which], NAMES[which], path)
     }
 
     /// glibc's function could not be found: -1 (errno is ENOSYS, see `before_exec`).
@@ -174,6 +181,7 @@ mod variadic_exec {
                     "push r8",
                     "push r9",
                     "push rax",
+                    "mov rsi, rdi",
                     "mov edi, {which}",
                     "call {before}",
                     "mov r11, rax",
@@ -198,4 +206,65 @@ mod variadic_exec {
     hook!(execl, 0);
     hook!(execlp, 1);
     hook!(execle, 2);
+}
+
+/// `posix_spawn` and `posix_spawnp`: name the program for `memprof record` when it is not
+/// followed, then glibc's function with the caller's arguments. glibc's spawn the child
+/// with `clone` and run its internal `execve` there, which no hook sees; a followed child
+/// is profiled anyway (the program it runs loads the preload library from `LD_PRELOAD`).
+macro_rules! spawn_hooks {
+    ($($(#[$doc:meta])* $name:ident($what:ident);)*) => {
+        $(
+            $(#[$doc])*
+            #[no_mangle]
+            pub unsafe extern "C" fn $name(
+                pid: *mut libc::pid_t,
+                $what: *const c_char,
+                actions: *const c_void,
+                attr: *const c_void,
+                argv: *const *mut c_char,
+                envp: *const *mut c_char,
+            ) -> c_int {
+                static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+                let saved = errno();
+                // SAFETY: the caller passes the program's name NUL-terminated.
+                unsafe { memprof::__private::note_unfollowed($what) };
+                const NAME: &CStr =
+                    match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                        Ok(name) => name,
+                        Err(_) => panic!("not a C string"),
+                    };
+                let f = next_symbol(&REAL, NAME);
+                set_errno(saved);
+                if f.is_null() {
+                    return libc::ENOSYS;
+                }
+                type Real = unsafe extern "C" fn(
+                    *mut libc::pid_t,
+                    *const c_char,
+                    *const c_void,
+                    *const c_void,
+                    *const *mut c_char,
+                    *const *mut c_char,
+                ) -> c_int;
+                // SAFETY: `f` is glibc's function of this name, of this signature.
+                let f: Real = unsafe { core::mem::transmute(f) };
+                // SAFETY: the caller's contract, which is glibc's function's.
+                unsafe { f(pid, $what, actions, attr, argv, envp) }
+            }
+        )*
+    };
+}
+
+spawn_hooks! {
+    /// `posix_spawn`: see [`spawn_hooks`].
+    ///
+    /// # Safety
+    /// As C's `posix_spawn`.
+    posix_spawn(path);
+    /// `posix_spawnp`: see [`spawn_hooks`].
+    ///
+    /// # Safety
+    /// As C's `posix_spawnp`.
+    posix_spawnp(file);
 }

@@ -16,7 +16,7 @@
 //!
 //! | tag | record | payload |
 //! |-----|--------|---------|
-//! | 1 (outer) | Header | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u`, time_unit_ns `u` (version 2) |
+//! | 1 (outer) | Header | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u`, time_unit_ns `u` (version 2), then (appended, may be absent: 0) ppid `u`, the parent's pid |
 //! | 10 (outer) | Block | codec `u`, raw_len `u`, compressed inner records |
 //!
 //! Inner records are `tag u8 · len u · payload`, except the three *events*, whose layout
@@ -369,6 +369,7 @@ impl<W: Write> Writer<W> {
         }
         put_u(&mut p, header.start_unix_ns);
         put_u(&mut p, w.unit);
+        put_u(&mut p, u64::from(header.ppid));
         let mut bytes = MAGIC.to_vec();
         frame(&mut bytes, TAG_HEADER, &p);
         w.put(&bytes)?;
@@ -977,7 +978,19 @@ fn decode_header(p: &mut Payload<'_>) -> Result<Header, Error> {
     if time_unit_ns == 0 || time_unit_ns > 1_000_000_000 {
         return Err(bad(format!("invalid time unit of {time_unit_ns} ns")));
     }
-    Ok(Header { version, interval, depth, pid, executable, cmdline, start_unix_ns, time_unit_ns })
+    // Appended later in version 2: absent from older files.
+    let ppid = if version >= 2 && !p.rest.is_empty() { p.u32("ppid").map_err(bad)? } else { 0 };
+    Ok(Header {
+        version,
+        interval,
+        depth,
+        pid,
+        ppid,
+        executable,
+        cmdline,
+        start_unix_ns,
+        time_unit_ns,
+    })
 }
 
 /// Where the reader is.

@@ -38,6 +38,51 @@ pub struct Loaded {
     pub labels: Vec<String>,
     /// Warnings and notes, in the order they arose.
     pub messages: Vec<Message>,
+    /// One per file read, in order: what the table of a tree's processes shows.
+    pub processes: Vec<Process>,
+}
+
+/// One process of what [`load`] read, before merging: its own totals.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Process {
+    /// Its file.
+    pub file: PathBuf,
+    /// Its executable (else its first argument), as recorded: a program's string.
+    pub executable: String,
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent's pid (0: not recorded).
+    pub ppid: u32,
+    /// Samples in its file.
+    pub samples: u64,
+    /// Estimated bytes it allocated.
+    pub allocated: f64,
+    /// Estimated live bytes at its peak.
+    pub peak: f64,
+    /// Estimated bytes still live at its end.
+    pub live: f64,
+}
+
+impl Process {
+    fn of(file: &std::path::Path, p: &Profile) -> Process {
+        let h = &p.header;
+        let executable = if h.executable.is_empty() {
+            h.cmdline.first().cloned().unwrap_or_default()
+        } else {
+            h.executable.clone()
+        };
+        let k: u64 = p.allocated.values().map(|t| t.k).sum();
+        Process {
+            file: file.to_path_buf(),
+            executable,
+            pid: h.pid,
+            ppid: h.ppid,
+            samples: p.counts.samples,
+            allocated: k as f64 * h.interval,
+            peak: p.peak.bytes,
+            live: p.live_bytes,
+        }
+    }
 }
 
 /// A profile file that is still being written (by a program under `memprof record`): at
@@ -230,6 +275,7 @@ pub fn load_with_first(
     let mut messages = Vec::new();
     // The files read (a child's that cannot be read is left out).
     let mut names: Vec<String> = Vec::with_capacity(files.len());
+    let mut processes = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
         let read = match first.take() {
             Some(p) if i == 0 => Ok(p),
@@ -277,6 +323,7 @@ pub fn load_with_first(
         }
         labels.push(format!("{}: {} samples", f.display(), p.counts.samples));
         names.push(f.display().to_string());
+        processes.push(Process::of(f, &p));
         profiles.push(p);
     }
     let mut profile = super::merge::merge(profiles, &names)?;
@@ -284,7 +331,7 @@ pub fn load_with_first(
         // Each file's warnings are in `messages` already.
         profile.warnings.clear();
     }
-    Ok(Loaded { profile, labels, messages })
+    Ok(Loaded { profile, labels, messages, processes })
 }
 
 #[cfg(test)]

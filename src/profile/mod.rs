@@ -43,6 +43,7 @@ pub mod load;
 pub mod merge;
 pub mod replay;
 pub mod symbolize;
+pub mod tree;
 
 use std::collections::HashMap;
 
@@ -60,6 +61,9 @@ pub struct Header {
     pub depth: u32,
     /// Process id of the profiled process.
     pub pid: u32,
+    /// Process id of its parent when it started (0: not recorded), which ties the
+    /// processes of a tree together.
+    pub ppid: u32,
     /// Path of the profiled executable.
     pub executable: String,
     /// Command line of the profiled process.
@@ -78,6 +82,7 @@ impl Default for Header {
             interval: crate::config::DEFAULT_INTERVAL as f64,
             depth: crate::config::DEFAULT_DEPTH as u32,
             pid: 0,
+            ppid: 0,
             executable: String::new(),
             cmdline: Vec::new(),
             start_unix_ns: 0,

@@ -17,8 +17,10 @@
 //! `MEMPROF_OUTPUT` with `%p` replaced by its pid. `memprof record` has created that file
 //! (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0644) before the program started; the process opens it
 //! without following symlinks and refuses a file that is not an empty regular file, so it
-//! never overwrites another run's profile. A followed child creates `<stem>.<pid>.mprof`
-//! exclusively (`<stem>.<pid>.<n>.mprof` for a further image of the same pid after exec).
+//! never overwrites another run's profile. Following, it makes the tree's directory,
+//! `<output>.d/` (0700, or this user's real directory of that name: `sys/private_dir.rs`),
+//! and a followed child creates `<pid>.mprof` there exclusively (`<pid>.<n>.mprof` for a
+//! further image of the same pid after exec).
 //! Every descriptor is close-on-exec.
 //!
 //! # 3. Children
@@ -60,6 +62,11 @@
 //! time with a side event that places it among the events; `exec` and `_exit` set the
 //! header's `ending`, so the collector ends the file as §4 describes for them. A forked
 //! child unmaps its parent's ring and, when following, creates its own.
+//!
+//! # 7. Programs not followed
+//! Without `MEMPROF_FOLLOW_FORKS`, under `memprof record`, the preload library's `exec` and
+//! `posix_spawn` hooks name what this process (or a forked child of it, followed or not)
+//! starts, for `record` to print (see `record/unfollowed.rs`).
 
 use super::env::{self, EnvSettings};
 use super::ring::{self, Ring};
@@ -75,7 +82,7 @@ struct Agent {
     session: Option<Session<Recorder>>,
     path: String,
     settings: EnvSettings,
-    /// The stem descendants name their files after (when following).
+    /// The tree's directory, where descendants write their files (when following).
     stem: String,
     /// The shared ring `memprof record` collects (§6), when this process has one.
     ring: Option<Ring>,
@@ -197,7 +204,7 @@ fn open_root(path: &str) -> Result<File, String> {
     Ok(file)
 }
 
-/// Creates a followed child's file, `<stem>.<pid>[.<n>].mprof`, exclusively.
+/// Creates a followed child's file, `<dir>/<pid>[.<n>].mprof`, exclusively.
 fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
     for n in 0..100 {
         let path = env::child_output(stem, me, n);
@@ -208,7 +215,7 @@ fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate
         }
     }
     Err(crate::Error::Other(format!(
-        "cannot create a profile named {stem}.{me}.*.mprof: all names taken"
+        "cannot create a profile named {stem}/{me}.*.mprof: all names taken"
     )))
 }
 
@@ -294,13 +301,22 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
         None => {
             let path = env::expand_output(&settings.output, me);
             let file = open_root(&path)?;
-            let stem = env::output_stem(&path).to_owned();
+            let stem = env::tree_dir(&path);
+            if settings.follow_forks {
+                let mut c = stem.clone().into_bytes();
+                c.push(0);
+                let errno = crate::sys::private_dir::create(&c, true);
+                if errno != 0 {
+                    let e = std::io::Error::from_raw_os_error(errno);
+                    return Err(format!("cannot create the directory of the tree {stem}: {e}"));
+                }
+            }
             (Recorder::streaming(&path, file).offline_symbols(), path, stem)
         }
         Some(stem) => {
             let s = stem.clone();
             let open: crate::session::recorder::Opener = Box::new(move || create_child(&s, me));
-            let shown = format!("{stem}.{me}.mprof");
+            let shown = env::child_output(stem, me, 0);
             (Recorder::streaming_deferred(open).offline_symbols(), shown, stem.clone())
         }
     };
@@ -333,6 +349,11 @@ pub fn init() {
     };
     if !settings.follow_forks {
         strip_preload();
+        // What this process and its forked children execute is not profiled: `record`
+        // is told its name instead.
+        if let Some(dir) = &settings.rings {
+            super::unfollowed::set_dir(dir);
+        }
     }
     crate::engine::callstack::sampling_the_c_library();
     if getenv(env::ENV_UNWIND_CHECK) == Some("1") {

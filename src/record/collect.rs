@@ -11,8 +11,9 @@
 //!
 //! # 2. Files
 //! The first ring of the program's own pid writes the output `record` created; any other
-//! ring (a followed child, or a further image after `exec`) creates
-//! `<stem>.<pid>[.<n>].mprof` beside it exclusively, as the preload library did in-process.
+//! ring (a followed child, or a further image after `exec`) creates `<pid>[.<n>].mprof`
+//! exclusively in the tree's directory beside it (`<output>.d/`, which `record` created
+//! 0700 before the program ran), as the preload library does in-process.
 //! A ring whose process never got its session running leaves no file.
 //!
 //! # 3. The end of a process
@@ -112,7 +113,7 @@ fn run(plan: Plan, stop: &AtomicBool) -> Vec<String> {
     let mut messages = Vec::new();
     let mut rings: Vec<Attached> = Vec::new();
     let mut images: HashMap<u32, u32> = HashMap::new();
-    let stem = env::output_stem(&plan.root_output.display().to_string()).to_owned();
+    let stem = env::tree_dir(&plan.root_output.display().to_string());
     let mut last_look = 0u64;
     loop {
         // Read before the pass: a stop seen now follows the end of every process, so this
@@ -283,9 +284,10 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
     let mut read = 0;
     for (kind, payload) in &log {
         if *kind == ring::LOG_PROCESS {
-            if let Some((exe, args)) = ring::decode_process(payload) {
+            if let Some((exe, args, ppid)) = ring::decode_process(payload) {
                 facts.executable = exe;
                 facts.cmdline = args;
+                facts.ppid = ppid;
             }
             read += 5 + payload.len() as u64;
         } else {
@@ -342,10 +344,10 @@ fn open_root(path: &Path) -> Result<File, String> {
     Ok(file)
 }
 
-/// Creates `<stem>.<pid>[.<n>].mprof` exclusively, from the `image`th name on.
-fn create_child(stem: &str, pid: u32, image: u32) -> Result<(PathBuf, File), String> {
+/// Creates `<dir>/<pid>[.<n>].mprof` exclusively, from the `image`th name on.
+fn create_child(dir: &str, pid: u32, image: u32) -> Result<(PathBuf, File), String> {
     for n in image..image + 100 {
-        let path = PathBuf::from(env::child_output(stem, pid, n));
+        let path = PathBuf::from(env::child_output(dir, pid, n));
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -358,7 +360,7 @@ fn create_child(stem: &str, pid: u32, image: u32) -> Result<(PathBuf, File), Str
             Err(e) => return Err(format!("cannot create the profile {}: {e}", path.display())),
         }
     }
-    Err(format!("cannot create a profile named {stem}.{pid}.*.mprof: all names taken"))
+    Err(format!("cannot create a profile named {dir}/{pid}.*.mprof: all names taken"))
 }
 
 /// Drains the ring's queue into its recorder. Returns the number of events.

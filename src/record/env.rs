@@ -5,6 +5,8 @@
 
 use crate::config::{interval_from_rate, parse_size, parse_unwinder, Config, Unwinder};
 use crate::error::Error;
+/// The directory of the tree whose root profile is the argument: `<root>.d`.
+pub use crate::profile::tree::dir_of as tree_dir;
 
 /// Mean sampling interval in bytes (a size: `1`, `800`, `512K`). `1` is the exact mode.
 pub const ENV_INTERVAL: &str = "MEMPROF_INTERVAL";
@@ -14,15 +16,16 @@ pub const ENV_RATE: &str = "MEMPROF_RATE";
 pub const ENV_DEPTH: &str = "MEMPROF_DEPTH";
 /// Output path of the profiled process; `%p` stands for its pid. Default [`DEFAULT_OUTPUT`].
 pub const ENV_OUTPUT: &str = "MEMPROF_OUTPUT";
-/// `1`: profile forked and exec'd children too, each into `<stem>.<pid>.mprof`.
+/// `1`: profile forked and exec'd children too, each into `<pid>.mprof` in the tree's
+/// directory ([`tree_dir`]).
 pub const ENV_FOLLOW_FORKS: &str = "MEMPROF_FOLLOW_FORKS";
 /// `fp`, `dwarf`, `libgcc` or `auto`. The preload library defaults to `dwarf` (C code built
 /// by distribution compilers usually omits frame pointers).
 pub const ENV_UNWINDER: &str = "MEMPROF_UNWINDER";
 /// Fixed sampler seed (an unsigned integer), for reproducible runs.
 pub const ENV_SEED: &str = "MEMPROF_SEED";
-/// Set by a followed process for its descendants: the stem their files are named after.
-/// A process that finds it set is a child and writes `<stem>.<pid>.mprof`.
+/// Set by a followed process for its descendants: the tree's directory ([`tree_dir`]). A
+/// process that finds it set is a child and writes `<pid>.mprof` there.
 pub const ENV_STEM: &str = "MEMPROF_STEM";
 /// Path of the preload library, for `memprof record` (overrides the search).
 pub const ENV_PRELOAD: &str = "MEMPROF_PRELOAD";
@@ -46,7 +49,7 @@ pub struct EnvSettings {
     pub output: String,
     /// Follow forks and execs.
     pub follow_forks: bool,
-    /// The stem of a followed child's file, when this process is one.
+    /// The tree's directory, when this process is a followed child.
     pub stem: Option<String>,
     /// The directory of the shared rings `memprof record` collects (`MEMPROF_RINGS`); none:
     /// the process writes its own file.
@@ -152,19 +155,15 @@ pub fn expand_output(template: &str, pid: u32) -> String {
     out
 }
 
-/// The file of a followed child: `<stem>.<pid>.mprof`, or `<stem>.<pid>.<n>.mprof` for the
-/// n-th further image of the same pid (a forked child that then called exec).
-pub fn child_output(stem: &str, pid: u32, n: u32) -> String {
+/// The file of a followed child in the tree's directory `dir`: `<dir>/<pid>.mprof`, or
+/// `<dir>/<pid>.<n>.mprof` for the n-th further image of the same pid (a forked child that
+/// then called exec).
+pub fn child_output(dir: &str, pid: u32, n: u32) -> String {
     if n == 0 {
-        format!("{stem}.{pid}.mprof")
+        format!("{dir}/{pid}.mprof")
     } else {
-        format!("{stem}.{pid}.{n}.mprof")
+        format!("{dir}/{pid}.{n}.mprof")
     }
-}
-
-/// The stem children's files are named after: the root's path without `.mprof`.
-pub fn output_stem(path: &str) -> &str {
-    path.strip_suffix(".mprof").unwrap_or(path)
 }
 
 #[cfg(test)]
@@ -200,7 +199,7 @@ mod tests {
     fn output_names() {
         assert_eq!(expand_output("memprof.%p.mprof", 42), "memprof.42.mprof");
         assert_eq!(expand_output("a%%b%q", 1), "a%b%q");
-        assert_eq!(child_output(output_stem("out.mprof"), 7, 0), "out.7.mprof");
-        assert_eq!(child_output("out", 7, 2), "out.7.2.mprof");
+        assert_eq!(child_output(&tree_dir("out.mprof"), 7, 0), "out.mprof.d/7.mprof");
+        assert_eq!(child_output("out.mprof.d", 7, 2), "out.mprof.d/7.2.mprof");
     }
 }

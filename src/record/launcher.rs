@@ -12,12 +12,18 @@
 //! and another run's profile never overwritten, unless `--force` removes it first. A name with
 //! `%p` (the default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`,
 //! where its pid is known; a failure there comes back to this process before the program runs.
+//! With `--follow-forks` the tree's directory, `<output>.d/`, is created next to it
+//! (`sys/private_dir.rs`: `mkdir`, 0700; `--force` first removes an earlier run's, if it is
+//! this user's directory, and unlinks anything else of the name).
 //!
 //! # 2. The contract with the preload library
 //! Settings travel in the `MEMPROF_*` variables ([`EnvSettings`]); the
 //! library is put first in `LD_PRELOAD`. The program's exit status is returned (128 + the
 //! signal number when a signal killed it); SIGINT and SIGQUIT are ignored here while the
 //! program runs, so that a Ctrl-C reaches the program and the report still follows.
+//! `PYTHONMALLOC=malloc` is set unless the environment sets it (see
+//! [`RecordOptions::keep_pymalloc`]). Without `--follow-forks`, the programs the processes
+//! started unprofiled are read back from the ring directory ([`Recorded::unfollowed`]).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use super::bundled::{Bundled, Installed};
@@ -38,6 +44,9 @@ use std::process::Command;
 /// File name of the preload library.
 pub const PRELOAD_NAME: &str = "libmemprof_preload.so";
 
+/// CPython's choice of allocator (`malloc`: every object from the C library's `malloc`).
+const PYTHONMALLOC: &str = "PYTHONMALLOC";
+
 /// What `memprof record` runs.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -49,6 +58,11 @@ pub struct RecordOptions {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Leave CPython's own small-object allocator (pymalloc) in place: without it, the
+    /// program runs with `PYTHONMALLOC=malloc` (unless its environment sets `PYTHONMALLOC`),
+    /// so that every Python object is a `malloc` call the profile sees, not a slice of an
+    /// arena allocated long before.
+    pub keep_pymalloc: bool,
 }
 
 /// The outcome of a recorded run.
@@ -60,8 +74,16 @@ pub struct Recorded {
     pub signal: Option<i32>,
     /// The profile of the program's process.
     pub output: PathBuf,
-    /// Profiles of followed children (`<stem>.<pid>.mprof`), sorted.
+    /// Profiles of followed children (in the tree's directory, `<output>.d/`),
+    /// sorted by pid.
     pub children: Vec<PathBuf>,
+    /// `PYTHONMALLOC=malloc` was put in the program's environment (see
+    /// [`RecordOptions::keep_pymalloc`]).
+    pub pymalloc_bypassed: bool,
+    /// Without `--follow-forks`: the programs that the profiled process and its forked
+    /// children executed or spawned, unprofiled, as they were named to `exec` or
+    /// `posix_spawn`, in order (names are the program's strings: escape them to print).
+    pub unfollowed: Vec<String>,
 }
 
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
@@ -281,6 +303,26 @@ fn create_output(path: &[u8], force: bool) -> i32 {
     0
 }
 
+/// Set in the errno the child sends back when it was the tree's directory that could not
+/// be created.
+const TREE_DIR_ERROR: i32 = 1 << 30;
+
+/// `--force` with `--follow-forks`: an earlier run's tree directory is removed, if it is
+/// this user's real directory (its files with it); anything else of its name (a symlink, a
+/// file) is unlinked, never followed.
+fn remove_tree(dir: &Path) {
+    let Ok(meta) = fs::symlink_metadata(dir) else { return };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    if meta.is_dir() {
+        if meta.uid() == me {
+            let _ = fs::remove_dir_all(dir);
+        }
+    } else {
+        let _ = fs::remove_file(dir);
+    }
+}
+
 fn create_error(path: &str, errno: i32, force: bool) -> Error {
     let e = std::io::Error::from_raw_os_error(errno);
     if errno == libc::EEXIST && !force {
@@ -321,6 +363,18 @@ pub fn record_with(
         if errno != 0 {
             return Err(create_error(&template, errno, opts.force));
         }
+        if opts.settings.follow_forks {
+            let dir = config::tree_dir(&template);
+            if opts.force {
+                remove_tree(Path::new(&dir));
+            }
+            let c = std::ffi::CString::new(dir.as_bytes()).map_err(|_| LaunchError::NulInOutput)?;
+            let errno = crate::sys::private_dir::create(c.as_bytes_with_nul(), false);
+            if errno != 0 {
+                let _ = fs::remove_file(&template);
+                return Err(create_error(&dir, errno, false));
+            }
+        }
     }
 
     if opts.settings.follow_forks {
@@ -335,6 +389,12 @@ pub fn record_with(
         cmd.env(k, v);
     }
     cmd.env_remove(config::ENV_STEM);
+    // Harmless to any other program, and it must be there before an interpreter that the
+    // program starts (a script's, a wrapper's) reads it.
+    let pymalloc_bypassed = !opts.keep_pymalloc && std::env::var_os(PYTHONMALLOC).is_none();
+    if pymalloc_bypassed {
+        cmd.env(PYTHONMALLOC, "malloc");
+    }
     // The program may change directory (daemons do): its library is told where the output
     // is as an absolute path, so followed children's files land beside the parent's
     // whatever their working directory, where `record` looks for them.
@@ -367,15 +427,33 @@ pub fn record_with(
     if deferred {
         let tmpl = template.clone().into_bytes();
         let force = opts.force;
+        let follow = opts.settings.follow_forks;
         let make = move || -> std::io::Result<()> {
             let mut buf = [0u8; 4096];
             // SAFETY: getpid has no preconditions.
             let pid = unsafe { libc::getpid() } as u32;
-            let errno = if expand_into(&tmpl, pid, &mut buf) {
+            let mut errno = if expand_into(&tmpl, pid, &mut buf) {
                 create_output(&buf, force)
             } else {
                 libc::ENAMETOOLONG
             };
+            if errno == 0 && follow {
+                // The tree's directory, `<output>.d`, beside it (a fresh pid's: none of an
+                // earlier run's is replaced here).
+                let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+                errno = if end + 3 <= buf.len() {
+                    buf[end..end + 3].copy_from_slice(b".d\0");
+                    crate::sys::private_dir::create(&buf[..end + 3], false)
+                } else {
+                    libc::ENAMETOOLONG
+                };
+                if errno != 0 {
+                    buf[end] = 0;
+                    // SAFETY: `buf` holds the output's NUL-terminated path, created above.
+                    unsafe { libc::unlink(buf.as_ptr().cast()) };
+                    errno |= TREE_DIR_ERROR;
+                }
+            }
             if errno != 0 {
                 let bytes = errno.to_ne_bytes();
                 // SAFETY: writes 4 bytes from a live buffer to the pipe's write end.
@@ -400,10 +478,19 @@ pub fn record_with(
             // SAFETY: closes the read end once.
             unsafe { libc::close(rd) };
             if n == 4 {
-                return Err(create_error(&template, i32::from_ne_bytes(b), opts.force));
+                let errno = i32::from_ne_bytes(b);
+                if errno & TREE_DIR_ERROR != 0 {
+                    let dir = config::tree_dir(&template);
+                    return Err(create_error(&dir, errno & !TREE_DIR_ERROR, false));
+                }
+                return Err(create_error(&template, errno, opts.force));
             }
             if !deferred {
                 let _ = fs::remove_file(&template);
+                if opts.settings.follow_forks {
+                    // Empty: the program never ran.
+                    let _ = fs::remove_dir(config::tree_dir(&template));
+                }
             }
             return Err(Error::io(format!("cannot run {shown}"), e));
         }
@@ -435,6 +522,8 @@ pub fn record_with(
     for msg in collector.map(Collector::finish).unwrap_or_default() {
         eprintln!("memprof: {msg}");
     }
+    let unfollowed =
+        rings.as_ref().map(|d| super::unfollowed::read(&d.0, 1 << 20)).unwrap_or_default();
     drop(rings);
     // SAFETY: restores the dispositions read above.
     unsafe {
@@ -448,7 +537,7 @@ pub fn record_with(
         (None, None) => (1, None),
     };
     let children = if opts.settings.follow_forks { child_profiles(&output) } else { Vec::new() };
-    Ok(Recorded { exit_code, signal, output, children })
+    Ok(Recorded { exit_code, signal, output, children, pymalloc_bypassed, unfollowed })
 }
 
 /// The private directory of a run's shared rings (0700, on a memory file system when
@@ -566,30 +655,9 @@ fn wait_for_descendants(shown: &str) {
 }
 
 /// The files of followed children of the run whose root profile is `root`:
-/// `<stem>.<pid>[.<n>].mprof` beside it.
+/// `<pid>[.<n>].mprof` in its tree's directory, `<root>.d/`, by pid and image.
 pub fn child_profiles(root: &Path) -> Vec<PathBuf> {
-    let dir = match root.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let Some(name) = root.file_name().and_then(|n| n.to_str()) else {
-        return Vec::new();
-    };
-    let prefix = format!("{}.", config::output_stem(name));
-    let mut out: Vec<PathBuf> = fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let n = e.file_name();
-            let n = n.to_str()?;
-            let rest = n.strip_prefix(&prefix)?.strip_suffix(".mprof")?;
-            let numeric = !rest.is_empty() && rest.split('.').all(|p| p.parse::<u32>().is_ok());
-            numeric.then(|| dir.join(n))
-        })
-        .collect();
-    out.sort();
-    out
+    crate::profile::tree::children(root)
 }
 
 #[cfg(test)]

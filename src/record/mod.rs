@@ -7,3 +7,4 @@ pub(crate) mod collect;
 pub(crate) mod env;
 pub mod launcher;
 pub(crate) mod ring;
+pub(crate) mod unfollowed;

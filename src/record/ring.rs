@@ -389,18 +389,20 @@ pub(crate) fn encode_process(executable: &str, cmdline: &[String]) -> Vec<u8> {
     for a in cmdline {
         put_str(&mut out, a);
     }
+    out.extend_from_slice(&std::os::unix::process::parent_id().to_le_bytes());
     out
 }
 
-/// Decodes [`encode_process`].
-pub(crate) fn decode_process(mut b: &[u8]) -> Option<(String, Vec<String>)> {
+/// Decodes [`encode_process`]: the executable, the arguments and the parent's pid.
+pub(crate) fn decode_process(mut b: &[u8]) -> Option<(String, Vec<String>, u32)> {
     let exe = get_str(&mut b)?;
     let n = get_u32(&mut b)?;
     let mut args = Vec::new();
     for _ in 0..n.min(1 << 16) {
         args.push(get_str(&mut b)?);
     }
-    Some((exe, args))
+    let ppid = get_u32(&mut b).unwrap_or(0);
+    Some((exe, args, ppid))
 }
 
 /// Encodes a module list ([`LOG_MODULES`]).
@@ -492,7 +494,11 @@ mod tests {
             Some(vec![m.clone(), m])
         );
         let args = vec!["a".to_owned(), "b c".to_owned()];
-        assert_eq!(decode_process(&encode_process("/bin/x", &args)), Some(("/bin/x".into(), args)));
+        let ppid = std::os::unix::process::parent_id();
+        assert_eq!(
+            decode_process(&encode_process("/bin/x", &args)),
+            Some(("/bin/x".into(), args, ppid))
+        );
         assert_eq!(decode_modules(&[5, 0, 0, 0, 1]), None, "a cut record is refused");
     }
 }

@@ -33,6 +33,19 @@
 //! # 3. Size
 //! Numbers are integers (sample points; the page multiplies by the interval), arrays are
 //! flat. A 10 M-event exact profile of CPython gives a page of a few MB.
+//!
+//! # 4. A process tree
+//! The tree's page ([`write_tree_html`]) is the page of the merged profile
+//! ([`crate::profile::merge`]: every process's stacks under a root frame naming it), its
+//! buckets on the first process's clock: each file is passed over as in §1 into the same
+//! frame tree, its times shifted by its start after the first's. Each process also gets its
+//! own series (`procs`: its timeline) and its root node, so the page can show one process
+//! (its timeline, and the flamegraph and sites under its root) or all of them. Buckets no
+//! longer fall on a file's time units, so a moment of the tree's page is within a bucket of
+//! `report FILE --at`, not exactly it. The peak view is each process's live set at its own
+//! peak (exactly `report FILE --view peak` for one process; the processes' peaks need not
+//! coincide); the all-processes timeline adds the processes' largest live heaps per bucket
+//! (an upper bound, as the merged profile's peak is).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -154,6 +167,19 @@ impl Tree {
         id
     }
 
+    /// The outermost frame's node (below the root) of the stack whose leaf is `node`: a
+    /// process's root frame in a merged tree.
+    fn top(&self, mut node: u32) -> u32 {
+        while let Some(&(parent, _)) = node.checked_sub(1).and_then(|i| self.nodes.get(i as usize))
+        {
+            if parent == 0 {
+                break;
+            }
+            node = parent;
+        }
+        node
+    }
+
     /// The leaf node of `stack`, interning its frames on first sight.
     fn node(&mut self, profile: &Profile, stack: StackId) -> u32 {
         if self.of_stack.len() != profile.stacks.len() {
@@ -194,6 +220,35 @@ struct Cell {
     n: u64,
 }
 
+/// The buckets of a page: their width and count.
+#[derive(Clone, Copy)]
+struct Grid {
+    w: u64,
+    buckets: u64,
+}
+
+impl Grid {
+    /// The run of `end_ns` in at most [`BUCKETS`] buckets, a whole number of `unit`s wide.
+    fn of(end_ns: u64, unit: u64) -> Grid {
+        let unit = unit.max(1);
+        let span = end_ns.saturating_add(1);
+        let w = span.div_ceil(BUCKETS).div_ceil(unit).saturating_mul(unit).max(unit);
+        Grid { w, buckets: span.div_ceil(w).max(1) }
+    }
+}
+
+/// One recording, as a pass reads it into a page's frame tree.
+struct Source<'a> {
+    /// The profile whose stacks name the frames (the merged one, for a tree).
+    names: &'a Profile,
+    /// This file's stack `s` is `names`'s stack `base + s`.
+    base: StackId,
+    /// This file's own profile (its interval, orphans and short-lived threshold).
+    own: &'a Profile,
+    /// Nanoseconds added to this file's times (its start after the first process's).
+    offset: u64,
+}
+
 /// Everything one pass over the recording gathers.
 struct Pass {
     /// Bucket width and count.
@@ -223,13 +278,19 @@ fn carry_live(live_max: &mut [f64], live_end: &[f64], had: &[bool]) {
 
 /// Reads the recording at `path` once into cells (see the [module documentation](self) §1).
 fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> {
+    let unit = Reader::open(path)?.profile().header.time_unit_ns;
+    let src = Source { names: profile, base: 0, own: profile, offset: 0 };
+    pass_on(&src, path, Grid::of(profile.end_ns, unit), tree)
+}
+
+/// [`pass`] of one file of a tree (§4), on the `grid` of the whole tree.
+fn pass_on(src: &Source, path: &Path, grid: Grid, tree: &mut Tree) -> Result<Pass, Error> {
     let mut reader = Reader::open(path)?;
     let unit = reader.profile().header.time_unit_ns.max(1);
+    let profile = src.own;
     let interval = profile.header.interval;
-    // The width: the run in at most BUCKETS buckets, a whole number of time units.
-    let span = profile.end_ns.saturating_add(1);
-    let w = span.div_ceil(BUCKETS).div_ceil(unit).saturating_mul(unit).max(unit);
-    let buckets = span.div_ceil(w).max(1);
+    let Grid { w, buckets } = grid;
+    let node = |tree: &mut Tree, stack: StackId| tree.node(src.names, src.base + stack);
     let mut p = Pass {
         w,
         buckets,
@@ -240,7 +301,7 @@ fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> 
         live_max: vec![0.0; buckets as usize],
     };
     let bucket = |t: u64| -> Result<u32, Error> {
-        let b = t / w;
+        let b = t.saturating_add(src.offset) / w;
         if b >= buckets {
             return Err(Error::Format(format!(
                 "{}: an event at {t} ns is past the end of the recording read before ({} ns): \
@@ -263,7 +324,7 @@ fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> 
     while let Some(e) = reader.next_event() {
         let b = match e {
             Event::Sample(s) => {
-                let node = tree.node(profile, s.stack);
+                let node = node(tree, s.stack);
                 let a = bucket(s.time_ns)?;
                 let c = allocated.entry((node, a)).or_default();
                 c.k = c.k.wrapping_add(s.k);
@@ -292,7 +353,7 @@ fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> 
                         _ => continue,
                     }
                 }
-                let node = tree.node(profile, f.stack);
+                let node = node(tree, f.stack);
                 let (a, b) = (bucket(f.alloc_ns)?, bucket(f.time_ns)?);
                 let c = p.cells.entry((node, a, b)).or_default();
                 c.k = c.k.wrapping_add(f.k);
@@ -332,7 +393,7 @@ fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> 
 
 /// Writes the HTML report of `profile`, which was read from the recording at `path` alone
 /// (its stack ids are the file's), into `out`.
-pub fn write_html(profile: &Profile, path: &Path, mut out: impl Write) -> Result<(), Error> {
+pub fn write_html(profile: &Profile, path: &Path, out: impl Write) -> Result<(), Error> {
     if profile.window.is_some() {
         return Err(Error::Config(
             "the HTML report covers the whole recording (its timeline selects moments and \
@@ -358,8 +419,117 @@ pub fn write_html(profile: &Profile, path: &Path, mut out: impl Write) -> Result
     let exe = profile.header.executable.rsplit('/').next().unwrap_or_default();
     let title =
         if exe.is_empty() { "memprof report".to_owned() } else { format!("memprof: {exe}") };
+    write_page(&title, &json, out)
+}
+
+/// Writes the page of a process tree (§4): `profile` is the merge of the files of
+/// `processes`, in that order (what [`crate::profile::load::load`] returns).
+pub fn write_tree_html(
+    profile: &Profile,
+    processes: &[crate::profile::load::Process],
+    out: impl Write,
+) -> Result<(), Error> {
+    if profile.window.is_some() {
+        return Err(Error::Config(
+            "the HTML report covers the whole recording (its timeline selects moments and \
+             ranges): give it without --at, --from or --to"
+                .into(),
+        ));
+    }
+    let Some(first) = processes.first() else {
+        return Err(Error::Config("no profile to report".into()));
+    };
+    let unit = Reader::open(&first.file)?.profile().header.time_unit_ns;
+    let grid = Grid::of(profile.end_ns, unit);
+    let n = grid.buckets as usize;
+    let mut all = Pass {
+        w: grid.w,
+        buckets: grid.buckets,
+        cells: HashMap::default(),
+        short: HashMap::default(),
+        alloc: vec![0.0; n],
+        freed: vec![0.0; n],
+        live_max: vec![0.0; n],
+    };
+    let mut tree = Tree::default();
+    let mut peak_k: std::collections::BTreeMap<u32, u64> = Default::default();
+    let mut procs = Json(String::from("["));
+    let mut base: StackId = 0;
+    for (i, pr) in processes.iter().enumerate() {
+        let own = Profile::read_file(&pr.file)?;
+        let offset = own.header.start_unix_ns.saturating_sub(profile.header.start_unix_ns);
+        let src = Source { names: profile, base, own: &own, offset };
+        let p = pass_on(&src, &pr.file, grid, &mut tree)?;
+        for (k, c) in &p.cells {
+            let e = all.cells.entry(*k).or_default();
+            e.k = e.k.wrapping_add(c.k);
+            e.n += c.n;
+        }
+        for (node, k) in &p.short {
+            *all.short.entry(*node).or_default() += k;
+        }
+        for b in 0..n {
+            all.alloc[b] += p.alloc[b];
+            all.freed[b] += p.freed[b];
+            all.live_max[b] += p.live_max[b];
+        }
+        if let Some(at_peak) = own.peak_live() {
+            for (&(stack, _), t) in crate::report::sorted(&at_peak) {
+                *peak_k.entry(tree.node(profile, base + stack)).or_default() += t.k;
+            }
+        }
+        let root = (!own.stacks.is_empty()).then(|| {
+            let leaf = tree.node(profile, base);
+            tree.top(leaf)
+        });
+        if i > 0 {
+            procs.raw(",");
+        }
+        procs.raw("{");
+        procs.key("exe");
+        procs.str(&pr.executable);
+        procs.key("cmd");
+        procs.strs(own.header.cmdline.iter().map(String::as_str));
+        procs.key("pid");
+        procs.num(f64::from(pr.pid));
+        procs.key("ppid");
+        procs.num(f64::from(pr.ppid));
+        procs.key("file");
+        procs.str(&pr.file.display().to_string());
+        procs.key("node");
+        procs.num(root.map_or(-1.0, f64::from));
+        procs.key("samples");
+        procs.num(pr.samples as f64);
+        procs.key("allocated");
+        procs.num(pr.allocated);
+        procs.key("peak");
+        procs.nums([own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64]);
+        procs.key("max");
+        procs.nums(p.live_max.iter().copied());
+        procs.key("alloc");
+        procs.nums(p.alloc.iter().copied());
+        procs.raw("}");
+        base += own.stacks.len() as StackId;
+    }
+    procs.raw("]");
+    let mut gc: std::collections::BTreeMap<u32, f64> = Default::default();
+    for t in stack_totals(profile, View::Gc) {
+        *gc.entry(tree.node(profile, t.stack)).or_default() += t.bytes;
+    }
+    let mut json = data_json(profile, &all, &tree, &peak_k, &gc);
+    json.pop();
+    json.push_str(",\"procs\":");
+    json.push_str(&procs.0);
+    json.push('}');
+    let exe = profile.header.executable.rsplit('/').next().unwrap_or_default();
+    let title = format!("memprof: {exe} and {} other processes", processes.len() - 1);
+    write_page(&title, &json, out)
+}
+
+/// The page with `json` as its data.
+fn write_page(title: &str, json: &str, mut out: impl Write) -> Result<(), Error> {
     let page = PAGE
-        .replace("{{TITLE}}", &html_escape(&title))
+        .replace("{{TITLE}}", &html_escape(title))
         .replace("{{CSS}}", CSS)
         .replace("{{JS}}", JS);
     let (before, after) =

@@ -25,6 +25,7 @@ pub mod html;
 pub mod pprof;
 pub mod stats;
 pub mod top;
+pub mod tree;
 pub mod unwinding;
 
 pub use diff::{diff_sites, diff_table, DiffOptions};

@@ -153,6 +153,7 @@ impl Generations {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ProcessFacts {
     pub(crate) pid: u32,
+    pub(crate) ppid: u32,
     pub(crate) executable: String,
     pub(crate) cmdline: Vec<String>,
 }
@@ -568,6 +569,7 @@ impl Tracker for Recorder {
             Some(f) => f.clone(),
             None => ProcessFacts {
                 pid: std::process::id(),
+                ppid: std::os::unix::process::parent_id(),
                 executable: std::env::current_exe()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
@@ -578,6 +580,7 @@ impl Tracker for Recorder {
             interval: info.interval,
             depth: info.depth as u32,
             pid: facts.pid,
+            ppid: facts.ppid,
             executable: facts.executable,
             cmdline: facts.cmdline,
             start_unix_ns: info.start_unix_ns,

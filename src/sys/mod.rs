@@ -10,6 +10,7 @@ pub(crate) mod hash;
 pub(crate) mod loader;
 pub(crate) mod own_file;
 pub(crate) mod padded;
+pub(crate) mod private_dir;
 pub(crate) mod procfs;
 pub(crate) mod rawmem;
 pub(crate) mod signals;

@@ -563,3 +563,89 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
     std::fs::File::open(dir.join("report.png")).unwrap().read_to_end(&mut png).unwrap();
     assert!(png.len() > 20_000, "a screenshot with something in it: {} bytes", png.len());
 }
+
+/// The page of a process tree (`record --follow-forks` of `sh -c "sites 1; diffsites"`):
+/// one page, a process selector with every process; all processes: the merged flamegraph,
+/// whose whole-run allocations are exactly `report DIR`'s; one process: its timeline, and
+/// exactly what `report ITS-FILE` says of it, at its peak and over the run.
+#[test]
+fn the_tree_page_shows_every_process_and_each_alone() {
+    if !Path::new(CHROMIUM).exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI is set but {CHROMIUM} is missing");
+        crate::common::skipped(
+            "the tree page's browser test",
+            "install Debian's chromium: apt-get install chromium",
+        );
+        return;
+    }
+    let dir = scratch("browser-tree");
+    let cmd = format!("'{}' 1; '{}'", fixture("sites").display(), fixture("diffsites").display());
+    let out = record(
+        &dir,
+        &["--interval", "1", "--follow-forks", "-o", "t.mprof"],
+        Path::new("/bin/sh"),
+        &["-c", &cmd],
+    );
+    assert_ok(&out, 0);
+    let page = dir.join("t.mprof.html");
+    let tree = dir.join("t.mprof.d");
+    let children = memprof::launcher::child_profiles(&dir.join("t.mprof"));
+    assert_eq!(children.len(), 2, "{children:?}");
+
+    let mut b = Browser::start(&dir.join("chromium-profile"));
+    b.call(
+        "Emulation.setDeviceMetricsOverride",
+        r#"{"width":1280,"height":1000,"deviceScaleFactor":1,"mobile":false}"#,
+    );
+    b.open(&page);
+    let shape = b.json(
+        "(() => { const s = document.getElementById('proc'); return { \
+         shown: !document.getElementById('procs').hidden, options: s.options.length, \
+         texts: [...s.options].map((o) => o.textContent), n: window.memprof.processes, \
+         prog: document.getElementById('prog').textContent }; })()",
+    );
+    assert_eq!(shape.get("shown"), &Json::Bool(true), "{shape:?}");
+    assert_eq!(shape.get("options").num(), 4.0, "all, and each of 3 processes: {shape:?}");
+    assert_eq!(shape.get("n").num(), 3.0, "{shape:?}");
+    let Json::Arr(texts) = shape.get("texts") else { panic!("{shape:?}") };
+    assert!(texts.iter().any(|t| t.str().starts_with("diffsites [pid ")), "{shape:?}");
+    assert!(shape.get("prog").str().ends_with("and 2 other processes"), "{shape:?}");
+
+    let view = |b: &mut Browser, proc: &str, view: &str| -> Json {
+        b.json(&format!(
+            "(() => {{ const s = document.getElementById('proc'); s.value = '{proc}'; \
+             s.dispatchEvent(new Event('change')); \
+             document.querySelector('[data-view={view}]').click(); \
+             const f = document.getElementById('flame'); \
+             return {{ view: f.dataset.view, total: +f.dataset.total, frames: +f.dataset.frames, \
+             paths: document.querySelectorAll('#timeline path').length, \
+             rows: document.querySelectorAll('#sites tbody tr').length, \
+             what: document.getElementById('what').textContent }}; }})()"
+        ))
+    };
+    // All processes, the whole run's allocations: the merged tree's.
+    let all = view(&mut b, "-1", "alloc");
+    let merged = report_sum(&dir, &tree, &["--view", "alloc"], "tree.folded");
+    assert_eq!(all.get("total").num() as u64, merged, "{all:?}");
+    assert!(all.get("frames").num() >= 6.0 && all.get("paths").num() >= 2.0, "{all:?}");
+
+    // diffsites alone: its file's numbers, at its own peak and over the run.
+    let i = texts.iter().position(|t| t.str().starts_with("diffsites [pid ")).unwrap() - 1;
+    let file = children
+        .iter()
+        .find(|c| {
+            let name = c.file_name().unwrap().to_string_lossy();
+            texts[i + 1].str().ends_with(&format!("t.mprof.d/{name}"))
+        })
+        .unwrap_or_else(|| panic!("{:?} names one of {children:?}", texts[i + 1]));
+    let one = view(&mut b, &i.to_string(), "alloc");
+    let alone = report_sum(&dir, file, &["--view", "alloc"], "one.folded");
+    assert_eq!(one.get("total").num() as u64, alone, "{one:?}");
+    assert!(alone < merged, "one process is part of the tree");
+    let peak = view(&mut b, &i.to_string(), "peak");
+    let at_peak = report_sum(&dir, file, &["--view", "peak"], "one-peak.folded");
+    assert_eq!(peak.get("total").num() as u64, at_peak, "{peak:?}");
+    assert!(peak.get("rows").num() >= 1.0 && peak.get("paths").num() >= 2.0, "{peak:?}");
+    b.mouse("mouseMoved", 2.0, 2.0);
+    b.screenshot(&dir.join("tree.png"));
+}

@@ -157,16 +157,14 @@ fn children_of_a_program_that_changes_directory_are_found() {
     let out =
         record_within(&dir, &["--interval", "1", "--follow-forks", "-o", "cd.mprof"], &prog, &[]);
     assert_ok(&out, 0);
-    // The child's file is beside the parent's (not in `/`), and in `record`'s summary.
-    let children: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .filter(|n| n.starts_with("cd.") && n.ends_with(".mprof") && n != "cd.mprof")
-        .collect();
+    // The child's file is in the tree's directory beside the parent's (not in `/`), and
+    // in `record`'s summary.
+    let children = memprof::launcher::child_profiles(&dir.join("cd.mprof"));
     assert_eq!(children.len(), 1, "{children:?}");
+    assert!(children[0].starts_with(dir.join("cd.mprof.d")), "{children:?}");
     let err = text(&out.stderr);
     assert!(err.contains("child_site"), "{err}");
-    let child = read(&dir.join(&children[0]));
+    let child = read(&children[0]);
     assert_eq!(totals(&child, "child_site"), (100_000.0, 50.0, 100_000.0, 50.0));
 }
 
@@ -216,15 +214,10 @@ fn children_that_outlive_the_program_are_waited_for() {
     let err = text(&out.stderr);
     assert!(err.contains("waiting for the 1 process"), "{err}");
     assert!(err.contains("orphan_site") && !err.contains("INCOMPLETE"), "{err}");
-    let child = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with("o.") && n.ends_with(".mprof") && n != "o.mprof"
-        })
-        .expect("the child's profile");
+    let child = memprof::launcher::child_profiles(&dir.join("o.mprof"))
+        .into_iter()
+        .next()
+        .expect("the child's profile, in o.mprof.d/");
     let p = read(&child);
     assert!(p.complete, "{:?}", p.warnings);
     assert_eq!(totals(&p, "orphan_site"), (120_000.0, 40.0, 120_000.0, 40.0));

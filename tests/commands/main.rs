@@ -5,11 +5,14 @@
 //! `diff` (`memprof diff` of real recordings: its flags, its exact numbers, its exports),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
-//! allocator, allocations before the preload library is ready, small stacks),
-//! `first_sample` (every thread's first allocation sampled like any other). What they
-//! share is in `common`.
+//! allocator, allocations before the preload library is ready, small stacks), `children`
+//! (programs that start programs: the notes naming them, CPython, process trees),
+//! `first_sample` (every thread's first allocation sampled like any other), `unwinder`
+//! (`--unwinder auto` on `-O2` C, the note on one-frame stacks). What they share is in
+//! `common`.
 
 mod browser;
+mod children;
 mod cli;
 mod common;
 mod diff;

@@ -874,8 +874,8 @@ fn offline_symbols_without_a_build_id_check_the_file() {
 }
 
 /// A wrapper script that execs the real program: without `--follow-forks` only the
-/// wrapper is profiled, and `record` says so (it names the interpreter that ran and the
-/// option); with it, the program's allocations are all there.
+/// wrapper is profiled, and `record` says so (it names the interpreter that ran, the
+/// program it executed and the option); with it, the program's allocations are all there.
 #[test]
 fn wrapper_scripts_are_explained_and_followed() {
     let dir = scratch("wrapper");
@@ -892,8 +892,15 @@ fn wrapper_scripts_are_explained_and_followed() {
     let err = text(&out.stderr);
     let line = err.lines().find(|l| l.starts_with("memprof: note: this profile is the wrapper's"));
     assert!(
-        line.is_some_and(|l| l.contains("script or a wrapper") && l.contains("--follow-forks")),
-        "a note names the cause and the option: {err}"
+        line.is_some_and(|l| l.contains("script or a wrapper")),
+        "a note names the cause: {err}"
+    );
+    let sites = fixture("sites").display().to_string();
+    assert!(
+        err.lines().any(|l| l.starts_with("memprof: note: ")
+            && l.contains(&format!("{sites} (1×)"))
+            && l.contains("--follow-forks")),
+        "a note names the program and the option: {err}"
     );
     assert!(!err.contains("small_site"), "sites itself is not profiled: {err}");
 
@@ -1054,5 +1061,9 @@ fn the_peak_view_is_the_live_set_at_the_peak() {
         .output()
         .unwrap();
     assert_eq!(two.status.code(), Some(1), "{}", text(&two.stderr));
-    assert!(text(&two.stderr).contains("one profile at a time"), "{}", text(&two.stderr));
+    let err = text(&two.stderr);
+    assert!(
+        err.contains("one process at a time") && err.contains("pass one of the files, e.g. "),
+        "{err}"
+    );
 }

@@ -132,7 +132,11 @@ fn moments_and_ranges_are_exact() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("one profile at a time"), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("one process at a time") && err.contains("pass one of the files, e.g. "),
+        "{err}"
+    );
 }
 
 /// Short-lived blocks and lifetimes: churn_site's blocks are freed right after they are

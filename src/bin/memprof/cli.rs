@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use memprof::config;
 use memprof::launcher::{self, EnvSettings, RecordOptions};
-use memprof::profile::load::{load_with_first, LoadOptions, Message};
+use memprof::profile::load::{load_with_first, LoadOptions, Message, Process};
 use memprof::profile::replay::{parse_duration, parse_moment, Window};
 use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
@@ -65,7 +65,8 @@ struct RecordArgs {
     /// Replace the output file if it exists.
     #[arg(long)]
     force: bool,
-    /// Profile forked and exec'd children too, each into <stem>.<pid>.mprof.
+    /// Profile forked and exec'd children too, each into <pid>.mprof in the tree's
+    /// directory beside the output (-o app.mprof: app.mprof.d/).
     #[arg(long)]
     follow_forks: bool,
     /// Stack unwinder in the program: dwarf (default: cached DWARF unwind tables, libgcc
@@ -77,6 +78,11 @@ struct RecordArgs {
     /// Fixed sampler seed: the same program gives the same samples (per thread).
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
+    /// Leave CPython's own allocator (pymalloc) in place. By default the program runs with
+    /// PYTHONMALLOC=malloc (unless its environment sets PYTHONMALLOC), so that a Python
+    /// program's objects are seen one by one rather than as pymalloc's arenas.
+    #[arg(long)]
+    keep_pymalloc: bool,
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -97,13 +103,14 @@ struct RecordArgs {
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// The profiles to read (.mprof); several files (a process tree recorded with
-    /// --follow-forks) are reported together.
-    #[arg(required = true, value_name = "FILE")]
+    /// The profiles to read (.mprof); several files are reported together, and so is a
+    /// process tree recorded with --follow-forks, named by its root file (app.mprof) or its
+    /// directory (app.mprof.d/).
+    #[arg(required = true, value_name = "FILE|DIR")]
     files: Vec<PathBuf>,
     /// What to count in the flamegraph, folded and pprof output: alloc (every sampled
     /// allocation), live (blocks still allocated at the end), peak (blocks allocated when
-    /// the live heap peaked; one profile at a time) or gc (estimated GC mark time by
+    /// the live heap peaked; one process at a time) or gc (estimated GC mark time by
     /// allocation site, for profiles of a managed heap).
     #[arg(long, default_value = "alloc")]
     view: View,
@@ -120,7 +127,8 @@ struct ReportArgs {
     #[arg(long, value_name = "OUT")]
     collapsed: Option<PathBuf>,
     /// Write an interactive HTML report (one self-contained page: timeline, flamegraph of
-    /// any moment or range, search, sites) of the whole recording; one profile at a time.
+    /// any moment or range, search, sites) of the whole recording; of a tree, one page
+    /// with every process (a process selector, each one's timeline, the merged flamegraph).
     #[arg(long, value_name = "OUT.html", conflicts_with_all = ["at", "from", "to"])]
     html: Option<PathBuf>,
     /// Report the heap at one moment: live = the blocks live then, alloc = what was
@@ -256,6 +264,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         force: args.force,
         program: program.clone(),
         args: rest.to_vec(),
+        keep_pymalloc: args.keep_pymalloc,
     };
     // While the program runs, another thread reads the symbols of the objects it mapped,
     // so that little is left to do once it exits (symbol reading was most of that). It is
@@ -338,7 +347,8 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         eprintln!("memprof: error: {} is empty: {why}", run.output.display());
         return Ok(code);
     }
-    let (profile, labels) = match read_profiles_first(&files, true, &mut loaders, first) {
+    let (profile, labels, processes) = match read_profiles_first(&files, true, &mut loaders, first)
+    {
         Ok(read) => read,
         Err(e) => {
             eprintln!("memprof: error: the profile cannot be read: {e}");
@@ -348,9 +358,24 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     // The process ends right after the report: freeing the parsed debug information (tens of
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
+    let after_notes = || {
+        if let Some(n) = crate::notes::unfollowed(&shown, &run.unfollowed) {
+            eprintln!("memprof: note: {n}");
+        }
+        let modules = profile.modules.iter().map(|m| m.path.as_str());
+        let any_named =
+            processes.iter().any(|p| crate::notes::is_cpython(&p.executable, [].into_iter()));
+        if any_named || crate::notes::is_cpython(&profile.header.executable, modules) {
+            eprintln!(
+                "memprof: note: {}",
+                crate::notes::cpython(run.pymalloc_bypassed, args.keep_pymalloc)
+            );
+        }
+    };
     if profile.counts.samples == 0 {
         if let Some((_, hint)) = exec_hint(program, &run, &profile) {
             eprintln!("memprof: note: no allocations were seen in {shown}: {hint}");
+            after_notes();
             return Ok(code);
         }
         let why = if let Some(sig) = run.signal {
@@ -370,7 +395,12 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
             )
         };
         eprintln!("memprof: note: no allocations were seen in {shown}: {why}");
+        after_notes();
         return Ok(code);
+    }
+    let tree = processes.len() > 1;
+    if tree {
+        eprint!("{}", report::tree::process_table(&processes, &Default::default()));
     }
     eprint!(
         "{}",
@@ -383,18 +413,31 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, Some(&svg), None, None) {
         eprintln!("memprof: error: {e}");
     }
-    // The page replays the file by stack id: only a profile read from one file has the
-    // file's ids.
+    // The page replays each file by its stack ids (a tree's files into the merged
+    // profile's: report/html.rs §4).
     let html = PathBuf::from(format!("{}.html", run.output.display()));
-    if files.len() == 1 && !gone {
-        if let Err(e) = write_html(&profile, &run.output, &html) {
+    if !gone {
+        if let Err(e) = write_html_of(&profile, &processes, &html) {
             eprintln!("memprof: error: {e}");
         }
     }
-    eprintln!("memprof: profile {} ({})", run.output.display(), labels.join(", "));
+    if tree {
+        let dir = memprof::profile::tree::dir_of(&run.output.display().to_string());
+        eprintln!(
+            "memprof: profiles {} and {dir}/ ({} processes, {} samples; `memprof report {}` \
+             reads the tree)",
+            run.output.display(),
+            processes.len(),
+            profile.counts.samples,
+            run.output.display()
+        );
+    } else {
+        eprintln!("memprof: profile {} ({})", run.output.display(), labels.join(", "));
+    }
     if let Some((true, hint)) = exec_hint(program, &run, &profile) {
         eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
     }
+    after_notes();
     Ok(code)
 }
 
@@ -451,8 +494,9 @@ fn exec_hint(
         Some(memprof::profile::Stopped::QuickExit) => "ended with _exit",
         None => "replaced itself with another program (exec), or ended with _exit",
     };
-    // A program that ended with _exit executed nothing: nothing to follow.
-    if p.stopped == Some(memprof::profile::Stopped::QuickExit) {
+    // A program that ended with _exit executed nothing: nothing to follow. Programs named
+    // in the note that follows (`notes::unfollowed`) need no word here.
+    if p.stopped == Some(memprof::profile::Stopped::QuickExit) || !run.unfollowed.is_empty() {
         return Some((wrapper, format!("{who} {what}")));
     }
     Some((
@@ -499,7 +543,7 @@ pub(crate) fn read_profiles(
     recorded: bool,
     loaders: &mut Loaders,
 ) -> Result<(Profile, Vec<String>), Error> {
-    read_profiles_first(files, recorded, loaders, None)
+    read_profiles_first(files, recorded, loaders, None).map(|(p, l, _)| (p, l))
 }
 
 /// [`read_profiles`], the first one already read when `first` is given.
@@ -508,7 +552,7 @@ fn read_profiles_first(
     recorded: bool,
     loaders: &mut Loaders,
     first: Option<Profile>,
-) -> Result<(Profile, Vec<String>), Error> {
+) -> Result<(Profile, Vec<String>, Vec<Process>), Error> {
     let loaded = load_with_first(files, LoadOptions { recorded }, loaders, first)?;
     for m in &loaded.messages {
         match m {
@@ -516,42 +560,37 @@ fn read_profiles_first(
             Message::Note(n) => eprintln!("memprof: note: {n}"),
         }
     }
-    Ok((loaded.profile, loaded.labels))
+    Ok((loaded.profile, loaded.labels, loaded.processes))
 }
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
-    let (mut profile, _) = read_profiles(&args.files, false, &mut Loaders::default())?;
+    let alone = if args.view == View::Peak {
+        Some("--view peak reports")
+    } else if args.at.is_some() || args.from.is_some() || args.to.is_some() {
+        Some("--at, --from and --to report")
+    } else if args.short_lived.is_some() {
+        Some("--short-lived reports")
+    } else {
+        None
+    };
+    let files = report_files(&args.files, alone)?;
+    let (mut profile, _, processes) =
+        read_profiles_first(&files, false, &mut Loaders::default(), None)?;
     let window = report_window(args, &profile)?;
     let threshold = args.short_lived.as_deref().map(parse_duration).transpose()?;
     if window.is_some() || threshold.is_some() {
-        // A second pass over the recording, with the window and the threshold.
-        let [file] = args.files.as_slice() else {
-            return Err(Error::Config(
-                "--at, --from, --to and --short-lived report one profile at a time (each \
-                 process has its own clock)"
-                    .into(),
-            ));
-        };
+        // A second pass over the recording (one file: `report_files`), with the window
+        // and the threshold.
         if let Some(ns) = threshold {
             profile.lifetimes.short_lived_ns = ns;
         }
-        profile.restrict(file, window.unwrap_or(Window::ALL))?;
-    }
-    if args.view == View::Peak && args.files.len() > 1 {
-        return Err(Error::Config(
-            "--view peak reports one profile at a time (each process peaks on its own)".into(),
-        ));
-    }
-    if args.files.len() > 1 {
-        eprintln!("memprof: {} profiles reported together", args.files.len());
+        profile.restrict(&files[0], window.unwrap_or(Window::ALL))?;
     }
     if let Some(out) = &args.html {
-        let [file] = args.files.as_slice() else {
-            return Err(Error::Config(
-                "--html reports one profile at a time (each process has its own timeline)".into(),
-            ));
-        };
-        write_html(&profile, file, out)?;
+        write_html_of(&profile, &processes, out)?;
+    }
+    if processes.len() > 1 {
+        println!("{}", report::tree::process_table(&processes, &Default::default()));
     }
     let top = TopOptions { limit: args.top, group_by: args.group_by, ..Default::default() };
     print!("{}", report::top_table(&profile, &top));
@@ -566,6 +605,57 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
         args.pprof.as_deref(),
         args.collapsed.as_deref(),
     )
+}
+
+/// The files `memprof report` reads for `paths`: one path may name a process tree (its
+/// directory, or its root file with the directory beside it), which stands for all its
+/// files. `alone`: the option that reports one process at a time, if one was given; then
+/// a root file stands for itself (with a note), and a directory or several files are
+/// refused with an error that names a file to pass.
+fn report_files(paths: &[PathBuf], alone: Option<&str>) -> Result<Vec<PathBuf>, Error> {
+    let one_of = |files: &[PathBuf], first: &str| -> String {
+        let mut shown: Vec<String> =
+            files.iter().take(2).map(|f| f.display().to_string()).collect();
+        shown.dedup();
+        format!(
+            "{}{first}{}",
+            shown[0],
+            shown.get(1).map(|s| format!(" or {s}")).unwrap_or_default()
+        )
+    };
+    if let [path] = paths {
+        let named = memprof::profile::tree::Named::of(path);
+        if named.children.is_empty() {
+            return Ok(vec![named.root]);
+        }
+        let Some(what) = alone else {
+            return Ok(named.files());
+        };
+        if named.by_dir {
+            return Err(Error::Config(format!(
+                "{what} one process at a time (each has its own clock and peak): \
+                 pass one file of the tree, e.g. {}",
+                one_of(&named.files(), " (the program's)")
+            )));
+        }
+        eprintln!(
+            "memprof: note: {what} one process at a time: {} alone is reported, not \
+             the {} other processes of its tree (pass one of their files for another, e.g. \
+             {})",
+            named.root.display(),
+            named.children.len(),
+            named.children[0].display()
+        );
+        return Ok(vec![named.root]);
+    }
+    if let Some(what) = alone.filter(|_| paths.len() > 1) {
+        return Err(Error::Config(format!(
+            "{what} one process at a time (each has its own clock and peak): pass one \
+             of the files, e.g. {}",
+            one_of(paths, "")
+        )));
+    }
+    Ok(paths.to_vec())
 }
 
 /// The range of the recording that `--at`, `--from` and `--to` ask for, if any.
@@ -623,10 +713,27 @@ pub fn write_outputs(
     Ok(())
 }
 
+/// Writes the HTML report of `profile`, read from the files of `processes` (one: its
+/// page; several: the tree's page), to `out`.
+pub fn write_html_of(profile: &Profile, processes: &[Process], out: &Path) -> Result<(), Error> {
+    match processes {
+        [one] => write_html(profile, &one.file, out),
+        _ => html_timed(out, |w| report::html::write_tree_html(profile, processes, w)),
+    }
+}
+
 /// Writes the HTML report of `profile`, read from `file` alone, to `out`.
 pub fn write_html(profile: &Profile, file: &Path, out: &Path) -> Result<(), Error> {
+    html_timed(out, |w| report::html::write_html(profile, file, w))
+}
+
+/// Writes an HTML report to `out` with `f`, saying how large it is and how long it took.
+fn html_timed(
+    out: &Path,
+    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), Error>,
+) -> Result<(), Error> {
     let started = std::time::Instant::now();
-    write_file(out, |w| report::html::write_html(profile, file, w))?;
+    write_file(out, f)?;
     eprintln!(
         "memprof: wrote HTML report {} ({} KiB in {:.2} s)",
         out.display(),

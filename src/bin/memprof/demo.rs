@@ -83,6 +83,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
         force: true,
         program: exe.into_os_string(),
         args: vec!["__workload".into(), "leaky_cache".into(), requests.to_string().into()],
+        keep_pymalloc: false,
     };
     let run = launcher::record(&opts, preload.path())?;
     if run.exit_code != 0 {

@@ -2,6 +2,7 @@
 
 mod cli;
 mod demo;
+mod notes;
 
 // The demo profiles workloads in this process.
 #[global_allocator]

@@ -8,6 +8,7 @@ fn rich() -> (Profile, Vec<Event>) {
             interval: 4096.5,
             depth: 64,
             pid: 4242,
+            ppid: 4241,
             executable: "/usr/bin/ünïcode prog".into(),
             cmdline: vec!["prog".into(), "--flag".into(), String::new()],
             start_unix_ns: 1_700_000_000_123_456_789,

@@ -49,9 +49,30 @@
   const siteOf = new Int32Array(NN).fill(-1);
   for (let i = 0; i < D.sites.length; i += 2) siteOf[D.sites[i]] = D.sites[i + 1];
 
+  // ---- A process tree: each process's root frame and series (html.rs §4) ----
+  const PROCS = D.procs || null;
+  // The process of each node (-1: none, or not a tree). A node comes after its parent.
+  const procOf = new Int32Array(NN).fill(-1);
+  if (PROCS) {
+    PROCS.forEach((p, i) => { if (p.node > 0) procOf[p.node] = i; });
+    for (let i = 1; i < NN; i++) if (parent[i] > 0) procOf[i] = procOf[parent[i]];
+  }
+  // The series the timeline draws: the selected process's, or the whole run's.
+  const cur = () => (PROCS && state.proc >= 0 ? PROCS[state.proc] : D);
+
   // ---- Views: a value per node (its own, not its children's) ----
-  const state = { view: 'peak', moment: N, from: 0, to: N, zoom: 0, sort: 'v', asc: false };
+  const state = { view: 'peak', moment: N, from: 0, to: N, zoom: 0, sort: 'v', asc: false, proc: -1 };
+  // The values of the selected process's nodes only (all of them when none is selected).
   function values() {
+    const r = allValues();
+    if (PROCS && state.proc >= 0) {
+      for (let i = 0; i < NN; i++) {
+        if (procOf[i] !== state.proc) { r.self[i] = 0; if (r.count) r.count[i] = 0; }
+      }
+    }
+    return r;
+  }
+  function allValues() {
     const self = new Float64Array(NN), count = new Float64Array(NN);
     const c = D.cells, v = state.view;
     const pairs = (a, scale) => { for (let i = 0; i < a.length; i += 2) self[a[i]] += a[i + 1] * scale; };
@@ -74,15 +95,21 @@
     for (let i = NN - 1; i > 0; i--) tot[parent[i]] += tot[i];
     return tot;
   }
-  // The live heap at every bucket boundary, from the cells.
-  const liveAt = (function () {
+  // The live heap at every bucket boundary, from the cells (of process `p`, or all: -1).
+  const liveAts = new Map();
+  function liveAtOf(p) {
+    if (liveAts.has(p)) return liveAts.get(p);
     const d = new Float64Array(N + 2), c = D.cells;
-    for (let i = 0; i < c.length; i += 5) { d[c[i + 1] + 1] += c[i + 3] * R; d[c[i + 2] + 1] -= c[i + 3] * R; }
+    for (let i = 0; i < c.length; i += 5) {
+      if (p >= 0 && procOf[c[i]] !== p) continue;
+      d[c[i + 1] + 1] += c[i + 3] * R; d[c[i + 2] + 1] -= c[i + 3] * R;
+    }
     const out = new Float64Array(N + 1);
     let s = 0;
     for (let i = 0; i <= N; i++) { s += d[i]; out[i] = s; }
+    liveAts.set(p, out);
     return out;
-  })();
+  }
 
   // ---- Header ----
   function header() {
@@ -99,6 +126,15 @@
     if (D.start) facts.push('recorded ' + new Date(D.start / 1e6).toISOString().replace('T', ' ').slice(0, 19) + ' UTC');
     $('facts').innerHTML = facts.map((f) => '<span>' + f + '</span>').join('');
     $('warnings').innerHTML = D.warnings.map((w) => '<li>' + esc(w) + '</li>').join('');
+    if (PROCS) {
+      $('prog').textContent = exe.split('/').pop() + ' and ' + (PROCS.length - 1) + ' other processes';
+      const sel = $('proc');
+      const opt = (value, text) => { const o = document.createElement('option'); o.value = String(value); o.textContent = text; return o; };
+      sel.append(opt(-1, 'All ' + PROCS.length + ' processes (merged flamegraph)'));
+      PROCS.forEach((p, i) => sel.append(opt(i, (p.exe.split('/').pop() || '?') + ' [pid ' + p.pid + (p.ppid ? ', parent ' + p.ppid : '') + '] \u2014 ' + bytes(p.allocated) + ' allocated, ' + p.file)));
+      sel.addEventListener('change', () => { state.proc = +sel.value; state.zoom = 0; render(); });
+      $('procs').hidden = false;
+    }
     if (!D.gcv.length) document.querySelector('[data-view=gc]').disabled = true;
     if (EXACT) document.querySelector('#sites .ci').style.display = 'none';
     document.querySelector('#sites [data-key=n]').textContent = EXACT ? 'Blocks' : 'Samples';
@@ -121,8 +157,9 @@
     svg.setAttribute('viewBox', '0 0 ' + tl.w + ' ' + tl.h);
     svg.textContent = '';
     const y0 = tl.h - tl.mb, ph = tl.h - tl.mt - tl.mb;
-    const maxLive = Math.max(1, D.peak[0], ...D.max);
-    const rates = D.alloc.map((b) => b / (W / 1e9));
+    const S = cur();
+    const maxLive = Math.max(1, S.peak[0], ...S.max);
+    const rates = S.alloc.map((b) => b / (W / 1e9));
     const maxRate = Math.max(1, ...rates);
     const unit = (v) => Math.pow(1024, Math.max(0, Math.floor(Math.log(v) / Math.log(1024))));
     const yStep = niceStep(maxLive, 4, unit(maxLive)), rStep = niceStep(maxRate, 4, unit(maxRate));
@@ -150,7 +187,7 @@
     }
     let live = 'M' + tx(0) + ',' + y0, rate = '';
     for (let i = 0; i < N; i++) {
-      live += 'L' + tx(i * W) + ',' + ly(D.max[i]) + 'L' + tx((i + 1) * W) + ',' + ly(D.max[i]);
+      live += 'L' + tx(i * W) + ',' + ly(S.max[i]) + 'L' + tx((i + 1) * W) + ',' + ly(S.max[i]);
       rate += (i ? 'L' : 'M') + tx((i + 0.5) * W) + ',' + ry(rates[i]);
     }
     live += 'L' + tx(SPAN) + ',' + y0 + 'Z';
@@ -158,21 +195,21 @@
     svg.append(el('path', { d: rate, fill: 'none', stroke: 'var(--rate)', 'stroke-width': 1.3, 'stroke-opacity': 0.85 }));
     svg.append(el('line', { x1: tl.ml, x2: tl.w - tl.mr, y1: y0, y2: y0, class: 'axis' }));
     svg.append(el('line', { x1: tl.ml, x2: tl.ml, y1: tl.mt, y2: y0, class: 'axis' }));
-    const px = tx(D.peak[1]), py = ly(D.peak[0]);
+    const px = tx(S.peak[1]), py = ly(S.peak[0]);
     svg.append(el('circle', { cx: px, cy: py, r: 4.5, fill: 'var(--peak)', stroke: '#fff', 'stroke-width': 1.5 }));
     const right = px > tl.w * 0.7;
-    svg.append(el('text', { x: px + (right ? -8 : 8), y: Math.max(tl.mt + 10, py - 6), 'text-anchor': right ? 'end' : 'start', class: 'peak-label' }, 'peak ' + bytes(D.peak[0]) + ' at ' + secs(D.peak[1])));
+    svg.append(el('text', { x: px + (right ? -8 : 8), y: Math.max(tl.mt + 10, py - 6), 'text-anchor': right ? 'end' : 'start', class: 'peak-label' }, 'peak ' + bytes(S.peak[0]) + ' at ' + secs(S.peak[1])));
     // The selection: a moment (live, peak) or a range (allocated).
     const v = state.view;
     if (v === 'alloc' && (state.from > 0 || state.to < N)) {
       const x = tx(state.from * W);
       svg.append(el('rect', { x, y: tl.mt, width: Math.max(1, tx(state.to * W) - x), height: ph, fill: 'var(--sel)', stroke: 'var(--rate)' }));
     } else if (v === 'live' || v === 'peak') {
-      const t = v === 'live' ? state.moment * W : D.peak[1], x = tx(t);
+      const t = v === 'live' ? state.moment * W : S.peak[1], x = tx(t);
       svg.append(el('line', { x1: x, x2: x, y1: tl.mt - 4, y2: y0, stroke: 'var(--ink)', 'stroke-width': 1.5, 'stroke-dasharray': '4 3' }));
       if (v === 'live') {
         const right2 = x > tl.w * 0.75;
-        svg.append(el('text', { x: x + (right2 ? -6 : 6), y: tl.mt + 4, 'text-anchor': right2 ? 'end' : 'start', class: 'sel-label' }, secs(t) + ': ' + bytes(liveAt[state.moment])));
+        svg.append(el('text', { x: x + (right2 ? -6 : 6), y: tl.mt + 4, 'text-anchor': right2 ? 'end' : 'start', class: 'sel-label' }, secs(t) + ': ' + bytes(liveAtOf(PROCS ? state.proc : -1)[state.moment])));
       }
     }
     svg.dataset.x0 = tl.ml; svg.dataset.x1 = tl.w - tl.mr; svg.dataset.span = SPAN;
@@ -184,7 +221,8 @@
     svg.addEventListener('mousedown', (e) => { down = xOf(e); e.preventDefault(); });
     svg.addEventListener('mousemove', (e) => {
       const t = tOf(xOf(e)), i = Math.min(N - 1, Math.floor(t / W));
-      tip(e, '<b>' + secs(t) + '</b><br>live heap up to ' + bytes(D.max[i]) + '<br>allocated ' + bytes(D.alloc[i]) + ' in ' + ns(W) + ' (' + bytes(D.alloc[i] / (W / 1e9)) + '/s)');
+      const S = cur();
+      tip(e, '<b>' + secs(t) + '</b><br>live heap up to ' + bytes(S.max[i]) + '<br>allocated ' + bytes(S.alloc[i]) + ' in ' + ns(W) + ' (' + bytes(S.alloc[i] / (W / 1e9)) + '/s)');
       if (down !== null && Math.abs(xOf(e) - down) > 4) {
         state.view = 'alloc';
         state.from = Math.floor(Math.min(tOf(down), t) / W);
@@ -315,9 +353,10 @@
     f.dataset.to = String(state.view === 'alloc' ? state.to * W : SPAN);
     const v = state.view;
     if (v === 'peak' || v === 'live') {
-      const t = v === 'peak' ? D.peak[1] : state.moment * W;
+      const t = v === 'peak' ? cur().peak[1] : state.moment * W;
       m.dataset.ns = String(t);
       m.textContent = '(' + grouped(t) + ' ns)';
+      if (v === 'peak' && PROCS && state.proc < 0) { delete m.dataset.ns; m.textContent = ''; return 'Live at each process\'s own peak'; }
       return v === 'peak' ? 'Live at the peak, ' + secs(t) : 'Live at ' + secs(t) + (state.moment === N ? ' (the end)' : '');
     }
     if (v === 'alloc') {
@@ -384,6 +423,7 @@
     clientX: (t) => $('timeline').getBoundingClientRect().left + tx(t),
     clientY: () => $('timeline').getBoundingClientRect().top + tl.mt + (tl.h - tl.mt - tl.mb) / 2,
     bucketNs: W,
+    processes: PROCS ? PROCS.length : 0,
     loadMs: performance.now(),
   };
   document.body.dataset.ready = '1';

@@ -1,0 +1,137 @@
+//! Reports of a process tree (`memprof record --follow-forks`): the table of its processes,
+//! one row each, printed above the merged top table; and [`printable`], how every name a
+//! program chose (its path, its arguments, the programs it ran) is printed on a terminal.
+
+use crate::profile::load::Process;
+use std::fmt::Write as _;
+
+/// How [`process_table`] is drawn.
+#[derive(Clone, Copy, Debug)]
+pub struct TreeOptions {
+    /// Rows at most (the root always has one); the rest are summed in one line.
+    pub limit: usize,
+}
+
+impl Default for TreeOptions {
+    fn default() -> Self {
+        TreeOptions { limit: 15 }
+    }
+}
+
+/// The table of a tree's processes, one row each: pid, parent, estimated bytes allocated,
+/// at the process's own peak and still live at its end, its program and its file (the one
+/// to pass to `memprof report` for that process alone; both escaped, [`printable`]). The first process (the program's own) comes first, then the others by
+/// bytes allocated; past [`TreeOptions::limit`] rows, one line counts the rest.
+pub fn process_table(processes: &[Process], options: &TreeOptions) -> String {
+    let h = crate::report::human_bytes;
+    let mut order: Vec<&Process> = processes.iter().skip(1).collect();
+    order.sort_by(|a, b| b.allocated.total_cmp(&a.allocated).then(a.pid.cmp(&b.pid)));
+    let rows: Vec<&Process> = processes.iter().take(1).chain(order).collect();
+    let shown = rows.len().min(options.limit.max(1));
+    let mut out = String::new();
+    let _ = writeln!(out, "processes: {} in the tree", processes.len());
+    let _ = writeln!(
+        out,
+        "{:>8}  {:>8}  {:>11}  {:>11}  {:>12}  {:<16}  file",
+        "pid", "parent", "allocated", "peak", "live at exit", "program"
+    );
+    for p in &rows[..shown] {
+        let file = p.file.display().to_string();
+        let exe = p.executable.rsplit('/').next().unwrap_or(&p.executable);
+        let parent = if p.ppid == 0 { "-".to_owned() } else { p.ppid.to_string() };
+        let _ = writeln!(
+            out,
+            "{:>8}  {:>8}  {:>11}  {:>11}  {:>12}  {:<16}  {}",
+            p.pid,
+            parent,
+            h(p.allocated),
+            h(p.peak),
+            h(p.live),
+            printable(exe),
+            printable(&file)
+        );
+    }
+    let rest = &rows[shown..];
+    if !rest.is_empty() {
+        let allocated: f64 = rest.iter().map(|p| p.allocated).sum();
+        let live: f64 = rest.iter().map(|p| p.live).sum();
+        let _ = writeln!(
+            out,
+            "… {} more processes: {} allocated, {} live at exit",
+            rest.len(),
+            h(allocated),
+            h(live)
+        );
+    }
+    out
+}
+
+/// `s` with what a terminal would act on escaped: control characters (a newline, an escape
+/// sequence) as `\n`, `\t`, `\r` or `\u{1b}`, and the bidirectional overrides and isolates
+/// (which reorder what follows them) as `\u{202e}`; a backslash stays as it is.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !s.chars().any(bad) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::load::Process;
+
+    fn process(pid: u32, exe: &str, allocated: f64) -> Process {
+        Process {
+            file: format!("t.mprof.d/{pid}.mprof").into(),
+            executable: exe.into(),
+            pid,
+            ppid: 1,
+            samples: 1,
+            allocated,
+            peak: allocated / 2.0,
+            live: 0.0,
+        }
+    }
+
+    #[test]
+    fn one_row_per_process_root_first_then_bounded() {
+        let ps = vec![
+            process(10, "/bin/sh", 1024.0),
+            process(11, "/usr/bin/small", 2048.0),
+            process(12, "./big\n\x1b[2J", 4096.0),
+            process(13, "/usr/bin/tiny", 512.0),
+        ];
+        let t = process_table(&ps, &TreeOptions { limit: 3 });
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "processes: 4 in the tree");
+        assert!(
+            lines[2].contains("      10 ") && lines[2].ends_with("  t.mprof.d/10.mprof"),
+            "{t}"
+        );
+        assert!(lines[3].contains("4.00 KiB") && lines[3].contains("12.mprof"), "{t}");
+        assert!(lines[3].contains(" big\\n\\u{1b}[2J "), "a name is one escaped line: {t}");
+        assert!(lines[4].contains("  small "), "{t}");
+        assert_eq!(lines[5], "… 1 more processes: 512 B allocated, 0 B live at exit");
+        assert_eq!(lines.len(), 6);
+    }
+
+    #[test]
+    fn terminal_controls_are_escaped() {
+        assert_eq!(printable("./prog"), "./prog");
+        assert_eq!(printable("a\nb\x1b[31m\u{202e}c\\"), "a\\nb\\u{1b}[31m\\u{202e}c\\");
+        assert_eq!(printable("é\u{7f}"), "é\\u{7f}");
+    }
+}
