@@ -17,13 +17,24 @@
 //! `malloc`) sit at the leaf end of every stack. [`Profile::frame_locations`] drops the
 //! innermost frames up to and including the outermost such frame found within the first
 //! [`TRIM_WINDOW`] expanded frames, so that reports start at the program's own call to the
-//! allocator. [`Profile::site_name`] further skips standard-library allocation plumbing
-//! (`alloc::`, `core::`, `std::`, `hashbrown::`) to name the allocation *site*: the first
-//! frame of the program itself.
+//! allocator. [`Profile::site_name`] further skips allocation plumbing (the C and C++
+//! runtimes, the Rust standard library, known wrappers: [`crate::profile::site`]) to name
+//! the allocation *site*: the first frame of the program itself.
+//!
+//! # 3. Offline
+//! [`resolve_offline`] reads the recorded modules' files (and their separate debug files).
+//! Built with `debug = "line-tables-only"`, DWARF names functions without their module path
+//! (`fill_table`, `{closure#0}`): the outermost frame of each inline chain then takes the
+//! ELF symbol table's full name for its address (`sites::fill_table`) when that name ends
+//! the same way. A stripped object whose exported functions are in its dynamic symbol table
+//! (libstdc++'s `operator new`) still names them: addr2line's symbol map falls back to
+//! `.dynsym` when there is no `.symtab`. [`unresolved_objects`] says, once per object, why
+//! frames stayed unnamed and where a debug file was looked for.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+pub use super::site::is_std_plumbing;
 use super::{Module, Profile, StackId, Symbol};
 
 /// How many expanded frames, from the innermost, are searched for profiler machinery.
@@ -482,58 +493,14 @@ pub fn is_profiler_frame(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXPORTS.contains(&name)
 }
 
-/// True for standard-library allocation plumbing, skipped when naming the allocation site.
-pub fn is_std_plumbing(name: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "alloc::",
-        "<alloc::",
-        "core::",
-        "<core::",
-        "std::",
-        "<std::",
-        "hashbrown::",
-        "<hashbrown::",
-        // The managed heap's allocator entry is to a GC block what `malloc` is to a
-        // C block: the site is its caller.
-        "memprof::gc::",
-        "<memprof::gc::",
-    ];
-    if PREFIXES.iter().any(|p| name.starts_with(p)) {
-        return true;
-    }
-    // `<SELF as TRAIT>::method`: a standard trait implemented for a generic parameter, a
-    // primitive, a reference, slice or tuple (`<T as Into<U>>::into`,
-    // `<u8 as SpecFromElem>::from_elem`) is plumbing too; an impl for a named type of the
-    // program (`<my::Node as Clone>::clone`) is the program's code.
-    let Some(rest) = name.strip_prefix('<') else {
-        return false;
-    };
-    let Some((self_ty, trait_path)) = split_qualified(rest) else {
-        return false;
-    };
-    let std_trait =
-        ["alloc::", "core::", "std::", "hashbrown::"].iter().any(|p| trait_path.starts_with(p));
-    let anonymous_self = !self_ty.contains("::")
-        || self_ty.starts_with(['&', '[', '(', '*'])
-        || PREFIXES.iter().any(|p| self_ty.starts_with(p));
-    std_trait && anonymous_self
-}
-
-/// Splits `SELF as TRAIT>::…` (the text after a leading `<`) at the top-level ` as `.
-fn split_qualified(s: &str) -> Option<(&str, &str)> {
-    let mut depth = 0i32;
-    let bytes = s.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        match b {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b' ' if depth == 0 && s[i..].starts_with(" as ") => {
-                return Some((&s[..i], &s[i + 4..]));
-            }
-            _ => {}
-        }
-    }
-    None
+/// [`FrameLocation`], borrowed from the profile.
+#[derive(Clone, Debug)]
+pub(crate) struct FrameRef<'a> {
+    pub(crate) function: std::borrow::Cow<'a, str>,
+    pub(crate) file: Option<&'a str>,
+    pub(crate) line: Option<u32>,
+    pub(crate) addr: u64,
+    pub(crate) inlined: bool,
 }
 
 /// One source-level frame of a stack, as reports show it.
@@ -572,22 +539,37 @@ impl Profile {
     /// trimmed from the leaf end (see the [module documentation](self)). Empty for an unknown
     /// stack id or when nothing is left.
     pub fn frame_locations(&self, stack: StackId) -> Vec<FrameLocation> {
+        self.frame_refs(stack)
+            .into_iter()
+            .map(|f| FrameLocation {
+                function: f.function.into_owned(),
+                file: f.file.map(str::to_owned),
+                line: f.line,
+                addr: f.addr,
+                inlined: f.inlined,
+            })
+            .collect()
+    }
+
+    /// [`Profile::frame_locations`], borrowing what the profile holds.
+    pub(crate) fn frame_refs(&self, stack: StackId) -> Vec<FrameRef<'_>> {
+        use std::borrow::Cow;
         let Some(stack) = self.stacks.get(stack as usize) else { return Vec::new() };
         let mut out = Vec::with_capacity(stack.frames.len());
         for &addr in &stack.frames {
             match self.symbols.get(&addr) {
                 Some(chain) if !chain.is_empty() => {
                     let last = chain.len() - 1;
-                    out.extend(chain.iter().enumerate().map(|(i, s)| FrameLocation {
-                        function: s.function.clone(),
-                        file: s.file.clone(),
+                    out.extend(chain.iter().enumerate().map(|(i, s)| FrameRef {
+                        function: Cow::Borrowed(s.function.as_str()),
+                        file: s.file.as_deref(),
                         line: s.line,
                         addr,
                         inlined: i < last,
                     }));
                 }
-                _ => out.push(FrameLocation {
-                    function: self.unresolved_name(addr),
+                _ => out.push(FrameRef {
+                    function: Cow::Owned(self.unresolved_name(addr)),
                     file: None,
                     line: None,
                     addr,
@@ -633,32 +615,7 @@ impl Profile {
     /// The function names of a stack, innermost first, after trimming (borrowed where the
     /// profile holds them): [`Profile::frame_locations`]' functions.
     fn inner_names(&self, stack: StackId) -> Vec<std::borrow::Cow<'_, str>> {
-        use std::borrow::Cow;
-        let Some(s) = self.stacks.get(stack as usize) else { return Vec::new() };
-        let mut inner: Vec<Cow<'_, str>> = Vec::with_capacity(s.frames.len() + 1);
-        for &addr in &s.frames {
-            match self.symbols.get(&addr) {
-                Some(chain) if !chain.is_empty() => {
-                    inner.extend(chain.iter().map(|sym| Cow::Borrowed(sym.function.as_str())))
-                }
-                _ => inner.push(Cow::Owned(self.unresolved_name(addr))),
-            }
-        }
-        let cut =
-            inner.iter().take(TRIM_WINDOW).rposition(|f| is_profiler_frame(f)).map_or(0, |i| i + 1);
-        inner.drain(..cut);
-        inner
-    }
-
-    /// The allocation site of a stack: its innermost frame (after trimming) that is not
-    /// standard-library allocation plumbing, or the innermost frame if all of them are.
-    pub fn site_name(&self, stack: StackId) -> String {
-        let frames = self.inner_names(stack);
-        match frames.iter().position(|f| !is_std_plumbing(f)) {
-            Some(i) => frames[i].to_string(),
-            None if !frames.is_empty() => frames[0].to_string(),
-            None => UNKNOWN_STACK.to_owned(),
-        }
+        self.frame_refs(stack).into_iter().map(|f| f.function).collect()
     }
 }
 
@@ -685,16 +642,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn plumbing_through_std_traits() {
-        assert!(is_std_plumbing("<T as core::convert::Into<U>>::into"));
-        assert!(is_std_plumbing("<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem"));
-        assert!(is_std_plumbing("<alloc::vec::Vec<T> as core::clone::Clone>::clone"));
-        assert!(is_std_plumbing("<&[u8] as core::fmt::Debug>::fmt"));
-        assert!(!is_std_plumbing("<app::Node as core::clone::Clone>::clone"));
-        assert!(!is_std_plumbing("<T as app::Make>::make"));
-        assert!(!is_std_plumbing("app::leaky_cache::Cache::remember"));
-    }
     use crate::profile::Stack;
 
     fn sym(f: &str) -> Symbol {
