@@ -150,9 +150,8 @@ pub fn is_runtime_module(path: &str) -> bool {
 /// under `/rust/deps/`) and of a registry's `hashbrown` (`…/hashbrown-0.15.2/src/…`).
 pub fn is_plumbing_file(file: &str) -> bool {
     // `pat` at the start of the path or of one of its components.
-    let component = |pat: &str| {
-        file.match_indices(pat).any(|(i, _)| i == 0 || file.as_bytes()[i - 1] == b'/')
-    };
+    let component =
+        |pat: &str| file.match_indices(pat).any(|(i, _)| i == 0 || file.as_bytes()[i - 1] == b'/');
     ["library/alloc/src/", "library/core/src/", "library/std/src/"].iter().any(|p| component(p))
         || file.starts_with("/rust/deps/")
         || component("hashbrown-")
@@ -174,8 +173,7 @@ fn cpp_core(name: &str) -> &str {
             b'(' if depth == 0 => {
                 let before = &name[..i];
                 // `(anonymous namespace)::` and `operator()` are parts of names.
-                if name[i..].starts_with("(anonymous namespace)") || before.ends_with("operator")
-                {
+                if name[i..].starts_with("(anonymous namespace)") || before.ends_with("operator") {
                     continue;
                 }
                 params = Some(i);
@@ -334,7 +332,9 @@ fn c_plumbing(name: &str) -> bool {
         return true;
     }
     let allocates = |rest: &str| {
-        ["alloc", "Alloc", "dup", "Dup", "New", "Resize", "GC_Link"].iter().any(|w| rest.contains(w))
+        ["alloc", "Alloc", "dup", "Dup", "New", "Resize", "GC_Link"]
+            .iter()
+            .any(|w| rest.contains(w))
     };
     if let Some(rest) = name.strip_prefix("CRYPTO_") {
         return rest.ends_with("alloc") || rest.contains("dup");
@@ -345,8 +345,18 @@ fn c_plumbing(name: &str) -> bool {
     if let Some(rest) = name.strip_prefix("sqlite3") {
         let rest = rest.strip_prefix('_').unwrap_or(rest);
         const WORDS: &[&str] = &[
-            "Malloc", "malloc", "Realloc", "realloc", "MemMalloc", "MemRealloc", "DbMalloc",
-            "DbRealloc", "DbStrDup", "DbStrNDup", "StrDup", "StrNDup",
+            "Malloc",
+            "malloc",
+            "Realloc",
+            "realloc",
+            "MemMalloc",
+            "MemRealloc",
+            "DbMalloc",
+            "DbRealloc",
+            "DbStrDup",
+            "DbStrNDup",
+            "StrDup",
+            "StrNDup",
         ];
         return WORDS.iter().any(|w| rest.starts_with(w));
     }
@@ -445,12 +455,7 @@ impl Profile {
                 name = Cow::Owned(format!("{}::{name}", frames[j].function));
             }
         }
-        Some(Site {
-            name: name.into_owned(),
-            file: f.file.map(str::to_owned),
-            line: f.line,
-            index,
-        })
+        Some(Site { name: name.into_owned(), file: f.file.map(str::to_owned), line: f.line, index })
     }
 
     /// The name of a stack's allocation site ([`Profile::site`]), or [`UNKNOWN_STACK`].
@@ -703,7 +708,10 @@ mod tests {
         p.site_skip.add("^app_new_", "--site-skip").unwrap();
         assert_eq!(p.site_name(0), "make_blocks");
         let err = SiteSkip::default().add("(unclosed", "--site-skip").unwrap_err().to_string();
-        assert!(err.contains("--site-skip \"(unclosed\" is not a valid regular expression"), "{err}");
+        assert!(
+            err.contains("--site-skip \"(unclosed\" is not a valid regular expression"),
+            "{err}"
+        );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 

@@ -264,15 +264,19 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
                     };
                     chain.push(Symbol { function: strip_hash(&function).to_owned(), file, line });
                 }
+                // Line-tables-only DWARF names the function without its path: the symbol
+                // table has the full name of the outermost frame's function.
+                if let Some(outer) = chain.last_mut() {
+                    if let Some(full) = loader.find_symbol(probe).map(full_name) {
+                        if qualifies(&outer.function, &full) {
+                            outer.function = full;
+                        }
+                    }
+                }
             }
             if chain.is_empty() {
                 if let Some(name) = loaders.iter().find_map(|l| l.find_symbol(probe)) {
-                    let name = addr2line::demangle_auto(name.into(), None);
-                    chain.push(Symbol {
-                        function: strip_hash(&name).to_owned(),
-                        file: None,
-                        line: None,
-                    });
+                    chain.push(Symbol { function: full_name(name), file: None, line: None });
                 }
             }
             if !chain.is_empty() {
@@ -281,6 +285,29 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
         }
     }
     notes
+}
+
+/// A symbol table's name, demangled, without a legacy Rust hash.
+#[cfg(feature = "report")]
+fn full_name(name: &str) -> String {
+    let name = addr2line::demangle_auto(name.into(), None);
+    strip_hash(&name).to_owned()
+}
+
+/// True when `full` (a symbol table's name) is the full path of the DWARF name `short`, a
+/// name without its module path (`fill_table` of `sites::fill_table`, `{closure#0}` of
+/// `sites::main::{{closure}}`). Names that have a path or parameters already (C++'s, full
+/// Rust names) and names that match exactly (C's) are kept.
+#[cfg(feature = "report")]
+fn qualifies(short: &str, full: &str) -> bool {
+    if short.contains("::") || short.contains('(') || short == full {
+        return false;
+    }
+    let base = short.split('<').next().unwrap_or(short);
+    let Some(last) = full.rsplit("::").next() else { return false };
+    let last = last.split('<').next().unwrap_or(last);
+    full.contains("::")
+        && (last == base || (base.starts_with("{closure") && last.starts_with("{{closure")))
 }
 
 /// Symbol readers (addr2line over the DWARF and symbol tables) of object files by path, with
@@ -361,18 +388,170 @@ impl Loaders {
     }
 }
 
-/// The separate debug file of the ELF object at `path`, when one is installed under
-/// `/usr/lib/debug/.build-id/` for its GNU build id.
+/// The separate debug file of the ELF object at `path`, when one is installed: the first
+/// of [`debug_candidates`] that exists (a debug-link candidate only with the object's build
+/// id, when both have one).
 #[cfg(feature = "report")]
 fn debug_file(path: &Path) -> Option<std::path::PathBuf> {
-    let id = build_id(path)?;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    if hex.len() < 3 {
-        return None;
+    let own = build_id(path);
+    let canonical = std::fs::canonicalize(path).ok();
+    debug_candidates(path).into_iter().find(|p| {
+        p.is_file()
+            && std::fs::canonicalize(p).ok() != canonical
+            && (own.is_none() || build_id(p).is_none() || build_id(p) == own)
+    })
+}
+
+/// Where a separate debug file of the object at `path` is looked for, as gdb does: by GNU
+/// build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`), then by the object's
+/// `.gnu_debuglink` name next to it, in its `.debug/` and under `/usr/lib/debug/` + its
+/// directory.
+#[cfg(feature = "report")]
+pub fn debug_candidates(path: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Some(id) = build_id(path) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        if hex.len() >= 3 {
+            out.push(
+                Path::new("/usr/lib/debug/.build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..])),
+            );
+        }
     }
-    let p =
-        Path::new("/usr/lib/debug/.build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
-    p.is_file().then_some(p)
+    if let Some(link) = debug_link(path) {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        out.push(dir.join(&link));
+        out.push(dir.join(".debug").join(&link));
+        out.push(
+            Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&link),
+        );
+    }
+    out
+}
+
+/// The file name in the `.gnu_debuglink` section of the object at `path`: a plain name (a
+/// name with a path separator or `..` is not taken: the section is the file's to say).
+#[cfg(feature = "report")]
+fn debug_link(path: &Path) -> Option<String> {
+    use object::Object as _;
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let object = object::File::parse(&cache).ok()?;
+    let (name, _crc) = object.gnu_debuglink().ok()??;
+    let name = std::str::from_utf8(name).ok()?;
+    (!name.is_empty() && !name.contains('/') && name != ".." && name != ".")
+        .then(|| name.to_owned())
+}
+
+/// What an object file holds to name its functions.
+#[cfg(feature = "report")]
+struct Naming {
+    symtab: bool,
+    dynsym: bool,
+    debug_info: bool,
+}
+
+#[cfg(feature = "report")]
+fn naming(path: &Path) -> Option<Naming> {
+    use object::{
+        Object as _, ObjectSection as _, ObjectSymbol as _, ObjectSymbolTable as _, SymbolKind,
+    };
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let object = object::File::parse(&cache).ok()?;
+    let nonempty = |name: &str| object.section_by_name(name).is_some_and(|s| s.size() > 0);
+    Some(Naming {
+        symtab: object.symbol_table().is_some_and(|t| t.symbols().next().is_some()),
+        // An executable's dynamic symbols are mostly what it imports: only definitions name
+        // its own functions.
+        dynsym: object.dynamic_symbol_table().is_some_and(|t| {
+            t.symbols().any(|s| s.is_definition() && s.kind() == SymbolKind::Text)
+        }),
+        debug_info: nonempty(".debug_info") || nonempty(".zdebug_info"),
+    })
+}
+
+/// One note for each object whose frames stayed unnamed because it is stripped and no
+/// separate debug file was found: what it lacks, where a debug file was looked for, and
+/// (where `dpkg-query` knows the file) the Debian package that would have one. Objects
+/// that changed since the run or cannot be read are left to [`resolve_offline`]'s notes;
+/// objects with symbols or debug info whose tables miss a few addresses are not named.
+#[cfg(feature = "report")]
+pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut by_module: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for stack in &profile.stacks {
+        for &addr in &stack.frames {
+            if profile.symbols.contains_key(&addr) || !seen.insert(addr) {
+                continue;
+            }
+            let lookup = addr.saturating_sub(1);
+            if let Some(i) =
+                profile.modules.iter().position(|m| m.start <= lookup && lookup < m.end)
+            {
+                *by_module.entry(i).or_default() += 1;
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    for (i, frames) in by_module {
+        let module = &profile.modules[i];
+        let path = Path::new(&module.path);
+        if !module.build_id.is_empty() && build_id(path).as_deref() != Some(&module.build_id[..]) {
+            continue;
+        }
+        let Some(n) = naming(path) else { continue };
+        if n.symtab || n.debug_info || debug_file(path).is_some() {
+            continue;
+        }
+        let what = if n.dynsym {
+            "has no symbols but its exported ones (stripped)"
+        } else {
+            "has no symbols (stripped)"
+        };
+        let s = if frames == 1 { "" } else { "s" };
+        let looked = debug_candidates(path);
+        let looked = if looked.is_empty() {
+            "it has no build id or debug link to find a debug file by".to_owned()
+        } else {
+            let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+            format!("no debug file at {}", list.join(" nor "))
+        };
+        let hint = debian_package(path)
+            .map(|p| format!(" (Debian: apt install {p}-dbgsym, from the debug archive)"))
+            .unwrap_or_default();
+        notes.push(format!(
+            "{} {what}: {frames} frame{s} shown as offsets; {looked}{hint}",
+            module.path
+        ));
+    }
+    notes
+}
+
+/// The Debian package that installed `path`, when `dpkg-query` knows it.
+#[cfg(feature = "report")]
+fn debian_package(path: &Path) -> Option<String> {
+    let query = |p: &Path| -> Option<String> {
+        let out = std::process::Command::new("dpkg-query")
+            .arg("-S")
+            .arg(p)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let line = text.lines().next()?;
+        let (package, _) = line.split_once(": ")?;
+        // `libc6:amd64` → `libc6`; a diversion or a list of packages is not a name.
+        let package = package.split(':').next()?.trim();
+        (out.status.success()
+            && !package.is_empty()
+            && package.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
+        .then(|| package.to_owned())
+    };
+    query(path).or_else(|| query(&std::fs::canonicalize(path).ok()?))
 }
 
 /// The GNU build id of the 64-bit little-endian ELF object at `path` (its `NT_GNU_BUILD_ID`
