@@ -5,7 +5,9 @@
 //! `diff` (`memprof diff` of real recordings: its flags, its exact numbers, its exports),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
-//! allocator, allocations before the preload library is ready, small stacks). What they
+//! allocator, allocations before the preload library is ready, small stacks), `sites`
+//! (C++, C with wrappers, line-tables-only Rust and stripped programs: each allocation site
+//! is the program's function, in every report). What they
 //! share is in `common`.
 
 mod browser;
@@ -18,4 +20,5 @@ mod record;
 mod reentrancy;
 mod report;
 mod serve;
+mod sites;
 mod time;

@@ -505,11 +505,7 @@ mod pprof {
         out
     }
 
-    fn decode(gz: &[u8]) -> protos::Profile {
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(gz).read_to_end(&mut raw).unwrap();
-        protos::Profile::decode(&raw[..]).unwrap()
-    }
+    use crate::common::decode_pprof as decode;
 
     /// Sums of the four sample values.
     fn sums(p: &protos::Profile) -> [i64; 4] {
