@@ -55,7 +55,9 @@
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
-//! | `report/` | top table, folded stacks, flamegraph, pprof |
+//! | `profile/symbolize.rs` | modules, addresses to inline chains (in process and offline), frame names, stripped-object notes |
+//! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
+//! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
 //! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |

@@ -30,6 +30,10 @@
 //! 4. its name matches one of the user's expressions ([`SiteSkip`], `--site-skip` and
 //!    `MEMPROF_SITE_SKIP`): a program's own wrappers.
 //!
+//! An address without symbols that plumbing calls is plumbing too: the inside of an
+//! allocator whose library is stripped (SQLite's static `sqlite3MemMalloc` under its
+//! exported `sqlite3Malloc`). When every frame is plumbing, the innermost is the site.
+//!
 //! Frames of the program that only look like the standard library are not plumbing: a
 //! function of the user's named `alloc` (in the user's file), `<app::Node as Clone>::clone`
 //! (a std trait for the program's type), `my::std_like::x`.
@@ -444,7 +448,14 @@ impl Profile {
         if frames.is_empty() {
             return None;
         }
-        let plumbing: Vec<bool> = frames.iter().map(|f| self.is_plumbing(f)).collect();
+        // An address without symbols called by plumbing is the allocator's inside (a
+        // stripped library's static `sqlite3MemMalloc` under its exported `sqlite3Malloc`).
+        let mut plumbing = vec![false; frames.len()];
+        for i in (0..frames.len()).rev() {
+            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false);
+            plumbing[i] =
+                self.is_plumbing(&frames[i]) || (!frames[i].resolved && called_by_plumbing);
+        }
         let index = plumbing.iter().position(|p| !p).unwrap_or(0);
         let f = &frames[index];
         let mut name: Cow<'_, str> = f.function.clone();
@@ -713,6 +724,20 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn unnamed_frames_under_plumbing_are_plumbing() {
+        let c = |f: &str| Symbol { function: f.into(), file: None, line: None };
+        let p = profile(
+            &[(0x20, vec![c("sqlite3Malloc")]), (0x40, vec![c("sqlite3BtreeInsert")])],
+            // sqlite3MemMalloc (no symbol) ← sqlite3Malloc ← a static caller (no symbol).
+            &[&[0x9100, 0x20, 0x9300, 0x40], &[0x9100, 0x40]],
+        );
+        assert_eq!(p.site_name(0), "0x9300");
+        assert_eq!(p.site(0).unwrap().index, 2);
+        // Without plumbing above it, an unnamed frame is the site.
+        assert_eq!(p.site_name(1), "0x9100");
     }
 
     #[test]

@@ -680,6 +680,8 @@ pub(crate) struct FrameRef<'a> {
     pub(crate) line: Option<u32>,
     pub(crate) addr: u64,
     pub(crate) inlined: bool,
+    /// False for an address without symbols (named `module+0xoffset`).
+    pub(crate) resolved: bool,
 }
 
 /// One source-level frame of a stack, as reports show it.
@@ -745,6 +747,7 @@ impl Profile {
                         line: s.line,
                         addr,
                         inlined: i < last,
+                        resolved: true,
                     }));
                 }
                 _ => out.push(FrameRef {
@@ -753,6 +756,7 @@ impl Profile {
                     line: None,
                     addr,
                     inlined: false,
+                    resolved: false,
                 }),
             }
         }

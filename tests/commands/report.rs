@@ -6,7 +6,6 @@
 #![cfg(feature = "report")]
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memprof::profile::format::{self, Event};
@@ -497,7 +496,7 @@ mod flamegraph {
 
 mod pprof {
     use super::*;
-    use ::pprof::protos::{self, Message};
+    use ::pprof::protos;
 
     fn encoded(p: &Profile) -> Vec<u8> {
         let mut out = Vec::new();
