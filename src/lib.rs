@@ -57,8 +57,10 @@
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
+//! | `profile/symbolize.rs` | modules, addresses to inline chains (in process and offline), frame names, stripped-object notes |
+//! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
-//! | `report/` | top table, folded stacks, flamegraph, pprof, HTML, diff |
+//! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
 //! | `report/tree.rs` | a tree's table of processes; names escaped for a terminal |
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
 //! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |

@@ -161,7 +161,12 @@ fn exact_amounts_by_span_in_every_output() {
     assert_eq!(sum(UPLOAD, |s| s.live_bytes), 20_000.0);
     let table = report::top_table(
         &profile,
-        &TopOptions { limit: 1000, human_bytes: false, group_by: GroupBy::Span },
+        &TopOptions {
+            limit: 1000,
+            human_bytes: false,
+            group_by: GroupBy::Span,
+            ..Default::default()
+        },
     );
     assert!(table.contains("alpha › ") && table.contains(&format!("{UPLOAD} › ")), "{table}");
 

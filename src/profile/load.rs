@@ -327,6 +327,10 @@ pub fn load_with_first(
         profiles.push(p);
     }
     let mut profile = super::merge::merge(profiles, &names)?;
+    // Once per object, whichever of the files its frames came from.
+    for note in super::symbolize::unresolved_objects(&profile) {
+        messages.push(Message::Note(note));
+    }
     if names.len() > 1 {
         // Each file's warnings are in `messages` already.
         profile.warnings.clear();

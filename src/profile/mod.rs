@@ -42,6 +42,7 @@ pub mod format;
 pub mod load;
 pub mod merge;
 pub mod replay;
+pub mod site;
 pub mod symbolize;
 pub mod tree;
 
@@ -680,6 +681,9 @@ pub struct Profile {
     /// (the preload library's `exec` and `_exit` hooks): the file is whole, not cut by a
     /// crash.
     pub stopped: Option<Stopped>,
+    /// The user's expressions for frames that are allocation plumbing (`--site-skip`),
+    /// which every report's naming of sites follows ([`site`]). Not part of the recording.
+    pub site_skip: site::SiteSkip,
 }
 
 impl Profile {

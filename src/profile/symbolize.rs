@@ -17,13 +17,24 @@
 //! `malloc`) sit at the leaf end of every stack. [`Profile::frame_locations`] drops the
 //! innermost frames up to and including the outermost such frame found within the first
 //! [`TRIM_WINDOW`] expanded frames, so that reports start at the program's own call to the
-//! allocator. [`Profile::site_name`] further skips standard-library allocation plumbing
-//! (`alloc::`, `core::`, `std::`, `hashbrown::`) to name the allocation *site*: the first
-//! frame of the program itself.
+//! allocator. [`Profile::site_name`] further skips allocation plumbing (the C and C++
+//! runtimes, the Rust standard library, known wrappers: [`crate::profile::site`]) to name
+//! the allocation *site*: the first frame of the program itself.
+//!
+//! # 3. Offline
+//! [`resolve_offline`] reads the recorded modules' files (and their separate debug files).
+//! Built with `debug = "line-tables-only"`, DWARF names functions without their module path
+//! (`fill_table`, `{closure#0}`): the outermost frame of each inline chain then takes the
+//! ELF symbol table's full name for its address (`sites::fill_table`) when that name ends
+//! the same way. A stripped object whose exported functions are in its dynamic symbol table
+//! (libstdc++'s `operator new`) still names them: addr2line's symbol map falls back to
+//! `.dynsym` when there is no `.symtab`. [`unresolved_objects`] says, once per object, why
+//! frames stayed unnamed and where a debug file was looked for.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+pub use super::site::is_std_plumbing;
 use super::{Module, Profile, StackId, Symbol};
 
 /// How many expanded frames, from the innermost, are searched for profiler machinery.
@@ -253,15 +264,19 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
                     };
                     chain.push(Symbol { function: strip_hash(&function).to_owned(), file, line });
                 }
+                // Line-tables-only DWARF names the function without its path: the symbol
+                // table has the full name of the outermost frame's function.
+                if let Some(outer) = chain.last_mut() {
+                    if let Some(full) = loader.find_symbol(probe).map(full_name) {
+                        if qualifies(&outer.function, &full) {
+                            outer.function = full;
+                        }
+                    }
+                }
             }
             if chain.is_empty() {
                 if let Some(name) = loaders.iter().find_map(|l| l.find_symbol(probe)) {
-                    let name = addr2line::demangle_auto(name.into(), None);
-                    chain.push(Symbol {
-                        function: strip_hash(&name).to_owned(),
-                        file: None,
-                        line: None,
-                    });
+                    chain.push(Symbol { function: full_name(name), file: None, line: None });
                 }
             }
             if !chain.is_empty() {
@@ -270,6 +285,29 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
         }
     }
     notes
+}
+
+/// A symbol table's name, demangled, without a legacy Rust hash.
+#[cfg(feature = "report")]
+fn full_name(name: &str) -> String {
+    let name = addr2line::demangle_auto(name.into(), None);
+    strip_hash(&name).to_owned()
+}
+
+/// True when `full` (a symbol table's name) is the full path of the DWARF name `short`, a
+/// name without its module path (`fill_table` of `sites::fill_table`, `{closure#0}` of
+/// `sites::main::{{closure}}`). Names that have a path or parameters already (C++'s, full
+/// Rust names) and names that match exactly (C's) are kept.
+#[cfg(feature = "report")]
+fn qualifies(short: &str, full: &str) -> bool {
+    if short.contains("::") || short.contains('(') || short == full {
+        return false;
+    }
+    let base = short.split('<').next().unwrap_or(short);
+    let Some(last) = full.rsplit("::").next() else { return false };
+    let last = last.split('<').next().unwrap_or(last);
+    full.contains("::")
+        && (last == base || (base.starts_with("{closure") && last.starts_with("{{closure")))
 }
 
 /// Symbol readers (addr2line over the DWARF and symbol tables) of object files by path, with
@@ -350,18 +388,170 @@ impl Loaders {
     }
 }
 
-/// The separate debug file of the ELF object at `path`, when one is installed under
-/// `/usr/lib/debug/.build-id/` for its GNU build id.
+/// The separate debug file of the ELF object at `path`, when one is installed: the first
+/// of [`debug_candidates`] that exists (a debug-link candidate only with the object's build
+/// id, when both have one).
 #[cfg(feature = "report")]
 fn debug_file(path: &Path) -> Option<std::path::PathBuf> {
-    let id = build_id(path)?;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    if hex.len() < 3 {
-        return None;
+    let own = build_id(path);
+    let canonical = std::fs::canonicalize(path).ok();
+    debug_candidates(path).into_iter().find(|p| {
+        p.is_file()
+            && std::fs::canonicalize(p).ok() != canonical
+            && (own.is_none() || build_id(p).is_none() || build_id(p) == own)
+    })
+}
+
+/// Where a separate debug file of the object at `path` is looked for, as gdb does: by GNU
+/// build id (`/usr/lib/debug/.build-id/xx/yyyy.debug`), then by the object's
+/// `.gnu_debuglink` name next to it, in its `.debug/` and under `/usr/lib/debug/` + its
+/// directory.
+#[cfg(feature = "report")]
+pub fn debug_candidates(path: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Some(id) = build_id(path) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        if hex.len() >= 3 {
+            out.push(
+                Path::new("/usr/lib/debug/.build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..])),
+            );
+        }
     }
-    let p =
-        Path::new("/usr/lib/debug/.build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
-    p.is_file().then_some(p)
+    if let Some(link) = debug_link(path) {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        out.push(dir.join(&link));
+        out.push(dir.join(".debug").join(&link));
+        out.push(
+            Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&link),
+        );
+    }
+    out
+}
+
+/// The file name in the `.gnu_debuglink` section of the object at `path`: a plain name (a
+/// name with a path separator or `..` is not taken: the section is the file's to say).
+#[cfg(feature = "report")]
+fn debug_link(path: &Path) -> Option<String> {
+    use object::Object as _;
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let object = object::File::parse(&cache).ok()?;
+    let (name, _crc) = object.gnu_debuglink().ok()??;
+    let name = std::str::from_utf8(name).ok()?;
+    (!name.is_empty() && !name.contains('/') && name != ".." && name != ".")
+        .then(|| name.to_owned())
+}
+
+/// What an object file holds to name its functions.
+#[cfg(feature = "report")]
+struct Naming {
+    symtab: bool,
+    dynsym: bool,
+    debug_info: bool,
+}
+
+#[cfg(feature = "report")]
+fn naming(path: &Path) -> Option<Naming> {
+    use object::{
+        Object as _, ObjectSection as _, ObjectSymbol as _, ObjectSymbolTable as _, SymbolKind,
+    };
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let object = object::File::parse(&cache).ok()?;
+    let nonempty = |name: &str| object.section_by_name(name).is_some_and(|s| s.size() > 0);
+    Some(Naming {
+        symtab: object.symbol_table().is_some_and(|t| t.symbols().next().is_some()),
+        // An executable's dynamic symbols are mostly what it imports: only definitions name
+        // its own functions.
+        dynsym: object.dynamic_symbol_table().is_some_and(|t| {
+            t.symbols().any(|s| s.is_definition() && s.kind() == SymbolKind::Text)
+        }),
+        debug_info: nonempty(".debug_info") || nonempty(".zdebug_info"),
+    })
+}
+
+/// One note for each object whose frames stayed unnamed because it is stripped and no
+/// separate debug file was found: what it lacks, where a debug file was looked for, and
+/// (where `dpkg-query` knows the file) the Debian package that would have one. Objects
+/// that changed since the run or cannot be read are left to [`resolve_offline`]'s notes;
+/// objects with symbols or debug info whose tables miss a few addresses are not named.
+#[cfg(feature = "report")]
+pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut by_module: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for stack in &profile.stacks {
+        for &addr in &stack.frames {
+            if profile.symbols.contains_key(&addr) || !seen.insert(addr) {
+                continue;
+            }
+            let lookup = addr.saturating_sub(1);
+            if let Some(i) =
+                profile.modules.iter().position(|m| m.start <= lookup && lookup < m.end)
+            {
+                *by_module.entry(i).or_default() += 1;
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    for (i, frames) in by_module {
+        let module = &profile.modules[i];
+        let path = Path::new(&module.path);
+        if !module.build_id.is_empty() && build_id(path).as_deref() != Some(&module.build_id[..]) {
+            continue;
+        }
+        let Some(n) = naming(path) else { continue };
+        if n.symtab || n.debug_info || debug_file(path).is_some() {
+            continue;
+        }
+        let what = if n.dynsym {
+            "has no symbols but its exported ones (stripped)"
+        } else {
+            "has no symbols (stripped)"
+        };
+        let s = if frames == 1 { "" } else { "s" };
+        let looked = debug_candidates(path);
+        let looked = if looked.is_empty() {
+            "it has no build id or debug link to find a debug file by".to_owned()
+        } else {
+            let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+            format!("no debug file at {}", list.join(" nor "))
+        };
+        let hint = debian_package(path)
+            .map(|p| format!(" (Debian: apt install {p}-dbgsym, from the debug archive)"))
+            .unwrap_or_default();
+        notes.push(format!(
+            "{} {what}: {frames} frame{s} shown as offsets; {looked}{hint}",
+            module.path
+        ));
+    }
+    notes
+}
+
+/// The Debian package that installed `path`, when `dpkg-query` knows it.
+#[cfg(feature = "report")]
+fn debian_package(path: &Path) -> Option<String> {
+    let query = |p: &Path| -> Option<String> {
+        let out = std::process::Command::new("dpkg-query")
+            .arg("-S")
+            .arg(p)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let line = text.lines().next()?;
+        let (package, _) = line.split_once(": ")?;
+        // `libc6:amd64` → `libc6`; a diversion or a list of packages is not a name.
+        let package = package.split(':').next()?.trim();
+        (out.status.success()
+            && !package.is_empty()
+            && package.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
+        .then(|| package.to_owned())
+    };
+    query(path).or_else(|| query(&std::fs::canonicalize(path).ok()?))
 }
 
 /// The GNU build id of the 64-bit little-endian ELF object at `path` (its `NT_GNU_BUILD_ID`
@@ -482,58 +672,16 @@ pub fn is_profiler_frame(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXPORTS.contains(&name)
 }
 
-/// True for standard-library allocation plumbing, skipped when naming the allocation site.
-pub fn is_std_plumbing(name: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "alloc::",
-        "<alloc::",
-        "core::",
-        "<core::",
-        "std::",
-        "<std::",
-        "hashbrown::",
-        "<hashbrown::",
-        // The managed heap's allocator entry is to a GC block what `malloc` is to a
-        // C block: the site is its caller.
-        "memprof::gc::",
-        "<memprof::gc::",
-    ];
-    if PREFIXES.iter().any(|p| name.starts_with(p)) {
-        return true;
-    }
-    // `<SELF as TRAIT>::method`: a standard trait implemented for a generic parameter, a
-    // primitive, a reference, slice or tuple (`<T as Into<U>>::into`,
-    // `<u8 as SpecFromElem>::from_elem`) is plumbing too; an impl for a named type of the
-    // program (`<my::Node as Clone>::clone`) is the program's code.
-    let Some(rest) = name.strip_prefix('<') else {
-        return false;
-    };
-    let Some((self_ty, trait_path)) = split_qualified(rest) else {
-        return false;
-    };
-    let std_trait =
-        ["alloc::", "core::", "std::", "hashbrown::"].iter().any(|p| trait_path.starts_with(p));
-    let anonymous_self = !self_ty.contains("::")
-        || self_ty.starts_with(['&', '[', '(', '*'])
-        || PREFIXES.iter().any(|p| self_ty.starts_with(p));
-    std_trait && anonymous_self
-}
-
-/// Splits `SELF as TRAIT>::…` (the text after a leading `<`) at the top-level ` as `.
-fn split_qualified(s: &str) -> Option<(&str, &str)> {
-    let mut depth = 0i32;
-    let bytes = s.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        match b {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b' ' if depth == 0 && s[i..].starts_with(" as ") => {
-                return Some((&s[..i], &s[i + 4..]));
-            }
-            _ => {}
-        }
-    }
-    None
+/// [`FrameLocation`], borrowed from the profile.
+#[derive(Clone, Debug)]
+pub(crate) struct FrameRef<'a> {
+    pub(crate) function: std::borrow::Cow<'a, str>,
+    pub(crate) file: Option<&'a str>,
+    pub(crate) line: Option<u32>,
+    pub(crate) addr: u64,
+    pub(crate) inlined: bool,
+    /// False for an address without symbols (named `module+0xoffset`).
+    pub(crate) resolved: bool,
 }
 
 /// One source-level frame of a stack, as reports show it.
@@ -572,26 +720,43 @@ impl Profile {
     /// trimmed from the leaf end (see the [module documentation](self)). Empty for an unknown
     /// stack id or when nothing is left.
     pub fn frame_locations(&self, stack: StackId) -> Vec<FrameLocation> {
+        self.frame_refs(stack)
+            .into_iter()
+            .map(|f| FrameLocation {
+                function: f.function.into_owned(),
+                file: f.file.map(str::to_owned),
+                line: f.line,
+                addr: f.addr,
+                inlined: f.inlined,
+            })
+            .collect()
+    }
+
+    /// [`Profile::frame_locations`], borrowing what the profile holds.
+    pub(crate) fn frame_refs(&self, stack: StackId) -> Vec<FrameRef<'_>> {
+        use std::borrow::Cow;
         let Some(stack) = self.stacks.get(stack as usize) else { return Vec::new() };
         let mut out = Vec::with_capacity(stack.frames.len());
         for &addr in &stack.frames {
             match self.symbols.get(&addr) {
                 Some(chain) if !chain.is_empty() => {
                     let last = chain.len() - 1;
-                    out.extend(chain.iter().enumerate().map(|(i, s)| FrameLocation {
-                        function: s.function.clone(),
-                        file: s.file.clone(),
+                    out.extend(chain.iter().enumerate().map(|(i, s)| FrameRef {
+                        function: Cow::Borrowed(s.function.as_str()),
+                        file: s.file.as_deref(),
                         line: s.line,
                         addr,
                         inlined: i < last,
+                        resolved: true,
                     }));
                 }
-                _ => out.push(FrameLocation {
-                    function: self.unresolved_name(addr),
+                _ => out.push(FrameRef {
+                    function: Cow::Owned(self.unresolved_name(addr)),
                     file: None,
                     line: None,
                     addr,
                     inlined: false,
+                    resolved: false,
                 }),
             }
         }
@@ -633,32 +798,7 @@ impl Profile {
     /// The function names of a stack, innermost first, after trimming (borrowed where the
     /// profile holds them): [`Profile::frame_locations`]' functions.
     fn inner_names(&self, stack: StackId) -> Vec<std::borrow::Cow<'_, str>> {
-        use std::borrow::Cow;
-        let Some(s) = self.stacks.get(stack as usize) else { return Vec::new() };
-        let mut inner: Vec<Cow<'_, str>> = Vec::with_capacity(s.frames.len() + 1);
-        for &addr in &s.frames {
-            match self.symbols.get(&addr) {
-                Some(chain) if !chain.is_empty() => {
-                    inner.extend(chain.iter().map(|sym| Cow::Borrowed(sym.function.as_str())))
-                }
-                _ => inner.push(Cow::Owned(self.unresolved_name(addr))),
-            }
-        }
-        let cut =
-            inner.iter().take(TRIM_WINDOW).rposition(|f| is_profiler_frame(f)).map_or(0, |i| i + 1);
-        inner.drain(..cut);
-        inner
-    }
-
-    /// The allocation site of a stack: its innermost frame (after trimming) that is not
-    /// standard-library allocation plumbing, or the innermost frame if all of them are.
-    pub fn site_name(&self, stack: StackId) -> String {
-        let frames = self.inner_names(stack);
-        match frames.iter().position(|f| !is_std_plumbing(f)) {
-            Some(i) => frames[i].to_string(),
-            None if !frames.is_empty() => frames[0].to_string(),
-            None => UNKNOWN_STACK.to_owned(),
-        }
+        self.frame_refs(stack).into_iter().map(|f| f.function).collect()
     }
 }
 
@@ -685,16 +825,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn plumbing_through_std_traits() {
-        assert!(is_std_plumbing("<T as core::convert::Into<U>>::into"));
-        assert!(is_std_plumbing("<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem"));
-        assert!(is_std_plumbing("<alloc::vec::Vec<T> as core::clone::Clone>::clone"));
-        assert!(is_std_plumbing("<&[u8] as core::fmt::Debug>::fmt"));
-        assert!(!is_std_plumbing("<app::Node as core::clone::Clone>::clone"));
-        assert!(!is_std_plumbing("<T as app::Make>::make"));
-        assert!(!is_std_plumbing("app::leaky_cache::Cache::remember"));
-    }
     use crate::profile::Stack;
 
     fn sym(f: &str) -> Symbol {

@@ -3,8 +3,10 @@
 //!
 //! The profile follows Go's heap-profile conventions, so that viewers treat it as one:
 //! - sample types `alloc_objects/count`, `alloc_space/bytes`, `inuse_objects/count`,
-//!   `inuse_space/bytes`; the default sample type is `inuse_space` (as in Go), or
-//!   `alloc_space` when [`PprofOptions::default_view`] is [`View::Alloc`];
+//!   `inuse_space/bytes`, and for [`View::Gc`] a fifth, `gc_mark/nanoseconds` (the estimated
+//!   mark time of [`View::Gc`], carried by each stack's first sample); the default sample type
+//!   follows [`PprofOptions::default_view`]: `alloc_space` for alloc and short-lived,
+//!   `inuse_space` for live and peak (as in Go), `gc_mark` for gc;
 //! - period type `space/bytes`, period = the sampling interval rounded to bytes;
 //! - values are already scaled estimates (like Go's), rounded to integers: every sample
 //!   carries alloc values, and inuse values when its block was never freed;
@@ -23,6 +25,14 @@
 //! profiler frames like every other report; a stack cut at the configured depth gets a
 //! synthetic `[truncated]` root location, and a stack with no frames left a single
 //! `[unknown stack]` one, both at address 0.
+//!
+//! Each sample's leaf is its allocation site ([`crate::profile::site`]): the plumbing frames
+//! below it (the runtimes', the standard libraries', known wrappers', the user's
+//! `--site-skip` ones) are left out of its locations, so that flat values land on the site
+//! in `go tool pprof -top` and every other viewer. Many of those frames are told apart by
+//! their module or source file, which no regular expression over names can say; what can be
+//! said by name is also in `drop_frames` ([`crate::profile::site::drop_frames_pattern`]),
+//! for tools that merge memprof's profiles with others.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -136,9 +146,16 @@ impl Tables<'_> {
         id
     }
 
-    /// Location ids of a stack, innermost first.
+    /// Location ids of a stack, innermost first, from its allocation site on (the site
+    /// named as reports name it).
     fn stack(&mut self, stack: StackId) -> Vec<u64> {
-        let frames = self.profile.frame_locations(stack);
+        let mut frames = self.profile.frame_locations(stack);
+        if let Some(site) = self.profile.site(stack) {
+            frames.drain(..site.index);
+            if let Some(leaf) = frames.first_mut() {
+                leaf.function = site.name;
+            }
+        }
         let mut ids = Vec::new();
         let mut i = 0;
         while i < frames.len() {
@@ -186,16 +203,21 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         ty: s.get(ty),
         unit: s.get(unit),
     };
-    let sample_type = vec![
+    let mut sample_type = vec![
         value_type(&mut t.strings, "alloc_objects", "count"),
         value_type(&mut t.strings, "alloc_space", "bytes"),
         value_type(&mut t.strings, "inuse_objects", "count"),
         value_type(&mut t.strings, "inuse_space", "bytes"),
     ];
+    let gc = options.default_view == View::Gc;
+    if gc {
+        sample_type.push(value_type(&mut t.strings, "gc_mark", "nanoseconds"));
+    }
     let period_type = value_type(&mut t.strings, "space", "bytes");
     let default_sample_type = match options.default_view {
         View::Alloc | View::ShortLived => t.strings.get("alloc_space"),
-        View::Live | View::Peak | View::Gc => t.strings.get("inuse_space"),
+        View::Live | View::Peak => t.strings.get("inuse_space"),
+        View::Gc => t.strings.get("gc_mark"),
     };
     let bytes_key = t.strings.get("bytes");
 
@@ -234,7 +256,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         }
         _ => (&profile.allocated, &profile.live),
     };
-    let mut merged: BTreeMap<(StackId, u64), [f64; 4]> = BTreeMap::new();
+    let mut merged: BTreeMap<(StackId, u64), [f64; 5]> = BTreeMap::new();
     for (&(stack, size), t) in super::sorted(allocated) {
         let v = merged.entry((stack, size)).or_default();
         v[0] += profile.estimated_objects(t.k, size);
@@ -247,11 +269,19 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         v[3] += profile.estimated_bytes(t.k);
     }
 
+    if gc {
+        // Mark time is known per stack, not per size: the stack's first sample carries it.
+        for st in super::stack_totals(profile, View::Gc) {
+            let first = merged.range((st.stack, 0)..=(st.stack, u64::MAX)).next().map(|(k, _)| *k);
+            merged.entry(first.unwrap_or((st.stack, 0))).or_default()[4] += st.bytes;
+        }
+    }
+    let width = if gc { 5 } else { 4 };
     let mut span_key: Option<i64> = None;
     let mut stack_locations: HashMap<StackId, Vec<u64>> = HashMap::new();
     let mut samples = Vec::with_capacity(merged.len());
     for ((stack, size), v) in merged {
-        let value: Vec<i64> = v.iter().map(|x| x.round() as i64).collect();
+        let value: Vec<i64> = v[..width].iter().map(|x| x.round() as i64).collect();
         if value.iter().all(|&x| x == 0) {
             continue;
         }
@@ -292,6 +322,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     let comment = comments.iter().map(|c| t.strings.get(c)).collect();
 
     let end = profile.end_ns;
+    let drop_frames = t.strings.get(&crate::profile::site::drop_frames_pattern(&profile.site_skip));
 
     protos::Profile {
         sample_type,
@@ -300,7 +331,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         location: t.locations,
         function: t.functions,
         string_table: t.strings.table,
-        drop_frames: 0,
+        drop_frames,
         keep_frames: 0,
         time_nanos: clamp_i64(h.start_unix_ns),
         duration_nanos: clamp_i64(end),

@@ -1,14 +1,19 @@
 //! The top-sites table: where the memory was allocated, and where it is still held.
 //!
-//! Samples are grouped by allocation site ([`Profile::site_name`]: the innermost frame of the
-//! program itself, below the standard library's allocation plumbing). Sites are ordered by
-//! allocated bytes, largest first, then by name.
+//! Samples are grouped by allocation site ([`Profile::site`]: the innermost frame of the
+//! program itself, below the allocation plumbing of the runtimes, the standard libraries and
+//! known wrappers, see [`crate::profile::site`]). Sites are ordered by allocated bytes,
+//! largest first, then by name. A site's row shows where in its source it allocates
+//! (`fill(int)  (map.cpp:12)`: the lines of its file that allocated most, up to three) and,
+//! with [`TopOptions::backtrace`], each shown site's largest stack follows the table.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::stats::ci95;
 use super::{gc_cycle_samples, human_bytes, human_duration, is_exact, stack_totals, GroupBy, View};
+use crate::profile::site::Site;
+use crate::profile::symbolize::UNKNOWN_STACK;
 use crate::profile::{lifetime_bucket_range, Profile};
 
 /// Options of [`top_table`].
@@ -21,11 +26,15 @@ pub struct TopOptions {
     /// [`GroupBy::Span`]: one row per (span path, site), named `span › site`
     /// ([`site_totals_grouped`]).
     pub group_by: GroupBy,
+    /// After the table, print the stack of each shown site that allocated the most, this
+    /// many frames from the site outwards (the site first, as heaptrack_print does); 0 for
+    /// none.
+    pub backtrace: usize,
 }
 
 impl Default for TopOptions {
     fn default() -> Self {
-        TopOptions { limit: 20, human_bytes: true, group_by: GroupBy::Stack }
+        TopOptions { limit: 20, human_bytes: true, group_by: GroupBy::Stack, backtrace: 0 }
     }
 }
 
@@ -49,6 +58,12 @@ pub struct SiteTotal {
     /// Estimated bytes allocated here and freed, by [`crate::profile::lifetime_bucket`] of
     /// their lifetime, in bucket order.
     pub lifetimes: Vec<(u16, f64)>,
+    /// Where in its source the site allocates: `file:line`, or `file:l1,l2,l3` for the lines
+    /// of its file that allocated most (`…` when there are more, or other files); `None`
+    /// when the debug info has no line.
+    pub location: Option<String>,
+    /// The site's stack that allocated the most bytes (the first in id order among equals).
+    pub top_stack: Option<crate::profile::StackId>,
 }
 
 impl SiteTotal {
@@ -80,10 +95,19 @@ pub fn site_totals(profile: &Profile) -> Vec<SiteTotal> {
 pub fn site_totals_grouped(profile: &Profile, group: GroupBy) -> Vec<SiteTotal> {
     let mut by_site: HashMap<String, SiteTotal> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
-    let name_of = |stack: u32| match group {
-        GroupBy::Stack => profile.site_name(stack),
-        GroupBy::Span => {
-            format!("{} › {}", GroupBy::span(profile, stack), profile.site_name(stack))
+    let mut sites: HashMap<u32, Option<Site>> = HashMap::new();
+    for t in stack_totals(profile, View::Alloc) {
+        sites.insert(t.stack, profile.site(t.stack));
+    }
+    let site_of = |stack: u32| match sites.get(&stack) {
+        Some(s) => s.clone(),
+        None => profile.site(stack),
+    };
+    let name_of = |stack: u32| {
+        let name = site_of(stack).map_or_else(|| UNKNOWN_STACK.to_owned(), |s| s.name);
+        match group {
+            GroupBy::Stack => name,
+            GroupBy::Span => format!("{} › {name}", GroupBy::span(profile, stack)),
         }
     };
     fn site<'a>(
@@ -97,6 +121,9 @@ pub fn site_totals_grouped(profile: &Profile, group: GroupBy) -> Vec<SiteTotal> 
             .entry(name.clone())
             .or_insert_with(|| SiteTotal { site: name, ..Default::default() })
     }
+    // Per site: allocated bytes by (file, line), and its largest stack.
+    let mut lines: HashMap<String, HashMap<(String, u32), f64>> = HashMap::new();
+    let mut largest: HashMap<String, (f64, u32)> = HashMap::new();
     for view in [View::Alloc, View::Live, View::Peak, View::ShortLived] {
         for t in stack_totals(profile, view) {
             let e = site(&mut by_site, &mut names, &name_of, t.stack);
@@ -104,6 +131,16 @@ pub fn site_totals_grouped(profile: &Profile, group: GroupBy) -> Vec<SiteTotal> 
                 View::Alloc => {
                     e.alloc_bytes += t.bytes;
                     e.alloc_objects += t.objects;
+                    let name = e.site.clone();
+                    if let Some(Site { file: Some(file), line: Some(line), .. }) = site_of(t.stack)
+                    {
+                        *lines.entry(name.clone()).or_default().entry((file, line)).or_default() +=
+                            t.bytes;
+                    }
+                    let top = largest.entry(name).or_insert((t.bytes, t.stack));
+                    if t.bytes > top.0 {
+                        *top = (t.bytes, t.stack);
+                    }
                 }
                 View::Live => {
                     e.live_bytes += t.bytes;
@@ -125,8 +162,69 @@ pub fn site_totals_grouped(profile: &Profile, group: GroupBy) -> Vec<SiteTotal> 
         }
     }
     let mut sites: Vec<SiteTotal> = by_site.into_values().collect();
+    for s in &mut sites {
+        s.location = lines.get(&s.site).and_then(describe_lines);
+        s.top_stack = largest.get(&s.site).map(|&(_, stack)| stack);
+    }
     sites.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes).then_with(|| a.site.cmp(&b.site)));
     sites
+}
+
+/// `file:l1,l2,l3` for the file that allocated most and its lines that allocated most (by
+/// bytes, then line), with `…` when lines or files are left out.
+fn describe_lines(lines: &HashMap<(String, u32), f64>) -> Option<String> {
+    let base = |f: &str| f.rsplit('/').next().unwrap_or(f).to_owned();
+    let mut by_file: HashMap<String, f64> = HashMap::new();
+    for ((file, _), bytes) in lines {
+        *by_file.entry(base(file)).or_default() += bytes;
+    }
+    let mut files: Vec<(String, f64)> = by_file.into_iter().collect();
+    files.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let (file, _) = files.first()?;
+    let mut ls: Vec<(u32, f64)> =
+        lines.iter().filter(|((f, _), _)| base(f) == *file).map(|((_, l), b)| (*l, *b)).collect();
+    ls.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    ls.dedup_by_key(|(l, _)| *l);
+    let shown: Vec<String> = ls.iter().take(3).map(|(l, _)| l.to_string()).collect();
+    let more = if ls.len() > 3 || files.len() > 1 { "…" } else { "" };
+    Some(format!("{file}:{}{more}", shown.join(",")))
+}
+
+/// The stacks of the shown sites, `frames` frames each from the site outwards.
+fn backtraces(profile: &Profile, sites: &[SiteTotal], frames: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nbacktraces (each site's stack that allocated most, the site first, {frames} frames):"
+    );
+    for (i, s) in sites.iter().enumerate() {
+        let _ = writeln!(out, "#{} {}", i + 1, site_cell(s));
+        let Some(stack) = s.top_stack else { continue };
+        let from = profile.site(stack).map_or(0, |site| site.index);
+        let locations = profile.frame_locations(stack);
+        for f in locations.iter().skip(from).take(frames) {
+            let at = match (&f.file, f.line) {
+                (Some(file), Some(line)) => format!("  ({file}:{line})"),
+                (Some(file), None) => format!("  ({file})"),
+                _ => String::new(),
+            };
+            let inlined = if f.inlined { " [inlined]" } else { "" };
+            let _ = writeln!(out, "    {}{at}{inlined}", f.function);
+        }
+        let left = locations.len().saturating_sub(from + frames);
+        if left > 0 {
+            let _ = writeln!(out, "    … {left} more");
+        }
+    }
+    out
+}
+
+/// A site's cell in the table: its name and, when known, where it allocates.
+fn site_cell(s: &SiteTotal) -> String {
+    match &s.location {
+        Some(at) => format!("{}  ({at})", s.site),
+        None => s.site.clone(),
+    }
 }
 
 /// The summary printed by `memprof report` and at the end of `memprof record`: a few header
@@ -259,7 +357,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     rows.push(columns.iter().map(|(h, _)| h.to_string()).chain(["site".to_owned()]).collect());
     let shown = sites.len().min(options.limit);
     for s in sites.iter().take(shown) {
-        rows.push(row(s, &s.site));
+        rows.push(row(s, &site_cell(s)));
     }
     let mut label = format!("total ({} sites", sites.len());
     if shown < sites.len() {
@@ -271,6 +369,9 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     let rule: Vec<String> =
         (0..columns.len()).map(|_| "-".to_owned()).chain([String::new()]).collect();
     write_table(&mut out, &rows, Some(&rule), &totals);
+    if options.backtrace > 0 {
+        out.push_str(&backtraces(profile, &sites[..shown], options.backtrace));
+    }
     out.push_str(&short_lived_table(profile, &sites, options));
     if !profile.gc_cycles.is_empty() {
         out.push('\n');

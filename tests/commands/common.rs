@@ -59,27 +59,7 @@ pub fn skipped(what: &str, how: &str) {
 /// on the terminal saying what `what` check was skipped, when `go` is not installed outside
 /// CI; a panic in CI (`.ci/run` installs it).
 pub fn go_pprof_raw(source: &std::ffi::OsStr, what: &str) -> Option<([i64; 4], String)> {
-    let go = std::process::Command::new("go").arg("version").output();
-    if !matches!(go, Ok(ref o) if o.status.success()) {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
-            panic!("`go` is not on PATH, and CI requires the go tool pprof check");
-        }
-        skipped(what, "`go` is not on PATH; Debian: apt-get install golang-go");
-        return None;
-    }
-    let home = scratch("go-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let out = std::process::Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(source)
-        .env("HOME", &home)
-        .env("PPROF_TMPDIR", &home)
-        .env("GOFLAGS", "-mod=mod")
-        .env("PPROF_BINARY_PATH", &home)
-        .output()
-        .expect("running go tool pprof");
-    let raw = text(&out.stdout);
-    assert!(out.status.success(), "go tool pprof {source:?} failed: {}\n{raw}", text(&out.stderr));
+    let raw = go_pprof(&["-raw"], source, what)?;
     // Sample lines look like "   3   600   2   400: 1 2 3"; label lines like
     // "                bytes:[100]".
     let mut sums = [0i64; 4];
@@ -96,4 +76,46 @@ pub fn go_pprof_raw(source: &std::ffi::OsStr, what: &str) -> Option<([i64; 4], S
         }
     }
     Some((sums, raw))
+}
+
+/// `go tool pprof ARGS SOURCE`'s standard output (see [`go_pprof_raw`] for when it is
+/// `None`).
+pub fn go_pprof(args: &[&str], source: &std::ffi::OsStr, what: &str) -> Option<String> {
+    let go = std::process::Command::new("go").arg("version").output();
+    if !matches!(go, Ok(ref o) if o.status.success()) {
+        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
+            panic!("`go` is not on PATH, and CI requires the go tool pprof check");
+        }
+        skipped(what, "`go` is not on PATH; Debian: apt-get install golang-go");
+        return None;
+    }
+    let home = scratch("go-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = std::process::Command::new("go")
+        .arg("tool")
+        .arg("pprof")
+        .args(args)
+        .arg(source)
+        .env("HOME", &home)
+        .env("PPROF_TMPDIR", &home)
+        .env("GOFLAGS", "-mod=mod")
+        .env("PPROF_BINARY_PATH", &home)
+        .output()
+        .expect("running go tool pprof");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} {source:?} failed: {}\n{stdout}",
+        text(&out.stderr)
+    );
+    Some(stdout)
+}
+
+/// A gzip-compressed pprof profile, decoded.
+pub fn decode_pprof(gz: &[u8]) -> pprof::protos::Profile {
+    use pprof::protos::Message as _;
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(gz).read_to_end(&mut raw).unwrap();
+    pprof::protos::Profile::decode(&raw[..]).unwrap()
 }

@@ -8,8 +8,9 @@
 //! allocator, allocations before the preload library is ready, small stacks), `children`
 //! (programs that start programs: the notes naming them, CPython, process trees),
 //! `first_sample` (every thread's first allocation sampled like any other), `unwinder`
-//! (`--unwinder auto` on `-O2` C, the note on one-frame stacks). What they share is in
-//! `common`.
+//! (`--unwinder auto` on `-O2` C, the note on one-frame stacks), `sites` (C++, C with
+//! wrappers, line-tables-only Rust and stripped programs: each allocation site is the
+//! program's function, in every report). What they share is in `common`.
 
 mod browser;
 mod children;
@@ -23,5 +24,6 @@ mod record;
 mod reentrancy;
 mod report;
 mod serve;
+mod sites;
 mod time;
 mod unwinder;

@@ -6,7 +6,6 @@
 #![cfg(feature = "report")]
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memprof::profile::format::{self, Event};
@@ -497,7 +496,7 @@ mod flamegraph {
 
 mod pprof {
     use super::*;
-    use ::pprof::protos::{self, Message};
+    use ::pprof::protos;
 
     fn encoded(p: &Profile) -> Vec<u8> {
         let mut out = Vec::new();
@@ -505,11 +504,7 @@ mod pprof {
         out
     }
 
-    fn decode(gz: &[u8]) -> protos::Profile {
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(gz).read_to_end(&mut raw).unwrap();
-        protos::Profile::decode(&raw[..]).unwrap()
-    }
+    use crate::common::decode_pprof as decode;
 
     /// Sums of the four sample values.
     fn sums(p: &protos::Profile) -> [i64; 4] {

@@ -86,6 +86,8 @@ struct RecordArgs {
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    #[command(flatten)]
+    sites: SiteArgs,
     /// While the program runs, serve its profile so far over HTTP on ADDR, in Go's
     /// /debug/pprof/ conventions (heap, allocs, ?seconds=N): e.g. 127.0.0.1:6060, then
     /// `go tool pprof http://127.0.0.1:6060/debug/pprof/heap`.
@@ -117,6 +119,8 @@ struct ReportArgs {
     /// Number of sites in the top table.
     #[arg(long, default_value_t = 20)]
     top: usize,
+    #[command(flatten)]
+    sites: SiteArgs,
     /// Write a flamegraph SVG (inferno) of the chosen view.
     #[arg(long, value_name = "OUT.svg")]
     flamegraph: Option<PathBuf>,
@@ -152,6 +156,47 @@ struct ReportArgs {
     /// the top table's sites read `span › site` (pprof samples always carry a `span` label).
     #[arg(long, value_name = "span|stack", default_value = "stack")]
     group_by: GroupBy,
+}
+
+/// How sites are named and shown: `record`'s summary, `report` and `diff`.
+#[derive(Args, Debug)]
+struct SiteArgs {
+    /// Frames whose function name matches REGEX (Rust regex syntax, unanchored) are
+    /// allocation plumbing, like the program's own malloc wrappers: the site is their
+    /// caller, in every report (pprof leaves them out too). Repeatable; the environment
+    /// variable MEMPROF_SITE_SKIP adds one more expression.
+    #[arg(long = "site-skip", value_name = "REGEX")]
+    site_skip: Vec<String>,
+    /// After the top table, print each shown site's largest stack, N frames from the site
+    /// outwards (the site first).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    backtrace: usize,
+}
+
+/// The environment variable that adds one `--site-skip` expression.
+const ENV_SITE_SKIP: &str = "MEMPROF_SITE_SKIP";
+
+impl SiteArgs {
+    fn skip(&self) -> Result<memprof::profile::site::SiteSkip, Error> {
+        site_skip(&self.site_skip)
+    }
+}
+
+/// The expressions of `--site-skip` and `MEMPROF_SITE_SKIP`, compiled (an expression that
+/// does not compile is an error that names it and where it came from).
+fn site_skip(patterns: &[String]) -> Result<memprof::profile::site::SiteSkip, Error> {
+    let mut skip = memprof::profile::site::SiteSkip::default();
+    for p in patterns {
+        skip.add(p, "--site-skip")?;
+    }
+    match std::env::var(ENV_SITE_SKIP) {
+        Ok(p) if !p.is_empty() => skip.add(&p, ENV_SITE_SKIP)?,
+        Ok(_) | Err(std::env::VarError::NotPresent) => {}
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(Error::Config(format!("{ENV_SITE_SKIP} is not valid UTF-8")));
+        }
+    }
+    Ok(skip)
 }
 
 #[derive(Args, Debug)]
@@ -248,6 +293,8 @@ fn record_settings(args: &RecordArgs) -> Result<EnvSettings, Error> {
 /// exit status, or 1 when memprof itself failed (one line on stderr).
 fn record(args: &RecordArgs) -> Result<i32, Error> {
     let settings = record_settings(args)?;
+    // A bad expression is found before anything runs.
+    let skip = args.sites.skip()?;
     let (program, rest) = args
         .command
         .split_first()
@@ -347,17 +394,19 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         eprintln!("memprof: error: {} is empty: {why}", run.output.display());
         return Ok(code);
     }
-    let (profile, labels, processes) = match read_profiles_first(&files, true, &mut loaders, first)
-    {
-        Ok(read) => read,
-        Err(e) => {
-            eprintln!("memprof: error: the profile cannot be read: {e}");
-            return Ok(code);
-        }
-    };
+    let (mut profile, labels, processes) =
+        match read_profiles_first(&files, true, &mut loaders, first) {
+            Ok(read) => read,
+            Err(e) => {
+                eprintln!("memprof: error: the profile cannot be read: {e}");
+                return Ok(code);
+            }
+        };
     // The process ends right after the report: freeing the parsed debug information (tens of
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
+    profile.site_skip = skip;
+    let profile = profile;
     let after_notes = || {
         if let Some(n) = crate::notes::unfollowed(&shown, &run.unfollowed) {
             eprintln!("memprof: note: {n}");
@@ -404,7 +453,10 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     }
     eprint!(
         "{}",
-        report::top_table(&profile, &TopOptions { limit: args.top, ..Default::default() })
+        report::top_table(
+            &profile,
+            &TopOptions { limit: args.top, backtrace: args.sites.backtrace, ..Default::default() }
+        )
     );
     if let Some(note) = report::unwinding::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
@@ -564,6 +616,7 @@ fn read_profiles_first(
 }
 
 fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
+    let skip = args.sites.skip()?;
     let alone = if args.view == View::Peak {
         Some("--view peak reports")
     } else if args.at.is_some() || args.from.is_some() || args.to.is_some() {
@@ -576,6 +629,7 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     let files = report_files(&args.files, alone)?;
     let (mut profile, _, processes) =
         read_profiles_first(&files, false, &mut Loaders::default(), None)?;
+    profile.site_skip = skip;
     let window = report_window(args, &profile)?;
     let threshold = args.short_lived.as_deref().map(parse_duration).transpose()?;
     if window.is_some() || threshold.is_some() {
@@ -592,7 +646,12 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     if processes.len() > 1 {
         println!("{}", report::tree::process_table(&processes, &Default::default()));
     }
-    let top = TopOptions { limit: args.top, group_by: args.group_by, ..Default::default() };
+    let top = TopOptions {
+        limit: args.top,
+        group_by: args.group_by,
+        backtrace: args.sites.backtrace,
+        ..Default::default()
+    };
     print!("{}", report::top_table(&profile, &top));
     if let Some(note) = report::unwinding::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
@@ -696,13 +755,9 @@ pub fn write_outputs(
         eprintln!("memprof: wrote {} flamegraph {}", view.name(), path.display());
     }
     if let Some(path) = pprof {
-        // The in-use sample types hold the live set at the peak for the peak view.
-        let options = match view {
-            View::Peak | View::ShortLived => {
-                PprofOptions { default_view: view, ..Default::default() }
-            }
-            _ => PprofOptions::default(),
-        };
+        // The default sample type follows the view; the in-use sample types hold the live
+        // set at the peak for the peak view.
+        let options = PprofOptions { default_view: view, ..Default::default() };
         write_file(path, |w| report::write_pprof(profile, &options, w))?;
         eprintln!("memprof: wrote pprof profile {}", path.display());
     }
@@ -788,14 +843,20 @@ struct DiffArgs {
     /// builds one: BASE's samples negated; Go heap-profile sample types).
     #[arg(long, value_name = "OUT.pb.gz")]
     pprof: Option<PathBuf>,
+    /// Frames whose function name matches REGEX are allocation plumbing (as for `report`).
+    #[arg(long = "site-skip", value_name = "REGEX")]
+    site_skip: Vec<String>,
 }
 
 /// `memprof diff BASE NEW`: the per-site table on stdout, the differential outputs asked for.
 fn diff_cmd(args: &DiffArgs) -> Result<(), Error> {
     let view: View = args.view.parse()?;
+    let skip = site_skip(&args.site_skip)?;
     let mut loaders = Loaders::default();
     let mut read = |file: &PathBuf| -> Result<Profile, Error> {
-        Ok(read_profiles(std::slice::from_ref(file), false, &mut loaders)?.0)
+        let mut p = read_profiles(std::slice::from_ref(file), false, &mut loaders)?.0;
+        p.site_skip = skip.clone();
+        Ok(p)
     };
     let (base, new) = (read(&args.base)?, read(&args.new)?);
     let options = report::DiffOptions {

@@ -1,0 +1,755 @@
+//! Allocation sites: which frames of a stack are allocation plumbing, and which frame the
+//! reports name as the *site* (the top table's rows, `diff`'s and the HTML report's sites,
+//! the leaf of pprof's samples).
+//!
+//! # 1. The rule
+//! A stack's site is its innermost frame, once the profiler's own frames are trimmed
+//! ([`Profile::frame_locations`]), that is not allocation plumbing; when every frame is
+//! plumbing, the innermost is the site. A frame is plumbing when
+//! 1. its **module** is the C or C++ runtime (libc, the loader, libstdc++, libc++: see
+//!    [`is_runtime_module`]): what `strdup`, `getline`, `fopen`, `dlopen` or libstdc++'s
+//!    exported `operator new` allocate is their caller's. Decided by the frame's address,
+//!    so it holds for stripped runtimes whose frames have no names at all;
+//! 2. its **source file** is the Rust standard library's (`…/library/{alloc,core,std}/src/…`,
+//!    its vendored crates under `/rust/deps/`) or a registry copy of `hashbrown`
+//!    ([`is_plumbing_file`]): built with `debug = "line-tables-only"`, inlined frames carry
+//!    short DWARF names (`alloc`, `repeat<u8>`, `with_capacity_in<…>`) that no name rule can
+//!    tell from the program's own, while a user's function named `alloc` lives in the
+//!    user's file;
+//! 3. its **name** is a known allocation function or wrapper ([`is_std_plumbing`]): Rust's
+//!    `alloc::`/`core::`/`std::`/`hashbrown::` paths and std traits implemented for
+//!    anonymous types; C++'s `operator new` (every variant), `std::` and `__gnu_cxx::`
+//!    (containers, strings, allocators; a template function's return type is skipped
+//!    first, so `void std::vector<…>::_M_realloc_insert<…>(…)` is `std::`); glibc's
+//!    internal aliases (`__GI_*`, `__libc_*`, `_IO_*`) and allocating functions; and the
+//!    common C wrappers: `xmalloc` and friends (gcc, make, git, coreutils), glib's
+//!    `g_malloc*`/`g_new*`, OpenSSL's `CRYPTO_*alloc` and `OPENSSL_*`, SQLite's
+//!    `sqlite3Malloc`/`sqlite3MemMalloc`/`sqlite3DbMalloc*`, CPython's `PyMem_*`,
+//!    `PyObject_Malloc`/`Calloc`/`Realloc`, `_PyObject_*`/`_PyMem_*` allocation helpers and
+//!    `pymalloc_*`;
+//! 4. its name matches one of the user's expressions ([`SiteSkip`], `--site-skip` and
+//!    `MEMPROF_SITE_SKIP`): a program's own wrappers.
+//!
+//! An address without symbols that plumbing calls is plumbing too: the inside of an
+//! allocator whose library is stripped (SQLite's static `sqlite3MemMalloc` under its
+//! exported `sqlite3Malloc`). When every frame is plumbing, the innermost is the site.
+//!
+//! Frames of the program that only look like the standard library are not plumbing: a
+//! function of the user's named `alloc` (in the user's file), `<app::Node as Clone>::clone`
+//! (a std trait for the program's type), `my::std_like::x`.
+//!
+//! # 2. The site's name
+//! A closure's short name (`{closure#0}`) says nothing alone: it is qualified by the nearest
+//! enclosing frame of the program (`fill_table::{closure#0}`). Short names of whole
+//! functions are qualified earlier, when addresses are resolved from the ELF symbol table
+//! ([`crate::profile::symbolize`]).
+//!
+//! # 3. pprof
+//! pprof's `drop_frames` is a regular expression over function names, which can express
+//! rule 3's C and C++ entries and rule 4 ([`drop_frames_pattern`]), not rules 1 and 2: the
+//! pprof writer therefore leaves the plumbing frames below the site out of each sample's
+//! locations itself, so that flat values land on the site in every viewer.
+
+use std::borrow::Cow;
+
+use super::symbolize::{FrameRef, UNKNOWN_STACK};
+use super::{Profile, StackId};
+
+/// The allocation site of a stack ([`Profile::site`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// The site's name: the frame's function, a closure qualified by its enclosing function.
+    pub name: String,
+    /// The site frame's source file, when known.
+    pub file: Option<String>,
+    /// The site frame's line (for a caller, the line of its call), when known.
+    pub line: Option<u32>,
+    /// The site's index among [`Profile::frame_locations`] (innermost first): the frames
+    /// before it are plumbing.
+    pub index: usize,
+}
+
+impl Site {
+    /// `file:line` with the file's last path component (`map.cpp:12`), when both are known.
+    pub fn location(&self) -> Option<String> {
+        let file = self.file.as_deref()?;
+        let base = file.rsplit('/').next().unwrap_or(file);
+        Some(format!("{base}:{}", self.line?))
+    }
+}
+
+/// Expressions given by the user (`--site-skip`, `MEMPROF_SITE_SKIP`) whose matching frames
+/// are plumbing, like the program's own allocation wrappers. Unanchored: `^my_alloc$`
+/// matches that function only.
+#[derive(Clone, Debug, Default)]
+pub struct SiteSkip {
+    patterns: Vec<String>,
+    #[cfg(feature = "report")]
+    compiled: Vec<regex::Regex>,
+}
+
+impl SiteSkip {
+    /// Adds `pattern`; `origin` names where it came from (`--site-skip`,
+    /// `MEMPROF_SITE_SKIP`) in the error when it is not a regular expression (Rust `regex`
+    /// syntax, as bounded in size as that crate's default limits make it).
+    #[cfg(feature = "report")]
+    pub fn add(&mut self, pattern: &str, origin: &str) -> Result<(), crate::Error> {
+        let re = regex::Regex::new(pattern).map_err(|e| {
+            // The crate's syntax errors draw a caret diagram over several lines; the last
+            // line says what is wrong.
+            let text = e.to_string();
+            let why = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("invalid");
+            let why = why.trim().trim_start_matches("error: ");
+            crate::Error::Config(format!(
+                "{origin} {pattern:?} is not a valid regular expression: {why}"
+            ))
+        })?;
+        self.patterns.push(pattern.to_owned());
+        self.compiled.push(re);
+        Ok(())
+    }
+
+    /// The expressions, in the order given.
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
+    }
+
+    /// True when some expression matches `name`.
+    pub fn matches(&self, name: &str) -> bool {
+        #[cfg(feature = "report")]
+        {
+            self.compiled.iter().any(|re| re.is_match(name))
+        }
+        #[cfg(not(feature = "report"))]
+        {
+            let _ = name;
+            false
+        }
+    }
+}
+
+/// True for the objects of the C and C++ runtime, whose frames are allocation plumbing
+/// (their caller is the site): glibc's and musl's C library, the dynamic loader, glibc's
+/// split-off libraries, libstdc++, libc++ and its ABI library.
+pub fn is_runtime_module(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    const PREFIXES: &[&str] = &[
+        "libc.so",
+        "libc-2.",
+        "libc.musl",
+        "ld-musl",
+        "ld-linux",
+        "libpthread.so",
+        "libpthread-2.",
+        "libdl.so",
+        "libstdc++.so",
+        "libc++.so",
+        "libc++abi.so",
+    ];
+    PREFIXES.iter().any(|p| base.starts_with(p))
+}
+
+/// True for source files of the Rust standard library (`/rustc/<hash>/library/alloc/src/…`,
+/// a local toolchain's `…/lib/rustlib/src/rust/library/core/src/…`, its vendored crates
+/// under `/rust/deps/`) and of a registry's `hashbrown` (`…/hashbrown-0.15.2/src/…`).
+pub fn is_plumbing_file(file: &str) -> bool {
+    // `pat` at the start of the path or of one of its components.
+    let component =
+        |pat: &str| file.match_indices(pat).any(|(i, _)| i == 0 || file.as_bytes()[i - 1] == b'/');
+    ["library/alloc/src/", "library/core/src/", "library/std/src/"].iter().any(|p| component(p))
+        || file.starts_with("/rust/deps/")
+        || component("hashbrown-")
+}
+
+/// The text of a demangled C++ name that says what function it is: the parameters and a
+/// template function's return type left out (`void std::vector<int>::_M_realloc_insert<int
+/// const&>(…)` → `std::vector<int>::_M_realloc_insert<int const&>`, `operator new(unsigned
+/// long)` → `operator new`). Names without a top-level parameter list (Rust's, C's) are
+/// returned whole.
+fn cpp_core(name: &str) -> &str {
+    let bytes = name.as_bytes();
+    let mut depth = 0i32;
+    let mut params = None;
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'<' | b'{' | b'[' => depth += 1,
+            b'>' | b'}' | b']' => depth -= 1,
+            b'(' if depth == 0 => {
+                let before = &name[..i];
+                // `(anonymous namespace)::` and `operator()` are parts of names.
+                if name[i..].starts_with("(anonymous namespace)") || before.ends_with("operator") {
+                    continue;
+                }
+                params = Some(i);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(end) = params else { return name };
+    let head = &name[..end];
+    // The return type ends at the last top-level space that is not inside `operator new`.
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, b) in head.bytes().enumerate() {
+        match b {
+            b'<' | b'{' | b'[' | b'(' => depth += 1,
+            b'>' | b'}' | b']' | b')' => depth -= 1,
+            b' ' if depth == 0 && !head[..i].ends_with("operator") => start = i + 1,
+            _ => {}
+        }
+    }
+    // An operator's own `<`/`>` unbalance the count: the name is then taken whole.
+    if depth != 0 {
+        return head;
+    }
+    &head[start..]
+}
+
+/// True for allocation plumbing by name alone (rule 3 of the [module documentation](self)).
+pub fn is_std_plumbing(name: &str) -> bool {
+    let core = cpp_core(name);
+    rust_or_cpp_plumbing(core) || c_plumbing(core)
+}
+
+/// The Rust standard library, the C++ standard library and C++ allocation entries.
+fn rust_or_cpp_plumbing(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "alloc::",
+        "<alloc::",
+        "core::",
+        "<core::",
+        "std::",
+        "<std::",
+        "hashbrown::",
+        "<hashbrown::",
+        // The managed heap's allocator entry is to a GC block what `malloc` is to a
+        // C block: the site is its caller.
+        "memprof::gc::",
+        "<memprof::gc::",
+        // C++: the allocation functions, libstdc++'s allocators and extensions, the ABI
+        // library's exception allocation.
+        "operator new",
+        "__gnu_cxx::",
+        "__cxxabiv1::",
+        "__cxa_allocate",
+    ];
+    if PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return true;
+    }
+    // `<SELF as TRAIT>::method`: a standard trait implemented for a generic parameter, a
+    // primitive, a reference, slice or tuple (`<T as Into<U>>::into`,
+    // `<u8 as SpecFromElem>::from_elem`) is plumbing too; an impl for a named type of the
+    // program (`<my::Node as Clone>::clone`) is the program's code.
+    let Some(rest) = name.strip_prefix('<') else {
+        return false;
+    };
+    let Some((self_ty, trait_path)) = split_qualified(rest) else {
+        return false;
+    };
+    let std_trait =
+        ["alloc::", "core::", "std::", "hashbrown::"].iter().any(|p| trait_path.starts_with(p));
+    let anonymous_self = !self_ty.contains("::")
+        || self_ty.starts_with(['&', '[', '(', '*'])
+        || PREFIXES.iter().any(|p| self_ty.starts_with(p));
+    std_trait && anonymous_self
+}
+
+/// glibc's internal names and allocating functions, and the C wrappers that programs and
+/// libraries put around `malloc`.
+fn c_plumbing(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        // glibc functions that allocate for their caller (found by name where the C
+        // library's module is not known, as in a static binary).
+        "strdup",
+        "strndup",
+        "__strdup",
+        "__strndup",
+        "wcsdup",
+        "asprintf",
+        "__asprintf",
+        "vasprintf",
+        "__vasprintf",
+        "__vasprintf_internal",
+        "getline",
+        "getdelim",
+        "__getdelim",
+        "open_memstream",
+        "realpath",
+        "canonicalize_file_name",
+        // Wrappers that abort on failure: gcc/libiberty, make, git, gnulib (coreutils).
+        "xmalloc",
+        "xcalloc",
+        "xzalloc",
+        "xrealloc",
+        "xnmalloc",
+        "xnrealloc",
+        "x2realloc",
+        "x2nrealloc",
+        "xpalloc",
+        "xreallocarray",
+        "xmallocz",
+        "xmallocz_gently",
+        "xstrdup",
+        "xstrndup",
+        "xmemdup",
+        "xmemdupz",
+        "xcharalloc",
+        "ximalloc",
+        "xizalloc",
+        "xirealloc",
+        "do_xmalloc",
+        // CPython's allocators.
+        "PyObject_Malloc",
+        "PyObject_Calloc",
+        "PyObject_Realloc",
+        "PyType_GenericAlloc",
+        // SQLite's internal allocation chain.
+        "mallocWithAlarm",
+        "dbMallocRawFinish",
+        "dbReallocFinish",
+    ];
+    const PREFIXES: &[&str] = &[
+        // glibc's internal aliases and stdio's buffers.
+        "__GI_",
+        "__libc_",
+        "_IO_",
+        // glib (the g_new* macros expand to g_malloc_n and friends).
+        "g_malloc",
+        "g_malloc0",
+        "g_realloc",
+        "g_try_malloc",
+        "g_try_realloc",
+        "g_slice_alloc",
+        "g_new",
+        "g_strdup",
+        "g_strndup",
+        "g_memdup",
+        "g_aligned_alloc",
+        // OpenSSL's OPENSSL_* functions (stacks, hashes, buffers) allocate for their caller.
+        "OPENSSL_",
+        // CPython.
+        "PyMem_",
+        "pymalloc_",
+    ];
+    if EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return true;
+    }
+    let allocates = |rest: &str| {
+        ["alloc", "Alloc", "dup", "Dup", "New", "Resize", "GC_Link"]
+            .iter()
+            .any(|w| rest.contains(w))
+    };
+    if let Some(rest) = name.strip_prefix("CRYPTO_") {
+        return rest.ends_with("alloc") || rest.contains("dup");
+    }
+    if let Some(rest) = name.strip_prefix("_PyObject_").or_else(|| name.strip_prefix("_PyMem_")) {
+        return allocates(rest);
+    }
+    if let Some(rest) = name.strip_prefix("sqlite3") {
+        let rest = rest.strip_prefix('_').unwrap_or(rest);
+        const WORDS: &[&str] = &[
+            "Malloc",
+            "malloc",
+            "Realloc",
+            "realloc",
+            "MemMalloc",
+            "MemRealloc",
+            "DbMalloc",
+            "DbRealloc",
+            "DbStrDup",
+            "DbStrNDup",
+            "StrDup",
+            "StrNDup",
+        ];
+        return WORDS.iter().any(|w| rest.starts_with(w));
+    }
+    false
+}
+
+/// Splits `SELF as TRAIT>::…` (the text after a leading `<`) at the top-level ` as `.
+fn split_qualified(s: &str) -> Option<(&str, &str)> {
+    let mut depth = 0i32;
+    let bytes = s.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'<' => depth += 1,
+            b'>' => depth -= 1,
+            b' ' if depth == 0 && s[i..].starts_with(" as ") => {
+                return Some((&s[..i], &s[i + 4..]));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// True for a closure's short name (`{closure#0}`, `{{closure}}`), which needs its
+/// enclosing function to mean anything.
+fn is_bare_closure(name: &str) -> bool {
+    name.starts_with("{closure") || name.starts_with("{{closure")
+}
+
+/// The regular expression for pprof's `drop_frames` (matched by viewers against whole
+/// function names without their parameters): the C and C++ allocation entries and wrappers
+/// of rule 3 and the user's expressions. Rust's and C++'s `std::`-style prefixes are left
+/// out: a viewer drops a matching frame *and every frame below it*, and a program's code
+/// runs below `std::thread` and iterator frames (the writer leaves the plumbing below each
+/// site out of the samples already, see the [module documentation](self) §3).
+pub fn drop_frames_pattern(skip: &SiteSkip) -> String {
+    let mut alternatives: Vec<String> = [
+        "operator new.*",
+        "__cxa_allocate.*",
+        "__gnu_cxx::new_allocator.*",
+        "std::allocator.*",
+        "std::__new_allocator.*",
+        "alloc::alloc::.*",
+        "alloc::raw_vec::.*",
+        "__GI_.*",
+        "__libc_(malloc|calloc|realloc|memalign).*",
+        "(__)?str(n)?dup",
+        "x(malloc|calloc|zalloc|realloc|nmalloc|nrealloc|2realloc|2nrealloc|palloc|reallocarray|mallocz|strdup|strndup|memdup|memdupz)",
+        "g_(malloc|malloc0|realloc|try_malloc|try_realloc|slice_alloc|new|strdup|strndup|memdup).*",
+        "CRYPTO_.*(alloc|dup)",
+        "OPENSSL_.*",
+        "sqlite3(_)?(Malloc|malloc|Realloc|realloc|MemMalloc|MemRealloc|DbMalloc|DbRealloc|DbStrDup|DbStrNDup|StrDup|StrNDup).*",
+        "mallocWithAlarm|dbMallocRawFinish|dbReallocFinish",
+        "PyMem_.*",
+        "PyObject_(Malloc|Calloc|Realloc)",
+        "_PyObject_.*(alloc|Alloc|New|Resize|GC_Link).*",
+        "_PyMem_.*",
+        "pymalloc_.*",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    // A user's unanchored expression, within the viewer's anchored match.
+    alternatives.extend(skip.patterns().iter().map(|p| format!(".*(?:{p}).*")));
+    alternatives.join("|")
+}
+
+impl Profile {
+    /// True when a frame is allocation plumbing (the [module documentation](self)'s rule).
+    fn is_plumbing(&self, f: &FrameRef<'_>) -> bool {
+        if f.file.is_some_and(is_plumbing_file) || is_std_plumbing(&f.function) {
+            return true;
+        }
+        if self.site_skip.matches(&f.function) {
+            return true;
+        }
+        self.module_of(f.addr.saturating_sub(1)).is_some_and(|m| is_runtime_module(&m.path))
+    }
+
+    /// The allocation site of a stack: its innermost frame (after trimming) that is not
+    /// allocation plumbing, or the innermost frame if all of them are; `None` for an unknown
+    /// stack or one with no frames left.
+    pub fn site(&self, stack: StackId) -> Option<Site> {
+        let frames = self.frame_refs(stack);
+        if frames.is_empty() {
+            return None;
+        }
+        // An address without symbols called by plumbing is the allocator's inside (a
+        // stripped library's static `sqlite3MemMalloc` under its exported `sqlite3Malloc`).
+        let mut plumbing = vec![false; frames.len()];
+        for i in (0..frames.len()).rev() {
+            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false);
+            plumbing[i] =
+                self.is_plumbing(&frames[i]) || (!frames[i].resolved && called_by_plumbing);
+        }
+        let index = plumbing.iter().position(|p| !p).unwrap_or(0);
+        let f = &frames[index];
+        let mut name: Cow<'_, str> = f.function.clone();
+        if is_bare_closure(&name) {
+            let outer = (index + 1..frames.len())
+                .find(|&j| !plumbing[j] && !is_bare_closure(&frames[j].function));
+            if let Some(j) = outer {
+                name = Cow::Owned(format!("{}::{name}", frames[j].function));
+            }
+        }
+        Some(Site { name: name.into_owned(), file: f.file.map(str::to_owned), line: f.line, index })
+    }
+
+    /// The name of a stack's allocation site ([`Profile::site`]), or [`UNKNOWN_STACK`].
+    pub fn site_name(&self, stack: StackId) -> String {
+        self.site(stack).map_or_else(|| UNKNOWN_STACK.to_owned(), |s| s.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Module, Stack, Symbol};
+
+    #[test]
+    fn plumbing_through_std_traits() {
+        assert!(is_std_plumbing("<T as core::convert::Into<U>>::into"));
+        assert!(is_std_plumbing("<u8 as alloc::vec::spec_from_elem::SpecFromElem>::from_elem"));
+        assert!(is_std_plumbing("<alloc::vec::Vec<T> as core::clone::Clone>::clone"));
+        assert!(is_std_plumbing("<&[u8] as core::fmt::Debug>::fmt"));
+        assert!(!is_std_plumbing("<app::Node as core::clone::Clone>::clone"));
+        assert!(!is_std_plumbing("<app::Node as Clone>::clone"));
+        assert!(!is_std_plumbing("<T as app::Make>::make"));
+        assert!(!is_std_plumbing("app::leaky_cache::Cache::remember"));
+        assert!(!is_std_plumbing("my::std_like::x"));
+        assert!(!is_std_plumbing("alloc"));
+        assert!(!is_std_plumbing("fill_table"));
+    }
+
+    #[test]
+    fn cpp_names() {
+        for name in [
+            "operator new(unsigned long)",
+            "operator new[](unsigned long)",
+            "operator new(unsigned long, std::nothrow_t const&)",
+            "operator new[](unsigned long, std::align_val_t)",
+            "operator new(unsigned long, std::align_val_t, std::nothrow_t const&)",
+            "__gnu_cxx::new_allocator<int>::allocate(unsigned long, void const*)",
+            "std::__new_allocator<long>::allocate(unsigned long, void const*)",
+            "std::allocator_traits<std::allocator<long> >::allocate(std::allocator<long>&, unsigned long)",
+            "void std::vector<long, std::allocator<long> >::_M_realloc_insert<long>(__gnu_cxx::__normal_iterator<long*, std::vector<long, std::allocator<long> > >, long&&)",
+            "long& std::vector<long, std::allocator<long> >::emplace_back<long>(long&&)",
+            "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_construct(unsigned long, char)",
+            "std::_Rb_tree_iterator<std::pair<int const, int> > std::_Rb_tree<int, std::pair<int const, int>, std::_Select1st<std::pair<int const, int> >, std::less<int>, std::allocator<std::pair<int const, int> > >::_M_emplace_hint_unique<std::piecewise_construct_t const&, std::tuple<int const&>, std::tuple<> >(std::_Rb_tree_const_iterator<std::pair<int const, int> >, std::piecewise_construct_t const&, std::tuple<int const&>&&, std::tuple<>&&)",
+            "std::operator+<char, std::char_traits<char>, std::allocator<char> >(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)",
+            "__cxa_allocate_exception",
+        ] {
+            assert!(is_std_plumbing(name), "{name}");
+        }
+        for name in [
+            "fill(int)",
+            "grow_vector(int)",
+            "app::Cache::insert(int, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)",
+            "std::vector<int, std::allocator<int> > app::make<int>(int)",
+            "(anonymous namespace)::build(std::vector<int> const&)",
+            "app::Functor::operator()(int) const",
+            "fill(int)::{lambda(int)#1}::operator()(int) const",
+            "main",
+        ] {
+            assert!(!is_std_plumbing(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn c_names() {
+        for name in [
+            "__GI___strdup",
+            "__libc_malloc",
+            "__libc_calloc",
+            "_IO_file_doallocate",
+            "strdup",
+            "__strndup",
+            "getline",
+            "__getdelim",
+            "__vasprintf_internal",
+            "xmalloc",
+            "xrealloc",
+            "xcalloc",
+            "xstrdup",
+            "g_malloc",
+            "g_malloc0_n",
+            "g_realloc_n",
+            "g_strdup_printf",
+            "g_slice_alloc0",
+            "CRYPTO_zalloc",
+            "CRYPTO_malloc",
+            "CRYPTO_realloc",
+            "CRYPTO_strdup",
+            "OPENSSL_sk_new",
+            "sqlite3Malloc",
+            "sqlite3MallocZero",
+            "sqlite3MemMalloc",
+            "sqlite3MemRealloc",
+            "sqlite3DbMallocRawNN",
+            "sqlite3DbMallocZero",
+            "sqlite3DbRealloc",
+            "sqlite3DbStrDup",
+            "sqlite3_malloc64",
+            "sqlite3_realloc",
+            "mallocWithAlarm",
+            "PyMem_Malloc",
+            "PyMem_RawRealloc",
+            "PyObject_Malloc",
+            "PyObject_Calloc",
+            "PyObject_Realloc",
+            "_PyObject_Malloc",
+            "_PyObject_GC_New",
+            "_PyObject_GC_NewVar",
+            "_PyMem_RawMalloc",
+            "pymalloc_alloc",
+        ] {
+            assert!(is_std_plumbing(name), "{name}");
+        }
+        for name in [
+            "xml_parse",
+            "x",
+            "parse_tokens",
+            "CRYPTO_free",
+            "sqlite3VdbeExec",
+            "sqlite3_prepare_v2",
+            "_PyObject_Call",
+            "_PyEval_EvalFrameDefault",
+            "getline_wrapper",
+            "g_main_loop_run",
+        ] {
+            assert!(!is_std_plumbing(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn std_files() {
+        for file in [
+            "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/alloc/src/alloc.rs",
+            "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/iter/traits/iterator.rs",
+            "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/std/src/collections/hash/map.rs",
+            "/home/u/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/lib/rustlib/src/rust/library/alloc/src/raw_vec/mod.rs",
+            "library/alloc/src/str.rs",
+            "/rust/deps/hashbrown-0.16.1/src/raw/mod.rs",
+            "/home/u/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/hashbrown-0.15.2/src/map.rs",
+        ] {
+            assert!(is_plumbing_file(file), "{file}");
+        }
+        for file in [
+            "/work/app/src/main.rs",
+            "src/alloc.rs",
+            "/work/mylibrary/alloc/src/x.rs",
+            "/work/app/src/core/src/lib.rs",
+            "map.cpp",
+        ] {
+            assert!(!is_plumbing_file(file), "{file}");
+        }
+    }
+
+    #[test]
+    fn runtime_modules() {
+        for path in [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+            "/lib64/ld-linux-x86-64.so.2",
+            "/lib/libc.musl-x86_64.so.1",
+            "/usr/lib/libc++.so.1",
+        ] {
+            assert!(is_runtime_module(path), "{path}");
+        }
+        for path in ["/usr/bin/git", "/usr/lib/libcrypto.so.3", "/usr/lib/libcurl.so.4", "a.out"] {
+            assert!(!is_runtime_module(path), "{path}");
+        }
+    }
+
+    fn sym(f: &str, file: &str) -> Symbol {
+        Symbol { function: f.into(), file: Some(file.into()), line: Some(12) }
+    }
+
+    const STD_ALLOC: &str = "/rustc/0123/library/alloc/src/alloc.rs";
+    const STD_VEC: &str = "/rustc/0123/library/alloc/src/vec/mod.rs";
+    const MAIN: &str = "/work/app/src/main.rs";
+
+    /// A profile of line-tables-only Rust (short names), C++ and C frames.
+    fn profile(chains: &[(u64, Vec<Symbol>)], stacks: &[&[u64]]) -> Profile {
+        let mut p = Profile::default();
+        p.modules.push(Module {
+            path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+            base: 0x7000_0000,
+            start: 0x7000_0000,
+            end: 0x7010_0000,
+            ..Default::default()
+        });
+        for (addr, chain) in chains {
+            p.symbols.insert(*addr, chain.clone());
+        }
+        for frames in stacks {
+            p.stacks.push(Stack { frames: frames.to_vec(), truncated: false, label: 0 });
+        }
+        p
+    }
+
+    #[test]
+    fn short_rust_names_by_file() {
+        let p = profile(
+            &[
+                (0x10, vec![sym("__rust_alloc", STD_ALLOC)]),
+                (
+                    0x20,
+                    vec![
+                        sym("alloc", STD_ALLOC),
+                        sym("with_capacity_in<u8>", STD_VEC),
+                        sym("repeat<u8>", "/rustc/0123/library/alloc/src/slice.rs"),
+                        sym("fill_table", MAIN),
+                    ],
+                ),
+                (0x30, vec![sym("main", MAIN)]),
+                // The program's own function named `alloc`.
+                (0x40, vec![sym("alloc", STD_ALLOC), sym("alloc", MAIN)]),
+                // A closure of the program, inlined into iterator plumbing.
+                (
+                    0x50,
+                    vec![
+                        sym("alloc", STD_ALLOC),
+                        sym("format", "/rustc/0123/library/alloc/src/fmt.rs"),
+                        sym("{closure#0}", MAIN),
+                        sym("fold<u64>", "/rustc/0123/library/core/src/iter/range.rs"),
+                        sym("fill_table", MAIN),
+                    ],
+                ),
+            ],
+            &[&[0x10, 0x20, 0x30], &[0x10, 0x40, 0x30], &[0x10, 0x50, 0x30]],
+        );
+        let site = p.site(0).unwrap();
+        assert_eq!(site.name, "fill_table");
+        assert_eq!(site.location().as_deref(), Some("main.rs:12"));
+        assert_eq!(site.index, 3);
+        assert_eq!(p.site_name(1), "alloc");
+        assert_eq!(p.site(1).unwrap().file.as_deref(), Some(MAIN));
+        assert_eq!(p.site_name(2), "fill_table::{closure#0}");
+    }
+
+    #[test]
+    fn runtime_frames_by_module_and_user_skips() {
+        let p = profile(
+            &[
+                (0x7000_1000, vec![Symbol { function: "__strdup".into(), file: None, line: None }]),
+                (0x60, vec![sym("app_new_block", "w.c")]),
+                (0x70, vec![sym("make_blocks", "w.c")]),
+            ],
+            // An unresolved libc frame (a stripped C library) below the program's call.
+            &[&[0x7000_2000, 0x60, 0x70], &[0x7000_1000, 0x60, 0x70]],
+        );
+        assert_eq!(p.site_name(0), "app_new_block");
+        assert_eq!(p.site_name(1), "app_new_block");
+        let mut p = p;
+        p.site_skip.add("^app_new_", "--site-skip").unwrap();
+        assert_eq!(p.site_name(0), "make_blocks");
+        let err = SiteSkip::default().add("(unclosed", "--site-skip").unwrap_err().to_string();
+        assert!(
+            err.contains("--site-skip \"(unclosed\" is not a valid regular expression"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn unnamed_frames_under_plumbing_are_plumbing() {
+        let c = |f: &str| Symbol { function: f.into(), file: None, line: None };
+        let p = profile(
+            &[(0x20, vec![c("sqlite3Malloc")]), (0x40, vec![c("sqlite3BtreeInsert")])],
+            // sqlite3MemMalloc (no symbol) ← sqlite3Malloc ← a static caller (no symbol).
+            &[&[0x9100, 0x20, 0x9300, 0x40], &[0x9100, 0x40]],
+        );
+        assert_eq!(p.site_name(0), "0x9300");
+        assert_eq!(p.site(0).unwrap().index, 2);
+        // Without plumbing above it, an unnamed frame is the site.
+        assert_eq!(p.site_name(1), "0x9100");
+    }
+
+    #[test]
+    fn drop_frames_is_a_regex_of_the_wrappers() {
+        let mut skip = SiteSkip::default();
+        skip.add("my_alloc", "--site-skip").unwrap();
+        let re = regex::Regex::new(&format!("^(?:{})$", drop_frames_pattern(&skip))).unwrap();
+        for name in ["operator new", "xmalloc", "CRYPTO_zalloc", "g_malloc0_n", "do_my_alloc"] {
+            assert!(re.is_match(name), "{name}");
+        }
+        for name in ["fill", "main", "std::rt::lang_start", "xml_parse", "app::alloc_table"] {
+            assert!(!re.is_match(name), "{name}");
+        }
+    }
+}
