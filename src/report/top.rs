@@ -236,13 +236,14 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
 
     // Header lines.
     let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
-    let _ = write!(out, "memprof profile of {exe}");
+    // The program's name and arguments are the program's strings: escaped for the terminal.
+    let _ = write!(out, "memprof profile of {}", super::tree::printable(exe));
     if h.pid != 0 {
         let _ = write!(out, " (pid {})", h.pid);
     }
     out.push('\n');
     if !h.cmdline.is_empty() {
-        let _ = writeln!(out, "command: {}", h.cmdline.join(" "));
+        let _ = writeln!(out, "command: {}", super::tree::printable(&h.cmdline.join(" ")));
     }
     if exact {
         let _ = writeln!(out, "sampling: exact (every allocation recorded)");

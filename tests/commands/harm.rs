@@ -84,7 +84,14 @@ fn main_ending_with_pthread_exit_exits() {
             assert!(prof.complete, "{label}: {:?}", prof.warnings);
             // 4 workers × 1000 blocks of 1000 B, all freed; main's 4242 B, kept.
             assert_eq!(totals(&prof, "work"), (4_000_000.0, 4000.0, 0.0, 0.0), "{label}");
-            assert_eq!(totals(&prof, "main"), (4242.0, 1.0, 4242.0, 1.0), "{label}");
+            // main's own block; the rest of main's site is what pthread_create and stdio
+            // allocated for it (its threads' TLS, stdout's buffer), which depends on glibc.
+            let own = prof.live.iter().filter(|((stack, size), t)| {
+                *size == 4242 && t.samples > 0 && prof.site_name(*stack) == "main"
+            });
+            assert_eq!(own.map(|(_, t)| t.samples).sum::<u64>(), 1, "{label}");
+            let (alloc, objects, live, _) = totals(&prof, "main");
+            assert!(alloc >= 4242.0 && objects >= 1.0 && live >= 4242.0, "{label}");
         }
     }
 }
@@ -127,7 +134,9 @@ fn a_file_size_limit_leaves_the_program_alone() {
         assert!(prof.complete && prof.warnings.is_empty(), "{label}: {:?}", prof.warnings);
         if label.ends_with("exact") {
             assert!(std::fs::metadata(dir.join(&opts[3])).unwrap().len() > 64 * 1024);
-            assert_eq!(totals(&prof, "main").1, 500_000.0, "{label}");
+            // And the FILE and buffer of main's fopen: the C library allocates them for
+            // main, so they are main's.
+            assert_eq!(totals(&prof, "main").1, 500_002.0, "{label}");
         }
     }
 }

@@ -96,8 +96,27 @@ fn expected(exact: bool) -> Vec<SiteTotal> {
             *live_by_site.entry(site(a.stack)).or_default() -= bytes;
         }
     }
+    // Each site's stack that allocated the most bytes (the lowest id among equals), and
+    // the line the symbols give the site.
+    let mut by_stack: HashMap<u32, f64> = HashMap::new();
+    for a in allocations() {
+        *by_stack.entry(a.stack).or_default() +=
+            if exact { a.size as f64 } else { a.k_sampled as f64 * INTERVAL_SAMPLED };
+    }
     for (name, t) in by.iter_mut() {
         t.peak_bytes = at_peak.get(name).copied().unwrap_or(0.0);
+        let mut stacks: Vec<(u32, f64)> =
+            by_stack.iter().filter(|(s, _)| site(**s) == *name).map(|(&s, &b)| (s, b)).collect();
+        stacks.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        t.top_stack = stacks.first().map(|s| s.0);
+        t.location = Some(
+            match *name {
+                CONFIG_LOAD => "config.rs:42",
+                CACHE_INSERT => "cache.rs:10",
+                _ => "parse.rs:7",
+            }
+            .into(),
+        );
     }
     let mut v: Vec<SiteTotal> = by.into_values().collect();
     v.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes).then(a.site.cmp(&b.site)));
