@@ -390,6 +390,31 @@ fn is_bare_closure(name: &str) -> bool {
     name.starts_with("{closure") || name.starts_with("{{closure")
 }
 
+/// The path of the function that defines the closure `{closure#N}`, read from the generic
+/// arguments of the frames it is inlined into: short DWARF names still spell a closure's
+/// type in full (`fold<…, records::load_records::{closure_env#0}, …>`). This names the
+/// closure right when its function is not on the stack (it tail-called the iterator that
+/// runs the closure).
+fn closure_owner<'a>(closure: &str, outer: impl Iterator<Item = &'a str>) -> Option<String> {
+    let n = closure.trim_start_matches('{').strip_prefix("closure#")?.trim_end_matches('}');
+    let needle = format!("::{{closure_env#{n}}}");
+    for name in outer {
+        for (at, _) in name.match_indices(&needle) {
+            let start = name[..at]
+                .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .map_or(0, |i| i + 1);
+            let path = name[start..at].trim_start_matches(':');
+            // The standard library's own closures (`map_fold`'s) wrap the program's.
+            let std =
+                ["alloc::", "core::", "std::", "hashbrown::"].iter().any(|p| path.starts_with(p));
+            if !path.is_empty() && !std {
+                return Some(path.to_owned());
+            }
+        }
+    }
+    None
+}
+
 /// The regular expression for pprof's `drop_frames` (matched by viewers against whole
 /// function names without their parameters): the C and C++ allocation entries and wrappers
 /// of rule 3 and the user's expressions. Rust's and C++'s `std::`-style prefixes are left
@@ -448,11 +473,18 @@ impl Profile {
         if frames.is_empty() {
             return None;
         }
-        // An address without symbols called by plumbing is the allocator's inside (a
-        // stripped library's static `sqlite3MemMalloc` under its exported `sqlite3Malloc`).
+        // An address without symbols called by plumbing of its own object is the
+        // allocator's inside (a stripped library's static `sqlite3MemMalloc` under its
+        // exported `sqlite3Malloc`). Plumbing of another object says nothing about it: a
+        // stripped program's `main` is called by the C library's start-up frames.
+        let module = |f: &FrameRef<'_>| {
+            self.module_of(f.addr.saturating_sub(1)).map(|m| m as *const super::Module)
+        };
         let mut plumbing = vec![false; frames.len()];
         for i in (0..frames.len()).rev() {
-            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false);
+            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false)
+                && module(&frames[i]).is_some()
+                && module(&frames[i]) == module(&frames[i + 1]);
             plumbing[i] =
                 self.is_plumbing(&frames[i]) || (!frames[i].resolved && called_by_plumbing);
         }
@@ -460,9 +492,12 @@ impl Profile {
         let f = &frames[index];
         let mut name: Cow<'_, str> = f.function.clone();
         if is_bare_closure(&name) {
+            let owner = closure_owner(&name, frames[index + 1..].iter().map(|f| &*f.function));
             let outer = (index + 1..frames.len())
                 .find(|&j| !plumbing[j] && !is_bare_closure(&frames[j].function));
-            if let Some(j) = outer {
+            if let Some(owner) = owner {
+                name = Cow::Owned(format!("{owner}::{name}"));
+            } else if let Some(j) = outer {
                 name = Cow::Owned(format!("{}::{name}", frames[j].function));
             }
         }
@@ -729,15 +764,47 @@ mod tests {
     #[test]
     fn unnamed_frames_under_plumbing_are_plumbing() {
         let c = |f: &str| Symbol { function: f.into(), file: None, line: None };
-        let p = profile(
-            &[(0x20, vec![c("sqlite3Malloc")]), (0x40, vec![c("sqlite3BtreeInsert")])],
+        let mut p = profile(
+            &[(0x9020, vec![c("sqlite3Malloc")]), (0x9040, vec![c("sqlite3BtreeInsert")])],
             // sqlite3MemMalloc (no symbol) ← sqlite3Malloc ← a static caller (no symbol).
-            &[&[0x9100, 0x20, 0x9300, 0x40], &[0x9100, 0x40]],
+            &[&[0x9100, 0x9020, 0x9300, 0x9040], &[0x9100, 0x9040]],
         );
-        assert_eq!(p.site_name(0), "0x9300");
+        p.modules.push(Module {
+            path: "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0".into(),
+            start: 0x9000,
+            end: 0xa000,
+            ..Default::default()
+        });
+        assert_eq!(p.site_name(0), "libsqlite3.so.0+0x9300");
         assert_eq!(p.site(0).unwrap().index, 2);
         // Without plumbing above it, an unnamed frame is the site.
-        assert_eq!(p.site_name(1), "0x9100");
+        assert_eq!(p.site_name(1), "libsqlite3.so.0+0x9100");
+    }
+
+    #[test]
+    fn a_closure_is_named_after_the_function_that_defines_it() {
+        let outer = [
+            "fold<core::ops::range::Range<u64>, (), core::iter::adapters::map::map_fold::{closure_env#0}<u64, (u64, alloc::string::String), (), records::load_records::{closure_env#0}, ()>>",
+            "records::main",
+        ];
+        let owner = closure_owner("{closure#0}", outer.into_iter());
+        assert_eq!(owner.as_deref(), Some("records::load_records"));
+        assert_eq!(closure_owner("{closure#1}", outer.into_iter()), None);
+        assert_eq!(closure_owner("main", outer.into_iter()), None);
+    }
+
+    /// A stripped program's frames are called, at the root, by the C library's start-up
+    /// (plumbing by its module): that makes none of them plumbing.
+    #[test]
+    fn a_stripped_programs_frames_stay_sites() {
+        let mut p = profile(&[], &[&[0x1100, 0x1200, 0x7000_0100]]);
+        p.modules.push(Module {
+            path: "/usr/bin/prog".into(),
+            start: 0x1000,
+            end: 0x2000,
+            ..Default::default()
+        });
+        assert_eq!(p.site_name(0), "prog+0x1100");
     }
 
     #[test]

@@ -262,7 +262,8 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
                         Some(l) => (l.file.map(str::to_owned), l.line),
                         None => (None, None),
                     };
-                    chain.push(Symbol { function: strip_hash(&function).to_owned(), file, line });
+                    let function = unmangled(strip_hash(&function));
+                    chain.push(Symbol { function, file, line });
                 }
                 // Line-tables-only DWARF names the function without its path: the symbol
                 // table has the full name of the outermost frame's function.
@@ -291,7 +292,66 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
 #[cfg(feature = "report")]
 fn full_name(name: &str) -> String {
     let name = addr2line::demangle_auto(name.into(), None);
-    strip_hash(&name).to_owned()
+    unmangled(strip_hash(&name))
+}
+
+/// `name`, or, for a C++ name the demangler could not read (it gives some template names
+/// with expressions back mangled: `std::make_shared`'s `enable_if<!is_array<T>::value>`),
+/// the qualified name its mangling starts with: `_ZSt11make_sharedI…` is
+/// `std::make_shared<…>`. That is enough to read it and to know whose code it is.
+pub fn unmangled(name: &str) -> String {
+    cpp_prefix(name).unwrap_or_else(|| name.to_owned())
+}
+
+/// The qualified name at the start of an Itanium-mangled name (`_Z`, then `N…` nested
+/// or a single name, each component `St` or `<length><identifier>`), with `<…>` for
+/// template arguments and `::…` for what could not be read after them.
+fn cpp_prefix(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("_Z")?.as_bytes();
+    let nested = rest.first() == Some(&b'N');
+    let mut i = usize::from(nested);
+    while nested && matches!(rest.get(i), Some(b'K' | b'V' | b'r')) {
+        i += 1;
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut tail = "";
+    loop {
+        match rest.get(i) {
+            Some(b'S') if rest.get(i + 1) == Some(&b't') => {
+                parts.push("std".into());
+                i += 2;
+                continue;
+            }
+            Some(b'0'..=b'9') => {
+                let digits = rest[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+                let len: usize = std::str::from_utf8(&rest[i..i + digits]).ok()?.parse().ok()?;
+                let start = i + digits;
+                let ident = rest.get(start..start.checked_add(len)?)?;
+                parts.push(String::from_utf8_lossy(ident).into_owned());
+                i = start + len;
+            }
+            Some(b'I') => {
+                tail = if nested { "<…>::…" } else { "<…>" };
+                break;
+            }
+            Some(b'E') | None => break,
+            Some(_) => {
+                tail = "::…";
+                break;
+            }
+        }
+        if !nested {
+            if rest.get(i) == Some(&b'I') {
+                tail = "<…>";
+            }
+            break;
+        }
+    }
+    // A name whose first component could not be read is left as it is.
+    if parts.is_empty() || parts.iter().all(|p| p == "std") {
+        return None;
+    }
+    Some(format!("{}{tail}", parts.join("::")))
 }
 
 /// True when `full` (a symbol table's name) is the full path of the DWARF name `short`, a
@@ -496,6 +556,8 @@ pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
         }
     }
     let mut notes = Vec::new();
+    let mut stripped: Vec<(&str, Option<String>)> = Vec::new();
+    let mut packages = HashMap::new();
     for (i, frames) in by_module {
         let module = &profile.modules[i];
         let path = Path::new(&module.path);
@@ -519,15 +581,49 @@ pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
             let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
             format!("no debug file at {}", list.join(" nor "))
         };
-        let hint = debian_package(path)
+        let hint = debian_package_cached(&mut packages, path)
             .map(|p| format!(" (Debian: apt install {p}-dbgsym, from the debug archive)"))
             .unwrap_or_default();
         notes.push(format!(
             "{} {what}: {frames} frame{s} shown as offsets; {looked}{hint}",
             module.path
         ));
+        stripped.push((module.path.as_str(), debian_package_cached(&mut packages, path)));
+    }
+    // A process tree (a compiler driver and its passes) can name many: then one line.
+    if notes.len() > MAX_STRIPPED_NOTES {
+        let names: Vec<&str> =
+            stripped.iter().map(|(p, _)| p.rsplit('/').next().unwrap_or(p)).collect();
+        let mut wanted: Vec<&str> = stripped.iter().filter_map(|(_, p)| p.as_deref()).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let hint = if wanted.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = wanted.iter().map(|p| format!("{p}-dbgsym")).collect();
+            format!(" (Debian: apt install {}, from the debug archive)", list.join(" "))
+        };
+        return vec![format!(
+            "{} objects have no symbols (stripped), their frames shown as offsets: {}; no \
+             debug files for them under /usr/lib/debug{hint}",
+            names.len(),
+            names.join(", ")
+        )];
     }
     notes
+}
+
+/// Above this many stripped objects, [`unresolved_objects`] says it in one line.
+#[cfg(feature = "report")]
+const MAX_STRIPPED_NOTES: usize = 3;
+
+/// [`debian_package`], asked once per path.
+#[cfg(feature = "report")]
+fn debian_package_cached(
+    cache: &mut HashMap<std::path::PathBuf, Option<String>>,
+    path: &Path,
+) -> Option<String> {
+    cache.entry(path.to_owned()).or_insert_with(|| debian_package(path)).clone()
 }
 
 /// The Debian package that installed `path`, when `dpkg-query` knows it.
@@ -942,6 +1038,18 @@ mod tests {
             ]
         );
         assert_eq!(locs[0].line, Some(7));
+    }
+
+    #[test]
+    fn names_the_demangler_gives_back_are_read_from_their_prefix() {
+        let make_shared = "_ZSt11make_sharedINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEJicEESt10shared_ptrINSt9enable_ifIXntsrSt8is_arrayIT_E5valueES9_E4typeEEDpOT0_";
+        assert_eq!(unmangled(make_shared), "std::make_shared<…>");
+        assert_eq!(unmangled("_ZNSt6vectorIiSaIiEE9push_backERKi"), "std::vector<…>::…");
+        assert_eq!(unmangled("_ZN3app5Cache6insertEv"), "app::Cache::insert");
+        assert_eq!(unmangled("_Z4fillv"), "fill");
+        for kept in ["fill(int)", "_Z", "_Zx", "_ZSt", "_Z99short", "main"] {
+            assert_eq!(unmangled(kept), kept);
+        }
     }
 
     #[test]
