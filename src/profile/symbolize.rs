@@ -190,22 +190,7 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
 /// the module's; others are loaded now and kept in `loaders` for the next profile.
 #[cfg(feature = "report")]
 pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
-    use std::collections::BTreeMap;
-    let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut seen = std::collections::HashSet::new();
-    for stack in &profile.stacks {
-        for &addr in &stack.frames {
-            if profile.symbols.contains_key(&addr) || !seen.insert(addr) {
-                continue;
-            }
-            let lookup = addr.saturating_sub(1);
-            if let Some(i) =
-                profile.modules.iter().position(|m| m.start <= lookup && lookup < m.end)
-            {
-                by_module.entry(i).or_default().push(addr);
-            }
-        }
-    }
+    let by_module = unnamed_by_module(profile);
     let mut notes = Vec::new();
     for (i, addrs) in by_module {
         let module = &profile.modules[i];
@@ -368,6 +353,28 @@ fn qualifies(short: &str, full: &str) -> bool {
     let last = last.split('<').next().unwrap_or(last);
     full.contains("::")
         && (last == base || (base.starts_with("{closure") && last.starts_with("{{closure")))
+}
+
+/// The return addresses of the profile's stacks that have no symbols yet, each once, by
+/// the index of the module that holds them (addresses outside every module are left out).
+#[cfg(feature = "report")]
+fn unnamed_by_module(profile: &Profile) -> std::collections::BTreeMap<usize, Vec<u64>> {
+    let mut by_module: std::collections::BTreeMap<usize, Vec<u64>> = Default::default();
+    let mut seen = std::collections::HashSet::new();
+    for stack in &profile.stacks {
+        for &addr in &stack.frames {
+            if profile.symbols.contains_key(&addr) || !seen.insert(addr) {
+                continue;
+            }
+            let lookup = addr.saturating_sub(1);
+            if let Some(i) =
+                profile.modules.iter().position(|m| m.start <= lookup && lookup < m.end)
+            {
+                by_module.entry(i).or_default().push(addr);
+            }
+        }
+    }
+    by_module
 }
 
 /// Symbol readers (addr2line over the DWARF and symbol tables) of object files by path, with
@@ -539,26 +546,12 @@ fn naming(path: &Path) -> Option<Naming> {
 /// objects with symbols or debug info whose tables miss a few addresses are not named.
 #[cfg(feature = "report")]
 pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
-    use std::collections::BTreeMap;
-    let mut by_module: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut seen = std::collections::HashSet::new();
-    for stack in &profile.stacks {
-        for &addr in &stack.frames {
-            if profile.symbols.contains_key(&addr) || !seen.insert(addr) {
-                continue;
-            }
-            let lookup = addr.saturating_sub(1);
-            if let Some(i) =
-                profile.modules.iter().position(|m| m.start <= lookup && lookup < m.end)
-            {
-                *by_module.entry(i).or_default() += 1;
-            }
-        }
-    }
+    let by_module = unnamed_by_module(profile);
     let mut notes = Vec::new();
     let mut stripped: Vec<(&str, Option<String>)> = Vec::new();
     let mut packages = HashMap::new();
-    for (i, frames) in by_module {
+    for (i, addrs) in by_module {
+        let frames = addrs.len();
         let module = &profile.modules[i];
         let path = Path::new(&module.path);
         if !module.build_id.is_empty() && build_id(path).as_deref() != Some(&module.build_id[..]) {

@@ -577,6 +577,18 @@ mod external_countdown {
         assert_eq!(s.live_bytes, 0.0, "every block was freed");
     }
 
+    /// `hits` of `n` sessions sampled a 37-byte block at interval 64: within 5.7 σ of
+    /// Binomial(n, q), q = 1 − (63/64)^37 (see the tests below for the false-failure rate).
+    fn assert_binomial_37(hits: u64, n: u64) {
+        let q = 1.0 - (63.0f64 / 64.0).powi(37);
+        let (mean, sd) = (n as f64 * q, (n as f64 * q * (1.0 - q)).sqrt());
+        assert!(
+            (hits as f64 - mean).abs() < 5.7 * sd,
+            "sampled in {hits} of {n} sessions; expected {mean:.1} ± {:.1}",
+            5.7 * sd
+        );
+    }
+
     /// A countdown set to 0 in the current session (what the preload library writes when
     /// its session starts, after its own start-up allocations drew one) makes the thread
     /// draw a fresh gap, not sample its next allocation whatever its size. At interval 64 a
@@ -611,13 +623,7 @@ mod external_countdown {
             unsafe { System.dealloc(p, layout) };
             hits += u64::from(w.samples.iter().any(|s| s.addr == p as u64 && s.size == 37));
         }
-        let q = 1.0 - (63.0f64 / 64.0).powi(37);
-        let (mean, sd) = (n as f64 * q, (n as f64 * q * (1.0 - q)).sqrt());
-        assert!(
-            (hits as f64 - mean).abs() < 5.7 * sd,
-            "sampled in {hits} of {n} sessions; expected {mean:.1} ± {:.1}",
-            5.7 * sd
-        );
+        assert_binomial_37(hits, n);
     }
 
     /// The same through `Sampled<System>`: a thread started in a session samples its first
@@ -643,13 +649,7 @@ mod external_countdown {
             );
             hits += u64::from(w.samples.iter().any(|s| s.addr == addr && s.size == 37));
         }
-        let q = 1.0 - (63.0f64 / 64.0).powi(37);
-        let (mean, sd) = (n as f64 * q, (n as f64 * q * (1.0 - q)).sqrt());
-        assert!(
-            (hits as f64 - mean).abs() < 5.7 * sd,
-            "sampled in {hits} of {n} sessions; expected {mean:.1} ± {:.1}",
-            5.7 * sd
-        );
+        assert_binomial_37(hits, n);
     }
 }
 
