@@ -4,7 +4,9 @@
 //! # 1. What is here
 //! Only the exported functions and the constructor, by family: `fast` (`malloc` and
 //! `free`), `entry` (the other allocating entry points), `process` (`dlclose`, `_exit`,
-//! `exec`), and where the allocating ones forward to (`next`); the work is in the `memprof` library
+//! `exec`, `posix_spawn`), `stack` (`pthread_attr_setstacksize`: a thread's stack gets
+//! back what the library takes from it), and where the allocating ones forward to
+//! (`next`); the work is in the `memprof` library
 //! (its engine's allocation hooks, and its agent for start, fork and exit, reached through
 //! `memprof::__private`).
 //!
@@ -63,6 +65,7 @@ mod entry;
 mod fast;
 mod next;
 mod process;
+mod stack;
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};

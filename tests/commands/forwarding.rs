@@ -168,3 +168,38 @@ fn a_sampled_malloc_uses_a_bounded_stack() {
         assert!(first <= bound && later <= bound, "{unwinder}: first {first} B, later {later} B");
     }
 }
+
+/// A program that sizes its threads' stacks as tightly as it can run plain: 16 threads on
+/// `PTHREAD_STACK_MIN` stacks, each using all but a few hundred bytes of what the loader's
+/// lazy binding of `malloc` and glibc's first `malloc` of the thread need. The deepest use
+/// that runs plain is found by bisection (to 64 bytes), and 128 bytes less runs under
+/// `record` in both modes, with the unwind check on: the preload library raises every stack
+/// size the program sets by what it takes (its static TLS, the sample path's depth).
+#[test]
+fn threads_sized_to_the_byte_run_as_they_do_plain() {
+    let dir = scratch("tight-stacks");
+    let prog = fixture("tight_stacks");
+    let runs = |depth: usize| {
+        let o = Command::new(&prog).arg(depth.to_string()).output().unwrap();
+        o.status.success() && text(&o.stdout) == "ok\n"
+    };
+    let (mut lo, mut hi) = (1024usize, 64 * 1024);
+    assert!(runs(lo) && !runs(hi), "plain bounds");
+    while hi - lo > 64 {
+        let mid = (lo + hi) / 2;
+        if runs(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let depth = (lo - 128).to_string();
+    for (label, opts) in modes("ts") {
+        for _ in 0..3 {
+            let _ = std::fs::remove_file(dir.join(&opts[opts.len() - 1]));
+            let out = record(&dir, &strs(&opts), &prog, &[&depth]);
+            assert_ok(&out, 0);
+            assert_eq!(text(&out.stdout), "ok\n", "{label} at {depth} B (plain runs to {lo} B)");
+        }
+    }
+}
