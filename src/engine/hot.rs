@@ -133,7 +133,7 @@ pub(crate) static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);
 /// waited for only while it lives. Null: the consumer is in this process.
 pub(crate) static HEARTBEAT: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
 /// A heartbeat older than this: the consumer is gone (see `record/ring.rs` §4).
-const STALE_NS: u64 = 500_000_000;
+pub(crate) const STALE_NS: u64 = 500_000_000;
 
 /// True unless the queue's consumer is in another process that has stopped renewing its
 /// heartbeat.

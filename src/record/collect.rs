@@ -325,6 +325,7 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
         interval,
         log_read: read,
     });
+    r.ring.log_consumed(read);
 }
 
 /// Opens the program's profile, which `record` created empty.
@@ -434,6 +435,7 @@ fn side_event(ring: &Ring, out: &mut Output, what: u64, addr: u64, frames: &[usi
 fn read_log(ring: &Ring, out: &mut Output, to: u64) {
     let (records, end) = ring.log_records(out.log_read, to);
     out.log_read = end.max(out.log_read);
+    ring.log_consumed(out.log_read);
     for (kind, payload) in records {
         if kind == ring::LOG_MODULES {
             if let Some(m) = ring::decode_modules(&payload) {

@@ -32,7 +32,10 @@
 //! [`SIDE_MODULES`]) in the queue says where the log ended when they were written, so the
 //! collector reads each list at its place among the events: the list written before a
 //! `dlclose` precedes every event after it. GC cycles travel as side events
-//! ([`SIDE_GC`]).
+//! ([`SIDE_GC`]). Log positions only grow; the log is a ring of [`LOG_BYTES`] over them:
+//! the collector publishes how far it has read (`log_read`), and a writer whose record
+//! would overwrite what is unread waits for it while the collector is alive (a program
+//! that loads and unloads a library thousands of times writes a list at each `dlclose`).
 //!
 //! # 4. A collector that goes away
 //! The collector stores the time into the header's heartbeat every few milliseconds. A
@@ -49,8 +52,9 @@ pub(crate) const LOG_BYTES: usize = 1 << 20;
 const HEADER_BYTES: usize = 4096;
 /// [`RingHeader::magic`] ("mpring01").
 const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
-/// The layout's version (2: a queue slot names the thread that claimed it).
-const VERSION: u32 = 2;
+/// The layout's version (2: a queue slot names the thread that claimed it; 3: the side
+/// log is a ring, with the collector's `log_read`).
+const VERSION: u32 = 3;
 /// A side event: the side log up to `addr` bytes holds a new module list.
 pub(crate) const SIDE_MODULES: u64 = 1;
 /// A side event: a GC cycle, in the frames ([`crate::profile::GcCycle::to_words`]).
@@ -90,8 +94,10 @@ pub(crate) struct RingHeader {
     pub(crate) heartbeat_ns: AtomicU64,
     /// Sampled blocks the live table could not take (copied at exit).
     pub(crate) untracked: AtomicU64,
-    /// Bytes of the side log written and published.
+    /// Bytes of the side log written and published (a position: the log wraps, §3).
     pub(crate) log_len: AtomicU64,
+    /// The position up to which the collector has read the side log (written by it).
+    pub(crate) log_read: AtomicU64,
     /// How the image is ending without exit handlers, when it says so: [`ENDING_EXEC`]
     /// (before `exec`), [`ENDING_QUICK`] (`_exit`, `quick_exit`); 0 otherwise (a normal
     /// exit clears it: an `exec` that failed is followed by more).
@@ -221,6 +227,7 @@ impl Ring {
                 heartbeat_ns: AtomicU64::new(crate::engine::clock::monotonic_ns()),
                 untracked: AtomicU64::new(0),
                 log_len: AtomicU64::new(0),
+                log_read: AtomicU64::new(0),
                 ending: AtomicU32::new(0),
                 queue_bytes: (len - HEADER_BYTES - LOG_BYTES) as u64,
             })
@@ -321,44 +328,82 @@ impl Ring {
         &self.header().heartbeat_ns
     }
 
-    /// Appends a record to the side log and returns the log's length after it (the side
-    /// event's `addr`), or `None` when the log is full.
+    /// Appends a record to the side log and returns the log's position after it (the side
+    /// event's `addr`), or `None` when it cannot: a record larger than the log, or no room
+    /// while the collector has not read what is there (waited for while its heartbeat is
+    /// fresh, §4).
     pub(crate) fn log_append(&self, kind: u8, payload: &[u8]) -> Option<u64> {
+        let need = 5 + payload.len();
+        if need > LOG_BYTES {
+            return None;
+        }
         while LOG_LOCK.swap(true, Ordering::Acquire) {
             std::thread::yield_now();
         }
         let h = self.header();
-        let at = h.log_len.load(Ordering::Relaxed) as usize;
-        let need = 5 + payload.len();
-        let r = if at + need <= LOG_BYTES && payload.len() < u32::MAX as usize {
-            let mut rec = Vec::with_capacity(need);
-            rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            rec.push(kind);
-            rec.extend_from_slice(payload);
-            // SAFETY: `at + need` ≤ LOG_BYTES: the bytes lie inside the log, past what is
-            // published (nobody reads them until the Release store below); this thread
-            // holds LOG_LOCK.
-            unsafe { core::ptr::copy_nonoverlapping(rec.as_ptr(), self.log_mem().add(at), need) };
-            let end = (at + need) as u64;
-            h.log_len.store(end, Ordering::Release);
-            Some(end)
-        } else {
-            None
+        let at = h.log_len.load(Ordering::Relaxed);
+        let room = |h: &RingHeader| {
+            at + need as u64 - h.log_read.load(Ordering::Acquire).min(at) <= LOG_BYTES as u64
         };
+        while !room(h) {
+            let beat = h.heartbeat_ns.load(Ordering::Relaxed);
+            if crate::engine::clock::monotonic_ns().saturating_sub(beat)
+                > crate::engine::hot::STALE_NS
+            {
+                LOG_LOCK.store(false, Ordering::Release);
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let mut rec = Vec::with_capacity(need);
+        rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        rec.push(kind);
+        rec.extend_from_slice(payload);
+        let start = (at % LOG_BYTES as u64) as usize;
+        let first = need.min(LOG_BYTES - start);
+        // SAFETY: `start + first` ≤ LOG_BYTES and `need - first` < LOG_BYTES: the bytes lie
+        // inside the log, in what the collector has read or never held (the room check
+        // above), past what is published (nobody reads them until the Release store
+        // below); this thread holds LOG_LOCK.
+        unsafe {
+            core::ptr::copy_nonoverlapping(rec.as_ptr(), self.log_mem().add(start), first);
+            core::ptr::copy_nonoverlapping(rec[first..].as_ptr(), self.log_mem(), need - first);
+        }
+        let end = at + need as u64;
+        h.log_len.store(end, Ordering::Release);
         LOG_LOCK.store(false, Ordering::Release);
-        r
+        Some(end)
+    }
+
+    /// Says that the collector has read the side log up to `pos`: its room may be
+    /// written again.
+    pub(crate) fn log_consumed(&self, pos: u64) {
+        self.header().log_read.fetch_max(pos, Ordering::AcqRel);
     }
 
     /// The side log's records in bytes `from..to` (clamped to what is published): (kind,
     /// payload) pairs, and where the last whole one ended.
     pub(crate) fn log_records(&self, from: u64, to: u64) -> (Vec<(u8, Vec<u8>)>, u64) {
-        let published = self.header().log_len.load(Ordering::Acquire).min(LOG_BYTES as u64);
-        let to = to.min(published) as usize;
-        let mut at = from as usize;
+        let published = self.header().log_len.load(Ordering::Acquire);
+        // What the log still holds: at most its size below the published position (a
+        // writer never passes what the collector has read, and the collector reads from
+        // where it was).
+        let from = from.max(published.saturating_sub(LOG_BYTES as u64));
+        let to = to.min(published).max(from);
+        // SAFETY: the log's bytes are mapped for as long as the ring; those below the
+        // published position were written before its Release store, which the Acquire
+        // load above saw.
+        let mem = unsafe { core::slice::from_raw_parts(self.log_mem(), LOG_BYTES) };
+        let log: Vec<u8> = (from..to).map(|p| mem[(p % LOG_BYTES as u64) as usize]).collect();
+        let (out, used) = Self::parse_records(&log);
+        (out, from + used as u64)
+    }
+
+    /// The whole (kind, payload) records at the start of `log`, and the bytes they took.
+    fn parse_records(log: &[u8]) -> (Vec<(u8, Vec<u8>)>, usize) {
+        let to = log.len();
+        let mut at = 0usize;
         let mut out = Vec::new();
-        // SAFETY: bytes below the published length were written before its Release store,
-        // which the Acquire load above saw; `to` ≤ LOG_BYTES keeps them inside the log.
-        let log = unsafe { core::slice::from_raw_parts(self.log_mem(), to) };
         while at + 5 <= to {
             let len = u32::from_le_bytes(log[at..at + 4].try_into().unwrap_or_default()) as usize;
             let kind = log[at + 4];
@@ -368,7 +413,7 @@ impl Ring {
             out.push((kind, log[at + 5..end].to_vec()));
             at = end;
         }
-        (out, at as u64)
+        (out, at)
     }
 }
 
@@ -500,5 +545,36 @@ mod tests {
             Some(("/bin/x".into(), args, ppid))
         );
         assert_eq!(decode_modules(&[5, 0, 0, 0, 1]), None, "a cut record is refused");
+    }
+
+    /// The side log wraps: records written past its size, each read before the next ones
+    /// need its room, come back whole (a record straddling the end included); unread ones
+    /// are never overwritten (with the collector's heartbeat stale, the writer gives up).
+    #[test]
+    fn the_side_log_wraps_over_what_was_read() {
+        let dir = std::env::temp_dir().join(format!("memprof-ring-wrap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ring, _queue) = Ring::create(dir.to_str().unwrap(), 64, MIN_DEPTH).unwrap();
+        let payload = |i: usize| vec![(i % 251) as u8; 1000 + i % 7];
+        let mut read = 0u64;
+        for i in 0..3 * LOG_BYTES / 1000 {
+            ring.header().heartbeat_ns.store(crate::monotonic_ns(), Ordering::Relaxed);
+            let end = ring.log_append(LOG_MODULES, &payload(i)).expect("room after reading");
+            let (records, at) = ring.log_records(read, end);
+            assert_eq!(records, vec![(LOG_MODULES, payload(i))], "record {i}");
+            assert_eq!(at, end);
+            read = at;
+            ring.log_consumed(read);
+        }
+        assert!(read > 2 * LOG_BYTES as u64, "wrapped twice");
+        // Unread: the log fills, then refuses once the collector looks gone.
+        let stale = crate::monotonic_ns().saturating_sub(2 * crate::engine::hot::STALE_NS);
+        ring.header().heartbeat_ns.store(stale, Ordering::Relaxed);
+        let big = vec![7u8; LOG_BYTES / 2];
+        assert!(ring.log_append(LOG_MODULES, &big).is_some());
+        assert!(ring.log_append(LOG_MODULES, &big).is_none(), "would overwrite unread bytes");
+        let (records, _) = ring.log_records(read, u64::MAX);
+        assert_eq!(records, vec![(LOG_MODULES, big)]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

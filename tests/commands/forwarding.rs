@@ -203,3 +203,23 @@ fn threads_sized_to_the_byte_run_as_they_do_plain() {
         }
     }
 }
+
+/// A library loaded and unloaded 3,000 times, whose constructor leaks 500 B: every unload
+/// writes a module list to the shared ring's side log (thousands of lists, past the log's
+/// size), and every load's block is in the exact profile at the constructor's site.
+#[test]
+fn a_library_loaded_thousands_of_times_keeps_every_block() {
+    let dir = scratch("dl-churn");
+    let prog = fixture("dl_churn");
+    let lib = fixture("libchurn");
+    for run in 0..2 {
+        let file = format!("churn{run}.mprof");
+        let opts = ["--interval", "1", "-o", &file];
+        let out = record(&dir, &opts, &prog, &[lib.to_str().unwrap(), "3000"]);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), "ok\n");
+        let prof = read(&dir.join(&file));
+        let t = totals(&prof, "churn_ctor_site");
+        assert_eq!(t, (1_500_000.0, 3000.0, 1_500_000.0, 3000.0), "run {run}");
+    }
+}
