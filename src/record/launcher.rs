@@ -95,16 +95,19 @@ pub struct Recorded {
 pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     if let Some(p) = std::env::var_os(config::ENV_PRELOAD).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(Installed::existing(p))
-        } else {
-            Err(LaunchError::PreloadNotAFile(p.display().to_string()).into())
-        };
+        if !p.is_file() {
+            return Err(LaunchError::PreloadNotAFile(p.display().to_string()).into());
+        }
+        crate::sys::files::check_loadable_library(&p).map_err(LaunchError::PreloadUnsafe)?;
+        return Ok(Installed::existing(p));
     }
     let exe =
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
     let beside = exe.parent().unwrap_or(Path::new(".")).join(PRELOAD_NAME);
     if beside.is_file() {
+        // Refused, not passed over for the bundled copy: a library that someone else could
+        // have put there is worth an error (`sys/files.rs`, §1).
+        crate::sys::files::check_loadable_library(&beside).map_err(LaunchError::PreloadUnsafe)?;
         return Ok(Installed::existing(beside));
     }
     match bundled {
@@ -172,7 +175,7 @@ pub enum Linkage {
 
 /// Reads the ELF program headers of `path` and says whether it has a `PT_INTERP`.
 pub fn linkage(path: &Path) -> Result<Linkage, Error> {
-    let mut f = fs::File::open(path)
+    let mut f = crate::sys::files::open_input_regular(path)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
     let mut head = Vec::new();
     (&mut f)
@@ -288,7 +291,12 @@ fn create_output(path: &[u8], force: bool) -> i32 {
     unsafe {
         if force {
             let mut st: libc::stat = core::mem::zeroed();
-            if libc::lstat(p, &mut st) == 0 && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            // Only a regular file of this user's: a FIFO, a device or another user's file
+            // is left alone (EEXIST), as `sys/files.rs` §2 leaves them.
+            if libc::lstat(p, &mut st) == 0
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_uid == libc::geteuid()
+            {
                 libc::unlink(p);
             }
         }
