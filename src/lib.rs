@@ -144,12 +144,12 @@ pub use engine::clock::monotonic_ns;
 pub use error::{Error, LaunchError};
 pub use record::bundled;
 pub use record::launcher;
-pub use sys::files;
 pub use session::recorder::{Held, Recorder};
 pub use session::{
     live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll,
     Reallocation, Session, SessionInfo, Stats, Tracker,
 };
+pub use sys::files;
 
 /// Not API: what the preload library (`memprof-preload`), the tests and the benchmarks
 /// need from the engine. Nothing here follows semantic versioning, and it may change or

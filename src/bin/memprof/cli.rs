@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use memprof::config;
+use memprof::files::Output;
 use memprof::launcher::{self, EnvSettings, RecordOptions};
 use memprof::profile::load::{load_with_first, LoadOptions, Message, Process};
 use memprof::profile::replay::{parse_duration, parse_moment, Window};
@@ -10,7 +11,6 @@ use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, GroupBy, PprofOptions, TopOptions, View};
 use memprof::Error;
 use std::ffi::OsString;
-use memprof::files::Output;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
