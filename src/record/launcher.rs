@@ -9,7 +9,9 @@
 //! loader ignores `LD_PRELOAD` for those); an ELF program has a `PT_INTERP` header (a
 //! statically linked program never loads the preload library). The output file is created with
 //! `O_CREAT|O_EXCL|O_NOFOLLOW` (mode 0644 before the umask) so that a symlink is never followed
-//! and another run's profile never overwritten, unless `--force` removes it first. A name with
+//! and another run's profile never overwritten, unless `--force` removes it first (only a
+//! regular file of this user's: anything else is left alone, as `sys/files.rs` §2 does for
+//! every output). A name with
 //! `%p` (the default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`,
 //! where its pid is known; a failure there comes back to this process before the program runs.
 //! With `--follow-forks` the tree's directory, `<output>.d/`, is created next to it
@@ -335,6 +337,10 @@ fn create_error(path: &str, errno: i32, force: bool) -> Error {
     let e = std::io::Error::from_raw_os_error(errno);
     if errno == libc::EEXIST && !force {
         LaunchError::OutputExists(path.to_owned()).into()
+    } else if errno == libc::EEXIST {
+        Error::Other(format!(
+            "cannot create the profile {path}: it exists and is not a regular file of this              user's (a directory, a FIFO, a device, another user's file); --force replaces              only those, and it is left alone"
+        ))
     } else {
         Error::io(format!("cannot create the profile {path}"), e)
     }

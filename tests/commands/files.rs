@@ -186,6 +186,16 @@ fn record_companions_are_never_written_through_a_symlink() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(std::fs::read(&svg).unwrap(), b"old");
     assert!(text(&out.stderr).contains("r.mprof.svg"), "{}", text(&out.stderr));
+    // `-o` itself: --force replaces only a regular file of ours, never a FIFO.
+    mkfifo(&dir.join("p.mprof"));
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--force", "-o", "p.mprof", "--"])
+            .arg(&prog),
+    );
+    assert_one_line_error(&out, None, "left alone");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(dir.join("p.mprof")).unwrap().file_type().is_fifo());
 }
 
 /// `report x.mprof --html x.mprof` (and each export, and through a symlink, a hard link or
