@@ -79,6 +79,8 @@ pub enum LaunchError {
     OutputExists(String),
     /// `MEMPROF_PRELOAD` names something that is not a file.
     PreloadNotAFile(String),
+    /// The preload library found is not safe to load into programs (why, naming the file).
+    PreloadUnsafe(String),
     /// No preload library beside the executable, and none carried in it (the path tried).
     PreloadNotFound(String),
     /// The library carried in the executable could not be written anywhere: each place
@@ -114,6 +116,9 @@ impl fmt::Display for LaunchError {
             ),
             LaunchError::PreloadNotAFile(p) => {
                 write!(f, "MEMPROF_PRELOAD is set to {p}, which is not a file")
+            }
+            LaunchError::PreloadUnsafe(why) => {
+                write!(f, "refusing the preload library: {why}")
             }
             LaunchError::PreloadNotFound(p) => write!(
                 f,

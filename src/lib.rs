@@ -29,6 +29,7 @@
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
+//! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; preloaded code only from files nobody else can change |
 //! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`) without allocating |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
@@ -148,6 +149,7 @@ pub use session::{
     live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll,
     Reallocation, Session, SessionInfo, Stats, Tracker,
 };
+pub use sys::files;
 
 /// Not API: what the preload library (`memprof-preload`), the tests and the benchmarks
 /// need from the engine. Nothing here follows semantic versioning, and it may change or

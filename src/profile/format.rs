@@ -1550,7 +1550,9 @@ impl Reader<std::fs::File> {
                 path.display()
             )));
         }
-        let f = std::fs::File::open(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+        // Never blocks on a FIFO or a device, reads only a regular file (`sys/files.rs`).
+        let f = crate::sys::files::open_input_regular(path)
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
         Reader::new(f).map_err(|e| naming(path, e))
     }
 }

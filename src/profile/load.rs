@@ -116,7 +116,7 @@ impl std::io::Read for Follow {
             let done = self.done.load(Ordering::Acquire);
             let file = match &mut self.file {
                 Some(f) => f,
-                None => match std::fs::File::open(&self.path) {
+                None => match crate::sys::files::open_input_regular(&self.path) {
                     Ok(f) => self.file.insert(f),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound && !done => {
                         std::thread::sleep(FOLLOW_POLL);

@@ -428,11 +428,18 @@ impl Loaders {
 
     fn read(path: &str) -> Result<Loaded, String> {
         let p = Path::new(path);
+        // A module's path may name a FIFO or a device by now: never opened for reading
+        // (`sys/files.rs`, §3), which would block.
+        if let Err(e) = crate::sys::files::open_input_regular(p) {
+            return Err(format!("cannot read symbols of {path}: {e}"));
+        }
         let identity = file_identity(p);
         let build_id = build_id(p);
         let main =
             addr2line::Loader::new(p).map_err(|e| format!("cannot read symbols of {path}: {e}"))?;
-        let debug = debug_file(p).and_then(|d| addr2line::Loader::new(d).ok());
+        let debug = debug_file(p)
+            .filter(|d| crate::sys::files::open_input_regular(d).is_ok())
+            .and_then(|d| addr2line::Loader::new(d).ok());
         Ok(Loaded { build_id, identity, main, debug })
     }
 
@@ -502,7 +509,7 @@ pub fn debug_candidates(path: &Path) -> Vec<std::path::PathBuf> {
 #[cfg(feature = "report")]
 fn debug_link(path: &Path) -> Option<String> {
     use object::Object as _;
-    let file = std::fs::File::open(path).ok()?;
+    let file = crate::sys::files::open_input_regular(path).ok()?;
     let cache = object::ReadCache::new(file);
     let object = object::File::parse(&cache).ok()?;
     let (name, _crc) = object.gnu_debuglink().ok()??;
@@ -524,7 +531,7 @@ fn naming(path: &Path) -> Option<Naming> {
     use object::{
         Object as _, ObjectSection as _, ObjectSymbol as _, ObjectSymbolTable as _, SymbolKind,
     };
-    let file = std::fs::File::open(path).ok()?;
+    let file = crate::sys::files::open_input_regular(path).ok()?;
     let cache = object::ReadCache::new(file);
     let object = object::File::parse(&cache).ok()?;
     let nonempty = |name: &str| object.section_by_name(name).is_some_and(|s| s.size() > 0);
@@ -661,7 +668,7 @@ pub(crate) struct FileLayout {
 /// The layout of a 64-bit little-endian ELF file, read from its program headers and notes.
 pub(crate) fn file_layout(path: &Path) -> Option<FileLayout> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(path).ok()?;
+    let file = crate::sys::files::open_input_regular(path).ok()?;
     let read = |off: u64, len: usize| -> Option<Vec<u8>> {
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, off).ok()?;

@@ -16,9 +16,10 @@
 //! The first process (no `MEMPROF_STEM` in its environment) writes the path of
 //! `MEMPROF_OUTPUT` with `%p` replaced by its pid. `memprof record` has created that file
 //! (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0644) before the program started; the process opens it
-//! without following symlinks and refuses a file that is not an empty regular file, so it
-//! never overwrites another run's profile. Following, it makes the tree's directory,
-//! `<output>.d/` (0700, or this user's real directory of that name: `sys/private_dir.rs`),
+//! without following symlinks or blocking (`sys/files.rs`, §4) and refuses a file that is not
+//! an empty regular file of this user's (a FIFO, a device, another user's file, another
+//! run's profile): nothing is written and the program runs on unprofiled. Following, it
+//! makes the tree's directory, `<output>.d/` (0700, or this user's real directory of that name: `sys/private_dir.rs`),
 //! and a followed child creates `<pid>.mprof` there exclusively (`<pid>.<n>.mprof` for a
 //! further image of the same pid after exec).
 //! Every descriptor is close-on-exec.
@@ -76,7 +77,6 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::os::fd::FromRawFd;
 
 struct Agent {
     session: Option<Session<Recorder>>,
@@ -180,35 +180,17 @@ fn strip_preload() {
     }
 }
 
-fn open_raw(path: &str, flags: libc::c_int) -> Result<File, std::io::Error> {
-    let c =
-        CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let flags = flags | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: `c` is NUL-terminated; the mode is passed as the variadic third argument.
-    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644 as libc::c_uint) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a freshly opened descriptor owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
-}
-
 /// Opens the first process's output file (see the module documentation, §2).
 fn open_root(path: &str) -> Result<File, String> {
-    let file = open_raw(path, libc::O_CREAT)
-        .map_err(|e| format!("cannot open the profile {path}: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot open the profile {path}: {e}"))?;
-    if !meta.file_type().is_file() || meta.len() != 0 {
-        return Err(format!("{path} exists and is not an empty regular file; it is left alone"));
-    }
-    Ok(file)
+    crate::sys::files::open_profile_in_process(path, false)
+        .map_err(|e| format!("cannot write the profile {path}: {e}; it is left alone"))
 }
 
 /// Creates a followed child's file, `<dir>/<pid>[.<n>].mprof`, exclusively.
 fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
     for n in 0..100 {
         let path = env::child_output(stem, me, n);
-        match open_raw(&path, libc::O_CREAT | libc::O_EXCL) {
+        match crate::sys::files::open_profile_in_process(&path, true) {
             Ok(f) => return Ok((path.into(), f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(crate::Error::io(format!("cannot create the profile {path}"), e)),

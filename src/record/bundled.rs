@@ -29,9 +29,10 @@
 //!   reason; when every candidate fails, the error lists each one.
 
 use crate::error::{Error, LaunchError};
+use crate::sys::files::owned_and_private;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -253,25 +254,6 @@ fn same_contents(f: &mut File, mut expected: &[u8]) -> bool {
     }
 }
 
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-fn owned_and_private(meta: &fs::Metadata, path: &Path) -> Result<(), String> {
-    if meta.uid() != euid() {
-        return Err(format!("{} belongs to uid {}, not to this user", path.display(), meta.uid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is writable by others (mode {:o})",
-            path.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
-}
-
 /// Creates `dir` (mode 0700; its parents as usual) and checks that it is ours and private.
 fn private_dir(dir: &Path) -> Result<(), String> {
     if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
@@ -349,6 +331,7 @@ fn prune(dir: &Path, keep: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
 
     static BYTES: &[u8] = b"\x7fELF pretend library";

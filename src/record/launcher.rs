@@ -9,7 +9,9 @@
 //! loader ignores `LD_PRELOAD` for those); an ELF program has a `PT_INTERP` header (a
 //! statically linked program never loads the preload library). The output file is created with
 //! `O_CREAT|O_EXCL|O_NOFOLLOW` (mode 0644 before the umask) so that a symlink is never followed
-//! and another run's profile never overwritten, unless `--force` removes it first. A name with
+//! and another run's profile never overwritten, unless `--force` removes it first (only a
+//! regular file of this user's: anything else is left alone, as `sys/files.rs` §2 does for
+//! every output). A name with
 //! `%p` (the default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`,
 //! where its pid is known; a failure there comes back to this process before the program runs.
 //! With `--follow-forks` the tree's directory, `<output>.d/`, is created next to it
@@ -95,16 +97,19 @@ pub struct Recorded {
 pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     if let Some(p) = std::env::var_os(config::ENV_PRELOAD).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(Installed::existing(p))
-        } else {
-            Err(LaunchError::PreloadNotAFile(p.display().to_string()).into())
-        };
+        if !p.is_file() {
+            return Err(LaunchError::PreloadNotAFile(p.display().to_string()).into());
+        }
+        crate::sys::files::check_loadable_library(&p).map_err(LaunchError::PreloadUnsafe)?;
+        return Ok(Installed::existing(p));
     }
     let exe =
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
     let beside = exe.parent().unwrap_or(Path::new(".")).join(PRELOAD_NAME);
     if beside.is_file() {
+        // Refused, not passed over for the bundled copy: a library that someone else could
+        // have put there is worth an error (`sys/files.rs`, §1).
+        crate::sys::files::check_loadable_library(&beside).map_err(LaunchError::PreloadUnsafe)?;
         return Ok(Installed::existing(beside));
     }
     match bundled {
@@ -172,7 +177,7 @@ pub enum Linkage {
 
 /// Reads the ELF program headers of `path` and says whether it has a `PT_INTERP`.
 pub fn linkage(path: &Path) -> Result<Linkage, Error> {
-    let mut f = fs::File::open(path)
+    let mut f = crate::sys::files::open_input_regular(path)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
     let mut head = Vec::new();
     (&mut f)
@@ -288,7 +293,12 @@ fn create_output(path: &[u8], force: bool) -> i32 {
     unsafe {
         if force {
             let mut st: libc::stat = core::mem::zeroed();
-            if libc::lstat(p, &mut st) == 0 && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            // Only a regular file of this user's: a FIFO, a device or another user's file
+            // is left alone (EEXIST), as `sys/files.rs` §2 leaves them.
+            if libc::lstat(p, &mut st) == 0
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_uid == libc::geteuid()
+            {
                 libc::unlink(p);
             }
         }
@@ -327,6 +337,10 @@ fn create_error(path: &str, errno: i32, force: bool) -> Error {
     let e = std::io::Error::from_raw_os_error(errno);
     if errno == libc::EEXIST && !force {
         LaunchError::OutputExists(path.to_owned()).into()
+    } else if errno == libc::EEXIST {
+        Error::Other(format!(
+            "cannot create the profile {path}: it exists and is not a regular file of this              user's (a directory, a FIFO, a device, another user's file); --force replaces              only those, and it is left alone"
+        ))
     } else {
         Error::io(format!("cannot create the profile {path}"), e)
     }

@@ -103,7 +103,7 @@ pub(crate) fn read(path: &Path) -> Profile {
 }
 
 /// Writes the profile at `path` again without its symbols, every other record the same.
-fn strip_symbols(path: &Path) {
+pub(crate) fn strip_symbols(path: &Path) {
     let file = std::fs::File::open(path).unwrap();
     let (mut tables, events) = memprof::profile::format::read_events(file).unwrap();
     assert!(tables.complete && tables.warnings.is_empty(), "{:?}", tables.warnings);

@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use memprof::config;
+use memprof::files::Output;
 use memprof::launcher::{self, EnvSettings, RecordOptions};
 use memprof::profile::load::{load_with_first, LoadOptions, Message, Process};
 use memprof::profile::replay::{parse_duration, parse_moment, Window};
@@ -10,8 +11,7 @@ use memprof::profile::Profile;
 use memprof::report::{self, FlameOptions, GroupBy, PprofOptions, TopOptions, View};
 use memprof::Error;
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 /// memprof: a sampling heap profiler. Who allocated the memory, and who still holds it?
@@ -462,14 +462,17 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
         eprintln!("memprof: note: {note}");
     }
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
-    if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, Some(&svg), None, None) {
+    // The companions follow `-o`'s rule: new files, or with --force this user's regular
+    // files replaced; a symlink, a FIFO or another user's file is left alone with an error.
+    let companion = Outputs { flamegraph: Some(&svg), ..Default::default() };
+    if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, companion, args.force) {
         eprintln!("memprof: error: {e}");
     }
     // The page replays each file by its stack ids (a tree's files into the merged
     // profile's: report/html.rs §4).
     let html = PathBuf::from(format!("{}.html", run.output.display()));
     if !gone {
-        if let Err(e) = write_html_of(&profile, &processes, &html) {
+        if let Err(e) = write_html_of(&profile, &processes, &html, args.force) {
             eprintln!("memprof: error: {e}");
         }
     }
@@ -627,6 +630,14 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
         None
     };
     let files = report_files(&args.files, alone)?;
+    let outputs = Outputs {
+        flamegraph: args.flamegraph.as_deref(),
+        pprof: args.pprof.as_deref(),
+        collapsed: args.collapsed.as_deref(),
+        html: args.html.as_deref(),
+    };
+    // Before anything is read or written: a recording is never replaced by its report.
+    outputs.check_not_inputs(&files)?;
     let (mut profile, _, processes) =
         read_profiles_first(&files, false, &mut Loaders::default(), None)?;
     profile.site_skip = skip;
@@ -641,7 +652,7 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
         profile.restrict(&files[0], window.unwrap_or(Window::ALL))?;
     }
     if let Some(out) = &args.html {
-        write_html_of(&profile, &processes, out)?;
+        write_html_of(&profile, &processes, out, true)?;
     }
     if processes.len() > 1 {
         println!("{}", report::tree::process_table(&processes, &Default::default()));
@@ -656,14 +667,7 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     if let Some(note) = report::unwinding::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
     }
-    write_outputs(
-        &profile,
-        args.view,
-        args.group_by,
-        args.flamegraph.as_deref(),
-        args.pprof.as_deref(),
-        args.collapsed.as_deref(),
-    )
+    write_outputs(&profile, args.view, args.group_by, outputs, true)
 }
 
 /// The files `memprof report` reads for `paths`: one path may name a process tree (its
@@ -739,56 +743,95 @@ fn report_window(args: &ReportArgs, profile: &Profile) -> Result<Option<Window>,
     Ok(Some(w))
 }
 
-/// Writes the requested exports of `profile`, saying where each went.
+/// Writes the requested exports of `profile`, saying where each went; `replace`: an
+/// existing regular file of this user's is replaced (`memprof::files`, §2).
 pub fn write_outputs(
     profile: &Profile,
     view: View,
     group_by: GroupBy,
-    flamegraph: Option<&Path>,
-    pprof: Option<&Path>,
-    collapsed: Option<&Path>,
+    outputs: Outputs<'_>,
+    replace: bool,
 ) -> Result<(), Error> {
-    if let Some(path) = flamegraph {
-        write_file(path, |w| {
+    if let Some(path) = outputs.flamegraph {
+        write_file_with(path, replace, |w| {
             report::flamegraph(profile, &FlameOptions { view, group_by, ..Default::default() }, w)
         })?;
         eprintln!("memprof: wrote {} flamegraph {}", view.name(), path.display());
     }
-    if let Some(path) = pprof {
+    if let Some(path) = outputs.pprof {
         // The default sample type follows the view; the in-use sample types hold the live
         // set at the peak for the peak view.
         let options = PprofOptions { default_view: view, ..Default::default() };
-        write_file(path, |w| report::write_pprof(profile, &options, w))?;
+        write_file_with(path, replace, |w| report::write_pprof(profile, &options, w))?;
         eprintln!("memprof: wrote pprof profile {}", path.display());
     }
-    if let Some(path) = collapsed {
-        write_file(path, |w| report::write_collapsed_grouped(w, profile, view, group_by))?;
+    if let Some(path) = outputs.collapsed {
+        write_file_with(path, replace, |w| {
+            report::write_collapsed_grouped(w, profile, view, group_by)
+        })?;
         eprintln!("memprof: wrote {} folded stacks {}", view.name(), path.display());
     }
     Ok(())
 }
 
+/// The export files a report writes, when asked for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Outputs<'a> {
+    /// The flamegraph SVG.
+    pub flamegraph: Option<&'a Path>,
+    /// The gzip-compressed pprof profile.
+    pub pprof: Option<&'a Path>,
+    /// The folded stacks.
+    pub collapsed: Option<&'a Path>,
+    /// The HTML report.
+    pub html: Option<&'a Path>,
+}
+
+impl Outputs<'_> {
+    /// Refuses an output that is one of the `inputs` (device and inode: through a symlink
+    /// or a hard link too), before anything is written.
+    fn check_not_inputs(&self, inputs: &[PathBuf]) -> Result<(), Error> {
+        let named = [self.flamegraph, self.pprof, self.collapsed, self.html];
+        for out in named.into_iter().flatten() {
+            if let Some(input) = inputs.iter().find(|i| memprof::files::same_file(out, i)) {
+                return Err(Error::Config(format!(
+                    "refusing to write {} over the profile {} it reports (choose another                      output name)",
+                    out.display(),
+                    input.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Writes the HTML report of `profile`, read from the files of `processes` (one: its
 /// page; several: the tree's page), to `out`.
-pub fn write_html_of(profile: &Profile, processes: &[Process], out: &Path) -> Result<(), Error> {
+pub fn write_html_of(
+    profile: &Profile,
+    processes: &[Process],
+    out: &Path,
+    replace: bool,
+) -> Result<(), Error> {
     match processes {
-        [one] => write_html(profile, &one.file, out),
-        _ => html_timed(out, |w| report::html::write_tree_html(profile, processes, w)),
+        [one] => html_timed(out, replace, |w| report::html::write_html(profile, &one.file, w)),
+        _ => html_timed(out, replace, |w| report::html::write_tree_html(profile, processes, w)),
     }
 }
 
 /// Writes the HTML report of `profile`, read from `file` alone, to `out`.
 pub fn write_html(profile: &Profile, file: &Path, out: &Path) -> Result<(), Error> {
-    html_timed(out, |w| report::html::write_html(profile, file, w))
+    html_timed(out, true, |w| report::html::write_html(profile, file, w))
 }
 
 /// Writes an HTML report to `out` with `f`, saying how large it is and how long it took.
 fn html_timed(
     out: &Path,
-    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), Error>,
+    replace: bool,
+    f: impl FnOnce(&mut BufWriter<Output>) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let started = std::time::Instant::now();
-    write_file(out, f)?;
+    write_file_with(out, replace, f)?;
     eprintln!(
         "memprof: wrote HTML report {} ({} KiB in {:.2} s)",
         out.display(),
@@ -798,16 +841,28 @@ fn html_timed(
     Ok(())
 }
 
-/// Creates `path` and fills it with `f`, flushing; errors name the file.
+/// Creates `path` (replacing an existing regular file of this user's: `memprof::files`)
+/// and fills it with `f`; errors name the file.
 pub fn write_file(
     path: &Path,
-    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), Error>,
+    f: impl FnOnce(&mut BufWriter<Output>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let file = File::create(path)
+    write_file_with(path, true, f)
+}
+
+/// [`write_file`], replacing an existing file only when `replace`; the new content takes
+/// the name only once complete.
+pub fn write_file_with(
+    path: &Path,
+    replace: bool,
+    f: impl FnOnce(&mut BufWriter<Output>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let out = memprof::files::create_output(path, replace)
         .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
-    let mut w = BufWriter::new(file);
+    let mut w = BufWriter::new(out);
     f(&mut w)?;
-    w.flush().map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+    let cannot = |e| Error::io(format!("cannot write {}", path.display()), e);
+    w.into_inner().map_err(|e| cannot(e.into_error()))?.commit().map_err(cannot)
 }
 
 #[derive(Args, Debug)]
@@ -852,6 +907,13 @@ struct DiffArgs {
 fn diff_cmd(args: &DiffArgs) -> Result<(), Error> {
     let view: View = args.view.parse()?;
     let skip = site_skip(&args.site_skip)?;
+    let outputs = Outputs {
+        flamegraph: args.flamegraph.as_deref(),
+        pprof: args.pprof.as_deref(),
+        collapsed: args.collapsed.as_deref(),
+        html: None,
+    };
+    outputs.check_not_inputs(&[args.base.clone(), args.new.clone()])?;
     let mut loaders = Loaders::default();
     let mut read = |file: &PathBuf| -> Result<Profile, Error> {
         let mut p = read_profiles(std::slice::from_ref(file), false, &mut loaders)?.0;

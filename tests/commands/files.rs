@@ -1,0 +1,291 @@
+//! Every file memprof opens or writes follows `memprof::files`' one policy: a preload
+//! library others could change is refused, record's companions are never written through
+//! a symlink or into a FIFO, a report never replaces its input, a hand-set preload never
+//! blocks on or writes into a file not its own, and a module path that became a FIFO does
+//! not hang a report.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{assert_one_line_error, skipped, text, MEMPROF};
+use crate::record::{fixture, scratch, strip_symbols};
+
+fn lib() -> PathBuf {
+    Path::new(MEMPROF).parent().unwrap().join("libmemprof_preload.so")
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn mkfifo(p: &Path) {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", p.display());
+}
+
+fn chown_nobody(p: &Path) {
+    let o = Command::new("chown").arg("nobody").arg(p).output().unwrap();
+    assert!(o.status.success(), "chown: {}", text(&o.stderr));
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Runs `cmd` with a deadline: a command that hangs fails the test instead of hanging it.
+fn within(cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command runs");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("still running after 60 s (hung?); stderr: {}", text(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn memprof_in(dir: &Path, exe: &Path) -> Command {
+    let mut c = Command::new(exe);
+    c.current_dir(dir);
+    c
+}
+
+/// A `libmemprof_preload.so` beside a copy of `memprof`, or named by `MEMPROF_PRELOAD`, that
+/// another user owns, that others can write, or whose directory others can write, is
+/// refused before the program runs; a private copy works.
+#[test]
+fn a_preload_library_others_could_change_is_refused() {
+    if !is_root() {
+        skipped("preload ownership checks", "they chown files to nobody: run as root");
+        return;
+    }
+    let dir = scratch("files-preload");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    chmod(&bin, 0o755);
+    let exe = bin.join("memprof");
+    let so = bin.join("libmemprof_preload.so");
+    std::fs::copy(MEMPROF, &exe).unwrap();
+    std::fs::copy(lib(), &so).unwrap();
+    chmod(&so, 0o755);
+    let marker = dir.join("ran");
+    let run = |exe: &Path, out: &str, env: Option<&Path>| {
+        let mut c = memprof_in(&dir, exe);
+        c.args(["record", "-o", out, "--", "/bin/touch"]).arg(&marker);
+        if let Some(p) = env {
+            c.env("MEMPROF_PRELOAD", p);
+        } else {
+            c.env_remove("MEMPROF_PRELOAD");
+        }
+        within(&mut c)
+    };
+    let out = run(&exe, "ok.mprof", None);
+    assert_eq!(out.status.code(), Some(0), "a private copy works: {}", text(&out.stderr));
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+
+    let refused = |out: &Output, why: &str| {
+        assert_one_line_error(out, None, "libmemprof_preload.so");
+        assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+        assert!(!marker.exists(), "the program must not run");
+    };
+    chmod(&so, 0o666);
+    refused(&run(&exe, "w.mprof", None), "writable by group or others");
+    chmod(&so, 0o755);
+    chown_nobody(&so);
+    refused(&run(&exe, "u.mprof", None), "belongs to uid");
+    std::os::unix::fs::chown(&so, Some(0), None).unwrap();
+    chmod(&bin, 0o1777);
+    refused(&run(&exe, "d.mprof", None), "others can write");
+    chmod(&bin, 0o755);
+
+    // The same rule for MEMPROF_PRELOAD, from the tested executable.
+    let named = dir.join("named");
+    std::fs::create_dir_all(&named).unwrap();
+    chmod(&named, 0o755);
+    let other = named.join("libmemprof_preload.so");
+    std::fs::copy(lib(), &other).unwrap();
+    chmod(&other, 0o666);
+    refused(&run(Path::new(MEMPROF), "e.mprof", Some(&other)), "writable by group or others");
+    chmod(&other, 0o755);
+    chown_nobody(&other);
+    refused(&run(Path::new(MEMPROF), "f.mprof", Some(&other)), "belongs to uid");
+}
+
+/// `record -o out.mprof` leaves `out.mprof.svg` and `out.mprof.html` alone when they are
+/// symlinks or FIFOs, with or without `--force`; `--force` replaces a regular file of ours.
+#[test]
+fn record_companions_are_never_written_through_a_symlink() {
+    let dir = scratch("files-companions");
+    let prog = fixture("sites");
+    for force in [false, true] {
+        let stem = if force { "f" } else { "n" };
+        let (svg, html) =
+            (dir.join(format!("{stem}.mprof.svg")), dir.join(format!("{stem}.mprof.html")));
+        let victim = dir.join(format!("{stem}-victim"));
+        std::fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, &svg).unwrap();
+        mkfifo(&html);
+        let mut opts = vec!["--interval", "1", "-o"];
+        let out_name = format!("{stem}.mprof");
+        opts.push(&out_name);
+        if force {
+            opts.push("--force");
+        }
+        let out = within(
+            memprof_in(&dir, Path::new(MEMPROF)).arg("record").args(&opts).arg("--").arg(&prog),
+        );
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "force {force}: {err}");
+        assert!(std::fs::symlink_metadata(&svg).unwrap().file_type().is_symlink());
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::symlink_metadata(&html).unwrap().file_type().is_fifo());
+        assert!(
+            err.contains(&format!("{stem}.mprof.svg")) && err.contains("symbolic link"),
+            "{err}"
+        );
+        assert!(err.contains(&format!("{stem}.mprof.html")) && err.contains("FIFO"), "{err}");
+    }
+    // --force: this user's regular files are replaced (new files, the old names).
+    let (svg, html) = (dir.join("r.mprof.svg"), dir.join("r.mprof.html"));
+    std::fs::write(&svg, b"old").unwrap();
+    std::fs::write(&html, b"old").unwrap();
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--force", "--interval", "1", "-o", "r.mprof", "--"])
+            .arg(&prog),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<html"));
+    // Without --force, an existing companion is left alone with an error naming it.
+    std::fs::remove_file(dir.join("r.mprof")).unwrap();
+    std::fs::write(&svg, b"old").unwrap();
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--interval", "1", "-o", "r.mprof", "--"])
+            .arg(&prog),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(&svg).unwrap(), b"old");
+    assert!(text(&out.stderr).contains("r.mprof.svg"), "{}", text(&out.stderr));
+    // `-o` itself: --force replaces only a regular file of ours, never a FIFO.
+    mkfifo(&dir.join("p.mprof"));
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--force", "-o", "p.mprof", "--"])
+            .arg(&prog),
+    );
+    assert_one_line_error(&out, None, "left alone");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(dir.join("p.mprof")).unwrap().file_type().is_fifo());
+}
+
+/// `report x.mprof --html x.mprof` (and each export, and through a symlink, a hard link or
+/// onto another input) is refused with the recording untouched.
+#[test]
+fn a_report_never_writes_over_its_input() {
+    let dir = scratch("files-inputs");
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--interval", "1", "-o", "x.mprof", "--"])
+            .arg(fixture("sites")),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let x = dir.join("x.mprof");
+    let y = dir.join("y.mprof");
+    std::fs::copy(&x, &y).unwrap();
+    std::os::unix::fs::symlink(&x, dir.join("sym")).unwrap();
+    std::fs::hard_link(&x, dir.join("hard")).unwrap();
+    let (xb, yb) = (std::fs::read(&x).unwrap(), std::fs::read(&y).unwrap());
+    for flag in ["--html", "--pprof", "--collapsed", "--flamegraph"] {
+        for target in ["x.mprof", "sym", "hard", "y.mprof"] {
+            let out = within(
+                memprof_in(&dir, Path::new(MEMPROF))
+                    .args(["report", "x.mprof", "y.mprof", flag, target]),
+            );
+            assert_one_line_error(&out, None, "refusing to write");
+            assert!(std::fs::read(&x).unwrap() == xb, "{flag} {target}");
+            assert!(std::fs::read(&y).unwrap() == yb, "{flag} {target}");
+        }
+    }
+    assert!(std::fs::symlink_metadata(dir.join("sym")).unwrap().file_type().is_symlink());
+}
+
+/// A hand-set preload (`LD_PRELOAD`, `MEMPROF_OUTPUT`, no `record`) whose output is a FIFO
+/// or another user's empty file: the program runs as it does plain, one line says the
+/// profile was refused, and the other user's file receives nothing.
+#[test]
+fn a_hand_set_preload_never_blocks_or_writes_into_others_files() {
+    let dir = scratch("files-hand");
+    let prog = fixture("sites");
+    let fifo = dir.join("out.fifo");
+    mkfifo(&fifo);
+    let run = |output: &Path| {
+        within(
+            Command::new(&prog)
+                .current_dir(&dir)
+                .env("LD_PRELOAD", lib())
+                .env("MEMPROF_INTERVAL", "1")
+                .env("MEMPROF_OUTPUT", output),
+        )
+    };
+    let refused = |out: &Output, why: &str| {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("memprof:")).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(lines[0].contains(why), "{err}");
+    };
+    refused(&run(&fifo), "FIFO");
+    if !is_root() {
+        skipped("another user's profile file", "it is chowned to nobody: run as root");
+        return;
+    }
+    let theirs = dir.join("theirs.mprof");
+    std::fs::write(&theirs, b"").unwrap();
+    chown_nobody(&theirs);
+    refused(&run(&theirs), "belongs to uid");
+    assert_eq!(std::fs::metadata(&theirs).unwrap().len(), 0, "nothing written into theirs");
+    assert_ne!(std::fs::metadata(&theirs).unwrap().uid(), 0);
+}
+
+/// A profile whose program's path is now a FIFO is reported (its symbols read from nothing,
+/// with no hang), and `report FIFO` is a one-line error.
+#[test]
+fn a_report_never_blocks_on_a_fifo() {
+    let dir = scratch("files-fifo");
+    let prog = dir.join("prog");
+    std::fs::copy(fixture("sites"), &prog).unwrap();
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--interval", "1", "-o", "r.mprof", "--"])
+            .arg(&prog),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    strip_symbols(&dir.join("r.mprof"));
+    std::fs::remove_file(&prog).unwrap();
+    mkfifo(&prog);
+    let out = within(memprof_in(&dir, Path::new(MEMPROF)).args(["report", "r.mprof"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    mkfifo(&dir.join("f.mprof"));
+    let out = within(memprof_in(&dir, Path::new(MEMPROF)).args(["report", "f.mprof"]));
+    assert_one_line_error(&out, None, "FIFO");
+}
