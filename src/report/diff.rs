@@ -296,6 +296,13 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
         Some(why) => {
             let _ = writeln!(out, "{pad}status: ended where {} (no end record)", why.describe());
         }
+        None if h.collected => {
+            let _ = writeln!(
+                out,
+                "{pad}status: INCOMPLETE (no end record): {}",
+                crate::profile::RECORD_STOPPED
+            );
+        }
         None => {
             let _ = writeln!(out, "{pad}status: INCOMPLETE (no end record)");
         }

@@ -563,6 +563,9 @@ fn warnings(profile: &Profile) -> Vec<String> {
     if !profile.complete {
         w.push(match profile.stopped {
             Some(s) => format!("the recording has no end record: {}", s.describe()),
+            None if profile.header.collected => {
+                format!("incomplete recording: {}", crate::profile::RECORD_STOPPED)
+            }
             None => "incomplete recording: the file has no end record (the program crashed, was \
                      killed, or is still running)"
                 .to_owned(),

@@ -282,6 +282,13 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         Some(why) => {
             let _ = writeln!(out, "status: ended where {} (no end record)", why.describe());
         }
+        None if h.collected => {
+            let _ = writeln!(
+                out,
+                "status: INCOMPLETE (no end record): {}",
+                crate::profile::RECORD_STOPPED
+            );
+        }
         None => {
             let _ = writeln!(out, "status: INCOMPLETE (no end record)");
         }
