@@ -10,13 +10,15 @@
 //! `first_sample` (every thread's first allocation sampled like any other), `unwinder`
 //! (`--unwinder auto` on `-O2` C, the note on one-frame stacks), `sites` (C++, C with
 //! wrappers, line-tables-only Rust and stripped programs: each allocation site is the
-//! program's function, in every report). What they share is in `common`.
+//! program's function, in every report), `escaping` (names that a terminal would act on,
+//! from a real program, escaped in every terminal report). What they share is in `common`.
 
 mod browser;
 mod children;
 mod cli;
 mod common;
 mod diff;
+mod escaping;
 mod first_sample;
 mod forwarding;
 mod harm;

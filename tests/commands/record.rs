@@ -48,7 +48,7 @@ pub(crate) fn fixture(name: &str) -> PathBuf {
 
 /// Compiles `fixtures/c/<src>` into `out` with the system compiler and `args` (for a test
 /// that needs its own flags; [`fixture`] builds the shared ones).
-fn cc(src: &str, out: &Path, args: &[&str]) {
+pub(crate) fn cc(src: &str, out: &Path, args: &[&str]) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(src);
     let o = Command::new("cc")
         .args(args)
