@@ -370,7 +370,10 @@ impl<W: Write> Writer<W> {
         put_u(&mut p, header.start_unix_ns);
         put_u(&mut p, w.unit);
         put_u(&mut p, u64::from(header.ppid));
-        put_u(&mut p, u64::from(header.collected));
+        // Flags only when one is set: a file written in the process keeps the bytes it had.
+        if header.collected {
+            put_u(&mut p, 1);
+        }
         let mut bytes = MAGIC.to_vec();
         frame(&mut bytes, TAG_HEADER, &p);
         w.put(&bytes)?;

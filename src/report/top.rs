@@ -472,7 +472,13 @@ pub fn short_lived_table(profile: &Profile, sites: &[SiteTotal], options: &TopOp
             });
         }
         let of = if s.alloc_bytes > 0.0 { 100.0 * s.short_bytes / s.alloc_bytes } else { 0.0 };
-        r.extend([format!("{of:.1}%"), life(s, 0.5), life(s, 0.9), life(s, 0.99), site_cell(s)]);
+        r.extend([
+            format!("{of:.1}%"),
+            life(s, 0.5),
+            life(s, 0.9),
+            life(s, 0.99),
+            printable(&s.site).into_owned(),
+        ]);
         rows.push(r);
     }
     write_table(&mut out, &rows, None, &[]);
