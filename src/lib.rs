@@ -62,7 +62,8 @@
 //! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
 //! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
-//! | `report/tree.rs` | a tree's table of processes; names escaped for a terminal |
+//! | `report/tree.rs` | a tree's table of processes |
+//! | `report/text.rs` | [`report::text::printable`]: every name a terminal shows, escaped |
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
 //! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |

@@ -16,7 +16,7 @@
 //!
 //! | tag | record | payload |
 //! |-----|--------|---------|
-//! | 1 (outer) | Header | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u`, time_unit_ns `u` (version 2), then (appended, may be absent: 0) ppid `u`, the parent's pid |
+//! | 1 (outer) | Header | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u`, time_unit_ns `u` (version 2), then (appended, may be absent: 0) ppid `u`, the parent's pid, then (appended, may be absent: 0) flags `u`: bit 0 set when `memprof record`'s collector wrote the file (it ends the file whatever ends the program, so a file of it cut short means `record` itself stopped) |
 //! | 10 (outer) | Block | codec `u`, raw_len `u`, compressed inner records |
 //!
 //! Inner records are `tag u8 · len u · payload`, except the three *events*, whose layout
@@ -370,6 +370,10 @@ impl<W: Write> Writer<W> {
         put_u(&mut p, header.start_unix_ns);
         put_u(&mut p, w.unit);
         put_u(&mut p, u64::from(header.ppid));
+        // Flags only when one is set: a file written in the process keeps the bytes it had.
+        if header.collected {
+            put_u(&mut p, 1);
+        }
         let mut bytes = MAGIC.to_vec();
         frame(&mut bytes, TAG_HEADER, &p);
         w.put(&bytes)?;
@@ -980,6 +984,8 @@ fn decode_header(p: &mut Payload<'_>) -> Result<Header, Error> {
     }
     // Appended later in version 2: absent from older files.
     let ppid = if version >= 2 && !p.rest.is_empty() { p.u32("ppid").map_err(bad)? } else { 0 };
+    // Appended after it: flags, bit 0 set by `memprof record`'s collector.
+    let collected = version >= 2 && !p.rest.is_empty() && p.u().map_err(bad)? & 1 == 1;
     Ok(Header {
         version,
         interval,
@@ -990,6 +996,7 @@ fn decode_header(p: &mut Payload<'_>) -> Result<Header, Error> {
         cmdline,
         start_unix_ns,
         time_unit_ns,
+        collected,
     })
 }
 
@@ -1187,11 +1194,20 @@ impl<R: Read> Reader<R> {
                 let stopped = if matches!(raw, Raw::End) { self.stopping } else { None };
                 self.profile.stopped = stopped;
                 if stopped.is_none() {
-                    self.profile.warnings.push(format!(
-                        "profile was cut at byte {} (the program may have crashed); read {} \
-                         samples",
-                        self.input.pos, self.seen[0]
-                    ));
+                    // The collector of `memprof record` ends its files whatever ends the
+                    // program: a file of it cut short outlived its writer, not the program.
+                    let (at, samples) = (self.input.pos, self.seen[0]);
+                    self.profile.warnings.push(if self.profile.header.collected {
+                        format!(
+                            "profile was cut at byte {at}, after {samples} samples: {}",
+                            crate::profile::RECORD_STOPPED
+                        )
+                    } else {
+                        format!(
+                            "profile was cut at byte {at} (the program may have crashed); \
+                             read {samples} samples"
+                        )
+                    });
                 }
                 self.state = State::Done;
                 Ok(None)

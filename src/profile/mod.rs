@@ -74,7 +74,18 @@ pub struct Header {
     /// Resolution of the event times in the stream, in nanoseconds (1 in version 1; see
     /// [`format`](mod@format) §1). Event times read back are multiples of it.
     pub time_unit_ns: u64,
+    /// Written by `memprof record`'s collector, a process apart from the program that ends
+    /// the file with its end record whatever ends the program (a crash, a SIGKILL): such a
+    /// file without its end record was cut because `record` itself stopped
+    /// ([`RECORD_STOPPED`]), not because the program did.
+    pub collected: bool,
 }
+
+/// Why a file that `memprof record`'s collector wrote ([`Header::collected`]) has no end
+/// record: the collector stopped before the program ended, so how the program ended is not
+/// in the file.
+pub const RECORD_STOPPED: &str = "memprof record was killed before the program ended (or the \
+     system went down); the program's end and exit status were not recorded";
 
 impl Default for Header {
     fn default() -> Self {
@@ -89,6 +100,7 @@ impl Default for Header {
             start_unix_ns: 0,
             // In memory, times are nanoseconds; a stream says its own unit.
             time_unit_ns: 1,
+            collected: false,
         }
     }
 }

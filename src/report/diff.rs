@@ -73,6 +73,7 @@ use pprof::protos::{self, Message};
 
 use super::flamegraph::{default_subtitle, empty_svg};
 use super::stats::{diff_std_error, holm, p_two_sided, Z95};
+use super::text::printable;
 use super::{collapsed, human_bytes, is_exact, stack_totals, PprofOptions, View};
 use crate::profile::Profile;
 use crate::Error;
@@ -263,16 +264,16 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
     let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
     let _ = write!(out, "{label:<4}: ");
     if let Some(f) = file {
-        let _ = write!(out, "{f}: ");
+        let _ = write!(out, "{}: ", printable(f));
     }
-    let _ = write!(out, "{exe}");
+    let _ = write!(out, "{}", printable(exe));
     if h.pid != 0 {
         let _ = write!(out, " (pid {})", h.pid);
     }
     out.push('\n');
     let pad = " ".repeat(label.len().max(4) + 2);
     if !h.cmdline.is_empty() {
-        let _ = writeln!(out, "{pad}command: {}", h.cmdline.join(" "));
+        let _ = writeln!(out, "{pad}command: {}", printable(&h.cmdline.join(" ")));
     }
     let sampling = if is_exact(p) {
         "exact (every allocation)".to_owned()
@@ -295,12 +296,19 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
         Some(why) => {
             let _ = writeln!(out, "{pad}status: ended where {} (no end record)", why.describe());
         }
+        None if h.collected => {
+            let _ = writeln!(
+                out,
+                "{pad}status: INCOMPLETE (no end record): {}",
+                crate::profile::RECORD_STOPPED
+            );
+        }
         None => {
             let _ = writeln!(out, "{pad}status: INCOMPLETE (no end record)");
         }
     }
     for w in &p.warnings {
-        let _ = writeln!(out, "{pad}warning: {w}");
+        let _ = writeln!(out, "{pad}warning: {}", printable(w));
     }
     let l = &p.lost;
     if l.events != 0 || l.untracked != 0 || l.callback_panics != 0 {
@@ -392,7 +400,7 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
             cell(&c[1]),
             cell(&c[2]),
             words(s),
-            s.site.clone(),
+            printable(&s.site).into_owned(),
         ]);
     }
     let t = &d.total;

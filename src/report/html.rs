@@ -526,18 +526,30 @@ pub fn write_tree_html(
     write_page(&title, &json, out)
 }
 
-/// The page with `json` as its data.
+/// The page with `json` as its data. The template is filled in one pass over its own text:
+/// what a placeholder is replaced with is never searched again, so a title or a name that
+/// spells `{{DATA}}` or `{{JS}}` is only text (replacing placeholders one after the other
+/// would find the data's placeholder inside the title). The data cannot close its script
+/// element either: [`Json::str`] escapes `<`.
 fn write_page(title: &str, json: &str, mut out: impl Write) -> Result<(), Error> {
-    let page = PAGE
-        .replace("{{TITLE}}", &html_escape(title))
-        .replace("{{CSS}}", CSS)
-        .replace("{{JS}}", JS);
-    let (before, after) =
-        page.split_once("{{DATA}}").expect("page.html has a {{DATA}} placeholder");
     let io = |e| Error::io("writing the HTML report", e);
-    out.write_all(before.as_bytes()).map_err(io)?;
-    out.write_all(json.as_bytes()).map_err(io)?;
-    out.write_all(after.as_bytes()).map_err(io)?;
+    let title = html_escape(title);
+    let mut rest = PAGE;
+    while let Some(at) = rest.find("{{") {
+        let (text, tail) = rest.split_at(at);
+        out.write_all(text.as_bytes()).map_err(io)?;
+        let end = tail.find("}}").map_or(tail.len(), |e| e + 2);
+        let value = match &tail[..end] {
+            "{{TITLE}}" => title.as_str(),
+            "{{CSS}}" => CSS,
+            "{{JS}}" => JS,
+            "{{DATA}}" => json,
+            other => other,
+        };
+        out.write_all(value.as_bytes()).map_err(io)?;
+        rest = &tail[end..];
+    }
+    out.write_all(rest.as_bytes()).map_err(io)?;
     out.flush().map_err(io)
 }
 
@@ -551,6 +563,9 @@ fn warnings(profile: &Profile) -> Vec<String> {
     if !profile.complete {
         w.push(match profile.stopped {
             Some(s) => format!("the recording has no end record: {}", s.describe()),
+            None if profile.header.collected => {
+                format!("incomplete recording: {}", crate::profile::RECORD_STOPPED)
+            }
             None => "incomplete recording: the file has no end record (the program crashed, was \
                      killed, or is still running)"
                 .to_owned(),
@@ -669,6 +684,17 @@ mod tests {
                 .insert(addr, vec![Symbol { function: (*f).to_owned(), file: None, line: None }]);
         }
         p
+    }
+
+    #[test]
+    fn data_never_forms_a_placeholder() {
+        let mut page = Vec::new();
+        write_page("x{{DATA}}y{{JS}}</script>", "{\"d\":1}", &mut page).unwrap();
+        let page = String::from_utf8(page).unwrap();
+        assert_eq!(page.matches("{\"d\":1}").count(), 1, "the data once");
+        assert!(page.contains("<title>x{{DATA}}y{{JS}}&lt;/script&gt;</title>"), "{page}");
+        assert!(page.contains("<script type=\"application/json\" id=\"data\">{\"d\":1}</script>"));
+        assert_eq!(page.matches(JS).count(), 1, "the script once");
     }
 
     #[test]

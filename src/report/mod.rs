@@ -24,6 +24,7 @@ pub mod folded;
 pub mod html;
 pub mod pprof;
 pub mod stats;
+pub mod text;
 pub mod top;
 pub mod tree;
 pub mod unwinding;

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::stats::ci95;
+use super::text::printable;
 use super::{gc_cycle_samples, human_bytes, human_duration, is_exact, stack_totals, GroupBy, View};
 use crate::profile::site::Site;
 use crate::profile::symbolize::UNKNOWN_STACK;
@@ -204,12 +205,12 @@ fn backtraces(profile: &Profile, sites: &[SiteTotal], frames: usize) -> String {
         let locations = profile.frame_locations(stack);
         for f in locations.iter().skip(from).take(frames) {
             let at = match (&f.file, f.line) {
-                (Some(file), Some(line)) => format!("  ({file}:{line})"),
-                (Some(file), None) => format!("  ({file})"),
+                (Some(file), Some(line)) => format!("  ({}:{line})", printable(file)),
+                (Some(file), None) => format!("  ({})", printable(file)),
                 _ => String::new(),
             };
             let inlined = if f.inlined { " [inlined]" } else { "" };
-            let _ = writeln!(out, "    {}{at}{inlined}", f.function);
+            let _ = writeln!(out, "    {}{at}{inlined}", printable(&f.function));
         }
         let left = locations.len().saturating_sub(from + frames);
         if left > 0 {
@@ -219,11 +220,12 @@ fn backtraces(profile: &Profile, sites: &[SiteTotal], frames: usize) -> String {
     out
 }
 
-/// A site's cell in the table: its name and, when known, where it allocates.
+/// A site's cell in the table: its name and, when known, where it allocates (both the
+/// program's strings, escaped for the terminal).
 fn site_cell(s: &SiteTotal) -> String {
     match &s.location {
-        Some(at) => format!("{}  ({at})", s.site),
-        None => s.site.clone(),
+        Some(at) => format!("{}  ({})", printable(&s.site), printable(at)),
+        None => printable(&s.site).into_owned(),
     }
 }
 
@@ -237,13 +239,13 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     // Header lines.
     let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
     // The program's name and arguments are the program's strings: escaped for the terminal.
-    let _ = write!(out, "memprof profile of {}", super::tree::printable(exe));
+    let _ = write!(out, "memprof profile of {}", printable(exe));
     if h.pid != 0 {
         let _ = write!(out, " (pid {})", h.pid);
     }
     out.push('\n');
     if !h.cmdline.is_empty() {
-        let _ = writeln!(out, "command: {}", super::tree::printable(&h.cmdline.join(" ")));
+        let _ = writeln!(out, "command: {}", printable(&h.cmdline.join(" ")));
     }
     if exact {
         let _ = writeln!(out, "sampling: exact (every allocation recorded)");
@@ -280,12 +282,19 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         Some(why) => {
             let _ = writeln!(out, "status: ended where {} (no end record)", why.describe());
         }
+        None if h.collected => {
+            let _ = writeln!(
+                out,
+                "status: INCOMPLETE (no end record): {}",
+                crate::profile::RECORD_STOPPED
+            );
+        }
         None => {
             let _ = writeln!(out, "status: INCOMPLETE (no end record)");
         }
     }
     for w in &profile.warnings {
-        let _ = writeln!(out, "warning: {w}");
+        let _ = writeln!(out, "warning: {}", printable(w));
     }
     let l = &profile.lost;
     if l.events != 0 || l.untracked != 0 || l.callback_panics != 0 {
@@ -463,7 +472,13 @@ pub fn short_lived_table(profile: &Profile, sites: &[SiteTotal], options: &TopOp
             });
         }
         let of = if s.alloc_bytes > 0.0 { 100.0 * s.short_bytes / s.alloc_bytes } else { 0.0 };
-        r.extend([format!("{of:.1}%"), life(s, 0.5), life(s, 0.9), life(s, 0.99), s.site.clone()]);
+        r.extend([
+            format!("{of:.1}%"),
+            life(s, 0.5),
+            life(s, 0.9),
+            life(s, 0.99),
+            printable(&s.site).into_owned(),
+        ]);
         rows.push(r);
     }
     write_table(&mut out, &rows, None, &[]);

@@ -1,7 +1,7 @@
 //! Reports of a process tree (`memprof record --follow-forks`): the table of its processes,
-//! one row each, printed above the merged top table; and [`printable`], how every name a
-//! program chose (its path, its arguments, the programs it ran) is printed on a terminal.
+//! one row each, printed above the merged top table.
 
+use super::text::printable;
 use crate::profile::load::Process;
 use std::fmt::Write as _;
 
@@ -20,8 +20,8 @@ impl Default for TreeOptions {
 
 /// The table of a tree's processes, one row each: pid, parent, estimated bytes allocated,
 /// at the process's own peak and still live at its end, its program and its file (the one
-/// to pass to `memprof report` for that process alone; both escaped, [`printable`]). The first process (the program's own) comes first, then the others by
-/// bytes allocated; past [`TreeOptions::limit`] rows, one line counts the rest.
+/// to pass to `memprof report` for that process alone; both escaped, [`printable`]). The
+/// first process (the program's own) comes first, then the others by bytes allocated; past [`TreeOptions::limit`] rows, one line counts the rest.
 pub fn process_table(processes: &[Process], options: &TreeOptions) -> String {
     let h = crate::report::human_bytes;
     let mut order: Vec<&Process> = processes.iter().skip(1).collect();
@@ -66,28 +66,6 @@ pub fn process_table(processes: &[Process], options: &TreeOptions) -> String {
     out
 }
 
-/// `s` with what a terminal would act on escaped: control characters (a newline, an escape
-/// sequence) as `\n`, `\t`, `\r` or `\u{1b}`, and the bidirectional overrides and isolates
-/// (which reorder what follows them) as `\u{202e}`; a backslash stays as it is.
-pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    let bad =
-        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if !s.chars().any(bad) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,12 +104,5 @@ mod tests {
         assert!(lines[4].contains("  small "), "{t}");
         assert_eq!(lines[5], "… 1 more processes: 512 B allocated, 0 B live at exit");
         assert_eq!(lines.len(), 6);
-    }
-
-    #[test]
-    fn terminal_controls_are_escaped() {
-        assert_eq!(printable("./prog"), "./prog");
-        assert_eq!(printable("a\nb\x1b[31m\u{202e}c\\"), "a\\nb\\u{1b}[31m\\u{202e}c\\");
-        assert_eq!(printable("é\u{7f}"), "é\\u{7f}");
     }
 }

@@ -586,6 +586,8 @@ impl Tracker for Recorder {
             start_unix_ns: info.start_unix_ns,
             // Times in memory are nanoseconds (a file gets its own unit: the writer's).
             time_unit_ns: 1,
+            // A recorder of another process is `memprof record`'s collector.
+            collected: self.other.is_some(),
             ..Header::default()
         };
         self.open_output();

@@ -649,3 +649,54 @@ fn the_tree_page_shows_every_process_and_each_alone() {
     b.mouse("mouseMoved", 2.0, 2.0);
     b.screenshot(&dir.join("tree.png"));
 }
+
+/// A program whose path spells the template's placeholders and closes a script element
+/// (`…/x{{DATA}}y</script>{{DATA}}{{JS}}`: its directory is `x{{DATA}}y<`): its page
+/// renders as any other (the flamegraph and the sites), the name shown as text.
+#[test]
+fn a_program_named_like_the_template_renders_normally() {
+    if !Path::new(CHROMIUM).exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI is set but {CHROMIUM} is missing");
+        crate::common::skipped(
+            "the HTML report's browser test",
+            "install Debian's chromium: apt-get install chromium",
+        );
+        return;
+    }
+    let dir = scratch("browser-placeholders");
+    let named = dir.join("x{{DATA}}y<");
+    std::fs::create_dir_all(&named).unwrap();
+    let prog = named.join("script>{{DATA}}{{JS}}");
+    std::fs::copy(fixture("sites"), &prog).unwrap();
+    let out = record(&dir, &["--interval", "1", "-o", "t.mprof"], &prog, &[]);
+    assert_ok(&out, 0);
+    let page = dir.join("t.html");
+    let o = Command::new(MEMPROF)
+        .arg("report")
+        .arg(dir.join("t.mprof"))
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let mut b = Browser::start(&dir.join("chromium-profile"));
+    b.call(
+        "Emulation.setDeviceMetricsOverride",
+        r#"{"width":1280,"height":1000,"deviceScaleFactor":1,"mobile":false}"#,
+    );
+    b.open(&page);
+    let shape = b.json(
+        "(() => { const f = document.getElementById('flame'); \
+         return { frames: +f.dataset.frames, rects: f.querySelectorAll('rect').length, \
+         rows: document.querySelectorAll('#sites tbody tr').length, title: document.title, \
+         scripts: document.scripts.length, text: document.body.innerText, \
+         sites: document.getElementById('sites').innerText }; })()",
+    );
+    assert!(shape.get("frames").num() >= 3.0, "{shape:?}");
+    assert_eq!(shape.get("rects").num(), shape.get("frames").num(), "{shape:?}");
+    assert!(shape.get("rows").num() >= 2.0, "{shape:?}");
+    assert!(shape.get("sites").str().contains("leak_site"), "{shape:?}");
+    assert_eq!(shape.get("scripts").num(), 2.0, "the data and the code, nothing else: {shape:?}");
+    assert!(shape.get("title").str().contains("script>{{DATA}}{{JS}}"), "{shape:?}");
+    assert!(shape.get("text").str().contains("x{{DATA}}y</script>{{DATA}}{{JS}}"), "{shape:?}");
+}

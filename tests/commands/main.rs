@@ -11,14 +11,16 @@
 //! (`--unwinder auto` on `-O2` C, the note on one-frame stacks), `sites` (C++, C with
 //! wrappers, line-tables-only Rust and stripped programs: each allocation site is the
 //! program's function, in every report), `files` (the one policy for the files memprof
-//! loads, writes and reads: preload libraries, outputs, inputs, FIFOs). What they share is
-//! in `common`.
+//! loads, writes and reads: preload libraries, outputs, inputs, FIFOs), `escaping` (names
+//! that a terminal would act on, from a real program, escaped in every terminal report).
+//! What they share is in `common`.
 
 mod browser;
 mod children;
 mod cli;
 mod common;
 mod diff;
+mod escaping;
 mod files;
 mod first_sample;
 mod forwarding;

@@ -48,7 +48,7 @@ pub(crate) fn fixture(name: &str) -> PathBuf {
 
 /// Compiles `fixtures/c/<src>` into `out` with the system compiler and `args` (for a test
 /// that needs its own flags; [`fixture`] builds the shared ones).
-fn cc(src: &str, out: &Path, args: &[&str]) {
+pub(crate) fn cc(src: &str, out: &Path, args: &[&str]) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(src);
     let o = Command::new("cc")
         .args(args)
@@ -1066,4 +1066,58 @@ fn the_peak_view_is_the_live_set_at_the_peak() {
         err.contains("one process at a time") && err.contains("pass one of the files, e.g. "),
         "{err}"
     );
+}
+
+/// `record` SIGKILLed while its program runs: the program runs on and ends by itself, and
+/// the file (which only `record`'s collector writes) says that the recorder stopped first
+/// and the program's end is unknown, not that the program crashed.
+#[test]
+fn record_killed_while_the_program_runs_says_so() {
+    let dir = scratch("record-killed");
+    let mut child = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["record", "--interval", "1", "-o", "k.%p.mprof", "--"])
+        .arg(fixture("slow_exit"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The profile exists once the program runs; its early samples are flushed within 50 ms
+    // (the program sleeps 600 ms after them).
+    let started = std::time::Instant::now();
+    let file = loop {
+        let found = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).find(|p| {
+            p.extension().is_some_and(|e| e == "mprof")
+                && std::fs::metadata(p).is_ok_and(|m| m.len() > 200)
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(started.elapsed().as_secs() < 20, "no profile appeared");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let name = file.file_name().unwrap().to_str().unwrap().to_owned();
+    let pid: u32 = name.trim_start_matches("k.").trim_end_matches(".mprof").parse().unwrap();
+    // The program, orphaned, ends by itself (gone, or a zombie nobody reaps).
+    let stat = format!("/proc/{pid}/stat");
+    let ended = || match std::fs::read_to_string(&stat) {
+        Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    };
+    while !ended() {
+        assert!(started.elapsed().as_secs() < 30, "the program did not end");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = Command::new(MEMPROF).arg("report").arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (report, err) = (text(&out.stdout), text(&out.stderr));
+    let said = "memprof record was killed before the program ended";
+    assert!(report.contains("status: INCOMPLETE") && report.contains(said), "{report}");
+    assert!(report.contains("exit status were not recorded"), "{report}");
+    assert!(err.contains(said), "the warning: {err}");
+    assert!(!report.contains("crashed") && !err.contains("crashed"), "{report}{err}");
+    assert!(report.contains("early_site"), "what was sampled before the kill: {report}");
 }

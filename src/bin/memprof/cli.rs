@@ -8,6 +8,7 @@ use memprof::profile::load::{load_with_first, LoadOptions, Message, Process};
 use memprof::profile::replay::{parse_duration, parse_moment, Window};
 use memprof::profile::symbolize::Loaders;
 use memprof::profile::Profile;
+use memprof::report::text::{printable, printable_os};
 use memprof::report::{self, FlameOptions, GroupBy, PprofOptions, TopOptions, View};
 use memprof::Error;
 use std::ffi::OsString;
@@ -230,7 +231,7 @@ pub fn main() -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("memprof: error: {e}");
+            eprintln!("memprof: error: {}", printable(&e.to_string()));
             1
         }
     }
@@ -260,7 +261,7 @@ fn record_cmd(args: &RecordArgs) -> i32 {
     match record(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("memprof: error: {e}");
+            eprintln!("memprof: error: {}", printable(&e.to_string()));
             1
         }
     }
@@ -355,7 +356,8 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     // after the exit.
     let first = follower.and_then(|t| t.join().ok()).and_then(Result::ok);
     let run = run?;
-    let shown = Path::new(program).display().to_string();
+    // The program's name as the notes and messages show it: escaped for the terminal.
+    let shown = printable_os(program);
     if let Some(sig) = run.signal {
         eprintln!("memprof: {shown} was killed by signal {sig}");
     }
@@ -372,14 +374,14 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
             eprintln!(
                 "memprof: error: the profile {} is gone (removed while {shown} ran?); nothing \
                  was read from it",
-                run.output.display()
+                printable_os(&run.output)
             );
             return Ok(code);
         }
         eprintln!(
             "memprof: warning: the profile {} was removed while {shown} ran; reporting what \
              was read from it before",
-            run.output.display()
+            printable_os(&run.output)
         );
     }
     let empty = !gone && std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
@@ -391,7 +393,7 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
                  program, or LD_PRELOAD was cleared)"
             ),
         };
-        eprintln!("memprof: error: {} is empty: {why}", run.output.display());
+        eprintln!("memprof: error: {} is empty: {why}", printable_os(&run.output));
         return Ok(code);
     }
     let (mut profile, labels, processes) =
@@ -479,15 +481,20 @@ fn record(args: &RecordArgs) -> Result<i32, Error> {
     if tree {
         let dir = memprof::profile::tree::dir_of(&run.output.display().to_string());
         eprintln!(
-            "memprof: profiles {} and {dir}/ ({} processes, {} samples; `memprof report {}` \
+            "memprof: profiles {} and {}/ ({} processes, {} samples; `memprof report {}` \
              reads the tree)",
-            run.output.display(),
+            printable_os(&run.output),
+            printable(&dir),
             processes.len(),
             profile.counts.samples,
-            run.output.display()
+            printable_os(&run.output)
         );
     } else {
-        eprintln!("memprof: profile {} ({})", run.output.display(), labels.join(", "));
+        eprintln!(
+            "memprof: profile {} ({})",
+            printable_os(&run.output),
+            printable(&labels.join(", "))
+        );
     }
     if let Some((true, hint)) = exec_hint(program, &run, &profile) {
         eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
@@ -540,7 +547,7 @@ fn exec_hint(
     let asked = std::fs::canonicalize(&asked).unwrap_or(asked);
     let wrapper = asked != ran;
     let who = if wrapper {
-        format!("it was run by {} (it is a script or a wrapper), and", ran.display())
+        format!("it was run by {} (it is a script or a wrapper), and", printable_os(ran))
     } else {
         "it".to_owned()
     };
@@ -611,8 +618,9 @@ fn read_profiles_first(
     let loaded = load_with_first(files, LoadOptions { recorded }, loaders, first)?;
     for m in &loaded.messages {
         match m {
-            Message::Warning(w) => eprintln!("memprof: warning: {w}"),
-            Message::Note(n) => eprintln!("memprof: note: {n}"),
+            // They name files, modules and programs of the recording.
+            Message::Warning(w) => eprintln!("memprof: warning: {}", printable(w)),
+            Message::Note(n) => eprintln!("memprof: note: {}", printable(n)),
         }
     }
     Ok((loaded.profile, loaded.labels, loaded.processes))
@@ -705,9 +713,9 @@ fn report_files(paths: &[PathBuf], alone: Option<&str>) -> Result<Vec<PathBuf>, 
             "memprof: note: {what} one process at a time: {} alone is reported, not \
              the {} other processes of its tree (pass one of their files for another, e.g. \
              {})",
-            named.root.display(),
+            printable_os(&named.root),
             named.children.len(),
-            named.children[0].display()
+            printable_os(&named.children[0])
         );
         return Ok(vec![named.root]);
     }

@@ -13,6 +13,7 @@ fn rich() -> (Profile, Vec<Event>) {
             cmdline: vec!["prog".into(), "--flag".into(), String::new()],
             start_unix_ns: 1_700_000_000_123_456_789,
             time_unit_ns: TIME_UNIT_SAMPLED_NS,
+            collected: false,
         },
         ..Profile::default()
     };
@@ -795,4 +796,27 @@ fn committed_version_2_fixture_reads_without_labels() {
     let (a, b) = (Profile::read_from(&bytes[..]).unwrap(), Profile::read_from(&v3[..]).unwrap());
     assert_eq!(b.header.version, VERSION);
     assert_eq!((&a.stacks, &a.allocated, &a.live), (&b.stacks, &b.allocated, &b.live));
+}
+
+/// A file of `memprof record`'s collector says so in its header; cut short, it blames the
+/// collector, not the program (which it outlives). Files of older writers claim nothing.
+#[test]
+fn a_collected_file_cut_short_says_record_stopped() {
+    let header = Header { collected: true, ..Header::default() };
+    let mut w = Writer::new(Vec::new(), &header).unwrap();
+    w.write_stack(0, &Stack { frames: vec![1, 2], truncated: false, label: 0 }).unwrap();
+    w.write_sample(&Sample { id: 1, stack: 0, time_ns: 0, thread: 1, addr: 0, size: 8, k: 8 })
+        .unwrap();
+    w.flush().unwrap();
+    let cut = Profile::read_from(&w.get_ref()[..]).unwrap();
+    assert!(cut.header.collected && !cut.complete);
+    assert!(cut.warnings[0].contains(crate::profile::RECORD_STOPPED), "{:?}", cut.warnings);
+    assert!(!cut.warnings[0].contains("crashed"), "{:?}", cut.warnings);
+    let whole = Profile::read_from(&w.finish().unwrap()[..]).unwrap();
+    assert!(whole.header.collected && whole.complete && whole.warnings.is_empty());
+    let plain = Profile::read_from(
+        &Writer::new(Vec::new(), &Header::default()).unwrap().finish().unwrap()[..],
+    )
+    .unwrap();
+    assert!(!plain.header.collected);
 }
