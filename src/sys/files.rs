@@ -207,6 +207,16 @@ impl Drop for Output {
     }
 }
 
+/// The standard stream an output path names: 1 for `-` and `/dev/stdout`, 2 for
+/// `/dev/stderr`.
+pub fn stream_of(path: &Path) -> Option<i32> {
+    match path.as_os_str().as_encoded_bytes() {
+        b"-" | b"/dev/stdout" => Some(1),
+        b"/dev/stderr" => Some(2),
+        _ => None,
+    }
+}
+
 fn create_new(path: &Path) -> io::Result<File> {
     fs::OpenOptions::new()
         .write(true)
@@ -218,7 +228,17 @@ fn create_new(path: &Path) -> io::Result<File> {
 
 /// Creates the output file `path` (§2): a new file, or with `replace` a replacement for an
 /// existing regular file of this user's. The error says why anything else is left alone.
+/// `-` and `/dev/stdout` name this process's standard output, `/dev/stderr` its standard
+/// error (`--collapsed - | flamegraph.pl`): written to the stream as it is, whatever it is.
 pub fn create_output(path: &Path, replace: bool) -> io::Result<Output> {
+    if let Some(fd) = stream_of(path) {
+        use std::os::fd::AsFd;
+        let file = match fd {
+            1 => io::stdout().as_fd().try_clone_to_owned()?,
+            _ => io::stderr().as_fd().try_clone_to_owned()?,
+        };
+        return Ok(Output { file: File::from(file), path: path.to_owned(), tmp: None });
+    }
     match create_new(path) {
         Ok(file) => return Ok(Output { file, path: path.to_owned(), tmp: None }),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}

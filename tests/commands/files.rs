@@ -289,3 +289,28 @@ fn a_report_never_blocks_on_a_fifo() {
     let out = within(memprof_in(&dir, Path::new(MEMPROF)).args(["report", "f.mprof"]));
     assert_one_line_error(&out, None, "FIFO");
 }
+
+/// `-` and `/dev/stdout` write an output to the standard output, which then carries it
+/// alone (the tables go to the standard error): `report FILE --collapsed - | flamegraph.pl`.
+#[test]
+fn an_output_to_the_standard_output_has_it_alone() {
+    let dir = scratch("files-stdout");
+    let prog = fixture("sites");
+    let out = crate::record::record(&dir, &["--interval", "1", "-o", "s.mprof"], &prog, &[]);
+    crate::record::assert_ok(&out, 0);
+    for name in ["-", "/dev/stdout"] {
+        let o = Command::new(MEMPROF)
+            .current_dir(&dir)
+            .args(["report", "s.mprof", "--collapsed", name])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let folded = text(&o.stdout);
+        assert!(!folded.is_empty(), "{name}");
+        for line in folded.lines() {
+            let (stack, n) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{name}: {line:?}"));
+            assert!(stack.contains(';') && n.parse::<u64>().is_ok(), "{name}: {line:?}");
+        }
+        assert!(text(&o.stderr).contains("leak_site"), "the table on stderr: {name}");
+    }
+}

@@ -662,8 +662,20 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
     if let Some(out) = &args.html {
         write_html_of(&profile, &processes, out, true)?;
     }
+    // An output written to the standard output (`--collapsed -`) keeps it to itself: the
+    // tables go to the standard error then.
+    let to_stdout = [&args.flamegraph, &args.pprof, &args.collapsed, &args.html]
+        .iter()
+        .any(|p| p.as_deref().and_then(memprof::files::stream_of) == Some(1));
+    let say = |text: &str| {
+        if to_stdout {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+    };
     if processes.len() > 1 {
-        println!("{}", report::tree::process_table(&processes, &Default::default()));
+        say(&format!("{}\n", report::tree::process_table(&processes, &Default::default())));
     }
     let top = TopOptions {
         limit: args.top,
@@ -671,7 +683,7 @@ fn report_cmd(args: &ReportArgs) -> Result<(), Error> {
         backtrace: args.sites.backtrace,
         ..Default::default()
     };
-    print!("{}", report::top_table(&profile, &top));
+    say(&report::top_table(&profile, &top));
     if let Some(note) = report::unwinding::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
     }
@@ -803,7 +815,7 @@ impl Outputs<'_> {
         for out in named.into_iter().flatten() {
             if let Some(input) = inputs.iter().find(|i| memprof::files::same_file(out, i)) {
                 return Err(Error::Config(format!(
-                    "refusing to write {} over the profile {} it reports (choose another                      output name)",
+                    "refusing to write {} over the profile {} it reports (choose another output name)",
                     out.display(),
                     input.display()
                 )));
