@@ -417,14 +417,20 @@ fn report_sum(dir: &Path, file: &Path, args: &[&str], name: &str) -> u64 {
     folded_sum(&out)
 }
 
+/// True when Chromium is installed; otherwise says on the terminal that the `what` check
+/// was skipped (and fails under CI, which installs it).
+fn have_chromium(what: &str) -> bool {
+    if Path::new(CHROMIUM).exists() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI is set but {CHROMIUM} is missing");
+    crate::common::skipped(what, "install Debian's chromium: apt-get install chromium");
+    false
+}
+
 #[test]
 fn the_html_report_renders_and_agrees_with_the_reports() {
-    if !Path::new(CHROMIUM).exists() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but {CHROMIUM} is missing");
-        crate::common::skipped(
-            "the HTML report's browser test",
-            "install Debian's chromium: apt-get install chromium",
-        );
+    if !have_chromium("the HTML report's browser test") {
         return;
     }
     let dir = scratch("browser");
@@ -570,12 +576,7 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
 /// exactly what `report ITS-FILE` says of it, at its peak and over the run.
 #[test]
 fn the_tree_page_shows_every_process_and_each_alone() {
-    if !Path::new(CHROMIUM).exists() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but {CHROMIUM} is missing");
-        crate::common::skipped(
-            "the tree page's browser test",
-            "install Debian's chromium: apt-get install chromium",
-        );
+    if !have_chromium("the tree page's browser test") {
         return;
     }
     let dir = scratch("browser-tree");
@@ -655,12 +656,7 @@ fn the_tree_page_shows_every_process_and_each_alone() {
 /// renders as any other (the flamegraph and the sites), the name shown as text.
 #[test]
 fn a_program_named_like_the_template_renders_normally() {
-    if !Path::new(CHROMIUM).exists() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but {CHROMIUM} is missing");
-        crate::common::skipped(
-            "the HTML report's browser test",
-            "install Debian's chromium: apt-get install chromium",
-        );
+    if !have_chromium("the HTML report's browser test") {
         return;
     }
     let dir = scratch("browser-placeholders");
