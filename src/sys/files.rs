@@ -7,7 +7,7 @@
 //! owned by this user or root that neither group nor others can write, in a directory owned
 //! by this user or root that others cannot write (a sticky, world-writable directory such
 //! as `/tmp` is refused too: anyone can create a file there). The cached copy of the
-//! bundled library (`record/bundled.rs`) is stricter still: [`owned_and_private`], this
+//! bundled library (`record/bundled.rs`) is stricter still: `owned_and_private`, this
 //! user's alone.
 //!
 //! # 2. Outputs
@@ -29,7 +29,7 @@
 //! it.
 //!
 //! # 4. The profile a hand-set preload writes
-//! [`open_profile_in_process`] runs inside the profiled program (no `record`: the program
+//! `open_profile_in_process` runs inside the profiled program (no `record`: the program
 //! opens `MEMPROF_OUTPUT` itself): `O_NONBLOCK|O_NOFOLLOW`, then `fstat`: a regular file of
 //! this user's, empty. A FIFO, a device or another user's file is refused with nothing
 //! written, and the program runs on unprofiled. It neither panics nor changes errno.
