@@ -242,6 +242,16 @@ struct Browser {
 }
 
 impl Browser {
+    /// [`Browser::start`], with the viewport every page test uses (1280 × 1000, scale 1).
+    fn at_1280x1000(profile_dir: &Path) -> Browser {
+        let mut b = Browser::start(profile_dir);
+        b.call(
+            "Emulation.setDeviceMetricsOverride",
+            r#"{"width":1280,"height":1000,"deviceScaleFactor":1,"mobile":false}"#,
+        );
+        b
+    }
+
     /// Starts Chromium with the protocol on a pipe: the shell gives it our stdin pipe as
     /// fd 3 (commands) and our stdout pipe as fd 4 (responses).
     fn start(profile_dir: &Path) -> Browser {
@@ -454,11 +464,7 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
         assert!(hits.is_empty(), "the page refers to something outside it: {external}");
     }
 
-    let mut b = Browser::start(&dir.join("chromium-profile"));
-    b.call(
-        "Emulation.setDeviceMetricsOverride",
-        r#"{"width":1280,"height":1000,"deviceScaleFactor":1,"mobile":false}"#,
-    );
+    let mut b = Browser::at_1280x1000(&dir.join("chromium-profile"));
     b.open(&page);
     let load_ms = b.eval("window.memprof.loadMs").num();
     eprintln!("browser: the page rendered in {load_ms:.0} ms");
@@ -593,11 +599,7 @@ fn the_tree_page_shows_every_process_and_each_alone() {
     let children = memprof::launcher::child_profiles(&dir.join("t.mprof"));
     assert_eq!(children.len(), 2, "{children:?}");
 
-    let mut b = Browser::start(&dir.join("chromium-profile"));
-    b.call(
-        "Emulation.setDeviceMetricsOverride",
-        r#"{"width":1280,"height":1000,"deviceScaleFactor":1,"mobile":false}"#,
-    );
+    let mut b = Browser::at_1280x1000(&dir.join("chromium-profile"));
     b.open(&page);
     let shape = b.json(
         "(() => { const s = document.getElementById('proc'); return { \
@@ -675,11 +677,7 @@ fn a_program_named_like_the_template_renders_normally() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let mut b = Browser::start(&dir.join("chromium-profile"));
-    b.call(
-        "Emulation.setDeviceMetricsOverride",
-        r#"{"width":1280,"height":1000,"deviceScaleFactor":1,"mobile":false}"#,
-    );
+    let mut b = Browser::at_1280x1000(&dir.join("chromium-profile"));
     b.open(&page);
     let shape = b.json(
         "(() => { const f = document.getElementById('flame'); \
