@@ -455,14 +455,15 @@ pub fn drop_frames_pattern(skip: &SiteSkip) -> String {
 
 impl Profile {
     /// True when a frame is allocation plumbing (the [module documentation](self)'s rule).
-    fn is_plumbing(&self, f: &FrameRef<'_>) -> bool {
+    /// `module` is the frame's ([`Profile::module_of`] its address), found once by the caller.
+    fn is_plumbing(&self, f: &FrameRef<'_>, module: Option<&super::Module>) -> bool {
         if f.file.is_some_and(is_plumbing_file) || is_std_plumbing(&f.function) {
             return true;
         }
         if self.site_skip.matches(&f.function) {
             return true;
         }
-        self.module_of(f.addr.saturating_sub(1)).is_some_and(|m| is_runtime_module(&m.path))
+        module.is_some_and(|m| is_runtime_module(&m.path))
     }
 
     /// The allocation site of a stack: its innermost frame (after trimming) that is not
@@ -477,16 +478,17 @@ impl Profile {
         // allocator's inside (a stripped library's static `sqlite3MemMalloc` under its
         // exported `sqlite3Malloc`). Plumbing of another object says nothing about it: a
         // stripped program's `main` is called by the C library's start-up frames.
-        let module = |f: &FrameRef<'_>| {
-            self.module_of(f.addr.saturating_sub(1)).map(|m| m as *const super::Module)
-        };
+        let modules: Vec<Option<&super::Module>> =
+            frames.iter().map(|f| self.module_of(f.addr.saturating_sub(1))).collect();
         let mut plumbing = vec![false; frames.len()];
         for i in (0..frames.len()).rev() {
-            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false)
-                && module(&frames[i]).is_some()
-                && module(&frames[i]) == module(&frames[i + 1]);
-            plumbing[i] =
-                self.is_plumbing(&frames[i]) || (!frames[i].resolved && called_by_plumbing);
+            let same_object = match (modules[i], modules.get(i + 1).copied().flatten()) {
+                (Some(a), Some(b)) => std::ptr::eq(a, b),
+                _ => false,
+            };
+            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false) && same_object;
+            plumbing[i] = self.is_plumbing(&frames[i], modules[i])
+                || (!frames[i].resolved && called_by_plumbing);
         }
         let index = plumbing.iter().position(|p| !p).unwrap_or(0);
         let f = &frames[index];
