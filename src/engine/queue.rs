@@ -104,7 +104,10 @@ struct SlotHead {
     /// published for the consumer when it is `pos + 1`. Stored relative to the index so
     /// that zeroed memory is a queue's initial state.
     seq: AtomicUsize,
-    /// The thread that claimed the slot last ([`crate::sys::tls::thread_id`]).
+    /// The thread that claimed the slot last, and for which position ([`owner_tag`]): a
+    /// slot claimed but not yet named still holds its name of one lap ago, which must not
+    /// read as this lap's (a thread preempted between its claim and the store made a
+    /// thread that had used the slot a lap before drop its events instead of waiting).
     owner: AtomicUsize,
     event: UnsafeCell<Event>,
     nframes: UnsafeCell<usize>,
@@ -125,6 +128,15 @@ struct Ctl {
     draining: AtomicBool,
     tail: Padded<AtomicUsize>,
     head: Padded<AtomicUsize>,
+}
+
+/// What a slot's `owner` holds once the calling thread has claimed position `pos`: its
+/// [`crate::sys::tls::thread_id`] mixed with the position, so a name left from an earlier
+/// lap never matches this one's (two equal tags would need thread pointers that differ by
+/// an exact multiple of the odd constant times the laps between them).
+#[inline(always)]
+fn owner_tag(pos: usize) -> usize {
+    crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
 }
 
 /// [`Ctl::magic`] of an initialised block ("mpq1").
@@ -393,7 +405,7 @@ impl Queue {
                         // SAFETY: winning the CAS gives this thread exclusive use of the slot
                         // until the Release store below; the frames area has `depth` words.
                         unsafe {
-                            (*slot).owner.store(crate::sys::tls::thread_id(), Ordering::Relaxed);
+                            (*slot).owner.store(owner_tag(pos), Ordering::Relaxed);
                             (*slot).event.get().write(event);
                             (*slot).nframes.get().write(n);
                             crate::engine::callstack::copy_words(
@@ -438,8 +450,7 @@ impl Queue {
         let (seq, owner) =
             unsafe { ((*slot).seq.load(Ordering::Acquire), (*slot).owner.load(Ordering::Relaxed)) };
         // The stored sequence number is relative to the slot's index (`SlotHead::seq`).
-        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1)
-            && owner == crate::sys::tls::thread_id()
+        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1) && owner == owner_tag(pos)
     }
 
     /// Counts an event that was never pushed as lost (a sample skipped for reentrancy,
@@ -668,7 +679,7 @@ mod tests {
         let q = Queue::new(4, 1).unwrap();
         let pos = q.ctl().tail.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the slot was claimed above (the tail moved past it); only atomics change.
-        unsafe { (*q.slot(pos)).owner.store(crate::sys::tls::thread_id(), Ordering::Relaxed) };
+        unsafe { (*q.slot(pos)).owner.store(owner_tag(pos), Ordering::Relaxed) };
         for i in 0..3 {
             assert!(q.push(&ev(i), &[]));
         }
@@ -683,6 +694,25 @@ mod tests {
                 .store(pos.wrapping_add(1).wrapping_sub(pos & q.mask), Ordering::Release)
         };
         assert!(!q.waits_for_me());
+    }
+
+    /// A slot claimed by another thread that has not named itself yet still holds the
+    /// name this thread left there a lap earlier: that is no reason not to wait.
+    #[test]
+    fn a_name_left_from_an_earlier_lap_is_not_this_threads_claim() {
+        let q = Queue::new(4, 1).unwrap();
+        for i in 0..4 {
+            assert!(q.push(&ev(i), &[]));
+        }
+        assert_eq!(q.drain(|_, _| {}), Some(4));
+        // Another thread claims the next position (the first slot again) and is preempted
+        // before it stores its name: the slot names this thread, from the last lap.
+        q.ctl().tail.fetch_add(1, Ordering::Relaxed);
+        for i in 0..3 {
+            assert!(q.push(&ev(i), &[]));
+        }
+        assert!(!q.push(&ev(9), &[]), "full");
+        assert!(!q.waits_for_me(), "the claim is another thread's: room is worth waiting for");
     }
 
     #[test]

@@ -191,6 +191,28 @@ fn eight_threads_with_cross_thread_frees() {
     );
 }
 
+/// Exact mode under load: 8 threads allocating flat out on 2 cores keep the queue full, and
+/// the program waits for the collector instead of dropping events (a thread used to drop
+/// them when the slot the collector waited for still bore its name from a lap before).
+#[test]
+fn exact_mode_under_load_loses_nothing() {
+    let dir = scratch("flat_out");
+    let out = record(&dir, &["--interval", "1", "-o", "f.mprof"], &fixture("flat_out"), &["4"]);
+    assert_ok(&out, 0);
+    let p = read(&dir.join("f.mprof"));
+    assert!(p.complete);
+    assert_eq!(
+        (p.lost.events, p.lost.untracked),
+        (0, 0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 8 threads × 100 blocks of 1000 B at leak_site, everything from churn_site freed.
+    assert_eq!(totals(&p, "leak_site"), (800_000.0, 800.0, 800_000.0, 800.0));
+    let churn = totals(&p, "churn_site");
+    assert_eq!((churn.2, churn.3), (0.0, 0.0), "no phantom live blocks");
+}
+
 #[test]
 fn fork_from_threads_without_following() {
     for mode in ["noexec", "exec"] {
