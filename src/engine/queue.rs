@@ -132,8 +132,8 @@ struct Ctl {
 
 /// What a slot's `owner` holds once the calling thread has claimed position `pos`: its
 /// [`crate::sys::tls::thread_id`] mixed with the position, so a name left from an earlier
-/// lap never matches this one's (two equal tags would need thread pointers that differ by
-/// an exact multiple of the odd constant times the laps between them).
+/// lap never matches this one's (two equal tags would need two threads' pointers to
+/// differ, bit for bit, exactly as the two positions' odd multiples do).
 #[inline(always)]
 fn owner_tag(pos: usize) -> usize {
     crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
