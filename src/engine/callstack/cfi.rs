@@ -288,10 +288,12 @@ pub(super) fn refresh_on_miss() -> bool {
         adds != LOADER_ADDS.load(Ordering::Relaxed) || subs != LOADER_SUBS.load(Ordering::Relaxed);
     let mut published = false;
     if stale {
-        // The table's allocations are the profiler's own, not a handler's (sampler §4).
-        let table = crate::engine::sampler::Busy::own_allocations(build);
+        // The table's allocations, its box included, are the profiler's own, not a
+        // handler's (sampler §4): counted as skipped samples, they made exact mode report
+        // lost events for every table built here.
+        let table = crate::engine::sampler::Busy::own_allocations(|| Box::new(build()));
         if CLOSING.load(Ordering::Acquire) == 0 {
-            TABLE.store(Box::into_raw(Box::new(table)), Ordering::Release);
+            TABLE.store(Box::into_raw(table), Ordering::Release);
             LOADER_ADDS.store(adds, Ordering::Relaxed);
             LOADER_SUBS.store(subs, Ordering::Relaxed);
             published = true;
