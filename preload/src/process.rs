@@ -23,7 +23,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     }
     // SAFETY: `f` is glibc's dlclose, of this signature.
     let f: unsafe extern "C" fn(*mut c_void) -> c_int = unsafe { core::mem::transmute(f) };
-    around_dlclose(|| {
+    around_dlclose(handle, || {
         // SAFETY: as the caller's contract.
         unsafe { f(handle) }
     })

@@ -483,48 +483,119 @@ pub fn before_exec() {
 /// `after_dlclose`, which must come in pairs around it: the profile is brought up to date
 /// while the library is still mapped (see §5), and the DWARF unwinder's module list is
 /// withdrawn meanwhile and rebuilt once the library is gone. errno is `dlclose`'s.
-pub fn around_dlclose<R>(dlclose: impl FnOnce() -> R) -> R {
+pub fn around_dlclose<R>(handle: *const core::ffi::c_void, dlclose: impl FnOnce() -> R) -> R {
     /// Runs [`after_dlclose`] even if `dlclose` unwinds, so the pair stays balanced.
-    struct After;
+    struct After(u64);
     impl Drop for After {
         fn drop(&mut self) {
             let saved = crate::sys::errno::errno();
-            after_dlclose();
+            after_dlclose(self.0);
             crate::sys::errno::set_errno(saved);
         }
     }
-    before_dlclose();
-    let _after = After;
+    let close = before_dlclose(handle);
+    let _after = After(close);
     dlclose()
 }
 
 /// Brings the profile up to date before a library is unloaded (see §5), and withdraws the
 /// DWARF unwinder's module list until [`after_dlclose`]. Only through [`around_dlclose`].
-fn before_dlclose() {
+/// Returns the id of the call's closing record (§6), or 0.
+fn before_dlclose(handle: *const core::ffi::c_void) -> u64 {
     log_owned_modules();
+    let close = log_owned(|a| log_closing(a, handle)).unwrap_or(0);
     sync_owned(Poll::BeforeUnload);
     crate::engine::callstack::before_dlclose();
+    close
 }
 
 /// After `dlclose` returned: the DWARF unwinder lists the objects still loaded. Only
 /// through [`around_dlclose`], once per [`before_dlclose`].
-fn after_dlclose() {
+fn after_dlclose(close: u64) {
     {
         let _busy = crate::engine::sampler::Busy::enter();
         crate::engine::callstack::after_dlclose();
     }
     log_owned_modules();
+    if close != 0 {
+        log_owned(|a| log_closed(a, close));
+    }
 }
 
 /// With a shared ring, in the process that owns it: the module list, if it changed.
 fn log_owned_modules() {
+    log_owned(log_modules);
+}
+
+/// With a shared ring, in the process that owns it: `f` on its agent.
+fn log_owned<R>(f: impl FnOnce(&mut Agent) -> R) -> Option<R> {
     if OWNER.load(Ordering::Acquire) == pid() && collected() {
-        with_agent(|agent| {
-            if let Some(a) = agent {
-                log_modules(a);
-            }
-        });
+        with_agent(|agent| agent.as_mut().map(f))
+    } else {
+        None
     }
+}
+
+/// Ids of `dlclose` calls' closing records (0: none written).
+static CLOSES: AtomicU64 = AtomicU64::new(1);
+
+/// Writes which objects `dlclose(handle)` may unmap ([`ring::LOG_CLOSING`]) and places the
+/// record among the events, before the call can unmap anything. The collector retires
+/// them until the matching [`ring::LOG_CLOSED`], so a library that another thread's
+/// `dlopen` maps where they were meanwhile keeps its own samples (`ring.rs` §3). Returns the
+/// record's id, or 0 when none was written (a handle not on the loader's list).
+fn log_closing(agent: &mut Agent, handle: *const core::ffi::c_void) -> u64 {
+    let _busy = crate::engine::sampler::Busy::enter();
+    let mut id = 0;
+    crate::sys::loader::while_list_is_fixed(|| {
+        let Some(objects) = crate::sys::loader::closable_from(handle) else {
+            return;
+        };
+        let modules: Vec<_> = crate::profile::symbolize::current_modules()
+            .into_iter()
+            .filter(|m| objects.iter().any(|(b, n)| *b == m.base && n == m.path.as_bytes()))
+            .collect();
+        if modules.is_empty() {
+            return;
+        }
+        let next = CLOSES.fetch_add(1, Ordering::Relaxed);
+        let mut bytes = next.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&crate::sys::loader::counts().0.to_le_bytes());
+        bytes.extend_from_slice(&ring::encode_modules(&modules));
+        if log_side(agent, ring::LOG_CLOSING, &bytes) {
+            id = next;
+        }
+    });
+    id
+}
+
+/// Writes that the `dlclose` whose closing record was `id` returned
+/// ([`ring::LOG_CLOSED`]), with the loader's count of objects loaded, read while no object
+/// can be added to its list until the record is among the events: an object loaded before
+/// any event that precedes the record is counted.
+fn log_closed(agent: &mut Agent, id: u64) {
+    let _busy = crate::engine::sampler::Busy::enter();
+    crate::sys::loader::while_list_is_fixed(|| {
+        let mut bytes = id.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&crate::sys::loader::counts().0.to_le_bytes());
+        log_side(agent, ring::LOG_CLOSED, &bytes);
+    });
+}
+
+/// Appends a record to the ring's side log and places it among the events (a side event
+/// that says where the log ends). False when the log could not take it.
+fn log_side(agent: &mut Agent, kind: u8, payload: &[u8]) -> bool {
+    let (Some(ring), Some(session)) = (&agent.ring, &agent.session) else {
+        return false;
+    };
+    let _busy = crate::engine::sampler::Busy::enter();
+    let Some(end) = ring.log_append(kind, payload) else {
+        return false;
+    };
+    if let Some(q) = crate::engine::hot::queue() {
+        crate::session::push_side(q, session.epoch(), ring::SIDE_MODULES, end as usize, &[]);
+    }
+    true
 }
 
 /// True when this process's events go to `memprof record`'s collector (§6).

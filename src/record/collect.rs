@@ -437,10 +437,24 @@ fn read_log(ring: &Ring, out: &mut Output, to: u64) {
     out.log_read = end.max(out.log_read);
     ring.log_consumed(out.log_read);
     for (kind, payload) in records {
-        if kind == ring::LOG_MODULES {
-            if let Some(m) = ring::decode_modules(&payload) {
-                out.driver.tracker.module_snapshot(m);
+        let tracker = &mut out.driver.tracker;
+        // A closing record's call id and the loader's count of loads then.
+        let word = |i: usize| {
+            payload.get(8 * i..8 * i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        };
+        match (kind, word(0), word(1)) {
+            (ring::LOG_MODULES, _, _) => {
+                if let Some(m) = ring::decode_modules(&payload) {
+                    tracker.module_snapshot(m);
+                }
             }
+            (ring::LOG_CLOSING, Some(id), Some(adds)) => {
+                if let Some(m) = ring::decode_modules(&payload[16..]) {
+                    tracker.module_closing(id, adds, m);
+                }
+            }
+            (ring::LOG_CLOSED, Some(id), Some(adds)) => tracker.module_closed(id, adds),
+            _ => {}
         }
     }
 }

@@ -31,7 +31,11 @@
 //! to the side log (they do not fit in a slot) and a side event (`EventKind::Side`,
 //! [`SIDE_MODULES`]) in the queue says where the log ended when they were written, so the
 //! collector reads each list at its place among the events: the list written before a
-//! `dlclose` precedes every event after it. GC cycles travel as side events
+//! `dlclose` precedes every event after it. A `dlclose` also writes which objects it may
+//! unmap before it starts ([`LOG_CLOSING`]) and that it returned ([`LOG_CLOSED`]), after
+//! the list that follows it: another thread's `dlopen` can map a library where the closed
+//! one was, and sample its constructor, before that list is written (see
+//! `session/recorder.rs`, `Generations`). GC cycles travel as side events
 //! ([`SIDE_GC`]). Log positions only grow; the log is a ring of [`LOG_BYTES`] over them:
 //! the collector publishes how far it has read (`log_read`), and a writer whose record
 //! would overwrite what is unread waits for it while the collector is alive (a program
@@ -71,6 +75,12 @@ pub(crate) const ENDING_QUICK: u32 = 2;
 pub(crate) const LOG_PROCESS: u8 = 1;
 /// A side-log record: the loaded modules.
 pub(crate) const LOG_MODULES: u8 = 2;
+/// A side-log record: a `dlclose` starts: its id (`u64`), the loader's count of objects
+/// loaded (`dlpi_adds`, `u64`), then the modules it may unmap (as [`encode_modules`]).
+pub(crate) const LOG_CLOSING: u8 = 3;
+/// A side-log record: the `dlclose` of this id (`u64`) returned; the loader's count of
+/// objects loaded (`u64`) when the record was placed among the events.
+pub(crate) const LOG_CLOSED: u8 = 4;
 
 /// The ring's header, written by the process (the collector writes only `heartbeat_ns`).
 #[repr(C)]

@@ -95,20 +95,54 @@ pub struct Recorder {
 /// that no current module covers belongs to whatever was mapped there since (its list
 /// comes later, at the next snapshot): a shift is opened for the range at once, and the
 /// module that shows up in it is written with that shift.
+///
+/// A `dlclose` is bracketed by two more records ([`Recorder::module_closing`] and
+/// [`Recorder::module_closed`]), because the list written after it cannot be placed
+/// before every event that follows the unmapping: another thread's `dlopen` may map a
+/// library where the closed one was, and sample its constructor, between the unmapping
+/// and that list. So the objects the `dlclose` may unmap are retired when it starts (their
+/// later frames open shifts) and are left out of the lists written meanwhile; when it
+/// ends, an object still listed is current again (with the shifts its frames opened), and
+/// an object gone takes the shifts no module claimed (its destructors' frames) and
+/// closes those bound to it, so the next library mapped there gets a shift of its own.
 #[derive(Default)]
 struct Generations {
-    current: Vec<(String, u64, u64, u64)>,
+    current: Vec<ModuleKey>,
     retired: Vec<(u64, u64)>,
     shifts: Vec<Shift>,
     next_virtual: u64,
+    /// The latest snapshot as listed (closing objects included).
+    listed: Vec<ModuleKey>,
+    /// Objects of `dlclose` calls under way.
+    closing: Vec<Closing>,
+}
+
+/// An object of a `dlclose` call under way.
+struct Closing {
+    /// The call's id.
+    id: u64,
+    /// The loader's count of objects loaded when the call began.
+    adds: u64,
+    module: crate::profile::Module,
+    /// The shifts its frames went through until then (suspended meanwhile).
+    own: Vec<Shift>,
+}
+
+/// A module as its lists name it: path, base, start, end.
+type ModuleKey = (String, u64, u64, u64);
+
+fn module_key(m: &crate::profile::Module) -> ModuleKey {
+    (m.path.clone(), m.base, m.start, m.end)
 }
 
 /// Frames in `start..end` are recorded at `+ delta`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Shift {
     start: u64,
     end: u64,
     delta: u64,
+    /// The module written with this shift, once one is.
+    bound: Option<ModuleKey>,
 }
 
 /// Where shifted modules go: above the 47-bit user address space.
@@ -128,9 +162,20 @@ impl Generations {
     fn new_shift(&mut self, start: u64, end: u64) -> Shift {
         let at = VIRTUAL_BASE + self.next_virtual * VIRTUAL_STRIDE;
         self.next_virtual += 1 + (end - start) / VIRTUAL_STRIDE;
-        let s = Shift { start, end, delta: at.wrapping_sub(start) };
-        self.shifts.push(s);
+        let s = Shift { start, end, delta: at.wrapping_sub(start), bound: None };
+        self.shifts.push(s.clone());
         s
+    }
+
+    /// Retires `start..end`: its shifts end, and later frames there open new ones.
+    fn retire(&mut self, start: u64, end: u64) {
+        self.shifts.retain(|s| s.end <= start || end <= s.start);
+        self.retired.retain(|&(a, b)| b <= start || end <= a);
+        self.retired.push((start, end));
+    }
+
+    fn is_closing(&self, key: &ModuleKey) -> bool {
+        self.closing.iter().any(|c| module_key(&c.module) == *key)
     }
 
     /// The frame as recorded: shifted when it lies in a shift, or in a retired range no
@@ -227,27 +272,126 @@ impl Recorder {
     /// not written yet are written.
     pub(crate) fn add_modules(&mut self, modules: Vec<crate::profile::Module>) {
         for m in modules {
-            self.admit(m);
+            // An object whose `dlclose` is under way is settled when the call ends.
+            if !self.generations.is_closing(&module_key(&m)) {
+                self.admit(m);
+            }
         }
     }
 
     /// The recorded process's full module list at this point of its events (with
     /// [`Recorder::of_process`]): modules gone since the last list are retired (see
-    /// [`Generations`]), new ones written.
+    /// [`Generations`]), new ones written. Objects of a `dlclose` under way only take the
+    /// frames recorded in their range so far.
     pub(crate) fn module_snapshot(&mut self, modules: Vec<crate::profile::Module>) {
-        let key = |m: &crate::profile::Module| (m.path.clone(), m.base, m.start, m.end);
-        let now: Vec<_> = modules.iter().map(key).collect();
-        let gone: Vec<_> =
-            self.generations.current.iter().filter(|k| !now.contains(k)).cloned().collect();
-        for (_, _, start, end) in gone {
-            let g = &mut self.generations;
-            g.shifts.retain(|s| s.end <= start || end <= s.start);
-            g.retired.retain(|&(a, b)| b <= start || end <= a);
-            g.retired.push((start, end));
+        let listed: Vec<_> = modules.iter().map(module_key).collect();
+        let (closing, modules): (Vec<_>, Vec<_>) =
+            modules.into_iter().partition(|m| self.generations.is_closing(&module_key(m)));
+        for m in &closing {
+            self.seal(m);
         }
-        self.generations.current = now;
+        let g = &mut self.generations;
+        let now: Vec<_> = modules.iter().map(module_key).collect();
+        let gone: Vec<_> = g.current.iter().filter(|k| !now.contains(k)).cloned().collect();
+        for (_, _, start, end) in gone {
+            g.retire(start, end);
+        }
+        g.current = now;
+        g.listed = listed;
         for m in modules {
             self.admit(m);
+        }
+    }
+
+    /// `m` is mapped at this point of the events: the frames recorded in its range that no
+    /// module claimed are its own. They are written as its, and their shifts end (frames
+    /// recorded later open new ones).
+    fn seal(&mut self, m: &crate::profile::Module) {
+        let (hit, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.generations.shifts)
+            .into_iter()
+            .partition(|s| s.bound.is_none() && s.start < m.end && m.start < s.end);
+        self.generations.shifts = rest;
+        for s in hit {
+            self.write_module_piece(m, s.start.max(m.start), s.end.min(m.end), s.delta);
+        }
+    }
+
+    /// A `dlclose` starts (call `id`; the loader had loaded `adds` objects), which may unmap
+    /// `modules` (see [`Generations`]): they are mapped now, so what was recorded in their
+    /// ranges is theirs; then they are retired until [`Recorder::module_closed`] says what
+    /// became of them.
+    pub(crate) fn module_closing(
+        &mut self,
+        id: u64,
+        adds: u64,
+        modules: Vec<crate::profile::Module>,
+    ) {
+        for module in modules {
+            self.seal(&module);
+            let key = module_key(&module);
+            let g = &mut self.generations;
+            if g.is_closing(&key) {
+                // Another `dlclose` that may unmap it is under way: it is retired already.
+                g.closing.push(Closing { id, adds, module, own: Vec::new() });
+                continue;
+            }
+            g.current.retain(|k| *k != key);
+            let (own, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut g.shifts)
+                .into_iter()
+                .partition(|s| s.start < module.end && module.start < s.end);
+            g.shifts = rest;
+            g.retire(module.start, module.end);
+            g.closing.push(Closing { id, adds, module, own });
+        }
+    }
+
+    /// The `dlclose` call `id` returned (the loader had loaded `adds` objects by then), and
+    /// the latest list was read after it. Each of its objects still listed is current
+    /// again once no other call may unmap it. One gone ends every call's claim on it, takes
+    /// the frames recorded in its range since that no module claimed when no object was
+    /// loaded meanwhile (else they may be a library's mapped there since, whose list comes
+    /// later), and the shifts bound to it end.
+    pub(crate) fn module_closed(&mut self, id: u64, adds: u64) {
+        let g = &mut self.generations;
+        let (ended, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut g.closing).into_iter().partition(|c| c.id == id);
+        g.closing = rest;
+        for Closing { adds: adds_then, module: m, own, .. } in ended {
+            let key = module_key(&m);
+            let g = &mut self.generations;
+            if g.listed.contains(&key) {
+                if let Some(other) = g.closing.iter_mut().find(|c| module_key(&c.module) == key)
+                {
+                    other.own.extend(own);
+                    continue;
+                }
+                // Still mapped. Frames recorded meanwhile opened a shift, which it takes;
+                // else its frames go on through the shifts they went through before.
+                g.retired.retain(|&(a, b)| b <= m.start || m.end <= a);
+                g.current.push(key);
+                if !g.shifts.iter().any(|s| s.start < m.end && m.start < s.end) {
+                    g.shifts.extend(own);
+                }
+                self.admit(m);
+                continue;
+            }
+            g.closing.retain(|c| module_key(&c.module) != key);
+            let mut orphans = Vec::new();
+            g.shifts.retain(|s| {
+                let overlaps = s.start < m.end && m.start < s.end;
+                match &s.bound {
+                    _ if !overlaps => true,
+                    Some(k) => *k != key,
+                    None if adds == adds_then => {
+                        orphans.push(s.clone());
+                        false
+                    }
+                    None => true,
+                }
+            });
+            for s in orphans {
+                self.write_module_piece(&m, s.start.max(m.start), s.end.min(m.end), s.delta);
+            }
         }
     }
 
@@ -269,10 +413,17 @@ impl Recorder {
         let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
         for w in cuts.windows(2) {
             let (lo, hi) = (w[0], w[1]);
-            let delta = match g.shift_of(lo) {
-                Some(s) => s.delta,
+            let delta = match g.shifts.iter_mut().find(|s| s.start <= lo && lo < s.end) {
+                Some(s) => {
+                    s.bound = Some(module_key(&m));
+                    s.delta
+                }
                 None if g.retired.iter().any(|&(x, y)| x <= lo && lo < y) => {
-                    g.new_shift(lo, hi).delta
+                    let delta = g.new_shift(lo, hi).delta;
+                    if let Some(s) = g.shifts.last_mut() {
+                        s.bound = Some(module_key(&m));
+                    }
+                    delta
                 }
                 None => 0,
             };
@@ -285,21 +436,27 @@ impl Recorder {
         // as long as it is mapped).
         g.retired.retain(|&(x, y)| y <= m.start || m.end <= x);
         for (lo, hi, delta) in pieces {
-            let piece = crate::profile::Module {
-                base: m.base.wrapping_add(delta),
-                start: lo.wrapping_add(delta),
-                end: hi.wrapping_add(delta),
-                ..m.clone()
-            };
-            let written =
-                self.profile.modules.iter().any(|x| {
-                    x.path == piece.path && x.base == piece.base && x.start == piece.start
-                });
-            if !written {
-                self.modules_seen.insert((piece.path.clone(), piece.base));
-                self.write(|w| w.write_module(&piece));
-                self.profile.modules.push(piece);
-            }
+            self.write_module_piece(&m, lo, hi, delta);
+        }
+    }
+
+    /// Writes the piece `lo..hi` of module `m` recorded at `+ delta`, unless written already.
+    fn write_module_piece(&mut self, m: &crate::profile::Module, lo: u64, hi: u64, delta: u64) {
+        let piece = crate::profile::Module {
+            base: m.base.wrapping_add(delta),
+            start: lo.wrapping_add(delta),
+            end: hi.wrapping_add(delta),
+            ..m.clone()
+        };
+        let written = self
+            .profile
+            .modules
+            .iter()
+            .any(|x| x.path == piece.path && x.base == piece.base && x.start == piece.start);
+        if !written {
+            self.modules_seen.insert((piece.path.clone(), piece.base));
+            self.write(|w| w.write_module(&piece));
+            self.profile.modules.push(piece);
         }
     }
 

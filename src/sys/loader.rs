@@ -100,6 +100,63 @@ pub(crate) fn while_list_is_fixed<F: FnOnce()>(f: F) {
     unsafe { libc::dl_iterate_phdr(Some(once::<F>), &mut f as *mut Option<F> as *mut c_void) };
 }
 
+/// The public head of the loader's record of an object (`struct link_map`, <link.h>).
+#[repr(C)]
+struct LinkMap {
+    addr: usize,
+    name: *const libc::c_char,
+    ld: *mut c_void,
+    next: *mut LinkMap,
+    prev: *mut LinkMap,
+}
+
+/// The loader's debugger interface (`struct r_debug`, <link.h>): the head of the list of
+/// the base namespace's objects.
+#[repr(C)]
+struct RDebug {
+    version: c_int,
+    map: *mut LinkMap,
+    brk: usize,
+    state: c_int,
+    ldbase: usize,
+}
+
+extern "C" {
+    /// Defined by the dynamic loader (`ld.so`).
+    static _r_debug: RDebug;
+}
+
+/// The objects a `dlclose(handle)` may unmap: the handle's object and those loaded after
+/// it (its dependencies among them), in load order, as (bias, name). `None` when `handle`
+/// is not an object of the base namespace's list (no object's record is read before its
+/// address is found in the list). Call it from [`while_list_is_fixed`]'s closure, so that
+/// the list does not change during the walk.
+pub(crate) fn closable_from(handle: *const c_void) -> Option<Vec<(u64, Vec<u8>)>> {
+    // SAFETY: `_r_debug` is the loader's, alive for the whole process; its list is not
+    // changed while the caller holds the loader's list lock, and every record on it is
+    // valid (the walk starts from the head and follows `next` only).
+    let mut at = unsafe { core::ptr::addr_of!(_r_debug.map).read_volatile() };
+    let mut found = false;
+    let mut out = Vec::new();
+    while !at.is_null() {
+        found |= at as *const c_void == handle;
+        // SAFETY: `at` is a record of the list (see above).
+        let lm = unsafe { &*at };
+        if found {
+            let name = if lm.name.is_null() {
+                Vec::new()
+            } else {
+                // SAFETY: the loader's names are NUL-terminated strings it keeps with the
+                // record.
+                unsafe { CStr::from_ptr(lm.name) }.to_bytes().to_vec()
+            };
+            out.push((lm.addr as u64, name));
+        }
+        at = lm.next;
+    }
+    found.then_some(out)
+}
+
 /// The loader's counts of objects ever loaded and unloaded (`dlpi_adds`, `dlpi_subs`):
 /// either changes when `dlopen` maps or `dlclose` unmaps an object. (0, 0) where the
 /// loader does not keep them.
