@@ -360,8 +360,7 @@ impl Recorder {
             let key = module_key(&m);
             let g = &mut self.generations;
             if g.listed.contains(&key) {
-                if let Some(other) = g.closing.iter_mut().find(|c| module_key(&c.module) == key)
-                {
+                if let Some(other) = g.closing.iter_mut().find(|c| module_key(&c.module) == key) {
                     other.own.extend(own);
                     continue;
                 }
