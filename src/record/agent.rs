@@ -48,7 +48,9 @@
 //! [`before_dlclose`] brings the file up to date while the library is still mapped: pending
 //! events are written, the modules listed again and the symbols seen so far resolved. It
 //! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
-//! the library is gone (see `engine/callstack/cfi.rs`).
+//! the library is gone (see `engine/callstack/cfi.rs`). Under `memprof record` the two also
+//! write which objects the call may unmap and that it returned ([`log_closing`],
+//! [`log_closed`]; `ring.rs` §3).
 //!
 //! # 6. Under `memprof record`: the shared ring
 //! With `MEMPROF_RINGS` set (by `memprof record`), §2 and §4 do not apply: the process
