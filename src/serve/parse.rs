@@ -75,7 +75,7 @@ pub fn parse_head(buf: &[u8]) -> Parsed<'_> {
         let line = &window[start..end];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         start = end + 1;
-        if line.iter().any(|&b| b == b'\r') {
+        if line.contains(&b'\r') {
             return refuse(400, "a bare CR in the request head");
         }
         match request {
@@ -222,7 +222,7 @@ mod tests {
         let h = complete(b"GET /debug/pprof/heap?seconds=2 HTTP/1.1\r\nHost: x\r\n\r\nBODY");
         assert_eq!(
             (h.method, h.target, h.version, h.len),
-            ("GET", "/debug/pprof/heap?seconds=2", "HTTP/1.1", 52)
+            ("GET", "/debug/pprof/heap?seconds=2", "HTTP/1.1", 53)
         );
         let h = complete(b"GET / HTTP/1.1\n\n");
         assert_eq!((h.target, h.len), ("/", 16));

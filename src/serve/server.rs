@@ -150,9 +150,10 @@ impl Running {
         self.addr
     }
 
-    /// Stops the server within milliseconds, whatever its clients do: it stops listening,
-    /// a delta under way is answered with 503, every other connection is shut down. A
-    /// worker still building a profile finishes it unwaited-for, and ends.
+    /// Stops the server within a quarter of a second, whatever its clients do: it stops
+    /// listening, a delta under way is answered with 503, every other connection is shut
+    /// down. A worker still building a profile is not waited for past 0.1 s: it finishes
+    /// that answer (unsent), and ends.
     pub fn stop(mut self) {
         self.stop_now();
     }
@@ -167,8 +168,8 @@ impl Running {
         // The connection thread blocks only in `poll`, which the wake-up ends.
         let _ = thread.join();
         // The workers see their queue closed once they are idle; a delta ends within
-        // 50 ms of the cancel. A profile being built is not waited for past a moment.
-        let until = Instant::now() + Duration::from_millis(200);
+        // 50 ms of the cancel. A profile being built is not waited for past 0.1 s.
+        let until = Instant::now() + Duration::from_millis(100);
         while Instant::now() < until && !self.workers.iter().all(|w| w.is_finished()) {
             std::thread::sleep(Duration::from_millis(2));
         }
