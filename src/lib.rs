@@ -65,7 +65,9 @@
 //! | `report/tree.rs` | a tree's table of processes |
 //! | `report/text.rs` | [`report::text::printable`]: every name a terminal shows, escaped |
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
-//! | `serve.rs` | `serve` feature: `/debug/pprof/` endpoints, a handler and a std-only HTTP server |
+//! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
+//! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |
+//! | `serve/parse.rs` | the request head, parsed from bytes alone (fuzzed by `tests/fuzz_http.rs`) |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
 //! | `record/` | both halves of `memprof record` |

@@ -316,3 +316,214 @@ fn the_handler_serves_from_an_axum_router() {
     ex.child.stdin.take().unwrap().write_all(b"quit\n").unwrap();
     assert!(ex.child.wait().unwrap().success());
 }
+
+/// A free loopback address (`127.0.0.1:PORT`), for a `record --serve`.
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// A client that sends `start`, then one byte of `b'a'` every `every`, on a connection to
+/// `addr`, until a write fails, `stop` is set, or 30 s have passed: the stream (to read
+/// the answer from) and the thread.
+fn trickle(
+    addr: &str,
+    start: &'static [u8],
+    every: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (TcpStream, std::thread::JoinHandle<()>) {
+    let s = TcpStream::connect(addr).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let t = std::thread::spawn(move || {
+        let begun = Instant::now();
+        if w.write_all(start).is_err() {
+            return;
+        }
+        while !stop.load(std::sync::atomic::Ordering::Relaxed)
+            && begun.elapsed() < Duration::from_secs(30)
+        {
+            if w.write_all(b"a").is_err() {
+                return;
+            }
+            std::thread::sleep(every);
+        }
+    });
+    (s, t)
+}
+
+/// Everything `s` sends until it ends, fails (a reset after the answer) or is silent for
+/// `timeout`.
+fn read_all(s: &mut TcpStream, timeout: Duration) -> Vec<u8> {
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        all.extend_from_slice(&buf[..n]);
+    }
+    all
+}
+
+/// A client sending its request head a byte every 100 ms does not keep `record --serve`
+/// alive after the program: it ends within a moment of the program's end, as without
+/// --serve (the server stopped by then).
+#[test]
+fn record_exits_with_the_program_while_a_client_trickles() {
+    let dir = scratch("serve-trickle");
+    let addr = free_addr();
+    let mut child = Command::new(MEMPROF)
+        .args(["record", "--serve", &addr, "-o"])
+        .arg(dir.join("p.mprof"))
+        .args(["--", "sh", "-c", "echo up; sleep 1; echo end"])
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "up");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (_s, t) = trickle(
+        &addr,
+        b"GET /debug/pprof/heap HTTP/1.1\r\nX-Slow: ",
+        Duration::from_millis(100),
+        stop.clone(),
+    );
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "end");
+    let ended = Instant::now();
+    let status = child.wait().unwrap();
+    let after = ended.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.join().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    // The summary of a short shell run takes a fraction of a second; the server's stop,
+    // milliseconds.
+    assert!(after < Duration::from_secs(2), "record ended {after:?} after the program");
+    assert!(TcpStream::connect(&addr).is_err(), "still listening on {addr}");
+}
+
+/// 130 connections that send nothing do not hold up a request: it is answered at once
+/// (the oldest idle ones make room, answered 503).
+#[test]
+fn a_get_is_answered_beside_130_idle_connections() {
+    let ex = Example::start();
+    let mut idle: Vec<TcpStream> =
+        (0..130).map(|_| TcpStream::connect(&ex.addr).unwrap()).collect();
+    let started = Instant::now();
+    let (status, body) = get(&ex.addr, "/debug/pprof/");
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{}", text(&body));
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    let first = read_all(&mut idle[0], Duration::from_secs(5));
+    assert!(text(&first).starts_with("HTTP/1.1 503 "), "{:?}", text(&first));
+}
+
+/// A request head still arriving, a byte every 200 ms, when its 5 s are up is answered
+/// 408: a per-read timeout would wait for it for ever.
+#[test]
+fn a_head_trickling_past_its_deadline_is_answered_408() {
+    let ex = Example::start();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Instant::now();
+    let (mut s, t) = trickle(
+        &ex.addr,
+        b"GET /debug/pprof/ HTTP/1.1\r\nX-Slow: ",
+        Duration::from_millis(200),
+        stop.clone(),
+    );
+    let answer = read_all(&mut s, Duration::from_secs(15));
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.join().unwrap();
+    assert!(text(&answer).starts_with("HTTP/1.1 408 "), "{:?} after {took:?}", text(&answer));
+    let deadline = memprof::serve::HEAD_DEADLINE;
+    assert!(took >= deadline && took < deadline + Duration::from_secs(3), "{took:?}");
+}
+
+/// Request heads whose lines end with a bare LF are answered like CRLF ones.
+#[test]
+fn bare_lf_requests_are_answered() {
+    let ex = Example::start();
+    for request in ["GET /debug/pprof/ HTTP/1.1\nHost: x\n\n", "GET /debug/pprof/ HTTP/1.0\n\n"] {
+        let mut s = TcpStream::connect(&ex.addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let answer = text(&read_all(&mut s, Duration::from_secs(10)));
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{request:?}: {answer:?}");
+        assert!(answer.contains("href=\"heap\""), "{answer}");
+    }
+    // And a malformed one is refused with a status, not left unanswered.
+    let mut s = TcpStream::connect(&ex.addr).unwrap();
+    s.write_all(b"GET /debug/pprof/ HTTP/1.1\nHost x\n\n").unwrap();
+    let answer = text(&read_all(&mut s, Duration::from_secs(10)));
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer:?}");
+}
+
+/// A server on a profile that never changes, in this process, on a free loopback port.
+fn constant_server() -> memprof::serve::Running {
+    let server = memprof::serve::Server::bind("127.0.0.1:0").unwrap();
+    let handler = memprof::serve::Handler::new(|| Ok(memprof::profile::Profile::default()));
+    server.spawn(handler).unwrap()
+}
+
+/// `Running::stop` returns at once with clients connected: one silent, one trickling its
+/// head, one waiting for a delta (answered 503); each sees its connection end, and the
+/// port is closed.
+#[test]
+fn stop_returns_promptly_with_clients_connected() {
+    let running = constant_server();
+    let addr = running.local_addr().to_string();
+    let mut silent = TcpStream::connect(&addr).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (_slow, t) =
+        trickle(&addr, b"GET / HTTP/1.1\r\nX: ", Duration::from_millis(100), stop.clone());
+    let a = addr.clone();
+    let delta = std::thread::spawn(move || get(&a, "/debug/pprof/heap?seconds=30"));
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    running.stop();
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(took < Duration::from_millis(500), "stop took {took:?}");
+    let (status, body) = delta.join().unwrap();
+    assert_eq!(status, 503, "{}", text(&body));
+    let begun = Instant::now();
+    assert!(read_all(&mut silent, Duration::from_secs(10)).is_empty());
+    assert!(begun.elapsed() < Duration::from_secs(1), "the silent client was not closed");
+    t.join().unwrap();
+    assert!(TcpStream::connect(&addr).is_err(), "still listening on {addr}");
+}
+
+/// Deltas hold at most all the workers but one: beside as many as that, a profile is
+/// answered at once, and one more delta is refused with 503 rather than queued.
+#[test]
+fn deltas_leave_a_worker_for_other_requests() {
+    let running = constant_server();
+    let addr = running.local_addr().to_string();
+    let deltas: Vec<_> = (1..memprof::serve::WORKERS)
+        .map(|_| {
+            let a = addr.clone();
+            std::thread::spawn(move || get(&a, "/debug/pprof/allocs?seconds=3"))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (status, body) = get(&addr, "/debug/pprof/heap");
+    assert_eq!(status, 200, "{}", text(&body));
+    assert!(started.elapsed() < Duration::from_secs(1), "answered after {:?}", started.elapsed());
+    let (status, body) = get(&addr, "/debug/pprof/heap?seconds=1");
+    assert_eq!(status, 503, "{}", text(&body));
+    assert!(text(&body).contains("deltas are under way"), "{}", text(&body));
+    for d in deltas {
+        let (status, body) = d.join().unwrap();
+        assert_eq!(status, 200, "{}", text(&body));
+    }
+    running.stop();
+}

@@ -30,20 +30,54 @@
 //!
 //! # 3. The built-in server
 //! [`Server::bind`] then [`Server::spawn`] (or [`serve`] for both, in process): a minimal
-//! HTTP/1.1 server on one thread, from the standard library only. One request per
-//! connection (`Connection: close`), GET and HEAD, request heads up to 16 KiB, a 5 s read
-//! timeout. Requests are answered one after the other, so a delta holds the server for
-//! its N seconds. Nothing listens unless asked, and only on the address given: use a
-//! loopback address (`127.0.0.1:6060`) unless the profile may be read from the network
-//! (it shows function names, file paths and the command line). The thread marks itself
-//! as inside the profiler while it reads requests and builds answers, so its own
-//! allocations are not sampled. [`Running::stop`] (or dropping it) ends it.
+//! HTTP/1.1 server from the standard library (and `poll`). One request per connection
+//! (`Connection: close`), GET and HEAD. Nothing listens unless asked, and only on the
+//! address given: use a loopback address (`127.0.0.1:6060`) unless the profile may be read
+//! from the network (it shows function names, file paths and the command line).
+//!
+//! One thread owns every socket, non-blocking, and waits in `poll` for whichever is ready,
+//! for a worker's answer, or for the next deadline; it never waits on a client, so no
+//! client can hold up another, or the server's stop. A client has [`HEAD_DEADLINE`] (5 s)
+//! from its connection to send its whole request head, which is answered 408 after that
+//! however the bytes trickle in (a timeout per read would be reset by each byte);
+//! [`WRITE_DEADLINE`] (30 s) to read the answer; and what it sends after its head (a body)
+//! is read and discarded for at most 1 s and 256 KiB once the answer is written, so that
+//! closing does not reset the connection under the answer. The head is parsed by
+//! [`parse::parse_head`], a pure function of the bytes so far (heads up to 16 KiB, lines
+//! ended by CRLF or a bare LF; its rules and refusals: [`parse`]). At most
+//! [`MAX_CONNECTIONS`] (64) connections are open: one more, and the oldest still sending
+//! its head is answered 503 and closed to make room (when every one is past its head, the
+//! new one is), so idle sockets cannot keep a request out.
+//!
+//! # 4. Workers, deltas, the profiler
+//! A profile is built by one of [`WORKERS`] (4) worker threads, started with the server
+//! and kept until it stops (answers that need no profile, the index and the errors, are
+//! given by the connection thread at once). A delta holds its worker for its N seconds:
+//! at most `WORKERS - 1` deltas run at once, and one more is answered 503 at once rather
+//! than queued, so that one worker is always there for a plain profile. The workers are
+//! started with the server, not one per connection, because a thread's start-up
+//! allocations happen before it can mark itself: with a new thread per request, they
+//! would be sampled, and in the heap of the very profile served. The connection thread is
+//! inside the profiler for its whole life, the workers for theirs but while the handler
+//! runs (which takes the in-process profile from outside, and enters itself where it
+//! allocates), so the server's own allocations are not sampled; [`Server::spawn`] returns
+//! once each thread runs.
+//!
+//! [`Running::stop`] (or dropping it) returns within a quarter of a second whatever the
+//! clients do (`memprof record --serve` ends with its program): the listening socket
+//! closes, a delta under way is answered 503 (within 0.15 s), every other connection is
+//! shut down. A worker still building a profile is not waited for past 0.1 s: it ends
+//! once that answer is built, unsent.
+
+pub mod parse;
+mod server;
+
+pub use server::{serve, Running, Server, HEAD_DEADLINE, MAX_CONNECTIONS, WORKERS, WRITE_DEADLINE};
 
 use crate::profile::Profile;
 use crate::report::{self, PprofOptions, View};
 use crate::Error;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,7 +88,7 @@ pub const MAX_DELTA_SECONDS: u64 = 3600;
 /// An HTTP answer: status, content type, body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
-    /// The status code (200, 400, 404, 405, 500, 503).
+    /// The status code (200, 400, 404, 405, 408, 431, 500, 503, 505).
     pub status: u16,
     /// The `Content-Type` header's value.
     pub content_type: &'static str,
@@ -66,7 +100,7 @@ pub struct Response {
 }
 
 impl Response {
-    fn text(status: u16, message: impl Into<String>) -> Response {
+    pub(crate) fn text(status: u16, message: impl Into<String>) -> Response {
         let mut body = message.into().into_bytes();
         body.push(b'\n');
         Response { status, content_type: "text/plain; charset=utf-8", body, filename: None }
@@ -79,8 +113,11 @@ impl Response {
             400 => "Bad Request",
             404 => "Not Found",
             405 => "Method Not Allowed",
+            408 => "Request Timeout",
+            431 => "Request Header Fields Too Large",
             500 => "Internal Server Error",
             503 => "Service Unavailable",
+            505 => "HTTP Version Not Supported",
             _ => "",
         }
     }
@@ -88,6 +125,23 @@ impl Response {
 
 /// A source of profiles: called once per request (twice for a delta).
 type Source = Box<dyn Fn() -> Result<Profile, Error> + Send + Sync>;
+
+/// A request for a profile, as [`Handler::plan`] read it from its target.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plan {
+    view: View,
+    /// The delta's duration (`seconds=N`).
+    seconds: Option<u64>,
+    /// The file name it is saved as.
+    name: &'static str,
+}
+
+impl Plan {
+    /// Whether answering it takes N seconds (a delta).
+    pub(crate) fn is_delta(&self) -> bool {
+        self.seconds.is_some()
+    }
+}
 
 /// Maps requests to the `/debug/pprof/` endpoints (see the [module documentation](self)).
 pub struct Handler {
@@ -122,12 +176,21 @@ impl Handler {
     /// The answer to a GET of `target`, a request target in origin form: a path and an
     /// optional query (`/debug/pprof/heap?seconds=10`).
     pub fn respond(&self, target: &str) -> Response {
+        match self.plan(target) {
+            Ok(plan) => self.run(&plan),
+            Err(answer) => answer,
+        }
+    }
+
+    /// What a GET of `target` asks for: a profile to build ([`Handler::run`]), or an answer
+    /// known at once (the index, a 404, a 400), which takes no profile and never blocks.
+    pub(crate) fn plan(&self, target: &str) -> Result<Plan, Response> {
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let view = match path {
             "/debug/pprof/heap" => View::Live,
             "/debug/pprof/allocs" => View::Alloc,
-            "/debug/pprof/" | "/debug/pprof" => return index(),
-            _ => return Response::text(404, format!("404 page not found: {path}")),
+            "/debug/pprof/" | "/debug/pprof" => return Err(index()),
+            _ => return Err(Response::text(404, format!("404 page not found: {path}"))),
         };
         let mut seconds = None;
         for (key, value) in query.split('&').filter(|p| !p.is_empty()).map(|p| {
@@ -138,21 +201,21 @@ impl Handler {
                 "seconds" => match value.parse::<u64>() {
                     Ok(n) if (1..=MAX_DELTA_SECONDS).contains(&n) => seconds = Some(n),
                     _ => {
-                        return Response::text(
+                        return Err(Response::text(
                             400,
                             format!(
                                 "invalid value for \"seconds\" - must be a positive integer \
                                  up to {MAX_DELTA_SECONDS}"
                             ),
-                        )
+                        ))
                     }
                 },
                 "debug" if value != "0" && !value.is_empty() => {
-                    return Response::text(
+                    return Err(Response::text(
                         400,
                         "only debug=0 is served: the gzip-compressed protobuf profile (read \
                          it with go tool pprof)",
-                    )
+                    ))
                 }
                 // `gc=1` asks Go to collect first: nothing to do here.
                 _ => {}
@@ -164,6 +227,12 @@ impl Handler {
             (_, None) => "allocs",
             (_, Some(_)) => "allocs-delta",
         };
+        Ok(Plan { view, seconds, name })
+    }
+
+    /// The answer to `plan`: the profile (blocking for a delta's N seconds), or 503.
+    pub(crate) fn run(&self, plan: &Plan) -> Response {
+        let Plan { view, seconds, name } = *plan;
         let result = match seconds {
             None => (self.source)().and_then(|p| encode(&p, view, None)).map(Some),
             Some(n) => self
@@ -273,199 +342,5 @@ fn index() -> Response {
         content_type: "text/html; charset=utf-8",
         body: body.as_bytes().to_vec(),
         filename: None,
-    }
-}
-
-/// A bound listening socket, not yet served.
-#[derive(Debug)]
-pub struct Server {
-    listener: TcpListener,
-    addr: SocketAddr,
-}
-
-impl Server {
-    /// Listens on `addr` (`HOST:PORT`; port 0 picks a free port: see
-    /// [`Server::local_addr`]). The errors are one line each: `address 127.0.0.1:6060 is
-    /// in use`, a malformed address, an address not of this machine, a port that needs
-    /// privileges.
-    pub fn bind(addr: &str) -> Result<Server, Error> {
-        let bad = || {
-            Error::Other(format!(
-                "invalid address {addr:?}: expected HOST:PORT, e.g. 127.0.0.1:6060"
-            ))
-        };
-        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|_| bad())?.collect();
-        let first = *addrs.first().ok_or_else(bad)?;
-        let listener = TcpListener::bind(&addrs[..]).map_err(|e| {
-            use std::io::ErrorKind;
-            Error::Other(match e.kind() {
-                ErrorKind::AddrInUse => format!("address {addr} is in use"),
-                ErrorKind::AddrNotAvailable => {
-                    format!("address {addr} is not an address of this machine")
-                }
-                ErrorKind::PermissionDenied => format!(
-                    "cannot listen on {addr}: permission denied (ports below 1024 need \
-                     privileges)"
-                ),
-                _ => format!("cannot listen on {addr}: {e}"),
-            })
-        })?;
-        let addr = listener.local_addr().unwrap_or(first);
-        Ok(Server { listener, addr })
-    }
-
-    /// The address listened on (with the port chosen when port 0 was asked for).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Serves `handler` from a thread of its own, until [`Running::stop`].
-    pub fn spawn(self, handler: Handler) -> Result<Running, Error> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let handler = Arc::new(handler);
-        let (flag, h, listener) = (stop.clone(), handler.clone(), self.listener);
-        let thread = std::thread::Builder::new()
-            .name("memprof-serve".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if flag.load(Ordering::Acquire) {
-                        break;
-                    }
-                    if let Ok(stream) = conn {
-                        answer(stream, &h);
-                    }
-                }
-            })
-            .map_err(|e| Error::io("cannot start the HTTP server's thread", e))?;
-        Ok(Running { addr: self.addr, stop, handler, thread: Some(thread) })
-    }
-}
-
-/// Serves the session running in this process ([`Handler::in_process`]) on `addr`, e.g.
-/// `127.0.0.1:6060`, from a thread of its own.
-pub fn serve(addr: &str) -> Result<Running, Error> {
-    Server::bind(addr)?.spawn(Handler::in_process())
-}
-
-/// A server running on its thread; stopped by [`Running::stop`] or when dropped.
-#[derive(Debug)]
-pub struct Running {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    handler: Arc<Handler>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Running {
-    /// The address it listens on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Stops the server: a delta under way is answered with 503, the request being
-    /// answered is finished, the thread ends.
-    pub fn stop(mut self) {
-        self.stop_now();
-    }
-
-    fn stop_now(&mut self) {
-        let Some(thread) = self.thread.take() else {
-            return;
-        };
-        self.stop.store(true, Ordering::Release);
-        self.handler.cancel();
-        // Wake the thread from `accept`: connect to it (on loopback when it listens on
-        // every address).
-        let mut wake = self.addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        if TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok() {
-            let _ = thread.join();
-        }
-        // Otherwise the thread is left blocked in `accept` (detached).
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop_now();
-    }
-}
-
-/// Longest request head read.
-const MAX_HEAD: usize = 16 << 10;
-
-/// Reads one request from `stream` and answers it; I/O errors end the connection.
-fn answer(mut stream: TcpStream, handler: &Handler) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let head = {
-        let _busy = crate::engine::sampler::Busy::enter();
-        read_head(&mut stream)
-    };
-    let (head_only, response) = match head {
-        Ok(Some(line)) => {
-            let mut parts = line.split(' ');
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some(method), Some(target), Some(v)) if v.starts_with("HTTP/1.") => match method {
-                    "GET" | "HEAD" => (method == "HEAD", handler.respond(target)),
-                    _ => (false, Response::text(405, "only GET is served")),
-                },
-                _ => (false, Response::text(400, "malformed request line")),
-            }
-        }
-        Ok(None) => (false, Response::text(400, "request head too long or cut")),
-        Err(_) => return,
-    };
-    let _busy = crate::engine::sampler::Busy::enter();
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Content-Type-Options: \
-         nosniff\r\nConnection: close\r\n",
-        response.status,
-        response.reason(),
-        response.content_type,
-        response.body.len()
-    );
-    if response.status == 405 {
-        head.push_str("Allow: GET, HEAD\r\n");
-    }
-    if let Some(name) = &response.filename {
-        head.push_str(&format!("Content-Disposition: attachment; filename=\"{name}\"\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes());
-    if !head_only {
-        let _ = stream.write_all(&response.body);
-    }
-    let _ = stream.flush();
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    // Let the client read the answer before the socket closes: drain what it still sends.
-    let mut sink = [0u8; 512];
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
-}
-
-/// The request line of the head read from `stream`; `None` when the head is longer than
-/// [`MAX_HEAD`] or the connection ends first.
-fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]);
-            return Ok(head.lines().next().map(str::to_owned));
-        }
-        if buf.len() > MAX_HEAD {
-            return Ok(None);
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
