@@ -75,14 +75,18 @@
 //! unit boundary falls in between, and the short-lived view (1 ms by default) then misses
 //! it. So from version 4 a free whose age is 0 or 1 unit, in a stream whose unit is coarser
 //! than [`LIFETIME_UNIT_NS`], also says how long its block lived, in units of
-//! [`LIFETIME_UNIT_NS`] = 2¹² ns ≈ 4 µs, rounded down from the difference of the two
-//! unquantised times (§2c): lifetimes under one time unit are known to a few µs, longer
-//! ones to the unit. A block freed within microseconds of its allocation writes 0 there
-//! every time, which zstd reduces to nothing; only lifetimes between 4 µs and 2 units cost
-//! bytes. The unit is 4 µs rather than 1 µs because in the exact mode the profiler's own
-//! work between an allocation and its free (the queue, a cache miss, an interrupt) takes
-//! 1 to 3 µs often enough that, in 1 µs units, the lifetimes of a program that does
-//! nothing but churn (`fixtures/c/churn_pairs.c`) cost as much as the rest of its file.
+//! [`LIFETIME_UNIT_NS`] = 2¹⁷ ns ≈ 131 µs (an eighth of the time unit), rounded down from
+//! the difference of the two unquantised times (§2c): lifetimes under one time unit are
+//! known to ≈ 131 µs, longer ones to the unit. A block freed within microseconds of its
+//! allocation writes 0 there every time, which zstd reduces to nothing; only a free
+//! between 131 µs and 2 units after its allocation writes another value, and each such
+//! value costs a few bytes (it breaks zstd's runs). Why not finer: in the exact mode the
+//! profiler itself stretches lifetimes by microseconds (the stack walk of a sample taken
+//! in between) and, on a loaded machine, by its waits for room in the queue (another
+//! allocation's, between a block's allocation and its free: 50 µs naps); at ≈ 4 µs those
+//! made a churning program's file half as large again, past twice heaptrack's. At 131 µs
+//! the short-lived threshold is still exact for blocks that live microseconds, and off
+//! only for blocks that live within 131 µs above it.
 //!
 //! GC cycles keep nanosecond times; a sample's time is taken as the middle of its unit when
 //! compared with them (see [`crate::profile`] §3).
@@ -182,7 +186,7 @@ pub const TIME_UNIT_EXACT_NS: u64 = 1 << 20;
 pub const TIME_UNIT_SAMPLED_NS: u64 = 1 << 10;
 /// The unit of the lifetimes that version-4 frees carry when the time unit is coarser
 /// (§1 "Time units", §2c).
-pub const LIFETIME_UNIT_NS: u64 = 1 << 12;
+pub const LIFETIME_UNIT_NS: u64 = 1 << 17;
 
 /// The time unit this module writes for a sampling interval.
 pub fn time_unit_ns(interval: f64) -> u64 {

@@ -207,7 +207,7 @@ pub struct Free {
     pub alloc_ns: u64,
     /// How long the block lived, when known more finely than `time_ns − alloc_ns`: a
     /// version-4 stream's exact mode quantises times to ≈ 1.05 ms but says how long a block
-    /// that lived less than that lived, to ≈ 4 µs ([`format`](mod@format) §2c). `None`:
+    /// that lived less than that lived, to ≈ 131 µs ([`format`](mod@format) §2c). `None`:
     /// the difference of the two times is the lifetime.
     pub life_ns: Option<u64>,
 }
@@ -434,7 +434,7 @@ pub struct LiveByTime {
 /// objects (heaptrack's "temporary allocations") die within microseconds, while what a
 /// request, a frame or a batch holds lives for milliseconds or more. The exact mode's event
 /// times are coarser than that ([`format::TIME_UNIT_EXACT_NS`] ≈ 1.05 ms), but its frees
-/// of blocks younger than one unit carry their lifetime to ≈ 4 µs
+/// of blocks younger than one unit carry their lifetime to ≈ 131 µs
 /// ([`format::LIFETIME_UNIT_NS`]), so the threshold holds there too.
 pub const DEFAULT_SHORT_LIVED_NS: u64 = 1_000_000;
 
@@ -474,7 +474,7 @@ pub fn lifetime_bucket_range(b: u16) -> (u64, u64) {
 
 /// How long the sampled blocks lived: every free folded in knows when its block was
 /// allocated ([`Free::alloc_ns`]), so each freed sampled block has a lifetime
-/// ([`Free::lifetime_ns`]: to ≈ 4 µs below the stream's time unit, to the unit above it,
+/// ([`Free::lifetime_ns`]: to ≈ 131 µs below the stream's time unit, to the unit above it,
 /// see [`Header::lifetime_unit_ns`]). Blocks still live have none yet.
 #[derive(Clone, Debug)]
 pub struct Lifetimes {

@@ -822,7 +822,7 @@ fn a_collected_file_cut_short_says_record_stopped() {
 }
 
 /// The exact mode's time unit is ≈ 1.05 ms, but a free 0 or 1 unit after its allocation
-/// says how long its block lived, to ≈ 4 µs (§2c): a block freed 150 ns after its
+/// says how long its block lived, to ≈ 131 µs (§2c): a block freed 150 ns after its
 /// allocation across a unit boundary is short-lived (it read as one unit old, ≥ 1 ms,
 /// before version 4); longer lifetimes are the difference of the times, as before.
 #[test]
@@ -834,9 +834,9 @@ fn exact_mode_lifetimes_are_finer_than_the_time_unit() {
     // (size, allocated, freed, the lifetime read back)
     let blocks = [
         (10, U - 100, U + 50, Some(0)), // 150 ns, across a boundary
-        (20, 3 * U + 10, 3 * U + 5000, Some(4096)), // 4.99 µs, within a unit
-        (30, 5 * U + 100_000, 5 * U + 1_090_000, Some(987_136)), // 0.99 ms, across
-        (40, 8 * U + 10, 9 * U + 500_000, Some(1_548_288)), // 1.55 ms, one unit apart
+        (20, 3 * U + 10, 3 * U + 200_000, Some(131_072)), // 0.2 ms, within a unit
+        (30, 5 * U + 100_000, 5 * U + 1_090_000, Some(917_504)), // 0.99 ms, across
+        (40, 8 * U + 10, 9 * U + 500_000, Some(1_441_792)), // 1.55 ms, one unit apart
         (50, 10 * U, 13 * U + 5, None), // 3 units: to the unit
     ];
     let mut events = Vec::new();
@@ -871,7 +871,7 @@ fn exact_mode_lifetimes_are_finer_than_the_time_unit() {
     let one = |k| Totals { samples: 1, k };
     assert_eq!(short, [(10, one(10)), (20, one(20)), (30, one(30))]);
     // The histogram sorts each block by its lifetime read back.
-    let buckets: Vec<u16> = [0, 4096, 987_136, 1_548_288, 3 * U].map(lifetime_bucket).into();
+    let buckets: Vec<u16> = [0, 131_072, 917_504, 1_441_792, 3 * U].map(lifetime_bucket).into();
     let mut got: Vec<u16> = agg.lifetimes.histogram.keys().map(|&(_, b)| b).collect();
     got.sort_unstable();
     assert_eq!(got, buckets);
