@@ -439,3 +439,44 @@ fn moves_allocate_nothing_keep_errno_and_are_coalesced() {
         seen.samples
     );
 }
+
+/// The lifetimes a tracker is told, in ns, of the blocks of one size.
+struct Lives {
+    size: usize,
+    lives: Vec<u64>,
+}
+
+impl Tracker for Lives {
+    type Token = u64;
+
+    fn alloc(&mut self, a: &Allocation<'_>) -> Option<u64> {
+        (a.size == self.size).then_some(a.time_ns)
+    }
+
+    fn dealloc(&mut self, allocated: u64, d: &Deallocation) {
+        self.lives.push(d.time_ns.saturating_sub(allocated));
+    }
+}
+
+/// With backpressure, an allocation that finds the queue full waits for room inside
+/// `malloc` (50 µs naps); its block is not the program's before `malloc` returns, so the
+/// wait is not part of its life: a block freed right after its allocation is told with a
+/// lifetime of microseconds, not of the wait. A queue of 2 slots is full at nearly every
+/// allocation; at most 5 % of 400 such blocks may live 40 µs or more (the scheduler can
+/// stop the thread between the two).
+#[test]
+fn a_wait_for_room_is_not_in_the_blocks_life() {
+    let _g = serial();
+    const SIZE: usize = 7777;
+    let config =
+        Config { queue_capacity: 2, backpressure: true, drain_thread: true, ..Config::exact() };
+    let session = memprof::start(config, Lives { size: SIZE, lives: Vec::new() }).unwrap();
+    for _ in 0..400 {
+        let p = alloc(SIZE);
+        free(p, SIZE);
+    }
+    let lives = session.stop().unwrap().lives;
+    assert!(lives.len() > 380, "{} of 400 blocks told", lives.len());
+    let long = lives.iter().filter(|&&l| l >= 40_000).count();
+    assert!(long <= lives.len() / 20, "{long} of {} blocks lived ≥ 40 µs", lives.len());
+}

@@ -252,6 +252,14 @@ fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
 }
 
 fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
+    // An allocation's time is when its program gets the block: a wait here for room is the
+    // profiler's, and counted in the block's life it would make a block freed at once look
+    // milliseconds old. Its time is read again at each try (a free's stays when the program
+    // let go of the block).
+    let fresh = |e: &Event| match e.kind {
+        EventKind::Alloc => Event { time_ns: clock::now(), ..*e },
+        _ => *e,
+    };
     // A signal handler whose thread's own push holds the consumer up: no wait frees room.
     if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
         let deadline = monotonic_ns()
@@ -263,12 +271,12 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
             let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
             // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
             unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
-            if q.try_push(*event, frames) {
+            if q.try_push(fresh(event), frames) {
                 return true;
             }
         }
     }
-    q.push(event, frames)
+    q.push(&fresh(event), frames)
 }
 
 /// Queues the death of a sampled block. Keeps errno: it reads the clock and pushes,

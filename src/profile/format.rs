@@ -1,6 +1,6 @@
 //! The `.mprof` stream: versioned, streamed, append-only, compact, and readable after a crash.
 //!
-//! # 1. Layout (version 3)
+//! # 1. Layout (version 4)
 //! ```text
 //! magic   8 bytes  "MPROF\0\0\x01"
 //! record*          tag: u8 · len: LEB128 varint · payload[len] · crc32(tag ‖ payload): u32 LE
@@ -33,7 +33,7 @@
 //! | 12 | Label | id `u`, text `str`: defines label `id` (1, 2, 3, … per file, in order), e.g. the tracing span path `server;handle{endpoint=/upload}` (version 3) |
 //! | 0x80, 0x81 | GcCycle, Stopping | as in version 1 |
 //! | 0x40 | Sample (event) | pair `u`, Δtime `z`, thread `u`, Δk `z` |
-//! | 0x41 | Free (event) | Δtime `z`, pair `u`, age `z`, Δk `z` |
+//! | 0x41 | Free (event) | Δtime `z`, pair `u`, age `z`, [life `u`], Δk `z` (life: version 4, §2c) |
 //! | 0x42 | Move (event) | Δtime `z`, pair `u`, age `z`, Δk `z`, new_size `u` |
 //!
 //! Events are delta-coded against the previous event of the same block (the time starts
@@ -65,11 +65,28 @@
 //! and 7.8 KB with 16 ms (heaptrack's: 8.5 KB, with a 10 ms timeline); at an interval of
 //! 800 B (0.84 M events) it is 324 KB with ≈ 1 µs units, 0.39 bytes per event. So:
 //! - exact mode: [`TIME_UNIT_EXACT_NS`] = 2²⁰ ns ≈ 1.05 ms, ten times finer than heaptrack's
-//!   timeline, within 2× of its file size; fine enough to order a program's phases, to draw
-//!   its heap over time and to tell churn (blocks that die within a few ms) from blocks that
-//!   live for seconds. Within one unit, the order of events is the stream's.
+//!   timeline, within 2× of its file size; fine enough to order a program's phases and to
+//!   draw its heap over time. Within one unit, the order of events is the stream's.
 //! - sampled: [`TIME_UNIT_SAMPLED_NS`] = 2¹⁰ ns ≈ 1 µs: samples are sparse enough that µs
 //!   times cost a fraction of a byte each, and lifetimes and GC attribution stay precise.
+//!
+//! A lifetime is the one time that needs more than the unit: the difference of two times
+//! quantised to ≈ 1.05 ms is ≈ 1.05 ms for a block freed 100 ns after its allocation when a
+//! unit boundary falls in between, and the short-lived view (1 ms by default) then misses
+//! it. So from version 4 a free whose age is 0 or 1 unit, in a stream whose unit is coarser
+//! than [`LIFETIME_UNIT_NS`], also says how long its block lived, in units of
+//! [`LIFETIME_UNIT_NS`] = 2¹⁷ ns ≈ 131 µs (an eighth of the time unit), rounded down from
+//! the difference of the two unquantised times (§2c): lifetimes under one time unit are
+//! known to ≈ 131 µs, longer ones to the unit. A block freed within microseconds of its
+//! allocation writes 0 there every time, which zstd reduces to nothing; only a free
+//! between 131 µs and 2 units after its allocation writes another value, and each such
+//! value costs a few bytes (it breaks zstd's runs). Why not finer: in the exact mode the
+//! profiler itself stretches lifetimes by microseconds (the stack walk of a sample taken
+//! in between) and, on a loaded machine, by its waits for room in the queue (another
+//! allocation's, between a block's allocation and its free: 50 µs naps); at ≈ 4 µs those
+//! made a churning program's file half as large again, past twice heaptrack's. At 131 µs
+//! the short-lived threshold is still exact for blocks that live microseconds, and off
+//! only for blocks that live within 131 µs above it.
 //!
 //! GC cycles keep nanosecond times; a sample's time is taken as the middle of its unit when
 //! compared with them (see [`crate::profile`] §3).
@@ -107,6 +124,18 @@
 //! files see no labels (every stack's label is 0): in a stream of an older version a Label
 //! record is an unknown critical record (the reading stops there, §3) and bytes after a
 //! stack's frames are ignored trailing bytes.
+//!
+//! # 2c. Version 4: lifetimes finer than the time unit
+//! Version 4 is version 3 with one more field in the Free event: when the header's
+//! `time_unit_ns` is larger than [`LIFETIME_UNIT_NS`] (the exact mode) and the free's age
+//! is 0 or 1 unit, the age is followed by `life u`: ⌊(free time − allocation time) /
+//! [`LIFETIME_UNIT_NS`]⌋, both times in nanoseconds before quantisation. A life that the
+//! age rules out (not below (age + 1) units) is a damaged record. Read back, such a free
+//! has [`Free::life_ns`] set to `life × LIFETIME_UNIT_NS`; other frees, and every free of
+//! versions 1 to 3, leave it unset, and their lifetime is the difference of their
+//! quantised times ([`Free::lifetime_ns`]). Moves are unchanged (a lifetime ends at the
+//! free). A version-3 reader refuses a version-4 file (§3): events have no length, so it
+//! could not skip the field.
 //!
 //! # 3. Compatibility
 //! - The header's `version` is [`VERSION`]; a reader refuses versions it does not know.
@@ -149,12 +178,15 @@ use crate::Error;
 /// The first eight bytes of every `.mprof` stream.
 pub const MAGIC: &[u8; 8] = b"MPROF\0\0\x01";
 /// The format version this module writes and the newest it reads.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The unit of event times in the version-2 streams this module writes in the exact mode
 /// (§1 "Time units").
 pub const TIME_UNIT_EXACT_NS: u64 = 1 << 20;
 /// The unit of event times in sampled streams (§1 "Time units").
 pub const TIME_UNIT_SAMPLED_NS: u64 = 1 << 10;
+/// The unit of the lifetimes that version-4 frees carry when the time unit is coarser
+/// (§1 "Time units", §2c).
+pub const LIFETIME_UNIT_NS: u64 = 1 << 17;
 
 /// The time unit this module writes for a sampling interval.
 pub fn time_unit_ns(interval: f64) -> u64 {
@@ -263,6 +295,13 @@ fn zigzag(v: i64) -> u64 {
 
 fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// True when a free of `age` units in a stream of `unit` ns carries its lifetime (§2c):
+/// when the unit is coarser than [`LIFETIME_UNIT_NS`] and the age could be a block that
+/// lived less than one unit.
+fn fine_life(unit: u64, age: i64) -> bool {
+    unit > LIFETIME_UNIT_NS && (age == 0 || age == 1)
 }
 
 /// Frames `payload` as an outer record (tag, length, payload, crc) into `out`.
@@ -591,8 +630,9 @@ impl<W: Write> Writer<W> {
         Ok(pair)
     }
 
-    /// The fields that name the block of a free or move: its pair, its age in units, its
-    /// sample points.
+    /// The fields that name the block of a free or move: its pair, its age in units, (a
+    /// free's) lifetime when the unit is too coarse for it (§2c), its sample points.
+    #[allow(clippy::too_many_arguments)]
     fn block_of(
         &mut self,
         tag: u8,
@@ -601,6 +641,7 @@ impl<W: Write> Writer<W> {
         size: u64,
         k: u64,
         alloc_ns: u64,
+        life_ns: u64,
     ) -> Result<(), Error> {
         if u64::from(stack) >= self.stacks {
             return Err(Error::Format(format!(
@@ -611,12 +652,24 @@ impl<W: Write> Writer<W> {
         let dt = self.time_delta(time_ns);
         let age =
             (self.delta.time as i64).wrapping_sub((alloc_ns >> self.unit.trailing_zeros()) as i64);
+        let life = (tag == EV_FREE && fine_life(self.unit, age)).then_some(life_ns);
+        if let Some(life) = life {
+            // What the reader checks (§2c): a hand-built free can say anything.
+            if life >= (age as u64 + 1) * self.unit {
+                return Err(Error::Format(format!(
+                    "a free's lifetime of {life} ns does not fit its allocation and free times"
+                )));
+            }
+        }
         let expected = super::expected_k(self.interval, size);
         let b = &mut self.block;
         b.push(tag);
         put_z(b, dt);
         put_u(b, pair);
         put_z(b, age);
+        if let Some(life) = life {
+            put_u(b, life >> LIFETIME_UNIT_NS.trailing_zeros());
+        }
         put_z(b, k.wrapping_sub(expected) as i64);
         Ok(())
     }
@@ -624,14 +677,14 @@ impl<W: Write> Writer<W> {
     /// Writes the free of a sampled block (named by its stack, size, points and
     /// allocation time; the id is not written).
     pub fn write_free(&mut self, f: &Free) -> Result<(), Error> {
-        self.block_of(EV_FREE, f.time_ns, f.stack, f.size, f.k, f.alloc_ns)?;
+        self.block_of(EV_FREE, f.time_ns, f.stack, f.size, f.k, f.alloc_ns, f.lifetime_ns())?;
         self.frees += 1;
         self.maybe_seal()
     }
 
     /// Writes the move (reallocation) of a sampled block (named as a free names it).
     pub fn write_move(&mut self, m: &Move) -> Result<(), Error> {
-        self.block_of(EV_MOVE, m.time_ns, m.stack, m.size, m.k, m.alloc_ns)?;
+        self.block_of(EV_MOVE, m.time_ns, m.stack, m.size, m.k, m.alloc_ns, 0)?;
         put_u(&mut self.block, m.new_size);
         self.moves += 1;
         self.maybe_seal()
@@ -1302,12 +1355,25 @@ impl<R: Read> Reader<R> {
                 let (stack, size) = self.pair_at(p.u()?)?;
                 let age = p.z()?;
                 let alloc_ns = self.delta.time.wrapping_sub(age as u64).saturating_mul(unit);
+                let life_ns =
+                    if tag == EV_FREE && self.profile.header.version >= 4 && fine_life(unit, age) {
+                        let life = p.u()?.saturating_mul(LIFETIME_UNIT_NS);
+                        // age ≤ 1 and unit ≤ 1 s: no overflow.
+                        if life >= (age as u64 + 1) * unit {
+                            return Err(format!(
+                            "a free's lifetime of {life} ns exceeds its age of {age} time units"
+                        ));
+                        }
+                        Some(life)
+                    } else {
+                        None
+                    };
                 let expected = super::expected_k(self.profile.header.interval, size);
                 let k = expected.wrapping_add(p.z()? as u64);
                 self.stopping = None;
                 if tag == EV_FREE {
                     self.seen[1] += 1;
-                    let f = Free { id: 0, time_ns, stack, size, k, alloc_ns };
+                    let f = Free { id: 0, time_ns, stack, size, k, alloc_ns, life_ns };
                     return Ok(Some(Event::Free(f)));
                 }
                 let new_size = p.u()?;

@@ -72,13 +72,28 @@ pub struct Header {
     /// Wall-clock start of the recording, nanoseconds since the Unix epoch.
     pub start_unix_ns: u64,
     /// Resolution of the event times in the stream, in nanoseconds (1 in version 1; see
-    /// [`format`](mod@format) §1). Event times read back are multiples of it.
+    /// [`format`](mod@format) §1). Event times read back are multiples of it; lifetimes
+    /// shorter than it may be finer ([`Header::lifetime_unit_ns`]).
     pub time_unit_ns: u64,
     /// Written by `memprof record`'s collector, a process apart from the program that ends
     /// the file with its end record whatever ends the program (a crash, a SIGKILL): such a
     /// file without its end record was cut because `record` itself stopped
     /// ([`RECORD_STOPPED`]), not because the program did.
     pub collected: bool,
+}
+
+impl Header {
+    /// Resolution of the lifetimes shorter than one time unit, in nanoseconds: the frees of
+    /// a version-4 stream whose unit is coarser than [`format::LIFETIME_UNIT_NS`] carry them
+    /// to that unit ([`format`](mod@format) §2c); otherwise the time unit. Lifetimes of a
+    /// unit or more are known to the time unit.
+    pub fn lifetime_unit_ns(&self) -> u64 {
+        if self.version >= 4 && self.time_unit_ns > format::LIFETIME_UNIT_NS {
+            format::LIFETIME_UNIT_NS
+        } else {
+            self.time_unit_ns.max(1)
+        }
+    }
 }
 
 /// Why a file that `memprof record`'s collector wrote ([`Header::collected`]) has no end
@@ -190,12 +205,31 @@ pub struct Free {
     pub k: u64,
     /// When the block was allocated (its sample's `time_ns`).
     pub alloc_ns: u64,
+    /// How long the block lived, when known more finely than `time_ns − alloc_ns`: a
+    /// version-4 stream's exact mode quantises times to ≈ 1.05 ms but says how long a block
+    /// that lived less than that lived, to ≈ 131 µs ([`format`](mod@format) §2c). `None`:
+    /// the difference of the two times is the lifetime.
+    pub life_ns: Option<u64>,
 }
 
 impl Free {
     /// The free, at `time_ns`, of the block of sample `s`.
     pub fn of(s: &Sample, time_ns: u64) -> Free {
-        Free { id: s.id, time_ns, stack: s.stack, size: s.size, k: s.k, alloc_ns: s.time_ns }
+        Free {
+            id: s.id,
+            time_ns,
+            stack: s.stack,
+            size: s.size,
+            k: s.k,
+            alloc_ns: s.time_ns,
+            life_ns: None,
+        }
+    }
+
+    /// How long the block lived: [`Free::life_ns`] when set, else from its allocation to
+    /// its free (0 when a damaged stream puts the free first).
+    pub fn lifetime_ns(&self) -> u64 {
+        self.life_ns.unwrap_or(self.time_ns.saturating_sub(self.alloc_ns))
     }
 }
 
@@ -398,10 +432,10 @@ pub struct LiveByTime {
 /// The default threshold of a short-lived block: freed less than 1 ms after it was
 /// allocated (`--short-lived`). Scratch buffers, temporary strings and per-iteration
 /// objects (heaptrack's "temporary allocations") die within microseconds, while what a
-/// request, a frame or a batch holds lives for milliseconds or more; 1 ms is also the
-/// resolution of the exact mode's event times ([`format::TIME_UNIT_EXACT_NS`] ≈ 1.05 ms),
-/// so that a block is short-lived there when it is freed within the time unit it was
-/// allocated in.
+/// request, a frame or a batch holds lives for milliseconds or more. The exact mode's event
+/// times are coarser than that ([`format::TIME_UNIT_EXACT_NS`] ≈ 1.05 ms), but its frees
+/// of blocks younger than one unit carry their lifetime to ≈ 131 µs
+/// ([`format::LIFETIME_UNIT_NS`]), so the threshold holds there too.
 pub const DEFAULT_SHORT_LIVED_NS: u64 = 1_000_000;
 
 /// Buckets of a lifetime histogram per octave of nanoseconds (relative width 2^(1/4) − 1 ≈
@@ -439,8 +473,9 @@ pub fn lifetime_bucket_range(b: u16) -> (u64, u64) {
 }
 
 /// How long the sampled blocks lived: every free folded in knows when its block was
-/// allocated ([`Free::alloc_ns`]), so each freed sampled block has a lifetime (to the
-/// stream's time unit). Blocks still live have none yet.
+/// allocated ([`Free::alloc_ns`]), so each freed sampled block has a lifetime
+/// ([`Free::lifetime_ns`]: to ≈ 131 µs below the stream's time unit, to the unit above it,
+/// see [`Header::lifetime_unit_ns`]). Blocks still live have none yet.
 #[derive(Clone, Debug)]
 pub struct Lifetimes {
     /// A freed block is short-lived when its lifetime is below this
@@ -465,7 +500,7 @@ impl Lifetimes {
     }
 
     fn add(&mut self, f: &Free) {
-        let life = f.time_ns.saturating_sub(f.alloc_ns);
+        let life = f.lifetime_ns();
         let add = |t: &mut Totals| {
             t.samples += 1;
             t.k = t.k.wrapping_add(f.k);

@@ -358,7 +358,7 @@ fn pass_on(src: &Source, path: &Path, grid: Grid, tree: &mut Tree) -> Result<Pas
                 let c = p.cells.entry((node, a, b)).or_default();
                 c.k = c.k.wrapping_add(f.k);
                 c.n += 1;
-                if f.time_ns.saturating_sub(f.alloc_ns) < profile.lifetimes.short_lived_ns {
+                if f.lifetime_ns() < profile.lifetimes.short_lived_ns {
                     *p.short.entry(node).or_default() += f.k;
                 }
                 let bytes = f.k as f64 * interval;

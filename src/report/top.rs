@@ -424,8 +424,11 @@ fn write_table(out: &mut String, rows: &[Vec<String>], rule: Option<&[String]>, 
 
 /// The short-lived section of the top table: how many of the allocated bytes were freed
 /// within the threshold, then the sites with the most short-lived bytes and the lifetimes
-/// of their freed bytes (percentiles by bytes, to within 19 %; a lifetime below the time
-/// unit of the recording shows as `<` the unit). Empty when nothing was freed.
+/// of their freed bytes (percentiles by bytes, to within 19 %; a lifetime below the
+/// resolution of the recording's lifetimes, [`Header::lifetime_unit_ns`], shows as `<` it).
+/// Empty when nothing was freed.
+///
+/// [`Header::lifetime_unit_ns`]: crate::profile::Header::lifetime_unit_ns
 pub fn short_lived_table(profile: &Profile, sites: &[SiteTotal], options: &TopOptions) -> String {
     let mut out = String::new();
     let short: f64 = sites.iter().map(|s| s.short_bytes).sum();
@@ -435,7 +438,7 @@ pub fn short_lived_table(profile: &Profile, sites: &[SiteTotal], options: &TopOp
     }
     let exact = is_exact(profile);
     let interval = profile.header.interval;
-    let unit = profile.header.time_unit_ns.max(1);
+    let unit = profile.header.lifetime_unit_ns();
     let bytes = |v: f64| if options.human_bytes { human_bytes(v) } else { format!("{v:.0}") };
     let _ = writeln!(
         out,

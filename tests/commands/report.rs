@@ -231,11 +231,20 @@ fn three_sites(exact: bool) -> Profile {
     tables.with_events(&events)
 }
 
-/// `events` as a version-2 file gives them back: times (allocation times of frees and
+/// `events` as a version-4 file gives them back: times (allocation times of frees and
 /// moves included) at the start of their unit of `unit_ns`, no block addresses, no sample
-/// ids (samples numbered 1, 2, 3, … in stream order; frees and moves with id 0).
+/// ids (samples numbered 1, 2, 3, … in stream order; frees and moves with id 0), and in
+/// the exact mode's coarse unit the frees 0 or 1 unit after their allocation with their
+/// lifetime rounded down to the µs unit ([`format::LIFETIME_UNIT_NS`]). Versions 2 and 3
+/// give them back as [`before_v4`] says.
 fn as_written(events: &[Event], unit_ns: u64) -> Vec<Event> {
     let t = |ns: u64| ns / unit_ns * unit_ns;
+    let fine = format::LIFETIME_UNIT_NS;
+    let life = |f: &Free| {
+        let age = (t(f.time_ns) / unit_ns) as i64 - (t(f.alloc_ns) / unit_ns) as i64;
+        (unit_ns > fine && (age == 0 || age == 1))
+            .then(|| f.time_ns.saturating_sub(f.alloc_ns) / fine * fine)
+    };
     let mut samples = 0;
     events
         .iter()
@@ -245,7 +254,14 @@ fn as_written(events: &[Event], unit_ns: u64) -> Vec<Event> {
                 Event::Sample(Sample { id: samples, time_ns: t(s.time_ns), addr: 0, ..s })
             }
             Event::Free(f) => {
-                Event::Free(Free { id: 0, time_ns: t(f.time_ns), alloc_ns: t(f.alloc_ns), ..f })
+                let life_ns = life(&f);
+                Event::Free(Free {
+                    id: 0,
+                    time_ns: t(f.time_ns),
+                    alloc_ns: t(f.alloc_ns),
+                    life_ns,
+                    ..f
+                })
             }
             Event::Move(m) => Event::Move(Move {
                 id: 0,
@@ -255,6 +271,18 @@ fn as_written(events: &[Event], unit_ns: u64) -> Vec<Event> {
                 ..m
             }),
             Event::GcCycle(c) => Event::GcCycle(c),
+        })
+        .collect()
+}
+
+/// [`as_written`] events as a version-2 or 3 file gives them back: frees carry no lifetime
+/// of their own (it is the difference of their times, to the unit).
+fn before_v4(events: &[Event]) -> Vec<Event> {
+    events
+        .iter()
+        .map(|e| match *e {
+            Event::Free(f) => Event::Free(Free { life_ns: None, ..f }),
+            e => e,
         })
         .collect()
 }
@@ -663,11 +691,12 @@ mod pprof {
 // .mprof fixtures
 
 mod mprof {
-    //! The golden files `small-v3.mprof` and `small-v3-truncated.mprof` are what the writer
-    //! writes now (format version 3); `small-v2.mprof` and `small-v2-truncated.mprof` were
-    //! written by the previous writer (version 2), `small.mprof`, `small-truncated.mprof`
-    //! and the two `small-before-*.mprof` files by older memprofs (version 1): all must
-    //! still read.
+    //! The golden files `small-v4.mprof` and `small-v4-truncated.mprof` are what the writer
+    //! writes now (format version 4); `small-v3.mprof` and `small-v3-truncated.mprof` were
+    //! written by the previous writer (version 3), `small-v2.mprof` and
+    //! `small-v2-truncated.mprof` by the one before (version 2), `small.mprof`,
+    //! `small-truncated.mprof` and the two `small-before-*.mprof` files by older memprofs
+    //! (version 1): all must still read, with the time units they were written with.
     use super::*;
 
     fn small_bytes() -> Vec<u8> {
@@ -720,9 +749,9 @@ mod mprof {
 
     #[test]
     fn small_fixture_is_what_the_writer_writes_and_reads_back() {
-        golden("small-v3.mprof", &small_bytes());
-        golden("small-v3-truncated.mprof", &truncated_bytes());
-        let p = Profile::read_file(fixtures().join("small-v3.mprof")).unwrap();
+        golden("small-v4.mprof", &small_bytes());
+        golden("small-v4-truncated.mprof", &truncated_bytes());
+        let p = Profile::read_file(fixtures().join("small-v4.mprof")).unwrap();
         let (tables, events) = three_sites_recording(true);
         assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
         // The writer sets the version and the time unit of the exact mode.
@@ -735,15 +764,21 @@ mod mprof {
         assert_eq!(p.symbols, tables.symbols);
         // Every event, in order, at the resolution of the file.
         let written = as_written(&events, unit);
-        let (_, read) = events_of("small-v3.mprof");
+        let (_, read) = events_of("small-v4.mprof");
         assert_eq!(read, written);
         let want = with_header(tables, header).with_events(&written);
-        assert_same_aggregates(&p, &want, "small-v3.mprof");
-        // The previous writer's file (version 2, no labels) reads back the same events.
-        let (v2, read) = events_of("small-v2.mprof");
-        assert_eq!(v2.header.version, 2);
-        assert_eq!(read, written);
-        assert_eq!(v2.stacks, p.stacks);
+        assert_same_aggregates(&p, &want, "small-v4.mprof");
+        // The previous writers' files (version 3; version 2, no labels) read back the same
+        // events, in the same unit, their frees without a lifetime of their own.
+        for (name, version) in [("small-v3.mprof", 3), ("small-v2.mprof", 2)] {
+            let (old, read) = events_of(name);
+            assert_eq!(old.header.version, version);
+            assert_eq!(old.header.time_unit_ns, unit, "{name}");
+            assert_eq!(old.header.lifetime_unit_ns(), unit, "{name}");
+            assert_eq!(read, before_v4(&written), "{name}");
+            assert_eq!(old.stacks, p.stacks);
+        }
+        assert_eq!(p.header.lifetime_unit_ns(), format::LIFETIME_UNIT_NS);
         // At the file's time unit (≈ 1 ms) the frees 500 ns after their samples read back
         // with a lifetime of 0.
         let mut sites = expected(true);
@@ -809,7 +844,15 @@ mod mprof {
     fn truncated_fixture_reads_the_prefix() {
         let (tables, events) = three_sites_recording(true);
         for (name, full) in [
-            ("small-v2-truncated.mprof", as_written(&events, format::TIME_UNIT_EXACT_NS)),
+            (
+                "small-v2-truncated.mprof",
+                before_v4(&as_written(&events, format::TIME_UNIT_EXACT_NS)),
+            ),
+            (
+                "small-v3-truncated.mprof",
+                before_v4(&as_written(&events, format::TIME_UNIT_EXACT_NS)),
+            ),
+            ("small-v4-truncated.mprof", as_written(&events, format::TIME_UNIT_EXACT_NS)),
             // Version 1 kept times in nanoseconds, and the blocks' addresses.
             ("small-truncated.mprof", events.clone()),
         ] {
