@@ -447,11 +447,12 @@ mod tests {
         }
     }
 
-    /// A consumer that drains every 20 ms while another producer, spinning, takes all the
-    /// room it frees: the waiting thread goes on waiting for 1 s, five times its deadline,
-    /// because the consumer moves, and gets its slot once the other producer stops (or
-    /// wins a race for one before). A deadline that never restarts gives up at 200 ms. A
-    /// false failure needs the consumer to pause for 200 ms between two drains.
+    /// A consumer that drains every 20 ms, and for the first second refills each slot it
+    /// frees at once (from its callback, before the waiting thread, which retries every
+    /// 50 µs, can see it): the waiting thread waits on for 1 s, five times its deadline,
+    /// because the consumer moves, and gets its slot once the refilling stops. A deadline
+    /// that never restarts gives up at 200 ms. A false failure needs the consumer to pause
+    /// for 200 ms between two drains.
     #[test]
     fn a_busy_consumer_restarts_the_deadline() {
         let q = Queue::new(2, 1).unwrap();
@@ -459,15 +460,15 @@ mod tests {
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
+                let t0 = std::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(std::time::Duration::from_millis(20));
-                    q.drain(|_, _| {});
-                }
-            });
-            s.spawn(|| {
-                let t0 = std::time::Instant::now();
-                while t0.elapsed() < std::time::Duration::from_secs(1) {
-                    let _ = q.try_push(ev(2), &[]);
+                    let refill = t0.elapsed() < std::time::Duration::from_secs(1);
+                    q.drain(|_, _| {
+                        if refill {
+                            let _ = q.try_push(ev(2), &[]);
+                        }
+                    });
                 }
             });
             let t0 = std::time::Instant::now();
