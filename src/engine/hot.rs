@@ -13,7 +13,10 @@
 //! wait for room when the consumer waits for a slot its own thread claimed (a handler that
 //! interrupted a push: see `queue`). A sample refused for reentrancy is counted
 //! as a lost event ([`skipped`]); nothing ever waits for
-//! its own thread.
+//! its own thread. A wait for room ends after [`crate::config::BACKPRESSURE_WAIT_MS`]
+//! without the consumer taking an event (it restarts whenever the consumer's head moves),
+//! or at once when the consumer is gone; a free refused then is kept in the queue's table
+//! of lost frees for the consumer to replay (`queue` §3).
 //!
 //! # 2. Moves are coalesced
 //! A block that keeps its sample through `realloc` used to cost one queued event, and two
