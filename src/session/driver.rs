@@ -50,6 +50,9 @@ pub(super) static DELIVERED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::ne
 pub(super) static CALLBACK_PANICS: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 pub(super) static REPLAYED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 
+/// Most lost frees a driver keeps waiting for their allocations ([`Drive::lost_frees`]).
+const MAX_WAITING_FREES: usize = 1 << 16;
+
 pub(super) fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -134,6 +137,12 @@ impl<T: Tracker> Drive for Driver<T> {
             self.replayed += 1;
             false
         });
+        // A free waits only for an allocation already published, so the list stays short;
+        // but a shared queue's table is written by the profiled process, which may write
+        // anything: ids that never come are let go, oldest first.
+        if waiting.len() > MAX_WAITING_FREES {
+            waiting.drain(..waiting.len() - MAX_WAITING_FREES);
+        }
         self.waiting_frees = waiting;
     }
 
@@ -213,6 +222,17 @@ mod tests {
             k: 2,
             truncated: false,
         }
+    }
+
+    /// Frees whose allocations never come (a shared table scribbled over) are let go
+    /// past a bound, oldest first.
+    #[test]
+    fn lost_frees_that_never_match_are_bounded() {
+        let mut d = Driver::new(Log::default());
+        let junk: Vec<(u64, u64)> = (0..MAX_WAITING_FREES as u64 + 10).map(|i| (i, 0)).collect();
+        d.lost_frees(&junk);
+        assert_eq!(d.waiting_frees.len(), MAX_WAITING_FREES);
+        assert_eq!(d.waiting_frees[0].0, 10, "the oldest went first");
     }
 
     /// A free the queue kept aside waits for its block's allocation, then ends the block.
