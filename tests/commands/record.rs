@@ -1214,6 +1214,10 @@ fn lost_frees_are_replayed_and_losses_are_said_where_the_numbers_are() {
     assert!(totals_line.contains(&format!("{} events lost", l.events)), "{table}");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("\"whole\":false") && html.contains(&said), "the page's summary");
+    let diff = Command::new(MEMPROF).arg("diff").arg(&file).arg(&file).output().unwrap();
+    let diff = text(&diff.stdout);
+    let sampling = format!("sampling: exact, but {} events lost", l.events);
+    assert!(diff.contains(&sampling) && !diff.contains("every allocation"), "{diff}");
 
     // Past the table: the frees it could not hold are lost for good, and said to be.
     let (file, out) = record_with_a_stopped_collector("lost-frees-overflow", 3000);
