@@ -154,7 +154,7 @@ pub(crate) fn consumer_alive() -> bool {
 #[inline]
 pub(crate) fn queue() -> Option<&'static Queue> {
     let q = QUEUE.load(Ordering::Acquire);
-    // SAFETY: queues are leaked, never freed (see queue.rs §3), so a non-null pointer
+    // SAFETY: queues are leaked, never freed (see queue.rs §4), so a non-null pointer
     // stays valid for the life of the process.
     unsafe { q.as_ref() }
 }
