@@ -53,8 +53,9 @@ pub struct Config {
     pub backpressure: bool,
 }
 
-/// Longest a sampling thread waits for room in a full queue when `backpressure` is on;
-/// after that the event is counted as lost.
+/// Longest a sampling thread waits for room in a full queue when `backpressure` is on and
+/// the consumer makes no progress (the wait restarts whenever it takes an event); after
+/// that the event is counted as lost.
 pub const BACKPRESSURE_WAIT_MS: u64 = 2000;
 
 impl Default for Config {

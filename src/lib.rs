@@ -40,7 +40,7 @@
 //! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample) and its filter |
-//! | `engine/queue.rs` | the bounded queue of events waiting for a safe point |
+//! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, and its table of the frees it refused (replayed by the consumer) |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`) |
 //! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
 //! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |

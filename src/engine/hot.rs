@@ -13,7 +13,10 @@
 //! wait for room when the consumer waits for a slot its own thread claimed (a handler that
 //! interrupted a push: see `queue`). A sample refused for reentrancy is counted
 //! as a lost event ([`skipped`]); nothing ever waits for
-//! its own thread.
+//! its own thread. A wait for room ends after [`crate::config::BACKPRESSURE_WAIT_MS`]
+//! without the consumer taking an event (it restarts whenever the consumer's head moves),
+//! or at once when the consumer is gone; a free refused then is kept in the queue's table
+//! of lost frees for the consumer to replay (`queue` §3).
 //!
 //! # 2. Moves are coalesced
 //! A block that keeps its sample through `realloc` used to cost one queued event, and two
@@ -151,7 +154,7 @@ pub(crate) fn consumer_alive() -> bool {
 #[inline]
 pub(crate) fn queue() -> Option<&'static Queue> {
     let q = QUEUE.load(Ordering::Acquire);
-    // SAFETY: queues are leaked, never freed (see queue.rs §3), so a non-null pointer
+    // SAFETY: queues are leaked, never freed (see queue.rs §4), so a non-null pointer
     // stays valid for the life of the process.
     unsafe { q.as_ref() }
 }
@@ -251,32 +254,67 @@ fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
     pushed
 }
 
-fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
-    // An allocation's time is when its program gets the block: a wait here for room is the
-    // profiler's, and counted in the block's life it would make a block freed at once look
-    // milliseconds old. Its time is read again at each try (a free's stays when the program
-    // let go of the block).
-    let fresh = |e: &Event| match e.kind {
+/// The event as pushed after a wait for room. An allocation's time is when its program
+/// gets the block: a wait here for room is the profiler's, and counted in the block's life
+/// it would make a block freed at once look milliseconds old. So its time is read again at
+/// each try (a free's stays when the program let go of the block).
+fn retimed(e: &Event) -> Event {
+    match e.kind {
         EventKind::Alloc => Event { time_ns: clock::now(), ..*e },
         _ => *e,
-    };
+    }
+}
+
+fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
     // A signal handler whose thread's own push holds the consumer up: no wait frees room.
     if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
-        let deadline = monotonic_ns()
-            .saturating_add(crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000));
-        while WAIT_WHEN_FULL.load(Ordering::Relaxed)
-            && monotonic_ns() < deadline
-            && consumer_alive()
-        {
-            let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
-            // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
-            unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
-            if q.try_push(fresh(event), frames) {
-                return true;
-            }
+        let wait_ns = crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000);
+        let waiting = || WAIT_WHEN_FULL.load(Ordering::Relaxed) && consumer_alive();
+        if wait_for_room(q, event, frames, wait_ns, waiting) {
+            return true;
         }
     }
-    q.push(&fresh(event), frames)
+    if q.push(&retimed(event), frames) {
+        return true;
+    }
+    // A free that did not fit: kept for the consumer to replay, so that its block does not
+    // stay live forever in the profile (`queue` §3).
+    if event.kind == EventKind::Dealloc {
+        q.keep_lost_free(event.epoch, event.id, event.time_ns);
+    }
+    false
+}
+
+/// Retries the push into a full queue every 50 µs while `waiting()` holds, until the
+/// consumer has made no progress for `wait_ns`: the deadline restarts whenever the
+/// consumer's head moves, so a thread that other producers beat to the room a busy
+/// consumer frees is not taken for one facing a stuck consumer. True once pushed.
+fn wait_for_room(
+    q: &Queue,
+    event: &Event,
+    frames: &[usize],
+    wait_ns: u64,
+    waiting: impl Fn() -> bool,
+) -> bool {
+    let mut head = q.head();
+    let mut deadline = monotonic_ns().saturating_add(wait_ns);
+    while waiting() {
+        let now = monotonic_ns();
+        let moved = q.head();
+        if moved != head {
+            head = moved;
+            deadline = now.saturating_add(wait_ns);
+        } else if now >= deadline {
+            return false;
+        }
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
+        // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
+        unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+        if q.try_push(retimed(event), frames) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Queues the death of a sampled block. Keeps errno: it reads the clock and pushes,
@@ -401,5 +439,67 @@ pub(crate) fn restore(entry: Entry, addr: usize) {
             UNTRACKED.fetch_add(1, Ordering::Relaxed);
             record_death(entry, clock::now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: u64) -> Event {
+        Event {
+            kind: EventKind::Alloc,
+            epoch: 1,
+            id,
+            thread: 1,
+            label: 0,
+            time_ns: 0,
+            addr: 0,
+            size: 8,
+            k: 1,
+            truncated: false,
+        }
+    }
+
+    /// A consumer that drains every 20 ms, and for the first second refills each slot it
+    /// frees at once (from its callback, before the waiting thread, which retries every
+    /// 50 µs, can see it): the waiting thread waits on for 1 s, five times its deadline,
+    /// because the consumer moves, and gets its slot once the refilling stops. A deadline
+    /// that never restarts gives up at 200 ms. A false failure needs the consumer to pause
+    /// for 200 ms between two drains.
+    #[test]
+    fn a_busy_consumer_restarts_the_deadline() {
+        let q = Queue::new(2, 1).unwrap();
+        assert!(q.push(&ev(0), &[]) && q.push(&ev(1), &[]));
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let t0 = std::time::Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    let refill = t0.elapsed() < std::time::Duration::from_secs(1);
+                    q.drain(|_, _| {
+                        if refill {
+                            let _ = q.try_push(ev(2), &[]);
+                        }
+                    });
+                }
+            });
+            let t0 = std::time::Instant::now();
+            let pushed = wait_for_room(&q, &ev(3), &[], 200_000_000, || true);
+            let waited = t0.elapsed();
+            stop.store(true, Ordering::Relaxed);
+            assert!(pushed, "gave up after {waited:?}");
+        });
+    }
+
+    /// Without a consumer, the wait ends at the deadline.
+    #[test]
+    fn a_stuck_consumer_ends_the_wait() {
+        let q = Queue::new(2, 1).unwrap();
+        assert!(q.push(&ev(0), &[]) && q.push(&ev(1), &[]));
+        let t0 = std::time::Instant::now();
+        assert!(!wait_for_room(&q, &ev(3), &[], 50_000_000, || true));
+        assert!(t0.elapsed().as_millis() >= 50);
     }
 }

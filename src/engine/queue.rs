@@ -26,7 +26,21 @@
 //! into a line the push writes anyway), and [`Queue::waits_for_me`] tells. (A handler that
 //! lands between the claim and that store, one instruction, still waits its bounded time.)
 //!
-//! # 3. Lifetime
+//! # 3. Frees that do not fit
+//! A refused allocation costs its sample only (the sample path forgets the block, so no
+//! free follows it). A refused free is worse: its block would stay live forever in every
+//! report (live bytes, leaks). So a free the queue refuses is kept in a second, smaller
+//! table beside the ring ([`LOST_FREES`] entries of sample id, epoch and time, in the
+//! shared block, so `memprof record`'s collector sees it too), and the consumer replays it
+//! as a real free ([`Queue::take_lost_frees`]) once it has delivered the block's
+//! allocation. An entry is claimed by a compare-and-swap on its state word, written, then
+//! published; the consumer takes it the same way, so neither side waits for the other and
+//! a signal handler that interrupts a writer simply claims another entry. Only when every
+//! entry is taken is a free lost for good: it is counted ([`Queue::frees_unknown`]), and a
+//! report then says that its live figures may count that many blocks that had ended. The
+//! table is touched only on the losing path: a push that succeeds never reads it.
+//!
+//! # 4. Lifetime
 //! Producers can be inside `push` at any moment, including while a session stops, so a
 //! queue is never freed: it is reused by the next session when it is large enough and
 //! retired (left allocated) otherwise. Events carry the session epoch; the consumer drops
@@ -126,6 +140,14 @@ struct Ctl {
     limit: AtomicUsize,
     lost: AtomicU64,
     draining: AtomicBool,
+    /// Entries of the lost-free table published and not yet taken (§3): the consumer looks
+    /// at the table only when some are, and a producer finds it full without a scan.
+    lost_frees_waiting: AtomicUsize,
+    /// Where the next producer starts looking for a free entry of the table.
+    lost_frees_hint: AtomicUsize,
+    /// Frees refused while the table was full, since the queue was made: the ends of that
+    /// many blocks are unknown.
+    frees_unknown: AtomicU64,
     tail: Padded<AtomicUsize>,
     head: Padded<AtomicUsize>,
 }
@@ -139,8 +161,35 @@ fn owner_tag(pos: usize) -> usize {
     crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
 }
 
-/// [`Ctl::magic`] of an initialised block ("mpq1").
-const CTL_MAGIC: u64 = 0x6d70_7131_0000_0001;
+/// [`Ctl::magic`] of an initialised block ("mpq2": the lost-free table follows the counters).
+const CTL_MAGIC: u64 = 0x6d70_7132_0000_0001;
+
+/// Entries of the lost-free table (§3), a power of two. At 32 bytes each the table takes
+/// 32 KiB of the block, touched only when frees are lost; it holds the frees refused
+/// between two passes of a consumer that fell behind for a second or two.
+pub const LOST_FREES: usize = 1024;
+
+/// [`LostFree::state`]: nothing here.
+const FREE_EMPTY: u64 = 0;
+/// [`LostFree::state`]: a producer is writing the entry.
+const FREE_WRITING: u64 = 1;
+/// [`LostFree::state`]: written, waiting for the consumer.
+const FREE_PUBLISHED: u64 = 2;
+/// [`LostFree::state`]: a consumer is reading the entry.
+const FREE_TAKING: u64 = 3;
+
+/// One entry of the lost-free table: a free the ring refused. Atomics only (the table may
+/// be shared with another process), zero (empty) in a fresh block.
+#[repr(C)]
+struct LostFree {
+    state: AtomicU64,
+    epoch: AtomicU64,
+    id: AtomicU64,
+    time: AtomicU64,
+}
+
+/// Room for the [`Ctl`] before the lost-free table.
+const CTL_HEAD_BYTES: usize = (core::mem::size_of::<Ctl>() + 127) & !127;
 
 /// A bounded MPMC ring of events with inline call stacks.
 ///
@@ -179,8 +228,10 @@ fn geometry(capacity: usize, depth: usize) -> Option<(usize, usize, usize)> {
     Some((cap, stride, bytes))
 }
 
-/// Room for the [`Ctl`] before the first slot (a multiple of the slots' alignment).
-const CTL_BYTES: usize = (core::mem::size_of::<Ctl>() + 127) & !127;
+/// Room for the [`Ctl`] and the lost-free table before the first slot (a multiple of the
+/// slots' alignment).
+const CTL_BYTES: usize = CTL_HEAD_BYTES + LOST_FREES * core::mem::size_of::<LostFree>();
+const _: () = assert!(CTL_BYTES % 128 == 0 && LOST_FREES.is_power_of_two());
 
 impl Queue {
     /// A queue of `capacity` events (slots rounded up to a power of two), each with room
@@ -235,6 +286,9 @@ impl Queue {
                 limit: AtomicUsize::new(capacity.clamp(1, cap)),
                 lost: AtomicU64::new(0),
                 draining: AtomicBool::new(false),
+                lost_frees_waiting: AtomicUsize::new(0),
+                lost_frees_hint: AtomicUsize::new(0),
+                frees_unknown: AtomicU64::new(0),
                 tail: Padded(AtomicUsize::new(0)),
                 head: Padded(AtomicUsize::new(0)),
             });
@@ -464,6 +518,94 @@ impl Queue {
     /// Events refused because the queue was full, since the queue was made.
     pub fn lost(&self) -> u64 {
         self.ctl().lost.load(Ordering::Relaxed)
+    }
+
+    fn lost_free(&self, i: usize) -> &LostFree {
+        // SAFETY: the table of LOST_FREES entries lies between the counters and the slots
+        // of a block that outlives the handle (see the constructors and `CTL_BYTES`); a
+        // zeroed entry is a valid, empty one.
+        unsafe { &*((self.ctl as *const u8).add(CTL_HEAD_BYTES) as *const LostFree).add(i) }
+    }
+
+    /// Keeps a free the ring refused (the sample `id` of session `epoch` ended at clock
+    /// reading `time`) for the consumer to replay (§3). False when the table is full: the
+    /// free is then counted as one of [`Queue::frees_unknown`]. Lock-free, async-signal-safe,
+    /// no allocation; called only after a push failed.
+    #[cold]
+    #[inline(never)]
+    pub fn keep_lost_free(&self, epoch: u64, id: u64, time: u64) -> bool {
+        let c = self.ctl();
+        if c.lost_frees_waiting.load(Ordering::Relaxed) < LOST_FREES {
+            let start = c.lost_frees_hint.fetch_add(1, Ordering::Relaxed);
+            for i in 0..LOST_FREES {
+                let e = self.lost_free(start.wrapping_add(i) & (LOST_FREES - 1));
+                if e.state.load(Ordering::Relaxed) != FREE_EMPTY
+                    || e.state
+                        .compare_exchange(
+                            FREE_EMPTY,
+                            FREE_WRITING,
+                            Ordering::Acquire,
+                            Ordering::Relaxed,
+                        )
+                        .is_err()
+                {
+                    continue;
+                }
+                e.epoch.store(epoch, Ordering::Relaxed);
+                e.id.store(id, Ordering::Relaxed);
+                e.time.store(time, Ordering::Relaxed);
+                e.state.store(FREE_PUBLISHED, Ordering::Release);
+                c.lost_frees_waiting.fetch_add(1, Ordering::Release);
+                return true;
+            }
+        }
+        c.frees_unknown.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Takes the frees kept in the lost-free table (§3) and runs `f(epoch, id, time)` on
+    /// each, in no particular order. The consumer replays each once the block's allocation
+    /// has been delivered (it may still wait in the ring, behind a slot not yet published).
+    pub fn take_lost_frees(&self, mut f: impl FnMut(u64, u64, u64)) {
+        let c = self.ctl();
+        if c.lost_frees_waiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        for i in 0..LOST_FREES {
+            let e = self.lost_free(i);
+            if e.state.load(Ordering::Relaxed) != FREE_PUBLISHED
+                || e.state
+                    .compare_exchange(
+                        FREE_PUBLISHED,
+                        FREE_TAKING,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+            {
+                continue;
+            }
+            let (epoch, id, time) = (
+                e.epoch.load(Ordering::Relaxed),
+                e.id.load(Ordering::Relaxed),
+                e.time.load(Ordering::Relaxed),
+            );
+            e.state.store(FREE_EMPTY, Ordering::Release);
+            c.lost_frees_waiting.fetch_sub(1, Ordering::Relaxed);
+            f(epoch, id, time);
+        }
+    }
+
+    /// Frees refused while the lost-free table was full, since the queue was made: blocks
+    /// whose end is unknown (§3). They are among [`Queue::lost`].
+    pub fn frees_unknown(&self) -> u64 {
+        self.ctl().frees_unknown.load(Ordering::Relaxed)
+    }
+
+    /// Where the consumer is (events taken so far, wrapping): a producer waiting for room
+    /// sees it move while the consumer makes progress.
+    pub fn head(&self) -> usize {
+        self.ctl().head.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on each published event in order, until the queue is empty or an event is
@@ -713,6 +855,46 @@ mod tests {
         }
         assert!(!q.push(&ev(9), &[]), "full");
         assert!(!q.waits_for_me(), "the claim is another thread's: room is worth waiting for");
+    }
+
+    /// Frees the ring refused are kept for the consumer up to the table's size, each taken
+    /// once; past it they are counted as unknown ends; taken entries make room again.
+    #[test]
+    fn lost_frees_are_kept_until_the_table_is_full() {
+        let q = Queue::new(2, 1).unwrap();
+        for i in 0..LOST_FREES as u64 {
+            assert!(q.keep_lost_free(7, i, 1000 + i), "entry {i}");
+        }
+        assert!(!q.keep_lost_free(7, 9999, 1), "full");
+        assert!(!q.keep_lost_free(7, 9998, 1), "still full");
+        assert_eq!(q.frees_unknown(), 2);
+        let mut taken = Vec::new();
+        q.take_lost_frees(|epoch, id, time| taken.push((epoch, id, time)));
+        taken.sort_unstable();
+        let all: Vec<_> = (0..LOST_FREES as u64).map(|i| (7, i, 1000 + i)).collect();
+        assert_eq!(taken, all, "every kept free, once, with its epoch and time");
+        q.take_lost_frees(|_, id, _| panic!("{id} taken twice"));
+        assert!(q.keep_lost_free(8, 5, 6), "room again");
+        let mut again = Vec::new();
+        q.take_lost_frees(|e, id, t| again.push((e, id, t)));
+        assert_eq!(again, [(8, 5, 6)]);
+        assert_eq!(q.frees_unknown(), 2);
+    }
+
+    /// A consumer in another process (attached to the same block) sees the kept frees.
+    #[test]
+    fn lost_frees_reach_an_attached_consumer() {
+        let bytes = Queue::bytes_for(4, 1).unwrap();
+        let mem = crate::sys::rawmem::alloc_zeroed(bytes + 127);
+        let aligned = ((mem as usize + 127) & !127) as *mut u8;
+        // SAFETY: a zeroed block of `bytes` bytes, never freed, used by these handles only.
+        let (producer, consumer) = unsafe {
+            (Queue::init_in(aligned, bytes, 4, 1).unwrap(), Queue::attach(aligned, bytes).unwrap())
+        };
+        assert!(producer.keep_lost_free(1, 42, 43));
+        let mut seen = Vec::new();
+        consumer.take_lost_frees(|e, id, t| seen.push((e, id, t)));
+        assert_eq!(seen, [(1, 42, 43)]);
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //! | 2 | Module | as in version 1 (below) |
 //! | 3 | Stack | as in version 1, then (version 3, may be absent: 0) label `u`: 0 for none, else a label defined before it |
 //! | 4 | Symbols | as in version 1 |
-//! | 8 | Lost | as in version 1 |
+//! | 8 | Lost | as in version 1, then (appended, may be absent: 0) frees_replayed `u`, frees_unknown `u`: of the lost events, the frees replayed from the queue's table of lost frees and those lost for good |
 //! | 9 | End | as in version 1 |
 //! | 11 | Pair | stack `u`, size `u`: defines the next (stack, size) pair id (0, 1, 2, … per file) |
 //! | 12 | Label | id `u`, text `str`: defines label `id` (1, 2, 3, … per file, in order), e.g. the tracing span path `server;handle{endpoint=/upload}` (version 3) |
@@ -721,7 +721,7 @@ impl<W: Write> Writer<W> {
     /// Writes the cumulative lost-event counters (the last such record wins).
     pub fn write_lost(&mut self, l: &Lost) -> Result<(), Error> {
         self.payload.clear();
-        for v in [l.events, l.untracked, l.callback_panics] {
+        for v in [l.events, l.untracked, l.callback_panics, l.frees_replayed, l.frees_unknown] {
             put_u(&mut self.payload, v);
         }
         self.record(TAG_LOST)
@@ -1497,7 +1497,11 @@ impl<R: Read> Reader<R> {
                 self.pairs.push((stack as StackId, size));
             }
             TAG_LOST => {
-                prof.lost = Lost { events: p.u()?, untracked: p.u()?, callback_panics: p.u()? };
+                let (events, untracked, callback_panics) = (p.u()?, p.u()?, p.u()?);
+                let (frees_replayed, frees_unknown) =
+                    if p.rest.is_empty() { (0, 0) } else { (p.u()?, p.u()?) };
+                prof.lost =
+                    Lost { events, untracked, callback_panics, frees_replayed, frees_unknown };
             }
             TAG_END => {
                 self.end_counts = Some([p.u()?, p.u()?, p.u()?]);

@@ -119,6 +119,8 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         out.lost.events += p.lost.events;
         out.lost.untracked += p.lost.untracked;
         out.lost.callback_panics += p.lost.callback_panics;
+        out.lost.frees_replayed += p.lost.frees_replayed;
+        out.lost.frees_unknown += p.lost.frees_unknown;
         out.warnings.extend(p.warnings.iter().map(|w| format!("{label}: {w}")));
         // A child that ended by `_exit` or `exec` (it said so last) left a whole file; the
         // root's own way of ending is the tree's.

@@ -349,6 +349,93 @@ pub struct Lost {
     pub untracked: u64,
     /// Callbacks that panicked (caught; the event was dropped).
     pub callback_panics: u64,
+    /// Frees among `events` that the queue kept aside and the consumer replayed: their
+    /// blocks ended when they did, as if nothing had been lost (see the engine's queue,
+    /// §3). 0 in files of versions that did not record it.
+    pub frees_replayed: u64,
+    /// Frees among `events` lost for good (the queue's table of lost frees was full): that
+    /// many blocks counted live may have ended, at an unknown time, so live figures are an
+    /// upper bound by at most this many blocks. 0 in files of versions that did not record it.
+    pub frees_unknown: u64,
+}
+
+impl Lost {
+    /// True when nothing was dropped.
+    pub fn is_none(&self) -> bool {
+        *self == Lost::default()
+    }
+
+    /// True when the numbers are as if nothing had been dropped: every lost event was a free
+    /// that was replayed, no block went untracked and no callback panicked.
+    pub fn nothing_missing(&self) -> bool {
+        self.events == self.frees_replayed && self.untracked == 0 && self.callback_panics == 0
+    }
+
+    /// What was dropped and what it does to the numbers, in words (for a report's header,
+    /// an HTML page's summary and `memprof record`'s own): e.g. `12 events lost (3 frees
+    /// replayed, 2 frees lost for good, 7 other events); live figures may count up to 2
+    /// blocks that had ended`, or `3 frees did not fit in the queue and were replayed at
+    /// their time` when that is all. Empty when nothing was.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.events > 0 && self.events == self.frees_replayed {
+            parts.push(format!(
+                "{} frees did not fit in the queue and were replayed at their time",
+                self.events
+            ));
+        } else if self.events > 0 {
+            let (r, u) = (self.frees_replayed, self.frees_unknown);
+            let other = self.events.saturating_sub(r.saturating_add(u));
+            let mut what = Vec::new();
+            if r > 0 {
+                what.push(format!("{r} frees replayed"));
+            }
+            if u > 0 {
+                what.push(format!("{u} frees lost for good"));
+            }
+            if other > 0 && !what.is_empty() {
+                what.push(format!("{other} other events"));
+            }
+            let mut s = format!("{} events lost", self.events);
+            if !what.is_empty() {
+                s.push_str(&format!(" ({})", what.join(", ")));
+            }
+            parts.push(s);
+            if u > 0 {
+                parts.push(format!("live figures may count up to {u} blocks that had ended"));
+            }
+        }
+        if self.untracked > 0 {
+            parts.push(format!(
+                "{} sampled blocks could not be followed to their free",
+                self.untracked
+            ));
+        }
+        if self.callback_panics > 0 {
+            parts.push(format!("{} callbacks panicked", self.callback_panics));
+        }
+        parts.join("; ")
+    }
+
+    /// The warning of a table's totals line: `12 events lost`, then what it does to the live
+    /// figures when a free was lost for good. Empty when the numbers are as if nothing had
+    /// been dropped ([`Lost::nothing_missing`]).
+    pub fn brief(&self) -> String {
+        if self.nothing_missing() {
+            return String::new();
+        }
+        let mut s = format!("{} events lost", self.events);
+        if self.frees_unknown > 0 {
+            s.push_str(&format!(", up to {} ended blocks counted live", self.frees_unknown));
+        }
+        if self.untracked > 0 {
+            s.push_str(&format!(", {} blocks untracked", self.untracked));
+        }
+        if self.callback_panics > 0 {
+            s.push_str(&format!(", {} callbacks panicked", self.callback_panics));
+        }
+        s
+    }
 }
 
 /// How a program ended its recording without an end record, when it said so first.

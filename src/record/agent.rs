@@ -417,11 +417,8 @@ pub(crate) fn finish() {
             let stats = recorder.profile().lost;
             if let Some(e) = recorder.error() {
                 say(&format!("the profile {path} is incomplete: {e}"));
-            } else if stats.events > 0 {
-                say(&format!(
-                    "{} events did not fit in the queue and are missing from {path}",
-                    stats.events
-                ));
+            } else if !stats.is_none() {
+                say(&format!("{path}: {}", stats.describe()));
             }
         }
         Err(e) => say(&format!("cannot stop profiling: {e}")),

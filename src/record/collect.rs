@@ -24,6 +24,13 @@
 //! last published event ([`Queue::drain_abandoned`]), the side log read to its end, and the
 //! file finished with its end record: a SIGKILL loses nothing that was sampled before it.
 //!
+//! # 5. Lost events
+//! After each drain the collector takes the frees the queue kept aside because they did not
+//! fit (`engine::queue` §3) and replays each once its block's allocation has been read. The
+//! file's Lost record counts what was lost, how many of those were frees replayed and how
+//! many frees were lost for good (the table was full: that many blocks may show as live);
+//! `record` says the same on stderr when anything was lost.
+//!
 //! # 4. Modules
 //! Module lists come from the side log, each at its place among the events. A new stack
 //! with a frame outside every listed module (a library `dlopen`ed since the last list)
@@ -320,7 +327,7 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
     recorder.started(&info);
     r.out = Some(Output {
         unknown: false,
-        driver: Driver { tracker: recorder, tokens: HashMap::default() },
+        driver: Driver::new(recorder),
         epoch: h.epoch.load(Ordering::Relaxed),
         interval,
         log_read: read,
@@ -394,6 +401,15 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
     };
     let n =
         if abandoned { q.drain_abandoned(&mut handle) } else { q.drain(&mut handle).unwrap_or(0) };
+    // Frees that did not fit in the queue: replayed once their blocks' allocations are in
+    // (`queue` §3).
+    let mut frees = Vec::new();
+    q.take_lost_frees(|e, id, time| {
+        if e == epoch {
+            frees.push((id, clock.session_ns(time)));
+        }
+    });
+    out.driver.lost_frees(&frees);
     if !abandoned && out.unknown_frames(ring) {
         // Frames outside every listed module, and no list pending in the log that could
         // name them in order: the process's maps name them, unless it wrote a list while
@@ -470,6 +486,8 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
     let stats = Stats {
         lost_events: r.queue.lost(),
         untracked: r.ring.header().untracked.load(Ordering::Relaxed),
+        frees_replayed: out.driver.replayed,
+        frees_unknown: r.queue.frees_unknown(),
         ..Stats::default()
     };
     // An image that said it was ending without exit handlers: its file ends as the
@@ -486,12 +504,9 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
     let rec = &out.driver.tracker;
     if let Some(e) = rec.error() {
         messages.push(format!("the profile of pid {} is incomplete: {e}", r.pid));
-    } else if stats.lost_events > 0 {
+    } else if !rec.profile().lost.is_none() {
         let path = rec.path().map(|p| p.display().to_string()).unwrap_or_default();
-        messages.push(format!(
-            "{} events did not fit in the queue and are missing from {path}",
-            stats.lost_events
-        ));
+        messages.push(format!("{path}: {}", rec.profile().lost.describe()));
     }
 }
 

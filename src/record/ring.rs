@@ -44,8 +44,13 @@
 //! # 4. A collector that goes away
 //! The collector stores the time into the header's heartbeat every few milliseconds. A
 //! sampling thread that finds the queue full waits for room (the exact mode's
-//! backpressure) only while the heartbeat is fresh (half a second): a program whose
-//! `record` was killed runs on at full speed, its events counted as lost.
+//! backpressure) only while the heartbeat is fresh (half a second), and at most
+//! [`crate::config::BACKPRESSURE_WAIT_MS`] without the collector taking an event (a busy
+//! collector that other threads beat this one to restarts the wait): a program whose
+//! `record` was killed, or whose collector is stuck, runs on at full speed, its events
+//! counted as lost. A free lost so is kept in the queue's table of lost frees, which the
+//! collector reads after each drain and replays (`engine::queue` §3): its block does not
+//! stay live in the profile.
 
 use crate::engine::queue::Queue;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -57,8 +62,9 @@ const HEADER_BYTES: usize = 4096;
 /// [`RingHeader::magic`] ("mpring01").
 const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// The layout's version (2: a queue slot names the thread that claimed it; 3: the side
-/// log is a ring, with the collector's `log_read`).
-const VERSION: u32 = 3;
+/// log is a ring, with the collector's `log_read`; 4: the queue's block holds its table of
+/// lost frees, see `engine::queue` §3).
+const VERSION: u32 = 4;
 /// A side event: the side log up to `addr` bytes holds a new module list.
 pub(crate) const SIDE_MODULES: u64 = 1;
 /// A side event: a GC cycle, in the frames ([`crate::profile::GcCycle::to_words`]).

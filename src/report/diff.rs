@@ -275,8 +275,11 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
     if !h.cmdline.is_empty() {
         let _ = writeln!(out, "{pad}command: {}", printable(&h.cmdline.join(" ")));
     }
-    let sampling = if is_exact(p) {
+    // "every allocation" only while nothing is missing (the warning below says what is).
+    let sampling = if is_exact(p) && p.lost.nothing_missing() {
         "exact (every allocation)".to_owned()
+    } else if is_exact(p) {
+        format!("exact, but {}", p.lost.brief())
     } else {
         format!("mean interval {}", human_bytes(h.interval))
     };
@@ -310,13 +313,8 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
     for w in &p.warnings {
         let _ = writeln!(out, "{pad}warning: {}", printable(w));
     }
-    let l = &p.lost;
-    if l.events != 0 || l.untracked != 0 || l.callback_panics != 0 {
-        let _ = writeln!(
-            out,
-            "{pad}warning: lost {} events dropped, {} blocks untracked, {} callback panics",
-            l.events, l.untracked, l.callback_panics
-        );
+    if !p.lost.nothing_missing() {
+        let _ = writeln!(out, "{pad}warning: {}", p.lost.describe());
     }
 }
 

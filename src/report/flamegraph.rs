@@ -59,8 +59,10 @@ pub fn default_subtitle(profile: &Profile) -> String {
     } else {
         h.executable.clone()
     };
-    if is_exact(profile) {
+    if is_exact(profile) && profile.lost.nothing_missing() {
         s.push_str(" · every allocation recorded");
+    } else if is_exact(profile) {
+        s.push_str(&format!(" · exact, but {}", profile.lost.brief()));
     } else {
         s.push_str(&format!(" · mean sampling interval {}", human_bytes(h.interval)));
     }

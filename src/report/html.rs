@@ -571,15 +571,8 @@ fn warnings(profile: &Profile) -> Vec<String> {
                 .to_owned(),
         });
     }
-    let l = &profile.lost;
-    if l.events > 0 {
-        w.push(format!("{} events were lost (dropped by the profiler)", l.events));
-    }
-    if l.untracked > 0 {
-        w.push(format!("{} sampled blocks could not be followed to their free", l.untracked));
-    }
-    if l.callback_panics > 0 {
-        w.push(format!("{} callbacks panicked", l.callback_panics));
+    if !profile.lost.nothing_missing() {
+        w.push(profile.lost.describe());
     }
     w
 }
@@ -619,6 +612,12 @@ fn data_json(
     j.nums([profile.peak.bytes, profile.peak.time_ns as f64]);
     j.key("short_ns");
     j.num(DEFAULT_SHORT_LIVED_NS as f64);
+    // The summary's first fact: how it sampled and what it lost (`report::sampling_summary`),
+    // marked as a warning when the numbers lack something.
+    j.key("sampling");
+    j.str(&super::sampling_summary(profile));
+    j.key("whole");
+    j.raw(if profile.lost.nothing_missing() { "true" } else { "false" });
     j.key("warnings");
     let w = warnings(profile);
     j.strs(w.iter().map(String::as_str));

@@ -237,6 +237,34 @@ pub(crate) fn is_exact(profile: &Profile) -> bool {
     profile.header.interval == 1.0
 }
 
+/// How the profile sampled, and what it lost, in one line (a report's `sampling:` header,
+/// the HTML page's summary): `exact (every allocation recorded)` only when nothing is
+/// missing from the numbers; `exact, but 12 events lost (…)` otherwise; a sampled profile's
+/// interval, then what it lost.
+pub fn sampling_summary(profile: &Profile) -> String {
+    let lost = &profile.lost;
+    let said = lost.describe();
+    if is_exact(profile) {
+        if lost.is_none() {
+            "exact (every allocation recorded)".to_owned()
+        } else if lost.nothing_missing() {
+            format!("exact (every allocation recorded; {said})")
+        } else {
+            format!("exact, but {said}")
+        }
+    } else {
+        let mut s = format!(
+            "mean interval {} (numbers are unbiased estimates)",
+            human_bytes(profile.header.interval)
+        );
+        if !said.is_empty() {
+            s.push_str("; ");
+            s.push_str(&said);
+        }
+        s
+    }
+}
+
 /// `n` bytes in binary units: `512 B`, `1.50 KiB`, `3.25 MiB`, `1.00 GiB`.
 pub fn human_bytes(n: f64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];

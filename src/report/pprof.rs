@@ -312,12 +312,8 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         None => comments.push("incomplete recording (no end record)".to_owned()),
     }
     comments.extend(profile.warnings.iter().map(|w| format!("warning: {w}")));
-    let l = &profile.lost;
-    if l.events != 0 || l.untracked != 0 || l.callback_panics != 0 {
-        comments.push(format!(
-            "lost: {} events dropped, {} blocks untracked, {} callback panics",
-            l.events, l.untracked, l.callback_panics
-        ));
+    if !profile.lost.is_none() {
+        comments.push(format!("lost: {}", profile.lost.describe()));
     }
     let comment = comments.iter().map(|c| t.strings.get(c)).collect();
 

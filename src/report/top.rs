@@ -247,15 +247,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     if !h.cmdline.is_empty() {
         let _ = writeln!(out, "command: {}", printable(&h.cmdline.join(" ")));
     }
-    if exact {
-        let _ = writeln!(out, "sampling: exact (every allocation recorded)");
-    } else {
-        let _ = writeln!(
-            out,
-            "sampling: mean interval {} (numbers are unbiased estimates)",
-            human_bytes(h.interval)
-        );
-    }
+    let _ = writeln!(out, "sampling: {}", super::sampling_summary(profile));
     let _ = writeln!(
         out,
         "samples: {} ({} freed, {} moved), stacks: {}",
@@ -295,14 +287,6 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     }
     for w in &profile.warnings {
         let _ = writeln!(out, "warning: {}", printable(w));
-    }
-    let l = &profile.lost;
-    if l.events != 0 || l.untracked != 0 || l.callback_panics != 0 {
-        let _ = writeln!(
-            out,
-            "lost: {} events dropped, {} blocks untracked, {} callback panics",
-            l.events, l.untracked, l.callback_panics
-        );
     }
     out.push('\n');
 
@@ -372,6 +356,11 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     let mut label = format!("total ({} sites", sites.len());
     if shown < sites.len() {
         let _ = write!(label, ", {shown} shown");
+    }
+    // The totals are short of what was lost: said where they are read.
+    let lost = profile.lost.brief();
+    if !lost.is_empty() {
+        let _ = write!(label, "; {lost}");
     }
     label.push(')');
     // The totals' intervals are those of the sums (every sample point is independent).

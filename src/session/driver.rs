@@ -17,6 +17,11 @@ pub(crate) trait Drive: Send {
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
     fn finish(&mut self, stats: &Stats);
     fn after_poll(&mut self, why: Poll);
+    /// Frees the queue kept aside because they did not fit (`queue` §3), as (sample id,
+    /// session ns): each is delivered as a deallocation once its allocation has been (it
+    /// may still wait in the queue); until then it waits here. Call after every drain,
+    /// with no frees too, so that the waiting ones are retried.
+    fn lost_frees(&mut self, frees: &[(u64, u64)]);
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
     /// The tracker, for a look at it while the session runs (`session/live.rs`).
     fn tracker_any(&mut self) -> &mut dyn Any;
@@ -25,6 +30,16 @@ pub(crate) trait Drive: Send {
 pub(crate) struct Driver<T: Tracker> {
     pub(crate) tracker: T,
     pub(crate) tokens: HashMap<u64, T::Token, FastHash>,
+    /// Lost frees waiting for their allocation's event ([`Drive::lost_frees`]).
+    waiting_frees: Vec<(u64, u64)>,
+    /// Lost frees delivered so far.
+    pub(crate) replayed: u64,
+}
+
+impl<T: Tracker> Driver<T> {
+    pub(crate) fn new(tracker: T) -> Self {
+        Driver { tracker, tokens: HashMap::default(), waiting_frees: Vec::new(), replayed: 0 }
+    }
 }
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
@@ -33,6 +48,10 @@ pub(crate) struct Driver<T: Tracker> {
 pub(super) static DELIVERED_SAMPLES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 pub(super) static DELIVERED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 pub(super) static CALLBACK_PANICS: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+pub(super) static REPLAYED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
+
+/// Most lost frees a driver keeps waiting for their allocations ([`Drive::lost_frees`]).
+const MAX_WAITING_FREES: usize = 1 << 16;
 
 pub(super) fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
@@ -89,6 +108,42 @@ impl<T: Tracker> Drive for Driver<T> {
             // Read by the collector of a shared queue before events reach a driver.
             EventKind::Side => {}
         }
+    }
+
+    fn lost_frees(&mut self, frees: &[(u64, u64)]) {
+        self.waiting_frees.extend_from_slice(frees);
+        if self.waiting_frees.is_empty() {
+            return;
+        }
+        let mut waiting = std::mem::take(&mut self.waiting_frees);
+        waiting.retain(|&(id, time_ns)| {
+            if !self.tokens.contains_key(&id) {
+                return true;
+            }
+            let e = Event {
+                kind: EventKind::Dealloc,
+                epoch: 0,
+                id,
+                thread: 0,
+                label: 0,
+                time_ns,
+                addr: 0,
+                size: 0,
+                k: 0,
+                truncated: false,
+            };
+            self.event(&e, &[], 0.0);
+            count(&REPLAYED_FREES);
+            self.replayed += 1;
+            false
+        });
+        // A free waits only for an allocation already published, so the list stays short;
+        // but a shared queue's table is written by the profiled process, which may write
+        // anything: ids that never come are let go, oldest first.
+        if waiting.len() > MAX_WAITING_FREES {
+            waiting.drain(..waiting.len() - MAX_WAITING_FREES);
+        }
+        self.waiting_frees = waiting;
     }
 
     fn gc(&mut self, cycle: &GcCycle) {
@@ -169,9 +224,35 @@ mod tests {
         }
     }
 
+    /// Frees whose allocations never come (a shared table scribbled over) are let go
+    /// past a bound, oldest first.
+    #[test]
+    fn lost_frees_that_never_match_are_bounded() {
+        let mut d = Driver::new(Log::default());
+        let junk: Vec<(u64, u64)> = (0..MAX_WAITING_FREES as u64 + 10).map(|i| (i, 0)).collect();
+        d.lost_frees(&junk);
+        assert_eq!(d.waiting_frees.len(), MAX_WAITING_FREES);
+        assert_eq!(d.waiting_frees[0].0, 10, "the oldest went first");
+    }
+
+    /// A free the queue kept aside waits for its block's allocation, then ends the block.
+    #[test]
+    fn a_lost_free_waits_for_its_allocation() {
+        let mut d = Driver::new(Log::default());
+        d.lost_frees(&[(5, 100)]);
+        assert!(d.tracker.seen.is_empty(), "{:?}", d.tracker.seen);
+        d.event(&event(EventKind::Alloc, 5, 8, 0x10), &[1], 8.0);
+        d.lost_frees(&[]);
+        assert_eq!(d.tracker.seen, ["alloc 5 [1] 2", "free 50 5"]);
+        assert!(d.tokens.is_empty());
+        assert_eq!(d.replayed, 1);
+        d.lost_frees(&[]);
+        assert_eq!(d.tracker.seen.len(), 2, "replayed once");
+    }
+
     #[test]
     fn tokens_follow_a_block_from_its_allocation_to_its_free() {
-        let mut d = Driver { tracker: Log::default(), tokens: HashMap::default() };
+        let mut d = Driver::new(Log::default());
         let panics = CALLBACK_PANICS.load(Ordering::Relaxed);
         d.event(&event(EventKind::Alloc, 1, 100, 0x10), &[0xa, 0xb], 8.0);
         d.event(&event(EventKind::Move, 1, 200, 0x20), &[], 8.0);

@@ -61,8 +61,9 @@ use crate::engine::sampler::{self, Busy};
 use crate::error::Error;
 use crate::profile::GcCycle;
 use crate::sys::padded::Padded;
-use driver::{count, Drive, Driver, CALLBACK_PANICS, DELIVERED_FREES, DELIVERED_SAMPLES};
-use std::collections::HashMap;
+use driver::{
+    count, Drive, Driver, CALLBACK_PANICS, DELIVERED_FREES, DELIVERED_SAMPLES, REPLAYED_FREES,
+};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,7 +84,9 @@ static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
 
 struct Control {
     epoch: u64,
-    lost_at_start: u64,
+    /// The queue's counts of lost events and of frees lost for good when the session
+    /// started (a reused queue keeps counting across sessions).
+    lost_at_start: (u64, u64),
     drain: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
@@ -155,10 +158,10 @@ pub(crate) fn start_on<T: Tracker>(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    for c in [&DELIVERED_SAMPLES, &DELIVERED_FREES, &CALLBACK_PANICS] {
+    for c in [&DELIVERED_SAMPLES, &DELIVERED_FREES, &CALLBACK_PANICS, &REPLAYED_FREES] {
         c.store(0, Ordering::Relaxed);
     }
-    let mut driver = Box::new(Driver { tracker, tokens: HashMap::default() });
+    let mut driver = Box::new(Driver::new(tracker));
     let info =
         SessionInfo { interval: config.interval, depth: config.depth, unwinder, start_unix_ns };
     {
@@ -235,7 +238,7 @@ pub(crate) fn start_on<T: Tracker>(
     drop(slot);
     hot::WAIT_WHEN_FULL
         .store(config.backpressure && (drain.is_some() || external), Ordering::Relaxed);
-    *control = Some(Control { epoch, lost_at_start: q.lost(), drain });
+    *control = Some(Control { epoch, lost_at_start: (q.lost(), q.frees_unknown()), drain });
     Ok(Session { epoch, info, _tracker: PhantomData })
 }
 
@@ -280,6 +283,17 @@ fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
             }
         })
         .unwrap_or(0);
+    // Frees that did not fit in the queue, replayed once their blocks' allocations are in
+    // (`queue` §3); a queue consumed in another process keeps them for its consumer.
+    let mut frees = Vec::new();
+    if !q.is_external() {
+        q.take_lost_frees(|e, id, time| {
+            if e == epoch {
+                frees.push((id, clock.session_ns(time)));
+            }
+        });
+    }
+    driver.lost_frees(&frees);
     let cycles = std::mem::take(&mut *lock(&PENDING_GC));
     let m = cycles.len();
     for (_, c) in cycles.iter().filter(|(e, _)| *e == epoch) {
@@ -489,16 +503,21 @@ impl<T: Tracker> Drop for Session<T> {
     }
 }
 
-/// Counters of the running session; `lost_at_start` is the queue's lost count when it
+/// Counters of the running session; `lost_at_start` is the queue's lost counts when it
 /// started (None: not running, so no events are attributed to it).
-fn current_stats(lost_at_start: Option<u64>) -> Stats {
+fn current_stats(lost_at_start: Option<(u64, u64)>) -> Stats {
     Stats {
         samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
         frees: DELIVERED_FREES.load(Ordering::Relaxed),
         // Events the queue refused, and samples skipped because a signal handler allocated
         // while its thread was inside the profiler (counted by the queue, `hot` §1).
         lost_events: match (queue(), lost_at_start) {
-            (Some(q), Some(base)) => q.lost().saturating_sub(base),
+            (Some(q), Some((base, _))) => q.lost().saturating_sub(base),
+            _ => 0,
+        },
+        frees_replayed: REPLAYED_FREES.load(Ordering::Relaxed),
+        frees_unknown: match (queue(), lost_at_start) {
+            (Some(q), Some((_, base))) => q.frees_unknown().saturating_sub(base),
             _ => 0,
         },
         untracked: hot::UNTRACKED.load(Ordering::Relaxed),

@@ -480,6 +480,8 @@ impl Recorder {
             events: stats.lost_events,
             untracked: stats.untracked,
             callback_panics: stats.callback_panics,
+            frees_replayed: stats.frees_replayed,
+            frees_unknown: stats.frees_unknown,
         };
         self.profile.lost
     }

@@ -103,6 +103,12 @@ pub struct Stats {
     pub untracked: u64,
     /// Callbacks that panicked (caught).
     pub callback_panics: u64,
+    /// Frees among `lost_events` kept aside by the queue and replayed: delivered as
+    /// deallocations at their own time, late.
+    pub frees_replayed: u64,
+    /// Frees among `lost_events` lost for good (the queue's table of lost frees was full):
+    /// that many blocks still tracked may have been freed.
+    pub frees_unknown: u64,
 }
 
 /// Why [`Tracker::after_poll`] runs.

@@ -1143,3 +1143,97 @@ fn record_killed_while_the_program_runs_says_so() {
     assert!(!report.contains("crashed") && !err.contains("crashed"), "{report}{err}");
     assert!(report.contains("early_site"), "what was sampled before the kill: {report}");
 }
+
+/// Runs `lose_frees <n>` under `record --interval 1` and stops `record` (its collector)
+/// while the program frees its `n` blocks, so that every one of those frees finds the queue
+/// full and nobody waiting (see the fixture). Returns the profile's path and `record`'s
+/// output.
+fn record_with_a_stopped_collector(name: &str, n: usize) -> (PathBuf, Output) {
+    use std::io::Write;
+    let dir = scratch(name);
+    let mut child = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["record", "--interval", "1", "-o", "l.mprof", "--"])
+        .arg(fixture("lose_frees"))
+        .arg(n.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    // SAFETY: signals the `memprof` process this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The heartbeat goes stale after half a second: the program then stops waiting for room.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    stdin.write_all(b"\n").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "done");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    stdin.write_all(b"\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    (dir.join("l.mprof"), out)
+}
+
+/// Frees lost to a full queue while the collector is stopped are replayed from the queue's
+/// table of lost frees: no block the program freed is live in the profile (each used to
+/// stay live for ever), and the header, the totals line, the HTML page's summary and
+/// `record` itself say that events were lost, never "every allocation recorded". Past the
+/// table's size, the frees lost for good are counted, and the live figures are said to be
+/// an upper bound by exactly that many blocks.
+#[test]
+fn lost_frees_are_replayed_and_losses_are_said_where_the_numbers_are() {
+    let (file, out) = record_with_a_stopped_collector("lost-frees", 300);
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    let p = read(&file);
+    assert!(p.complete, "{err}");
+    let (alloc, live) = (totals(&p, "keep_site").1, totals(&p, "keep_site").3);
+    assert_eq!((alloc, live), (300.0, 0.0), "no phantom live blocks; {:?}; {err}", p.lost);
+    let l = p.lost;
+    assert!(l.frees_replayed >= 300 && l.frees_unknown == 0, "{l:?}");
+    assert!(l.events > l.frees_replayed, "the filler's allocations were lost too: {l:?}");
+    assert!(totals(&p, "filler_site").3 == 0.0, "{l:?}");
+    let said = format!("{} events lost ({} frees replayed", l.events, l.frees_replayed);
+    assert!(err.contains(&said), "record's summary: {err}");
+
+    let dir = file.parent().unwrap();
+    let page = dir.join("l.html");
+    let report =
+        Command::new(MEMPROF).arg("report").arg(&file).arg("--html").arg(&page).output().unwrap();
+    assert_eq!(report.status.code(), Some(0), "{}", text(&report.stderr));
+    let table = text(&report.stdout);
+    let header = table.lines().find(|l| l.starts_with("sampling:")).unwrap_or_default();
+    assert!(header.starts_with("sampling: exact, but ") && header.contains(&said), "{table}");
+    assert!(!table.contains("every allocation recorded"), "{table}");
+    let totals_line = table.lines().find(|l| l.contains("total (")).unwrap_or_default();
+    assert!(totals_line.contains(&format!("{} events lost", l.events)), "{table}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("\"whole\":false") && html.contains(&said), "the page's summary");
+    let diff = Command::new(MEMPROF).arg("diff").arg(&file).arg(&file).output().unwrap();
+    let diff = text(&diff.stdout);
+    let sampling = format!("sampling: exact, but {} events lost", l.events);
+    assert!(diff.contains(&sampling) && !diff.contains("every allocation"), "{diff}");
+
+    // Past the table: the frees it could not hold are lost for good, and said to be.
+    let (file, out) = record_with_a_stopped_collector("lost-frees-overflow", 3000);
+    assert_ok(&out, 0);
+    let p = read(&file);
+    let l = p.lost;
+    let live = totals(&p, "keep_site").3 as u64;
+    // At most one more: the filler's last free may have been the first one refused.
+    let near = live == l.frees_unknown || live + 1 == l.frees_unknown;
+    assert!(l.frees_unknown >= 1000 && near, "{live} live, {l:?}");
+    assert!(l.frees_replayed >= 1000, "{l:?}");
+    let report = Command::new(MEMPROF).arg("report").arg(&file).output().unwrap();
+    let table = text(&report.stdout);
+    let bound = format!("live figures may count up to {} blocks that had ended", l.frees_unknown);
+    assert!(table.lines().any(|l| l.starts_with("sampling: exact, but") && l.contains(&bound)));
+    let upper = format!("up to {} ended blocks counted live", l.frees_unknown);
+    assert!(table.lines().any(|l| l.contains("total (") && l.contains(&upper)), "{table}");
+    assert!(text(&out.stderr).contains(&bound), "{}", text(&out.stderr));
+}

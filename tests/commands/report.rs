@@ -413,10 +413,43 @@ mod top {
         let text = report::top_table(&p, &TopOptions { limit: 2, ..TopOptions::default() });
         assert!(text.contains("INCOMPLETE"));
         assert!(text.contains("warning: profile was cut at byte 999"));
-        assert!(text.contains("lost: 4 events dropped"));
-        assert!(text.contains("total (3 sites, 2 shown)"));
+        // What was lost is said on the sampling line and on the totals line.
+        let header = text.lines().find(|l| l.starts_with("sampling: ")).unwrap();
+        assert!(header.ends_with("(numbers are unbiased estimates); 4 events lost"), "{text}");
+        assert!(text.contains("total (3 sites, 2 shown; 4 events lost)"), "{text}");
         assert!(!text.contains(CONFIG_LOAD), "the smallest site is past the limit");
         golden("expected/three_sites.sampled.top.txt", text.as_bytes());
+    }
+
+    /// An exact profile says "every allocation recorded" only while nothing is missing from
+    /// its numbers: frees that were replayed keep it so (and are mentioned); anything else
+    /// lost makes it "exact, but …", on the totals line too.
+    #[test]
+    fn exact_header_says_what_was_lost() {
+        let mut p = three_sites(true);
+        let table = |p: &Profile| report::top_table(p, &TopOptions::default());
+        let header = |t: &str| t.lines().find(|l| l.starts_with("sampling: ")).unwrap().to_owned();
+        assert_eq!(header(&table(&p)), "sampling: exact (every allocation recorded)");
+        p.lost.events = 5;
+        p.lost.frees_replayed = 5;
+        let t = table(&p);
+        assert_eq!(
+            header(&t),
+            "sampling: exact (every allocation recorded; 5 frees did not fit in the queue and \
+             were replayed at their time)"
+        );
+        assert!(t.lines().any(|l| l.ends_with("total (3 sites)")), "{t}");
+        p.lost.events = 9;
+        p.lost.frees_unknown = 2;
+        let t = table(&p);
+        assert_eq!(
+            header(&t),
+            "sampling: exact, but 9 events lost (5 frees replayed, 2 frees lost for good, 2 \
+             other events); live figures may count up to 2 blocks that had ended"
+        );
+        let totals = "total (3 sites; 9 events lost, up to 2 ended blocks counted live)";
+        assert!(t.lines().any(|l| l.ends_with(totals)), "{t}");
+        assert!(!t.contains("every allocation recorded"));
     }
 
     #[test]

@@ -284,6 +284,46 @@ mod exact {
         );
         assert!(profile.complete);
     }
+
+    #[inline(never)]
+    fn kept_site() -> Vec<u8> {
+        Vec::with_capacity(5555)
+    }
+
+    /// Frees that do not fit in a full queue are replayed, not lost: blocks allocated one
+    /// at a time (each drained at once, through a queue of 4 events) and then freed all
+    /// together (all but 4 frees refused) are all dead in the profile, which counts the
+    /// refused frees as lost and replayed. A free lost for good would leave its block live
+    /// for ever (as every refused free did before the queue kept them).
+    #[test]
+    fn frees_refused_by_a_full_queue_are_replayed() {
+        let _g = serial();
+        const N: usize = 300;
+        let mut kept: Vec<Vec<u8>> = Vec::with_capacity(N);
+        let config = Config { queue_capacity: 4, ..Config::exact() };
+        let profile = record(config, || {
+            for _ in 0..N {
+                kept.push(kept_site());
+                memprof::poll();
+            }
+            kept.clear();
+            memprof::poll();
+        });
+        let size = |s: u64| -> (u64, u64) {
+            let sum = |m: &HashMap<(StackId, u64), Totals, _>| {
+                m.iter().filter(|((_, z), _)| *z == s).map(|(_, t)| t.samples).sum::<u64>()
+            };
+            (sum(&profile.allocated), sum(&profile.live))
+        };
+        // Other tests' threads allocate too (every thread is sampled) and may take a slot
+        // one of these allocations needed: that sample is lost, and so is not live.
+        let (allocated, live) = size(5555);
+        assert!(allocated >= N as u64 / 2 && allocated <= N as u64, "{allocated}");
+        assert_eq!(live, 0, "no phantom live blocks: {:?}", profile.lost);
+        let l = profile.lost;
+        assert!(l.frees_replayed + 4 >= allocated, "{l:?}");
+        assert!(l.events >= l.frees_replayed && l.frees_unknown == 0, "{l:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

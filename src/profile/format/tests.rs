@@ -92,7 +92,13 @@ fn rich() -> (Profile, Vec<Event>) {
         heap_words: 4096,
         live_words: 1200,
     }));
-    p.lost = Lost { events: 1, untracked: 2, callback_panics: u64::MAX };
+    p.lost = Lost {
+        events: 1,
+        untracked: 2,
+        callback_panics: u64::MAX,
+        frees_replayed: 4,
+        frees_unknown: 5,
+    };
     (p, events)
 }
 
@@ -532,6 +538,16 @@ fn with_block(inner: &[u8]) -> Vec<u8> {
     w.out
 }
 
+/// A Lost record of an older writer (three counts) reads with no replayed or unknown frees.
+#[test]
+fn a_lost_record_of_three_counts_still_reads() {
+    let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+    w.block.extend_from_slice(&[TAG_LOST, 3, 7, 8, 9]);
+    let p = Profile::read_from(&w.finish().unwrap()[..]).unwrap();
+    assert!(p.complete, "{:?}", p.warnings);
+    assert_eq!(p.lost, Lost { events: 7, untracked: 8, callback_panics: 9, ..Lost::default() });
+}
+
 #[test]
 fn undefined_pairs_unknown_tags_and_orphans() {
     let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
@@ -540,14 +556,16 @@ fn undefined_pairs_unknown_tags_and_orphans() {
     w.write_sample(&s).unwrap();
     // An unknown ancillary record is skipped; trailing payload bytes of a table record too.
     w.block.extend_from_slice(&[0xC1, 3, 1, 2, 3]);
-    w.block.extend_from_slice(&[TAG_LOST, 4, 1, 2, 3, 99]);
+    w.block.extend_from_slice(&[TAG_LOST, 6, 1, 2, 3, 4, 5, 99]);
     w.write_free(&Free::of(&s, 5)).unwrap();
     // A free of a block that is not live (allocated at another time).
     w.write_free(&Free { alloc_ns: 1 << 30, ..Free::of(&s, 6) }).unwrap();
     let bytes = w.finish().unwrap();
     let p = Profile::read_from(&bytes[..]).unwrap();
     assert!(p.complete);
-    assert_eq!(p.lost, Lost { events: 1, untracked: 2, callback_panics: 3 });
+    let lost =
+        Lost { events: 1, untracked: 2, callback_panics: 3, frees_replayed: 4, frees_unknown: 5 };
+    assert_eq!(p.lost, lost);
     assert_eq!((p.counts.frees, p.counts.orphans), (1, 1));
     assert!(p.warnings.iter().any(|m| m.contains("1 frees or moves")), "{:?}", p.warnings);
 

@@ -117,7 +117,8 @@
     $('prog').textContent = exe.split('/').pop();
     $('cmd').textContent = (D.cmd.length ? D.cmd.join(' ') : exe) + (D.pid ? '   (pid ' + D.pid + ')' : '');
     const facts = [
-      EXACT ? '<b>exact</b>: every allocation recorded' : 'sampled: mean interval <b>' + bytes(R) + '</b>',
+      D.whole ? (EXACT ? '<b>exact</b>: every allocation recorded' : 'sampled: mean interval <b>' + bytes(R) + '</b>')
+        : '<b class="lost">sampling: ' + esc(D.sampling) + '</b>',
       '<b>' + grouped(D.samples) + '</b> ' + (EXACT ? 'allocations' : 'samples') + ', <b>' + grouped(D.frees) + '</b> frees',
       'run: <b>' + secs(D.end) + '</b>',
       'peak: <b>' + bytes(D.peak[0]) + '</b> live at ' + secs(D.peak[1]),
