@@ -314,3 +314,43 @@ fn an_output_to_the_standard_output_has_it_alone() {
         assert!(text(&o.stderr).contains("leak_site"), "the table on stderr: {name}");
     }
 }
+
+/// The split DWARF of a program (`-gsplit-dwarf`: its `.dwo` files, and a `prog.dwp`
+/// beside it) is read only from regular files: a `.dwp` and a `.dwo` that are FIFOs do
+/// not hang `report`, whose frames are still named from the symbol table.
+#[test]
+fn split_dwarf_that_is_a_fifo_does_not_hang_a_report() {
+    let dir = scratch("files-dwp");
+    let prog = dir.join("prog");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/sites.c");
+    let cc = Command::new("cc")
+        .current_dir(&dir)
+        .args(["-O2", "-g", "-gsplit-dwarf", "-fno-optimize-sibling-calls", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc.stderr));
+    let dwos: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "dwo"))
+        .collect();
+    assert!(!dwos.is_empty(), "cc -gsplit-dwarf wrote no .dwo in {}", dir.display());
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--interval", "1", "-o", "r.mprof", "--"])
+            .arg(&prog),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    strip_symbols(&dir.join("r.mprof"));
+    for dwo in &dwos {
+        std::fs::remove_file(dwo).unwrap();
+        mkfifo(dwo);
+    }
+    mkfifo(&dir.join("prog.dwp"));
+    let out = within(memprof_in(&dir, Path::new(MEMPROF)).args(["report", "r.mprof"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(all.contains("leak_site"), "frames named from the symbol table: {all}");
+}
