@@ -100,8 +100,9 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
         if !p.is_file() {
             return Err(LaunchError::PreloadNotAFile(p.display().to_string()).into());
         }
-        crate::sys::files::check_loadable_library(&p).map_err(LaunchError::PreloadUnsafe)?;
-        return Ok(Installed::existing(p));
+        let real =
+            crate::sys::files::check_loadable_library(&p).map_err(LaunchError::PreloadUnsafe)?;
+        return Ok(Installed::existing(real));
     }
     let exe =
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
@@ -109,8 +110,9 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     if beside.is_file() {
         // Refused, not passed over for the bundled copy: a library that someone else could
         // have put there is worth an error (`sys/files.rs`, §1).
-        crate::sys::files::check_loadable_library(&beside).map_err(LaunchError::PreloadUnsafe)?;
-        return Ok(Installed::existing(beside));
+        let real = crate::sys::files::check_loadable_library(&beside)
+            .map_err(LaunchError::PreloadUnsafe)?;
+        return Ok(Installed::existing(real));
     }
     match bundled {
         Some(b) => b.install(),

@@ -6,7 +6,12 @@
 //! replace it runs code there. [`check_loadable_library`] takes it only from a regular file
 //! owned by this user or root that neither group nor others can write, in a directory owned
 //! by this user or root that others cannot write (a sticky, world-writable directory such
-//! as `/tmp` is refused too: anyone can create a file there). The cached copy of the
+//! as `/tmp` is refused too: anyone can create a file there), and under directories up to
+//! `/` that each belong to this user or root and that others cannot write unless the
+//! directory is sticky (`/tmp` above a directory of ours is fine: nobody else can rename
+//! what is in it). The file is judged by its descriptor (`O_NONBLOCK`, `fstat`), and the
+//! loader is given its real path, every symbolic link resolved, checked to name that same
+//! file. The cached copy of the
 //! bundled library (`record/bundled.rs`) is stricter still: `owned_and_private`, this
 //! user's alone.
 //!
@@ -70,12 +75,18 @@ fn trusted_owner(uid: u32) -> bool {
     uid == euid() || uid == 0
 }
 
-/// Checks that the library at `path` may be loaded into programs (§1); the error is one
-/// sentence naming the file and why.
-pub fn check_loadable_library(path: &Path) -> Result<(), String> {
+/// Checks that the library at `path` may be loaded into programs (§1) and returns the
+/// path to give the loader: the file's real path, every symbolic link resolved. The file
+/// is judged by its descriptor (opened without blocking, then `fstat`), and the real path
+/// must still name that same file. The error is one sentence naming the file and why.
+pub fn check_loadable_library(path: &Path) -> Result<PathBuf, String> {
     let shown = path.display();
-    let real = fs::canonicalize(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let meta = fs::metadata(&real).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
     if !meta.is_file() {
         return Err(format!("{shown} is not a regular file"));
     }
@@ -93,6 +104,11 @@ pub fn check_loadable_library(path: &Path) -> Result<(), String> {
             meta.mode() & 0o7777
         ));
     }
+    let real = fs::canonicalize(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    // The loader opens the library by this path: it must name the file checked above.
+    if !fs::metadata(&real).is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino())) {
+        return Err(format!("{shown} changed while it was checked"));
+    }
     let dir = real.parent().unwrap_or(Path::new("/"));
     let dmeta = fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     if !trusted_owner(dmeta.uid()) {
@@ -109,7 +125,29 @@ pub fn check_loadable_library(path: &Path) -> Result<(), String> {
             dmeta.mode() & 0o7777
         ));
     }
-    Ok(())
+    // Whoever can rename an ancestor directory can put another tree, and another library,
+    // at the same path. A sticky directory of a trusted owner (`/tmp`) is safe above: the
+    // others who can write it cannot rename what they do not own.
+    for up in dir.ancestors().skip(1) {
+        let m = fs::metadata(up).map_err(|e| format!("cannot read {}: {e}", up.display()))?;
+        if !trusted_owner(m.uid()) {
+            return Err(format!(
+                "{shown} is under {}, which belongs to uid {}, not to this user or root: \
+                 anyone could replace it",
+                up.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o002 != 0 && m.mode() & libc::S_ISVTX == 0 {
+            return Err(format!(
+                "{shown} is under {}, which others can write (mode {:o}, not sticky): anyone \
+                 could replace it",
+                up.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(real)
 }
 
 /// Whether `a` and `b` name the same file (device and inode, symlinks followed); false when
@@ -393,7 +431,7 @@ mod tests {
         let lib = d.join("libx.so");
         fs::write(&lib, b"\x7fELF").unwrap();
         fs::set_permissions(&lib, fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(check_loadable_library(&lib), Ok(()));
+        assert_eq!(check_loadable_library(&lib), Ok(fs::canonicalize(&lib).unwrap()));
         fs::set_permissions(&lib, fs::Permissions::from_mode(0o666)).unwrap();
         assert!(check_loadable_library(&lib).unwrap_err().contains("writable"));
         fs::set_permissions(&lib, fs::Permissions::from_mode(0o755)).unwrap();
@@ -401,6 +439,26 @@ mod tests {
         assert!(check_loadable_library(&lib).unwrap_err().contains("others can write"));
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         assert!(check_loadable_library(&d).is_err(), "a directory");
+        // Every directory above it too: a parent that others can write (not sticky) could
+        // be renamed away with the library in it.
+        let inner = d.join("inner");
+        fs::create_dir(&inner).unwrap();
+        fs::set_permissions(&inner, fs::Permissions::from_mode(0o755)).unwrap();
+        let deep = inner.join("libx.so");
+        fs::copy(&lib, &deep).unwrap();
+        assert!(check_loadable_library(&deep).is_ok());
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_loadable_library(&deep).unwrap_err();
+        assert!(e.contains("is under") && e.contains("not sticky"), "{e}");
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(check_loadable_library(&deep).is_ok(), "sticky and ours: {e}");
+        // Through a symlink, the loader is given the real path.
+        std::os::unix::fs::symlink(&deep, d.join("link.so")).unwrap();
+        assert_eq!(
+            check_loadable_library(&d.join("link.so")),
+            Ok(fs::canonicalize(&deep).unwrap())
+        );
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         fs::remove_dir_all(&d).unwrap();
     }
 

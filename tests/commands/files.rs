@@ -354,3 +354,43 @@ fn split_dwarf_that_is_a_fifo_does_not_hang_a_report() {
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(all.contains("leak_site"), "frames named from the symbol table: {all}");
 }
+
+/// A preload library is checked in every directory up to `/`: one whose parent others can
+/// write (not sticky) is refused before the program runs, since the parent's writers could
+/// rename its directory away and put another library at the same path.
+#[test]
+fn a_preload_library_under_a_directory_others_can_write_is_refused() {
+    let dir = scratch("files-preload-parent");
+    let open = dir.join("open");
+    let inner = open.join("lib");
+    std::fs::create_dir_all(&inner).unwrap();
+    chmod(&open, 0o777);
+    chmod(&inner, 0o755);
+    let so = inner.join("libmemprof_preload.so");
+    std::fs::copy(lib(), &so).unwrap();
+    chmod(&so, 0o755);
+    let marker = dir.join("ran");
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .env("MEMPROF_PRELOAD", &so)
+            .args(["record", "-o", "p.mprof", "--", "/bin/touch"])
+            .arg(&marker),
+    );
+    assert_one_line_error(&out, None, "libmemprof_preload.so");
+    let err = text(&out.stderr);
+    assert!(err.contains("others can write") && err.contains("not sticky"), "{err}");
+    assert!(!marker.exists(), "the program must not run");
+    // The same tree with the parent closed (or sticky) is accepted.
+    for mode in [0o755, 0o1777] {
+        chmod(&open, mode);
+        let out = within(
+            memprof_in(&dir, Path::new(MEMPROF))
+                .env("MEMPROF_PRELOAD", &so)
+                .args(["record", "-o", &format!("{mode:o}.mprof"), "--", "/bin/touch"])
+                .arg(&marker),
+        );
+        assert_eq!(out.status.code(), Some(0), "mode {mode:o}: {}", text(&out.stderr));
+        assert!(marker.exists());
+        std::fs::remove_file(&marker).unwrap();
+    }
+}
