@@ -394,3 +394,57 @@ fn a_preload_library_under_a_directory_others_can_write_is_refused() {
         std::fs::remove_file(&marker).unwrap();
     }
 }
+
+/// `record --force -o out` replaces `out` atomically (a new file renamed over it): the name
+/// never stops naming a file, so someone racing to put a symlink there (here a thread
+/// trying without pause while `record` runs again and again) never gets one in. An unlink
+/// then a create left that moment open; each run here then failed or wrote elsewhere.
+#[test]
+fn record_force_replaces_the_output_atomically() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = scratch("files-force-race");
+    let out = dir.join("o.mprof");
+    std::fs::write(&out, b"old").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let planted = Arc::new(AtomicUsize::new(0));
+    let racer = {
+        let (stop, planted, out) = (stop.clone(), planted.clone(), out.clone());
+        let victim = dir.join("victim");
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if std::os::unix::fs::symlink(&victim, &out).is_ok() {
+                    planted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let mut failures = Vec::new();
+    for i in 0..40 {
+        let o = within(memprof_in(&dir, Path::new(MEMPROF)).args([
+            "record",
+            "--force",
+            "-o",
+            "o.mprof",
+            "--",
+            "/bin/true",
+        ]));
+        let meta = std::fs::symlink_metadata(&out);
+        if o.status.code() != Some(0) || !meta.as_ref().is_ok_and(|m| m.file_type().is_file()) {
+            failures.push(format!("run {i}: {:?} {}", o.status.code(), text(&o.stderr)));
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    racer.join().unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(planted.load(Ordering::Relaxed), 0, "a symlink got in");
+    assert!(!dir.join("victim").exists(), "nothing written through a symlink");
+    // The file is a fresh profile of ours, and no temporary file is left beside it.
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["o.mprof"], "{names:?}");
+    assert_ne!(std::fs::read(&out).unwrap(), b"old");
+}
