@@ -29,7 +29,7 @@
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
-//! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; preloaded code only from files nobody else can change |
+//! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
 //! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`) without allocating |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |

@@ -38,6 +38,12 @@
 //! opens `MEMPROF_OUTPUT` itself): `O_NONBLOCK|O_NOFOLLOW`, then `fstat`: a regular file of
 //! this user's, empty. A FIFO, a device or another user's file is refused with nothing
 //! written, and the program runs on unprofiled. It neither panics nor changes errno.
+//!
+//! # 5. Files of our own
+//! Files memprof itself keeps (the bundled library's cached copy, the list of programs run
+//! unprofiled that the preload library leaves in the run's private directory) are read
+//! through [`open_ours`]: `O_NOFOLLOW|O_NONBLOCK`, then `fstat` of the descriptor: a
+//! regular file owned by this user. Anything else of the name is not read.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::CString;
@@ -148,6 +154,35 @@ pub fn check_loadable_library(path: &Path) -> Result<PathBuf, String> {
         }
     }
     Ok(real)
+}
+
+/// Opens `path` for reading only when it is a regular file of this user's (§5): never
+/// through a symbolic link (`O_NOFOLLOW`), never blocking on a FIFO or a device
+/// (`O_NONBLOCK`), the owner checked on the descriptor (`fstat`), not on the path. The
+/// error says what the file is instead (`NotFound` when there is none).
+pub fn open_ours(path: &Path) -> io::Result<File> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => {
+                io::Error::other("it is a symbolic link, never followed".to_owned())
+            }
+            _ => e,
+        })?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, not_regular(&meta)));
+    }
+    if meta.uid() != euid() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("it belongs to uid {}, not to this user", meta.uid()),
+        ));
+    }
+    clear_nonblock(&f);
+    Ok(f)
 }
 
 /// Whether `a` and `b` name the same file (device and inode, symlinks followed); false when
@@ -459,6 +494,21 @@ mod tests {
             Ok(fs::canonicalize(&deep).unwrap())
         );
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn our_files_are_regular_files_of_ours_never_through_a_symlink() {
+        let d = scratch("ours");
+        fs::write(d.join("r"), b"x").unwrap();
+        mkfifo(&d.join("f"));
+        std::os::unix::fs::symlink(d.join("r"), d.join("l")).unwrap();
+        assert!(open_ours(&d.join("r")).is_ok());
+        let e = open_ours(&d.join("f")).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let e = open_ours(&d.join("l")).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(open_ours(&d.join("none")).unwrap_err().kind(), io::ErrorKind::NotFound);
         fs::remove_dir_all(&d).unwrap();
     }
 
