@@ -145,22 +145,17 @@ pub fn parse_size(text: &str) -> Result<f64, Error> {
         _ => {
             return Err(Error::Config(format!(
                 "unknown size unit in {:?} (use B, K, M, G or T)",
-                text.escape_debug().to_string()
+                text
             )))
         }
     };
-    let n: f64 = num.trim().parse().map_err(|_| {
-        Error::Config(format!(
-            "not a size: {:?} (examples: 800, 512K, 1M)",
-            text.escape_debug().to_string()
-        ))
-    })?;
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| Error::Config(format!("not a size: {:?} (examples: 800, 512K, 1M)", text)))?;
     let v = n * mult;
     if !(v.is_finite() && (1.0..=MAX_INTERVAL).contains(&v)) {
-        return Err(Error::Config(format!(
-            "size must be 1 byte to 256 TiB, got {:?}",
-            text.escape_debug().to_string()
-        )));
+        return Err(Error::Config(format!("size must be 1 byte to 256 TiB, got {:?}", text)));
     }
     Ok(v)
 }

@@ -92,17 +92,14 @@ pub fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
         Error::Config(format!(
             "invalid time {:?}: give a time since the start with its unit (1.5s, 250ms, \
              40us, 1200ns) or a share of the run (40%)",
-            s.escape_debug().to_string()
+            s
         ))
     };
     if let Some(n) = t.strip_suffix('%') {
         // At most 12 decimals of a percent: end_ns × the share's digits stays in a u128.
         let (num, den) = decimal(n.trim(), 12).map_err(|_| bad())?;
         if num > 100 * den {
-            return Err(Error::Config(format!(
-                "invalid time {:?}: a share is 0% to 100%",
-                s.escape_debug().to_string()
-            )));
+            return Err(Error::Config(format!("invalid time {:?}: a share is 0% to 100%", s)));
         }
         if num == 100 * den {
             return Ok(u64::MAX);
@@ -121,13 +118,8 @@ pub fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
     } else {
         return Err(bad());
     };
-    let too_large = || {
-        Error::Config(format!(
-            "invalid time {:?}: at most {} ns (584 years)",
-            s.escape_debug().to_string(),
-            u64::MAX
-        ))
-    };
+    let too_large =
+        || Error::Config(format!("invalid time {:?}: at most {} ns (584 years)", s, u64::MAX));
     let (num, den) =
         decimal(n.trim(), 20).map_err(|large| if large { too_large() } else { bad() })?;
     let ns = num
