@@ -316,8 +316,9 @@ fn an_output_to_the_standard_output_has_it_alone() {
 }
 
 /// The split DWARF of a program (`-gsplit-dwarf`: its `.dwo` files, and a `prog.dwp`
-/// beside it) is read only from regular files: a `.dwp` and a `.dwo` that are FIFOs do
-/// not hang `report`, whose frames are still named from the symbol table.
+/// beside it) is read, and only from regular files: the `.dwo` gives the frames their
+/// lines; a `.dwp` and a `.dwo` that are FIFOs do not hang `report`, whose frames are
+/// still named from the symbol table.
 #[test]
 fn split_dwarf_that_is_a_fifo_does_not_hang_a_report() {
     let dir = scratch("files-dwp");
@@ -344,6 +345,14 @@ fn split_dwarf_that_is_a_fifo_does_not_hang_a_report() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     strip_symbols(&dir.join("r.mprof"));
+    // Read from the .dwo files, the frames have their source lines.
+    let out = within(memprof_in(&dir, Path::new(MEMPROF)).args(["report", "r.mprof"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        all.lines().any(|l| l.contains("leak_site") && l.contains("sites.c:")),
+        "the .dwo's lines: {all}"
+    );
     for dwo in &dwos {
         std::fs::remove_file(dwo).unwrap();
         mkfifo(dwo);
