@@ -180,6 +180,19 @@ proptest! {
     }
 
     #[test]
+    fn twenty_decimals_round_to_the_nearest_nanosecond(
+        int in any::<u64>(),
+        frac in 0u128..100_000_000_000_000_000_000,
+    ) {
+        let text = format!("{int}.{frac:020}ns");
+        let up = frac >= 50_000_000_000_000_000_000;
+        match int.checked_add(u64::from(up)) {
+            Some(want) => prop_assert_eq!(parse_moment(&text, 0).ok(), Some(want), "{}", text),
+            None => prop_assert!(parse_moment(&text, 0).is_err(), "{}", text),
+        }
+    }
+
+    #[test]
     fn times_past_u64_are_refused_not_saturated(extra in 1u128..u128::from(u64::MAX)) {
         let ns = u128::from(u64::MAX) + extra;
         let e = parse_moment(&format!("{ns}ns"), 0).unwrap_err();

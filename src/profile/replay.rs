@@ -120,11 +120,14 @@ pub fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
     };
     let too_large =
         || Error::Config(format!("invalid time {:?}: at most {} ns (584 years)", s, u64::MAX));
+    // 19 decimals: a time that fits in u64 ns, times its unit, still fits in a u128, so an
+    // overflow below means a time too large, never a lost digit.
     let (num, den) =
-        decimal(n.trim(), 20).map_err(|large| if large { too_large() } else { bad() })?;
+        decimal(n.trim(), 19).map_err(|large| if large { too_large() } else { bad() })?;
     let ns = num
         .checked_mul(scale)
-        .map(|v| (v + den / 2) / den)
+        // Rounded to the nearest without adding half of `den` first, which could wrap.
+        .map(|v| v / den + u128::from(v % den * 2 >= den))
         .filter(|&v| v <= u64::MAX as u128)
         .ok_or_else(too_large)?;
     Ok(ns as u64)
@@ -242,6 +245,10 @@ mod tests {
         // A share of a long run, exact too.
         assert_eq!(parse_moment("50%", u64::MAX - 1).unwrap(), (u64::MAX - 1) / 2);
         assert_eq!(parse_moment("0.5ns", 0).unwrap(), 1, "rounded to the nearest");
+        // u128::MAX with 20 decimals: the rounding's addition must not wrap.
+        let edge = "3402823669209384634.63374607431768211455ns";
+        assert_eq!(parse_moment(edge, 0).unwrap(), 3402823669209384635);
+        assert!(parse_moment("3402823669209384634.63374607431768211455s", 0).is_err());
     }
 
     #[test]
