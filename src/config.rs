@@ -91,9 +91,9 @@ impl Config {
 
     /// Checks that the settings are usable.
     pub fn validate(&self) -> Result<(), Error> {
-        if !(self.interval.is_finite() && self.interval >= 1.0) {
+        if !(self.interval.is_finite() && (1.0..=MAX_INTERVAL).contains(&self.interval)) {
             return Err(Error::Config(format!(
-                "sampling interval must be a number of bytes >= 1, got {}",
+                "sampling interval must be 1 byte to 256 TiB, got {}",
                 self.interval
             )));
         }
@@ -114,17 +114,25 @@ impl Config {
     }
 }
 
-/// Converts statmemprof's λ (sample points per 8-byte word) to an interval in bytes.
+/// The largest sampling interval: 256 TiB, the whole x86-64 address space (a larger one
+/// would never sample, and a size that large is a typo).
+pub const MAX_INTERVAL: f64 = (1u64 << 48) as f64;
+
+/// Converts statmemprof's λ (sample points per 8-byte word) to an interval in bytes (at
+/// most [`MAX_INTERVAL`]: a λ so small that 8/λ is past it, or infinite, is refused).
 pub fn interval_from_rate(lambda: f64) -> Result<f64, Error> {
-    if !(lambda.is_finite() && lambda > 0.0 && lambda <= 8.0) {
+    let min = 8.0 / MAX_INTERVAL;
+    if !(lambda.is_finite() && lambda >= min && lambda <= 8.0) {
         return Err(Error::Config(format!(
-            "rate must be in (0, 8] sample points per 8-byte word, got {lambda}"
+            "rate must be in [{min:e}, 8] sample points per 8-byte word (an interval of 1 \
+             byte to 256 TiB), got {lambda}"
         )));
     }
     Ok(8.0 / lambda)
 }
 
-/// Parses a size such as `512K`, `4KiB`, `1M`, `800`, `1` (bytes).
+/// Parses a size such as `512K`, `4KiB`, `1M`, `800`, `1` (bytes), `1.50 TiB` (what
+/// reports print reads back): from 1 byte to [`MAX_INTERVAL`].
 pub fn parse_size(text: &str) -> Result<f64, Error> {
     let t = text.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
@@ -134,17 +142,21 @@ pub fn parse_size(text: &str) -> Result<f64, Error> {
         "k" | "kb" | "kib" => 1024.0,
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         _ => {
-            return Err(Error::Config(format!("unknown size unit in {text:?} (use B, K, M or G)")))
+            return Err(Error::Config(format!(
+                "unknown size unit in {:?} (use B, K, M, G or T)",
+                text
+            )))
         }
     };
     let n: f64 = num
         .trim()
         .parse()
-        .map_err(|_| Error::Config(format!("not a size: {text:?} (examples: 800, 512K, 1M)")))?;
+        .map_err(|_| Error::Config(format!("not a size: {:?} (examples: 800, 512K, 1M)", text)))?;
     let v = n * mult;
-    if !(v.is_finite() && v >= 1.0) {
-        return Err(Error::Config(format!("size must be at least 1 byte, got {text:?}")));
+    if !(v.is_finite() && (1.0..=MAX_INTERVAL).contains(&v)) {
+        return Err(Error::Config(format!("size must be 1 byte to 256 TiB, got {:?}", text)));
     }
     Ok(v)
 }
@@ -175,6 +187,26 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("abc").is_err());
+    }
+
+    #[test]
+    fn sizes_stay_in_range_and_read_back_what_reports_print() {
+        // Once accepted as an interval of ~1e29 bytes.
+        let e = parse_size("99999999999999999999GiB").unwrap_err().to_string();
+        assert!(e.contains("256 TiB") && !e.contains('\n'), "{e}");
+        assert!(parse_size("257TiB").is_err());
+        assert_eq!(parse_size("256TiB").unwrap(), MAX_INTERVAL);
+        // What human_bytes prints with TiB reads back.
+        assert_eq!(parse_size("5.00 TiB").unwrap(), 5.0 * 1099511627776.0);
+        assert_eq!(parse_size("1t").unwrap(), 1099511627776.0);
+        assert!(Config::with_interval(MAX_INTERVAL * 2.0).validate().is_err());
+    }
+
+    #[test]
+    fn a_tiny_rate_is_refused_not_an_infinite_interval() {
+        assert!(interval_from_rate(1e-308).is_err(), "8/1e-308 is infinite");
+        assert!(interval_from_rate(f64::MIN_POSITIVE).is_err());
+        assert_eq!(interval_from_rate(8.0 / MAX_INTERVAL).unwrap(), MAX_INTERVAL);
     }
 
     #[test]

@@ -29,7 +29,7 @@
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
-//! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; preloaded code only from files nobody else can change |
+//! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
 //! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`) without allocating |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
@@ -59,6 +59,7 @@
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
 //! | `profile/symbolize.rs` | modules, addresses to inline chains (in process and offline), frame names, stripped-object notes |
+//! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor |
 //! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
 //! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |

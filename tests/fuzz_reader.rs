@@ -1,8 +1,8 @@
 //! The `.mprof` reader, fuzzed: property-based (proptest, on stable Rust, inside `cargo
 //! test`, with shrinking to a minimal input when a case fails), seeded with real
-//! recordings — the committed version-1 and version-2 fixtures and a multi-block
-//! version-3 recording with span labels, GC cycles and appended symbols written here —
-//! and mutated two ways:
+//! recordings — the committed version-1, version-2 and version-3 fixtures (whole and cut
+//! short) and a multi-block version-3 recording with span labels, GC cycles and appended
+//! symbols written here — and mutated two ways:
 //!
 //! - **bytes**: bit flips, overwritten and inserted bytes, truncation, a slice duplicated
 //!   elsewhere (exercises the framing, the CRCs, the header, the cut-file paths);
@@ -98,6 +98,11 @@ fn seeds() -> Vec<Vec<u8>> {
         .map(|n| std::fs::read(fixtures().join(n)).unwrap())
         .collect();
     v.push(multi_block());
+    // The committed version-3 recordings (a real run's, and the same cut short) and the cut
+    // version-2 one: the cut-file paths of each version.
+    for n in ["small-v3.mprof", "small-v3-truncated.mprof", "small-v2-truncated.mprof"] {
+        v.push(std::fs::read(fixtures().join(n)).unwrap());
+    }
     v
 }
 
@@ -272,7 +277,7 @@ proptest! {
     })]
 
     #[test]
-    fn byte_mutations_never_panic(seed in 0usize..4, ms in proptest::collection::vec(mutation(), 1..6)) {
+    fn byte_mutations_never_panic(seed in 0usize..7, ms in proptest::collection::vec(mutation(), 1..6)) {
         let mut b = seeds()[seed].clone();
         for m in &ms {
             apply(&mut b, m);
@@ -286,7 +291,7 @@ proptest! {
         ms in proptest::collection::vec(mutation(), 1..6),
     ) {
         let seeds = seeds();
-        for seed in [&seeds[1], &seeds[3]] {
+        for seed in [&seeds[1], &seeds[3], &seeds[4]] {
             let b = mutate_inside(seed, which, &ms);
             check(&b);
         }

@@ -41,6 +41,8 @@ pub mod format;
 #[cfg(feature = "report")]
 pub mod load;
 pub mod merge;
+#[cfg(feature = "report")]
+pub(crate) mod object_file;
 pub mod replay;
 pub mod site;
 pub mod symbolize;

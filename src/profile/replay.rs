@@ -82,41 +82,78 @@ impl Window {
 
 /// Parses a moment of a recording that ends at `end_ns`: a time since its start with a
 /// unit (`1.5s`, `250ms`, `40us`, `1200ns`) or a share of its length (`40%`; `100%` is
-/// the end, after every event). Returns nanoseconds since the start.
+/// the end, after every event). Returns nanoseconds since the start. The number is a
+/// decimal read exactly (no floating point: every nanosecond up to `u64::MAX` is told
+/// apart), rounded to the nearest nanosecond; a time beyond `u64::MAX` ns (584 years) is
+/// an error, not the end.
 pub fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
     let t = s.trim();
     let bad = || {
         Error::Config(format!(
-            "invalid time {s:?}: give a time since the start with its unit (1.5s, 250ms, \
-             40us, 1200ns) or a share of the run (40%)"
+            "invalid time {:?}: give a time since the start with its unit (1.5s, 250ms, \
+             40us, 1200ns) or a share of the run (40%)",
+            s
         ))
     };
-    let (num, scale) = if let Some(n) = t.strip_suffix('%') {
-        let p: f64 = n.trim().parse().map_err(|_| bad())?;
-        if !(0.0..=100.0).contains(&p) {
-            return Err(Error::Config(format!("invalid time {s:?}: a share is 0% to 100%")));
+    if let Some(n) = t.strip_suffix('%') {
+        // At most 12 decimals of a percent: end_ns × the share's digits stays in a u128.
+        let (num, den) = decimal(n.trim(), 12).map_err(|_| bad())?;
+        if num > 100 * den {
+            return Err(Error::Config(format!("invalid time {:?}: a share is 0% to 100%", s)));
         }
-        if p >= 100.0 {
+        if num == 100 * den {
             return Ok(u64::MAX);
         }
-        return Ok((p / 100.0 * end_ns as f64).round() as u64);
-    } else if let Some(n) = t.strip_suffix("ns") {
-        (n, 1.0)
+        let d = 100 * den;
+        return Ok(((end_ns as u128 * num + d / 2) / d) as u64);
+    }
+    let (n, scale) = if let Some(n) = t.strip_suffix("ns") {
+        (n, 1u128)
     } else if let Some(n) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
-        (n, 1e3)
+        (n, 1_000)
     } else if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e6)
+        (n, 1_000_000)
     } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1e9)
+        (n, 1_000_000_000)
     } else {
         return Err(bad());
     };
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(bad());
+    let too_large =
+        || Error::Config(format!("invalid time {:?}: at most {} ns (584 years)", s, u64::MAX));
+    // 19 decimals: a time that fits in u64 ns, times its unit, still fits in a u128, so an
+    // overflow below means a time too large, never a lost digit.
+    let (num, den) =
+        decimal(n.trim(), 19).map_err(|large| if large { too_large() } else { bad() })?;
+    let ns = num
+        .checked_mul(scale)
+        // Rounded to the nearest without adding half of `den` first, which could wrap.
+        .map(|v| v / den + u128::from(v % den * 2 >= den))
+        .filter(|&v| v <= u64::MAX as u128)
+        .ok_or_else(too_large)?;
+    Ok(ns as u64)
+}
+
+/// A plain decimal (`12`, `1.5`, `.25`, `3.`) as `num / den`, `den` a power of ten; digits
+/// past `max_decimals` are dropped. `Err(false)` for anything else (a sign, an exponent,
+/// `inf`), `Err(true)` for a value above `u64::MAX`.
+fn decimal(text: &str, max_decimals: usize) -> Result<(u128, u128), bool> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    if int.is_empty() && frac.is_empty() {
+        return Err(false);
     }
-    let ns = v * scale;
-    Ok(if ns >= u64::MAX as f64 { u64::MAX } else { ns.round() as u64 })
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(false);
+    }
+    let frac = &frac[..frac.len().min(max_decimals)];
+    let den = 10u128.pow(frac.len() as u32);
+    let mut num: u128 = 0;
+    for b in int.bytes().chain(frac.bytes()) {
+        num = num.checked_mul(10).and_then(|n| n.checked_add(u128::from(b - b'0'))).ok_or(true)?;
+    }
+    if num / den > u64::MAX as u128 {
+        return Err(true);
+    }
+    Ok((num, den))
 }
 
 /// Parses a duration with its unit (`100us`, `10ms`, `1.5s`, `800ns`) as nanoseconds.
@@ -177,6 +214,41 @@ mod tests {
         for bad in ["", "1.5", "abc", "-1s", "150%", "1.5 parsecs", "nans"] {
             assert!(parse_moment(bad, 10).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn times_are_exact_to_the_nanosecond_and_refuse_to_overflow() {
+        // Above 2^53 ns a float cannot tell neighbouring nanoseconds apart.
+        let big = (1u64 << 53) + 1;
+        assert_eq!(parse_moment(&format!("{big}ns"), 0).unwrap(), big);
+        let secs = format!("{}.{:09}s", big / 1_000_000_000, big % 1_000_000_000);
+        assert_eq!(parse_moment(&secs, 0).unwrap(), big);
+        assert_eq!(parse_moment(&format!("{}ns", u64::MAX), 0).unwrap(), u64::MAX);
+        // Past u64::MAX ns: an error that says so, not the end of the run.
+        for over in [
+            "18446744073709551616ns",
+            "18446744073.709551616s",
+            "1e400s",
+            "99999999999999999999999s",
+        ] {
+            let e = parse_moment(over, 0).unwrap_err().to_string();
+            assert!(e.contains("at most") || e.contains("invalid time"), "{over}: {e}");
+        }
+        assert!(parse_moment("18446744073709551616ns", 0)
+            .unwrap_err()
+            .to_string()
+            .contains("at most"));
+        assert!(parse_moment("99999999999999999999999s", 0)
+            .unwrap_err()
+            .to_string()
+            .contains("at most"));
+        // A share of a long run, exact too.
+        assert_eq!(parse_moment("50%", u64::MAX - 1).unwrap(), (u64::MAX - 1) / 2);
+        assert_eq!(parse_moment("0.5ns", 0).unwrap(), 1, "rounded to the nearest");
+        // u128::MAX with 20 decimals: the rounding's addition must not wrap.
+        let edge = "3402823669209384634.63374607431768211455ns";
+        assert_eq!(parse_moment(edge, 0).unwrap(), 3402823669209384635);
+        assert!(parse_moment("3402823669209384634.63374607431768211455s", 0).is_err());
     }
 
     #[test]

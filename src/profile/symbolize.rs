@@ -30,9 +30,18 @@
 //! (libstdc++'s `operator new`) still names them: addr2line's symbol map falls back to
 //! `.dynsym` when there is no `.symtab`. [`unresolved_objects`] says, once per object, why
 //! frames stayed unnamed and where a debug file was looked for.
+//!
+//! Every file is read through `object_file.rs`: opened once under the file policy (a
+//! regular file, never blocking on a FIFO), and judged by what that descriptor holds: the
+//! build id (or size and time) that must be the module's, and the debug file's build id
+//! that must be the object's. A path swapped after a check cannot pass another file's
+//! symbols off as the module's.
 
 use std::collections::HashMap;
 use std::path::Path;
+
+#[cfg(feature = "report")]
+use super::object_file::ObjectFile;
 
 pub use super::site::is_std_plumbing;
 use super::{Module, Profile, StackId, Symbol};
@@ -194,30 +203,6 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
     let mut notes = Vec::new();
     for (i, addrs) in by_module {
         let module = &profile.modules[i];
-        // A file whose build id is not the one recorded is not the object that ran (rebuilt
-        // or upgraded since): its symbols would be wrong, so none are taken from it.
-        if !module.build_id.is_empty()
-            && build_id(Path::new(&module.path)).as_deref() != Some(&module.build_id[..])
-        {
-            notes.push(format!(
-                "{} has changed since the run (its build id differs): its frames are shown as \
-                 module+offset",
-                module.path
-            ));
-            continue;
-        }
-        // Without a build id, the size and time the run saw stand for it.
-        if module.build_id.is_empty()
-            && module.file_size != 0
-            && file_identity(Path::new(&module.path)) != (module.file_size, module.file_mtime_ns)
-        {
-            notes.push(format!(
-                "{} has changed since the run (it has no build id, and its size or time \
-                 differs): its frames are shown as module+offset",
-                module.path
-            ));
-            continue;
-        }
         let loaded = match loaders.for_module(module) {
             Ok(l) => l,
             Err(e) => {
@@ -226,7 +211,7 @@ pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec
             }
         };
         // The separate debug file has the same addresses as the module.
-        let loaders: Vec<&addr2line::Loader> = loaded.debug.iter().chain([&loaded.main]).collect();
+        let loaders: Vec<&ObjectFile> = loaded.debug.iter().chain([&loaded.main]).collect();
         let base = module.base;
         for addr in addrs {
             let probe = addr.saturating_sub(1).wrapping_sub(base);
@@ -391,11 +376,10 @@ pub struct Loaders {
 
 #[cfg(feature = "report")]
 struct Loaded {
-    build_id: Option<Vec<u8>>,
-    identity: (u64, u64),
-    main: addr2line::Loader,
+    /// The object, with its build id and identity as read from its descriptor.
+    main: ObjectFile,
     /// The separate debug file (`/usr/lib/debug/.build-id/`), when installed.
-    debug: Option<addr2line::Loader>,
+    debug: Option<ObjectFile>,
 }
 
 #[cfg(feature = "report")]
@@ -427,39 +411,67 @@ impl Loaders {
     }
 
     fn read(path: &str) -> Result<Loaded, String> {
-        let p = Path::new(path);
-        // A module's path may name a FIFO or a device by now: never opened for reading
-        // (`sys/files.rs`, §3), which would block.
-        if let Err(e) = crate::sys::files::open_input_regular(p) {
-            return Err(format!("cannot read symbols of {path}: {e}"));
-        }
-        let identity = file_identity(p);
-        let build_id = build_id(p);
-        let main =
-            addr2line::Loader::new(p).map_err(|e| format!("cannot read symbols of {path}: {e}"))?;
-        let debug = debug_file(p)
-            .filter(|d| crate::sys::files::open_input_regular(d).is_ok())
-            .and_then(|d| addr2line::Loader::new(d).ok());
-        Ok(Loaded { build_id, identity, main, debug })
+        // Each file is opened once, and what identifies it is read from that descriptor
+        // (`object_file.rs`): a path that names a FIFO never blocks, and a path swapped
+        // after a check cannot make the symbols of another file pass for this one's.
+        let main = ObjectFile::open(Path::new(path))?;
+        let debug = debug_object(Path::new(path), &main);
+        Ok(Loaded { main, debug })
     }
 
     /// The readers of `module`'s file, loaded now unless loaded earlier from the same file
-    /// (same build id, or same size and time for an object without one).
+    /// (same build id, or same size and time for an object without one). The error says
+    /// why the file cannot be used: unreadable, or not the object that ran.
     fn for_module(&mut self, module: &Module) -> Result<&Loaded, String> {
-        let same = |l: &Loaded| {
-            if module.build_id.is_empty() {
-                module.file_size == 0 || l.identity == (module.file_size, module.file_mtime_ns)
-            } else {
-                l.build_id.as_deref() == Some(&module.build_id[..])
-            }
-        };
         let key = Self::key(&module.path);
-        if !self.by_path.get(&key).is_some_and(same) {
+        if self.by_path.get(&key).is_none_or(|l| same_object(module, &l.main).is_err()) {
             let l = Self::read(&module.path)?;
             self.by_path.insert(key.clone(), l);
         }
-        Ok(&self.by_path[&key])
+        let loaded = &self.by_path[&key];
+        same_object(module, &loaded.main)?;
+        Ok(loaded)
     }
+}
+
+/// Whether `object` is the file `module` ran from: a module recorded with a build id only
+/// from a file with the same build id; one without, only from a file of the size and time
+/// the run saw. A file that is not the object that ran (rebuilt or upgraded since) would
+/// give wrong symbols, so none are taken from it: the error says so.
+#[cfg(feature = "report")]
+fn same_object(module: &Module, object: &ObjectFile) -> Result<(), String> {
+    if !module.build_id.is_empty() && object.build_id.as_deref() != Some(&module.build_id[..]) {
+        return Err(format!(
+            "{} has changed since the run (its build id differs): its frames are shown as \
+             module+offset",
+            module.path
+        ));
+    }
+    if module.build_id.is_empty()
+        && module.file_size != 0
+        && object.identity != (module.file_size, module.file_mtime_ns)
+    {
+        return Err(format!(
+            "{} has changed since the run (it has no build id, and its size or time \
+             differs): its frames are shown as module+offset",
+            module.path
+        ));
+    }
+    Ok(())
+}
+
+/// The separate debug file of `main` (read from `path`): the first of
+/// [`debug_candidates`] that reads as an object file other than `main` itself, with
+/// `main`'s build id when both have one. Each candidate is opened once under the policy
+/// and judged by what that descriptor holds.
+#[cfg(feature = "report")]
+fn debug_object(path: &Path, main: &ObjectFile) -> Option<ObjectFile> {
+    debug_candidates(path).into_iter().filter(|p| p.exists()).find_map(|p| {
+        let d = ObjectFile::open(&p).ok()?;
+        let fits = d.file_id != main.file_id
+            && (main.build_id.is_none() || d.build_id.is_none() || d.build_id == main.build_id);
+        fits.then_some(d)
+    })
 }
 
 /// The separate debug file of the ELF object at `path`, when one is installed: the first

@@ -194,20 +194,14 @@ impl Bundled {
     /// Checks that `path` is a regular file of ours that no one else can write, holding
     /// exactly the embedded bytes.
     fn verify(&self, path: &Path) -> Result<(), Check> {
-        let mut f = match OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)
-        {
+        // A FIFO put in its place must not block the run: `open_ours` never blocks.
+        let mut f = match crate::sys::files::open_ours(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Check::Missing),
-            Err(e) => return Err(Check::Unsafe(format!("cannot open {}: {e}", path.display()))),
+            Err(e) => return Err(Check::Unsafe(format!("cannot use {}: {e}", path.display()))),
         };
         let meta = f.metadata().map_err(|e| Check::Unsafe(e.to_string()))?;
         owned_and_private(&meta, path).map_err(Check::Unsafe)?;
-        if !meta.is_file() {
-            return Err(Check::Unsafe(format!("{} is not a regular file", path.display())));
-        }
         if meta.len() != self.bytes.len() as u64 {
             return Err(Check::Differs(path.to_owned()));
         }
@@ -331,6 +325,7 @@ fn prune(dir: &Path, keep: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStringExt;
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
 
@@ -402,6 +397,26 @@ mod tests {
         assert_eq!(fs::read(&victim).unwrap(), b"keep me");
         assert!(fs::symlink_metadata(a.path()).unwrap().is_file());
         assert_eq!(fs::read(a.path()).unwrap(), BYTES);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_the_file_never_blocks_and_is_replaced() {
+        let root = scratch("fifo");
+        let cache = root.join("cache");
+        fs::create_dir(&cache).unwrap();
+        fs::set_permissions(&cache, fs::Permissions::from_mode(0o700)).unwrap();
+        let c = std::ffi::CString::new(cache.join(lib().file_name()).into_os_string().into_vec())
+            .unwrap();
+        // SAFETY: `c` is a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dirs = [cache.clone()];
+        std::thread::spawn(move || {
+            let _ = tx.send(lib().install_in(&dirs, None).map(|i| i.path().to_owned()));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("install blocked");
+        assert_eq!(fs::read(got.unwrap()).unwrap(), BYTES);
         fs::remove_dir_all(&root).unwrap();
     }
 

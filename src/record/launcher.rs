@@ -9,9 +9,10 @@
 //! loader ignores `LD_PRELOAD` for those); an ELF program has a `PT_INTERP` header (a
 //! statically linked program never loads the preload library). The output file is created with
 //! `O_CREAT|O_EXCL|O_NOFOLLOW` (mode 0644 before the umask) so that a symlink is never followed
-//! and another run's profile never overwritten, unless `--force` removes it first (only a
+//! and another run's profile never overwritten, unless `--force` replaces it (only a
 //! regular file of this user's: anything else is left alone, as `sys/files.rs` §2 does for
-//! every output). A name with
+//! every output), atomically: a new file under a temporary name in the same directory,
+//! renamed over the old one, so that the name never stops naming a file. A name with
 //! `%p` (the default, `memprof.%p.mprof`) is created in the child between `fork` and `exec`,
 //! where its pid is known; a failure there comes back to this process before the program runs.
 //! With `--follow-forks` the tree's directory, `<output>.d/`, is created next to it
@@ -100,8 +101,9 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
         if !p.is_file() {
             return Err(LaunchError::PreloadNotAFile(p.display().to_string()).into());
         }
-        crate::sys::files::check_loadable_library(&p).map_err(LaunchError::PreloadUnsafe)?;
-        return Ok(Installed::existing(p));
+        let real =
+            crate::sys::files::check_loadable_library(&p).map_err(LaunchError::PreloadUnsafe)?;
+        return Ok(Installed::existing(real));
     }
     let exe =
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
@@ -109,8 +111,9 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     if beside.is_file() {
         // Refused, not passed over for the bundled copy: a library that someone else could
         // have put there is worth an error (`sys/files.rs`, §1).
-        crate::sys::files::check_loadable_library(&beside).map_err(LaunchError::PreloadUnsafe)?;
-        return Ok(Installed::existing(beside));
+        let real = crate::sys::files::check_loadable_library(&beside)
+            .map_err(LaunchError::PreloadUnsafe)?;
+        return Ok(Installed::existing(real));
     }
     match bundled {
         Some(b) => b.install(),
@@ -285,25 +288,31 @@ fn expand_into(template: &[u8], pid: u32, buf: &mut [u8]) -> bool {
     true
 }
 
-/// Creates the output file exclusively (after removing it with `force`). Async-signal-safe:
-/// it runs in the child between fork and exec. Returns 0 or an errno.
+/// Creates the output file exclusively, or with `force` replaces a regular file of this
+/// user's of that name atomically: a new empty file is created under a temporary name in
+/// the same directory (`O_CREAT|O_EXCL|O_NOFOLLOW`) and renamed over the old one, so the
+/// name never stops naming a file (an unlink then a create left a moment in which anyone
+/// who can write the directory could put a symlink or a FIFO there). Async-signal-safe, and
+/// no allocation: it runs in the child between fork and exec. Returns 0 or an errno.
 fn create_output(path: &[u8], force: bool) -> i32 {
     let p = path.as_ptr().cast::<libc::c_char>();
-    // SAFETY: `path` is NUL-terminated (built by `expand_into` or from a CString).
-    unsafe {
-        if force {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `path` is NUL-terminated (built by `expand_into` or from a CString); `st` is
+    // a live stat buffer.
+    let ours = force
+        && unsafe {
             let mut st: libc::stat = core::mem::zeroed();
-            // Only a regular file of this user's: a FIFO, a device or another user's file
-            // is left alone (EEXIST), as `sys/files.rs` §2 leaves them.
-            if libc::lstat(p, &mut st) == 0
+            // Only a regular file of this user's: a FIFO, a device or another user's file is
+            // left alone (EEXIST), as `sys/files.rs` §2 leaves them.
+            libc::lstat(p, &mut st) == 0
                 && st.st_mode & libc::S_IFMT == libc::S_IFREG
                 && st.st_uid == libc::geteuid()
-            {
-                libc::unlink(p);
-            }
-        }
-        let flags =
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        };
+    if ours {
+        return replace_output(path);
+    }
+    // SAFETY: as above; the mode is the variadic third argument.
+    unsafe {
         let fd = libc::open(p, flags, 0o644 as libc::c_uint);
         if fd < 0 {
             return *libc::__errno_location();
@@ -311,6 +320,72 @@ fn create_output(path: &[u8], force: bool) -> i32 {
         libc::close(fd);
     }
     0
+}
+
+/// [`create_output`]'s replacement: `<path>.<pid>.<n>.tmp`, created new, renamed over
+/// `path`. Async-signal-safe, no allocation.
+fn replace_output(path: &[u8]) -> i32 {
+    let end = path.iter().position(|&b| b == 0).unwrap_or(path.len());
+    let mut tmp = [0u8; 4096 + 48];
+    if end + 48 > tmp.len() {
+        return libc::ENAMETOOLONG;
+    }
+    tmp[..end].copy_from_slice(&path[..end]);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let mut last = libc::EEXIST;
+    // A name taken (another run's temporary file, or one put there to stop this one) is
+    // passed over for the next.
+    for n in 0..16u32 {
+        let mut at = end;
+        for part in [pid, n] {
+            tmp[at] = b'.';
+            at += 1;
+            at += write_decimal(&mut tmp[at..], part);
+        }
+        tmp[at..at + 5].copy_from_slice(b".tmp\0");
+        let t = tmp.as_ptr().cast::<libc::c_char>();
+        // SAFETY: `tmp` and `path` are NUL-terminated; the mode is the variadic argument.
+        unsafe {
+            let fd = libc::open(t, flags, 0o644 as libc::c_uint);
+            if fd < 0 {
+                last = *libc::__errno_location();
+                if last == libc::EEXIST {
+                    continue;
+                }
+                return last;
+            }
+            libc::close(fd);
+            // Whatever the name is now, rename replaces the entry itself: a symlink put
+            // there meanwhile is replaced, never followed; a directory fails.
+            if libc::rename(t, path.as_ptr().cast()) != 0 {
+                let e = *libc::__errno_location();
+                libc::unlink(t);
+                return e;
+            }
+        }
+        return 0;
+    }
+    last
+}
+
+/// Writes `v` in decimal at the start of `buf` (room for 10 digits); returns the length.
+fn write_decimal(buf: &mut [u8], mut v: u32) -> usize {
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        buf[i] = digits[n - 1 - i];
+    }
+    n
 }
 
 /// Set in the errno the child sends back when it was the tree's directory that could not
@@ -477,7 +552,7 @@ pub fn record_with(
             Ok(())
         };
         // SAFETY: the closure only calls async-signal-safe functions (getpid, lstat,
-        // unlink, open, close, write) and does not allocate.
+        // unlink, open, close, rename, write) and does not allocate.
         unsafe { cmd.pre_exec(make) };
     }
     let spawned = cmd.spawn();

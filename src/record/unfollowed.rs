@@ -120,19 +120,9 @@ pub unsafe fn note(name: *const c_char) {
 /// regular file.
 pub(crate) fn read(dir: &std::path::Path, limit: u64) -> Vec<String> {
     use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let Ok(file) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(dir.join(FILE))
-    else {
+    let Ok(file) = crate::sys::files::open_ours(&dir.join(FILE)) else {
         return Vec::new();
     };
-    // SAFETY: getuid has no preconditions.
-    let me = unsafe { libc::getuid() };
-    if !file.metadata().is_ok_and(|m| m.is_file() && m.uid() == me) {
-        return Vec::new();
-    }
     let mut bytes = Vec::new();
     if file.take(limit).read_to_end(&mut bytes).is_err() {
         return Vec::new();

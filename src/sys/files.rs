@@ -6,7 +6,12 @@
 //! replace it runs code there. [`check_loadable_library`] takes it only from a regular file
 //! owned by this user or root that neither group nor others can write, in a directory owned
 //! by this user or root that others cannot write (a sticky, world-writable directory such
-//! as `/tmp` is refused too: anyone can create a file there). The cached copy of the
+//! as `/tmp` is refused too: anyone can create a file there), and under directories up to
+//! `/` that each belong to this user or root and that others cannot write unless the
+//! directory is sticky (`/tmp` above a directory of ours is fine: nobody else can rename
+//! what is in it). The file is judged by its descriptor (`O_NONBLOCK`, `fstat`), and the
+//! loader is given its real path, every symbolic link resolved, checked to name that same
+//! file. The cached copy of the
 //! bundled library (`record/bundled.rs`) is stricter still: `owned_and_private`, this
 //! user's alone.
 //!
@@ -33,6 +38,12 @@
 //! opens `MEMPROF_OUTPUT` itself): `O_NONBLOCK|O_NOFOLLOW`, then `fstat`: a regular file of
 //! this user's, empty. A FIFO, a device or another user's file is refused with nothing
 //! written, and the program runs on unprofiled. It neither panics nor changes errno.
+//!
+//! # 5. Files of our own
+//! Files memprof itself keeps (the bundled library's cached copy, the list of programs run
+//! unprofiled that the preload library leaves in the run's private directory) are read
+//! through [`open_ours`]: `O_NOFOLLOW|O_NONBLOCK`, then `fstat` of the descriptor: a
+//! regular file owned by this user. Anything else of the name is not read.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::CString;
@@ -70,12 +81,18 @@ fn trusted_owner(uid: u32) -> bool {
     uid == euid() || uid == 0
 }
 
-/// Checks that the library at `path` may be loaded into programs (§1); the error is one
-/// sentence naming the file and why.
-pub fn check_loadable_library(path: &Path) -> Result<(), String> {
+/// Checks that the library at `path` may be loaded into programs (§1) and returns the
+/// path to give the loader: the file's real path, every symbolic link resolved. The file
+/// is judged by its descriptor (opened without blocking, then `fstat`), and the real path
+/// must still name that same file. The error is one sentence naming the file and why.
+pub fn check_loadable_library(path: &Path) -> Result<PathBuf, String> {
     let shown = path.display();
-    let real = fs::canonicalize(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let meta = fs::metadata(&real).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
     if !meta.is_file() {
         return Err(format!("{shown} is not a regular file"));
     }
@@ -93,6 +110,11 @@ pub fn check_loadable_library(path: &Path) -> Result<(), String> {
             meta.mode() & 0o7777
         ));
     }
+    let real = fs::canonicalize(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    // The loader opens the library by this path: it must name the file checked above.
+    if !fs::metadata(&real).is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino())) {
+        return Err(format!("{shown} changed while it was checked"));
+    }
     let dir = real.parent().unwrap_or(Path::new("/"));
     let dmeta = fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     if !trusted_owner(dmeta.uid()) {
@@ -109,7 +131,58 @@ pub fn check_loadable_library(path: &Path) -> Result<(), String> {
             dmeta.mode() & 0o7777
         ));
     }
-    Ok(())
+    // Whoever can rename an ancestor directory can put another tree, and another library,
+    // at the same path. A sticky directory of a trusted owner (`/tmp`) is safe above: the
+    // others who can write it cannot rename what they do not own.
+    for up in dir.ancestors().skip(1) {
+        let m = fs::metadata(up).map_err(|e| format!("cannot read {}: {e}", up.display()))?;
+        if !trusted_owner(m.uid()) {
+            return Err(format!(
+                "{shown} is under {}, which belongs to uid {}, not to this user or root: \
+                 anyone could replace it",
+                up.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o002 != 0 && m.mode() & libc::S_ISVTX == 0 {
+            return Err(format!(
+                "{shown} is under {}, which others can write (mode {:o}, not sticky): anyone \
+                 could replace it",
+                up.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(real)
+}
+
+/// Opens `path` for reading only when it is a regular file of this user's (§5): never
+/// through a symbolic link (`O_NOFOLLOW`), never blocking on a FIFO or a device
+/// (`O_NONBLOCK`), the owner checked on the descriptor (`fstat`), not on the path. The
+/// error says what the file is instead (`NotFound` when there is none).
+pub fn open_ours(path: &Path) -> io::Result<File> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => {
+                io::Error::other("it is a symbolic link, never followed".to_owned())
+            }
+            _ => e,
+        })?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, not_regular(&meta)));
+    }
+    if meta.uid() != euid() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("it belongs to uid {}, not to this user", meta.uid()),
+        ));
+    }
+    clear_nonblock(&f);
+    Ok(f)
 }
 
 /// Whether `a` and `b` name the same file (device and inode, symlinks followed); false when
@@ -393,7 +466,7 @@ mod tests {
         let lib = d.join("libx.so");
         fs::write(&lib, b"\x7fELF").unwrap();
         fs::set_permissions(&lib, fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(check_loadable_library(&lib), Ok(()));
+        assert_eq!(check_loadable_library(&lib), Ok(fs::canonicalize(&lib).unwrap()));
         fs::set_permissions(&lib, fs::Permissions::from_mode(0o666)).unwrap();
         assert!(check_loadable_library(&lib).unwrap_err().contains("writable"));
         fs::set_permissions(&lib, fs::Permissions::from_mode(0o755)).unwrap();
@@ -401,6 +474,41 @@ mod tests {
         assert!(check_loadable_library(&lib).unwrap_err().contains("others can write"));
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         assert!(check_loadable_library(&d).is_err(), "a directory");
+        // Every directory above it too: a parent that others can write (not sticky) could
+        // be renamed away with the library in it.
+        let inner = d.join("inner");
+        fs::create_dir(&inner).unwrap();
+        fs::set_permissions(&inner, fs::Permissions::from_mode(0o755)).unwrap();
+        let deep = inner.join("libx.so");
+        fs::copy(&lib, &deep).unwrap();
+        assert!(check_loadable_library(&deep).is_ok());
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_loadable_library(&deep).unwrap_err();
+        assert!(e.contains("is under") && e.contains("not sticky"), "{e}");
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(check_loadable_library(&deep).is_ok(), "sticky and ours: {e}");
+        // Through a symlink, the loader is given the real path.
+        std::os::unix::fs::symlink(&deep, d.join("link.so")).unwrap();
+        assert_eq!(
+            check_loadable_library(&d.join("link.so")),
+            Ok(fs::canonicalize(&deep).unwrap())
+        );
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn our_files_are_regular_files_of_ours_never_through_a_symlink() {
+        let d = scratch("ours");
+        fs::write(d.join("r"), b"x").unwrap();
+        mkfifo(&d.join("f"));
+        std::os::unix::fs::symlink(d.join("r"), d.join("l")).unwrap();
+        assert!(open_ours(&d.join("r")).is_ok());
+        let e = open_ours(&d.join("f")).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let e = open_ours(&d.join("l")).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(open_ours(&d.join("none")).unwrap_err().kind(), io::ErrorKind::NotFound);
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -314,3 +314,146 @@ fn an_output_to_the_standard_output_has_it_alone() {
         assert!(text(&o.stderr).contains("leak_site"), "the table on stderr: {name}");
     }
 }
+
+/// The split DWARF of a program (`-gsplit-dwarf`: its `.dwo` files, and a `prog.dwp`
+/// beside it) is read, and only from regular files: the `.dwo` gives the frames their
+/// lines; a `.dwp` and a `.dwo` that are FIFOs do not hang `report`, whose frames are
+/// still named from the symbol table.
+#[test]
+fn split_dwarf_that_is_a_fifo_does_not_hang_a_report() {
+    let dir = scratch("files-dwp");
+    let prog = dir.join("prog");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/sites.c");
+    let cc = Command::new("cc")
+        .current_dir(&dir)
+        .args(["-O2", "-g", "-gsplit-dwarf", "-fno-optimize-sibling-calls", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "cc: {}", text(&cc.stderr));
+    let dwos: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "dwo"))
+        .collect();
+    assert!(!dwos.is_empty(), "cc -gsplit-dwarf wrote no .dwo in {}", dir.display());
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .args(["record", "--interval", "1", "-o", "r.mprof", "--"])
+            .arg(&prog),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    strip_symbols(&dir.join("r.mprof"));
+    // Read from the .dwo files, the frames have their source lines.
+    let out = within(memprof_in(&dir, Path::new(MEMPROF)).args(["report", "r.mprof"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        all.lines().any(|l| l.contains("leak_site") && l.contains("sites.c:")),
+        "the .dwo's lines: {all}"
+    );
+    for dwo in &dwos {
+        std::fs::remove_file(dwo).unwrap();
+        mkfifo(dwo);
+    }
+    mkfifo(&dir.join("prog.dwp"));
+    let out = within(memprof_in(&dir, Path::new(MEMPROF)).args(["report", "r.mprof"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(all.contains("leak_site"), "frames named from the symbol table: {all}");
+}
+
+/// A preload library is checked in every directory up to `/`: one whose parent others can
+/// write (not sticky) is refused before the program runs, since the parent's writers could
+/// rename its directory away and put another library at the same path.
+#[test]
+fn a_preload_library_under_a_directory_others_can_write_is_refused() {
+    let dir = scratch("files-preload-parent");
+    let open = dir.join("open");
+    let inner = open.join("lib");
+    std::fs::create_dir_all(&inner).unwrap();
+    chmod(&open, 0o777);
+    chmod(&inner, 0o755);
+    let so = inner.join("libmemprof_preload.so");
+    std::fs::copy(lib(), &so).unwrap();
+    chmod(&so, 0o755);
+    let marker = dir.join("ran");
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .env("MEMPROF_PRELOAD", &so)
+            .args(["record", "-o", "p.mprof", "--", "/bin/touch"])
+            .arg(&marker),
+    );
+    assert_one_line_error(&out, None, "libmemprof_preload.so");
+    let err = text(&out.stderr);
+    assert!(err.contains("others can write") && err.contains("not sticky"), "{err}");
+    assert!(!marker.exists(), "the program must not run");
+    // The same tree with the parent closed (or sticky) is accepted.
+    for mode in [0o755, 0o1777] {
+        chmod(&open, mode);
+        let out = within(
+            memprof_in(&dir, Path::new(MEMPROF))
+                .env("MEMPROF_PRELOAD", &so)
+                .args(["record", "-o", &format!("{mode:o}.mprof"), "--", "/bin/touch"])
+                .arg(&marker),
+        );
+        assert_eq!(out.status.code(), Some(0), "mode {mode:o}: {}", text(&out.stderr));
+        assert!(marker.exists());
+        std::fs::remove_file(&marker).unwrap();
+    }
+}
+
+/// `record --force -o out` replaces `out` atomically (a new file renamed over it): the name
+/// never stops naming a file, so someone racing to put a symlink there (here a thread
+/// trying without pause while `record` runs again and again) never gets one in. An unlink
+/// then a create left that moment open; each run here then failed or wrote elsewhere.
+#[test]
+fn record_force_replaces_the_output_atomically() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = scratch("files-force-race");
+    let out = dir.join("o.mprof");
+    std::fs::write(&out, b"old").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let planted = Arc::new(AtomicUsize::new(0));
+    let racer = {
+        let (stop, planted, out) = (stop.clone(), planted.clone(), out.clone());
+        let victim = dir.join("victim");
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if std::os::unix::fs::symlink(&victim, &out).is_ok() {
+                    planted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let mut failures = Vec::new();
+    for i in 0..40 {
+        let o = within(memprof_in(&dir, Path::new(MEMPROF)).args([
+            "record",
+            "--force",
+            "-o",
+            "o.mprof",
+            "--",
+            "/bin/true",
+        ]));
+        let meta = std::fs::symlink_metadata(&out);
+        if o.status.code() != Some(0) || !meta.as_ref().is_ok_and(|m| m.file_type().is_file()) {
+            failures.push(format!("run {i}: {:?} {}", o.status.code(), text(&o.stderr)));
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    racer.join().unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(planted.load(Ordering::Relaxed), 0, "a symlink got in");
+    assert!(!dir.join("victim").exists(), "nothing written through a symlink");
+    // The file is a fresh profile of ours, and no temporary file is left beside it.
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["o.mprof"], "{names:?}");
+    assert_ne!(std::fs::read(&out).unwrap(), b"old");
+}

@@ -51,10 +51,12 @@ enum Command {
 #[derive(Args, Debug)]
 #[command(after_help = "Example: memprof record --interval 1 -- ./prog arg1 arg2")]
 struct RecordArgs {
-    /// Mean bytes between samples (e.g. 512K, 800, 1 = exact mode: every allocation).
+    /// Mean bytes between samples, 1 B to 256 TiB (e.g. 512K, 800, 1 = exact mode: every
+    /// allocation).
     #[arg(long, value_name = "SIZE", conflicts_with = "rate")]
     interval: Option<String>,
-    /// statmemprof's rate: sample points per 8-byte word (interval = 8/λ bytes).
+    /// statmemprof's rate: sample points per 8-byte word (interval = 8/λ bytes, 1 B to
+    /// 256 TiB).
     #[arg(long, value_name = "λ")]
     rate: Option<f64>,
     /// Maximum call-stack depth.
