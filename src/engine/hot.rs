@@ -445,21 +445,7 @@ pub(crate) fn restore(entry: Entry, addr: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ev(id: u64) -> Event {
-        Event {
-            kind: EventKind::Alloc,
-            epoch: 1,
-            id,
-            thread: 1,
-            label: 0,
-            time_ns: 0,
-            addr: 0,
-            size: 8,
-            k: 1,
-            truncated: false,
-        }
-    }
+    use crate::engine::queue::tests::ev;
 
     /// A consumer that drains every 20 ms, and for the first second refills each slot it
     /// frees at once (from its callback, before the waiting thread, which retries every

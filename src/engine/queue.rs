@@ -739,10 +739,11 @@ unsafe fn read_checked(p: *const Event) -> Option<Event> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ev(id: u64) -> Event {
+    /// An allocation event of sample `id` (epoch 1, thread 1, 8 bytes) for the tests.
+    pub(crate) fn ev(id: u64) -> Event {
         Event {
             kind: EventKind::Alloc,
             epoch: 1,

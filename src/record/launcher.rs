@@ -245,16 +245,7 @@ pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
 /// allocating (for the child between fork and exec). Returns false when it does not fit.
 fn expand_into(template: &[u8], pid: u32, buf: &mut [u8]) -> bool {
     let mut digits = [0u8; 10];
-    let mut n = 0;
-    let mut v = pid;
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
+    let n = write_decimal(&mut digits, pid);
     let mut out = 0;
     let mut put = |b: u8, out: &mut usize| -> bool {
         if *out + 1 >= buf.len() {
@@ -268,7 +259,7 @@ fn expand_into(template: &[u8], pid: u32, buf: &mut [u8]) -> bool {
     while i < template.len() {
         let c = template[i];
         if c == b'%' && template.get(i + 1) == Some(&b'p') {
-            for d in digits[..n].iter().rev() {
+            for d in &digits[..n] {
                 if !put(*d, &mut out) {
                     return false;
                 }
