@@ -18,10 +18,12 @@
 //!
 //! # Map of the code
 //! The folders of `src/` are layers; each uses only the ones above it in this table (the
-//! engine never reaches the session, the recorder or the profile).
+//! engine never reaches the session, the recorder or the profile). Every source file has
+//! a row (`preload/` is the other crate of the workspace).
 //!
 //! | Path | What it holds |
 //! |---|---|
+//! | `lib.rs` | this map, the public face of the crate, the `__private` paths the preload library takes |
 //! | `sys/` | process primitives, nothing about sampling |
 //! | `sys/rawmem.rs` | the profiler's own memory: `mmap` on the sample path, glibc's `__libc_calloc` at start |
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
@@ -32,6 +34,11 @@
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
 //! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`) without allocating |
+//! | `sys/mod.rs` | the folder's face: which primitives the layers above use |
+//! | `sys/alloc_count.rs` | the unit tests' counting global allocator (live bytes per test scope) |
+//! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each write |
+//! | `sys/procfs.rs` | fields of `/proc/<pid>/stat` |
+//! | `sys/signals.rs` | signal masks and thread counts for the threads the profiler keeps in a program |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
 //! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
@@ -49,6 +56,8 @@
 //! | `engine/callstack/cfi.rs` | the cached DWARF unwinder (framehop over in-memory tables) |
 //! | `engine/callstack/memo.rs` | repeated stacks replayed by checking the words they read |
 //! | `engine/callstack/dwarf.rs` | libgcc's walk, the fallback |
+//! | `engine/callstack/mod.rs` | capture at an entry point: the unwinder's choice, replay of repeated stacks, fallbacks |
+//! | `engine/mod.rs` | the folder's rules: no `std::sync` lock, no profiled allocation, no panic |
 //! | `session/` | safe points: where events become callbacks |
 //! | `session/mod.rs` | [`start`], [`poll`], [`Session`], [`record_gc_cycle`] |
 //! | `session/tracker.rs` | the [`Tracker`] trait, its events and [`Poll`] |
@@ -62,14 +71,37 @@
 //! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor |
 //! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
+//! | `profile/mod.rs` | [`profile::Profile`]: stacks, samples, modules, symbols and the aggregates every report reads |
+//! | `profile/format.rs` | the `.mprof` stream: its spec, writer and reader of untrusted input (versions 1 to 4) |
+//! | `profile/format/tests.rs` | the format's round trips, old versions, damaged and truncated files |
+//! | `profile/load.rs` | reading one or more `.mprof` files as `record` and `report` do (following a tree, resolving symbols) |
+//! | `profile/merge.rs` | a process tree's profiles merged into one |
+//! | `profile/replay.rs` | a recording replayed: windows in time (`--at`, `--from`, `--to`), the heap at a moment, the time parsers |
 //! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
 //! | `report/tree.rs` | a tree's table of processes |
 //! | `report/text.rs` | [`report::text::printable`]: every name a terminal shows, escaped |
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
+//! | `report/mod.rs` | views, options and the helpers the report formats share |
+//! | `report/top.rs` | the top-sites table (± intervals, peak, short-lived section, backtraces) |
+//! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
+//! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
+//! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |
+//! | `report/stats.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
+//! | `report/diff.rs` | `memprof diff`: per-site changes between two recordings, in four formats |
+//! | `report/html.rs` | the self-contained HTML page (timeline, flamegraph of any range, sites) |
 //! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
 //! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |
 //! | `serve/parse.rs` | the request head, parsed from bytes alone (fuzzed by `tests/fuzz_http.rs`) |
+//! | `serve/mod.rs` | the `/debug/pprof/` handler: endpoints, deltas, the answers' encoding |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
+//! | `gc/mod.rs` | the managed heap's face: [`gc::Heap`], collection cycles and their timing |
+//! | `gc/heap.rs` | blocks, headers, values, chunks and large blocks: the heap's memory layout |
+//! | `gc/alloc.rs` | size-classed free lists with the last-known-free-index heuristic |
+//! | `gc/mark.rs` | incremental marking: the prefetching marker and a plain depth-first one |
+//! | `gc/sweep.rs` | sweep: dead blocks back to the free lists, each death reported first |
+//! | `gc/compare.rs` | structural comparison and hashing of values |
+//! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
+//! | `gc/stats.rs` | per-cycle timing records and heap totals |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
 //! | `record/` | both halves of `memprof record` |
 //! | `record/launcher.rs` | [`launcher`]: runs a program under the preload library |
@@ -77,9 +109,15 @@
 //! | `record/agent.rs` | the in-process half: start, fork, exec, `dlclose`, exit |
 //! | `record/env.rs` | the `MEMPROF_*` contract between the two halves |
 //! | `record/unfollowed.rs` | the programs a process started unfollowed, named for `record` |
+//! | `record/mod.rs` | the folder's face: which half runs where |
+//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header, side log (module lists, `dlclose` records), queue |
+//! | `record/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles |
 //! | `error.rs` | [`Error`] and [`LaunchError`] |
 //! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
 //! | `bin/memprof/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
+//! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
+//! | `bin/memprof/cli.rs` | the commands' arguments and `record`, `report`, `diff` as the terminal sees them |
+//! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, the gallery written |
 //! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
 //!
 //! # Quick use
