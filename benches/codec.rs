@@ -2,7 +2,7 @@
 //! on the raw blocks of real recordings, measured side by side in one run.
 //!
 //! ```text
-//! cargo bench --bench codec                 # records seed 003's C program itself
+//! cargo bench --bench codec                 # records the worst case's C port itself
 //! cargo bench --bench codec -- FILE.mprof   # the blocks of any version-2 recording
 //! ```
 //!
@@ -149,8 +149,8 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("memprof-codec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exact = record(&dir, &["--interval", "1"], "exact.mprof");
-    measure("seed 003, 2 M iterations, exact", &raw_blocks(&exact));
+    measure("worst case, 2 M iterations, exact", &raw_blocks(&exact));
     let dense = record(&dir, &["--interval", "800", "--depth", "10"], "dense.mprof");
-    measure("seed 003, 2 M iterations, 800 B depth 10", &raw_blocks(&dense));
+    measure("worst case, 2 M iterations, 800 B depth 10", &raw_blocks(&dense));
     let _ = std::fs::remove_dir_all(&dir);
 }

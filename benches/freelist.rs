@@ -1,4 +1,4 @@
-//! Allocation time on the managed heap with and without seed 001's "last known free
+//! Allocation time on the managed heap with and without Emacs's (bug#65491) "last known free
 //! index" heuristic, on its fib/bignum pattern: bignums that grow a word at a time while
 //! most of them die young, plus small temporaries of mixed sizes. Both variants run side
 //! by side (alternating, several rounds); only the allocation phases are timed, not the

@@ -5,7 +5,7 @@
 //! cargo bench --bench overhead -- --quick   # fewer iterations
 //! ```
 //!
-//! (a) seed 003's worst case (`examples/worst_case`) with no session, with a session at the
+//! (a) statmemprof's worst case (ocaml/ocaml#8731) (`examples/worst_case`) with no session, with a session at the
 //!     default interval (512 KiB) and with statmemprof's λ = 0.01 (800 B), depth 10. Runs
 //!     are interleaved (off, default, dense, off, …) and the median of each is compared, so
 //!     drift on a shared machine hits all three alike. The cost per sample is the extra
@@ -58,7 +58,9 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn worst_case_ratios(iterations: u64, rounds: usize) {
-    println!("(a) worst_case (seed 003): {iterations} iterations × {rounds} interleaved rounds");
+    println!(
+        "(a) worst_case (ocaml/ocaml#8731): {iterations} iterations × {rounds} interleaved rounds"
+    );
     let dense = worst_case::config();
     let default = Config::default();
     time_run(None, iterations / 10); // warm up
@@ -91,7 +93,7 @@ fn alloc_loop(which: &str, n: u64) {
     let _session = memprof::start(Config::default(), worst_case::CountSamples::default()).unwrap();
     #[cfg(feature = "tracing")]
     if let Some(which) = which.strip_suffix("-span") {
-        // The span layer installed, two spans entered around the loop (issue 14): the
+        // The span layer installed, two spans entered around the loop: the
         // unsampled path must not see them.
         use tracing_subscriber::layer::SubscriberExt;
         let layer = memprof::tracing::SpanLayer::new().with_field("endpoint");

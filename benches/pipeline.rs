@@ -1,5 +1,4 @@
-//! The whole profile pipeline on two malloc-heavy programs (issue 11, "a profile pipeline
-//! that scales"): what a user waits for, from starting `memprof record` to reading the
+//! The whole profile pipeline on two malloc-heavy programs: what a user waits for, from starting `memprof record` to reading the
 //! report, beside the plain program and beside heaptrack, measured side by side in one run
 //! and printed as ratios.
 //!
@@ -19,7 +18,7 @@
 //!    `json.dumps` and `json.loads` them. The interpreter is resolved once with
 //!    `sys.executable` and run by its path: a pyenv shim is a shell script, and `memprof
 //!    record` would profile the shell (which then executes Python unprofiled);
-//! 2. **seed 003's worst case in C**, `fixtures/c/worst_case.c` built with `cc -O2 -g`:
+//! 2. **statmemprof's worst case (ocaml/ocaml#8731) in C**, `fixtures/c/worst_case.c` built with `cc -O2 -g`:
 //!    recursion depth 20, two mallocs and two frees per iteration, 10 M iterations (2 M with
 //!    `--quick`).
 //!
@@ -518,7 +517,7 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
     );
 
     // The issue's targets, reported and not asserted.
-    println!("  targets (issue 11; reported, not asserted):");
+    println!("  targets (reported, not asserted):");
     let target = |ok: Option<bool>, what: &str, figure: String| match ok {
         Some(ok) => println!("    {} {what:<52} {figure}", mark(ok)),
         None => println!("    - {what:<52} {figure}"),
@@ -669,7 +668,9 @@ fn main() {
         let prog = dir.0.join("worst_case");
         build_worst_case(&prog);
         workloads.push(Workload {
-            title: format!("worst_case.c (seed 003, cc -O2 -g): {iterations} iterations"),
+            title: format!(
+                "worst_case.c (statmemprof's worst case, cc -O2 -g): {iterations} iterations"
+            ),
             key: "c",
             program: prog,
             args: vec![iterations.to_string().into()],

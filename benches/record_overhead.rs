@@ -7,8 +7,8 @@
 //! cargo bench --bench record_overhead -- --rounds 11   # more rounds: steadier medians
 //! ```
 //!
-//! The program is `fixtures/c/worst_case.c`, the C port of seed 003's statmemprof worst
-//! case (recursion depth 20, malloc of 21 and 2 words per iteration, freed soon after),
+//! The program is `fixtures/c/worst_case.c`, the C port of statmemprof's worst
+//! case (ocaml/ocaml#8731) (recursion depth 20, malloc of 21 and 2 words per iteration, freed soon after),
 //! built with `cc -O2` (no frame pointers, as Debian's gcc builds C) and once more with
 //! `-fno-omit-frame-pointer` for the frame-pointer unwinder. Each configuration runs the
 //! program under the preload library exactly as `memprof record` does (the same

@@ -1,4 +1,4 @@
-//! Seed 000's marking microbenchmark: a random pointer graph of small blocks, collected
+//! The marking microbenchmark of ocaml/ocaml#10195: a random pointer graph of small blocks, collected
 //! with the prefetching and the depth-first marker side by side (alternating, several full
 //! major GCs each), then once incrementally with a slice budget.
 //!

@@ -1,4 +1,4 @@
-//! statmemprof's worst case (seed 003), profiled with memprof. See `worst_case/workload.rs`.
+//! statmemprof's worst case (ocaml/ocaml#8731), profiled with memprof. See `worst_case/workload.rs`.
 //!
 //! ```text
 //! cargo run --release --example worst_case                 # λ = 0.01, depth 10: prints the sample count

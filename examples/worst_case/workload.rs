@@ -1,4 +1,4 @@
-//! Seed 003's statmemprof worst case, ported from OCaml (ocaml/ocaml#8731):
+//! Statmemprof's worst case, ported from OCaml (ocaml/ocaml#8731):
 //!
 //! ```ocaml
 //! let rec recur n f = match n with 0 -> f () | n -> recur (n-1) f + 1

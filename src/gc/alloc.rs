@@ -9,7 +9,7 @@
 //! block keeps its start address (a chunk walk that stopped at that address stays on a
 //! block boundary) and its remainder goes back to the class of its new size.
 //!
-//! # 2. The heuristic (seed 001)
+//! # 2. The heuristic (Emacs bug#65491)
 //! `last_known` is the class that most recently received a free block. The search for a
 //! block to split starts at `max(n + 2, last_known)`: classes below it are not searched,
 //! even if they hold blocks. Sweep resets `last_known` to "nothing known" (`NCLASSES`)

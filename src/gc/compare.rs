@@ -1,4 +1,4 @@
-//! Structural comparison and hashing of values (seed 002).
+//! Structural comparison and hashing of values (after OCaml's `compare` without page-table lookups).
 //!
 //! # 1. Trusting the invariant
 //! Every block value points to a block of the heap (no naked pointers), so both walks read

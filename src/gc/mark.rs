@@ -1,4 +1,4 @@
-//! Incremental marking: the prefetching marker (seeds 000 and 004) and a plain depth-first
+//! Incremental marking: the prefetching marker (OCaml's, ocaml/ocaml#10195 and its OCaml 5 port) and a plain depth-first
 //! marker, sharing one bounded mark stack of `(start, end)` ranges.
 //!
 //! # 1. The invariant everything rests on
@@ -6,8 +6,8 @@
 //! of a block of this heap that has not been freed: the embedder API only stores values
 //! that came from this heap, and nothing is freed while marking runs (sweep starts only
 //! once marking is complete). So the marker reads `word - 8` as a header without asking
-//! whether the address is in the heap — no page table, no chunk lookup (seed 002's
-//! reasoning, applied to marking).
+//! whether the address is in the heap — no page table, no chunk lookup (the reasoning of
+//! OCaml's `compare` without naked pointers, applied to marking).
 //!
 //! # 2. Colours and accounting
 //! White: not reached. Black: reached (and scanned, or its range is on the mark stack or
@@ -21,7 +21,7 @@
 //! its work from the ring when the ring holds more than its waterline, else a range from
 //! the stack, else — the stack being empty — it switches the ring to *drain* mode
 //! (waterline 0) and empties it; once the ring is above `PB_MIN` again it goes back to
-//! *fill* mode (waterline `PB_MIN`, seed 004). A block taken from the ring was prefetched
+//! *fill* mode (waterline `PB_MIN`, OCaml 5's port of ocaml/ocaml#10195). A block taken from the ring was prefetched
 //! at least `PB_MIN` steps earlier, so its header read usually hits L1: only then is it
 //! marked and its fields scanned. Each pointer found in a field is prefetched and enqueued
 //! in the ring, nothing else: no header read. When the ring is full, the pointer is
@@ -55,7 +55,7 @@
 //!
 //! # 6. The depth-first marker
 //! Pops a range, scans it, and marks and pushes every white child it finds (reading the
-//! child's header immediately: the cache miss seed 000 measures). Same stack, same
+//! child's header immediately: the cache miss ocaml/ocaml#10195 measures). Same stack, same
 //! overflow handling, same chunking.
 
 use super::heap::{

@@ -66,7 +66,7 @@ pub struct HeapConfig {
     /// Smallest chunk the heap grows by, in bytes (chunks also grow with the heap: each new
     /// chunk is at least a quarter of the current heap).
     pub chunk_bytes: usize,
-    /// Seed 001's "last known free index" heuristic in the free lists.
+    /// Emacs's "last known free index" heuristic (bug#65491) in the free lists.
     pub free_list_heuristic: bool,
     /// Most entries (16 bytes each) the mark stack may hold before blocks are grayed for a
     /// later rescan; 0 = automatic: a sixteenth of the heap's words (at least 65536).

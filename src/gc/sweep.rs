@@ -11,7 +11,7 @@
 //! # 2. Coalescing and the free lists
 //! The free lists are rebuilt from scratch: each maximal run of dead and free blocks in a
 //! chunk becomes one free block, listed in its class. `FreeLists::clear` resets the
-//! "last known free index" first (seed 001's `sweep_vectors`), and every listed run moves
+//! "last known free index" first (Emacs's `sweep_vectors` (bug#65491)), and every listed run moves
 //! it. Surviving blocks are whitened for the next cycle.
 
 use super::alloc::FreeLists;

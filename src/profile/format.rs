@@ -60,7 +60,7 @@
 //! ## Time units
 //! A timestamp is the one field of an event that never repeats, so its resolution sets the
 //! floor of the compressed size: what is left after zstd is, per change of unit, where in
-//! the run of events it happened. Measured on seed 003's program (8 M events in 1.3 s,
+//! the run of events it happened. Measured on the statmemprof worst case's program (8 M events in 1.3 s,
 //! exact mode), the file is 42 KB with 64 µs units, 33 KB with 256 µs, 14 KB with ≈ 1 ms
 //! and 7.8 KB with 16 ms (heaptrack's: 8.5 KB, with a 10 ms timeline); at an interval of
 //! 800 B (0.84 M events) it is 324 KB with ≈ 1 µs units, 0.39 bytes per event. So:
@@ -202,7 +202,7 @@ pub const MAX_RECORD: u64 = 64 << 20;
 pub const MAX_BLOCK: u64 = MAX_RECORD + (1 << 20);
 /// Raw bytes of pending records at which the writer seals a block without waiting for a
 /// flush. Each block starts zstd afresh (a frame header, new tables): with 1 MiB blocks,
-/// seed 003's exact-mode file was 66 KB, with 4 MiB 57 KB (heaptrack's: 32 KB). A block
+/// the worst case's exact-mode file was 66 KB, with 4 MiB 57 KB (heaptrack's: 32 KB). A block
 /// still holds at most one flush interval of events (50 ms).
 pub const BLOCK_BYTES: usize = 4 << 20;
 /// Longest string accepted, in bytes.
@@ -216,7 +216,7 @@ pub const MAX_LIST: u64 = 65536;
 /// zstd's level for blocks (`cargo bench --bench codec`): level 3 halves CPython's
 /// exact-mode file against level 1 (1.11 MB vs 2.19 MB for 15.9 M events: its pair ids
 /// and ages repeat at distances level 1 does not search), still compressing at over
-/// 1 GB/s there; on seed 003's repetitive blocks both give the same size (level 3 at a
+/// 1 GB/s there; on the worst case's repetitive blocks both give the same size (level 3 at a
 /// quarter of level 1's speed, still ≈ 1 GB/s). lz4 is 2.6–14× larger.
 const ZSTD_LEVEL: i32 = 3;
 

@@ -1,4 +1,4 @@
-//! One policy for every file memprof opens or writes, in one place (issue 22).
+//! One policy for every file memprof opens or writes, in one place.
 //!
 //! # 1. Code that is loaded into programs
 //! A library memprof puts in `LD_PRELOAD` (`MEMPROF_PRELOAD`, `libmemprof_preload.so`

@@ -1,5 +1,5 @@
 //! The profiler inside itself: a signal handler that allocates while its thread is in the
-//! sample path or the live table (issue 15 part 3), and a sampled block resized millions of
+//! sample path or the live table, and a sampled block resized millions of
 //! times (part 6). Each program runs plain and under `memprof record`, in the exact mode
 //! and at the default interval; a hang fails the test (each run has a deadline and is
 //! killed, with everything it started, when it passes).

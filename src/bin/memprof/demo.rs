@@ -23,7 +23,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::io(format!("cannot create {}", args.out.display()), e))?;
 
-    // 1. statmemprof's worst case (seed 003), with its own parameters: λ = 0.01, depth 10.
+    // 1. statmemprof's worst case (ocaml/ocaml#8731), with its own parameters: λ = 0.01, depth 10.
     let iterations = if args.quick { 200_000 } else { worst_case::ITERATIONS };
     println!(
         "== worst_case: {iterations} iterations, rate 0.01 per word (interval 800 B), depth 10"
