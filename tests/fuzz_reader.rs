@@ -22,9 +22,8 @@ use memprof::profile::{Free, GcCycle, Module, Profile, Sample, Stack, Symbol};
 use proptest::prelude::*;
 use std::path::Path;
 
-fn fixtures() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
+mod common;
+use common::fixtures;
 
 /// A version-3 recording with span labels, several blocks, GC cycles, frees and moves, and
 /// a block of symbols appended after its end record.
