@@ -23,7 +23,7 @@ use proptest::prelude::*;
 use std::path::Path;
 
 mod common;
-use common::fixtures;
+use common::{fixtures, proptest_cases};
 
 /// A version-3 recording with span labels, several blocks, GC cycles, frees and moves, and
 /// a block of symbols appended after its end record.
@@ -270,7 +270,7 @@ fn read_everything(bytes: &[u8]) {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        cases: proptest_cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -5,8 +5,9 @@
 //! # 1. What belongs here
 //!
 //! A helper two or more binaries use: the session lock, scratch directories, the paths of
-//! `fixtures/`, output as text, the one-line error check, and `go tool pprof` (the
-//! independent decoder the pprof checks use). A helper only one binary needs stays in it.
+//! `fixtures/`, output as text, the one-line error check, the fuzz binaries' case count,
+//! and `go tool pprof` (the independent decoder the pprof checks use). A helper only one
+//! binary needs stays in it.
 //!
 //! # 2. Why dead code is allowed
 //!
@@ -28,6 +29,11 @@ pub const MEMPROF: &str = env!("CARGO_BIN_EXE_memprof");
 pub fn serial() -> MutexGuard<'static, ()> {
     static SESSIONS: Mutex<()> = Mutex::new(());
     SESSIONS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The fuzz binaries' cases per property: `PROPTEST_CASES`, or 512 (a few seconds each).
+pub fn proptest_cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512)
 }
 
 /// Output bytes as text.
