@@ -22,6 +22,9 @@ use memprof::Config;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
+mod common;
+use common::proptest_cases;
+
 /// Pieces that strings near the grammar are made of.
 const PIECES: &[&str] = &[
     "0",
@@ -110,7 +113,7 @@ fn check_time(text: &str, end: u64) {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        cases: proptest_cases(),
         failure_persistence: None,
         rng_seed: RngSeed::Fixed(0x6d65_6d70_726f_6621),
         ..ProptestConfig::default()

@@ -27,9 +27,8 @@ use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512)
-}
+mod common;
+use common::proptest_cases as cases;
 
 /// A generated head: its bytes and the method, target (as parsed) and length expected.
 #[derive(Clone, Debug)]

@@ -22,9 +22,8 @@ use memprof::profile::{Free, GcCycle, Module, Profile, Sample, Stack, Symbol};
 use proptest::prelude::*;
 use std::path::Path;
 
-fn fixtures() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
+mod common;
+use common::{fixtures, proptest_cases};
 
 /// A version-3 recording with span labels, several blocks, GC cycles, frees and moves, and
 /// a block of symbols appended after its end record.
@@ -271,7 +270,7 @@ fn read_everything(bytes: &[u8]) {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        cases: proptest_cases(),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -15,7 +15,6 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use memprof::{Allocation, Config, Deallocation, Reallocation, Stats, Tracker, Unwinder};
 
@@ -68,11 +67,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: memprof::Sampled<Counting> = memprof::Sampled::new(Counting);
 
-static SESSIONS: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SESSIONS.lock().unwrap_or_else(|p| p.into_inner())
-}
+mod common;
+use common::serial;
 
 /// Calls that reached `Counting` from this thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

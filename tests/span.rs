@@ -15,9 +15,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, Once};
 
 use memprof::profile::Profile;
 use memprof::report::{self, GroupBy, TopOptions, View};
@@ -28,10 +28,8 @@ use tracing_subscriber::layer::SubscriberExt;
 #[global_allocator]
 static GLOBAL: Sampled<System> = Sampled::new(System);
 
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+mod common;
+use common::{scratch, serial, text, MEMPROF};
 
 /// Installs the layer (keeping the `endpoint` field) as the global subscriber, once.
 fn install_layer() {
@@ -45,13 +43,6 @@ fn install_layer() {
 
 fn exact() -> Config {
     Config { interval: 1.0, ..Config::default() }
-}
-
-fn out_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("memprof-span-tests").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A block of exactly `n` bytes (one allocation).
@@ -119,7 +110,7 @@ const SIZES: &[u64] = &[1000, 3000, 20_000, 5000];
 fn exact_amounts_by_span_in_every_output() {
     let _g = serial();
     install_layer();
-    let dir = out_dir("exact");
+    let dir = scratch("span-exact");
     let file = dir.join("exact.mprof");
     let session = memprof::start(exact(), Recorder::to_file(&file)).unwrap();
     let (kept, handed) = workload();
@@ -172,7 +163,7 @@ fn exact_amounts_by_span_in_every_output() {
 
     // The command line, from the file: `memprof report --group-by span`.
     let collapsed = dir.join("live.folded");
-    let out = Command::new(env!("CARGO_BIN_EXE_memprof"))
+    let out = Command::new(MEMPROF)
         .arg("report")
         .arg(&file)
         .args(["--group-by", "span", "--view", "live", "--top", "1000", "--collapsed"])
@@ -181,8 +172,8 @@ fn exact_amounts_by_span_in_every_output() {
         .arg(dir.join("live.svg"))
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(stdout.contains("alpha › ") && stdout.contains(&format!("{UPLOAD} › ")), "{stdout}");
     let lines: Vec<String> =
         std::fs::read_to_string(&collapsed).unwrap().lines().map(str::to_owned).collect();
@@ -195,13 +186,13 @@ fn exact_amounts_by_span_in_every_output() {
     let pb = dir.join("exact.pb.gz");
     let f = std::fs::File::create(&pb).unwrap();
     report::write_pprof(&profile, &report::PprofOptions::default(), f).unwrap();
-    if let Some(raw) = go_pprof(&pb, "-raw") {
+    if let Some(raw) = go_pprof(&pb, &["-raw"]) {
         let sums = raw_sums_by_span(&raw);
         // [alloc objects, alloc bytes, inuse objects, inuse bytes] of the span's samples.
         let alpha = sums.get(ALPHA).copied().unwrap_or_default();
         let upload = sums.get(UPLOAD).copied().unwrap_or_default();
         assert!(alpha[1] >= 10_000 && alpha[3] >= 7000, "{alpha:?}\n{raw}");
-        let tags = go_pprof(&pb, "-tags").unwrap();
+        let tags = go_pprof(&pb, &["-tags"]).unwrap();
         assert!(tags.contains("span:"), "{tags}");
         assert!(tags.contains(ALPHA) && tags.contains(UPLOAD), "{tags}");
         // Exact per size: the workload's (size, span) samples.
@@ -212,47 +203,16 @@ fn exact_amounts_by_span_in_every_output() {
         assert_eq!(sized.get(&(UPLOAD.to_owned(), 5000)), Some(&[1, 5000, 0, 0]), "{raw}");
         assert!(upload[3] >= 20_000, "{upload:?}");
         // -tagfocus keeps one span's samples.
-        let focused = go_pprof_args(&pb, &["-raw", &format!("-tagfocus=span={ALPHA}")]).unwrap();
+        let focused = go_pprof(&pb, &["-raw", &format!("-tagfocus=span={ALPHA}")]).unwrap();
         let f = raw_sums_by_span(&focused);
         assert_eq!(f.keys().collect::<Vec<_>>(), vec![ALPHA], "{focused}");
     }
 }
 
-/// Runs `go tool pprof FLAG file`; `None` (skipped, one line) without `go` outside CI.
-fn go_pprof(path: &Path, flag: &str) -> Option<String> {
-    go_pprof_args(path, &[flag])
-}
-
-fn go_pprof_args(path: &Path, args: &[&str]) -> Option<String> {
-    let go = Command::new("go").arg("version").output();
-    if !matches!(go, Ok(ref o) if o.status.success()) {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
-            panic!("`go` is not on PATH, and CI requires the go tool pprof check");
-        }
-        eprintln!(
-            "skipped: the go tool pprof check of span labels (`go` is not on PATH; Debian: \
-             apt-get install golang-go)"
-        );
-        return None;
-    }
-    let home = path.parent().unwrap().join("go-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(path)
-        .env("HOME", &home)
-        .env("PPROF_TMPDIR", &home)
-        .env("PPROF_BINARY_PATH", &home)
-        .output()
-        .expect("running go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(text)
+/// Runs `go tool pprof ARGS file`: see [`common::go_pprof`] (`None`, skipped with one line,
+/// without `go` outside CI).
+fn go_pprof(path: &Path, args: &[&str]) -> Option<String> {
+    common::go_pprof(args, path.as_os_str(), "the go tool pprof check of span labels")
 }
 
 /// The samples of `go tool pprof -raw`: (values, bytes label, span label), from lines like

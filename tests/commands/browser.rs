@@ -33,14 +33,7 @@ enum Json {
 
 impl Json {
     fn parse(s: &str) -> Result<Json, String> {
-        let b = s.as_bytes();
-        let mut at = 0;
-        let v = value(b, &mut at)?;
-        ws(b, &mut at);
-        if at != b.len() {
-            return Err(format!("trailing text at {at}"));
-        }
-        Ok(v)
+        serde_json::from_str::<serde_json::Value>(s).map(Json::from).map_err(|e| e.to_string())
     }
 
     fn get(&self, key: &str) -> &Json {
@@ -65,171 +58,30 @@ impl Json {
     }
 }
 
-fn ws(b: &[u8], at: &mut usize) {
-    while *at < b.len() && b[*at].is_ascii_whitespace() {
-        *at += 1;
-    }
-}
-
-fn value(b: &[u8], at: &mut usize) -> Result<Json, String> {
-    ws(b, at);
-    let lit = |at: &mut usize, word: &str, v: Json| {
-        if b[*at..].starts_with(word.as_bytes()) {
-            *at += word.len();
-            Ok(v)
-        } else {
-            Err(format!("bad literal at {at}"))
-        }
-    };
-    match b.get(*at) {
-        None => Err("unexpected end".into()),
-        Some(b'n') => lit(at, "null", Json::Null),
-        Some(b't') => lit(at, "true", Json::Bool(true)),
-        Some(b'f') => lit(at, "false", Json::Bool(false)),
-        Some(b'"') => string(b, at).map(Json::Str),
-        Some(b'[') => {
-            *at += 1;
-            let mut v = Vec::new();
-            loop {
-                ws(b, at);
-                if b.get(*at) == Some(&b']') {
-                    *at += 1;
-                    return Ok(Json::Arr(v));
-                }
-                if !v.is_empty() {
-                    if b.get(*at) != Some(&b',') {
-                        return Err(format!("expected , at {at}"));
-                    }
-                    *at += 1;
-                }
-                v.push(value(b, at)?);
-            }
-        }
-        Some(b'{') => {
-            *at += 1;
-            let mut kv = Vec::new();
-            loop {
-                ws(b, at);
-                if b.get(*at) == Some(&b'}') {
-                    *at += 1;
-                    return Ok(Json::Obj(kv));
-                }
-                if !kv.is_empty() {
-                    if b.get(*at) != Some(&b',') {
-                        return Err(format!("expected , at {at}"));
-                    }
-                    *at += 1;
-                    ws(b, at);
-                }
-                let k = string(b, at)?;
-                ws(b, at);
-                if b.get(*at) != Some(&b':') {
-                    return Err(format!("expected : at {at}"));
-                }
-                *at += 1;
-                kv.push((k, value(b, at)?));
-            }
-        }
-        Some(_) => {
-            let start = *at;
-            while *at < b.len() && matches!(b[*at], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-            {
-                *at += 1;
-            }
-            let s = std::str::from_utf8(&b[start..*at]).unwrap();
-            s.parse().map(Json::Num).map_err(|_| format!("bad number {s:?} at {start}"))
+/// serde_json's value in the test's own shape (the assertions match on it).
+impl From<serde_json::Value> for Json {
+    fn from(v: serde_json::Value) -> Json {
+        use serde_json::Value;
+        match v {
+            Value::Null => Json::Null,
+            Value::Bool(b) => Json::Bool(b),
+            Value::Number(n) => Json::Num(n.as_f64().unwrap_or(f64::NAN)),
+            Value::String(s) => Json::Str(s),
+            Value::Array(a) => Json::Arr(a.into_iter().map(Json::from).collect()),
+            Value::Object(o) => Json::Obj(o.into_iter().map(|(k, v)| (k, Json::from(v))).collect()),
         }
     }
-}
-
-fn string(b: &[u8], at: &mut usize) -> Result<String, String> {
-    if b.get(*at) != Some(&b'"') {
-        return Err(format!("expected a string at {at}"));
-    }
-    *at += 1;
-    let mut out: Vec<u16> = Vec::new();
-    let mut s = String::new();
-    loop {
-        let c = *b.get(*at).ok_or("unterminated string")?;
-        *at += 1;
-        match c {
-            b'"' => break,
-            b'\\' => {
-                let e = *b.get(*at).ok_or("unterminated escape")?;
-                *at += 1;
-                let ch = match e {
-                    b'n' => '\n',
-                    b't' => '\t',
-                    b'r' => '\r',
-                    b'b' => '\u{8}',
-                    b'f' => '\u{c}',
-                    b'u' => {
-                        let hex = std::str::from_utf8(b.get(*at..*at + 4).ok_or("short \\u")?)
-                            .map_err(|e| e.to_string())?;
-                        *at += 4;
-                        out.push(u16::from_str_radix(hex, 16).map_err(|e| e.to_string())?);
-                        continue;
-                    }
-                    other => other as char,
-                };
-                s.push_str(&String::from_utf16_lossy(&std::mem::take(&mut out)));
-                s.push(ch);
-            }
-            _ => {
-                s.push_str(&String::from_utf16_lossy(&std::mem::take(&mut out)));
-                // Copy the whole UTF-8 sequence this byte starts.
-                let len = match c {
-                    0..=0x7f => 1,
-                    0xc0..=0xdf => 2,
-                    0xe0..=0xef => 3,
-                    _ => 4,
-                };
-                let end = (*at - 1 + len).min(b.len());
-                s.push_str(&String::from_utf8_lossy(&b[*at - 1..end]));
-                *at = end;
-            }
-        }
-    }
-    s.push_str(&String::from_utf16_lossy(&out));
-    Ok(s)
 }
 
 /// A JSON string literal.
 fn quote(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
+    serde_json::Value::from(s).to_string()
 }
 
 /// Standard base64 (the screenshot's encoding).
 fn base64(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {c}"),
-    };
-    let clean: Vec<u8> = s.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).collect();
-    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
-    for chunk in clean.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= u32::from(val(c)) << (18 - 6 * i);
-        }
-        let bytes = n.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).expect("the screenshot is base64")
 }
 
 /// Headless Chromium, one page attached, spoken to over the DevTools pipe.

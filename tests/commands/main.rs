@@ -13,11 +13,12 @@
 //! program's function, in every report), `files` (the one policy for the files memprof
 //! loads, writes and reads: preload libraries, outputs, inputs, FIFOs), `escaping` (names
 //! that a terminal would act on, from a real program, escaped in every terminal report).
-//! What they share is in `common`.
+//! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod browser;
 mod children;
 mod cli;
+#[path = "../common/mod.rs"]
 mod common;
 mod diff;
 mod escaping;

@@ -12,6 +12,8 @@ use memprof::profile::format::{self, Event};
 use memprof::profile::{Free, Header, Module, Move, Profile, Sample, Stack, Symbol, Totals};
 use memprof::report::{self, FlameOptions, PprofOptions, SiteTotal, TopOptions, View};
 
+use crate::common::fixtures;
+
 // ---------------------------------------------------------------------------------------------
 // The three-sites profile
 
@@ -317,10 +319,6 @@ fn close(a: f64, b: f64) -> bool {
 
 // ---------------------------------------------------------------------------------------------
 // Golden files
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
 
 fn blessing() -> bool {
     std::env::var_os("MEMPROF_BLESS").is_some_and(|v| v == "1")

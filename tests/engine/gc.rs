@@ -4,7 +4,7 @@
 //! properties; and profiling through the GC in exact mode.
 //!
 //! A module of the engine tests' binary, under its `Sampled<System>` global allocator; every
-//! test takes the binary's session lock ([`crate::serial`]) because sessions are
+//! test takes the binary's session lock ([`crate::common::serial`]) because sessions are
 //! process-global (and exact mode samples every allocation of every thread).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -13,8 +13,8 @@ use memprof::gc::{Heap, HeapConfig, Marker, RootId, Value, NO_SCAN_TAG, STRING_T
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-// The binary's `Sampled<System>` allocator and its session lock (`main.rs`).
-use crate::serial as lock;
+// The session lock of the binary's `Sampled<System>` allocator (`tests/common/`).
+use crate::common::serial as lock;
 
 // ---------------------------------------------------------------------------------------------
 // The model

@@ -16,7 +16,7 @@ mod gc;
 use std::alloc::System;
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use memprof::profile::{GcCycle, Profile, Stack, StackId, Totals};
 use memprof::report::{site_totals, SiteTotal};
@@ -27,12 +27,9 @@ use memprof::{
 #[global_allocator]
 static GLOBAL: memprof::Sampled<System> = memprof::Sampled::new(System);
 
-static SESSIONS: Mutex<()> = Mutex::new(());
-
-/// Serializes the tests that start sessions (a failed test must not block the others).
-pub(crate) fn serial() -> MutexGuard<'static, ()> {
-    SESSIONS.lock().unwrap_or_else(|p| p.into_inner())
-}
+#[path = "../common/mod.rs"]
+mod common;
+use common::serial;
 
 /// Runs `work` under a session with a [`Recorder`] and returns the profile.
 fn record(config: Config, work: impl FnOnce()) -> Profile {

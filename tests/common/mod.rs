@@ -1,10 +1,40 @@
-//! Helpers shared by the command tests.
+//! Helpers that more than one test binary needs, in one place: each binary includes this
+//! file as its `common` module (`mod common;`, or `#[path = "../common/mod.rs"]` from a
+//! binary in its own directory), so each has its own copy of the statics below.
+//!
+//! # 1. What belongs here
+//!
+//! A helper two or more binaries use: the session lock, scratch directories, the paths of
+//! `fixtures/`, output as text, the one-line error check, the fuzz binaries' case count,
+//! and `go tool pprof` (the independent decoder the pprof checks use). A helper only one
+//! binary needs stays in it.
+//!
+//! # 2. Why dead code is allowed
+//!
+//! Every binary compiles the whole file but uses only part of it; the rest would warn as
+//! dead code in that binary (and `-D warnings` makes warnings errors).
+
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::{Mutex, MutexGuard};
 
 /// The `memprof` executable under test.
 pub const MEMPROF: &str = env!("CARGO_BIN_EXE_memprof");
+
+/// Serializes the tests that start sessions: a session and the global allocator's state are
+/// process-global. A test that failed while holding the lock poisons it; the next one still
+/// runs (a failed test must not block the others).
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SESSIONS: Mutex<()> = Mutex::new(());
+    SESSIONS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The fuzz binaries' cases per property: `PROPTEST_CASES`, or 512 (a few seconds each).
+pub fn proptest_cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512)
+}
 
 /// Output bytes as text.
 pub fn text(b: &[u8]) -> String {
@@ -20,9 +50,14 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The repository's `fixtures/` directory.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
 /// The path of a file under `fixtures/`.
 pub fn fixture_file(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name).display().to_string()
+    fixtures().join(name).display().to_string()
 }
 
 /// A failing command: exit code `code` (any non-zero one when `None`), exactly one line on
