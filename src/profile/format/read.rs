@@ -3,7 +3,8 @@
 //! # 1. Streaming
 //! [`Reader`] holds one decompressed block and the tables (modules, stacks, symbols,
 //! pairs, labels) and hands the events out one at a time; [`Profile::read_from`] folds them
-//! into the aggregates as they come, on a second thread when there is a second core.
+//! into the aggregates as they come (with a second core, one thread decodes while the
+//! calling one folds).
 //!
 //! # 2. Untrusted input
 //! Every length and count is checked against [the format](super)'s limits and against the
@@ -12,8 +13,8 @@
 //! cut or damaged record stops the reading there and keeps everything before it.
 //!
 //! # 3. Old versions
-//! Versions 2 to 4 differ by fields that are read or left at 0 here, according to the
-//! header's version. Version 1 writes its events as outer records naming their blocks by
+//! Versions 2 to 4 differ by fields that are read, or left unset (no label, no fine
+//! lifetime), according to the header's version. Version 1 writes its events as outer records naming their blocks by
 //! id; their decoding is in `read/v1.rs`. The framing of outer records (lengths, checksums,
 //! cuts) is in `read/record.rs`.
 

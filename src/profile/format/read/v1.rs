@@ -5,7 +5,7 @@
 //! [the format](crate::profile::format) §2), while the aggregates need the block's stack,
 //! size and points: the reader keeps the samples not freed yet, by id, and a free or move
 //! of an unknown id is returned as an orphan (stack [`StackId::MAX`]). Table records are
-//! applied as in later versions; nothing may follow the end record.
+//! applied as in later versions; bytes after the end record are ignored with a warning.
 
 use std::io::Read;
 
