@@ -72,7 +72,11 @@
 //! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
 //! | `profile/mod.rs` | [`profile::Profile`]: stacks, samples, modules, symbols and the aggregates every report reads |
-//! | `profile/format.rs` | the `.mprof` stream: its spec, writer and reader of untrusted input (versions 1 to 4) |
+//! | `profile/format/mod.rs` | the `.mprof` stream's spec (versions 1 to 4), its limits and record tags, [`profile::format::Event`] |
+//! | `profile/format/write.rs` | the writer: [`profile::format::Writer`], appended symbols |
+//! | `profile/format/read.rs` | the reader of untrusted input: [`profile::format::Reader`], [`profile::Profile::read_from`] |
+//! | `profile/format/read/record.rs` | outer records read from untrusted bytes: lengths, checksums, cuts |
+//! | `profile/format/read/v1.rs` | version-1 events, which name their blocks by sample id |
 //! | `profile/format/tests.rs` | the format's round trips, old versions, damaged and truncated files |
 //! | `profile/load.rs` | reading one or more `.mprof` files as `record` and `report` do (following a tree, resolving symbols) |
 //! | `profile/merge.rs` | a process tree's profiles merged into one |
