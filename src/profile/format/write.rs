@@ -78,7 +78,7 @@ pub(super) fn frame(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
     out.extend_from_slice(&crc.finalize().to_le_bytes());
 }
 
-/// Streams a profile as `.mprof` version 3. See the [format documentation](super).
+/// Streams a profile as `.mprof` (version [`VERSION`]). See the [format documentation](super).
 pub struct Writer<W: Write> {
     pub(super) out: W,
     /// Inner records of the block being built.
