@@ -180,6 +180,7 @@
 mod read;
 mod write;
 
+#[cfg(feature = "report")] // its only user outside the reader is `profile::load`
 pub(crate) use read::naming;
 pub use read::{read_events, Reader};
 pub use write::{append_symbols, write_events, Writer};
