@@ -65,10 +65,8 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// log is a ring, with the collector's `log_read`; 4: the queue's block holds its table of
 /// lost frees, see `engine::queue` §3).
 const VERSION: u32 = 4;
-/// A side event: the side log up to `addr` bytes holds a new module list.
-pub(crate) const SIDE_MODULES: u64 = 1;
-/// A side event: a GC cycle, in the frames ([`crate::profile::GcCycle::to_words`]).
-pub(crate) const SIDE_GC: u64 = 2;
+// The side events' kinds belong to the session, which queues them (`session::push_side`).
+pub(crate) use crate::session::{SIDE_GC, SIDE_MODULES};
 /// Frames a shared queue's slot holds at least (a side event's words).
 pub(crate) const MIN_DEPTH: usize = 16;
 

@@ -42,6 +42,7 @@ use pprof::protos::{self, Message};
 use super::View;
 use crate::profile::symbolize::{TRUNCATED, UNKNOWN_STACK};
 use crate::profile::{Profile, StackId};
+use crate::session::recorder::Recorder;
 use crate::Error;
 
 /// Options of [`pprof()`] and [`write_pprof`].
@@ -345,4 +346,20 @@ pub fn write_pprof(profile: &Profile, options: &PprofOptions, w: impl Write) -> 
     let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
     gz.write_all(&bytes).map_err(io)?;
     gz.finish().map_err(io)?.flush().map_err(io)
+}
+
+// The running session's pprof lives with the format, not with the session: the session
+// layer knows nothing of reports.
+impl crate::session::Session<Recorder> {
+    /// The running session's profile as a gzip-compressed pprof profile (Go's heap-profile
+    /// sample types; the default sample type `inuse_space` for [`View::Live`](View::Live),
+    /// `alloc_space` for [`View::Alloc`](View::Alloc)), taken without
+    /// stopping the session: see [`live_profile`](crate::live_profile), whose copy of the profile this skips.
+    pub fn pprof(&self, view: View) -> Result<Vec<u8>, Error> {
+        let options = PprofOptions { default_view: view, ..Default::default() };
+        crate::session::with_live_profile(|p| {
+            let mut out = Vec::new();
+            write_pprof(p, &options, &mut out).map(|()| out)
+        })?
+    }
 }

@@ -162,18 +162,3 @@ fn resolve_new(mirror: &mut Mirror) {
     mirror.looked_up.extend(fresh);
     mirror.profile.symbols.extend(found);
 }
-
-#[cfg(feature = "report")]
-impl super::Session<Recorder> {
-    /// The running session's profile as a gzip-compressed pprof profile (Go's heap-profile
-    /// sample types; the default sample type `inuse_space` for [`View::Live`](crate::report::View::Live),
-    /// `alloc_space` for [`View::Alloc`](crate::report::View::Alloc)), taken without
-    /// stopping the session: see [`live_profile`], whose copy of the profile this skips.
-    pub fn pprof(&self, view: crate::report::View) -> Result<Vec<u8>, Error> {
-        let options = crate::report::PprofOptions { default_view: view, ..Default::default() };
-        with_live_profile(|p| {
-            let mut out = Vec::new();
-            crate::report::write_pprof(p, &options, &mut out).map(|()| out)
-        })?
-    }
-}

@@ -49,6 +49,7 @@ mod tracker;
 
 pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
 pub use live::live_profile;
+pub(crate) use live::with_live_profile;
 pub use tracker::{
     Allocation, Callstack, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker,
 };
@@ -320,7 +321,7 @@ pub fn record_gc_cycle(cycle: &GcCycle) {
     };
     if let Some(q) = queue().filter(|q| q.is_external()) {
         // The collector in another process hears of it in order with the events.
-        push_side(q, epoch, crate::record::ring::SIDE_GC, 0, &c.to_words());
+        push_side(q, epoch, SIDE_GC, 0, &c.to_words());
         return;
     }
     {
@@ -329,6 +330,12 @@ pub fn record_gc_cycle(cycle: &GcCycle) {
     }
     poll();
 }
+
+/// A side event: the side log of a shared ring up to `addr` bytes holds a new module list
+/// (queued by the preload library's agent, read by `record`'s collector).
+pub(crate) const SIDE_MODULES: u64 = 1;
+/// A side event: a GC cycle, in the frames ([`crate::profile::GcCycle::to_words`]).
+pub(crate) const SIDE_GC: u64 = 2;
 
 /// Queues a side event (`EventKind::Side`: `what`, `addr`, the words as its frames) for
 /// the consumer of a shared queue, waiting for room while the consumer lives (at most
