@@ -74,7 +74,9 @@ use pprof::protos::{self, Message};
 use super::flamegraph::{default_subtitle, empty_svg};
 use super::stats::{diff_std_error, holm, p_two_sided, Z95};
 use super::text::printable;
-use super::{collapsed, human_bytes, is_exact, stack_totals, PprofOptions, View};
+use super::folded::collapsed;
+use super::pprof::PprofOptions;
+use super::view::{human_bytes, is_exact, stack_totals, View};
 use crate::profile::Profile;
 use crate::Error;
 
@@ -625,8 +627,8 @@ impl Merger<'_> {
 /// [`View::Peak`]. The default sample type follows `view`.
 pub fn diff_pprof(base: &Profile, new: &Profile, view: View) -> protos::Profile {
     let options = PprofOptions { default_view: view, ..PprofOptions::default() };
-    let mut out = super::pprof(new, &options);
-    let from = super::pprof(base, &options);
+    let mut out = super::pprof::pprof(new, &options);
+    let from = super::pprof::pprof(base, &options);
     let strings = out.string_table.iter().enumerate().map(|(i, s)| (s.clone(), i as i64));
     let functions = out.function.iter().map(|f| ((f.name, f.filename), f.id)).collect();
     let strings = strings.collect();

@@ -13,7 +13,8 @@ use std::io::Write;
 
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
-use super::{collapsed_grouped, human_bytes, is_exact, GroupBy, View};
+use super::folded::collapsed_grouped;
+use super::view::{human_bytes, is_exact, GroupBy, View};
 use crate::profile::Profile;
 use crate::Error;
 
@@ -40,12 +41,12 @@ pub fn default_title(profile: &Profile, view: View) -> String {
         View::Live => format!("memprof: live bytes at end ({kind})"),
         View::Peak => format!(
             "memprof: live bytes at the peak, {} at {:.3} s ({kind})",
-            super::human_bytes(profile.peak.bytes),
+            human_bytes(profile.peak.bytes),
             profile.peak.time_ns as f64 / 1e9
         ),
         View::ShortLived => format!(
             "memprof: short-lived bytes, freed within {} ({kind})",
-            super::human_duration(profile.lifetimes.short_lived_ns as f64)
+            super::view::human_duration(profile.lifetimes.short_lived_ns as f64)
         ),
         View::Gc => format!("memprof: GC mark time by allocation site ({kind}, ns)"),
     }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use super::{stack_totals, GroupBy, View};
+use super::view::{stack_totals, GroupBy, View};
 use crate::profile::{Profile, StackId};
 use crate::Error;
 

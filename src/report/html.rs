@@ -52,7 +52,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
 
-use super::{stack_totals, stats, View};
+use super::stats;
+use super::view::{sampling_summary, sorted, stack_totals, View};
 use crate::profile::format::{Event, Reader};
 use crate::profile::{IdHash, Profile, StackId, DEFAULT_SHORT_LIVED_NS};
 use crate::Error;
@@ -408,7 +409,7 @@ pub fn write_html(profile: &Profile, path: &Path, out: impl Write) -> Result<(),
         Error::Config("the HTML report is of one profile (each process peaks on its own)".into())
     })?;
     let mut peak_k: std::collections::BTreeMap<u32, u64> = Default::default();
-    for (&(stack, _), t) in crate::report::sorted(&at_peak) {
+    for (&(stack, _), t) in sorted(&at_peak) {
         *peak_k.entry(tree.node(profile, stack)).or_default() += t.k;
     }
     let mut gc: std::collections::BTreeMap<u32, f64> = Default::default();
@@ -474,7 +475,7 @@ pub fn write_tree_html(
             all.live_max[b] += p.live_max[b];
         }
         if let Some(at_peak) = own.peak_live() {
-            for (&(stack, _), t) in crate::report::sorted(&at_peak) {
+            for (&(stack, _), t) in sorted(&at_peak) {
                 *peak_k.entry(tree.node(profile, base + stack)).or_default() += t.k;
             }
         }
@@ -615,7 +616,7 @@ fn data_json(
     // The summary's first fact: how it sampled and what it lost (`report::sampling_summary`),
     // marked as a warning when the numbers lack something.
     j.key("sampling");
-    j.str(&super::sampling_summary(profile));
+    j.str(&sampling_summary(profile));
     j.key("whole");
     j.raw(if profile.lost.nothing_missing() { "true" } else { "false" });
     j.key("warnings");

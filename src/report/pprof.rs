@@ -39,7 +39,7 @@ use std::io::Write;
 
 use pprof::protos::{self, Message};
 
-use super::View;
+use super::view::{sorted, stack_totals, View};
 use crate::profile::symbolize::{TRUNCATED, UNKNOWN_STACK};
 use crate::profile::{Profile, StackId};
 use crate::session::recorder::Recorder;
@@ -258,13 +258,13 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         _ => (&profile.allocated, &profile.live),
     };
     let mut merged: BTreeMap<(StackId, u64), [f64; 5]> = BTreeMap::new();
-    for (&(stack, size), t) in super::sorted(allocated) {
+    for (&(stack, size), t) in sorted(allocated) {
         let v = merged.entry((stack, size)).or_default();
         v[0] += profile.estimated_objects(t.k, size);
         v[1] += profile.estimated_bytes(t.k);
     }
     // In use: at the end, or at the peak for the peak view.
-    for (&(stack, size), t) in super::sorted(inuse) {
+    for (&(stack, size), t) in sorted(inuse) {
         let v = merged.entry((stack, size)).or_default();
         v[2] += profile.estimated_objects(t.k, size);
         v[3] += profile.estimated_bytes(t.k);
@@ -272,7 +272,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
 
     if gc {
         // Mark time is known per stack, not per size: the stack's first sample carries it.
-        for st in super::stack_totals(profile, View::Gc) {
+        for st in stack_totals(profile, View::Gc) {
             let first = merged.range((st.stack, 0)..=(st.stack, u64::MAX)).next().map(|(k, _)| *k);
             merged.entry(first.unwrap_or((st.stack, 0))).or_default()[4] += st.bytes;
         }

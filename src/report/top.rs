@@ -12,7 +12,10 @@ use std::fmt::Write as _;
 
 use super::stats::ci95;
 use super::text::printable;
-use super::{gc_cycle_samples, human_bytes, human_duration, is_exact, stack_totals, GroupBy, View};
+use super::view::{
+    gc_cycle_samples, human_bytes, human_duration, is_exact, sampling_summary, stack_totals, GroupBy,
+    View,
+};
 use crate::profile::site::Site;
 use crate::profile::symbolize::UNKNOWN_STACK;
 use crate::profile::{lifetime_bucket_range, Profile};
@@ -247,7 +250,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     if !h.cmdline.is_empty() {
         let _ = writeln!(out, "command: {}", printable(&h.cmdline.join(" ")));
     }
-    let _ = writeln!(out, "sampling: {}", super::sampling_summary(profile));
+    let _ = writeln!(out, "sampling: {}", sampling_summary(profile));
     let _ = writeln!(
         out,
         "samples: {} ({} freed, {} moved), stacks: {}",

@@ -23,7 +23,7 @@ impl Default for TreeOptions {
 /// to pass to `memprof report` for that process alone; both escaped, [`printable`]). The
 /// first process (the program's own) comes first, then the others by bytes allocated; past [`TreeOptions::limit`] rows, one line counts the rest.
 pub fn process_table(processes: &[Process], options: &TreeOptions) -> String {
-    let h = crate::report::human_bytes;
+    let h = super::view::human_bytes;
     let mut order: Vec<&Process> = processes.iter().skip(1).collect();
     order.sort_by(|a, b| b.allocated.total_cmp(&a.allocated).then(a.pid.cmp(&b.pid)));
     let rows: Vec<&Process> = processes.iter().take(1).chain(order).collect();
