@@ -72,10 +72,10 @@ use std::io::Write;
 use pprof::protos::{self, Message};
 
 use super::flamegraph::{default_subtitle, empty_svg};
-use super::stats::{diff_std_error, holm, p_two_sided, Z95};
-use super::text::printable;
 use super::folded::collapsed;
 use super::pprof::PprofOptions;
+use super::stats::{diff_std_error, holm, p_two_sided, Z95};
+use super::text::printable;
 use super::view::{human_bytes, is_exact, stack_totals, View};
 use crate::profile::Profile;
 use crate::Error;

@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 use super::stats::ci95;
 use super::text::printable;
 use super::view::{
-    gc_cycle_samples, human_bytes, human_duration, is_exact, sampling_summary, stack_totals, GroupBy,
-    View,
+    gc_cycle_samples, human_bytes, human_duration, is_exact, sampling_summary, stack_totals,
+    GroupBy, View,
 };
 use crate::profile::site::Site;
 use crate::profile::symbolize::UNKNOWN_STACK;

@@ -3,7 +3,7 @@
 //! crate-private, registered by the agent ([`crate::record`]).
 
 use super::driver::Drive;
-use super::{lock, Control, CONTROL, DRIVER, SESSION_EPOCH};
+use super::state::{lock, Control, CONTROL, DRIVER, SESSION_EPOCH};
 use crate::engine::{callstack, hot, live, sampler};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;

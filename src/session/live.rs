@@ -26,7 +26,9 @@
 //! forked child, a mirror whose lock a thread of the parent held at the fork) works on a
 //! fresh mirror of its own instead of waiting, and resolves its symbols again.
 
-use super::{drain_into, lock, queue, Poll, DRIVER, SESSION_EPOCH};
+use super::state::{drain_into, lock, DRIVER, SESSION_EPOCH};
+use super::tracker::Poll;
+use crate::engine::hot::queue;
 use crate::engine::sampler::Busy;
 use crate::error::Error;
 use crate::profile::{symbolize, Profile};

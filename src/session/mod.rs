@@ -45,6 +45,7 @@ mod fork;
 pub(crate) mod label;
 mod live;
 pub(crate) mod recorder;
+mod state;
 mod tracker;
 
 pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
@@ -61,44 +62,18 @@ use crate::engine::queue::{Event, Queue};
 use crate::engine::sampler::{self, Busy};
 use crate::error::Error;
 use crate::profile::GcCycle;
-use crate::sys::padded::Padded;
 use driver::{
     count, Drive, Driver, CALLBACK_PANICS, DELIVERED_FREES, DELIVERED_SAMPLES, REPLAYED_FREES,
 };
+use state::{
+    drain_into, lock, Control, CONTROL, CRASH_FLUSH, DRAIN_TID, DRIVER, INTERVAL_BITS, PENDING_GC,
+    SESSION_EPOCH,
+};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// The running session's epoch (0: none), read by `poll` under the driver's lock.
-static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
-/// A fatal signal's request to the drain thread ([`flush_from_signal`]): 0 none, 1
-/// requested, 2 done.
-static CRASH_FLUSH: AtomicU64 = AtomicU64::new(0);
-/// The drain thread's kernel thread id while it runs (0: none).
-static DRAIN_TID: AtomicU64 = AtomicU64::new(0);
-/// The running session's mean interval, as `f64` bits.
-static INTERVAL_BITS: AtomicU64 = AtomicU64::new(0);
-
-// ---- cold-path state ----
-
-struct Control {
-    epoch: u64,
-    /// The queue's counts of lost events and of frees lost for good when the session
-    /// started (a reused queue keeps counting across sessions).
-    lost_at_start: (u64, u64),
-    drain: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
-}
-
-static CONTROL: Padded<Mutex<Option<Control>>> = Padded::new(Mutex::new(None));
-static DRIVER: Padded<Mutex<Option<Box<dyn Drive>>>> = Padded::new(Mutex::new(None));
-/// GC cycles reported but not yet delivered (delivered by `poll`, after the queue).
-static PENDING_GC: Padded<Mutex<Vec<(u64, GcCycle)>>> = Padded::new(Mutex::new(Vec::new()));
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Starts a profiling session. Fails when the configuration is invalid or a session is
 /// already running.
@@ -264,43 +239,6 @@ pub fn poll() -> usize {
     driver.after_poll(Poll::Periodic);
     crate::engine::callstack::maintain();
     n
-}
-
-/// Delivers the queued events of session `epoch` (their clock readings converted to session
-/// nanoseconds), then the GC cycles reported before this drain began, which follow the events
-/// queued before them. Returns the number delivered.
-fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
-    let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
-    // Deaths a signal handler deferred (`live` §4) go into the queue first; a move of a
-    // block queued from here on is news again (`hot` §2).
-    crate::engine::live::flush_deferred();
-    hot::MOVE_GEN.fetch_add(1, Ordering::Relaxed);
-    let clock = clock::Converter::new();
-    let n = q
-        .drain(|e, frames| {
-            if e.epoch == epoch {
-                let e = Event { time_ns: clock.session_ns(e.time_ns), ..*e };
-                driver.event(&e, frames, interval);
-            }
-        })
-        .unwrap_or(0);
-    // Frees that did not fit in the queue, replayed once their blocks' allocations are in
-    // (`queue` §3); a queue consumed in another process keeps them for its consumer.
-    let mut frees = Vec::new();
-    if !q.is_external() {
-        q.take_lost_frees(|e, id, time| {
-            if e == epoch {
-                frees.push((id, clock.session_ns(time)));
-            }
-        });
-    }
-    driver.lost_frees(&frees);
-    let cycles = std::mem::take(&mut *lock(&PENDING_GC));
-    let m = cycles.len();
-    for (_, c) in cycles.iter().filter(|(e, _)| *e == epoch) {
-        driver.gc(c);
-    }
-    n + m
 }
 
 /// Reports a finished garbage-collection cycle of a managed heap to the running session

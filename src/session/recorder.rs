@@ -21,12 +21,12 @@
 //! their library is still mapped. [`Recorder::streaming`] keeps only the stack table in
 //! memory, so a long run costs memory for its distinct stacks, not for its samples.
 
+use super::tracker::{Allocation, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker};
 use crate::error::Error;
 use crate::profile::format::Writer;
 use crate::profile::{
     symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId, Stopped,
 };
-use crate::session::{Allocation, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker};
 use crate::sys::own_file::OwnFile;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
