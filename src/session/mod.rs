@@ -42,6 +42,7 @@
 
 pub(crate) mod driver;
 mod fork;
+mod generations;
 pub(crate) mod label;
 mod live;
 pub(crate) mod recorder;

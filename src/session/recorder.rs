@@ -21,11 +21,12 @@
 //! their library is still mapped. [`Recorder::streaming`] keeps only the stack table in
 //! memory, so a long run costs memory for its distinct stacks, not for its samples.
 
+use super::generations::{Generations, Piece};
 use super::tracker::{Allocation, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker};
 use crate::error::Error;
 use crate::profile::format::Writer;
 use crate::profile::{
-    symbolize, Free, GcCycle, Header, Lost, Move, Profile, Sample, Stack, StackId, Stopped,
+    symbolize, Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Stopped,
 };
 use crate::sys::own_file::OwnFile;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -80,118 +81,6 @@ pub struct Recorder {
     unknown_frames: bool,
     /// Module generations of another process (see [`Generations`]).
     generations: Generations,
-}
-
-/// Module generations (with [`Recorder::of_process`]): the same addresses can hold
-/// different libraries over a run (`dlclose`, then a `dlopen` the loader maps where the
-/// last one was). Symbols are resolved after the run from the modules' files, by address,
-/// so a library mapped where an unloaded one had been is given its own stretch of
-/// addresses: a *shift* that moves its frames and its module record to a virtual range
-/// above the user address space ([`VIRTUAL_BASE`]). Offsets inside the module are
-/// unchanged, so offline symbolization reads the right file at the right offset.
-///
-/// The lists come in order with the events (`record/ring.rs` §3): `current` is the list
-/// of the latest snapshot; a module that leaves it is *retired*. A frame in a retired range
-/// that no current module covers belongs to whatever was mapped there since (its list
-/// comes later, at the next snapshot): a shift is opened for the range at once, and the
-/// module that shows up in it is written with that shift.
-///
-/// A `dlclose` is bracketed by two more records ([`Recorder::module_closing`] and
-/// [`Recorder::module_closed`]), because the list written after it cannot be placed
-/// before every event that follows the unmapping: another thread's `dlopen` may map a
-/// library where the closed one was, and sample its constructor, between the unmapping
-/// and that list. So the objects the `dlclose` may unmap are retired when it starts (their
-/// later frames open shifts) and are left out of the lists written meanwhile; when it
-/// ends, an object still listed is current again (with the shifts its frames opened), and
-/// an object gone takes the shifts no module claimed (its destructors' frames) and
-/// closes those bound to it, so the next library mapped there gets a shift of its own.
-#[derive(Default)]
-struct Generations {
-    current: Vec<ModuleKey>,
-    retired: Vec<(u64, u64)>,
-    shifts: Vec<Shift>,
-    next_virtual: u64,
-    /// The latest snapshot as listed (closing objects included).
-    listed: Vec<ModuleKey>,
-    /// Objects of `dlclose` calls under way.
-    closing: Vec<Closing>,
-}
-
-/// An object of a `dlclose` call under way.
-struct Closing {
-    /// The call's id.
-    id: u64,
-    /// The loader's count of objects loaded when the call began.
-    adds: u64,
-    module: crate::profile::Module,
-    /// The shifts its frames went through until then (suspended meanwhile).
-    own: Vec<Shift>,
-}
-
-/// A module as its lists name it: path, base, start, end.
-type ModuleKey = (String, u64, u64, u64);
-
-fn module_key(m: &crate::profile::Module) -> ModuleKey {
-    (m.path.clone(), m.base, m.start, m.end)
-}
-
-/// Frames in `start..end` are recorded at `+ delta`.
-#[derive(Clone, Debug)]
-struct Shift {
-    start: u64,
-    end: u64,
-    delta: u64,
-    /// The module written with this shift, once one is.
-    bound: Option<ModuleKey>,
-}
-
-/// Where shifted modules go: above the 47-bit user address space.
-const VIRTUAL_BASE: u64 = 1 << 48;
-/// Room given to each shift.
-const VIRTUAL_STRIDE: u64 = 1 << 36;
-
-impl Generations {
-    fn shift_of(&self, addr: u64) -> Option<&Shift> {
-        self.shifts.iter().find(|s| s.start <= addr && addr < s.end)
-    }
-
-    fn covered(&self, addr: u64) -> bool {
-        self.current.iter().any(|&(_, _, a, b)| a <= addr && addr < b)
-    }
-
-    fn new_shift(&mut self, start: u64, end: u64) -> Shift {
-        let at = VIRTUAL_BASE + self.next_virtual * VIRTUAL_STRIDE;
-        self.next_virtual += 1 + (end - start) / VIRTUAL_STRIDE;
-        let s = Shift { start, end, delta: at.wrapping_sub(start), bound: None };
-        self.shifts.push(s.clone());
-        s
-    }
-
-    /// Retires `start..end`: its shifts end, and later frames there open new ones.
-    fn retire(&mut self, start: u64, end: u64) {
-        self.shifts.retain(|s| s.end <= start || end <= s.start);
-        self.retired.retain(|&(a, b)| b <= start || end <= a);
-        self.retired.push((start, end));
-    }
-
-    fn is_closing(&self, key: &ModuleKey) -> bool {
-        self.closing.iter().any(|c| module_key(&c.module) == *key)
-    }
-
-    /// The frame as recorded: shifted when it lies in a shift, or in a retired range no
-    /// current module covers (which opens a shift).
-    fn translate(&mut self, addr: u64) -> u64 {
-        if let Some(s) = self.shift_of(addr) {
-            return addr.wrapping_add(s.delta);
-        }
-        if self.covered(addr) {
-            return addr;
-        }
-        match self.retired.iter().find(|&&(a, b)| a <= addr && addr < b).copied() {
-            Some((a, b)) => addr.wrapping_add(self.new_shift(a, b).delta),
-            None => addr,
-        }
-    }
 }
 
 /// What a [`Recorder`] of another process writes into the header for it.
@@ -270,172 +159,38 @@ impl Recorder {
 
     /// Modules of the recorded process found mapped (with [`Recorder::of_process`]): those
     /// not written yet are written.
-    pub(crate) fn add_modules(&mut self, modules: Vec<crate::profile::Module>) {
-        for m in modules {
-            // An object whose `dlclose` is under way is settled when the call ends.
-            if !self.generations.is_closing(&module_key(&m)) {
-                self.admit(m);
-            }
-        }
+    pub(crate) fn add_modules(&mut self, modules: Vec<Module>) {
+        let pieces = self.generations.add_modules(modules);
+        self.write_module_pieces(pieces);
     }
 
     /// The recorded process's full module list at this point of its events (with
     /// [`Recorder::of_process`]): modules gone since the last list are retired (see
     /// [`Generations`]), new ones written. Objects of a `dlclose` under way only take the
     /// frames recorded in their range so far.
-    pub(crate) fn module_snapshot(&mut self, modules: Vec<crate::profile::Module>) {
-        let listed: Vec<_> = modules.iter().map(module_key).collect();
-        let (closing, modules): (Vec<_>, Vec<_>) =
-            modules.into_iter().partition(|m| self.generations.is_closing(&module_key(m)));
-        for m in &closing {
-            self.seal(m);
-        }
-        let g = &mut self.generations;
-        let now: Vec<_> = modules.iter().map(module_key).collect();
-        let gone: Vec<_> = g.current.iter().filter(|k| !now.contains(k)).cloned().collect();
-        for (_, _, start, end) in gone {
-            g.retire(start, end);
-        }
-        g.current = now;
-        g.listed = listed;
-        for m in modules {
-            self.admit(m);
-        }
-    }
-
-    /// `m` is mapped at this point of the events: the frames recorded in its range that no
-    /// module claimed are its own. They are written as its, and their shifts end (frames
-    /// recorded later open new ones).
-    fn seal(&mut self, m: &crate::profile::Module) {
-        let (hit, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.generations.shifts)
-            .into_iter()
-            .partition(|s| s.bound.is_none() && s.start < m.end && m.start < s.end);
-        self.generations.shifts = rest;
-        for s in hit {
-            self.write_module_piece(m, s.start.max(m.start), s.end.min(m.end), s.delta);
-        }
+    pub(crate) fn module_snapshot(&mut self, modules: Vec<Module>) {
+        let pieces = self.generations.snapshot(modules);
+        self.write_module_pieces(pieces);
     }
 
     /// A `dlclose` starts (call `id`; the loader had loaded `adds` objects), which may unmap
-    /// `modules` (see [`Generations`]): they are mapped now, so what was recorded in their
-    /// ranges is theirs; then they are retired until [`Recorder::module_closed`] says what
-    /// became of them.
-    pub(crate) fn module_closing(
-        &mut self,
-        id: u64,
-        adds: u64,
-        modules: Vec<crate::profile::Module>,
-    ) {
-        for module in modules {
-            self.seal(&module);
-            let key = module_key(&module);
-            let g = &mut self.generations;
-            if g.is_closing(&key) {
-                // Another `dlclose` that may unmap it is under way: it is retired already.
-                g.closing.push(Closing { id, adds, module, own: Vec::new() });
-                continue;
-            }
-            g.current.retain(|k| *k != key);
-            let (own, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut g.shifts)
-                .into_iter()
-                .partition(|s| s.start < module.end && module.start < s.end);
-            g.shifts = rest;
-            g.retire(module.start, module.end);
-            g.closing.push(Closing { id, adds, module, own });
-        }
+    /// `modules` (see [`Generations::closing`]).
+    pub(crate) fn module_closing(&mut self, id: u64, adds: u64, modules: Vec<Module>) {
+        let pieces = self.generations.closing(id, adds, modules);
+        self.write_module_pieces(pieces);
     }
 
     /// The `dlclose` call `id` returned (the loader had loaded `adds` objects by then), and
-    /// the latest list was read after it. Each of its objects still listed is current
-    /// again once no other call may unmap it. One gone ends every call's claim on it, takes
-    /// the frames recorded in its range since that no module claimed when no object was
-    /// loaded meanwhile (else they may be a library's mapped there since, whose list comes
-    /// later), and the shifts bound to it end.
+    /// the latest list was read after it (see [`Generations::closed`]).
     pub(crate) fn module_closed(&mut self, id: u64, adds: u64) {
-        let g = &mut self.generations;
-        let (ended, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut g.closing).into_iter().partition(|c| c.id == id);
-        g.closing = rest;
-        for Closing { adds: adds_then, module: m, own, .. } in ended {
-            let key = module_key(&m);
-            let g = &mut self.generations;
-            if g.listed.contains(&key) {
-                if let Some(other) = g.closing.iter_mut().find(|c| module_key(&c.module) == key) {
-                    other.own.extend(own);
-                    continue;
-                }
-                // Still mapped. Frames recorded meanwhile opened a shift, which it takes;
-                // else its frames go on through the shifts they went through before.
-                g.retired.retain(|&(a, b)| b <= m.start || m.end <= a);
-                g.current.push(key);
-                if !g.shifts.iter().any(|s| s.start < m.end && m.start < s.end) {
-                    g.shifts.extend(own);
-                }
-                self.admit(m);
-                continue;
-            }
-            g.closing.retain(|c| module_key(&c.module) != key);
-            let mut orphans = Vec::new();
-            g.shifts.retain(|s| {
-                let overlaps = s.start < m.end && m.start < s.end;
-                match &s.bound {
-                    _ if !overlaps => true,
-                    Some(k) => *k != key,
-                    None if adds == adds_then => {
-                        orphans.push(s.clone());
-                        false
-                    }
-                    None => true,
-                }
-            });
-            for s in orphans {
-                self.write_module_piece(&m, s.start.max(m.start), s.end.min(m.end), s.delta);
-            }
-        }
+        let pieces = self.generations.closed(id, adds);
+        self.write_module_pieces(pieces);
     }
 
-    /// Writes a module of the recorded process unless written already, shifted when it is
-    /// mapped where a retired one was.
-    fn admit(&mut self, m: crate::profile::Module) {
-        let g = &mut self.generations;
-        // The module's range, cut where retired ranges and open shifts begin and end: a
-        // piece inside a shift (opened for frames seen before this list came) or inside a
-        // retired range is written shifted, the rest as it is, so every frame recorded
-        // so far, shifted or not, lies in a record of this module.
-        let mut cuts = vec![m.start, m.end];
-        let bounds = g.retired.iter().copied().chain(g.shifts.iter().map(|s| (s.start, s.end)));
-        for (x, y) in bounds {
-            cuts.extend([x, y].into_iter().filter(|&c| m.start < c && c < m.end));
-        }
-        cuts.sort_unstable();
-        cuts.dedup();
-        let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
-        for w in cuts.windows(2) {
-            let (lo, hi) = (w[0], w[1]);
-            let delta = match g.shifts.iter_mut().find(|s| s.start <= lo && lo < s.end) {
-                Some(s) => {
-                    s.bound = Some(module_key(&m));
-                    s.delta
-                }
-                None if g.retired.iter().any(|&(x, y)| x <= lo && lo < y) => {
-                    let delta = g.new_shift(lo, hi).delta;
-                    if let Some(s) = g.shifts.last_mut() {
-                        s.bound = Some(module_key(&m));
-                    }
-                    delta
-                }
-                None => 0,
-            };
-            match pieces.last_mut() {
-                Some(last) if last.1 == lo && last.2 == delta => last.1 = hi,
-                _ => pieces.push((lo, hi, delta)),
-            }
-        }
-        // What this module covers is mapped again: no longer retired (its shifts stay for
-        // as long as it is mapped).
-        g.retired.retain(|&(x, y)| y <= m.start || m.end <= x);
-        for (lo, hi, delta) in pieces {
-            self.write_module_piece(&m, lo, hi, delta);
+    /// Writes the module pieces [`Generations`] settled, in its order.
+    fn write_module_pieces(&mut self, pieces: Vec<Piece>) {
+        for Piece { module, lo, hi, delta } in pieces {
+            self.write_module_piece(&module, lo, hi, delta);
         }
     }
 
@@ -789,9 +544,7 @@ impl Tracker for Recorder {
         }
         let translated: Vec<usize>;
         let mut frames = a.callstack.frames();
-        if self.other.is_some()
-            && (!self.generations.retired.is_empty() || !self.generations.shifts.is_empty())
-        {
+        if self.other.is_some() && self.generations.shifting() {
             let g = &mut self.generations;
             translated = frames.iter().map(|&f| g.translate(f as u64) as usize).collect();
             frames = &translated;
