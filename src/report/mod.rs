@@ -1,4 +1,4 @@
-//! Reports: what a [`Profile`] says, as a top-sites table, folded stacks, a flamegraph or a
+//! Reports: what a [`Profile`](crate::profile::Profile) says, as a top-sites table, folded stacks, a flamegraph or a
 //! pprof profile.
 //!
 //! # 1. Views
@@ -8,7 +8,7 @@
 //!
 //! # 2. Numbers
 //! A sample stands for `k × interval` bytes and `k × interval / size` objects
-//! ([`Profile::estimated_bytes`], [`Profile::estimated_objects`]); sums are kept as `f64` and
+//! ([`Profile::estimated_bytes`](crate::profile::Profile::estimated_bytes), [`Profile::estimated_objects`](crate::profile::Profile::estimated_objects)); sums are kept as `f64` and
 //! rounded only when printed or encoded. In the exact mode (interval 1) every number is an
 //! exact integer.
 //!

@@ -2,8 +2,8 @@
 //! owns every socket and never blocks but in `poll`, and a fixed pool of workers that
 //! build the answers.
 
+use super::handler::{Handler, Plan, Response};
 use super::parse::{parse_head, Parsed, MAX_HEAD};
-use super::{Handler, Plan, Response};
 use crate::engine::sampler::Busy;
 use crate::Error;
 use std::io::{ErrorKind, Read, Write};
