@@ -51,6 +51,7 @@ mod tracker;
 
 pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
 pub use live::live_profile;
+#[cfg(feature = "report")] // its one user outside the folder is `Session::pprof`
 pub(crate) use live::with_live_profile;
 pub use tracker::{
     Allocation, Callstack, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker,

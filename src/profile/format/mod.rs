@@ -131,9 +131,9 @@
 //! is 0 or 1 unit, the age is followed by `life u`: ⌊(free time − allocation time) /
 //! [`LIFETIME_UNIT_NS`]⌋, both times in nanoseconds before quantisation. A life that the
 //! age rules out (not below (age + 1) units) is a damaged record. Read back, such a free
-//! has [`Free::life_ns`] set to `life × LIFETIME_UNIT_NS`; other frees, and every free of
+//! has [`Free::life_ns`](crate::profile::Free::life_ns) set to `life × LIFETIME_UNIT_NS`; other frees, and every free of
 //! versions 1 to 3, leave it unset, and their lifetime is the difference of their
-//! quantised times ([`Free::lifetime_ns`]). Moves are unchanged (a lifetime ends at the
+//! quantised times ([`Free::lifetime_ns`](crate::profile::Free::lifetime_ns)). Moves are unchanged (a lifetime ends at the
 //! free). A version-3 reader refuses a version-4 file (§3): events have no length, so it
 //! could not skip the field.
 //!
@@ -178,116 +178,29 @@
 #![forbid(unsafe_code)]
 
 mod read;
+mod spec;
 mod write;
 
 #[cfg(feature = "report")] // its only user outside the reader is `profile::load`
 pub(crate) use read::naming;
 pub use read::{read_events, Reader};
+pub use spec::{
+    time_unit_ns, Event, BLOCK_BYTES, LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES,
+    MAX_LIST, MAX_RECORD, MAX_STRING, TIME_UNIT_EXACT_NS, TIME_UNIT_SAMPLED_NS, VERSION,
+};
 pub use write::{append_symbols, write_events, Writer};
 
-use super::{Free, GcCycle, Move, Sample};
 #[cfg(test)]
 use {
-    super::{Header, Lost, Module, Profile, Stack, StackId, Stopped, Symbol},
+    super::{
+        Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Stopped, Symbol,
+    },
     read::Payload,
+    spec::*,
     std::io::{self, Write},
     std::path::Path,
     write::{frame, put_f64, put_str, put_u},
 };
-
-/// The first eight bytes of every `.mprof` stream.
-pub const MAGIC: &[u8; 8] = b"MPROF\0\0\x01";
-/// The format version this module writes and the newest it reads.
-pub const VERSION: u32 = 4;
-/// The unit of event times in the version-2 streams this module writes in the exact mode
-/// (§1 "Time units").
-pub const TIME_UNIT_EXACT_NS: u64 = 1 << 20;
-/// The unit of event times in sampled streams (§1 "Time units").
-pub const TIME_UNIT_SAMPLED_NS: u64 = 1 << 10;
-/// The unit of the lifetimes that version-4 frees carry when the time unit is coarser
-/// (§1 "Time units", §2c).
-pub const LIFETIME_UNIT_NS: u64 = 1 << 17;
-
-/// The time unit this module writes for a sampling interval.
-pub fn time_unit_ns(interval: f64) -> u64 {
-    if interval == 1.0 {
-        TIME_UNIT_EXACT_NS
-    } else {
-        TIME_UNIT_SAMPLED_NS
-    }
-}
-/// Largest record payload accepted, in bytes.
-pub const MAX_RECORD: u64 = 64 << 20;
-/// Largest decompressed block accepted, in bytes.
-pub const MAX_BLOCK: u64 = MAX_RECORD + (1 << 20);
-/// Raw bytes of pending records at which the writer seals a block without waiting for a
-/// flush. Each block starts zstd afresh (a frame header, new tables): with 1 MiB blocks,
-/// the worst case's exact-mode file was 66 KB, with 4 MiB 57 KB (heaptrack's: 32 KB). A block
-/// still holds at most one flush interval of events (50 ms).
-pub const BLOCK_BYTES: usize = 4 << 20;
-/// Longest string accepted, in bytes.
-pub const MAX_STRING: u64 = 1 << 20;
-/// Longest build id accepted (GNU build ids are 16 or 20 bytes).
-pub const MAX_BUILD_ID: usize = 64;
-/// Most frames accepted in one stack.
-pub const MAX_FRAMES: u64 = 65536;
-/// Most inline symbols accepted at one address, and most command-line arguments.
-pub const MAX_LIST: u64 = 65536;
-
-const TAG_HEADER: u8 = 1;
-const TAG_MODULE: u8 = 2;
-const TAG_STACK: u8 = 3;
-const TAG_SYMBOLS: u8 = 4;
-const TAG_SAMPLE: u8 = 5;
-const TAG_FREE: u8 = 6;
-const TAG_MOVE: u8 = 7;
-const TAG_LOST: u8 = 8;
-const TAG_END: u8 = 9;
-const TAG_BLOCK: u8 = 10;
-const TAG_PAIR: u8 = 11;
-const TAG_LABEL: u8 = 12;
-const EV_SAMPLE: u8 = 0x40;
-const EV_FREE: u8 = 0x41;
-const EV_MOVE: u8 = 0x42;
-/// Tags at or above this are ancillary: skipped when unknown.
-const ANCILLARY: u8 = 0x80;
-const TAG_GC_CYCLE: u8 = ANCILLARY;
-const TAG_STOPPING: u8 = ANCILLARY + 1;
-const CODEC_ZSTD: u64 = 1;
-
-/// One event of a recording, in stream order.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Event {
-    /// A sampled allocation.
-    Sample(Sample),
-    /// The free of a sampled block.
-    Free(Free),
-    /// The reallocation of a sampled block that kept its sample.
-    Move(Move),
-    /// A garbage-collection cycle of a managed heap.
-    GcCycle(GcCycle),
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-/// True when a free of `age` units in a stream of `unit` ns carries its lifetime (§2c):
-/// when the unit is coarser than [`LIFETIME_UNIT_NS`] and the age could be a block that
-/// lived less than one unit.
-fn fine_life(unit: u64, age: i64) -> bool {
-    unit > LIFETIME_UNIT_NS && (age == 0 || age == 1)
-}
-
-/// The delta-coding state of one block (reset at every block).
-#[derive(Clone, Copy, Debug, Default)]
-struct Delta {
-    time: u64,
-}
 
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,7 @@ mod v1;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use super::{
+use super::spec::{
     fine_life, unzigzag, Delta, Event, ANCILLARY, CODEC_ZSTD, EV_FREE, EV_MOVE, EV_SAMPLE,
     LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
     TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,

@@ -16,7 +16,7 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-use super::{
+use super::spec::{
     fine_life, time_unit_ns, zigzag, Delta, Event, BLOCK_BYTES, CODEC_ZSTD, EV_FREE, EV_MOVE,
     EV_SAMPLE, LIFETIME_UNIT_NS, MAGIC, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
     TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,

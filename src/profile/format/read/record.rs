@@ -9,7 +9,7 @@
 
 use std::io::{self, Read};
 
-use crate::profile::format::MAX_RECORD;
+use crate::profile::format::spec::MAX_RECORD;
 
 /// Reads bytes while counting them, so that messages can name byte offsets.
 pub(super) struct Counting<R> {

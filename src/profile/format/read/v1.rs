@@ -10,7 +10,7 @@
 use std::io::Read;
 
 use super::{Payload, Reader, State};
-use crate::profile::format::{
+use crate::profile::format::spec::{
     Event, MAX_RECORD, TAG_BLOCK, TAG_FREE, TAG_MOVE, TAG_PAIR, TAG_SAMPLE,
 };
 use crate::profile::{Free, Move, Sample, StackId};
