@@ -1,0 +1,211 @@
+//! The comparison as a terminal table: both recordings described, then the flagged and
+//! largest changes.
+
+use std::fmt::Write as _;
+
+use super::compare::{diff_sites, Change, SiteDiff, METRICS};
+use crate::profile::Profile;
+use crate::report::text::printable;
+use crate::report::view::{human_bytes, is_exact};
+
+/// Options of [`diff_table`].
+#[derive(Clone, Debug, Default)]
+pub struct DiffOptions {
+    /// Show the sites without a significant change too.
+    pub all: bool,
+    /// Names of the two files, for the header (`None`: not shown).
+    pub base_name: Option<String>,
+    /// See [`DiffOptions::base_name`].
+    pub new_name: Option<String>,
+}
+
+/// The header lines of one side.
+fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
+    let h = &p.header;
+    let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
+    let _ = write!(out, "{label:<4}: ");
+    if let Some(f) = file {
+        let _ = write!(out, "{}: ", printable(f));
+    }
+    let _ = write!(out, "{}", printable(exe));
+    if h.pid != 0 {
+        let _ = write!(out, " (pid {})", h.pid);
+    }
+    out.push('\n');
+    let pad = " ".repeat(label.len().max(4) + 2);
+    if !h.cmdline.is_empty() {
+        let _ = writeln!(out, "{pad}command: {}", printable(&h.cmdline.join(" ")));
+    }
+    // "every allocation" only while nothing is missing (the warning below says what is).
+    let sampling = if is_exact(p) && p.lost.nothing_missing() {
+        "exact (every allocation)".to_owned()
+    } else if is_exact(p) {
+        format!("exact, but {}", p.lost.brief())
+    } else {
+        format!("mean interval {}", human_bytes(h.interval))
+    };
+    let _ = write!(out, "{pad}sampling: {sampling}, samples: {}", p.counts.samples);
+    if p.peak.bytes > 0.0 {
+        let _ = write!(
+            out,
+            ", peak: {} live{} at {:.3} s",
+            human_bytes(p.peak.bytes),
+            if is_exact(p) { "" } else { " (estimated)" },
+            p.peak.time_ns as f64 / 1e9
+        );
+    }
+    out.push('\n');
+    match p.stopped {
+        _ if p.complete => {}
+        Some(why) => {
+            let _ = writeln!(out, "{pad}status: ended where {} (no end record)", why.describe());
+        }
+        None if h.collected => {
+            let _ = writeln!(
+                out,
+                "{pad}status: INCOMPLETE (no end record): {}",
+                crate::profile::RECORD_STOPPED
+            );
+        }
+        None => {
+            let _ = writeln!(out, "{pad}status: INCOMPLETE (no end record)");
+        }
+    }
+    for w in &p.warnings {
+        let _ = writeln!(out, "{pad}warning: {}", printable(w));
+    }
+    if !p.lost.nothing_missing() {
+        let _ = writeln!(out, "{pad}warning: {}", p.lost.describe());
+    }
+}
+
+/// A signed byte count: `+1.50 MiB`, `-512 B`, `0 B`.
+fn signed_bytes(v: f64) -> String {
+    let s = human_bytes(v);
+    if v.round() == 0.0 {
+        human_bytes(0.0)
+    } else if v > 0.0 {
+        format!("+{s}")
+    } else {
+        s
+    }
+}
+
+/// The table printed by `memprof diff`: a header on both recordings and on the test, then
+/// one row per site with a significant change (every site with [`DiffOptions::all`]).
+pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> String {
+    let d = diff_sites(base, new);
+    let mut out = String::new();
+    let _ = writeln!(out, "memprof diff: per allocation site, Δ = NEW − BASE in estimated bytes");
+    describe(&mut out, "base", options.base_name.as_deref(), base);
+    describe(&mut out, "new", options.new_name.as_deref(), new);
+    let exact_both = is_exact(base) && is_exact(new);
+    let _ = writeln!(
+        out,
+        "alloc = bytes allocated, live = live at the end, peak = live at each recording's \
+         peak; ± = 95 % interval"
+    );
+    if exact_both {
+        let _ = writeln!(out, "significance: both recordings are exact: every difference is real");
+    } else {
+        let _ = writeln!(
+            out,
+            "significance: * marks a change that is not sampling noise: two-sided tests with \
+             Holm's correction over the {} (site, quantity) differences, family-wise \
+             false-positive rate 5 %{}",
+            d.tests,
+            if is_exact(base) || is_exact(new) {
+                " (exact on one side: its values are the truth)"
+            } else {
+                ""
+            }
+        );
+    }
+    out.push('\n');
+    if d.sites.is_empty() {
+        out.push_str("no samples in either recording\n");
+        return out;
+    }
+
+    let cell = |c: &Change| {
+        let mut s = signed_bytes(c.delta);
+        if !exact_both {
+            let _ = write!(s, " ± {}", human_bytes(c.ci95));
+        }
+        if c.significant {
+            s.push_str(" *");
+        }
+        s
+    };
+    let words = |s: &SiteDiff| {
+        let said: Vec<String> = METRICS
+            .iter()
+            .zip(&s.changes)
+            .filter(|(_, c)| c.significant)
+            .map(|(v, c)| format!("{} {}", v.name(), if c.delta > 0.0 { "more" } else { "less" }))
+            .collect();
+        said.join(", ")
+    };
+    let mut rows: Vec<[String; 7]> =
+        vec![["base alloc", "new alloc", "Δ alloc", "Δ live", "Δ peak", "change", "site"]
+            .map(str::to_owned)];
+    let shown: Vec<&SiteDiff> = d.sites.iter().filter(|s| options.all || s.flagged()).collect();
+    for s in &shown {
+        let c = &s.changes;
+        rows.push([
+            human_bytes(c[0].base),
+            human_bytes(c[0].new),
+            cell(&c[0]),
+            cell(&c[1]),
+            cell(&c[2]),
+            words(s),
+            printable(&s.site).into_owned(),
+        ]);
+    }
+    let t = &d.total;
+    let total = [
+        human_bytes(t[0].base),
+        human_bytes(t[0].new),
+        cell(&t[0]),
+        cell(&t[1]),
+        cell(&t[2]),
+        String::new(),
+        format!("total ({} sites)", d.sites.len()),
+    ];
+    let mut width = [0usize; 6];
+    for r in rows.iter().chain(std::iter::once(&total)) {
+        for (w, c) in width.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, r: &[String; 7]| {
+        let mut text = String::new();
+        for (i, (w, c)) in width.iter().zip(r.iter()).enumerate() {
+            // The words are left-aligned, the numbers right-aligned.
+            if i == 5 {
+                let _ = write!(text, "{c:<w$}  ");
+            } else {
+                let _ = write!(text, "{c:>w$}  ");
+            }
+        }
+        text.push_str(&r[6]);
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    if shown.is_empty() {
+        let _ = writeln!(out, "no significant change\n");
+    }
+    for r in &rows {
+        line(&mut out, r);
+    }
+    let rule: [String; 7] =
+        std::array::from_fn(|i| if i < 6 { "-".repeat(width[i]) } else { String::new() });
+    line(&mut out, &rule);
+    line(&mut out, &total);
+    let hidden = d.sites.len() - shown.len();
+    if hidden > 0 {
+        let _ =
+            writeln!(out, "{hidden} sites without a significant change hidden (--all shows them)");
+    }
+    out
+}
