@@ -60,12 +60,14 @@
 //! ## Time units
 //! A timestamp is the one field of an event that never repeats, so its resolution sets the
 //! floor of the compressed size: what is left after zstd is, per change of unit, where in
-//! the run of events it happened. Measured on the statmemprof worst case's program (8 M events in 1.3 s,
-//! exact mode), the file is 42 KB with 64 µs units, 33 KB with 256 µs, 14 KB with ≈ 1 ms
-//! and 7.8 KB with 16 ms (heaptrack's: 8.5 KB, with a 10 ms timeline); at an interval of
-//! 800 B (0.84 M events) it is 324 KB with ≈ 1 µs units, 0.39 bytes per event. So:
+//! the run of events it happened. On the statmemprof worst case's program in the exact mode
+//! (`fixtures/c/worst_case.c` recorded with `--interval 1`; `cargo bench --bench codec`
+//! records it and prints its blocks' sizes), the file shrinks steeply as the unit grows
+//! from tens of microseconds to about a millisecond, and little after; at about a
+//! millisecond it is near heaptrack's, whose timeline has 10 ms steps. At an interval of
+//! 800 B, microsecond units cost a fraction of a byte per event. So:
 //! - exact mode: [`TIME_UNIT_EXACT_NS`] = 2²⁰ ns ≈ 1.05 ms, ten times finer than heaptrack's
-//!   timeline, within 2× of its file size; fine enough to order a program's phases and to
+//!   timeline, at a file size near its; fine enough to order a program's phases and to
 //!   draw its heap over time. Within one unit, the order of events is the stream's.
 //! - sampled: [`TIME_UNIT_SAMPLED_NS`] = 2¹⁰ ns ≈ 1 µs: samples are sparse enough that µs
 //!   times cost a fraction of a byte each, and lifetimes and GC attribution stay precise.
@@ -83,8 +85,10 @@
 //! value costs a few bytes (it breaks zstd's runs). Why not finer: in the exact mode the
 //! profiler itself stretches lifetimes by microseconds (the stack walk of a sample taken
 //! in between) and, on a loaded machine, by its waits for room in the queue (another
-//! allocation's, between a block's allocation and its free: 50 µs naps); at ≈ 4 µs those
-//! made a churning program's file half as large again, past twice heaptrack's. At 131 µs
+//! allocation's, between a block's allocation and its free: 50 µs naps); a unit of a few
+//! microseconds turns that noise into distinct values that zstd cannot fold, and a
+//! churning program's file grows well past heaptrack's (compare the sizes of
+//! `fixtures/c/churn_pairs.c` recorded in the exact mode by both). At 131 µs
 //! the short-lived threshold is still exact for blocks that live microseconds, and off
 //! only for blocks that live within 131 µs above it.
 //!

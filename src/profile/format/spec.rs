@@ -29,8 +29,8 @@ pub const MAX_RECORD: u64 = 64 << 20;
 /// Largest decompressed block accepted, in bytes.
 pub const MAX_BLOCK: u64 = MAX_RECORD + (1 << 20);
 /// Raw bytes of pending records at which the writer seals a block without waiting for a
-/// flush. Each block starts zstd afresh (a frame header, new tables): with 1 MiB blocks,
-/// the worst case's exact-mode file was 66 KB, with 4 MiB 57 KB (heaptrack's: 32 KB). A block
+/// flush. Each block starts zstd afresh (a frame header, new tables), so larger blocks make
+/// smaller files (`cargo bench --bench codec` prints a recording's blocks and sizes). A block
 /// still holds at most one flush interval of events (50 ms).
 pub const BLOCK_BYTES: usize = 4 << 20;
 /// Longest string accepted, in bytes.

@@ -680,7 +680,7 @@ fn reading_50_million_events_keeps_memory_bounded() {
     assert_eq!(q.live.values().map(|t| t.samples).sum::<u64>(), 1000);
     // One block (≤ 4 MiB raw, its compressed copy in a buffer that grows by doubling, the
     // 256 KiB read buffer), at most six batches of 8192 events between the decoding and
-    // the folding threads (4.7 MiB) and the aggregates: under 24 MiB (≈ 14 MB measured),
+    // the folding threads (4.7 MiB) and the aggregates: under 24 MiB,
     // where the events alone would take 2.4 GB. Deterministic up to the batches in
     // flight: no false failures.
     assert!(peak < 24 << 20, "the reader's peak heap was {peak} bytes");

@@ -28,19 +28,18 @@
 //! chance shortfall would look like a change many standard errors wide; `SE₀` puts the
 //! error where the precise side says the site is. The larger of the two keeps the test
 //! conservative the other way too (one sample of a small site, an estimate of `R` bytes
-//! against a few exact bytes, has the interval's error `R`, not a change). Measured on
-//! simulated runs of a 40-site program (the tests below, 1 000 comparisons per pair of
-//! intervals): the family-wise false-positive rate is 1.9 % with equal intervals, 0.8 %
-//! with BASE at 800 B and NEW at 512 KiB, 0.3 % with BASE exact, 0.7 % with NEW at 64 KiB;
-//! with the interval's error alone, the 800 B / 512 KiB comparisons flagged a site every
-//! time.
+//! against a few exact bytes, has the interval's error `R`, not a change). On simulated
+//! runs of a 40-site program (the test `unchanged_programs_are_rarely_flagged`, 1 000
+//! comparisons per pair of intervals, equal and unequal, one side exact) the family-wise
+//! false-positive rate stays within its α; with the interval's error alone, comparisons of
+//! 800 B against 512 KiB flagged a site nearly every time.
 //!
 //! # 3. Power: what a difference needs to be seen
 //! A site with `K` expected sample points on each side has `SE ≈ R·√(K₁ + K₂)`. A 30 %
 //! increase at `K = 100` gives `z ≈ 30/√230 ≈ 2.0`: a p-value near 0.05 *before* any
 //! correction, so no test at a 5 % family-wise rate detects it reliably (about half the
-//! time for a single comparison, much less once corrected over tens of sites: 9.5 % of
-//! 400 simulated comparisons of a 40-site program). At
+//! time for a single comparison, much less once corrected over tens of sites: the test
+//! `a_30_percent_change_at_100_points_is_not_reliably_flagged` measures it). At
 //! `K = 1000` (at the default interval of 512 KiB, 500 MiB allocated by the site) the same
 //! 30 % gives `z ≈ 300/√2300 ≈ 6.3`, far past any Holm threshold over a few hundred
 //! tests: detection is then practically certain. For a relative change `c` the expected
