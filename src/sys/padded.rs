@@ -4,8 +4,8 @@
 //! queue, the clock's calibration) while the drain thread writes others on every event it
 //! hands over (delivery counters, the driver's lock). Placed side by side by the linker,
 //! they would share cache lines, and every write on the drain thread's core would cost the
-//! allocating thread a miss on a line it only reads (a large share of `record_alloc`'s
-//! time with a drain thread running: `cargo bench --bench overhead` shows it). Globals written often are therefore padded, and so are the
+//! allocating thread a miss on a line it only reads (unpadded, those misses took a
+//! large share of `record_alloc`'s time while a drain thread ran). Globals written often are therefore padded, and so are the
 //! hottest read-only ones.
 
 /// A value alone on its cache lines (two: the adjacent-line prefetcher pairs them). Derefs
