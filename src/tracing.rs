@@ -32,8 +32,8 @@
 //!   the task from worker to worker.
 //! - A sampled allocation copies the word into its event: the sample path reads one more
 //!   thread-local word and nothing else; an unsampled allocation does not read it. The
-//!   drain turns the id back into its text without a lock ([`crate::Allocation::label`]),
-//!   and the [`Recorder`](crate::Recorder) makes the label part of the stack's identity
+//!   drain turns the id back into its text without a lock ([`crate::session::Allocation::label`]),
+//!   and the [`Recorder`](crate::session::recorder::Recorder) makes the label part of the stack's identity
 //!   ([`crate::profile::Stack::label`]): the allocated, live, peak and windowed views all
 //!   break down by span, and a free keeps the label of its allocation, whichever thread or
 //!   span frees it.

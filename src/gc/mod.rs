@@ -35,7 +35,7 @@
 //! Each cycle yields a [`CycleStats`]: mark time summed over slices, slice count, longest
 //! slice, words marked, ns per word, sweep time, heap and live words. [`Heap::cycles`]
 //! keeps them; [`Heap::set_cycle_hook`] streams them out as cycles end, and every cycle is
-//! reported to the running profiling session ([`crate::record_gc_cycle`]), which puts it in
+//! reported to the running profiling session ([`crate::session::record_gc_cycle`]), which puts it in
 //! the profile beside the samples: `memprof report --view gc` attributes mark time to
 //! allocation sites.
 

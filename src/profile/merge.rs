@@ -16,7 +16,7 @@
 #![forbid(unsafe_code)]
 
 use super::{Profile, StackId, Symbol};
-use crate::Error;
+use crate::error::Error;
 
 /// Bits of an address left to the process; the profile's index goes above.
 const TAG_SHIFT: u32 = 48;

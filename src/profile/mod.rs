@@ -1,6 +1,6 @@
 //! The profile model: what a recording holds, independent of how it was made.
 //!
-//! A [`Profile`] is built by the [`Recorder`](crate::Recorder) in process, or read back
+//! A [`Profile`] is built by the [`Recorder`](crate::session::recorder::Recorder) in process, or read back
 //! from a `.mprof` stream ([`format`](mod@format)). Reports read only this model, so a file recorded
 //! anywhere (in process, under the preload library, on another machine) is reported the
 //! same way.
@@ -467,7 +467,7 @@ pub use crate::sys::hash::IdHasher;
 
 /// The sample points a sample of `size` bytes usually has at `interval`: its size in the
 /// exact mode, else 1. The format codes `k` as its difference from this, and a
-/// [`Recorder`](crate::Recorder)'s token keeps it the same way.
+/// [`Recorder`](crate::session::recorder::Recorder)'s token keeps it the same way.
 pub(crate) fn expected_k(interval: f64, size: u64) -> u64 {
     if interval == 1.0 {
         size

@@ -189,16 +189,18 @@ fn open_root(path: &str) -> Result<File, String> {
 }
 
 /// Creates a followed child's file, `<dir>/<pid>[.<n>].mprof`, exclusively.
-fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
+fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::error::Error> {
     for n in 0..100 {
         let path = env::child_output(stem, me, n);
         match crate::sys::files::open_profile_in_process(&path, true) {
             Ok(f) => return Ok((path.into(), f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(crate::Error::io(format!("cannot create the profile {path}"), e)),
+            Err(e) => {
+                return Err(crate::error::Error::io(format!("cannot create the profile {path}"), e))
+            }
         }
     }
-    Err(crate::Error::Other(format!(
+    Err(crate::error::Error::Other(format!(
         "cannot create a profile named {stem}/{me}.*.mprof: all names taken"
     )))
 }

@@ -15,8 +15,8 @@ use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palett
 
 use super::folded::collapsed_grouped;
 use super::view::{human_bytes, is_exact, GroupBy, View};
+use crate::error::Error;
 use crate::profile::Profile;
-use crate::Error;
 
 /// Options of [`flamegraph`].
 #[derive(Clone, Debug, Default)]

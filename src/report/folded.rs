@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use super::view::{stack_totals, GroupBy, View};
+use crate::error::Error;
 use crate::profile::{Profile, StackId};
-use crate::Error;
 
 /// A frame name made safe for a folded line.
 pub fn folded_frame(name: &str) -> String {

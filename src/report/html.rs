@@ -54,9 +54,9 @@ use std::path::Path;
 
 use super::stats;
 use super::view::{sampling_summary, sorted, stack_totals, View};
+use crate::error::Error;
 use crate::profile::format::{Event, Reader};
 use crate::profile::{IdHash, Profile, StackId, DEFAULT_SHORT_LIVED_NS};
-use crate::Error;
 
 /// Most buckets of the timeline (and so the resolution of moments and ranges).
 pub const BUCKETS: u64 = 200;

@@ -40,10 +40,10 @@ use std::io::Write;
 use pprof::protos::{self, Message};
 
 use super::view::{sorted, stack_totals, View};
+use crate::error::Error;
 use crate::profile::symbolize::{TRUNCATED, UNKNOWN_STACK};
 use crate::profile::{Profile, StackId};
 use crate::session::recorder::Recorder;
-use crate::Error;
 
 /// Options of [`pprof()`] and [`write_pprof`].
 #[derive(Clone, Debug)]
@@ -354,7 +354,7 @@ impl crate::session::Session<Recorder> {
     /// The running session's profile as a gzip-compressed pprof profile (Go's heap-profile
     /// sample types; the default sample type `inuse_space` for [`View::Live`](View::Live),
     /// `alloc_space` for [`View::Alloc`](View::Alloc)), taken without
-    /// stopping the session: see [`live_profile`](crate::live_profile), whose copy of the profile this skips.
+    /// stopping the session: see [`live_profile`](crate::session::live_profile), whose copy of the profile this skips.
     pub fn pprof(&self, view: View) -> Result<Vec<u8>, Error> {
         let options = PprofOptions { default_view: view, ..Default::default() };
         crate::session::with_live_profile(|p| {

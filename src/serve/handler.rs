@@ -89,9 +89,9 @@ impl Handler {
         Handler { source: Box::new(source), cancel: Arc::new(AtomicBool::new(false)) }
     }
 
-    /// A handler for the session running in this process ([`crate::live_profile`]).
+    /// A handler for the session running in this process ([`crate::session::live_profile`]).
     pub fn in_process() -> Handler {
-        Handler::new(crate::live_profile)
+        Handler::new(crate::session::live_profile)
     }
 
     /// Cuts short the deltas under way and to come (they answer 503): for a server that

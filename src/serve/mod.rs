@@ -24,8 +24,8 @@
 //! [`Handler::respond`] maps a request target (path and query) to a [`Response`] (status,
 //! content type, body): any HTTP server can call it from its own handler, on a thread that
 //! may block (a delta blocks for its N seconds). Its source of profiles is a function:
-//! [`Handler::in_process`] uses [`crate::live_profile`] (the session started with a
-//! [`Recorder`](crate::Recorder) in this process); `memprof record --serve` gives the
+//! [`Handler::in_process`] uses [`crate::session::live_profile`] (the session started with a
+//! [`Recorder`](crate::session::recorder::Recorder) in this process); `memprof record --serve` gives the
 //! profile read so far from the program's file.
 //!
 //! # 3. The built-in server

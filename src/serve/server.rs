@@ -5,7 +5,7 @@
 use super::handler::{Handler, Plan, Response};
 use super::parse::{parse_head, Parsed, MAX_HEAD};
 use crate::engine::sampler::Busy;
-use crate::Error;
+use crate::error::Error;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;

@@ -245,7 +245,7 @@ pub fn poll() -> usize {
 
 /// Reports a finished garbage-collection cycle of a managed heap to the running session
 /// (no-op without one). `cycle.start_ns` and `cycle.end_ns` are
-/// [`monotonic_ns`](crate::monotonic_ns) readings; they are converted to times since the
+/// [`monotonic_ns`](crate::engine::clock::monotonic_ns) readings; they are converted to times since the
 /// session start. Call it outside the allocator (the collector does, after its sweep); the
 /// tracker hears of it at the next safe point, which this call also is.
 pub fn record_gc_cycle(cycle: &GcCycle) {

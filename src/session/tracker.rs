@@ -115,7 +115,7 @@ pub struct Stats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Poll {
-    /// A drain at a safe point ([`poll`](crate::poll), the drain thread): act on your own
+    /// A drain at a safe point ([`poll`](crate::session::poll), the drain thread): act on your own
     /// schedule.
     Periodic,
     /// Someone needs the output up to date now.

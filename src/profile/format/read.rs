@@ -30,11 +30,11 @@ use super::spec::{
     TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,
     TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
+use crate::error::Error;
 use crate::profile::{
     expected_k, Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId,
     Stopped, Symbol,
 };
-use crate::Error;
 use record::{read_raw, Counting, Got, Raw};
 
 /// A cursor over one record's payload. Every read is bounds-checked.

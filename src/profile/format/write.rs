@@ -22,11 +22,11 @@ use super::spec::{
     TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,
     TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
+use crate::error::Error;
 use crate::profile::{
     expected_k, Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId,
     Stopped, Symbol,
 };
-use crate::Error;
 
 /// zstd's level for blocks: level 3 about halves CPython's exact-mode file against level 1
 /// (its pair ids and ages repeat at distances level 1 does not search) while still
