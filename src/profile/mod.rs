@@ -38,6 +38,7 @@
 //!   exact mode, the true peak of live heap bytes in the order the events were recorded).
 
 pub mod format;
+mod frame;
 #[cfg(feature = "report")]
 pub mod load;
 pub mod merge;

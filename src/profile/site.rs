@@ -52,7 +52,7 @@
 
 use std::borrow::Cow;
 
-use super::symbolize::{FrameRef, UNKNOWN_STACK};
+use super::frame::{FrameRef, UNKNOWN_STACK};
 use super::{Profile, StackId};
 
 /// The allocation site of a stack ([`Profile::site`]).
@@ -93,14 +93,14 @@ impl SiteSkip {
     /// `MEMPROF_SITE_SKIP`) in the error when it is not a regular expression (Rust `regex`
     /// syntax, as bounded in size as that crate's default limits make it).
     #[cfg(feature = "report")]
-    pub fn add(&mut self, pattern: &str, origin: &str) -> Result<(), crate::Error> {
+    pub fn add(&mut self, pattern: &str, origin: &str) -> Result<(), crate::error::Error> {
         let re = regex::Regex::new(pattern).map_err(|e| {
             // The crate's syntax errors draw a caret diagram over several lines; the last
             // line says what is wrong.
             let text = e.to_string();
             let why = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("invalid");
             let why = why.trim().trim_start_matches("error: ");
-            crate::Error::Config(format!(
+            crate::error::Error::Config(format!(
                 "{origin} {pattern:?} is not a valid regular expression: {why}"
             ))
         })?;
