@@ -44,8 +44,9 @@ pub struct Counts {
     pub orphans: u64,
 }
 
-/// The live blocks per (stack, size) and allocation time unit: an index [`Profile::add`](crate::profile::Profile::add)
-/// keeps for GC attribution and to tell a free that names no live block (opaque).
+/// The live blocks per (stack, size) and allocation time unit: an index
+/// [`Profile::add`](crate::profile::Profile::add) keeps for GC attribution and to tell a free that
+/// names no live block (opaque).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LiveByTime {
     pub(super) index: HashMap<(StackId, u64, u64), Totals, IdHash>,
@@ -53,10 +54,10 @@ pub(crate) struct LiveByTime {
     pub(super) empty: usize,
 }
 
-/// What changed in [`Profile::live`](crate::profile::Profile::live) since the peak, so that the live set at the peak is
-/// known without a second pass: `live at the peak = live now − changes since`. A new peak
-/// makes every change stale at once (a generation number, not a clear: a growing heap
-/// makes a new peak at every event). Entries: at most one per (stack, size) pair.
+/// What changed in [`Profile::live`](crate::profile::Profile::live) since the peak, so that the
+/// live set at the peak is known without a second pass: `live at the peak = live now − changes
+/// since`. A new peak makes every change stale at once (a generation number, not a clear: a growing
+/// heap makes a new peak at every event). Entries: at most one per (stack, size) pair.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SincePeak {
     /// Generation of the current peak.

@@ -39,10 +39,10 @@ pub struct Free {
     pub k: u64,
     /// When the block was allocated (its sample's `time_ns`).
     pub alloc_ns: u64,
-    /// How long the block lived, when known more finely than `time_ns − alloc_ns`: a
-    /// version-4 stream's exact mode quantises times to ≈ 1.05 ms but says how long a block
-    /// that lived less than that lived, to ≈ 131 µs ([`format`](mod@crate::profile::format) §2c). `None`:
-    /// the difference of the two times is the lifetime.
+    /// How long the block lived, when known more finely than `time_ns − alloc_ns`: a version-4
+    /// stream's exact mode quantises times to ≈ 1.05 ms but says how long a block that lived less
+    /// than that lived, to ≈ 131 µs ([`format`](mod@crate::profile::format) §2c). `None`: the
+    /// difference of the two times is the lifetime.
     pub life_ns: Option<u64>,
 }
 

@@ -155,13 +155,13 @@ impl Profile {
         false
     }
 
-    /// True when [`Profile::peak_live`](crate::profile::Profile::peak_live) is known (not for a merged profile).
+    /// True when [`Profile::peak_live`] is known (not for a merged profile).
     pub fn since_peak_known(&self) -> bool {
         !self.since_peak.unknown
     }
 
-    /// The sampled blocks live at [`Profile::peak`](crate::profile::Profile::peak), per (stack, size) as in
-    /// [`Profile::live`](crate::profile::Profile::live) (pairs with none left out): the live set right after the event that
+    /// The sampled blocks live at [`Profile::peak`], per (stack, size) as in
+    /// [`Profile::live`] (pairs with none left out): the live set right after the event that
     /// made the peak, in stream order, so in the exact mode the program's true live heap at
     /// its peak. `None` for a merged profile (its processes peak each on their own).
     pub fn peak_live(&self) -> Option<HashMap<(StackId, u64), Totals, IdHash>> {
@@ -203,8 +203,8 @@ impl Profile {
     }
 
     /// Copies the aggregates of `from` into this profile (a mirror of a profile still being
-    /// read or recorded), reusing this one's allocations: all that [`Profile::take_aggregates`](crate::profile::Profile::take_aggregates)
-    /// moves but the GC attribution index ([`Profile::live_by_time`](crate::profile::Profile::live_by_time)), which no report reads.
+    /// read or recorded), reusing this one's allocations: all that [`Profile::take_aggregates`]
+    /// moves but the GC attribution index ([`Profile::live_by_time`]), which no report reads.
     pub(crate) fn clone_aggregates_from(&mut self, from: &Profile) {
         self.allocated.clone_from(&from.allocated);
         self.live.clone_from(&from.live);

@@ -103,8 +103,8 @@ impl Profile {
     }
 
     /// The frames of a stack, innermost first, inline chains expanded, profiler frames
-    /// trimmed from the leaf end (see [`crate::profile::symbolize`], section 2). Empty for an unknown
-    /// stack id or when nothing is left.
+    /// trimmed from the leaf end (see [`crate::profile::symbolize`], section 2). Empty for an
+    /// unknown stack id or when nothing is left.
     pub fn frame_locations(&self, stack: StackId) -> Vec<FrameLocation> {
         self.frame_refs(stack)
             .into_iter()

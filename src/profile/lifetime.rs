@@ -6,13 +6,14 @@ use super::aggregate::{IdHash, Totals};
 use super::events::Free;
 use super::tables::StackId;
 
-/// The default threshold of a short-lived block: freed less than 1 ms after it was
-/// allocated (`--short-lived`). Scratch buffers, temporary strings and per-iteration
-/// objects (heaptrack's "temporary allocations") die within microseconds, while what a
-/// request, a frame or a batch holds lives for milliseconds or more. The exact mode's event
-/// times are coarser than that ([`format::TIME_UNIT_EXACT_NS`](crate::profile::format::TIME_UNIT_EXACT_NS) ≈ 1.05 ms), but its frees
-/// of blocks younger than one unit carry their lifetime to ≈ 131 µs
-/// ([`format::LIFETIME_UNIT_NS`](crate::profile::format::LIFETIME_UNIT_NS)), so the threshold holds there too.
+/// The default threshold of a short-lived block: freed less than 1 ms after it was allocated
+/// (`--short-lived`). Scratch buffers, temporary strings and per-iteration objects (heaptrack's
+/// "temporary allocations") die within microseconds, while what a request, a frame or a batch holds
+/// lives for milliseconds or more. The exact mode's event times are coarser than that
+/// ([`format::TIME_UNIT_EXACT_NS`](crate::profile::format::TIME_UNIT_EXACT_NS) ≈ 1.05 ms), but its
+/// frees of blocks younger than one unit carry their lifetime to ≈ 131 µs
+/// ([`format::LIFETIME_UNIT_NS`](crate::profile::format::LIFETIME_UNIT_NS)), so the threshold holds
+/// there too.
 pub const DEFAULT_SHORT_LIVED_NS: u64 = 1_000_000;
 
 /// Buckets of a lifetime histogram per octave of nanoseconds (relative width 2^(1/4) − 1 ≈
@@ -49,10 +50,11 @@ pub fn lifetime_bucket_range(b: u16) -> (u64, u64) {
     (lo, hi.max(lo + 1))
 }
 
-/// How long the sampled blocks lived: every free folded in knows when its block was
-/// allocated ([`Free::alloc_ns`]), so each freed sampled block has a lifetime
-/// ([`Free::lifetime_ns`]: to ≈ 131 µs below the stream's time unit, to the unit above it,
-/// see [`Header::lifetime_unit_ns`](crate::profile::Header::lifetime_unit_ns)). Blocks still live have none yet.
+/// How long the sampled blocks lived: every free folded in knows when its block was allocated
+/// ([`Free::alloc_ns`]), so each freed sampled block has a lifetime ([`Free::lifetime_ns`]: to ≈
+/// 131 µs below the stream's time unit, to the unit above it, see
+/// [`Header::lifetime_unit_ns`](crate::profile::Header::lifetime_unit_ns)). Blocks still live have
+/// none yet.
 #[derive(Clone, Debug)]
 pub struct Lifetimes {
     /// A freed block is short-lived when its lifetime is below this

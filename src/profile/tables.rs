@@ -34,8 +34,8 @@ pub struct Stack {
     pub frames: Vec<u64>,
     /// True when the real stack was deeper than the configured depth.
     pub truncated: bool,
-    /// The label of the allocating thread when the stack was sampled: 0 for none, else
-    /// `n` names [`Profile::labels`](crate::profile::Profile::labels)`[n - 1]` (the tracing span path, e.g.
+    /// The label of the allocating thread when the stack was sampled: 0 for none, else `n` names
+    /// [`Profile::labels`](crate::profile::Profile::labels)`[n - 1]` (the tracing span path, e.g.
     /// `server;handle{endpoint=/upload}`).
     pub label: u32,
 }

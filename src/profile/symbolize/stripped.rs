@@ -12,8 +12,9 @@ use crate::profile::Profile;
 /// One note for each object whose frames stayed unnamed because it is stripped and no
 /// separate debug file was found: what it lacks, where a debug file was looked for, and
 /// (where `dpkg-query` knows the file) the Debian package that would have one. Objects
-/// that changed since the run or cannot be read are left to [`resolve_offline`]'s notes;
-/// objects with symbols or debug info whose tables miss a few addresses are not named.
+/// that changed since the run or cannot be read are left to the notes of
+/// [`resolve_offline`](super::resolve_offline); objects with symbols or debug info whose
+/// tables miss a few addresses are not named.
 pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
     let mut notes = Vec::new();
