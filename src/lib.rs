@@ -67,11 +67,26 @@
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
-//! | `profile/symbolize.rs` | modules, addresses to inline chains (in process and offline), frame names, stripped-object notes |
-//! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor |
+//! | `profile/mod.rs` | [`profile::Profile`]: the aggregates every report reads, and their invariants |
+//! | `profile/tables.rs` | the interned tables: modules, stacks, symbols |
+//! | `profile/header.rs` | what a recording says of its run: [`profile::Header`], losses, an early stop |
+//! | `profile/events.rs` | the events a profile folds in: samples, frees, moves, GC cycles |
+//! | `profile/aggregate.rs` | per (stack, size) totals, counts, the indexes by allocation time and since the peak |
+//! | `profile/lifetime.rs` | how long sampled blocks lived: short-lived totals, the lifetime histogram |
+//! | `profile/series.rs` | the heap over time in bounded buckets, and its peak |
+//! | `profile/fold.rs` | events folded into the aggregates: live sets, lifetimes, GC attribution, the peak |
+//! | `profile/frame.rs` | frames as reports name them: inline chains, the profiler's frames trimmed, `module+0xoffset` |
 //! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
+//! | `profile/symbolize/` | [`profile::symbolize`]: modules and addresses to inline chains, in process and offline |
+//! | `profile/symbolize/mod.rs` | the folder's face and its design notes |
+//! | `profile/symbolize/process.rs` | this process's modules and in-process lookup (the folder's only `unsafe` block) |
+//! | `profile/symbolize/elf.rs` | what an ELF file says of itself (build id, segments, debug link, symbol tables), through `object` |
+//! | `profile/symbolize/names.rs` | names as the demanglers leave them: legacy hashes, unreadable C++ names |
+//! | `profile/symbolize/offline.rs` | addresses resolved from the recorded modules' files; `Loaders` |
+//! | `profile/symbolize/debug_file.rs` | where an object's separate debug file is looked for |
+//! | `profile/symbolize/stripped.rs` | the notes on objects whose frames stayed unnamed (stripped, no debug file) |
+//! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
-//! | `profile/mod.rs` | [`profile::Profile`]: stacks, samples, modules, symbols and the aggregates every report reads |
 //! | `profile/format/mod.rs` | the `.mprof` stream's spec (versions 1 to 4), its limits and record tags, [`profile::format::Event`] |
 //! | `profile/format/write.rs` | the writer: [`profile::format::Writer`], appended symbols |
 //! | `profile/format/read.rs` | the reader of untrusted input: [`profile::format::Reader`], [`profile::Profile::read_from`] |

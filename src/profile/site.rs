@@ -52,7 +52,7 @@
 
 use std::borrow::Cow;
 
-use super::symbolize::{FrameRef, UNKNOWN_STACK};
+use super::frame::{FrameRef, UNKNOWN_STACK};
 use super::{Profile, StackId};
 
 /// The allocation site of a stack ([`Profile::site`]).

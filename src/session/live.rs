@@ -61,8 +61,8 @@ fn not_running() -> Error {
 /// events queued so far are delivered first (this is a safe point), then the profile of
 /// the session's [`Recorder`] is copied, with the symbols of its stacks resolved in this
 /// process (and kept for the next call). Everything of a [`Profile`] is there but the
-/// index of live blocks by allocation time ([`Profile::live_by_time`]); the snapshot is
-/// marked complete (it is whole as of its moment).
+/// index of live blocks by allocation time; the snapshot is marked complete (it is whole
+/// as of its moment).
 ///
 /// Allocating threads never wait for it: the allocation path takes no lock, and neither
 /// lock this call takes (the session's driver, held only to deliver the pending events

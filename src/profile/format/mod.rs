@@ -182,7 +182,7 @@
 #![forbid(unsafe_code)]
 
 mod read;
-mod spec;
+pub(crate) mod spec;
 mod write;
 
 #[cfg(feature = "report")] // its only user outside the reader is `profile::load`

@@ -31,10 +31,10 @@ use super::spec::{
     TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
 use crate::error::Error;
-use crate::profile::{
-    expected_k, Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId,
-    Stopped, Symbol,
-};
+use crate::profile::events::{expected_k, Free, GcCycle, Move, Sample};
+use crate::profile::header::{Header, Lost, Stopped};
+use crate::profile::tables::{Module, Stack, StackId, Symbol};
+use crate::profile::Profile;
 use record::{read_raw, Counting, Got, Raw};
 
 /// A cursor over one record's payload. Every read is bounds-checked.
@@ -365,7 +365,7 @@ impl<R: Read> Reader<R> {
                     self.profile.warnings.push(if self.profile.header.collected {
                         format!(
                             "profile was cut at byte {at}, after {samples} samples: {}",
-                            crate::profile::RECORD_STOPPED
+                            crate::profile::header::RECORD_STOPPED
                         )
                     } else {
                         format!(

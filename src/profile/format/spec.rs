@@ -1,7 +1,7 @@
 //! The format's constants, record tags and the coding helpers its reader and writer
 //! share (the spec itself is the folder's documentation, `format/mod.rs`).
 
-use crate::profile::{Free, GcCycle, Move, Sample};
+use crate::profile::events::{Free, GcCycle, Move, Sample};
 
 /// The first eight bytes of every `.mprof` stream.
 pub const MAGIC: &[u8; 8] = b"MPROF\0\0\x01";

@@ -1,5 +1,6 @@
 use super::*;
-use crate::profile::{lifetime_bucket, Totals};
+use crate::profile::aggregate::Totals;
+use crate::profile::lifetime::lifetime_bucket;
 
 fn rich() -> (Profile, Vec<Event>) {
     let mut p = Profile {
@@ -828,7 +829,7 @@ fn a_collected_file_cut_short_says_record_stopped() {
     w.flush().unwrap();
     let cut = Profile::read_from(&w.get_ref()[..]).unwrap();
     assert!(cut.header.collected && !cut.complete);
-    assert!(cut.warnings[0].contains(crate::profile::RECORD_STOPPED), "{:?}", cut.warnings);
+    assert!(cut.warnings[0].contains(crate::profile::header::RECORD_STOPPED), "{:?}", cut.warnings);
     assert!(!cut.warnings[0].contains("crashed"), "{:?}", cut.warnings);
     let whole = Profile::read_from(&w.finish().unwrap()[..]).unwrap();
     assert!(whole.header.collected && whole.complete && whole.warnings.is_empty());

@@ -23,10 +23,10 @@ use super::spec::{
     TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
 use crate::error::Error;
-use crate::profile::{
-    expected_k, Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId,
-    Stopped, Symbol,
-};
+use crate::profile::events::{expected_k, Free, GcCycle, Move, Sample};
+use crate::profile::header::{Header, Lost, Stopped};
+use crate::profile::tables::{Module, Stack, StackId, Symbol};
+use crate::profile::Profile;
 
 /// zstd's level for blocks: level 3 about halves CPython's exact-mode file against level 1
 /// (its pair ids and ages repeat at distances level 1 does not search) while still

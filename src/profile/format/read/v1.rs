@@ -10,10 +10,11 @@
 use std::io::Read;
 
 use super::{Payload, Reader, State};
+use crate::profile::events::{Free, Move, Sample};
 use crate::profile::format::spec::{
     Event, MAX_RECORD, TAG_BLOCK, TAG_FREE, TAG_MOVE, TAG_PAIR, TAG_SAMPLE,
 };
-use crate::profile::{Free, Move, Sample, StackId};
+use crate::profile::tables::StackId;
 
 impl<R: Read> Reader<R> {
     /// A version-1 record: events are returned, the rest applied.

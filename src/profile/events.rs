@@ -1,0 +1,184 @@
+//! The events a profile folds in: samples, frees, moves of sampled blocks, GC cycles.
+
+use super::tables::StackId;
+
+/// A sampled allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Unique id of this sample within the run; frees and moves refer to it.
+    pub id: u64,
+    /// The allocating call stack.
+    pub stack: StackId,
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+    /// Small thread number (1 = first thread that allocated after start).
+    pub thread: u32,
+    /// Address of the block.
+    pub addr: u64,
+    /// Requested size in bytes.
+    pub size: u64,
+    /// Number of sample points inside the allocation (k ≥ 1).
+    pub k: u64,
+}
+
+/// The sampled block `id` was freed. A free names the block it ends by its sample id *and*
+/// by what the aggregates need (its stack, size, sample points and allocation time), so
+/// that a reader folds it in without remembering every live block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Free {
+    /// The sample whose block was freed (0 in version-2 streams, which name a block by the
+    /// fields below).
+    pub id: u64,
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+    /// The block's allocating stack.
+    pub stack: StackId,
+    /// The block's requested size (its sample's `size`).
+    pub size: u64,
+    /// The block's sample points.
+    pub k: u64,
+    /// When the block was allocated (its sample's `time_ns`).
+    pub alloc_ns: u64,
+    /// How long the block lived, when known more finely than `time_ns − alloc_ns`: a version-4
+    /// stream's exact mode quantises times to ≈ 1.05 ms but says how long a block that lived less
+    /// than that lived, to ≈ 131 µs ([`format`](mod@crate::profile::format) §2c). `None`: the
+    /// difference of the two times is the lifetime.
+    pub life_ns: Option<u64>,
+}
+
+impl Free {
+    /// The free, at `time_ns`, of the block of sample `s`.
+    pub fn of(s: &Sample, time_ns: u64) -> Free {
+        Free {
+            id: s.id,
+            time_ns,
+            stack: s.stack,
+            size: s.size,
+            k: s.k,
+            alloc_ns: s.time_ns,
+            life_ns: None,
+        }
+    }
+
+    /// How long the block lived: [`Free::life_ns`] when set, else from its allocation to
+    /// its free (0 when a damaged stream puts the free first).
+    pub fn lifetime_ns(&self) -> u64 {
+        self.life_ns.unwrap_or(self.time_ns.saturating_sub(self.alloc_ns))
+    }
+}
+
+/// The sampled block `id` was reallocated in place or moved, keeping its sample (named as
+/// a [`Free`] names it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Move {
+    /// The sample whose block moved (0 in version-2 streams).
+    pub id: u64,
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+    /// New address of the block (0 in version-2 streams).
+    pub new_addr: u64,
+    /// New size of the block in bytes.
+    pub new_size: u64,
+    /// The block's allocating stack.
+    pub stack: StackId,
+    /// The block's size when it was sampled.
+    pub size: u64,
+    /// The block's sample points.
+    pub k: u64,
+    /// When the block was allocated.
+    pub alloc_ns: u64,
+}
+
+impl Move {
+    /// The move, at `time_ns`, of the block of sample `s` to a size of `new_size` bytes.
+    pub fn of(s: &Sample, time_ns: u64, new_size: u64) -> Move {
+        Move {
+            id: s.id,
+            time_ns,
+            new_addr: 0,
+            new_size,
+            stack: s.stack,
+            size: s.size,
+            k: s.k,
+            alloc_ns: s.time_ns,
+        }
+    }
+}
+
+/// One garbage-collection cycle of a managed heap ([`crate::gc`]), timed by the collector.
+/// Times are nanoseconds since the start of the recording, on the samples' clock.
+/// `repr(C)`: the preload library's copy of memprof receives it from the program's copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+pub struct GcCycle {
+    /// Cycle number within its heap (1-based).
+    pub cycle: u64,
+    /// When the cycle's first mark slice began.
+    pub start_ns: u64,
+    /// When its sweep finished.
+    pub end_ns: u64,
+    /// Time spent marking, summed over slices.
+    pub mark_ns: u64,
+    /// Number of mark slices.
+    pub slices: u64,
+    /// The longest mark slice.
+    pub longest_slice_ns: u64,
+    /// Words scanned by the marker.
+    pub words_marked: u64,
+    /// `mark_ns / words_marked`: the measured cost of marking one word in this cycle.
+    pub ns_per_word: f64,
+    /// Time spent sweeping.
+    pub sweep_ns: u64,
+    /// Heap size in words at the end of the cycle.
+    pub heap_words: u64,
+    /// Words found live (marked) by the cycle.
+    pub live_words: u64,
+}
+
+impl GcCycle {
+    /// The cycle as 11 words (the float as its bits), for a queue slot's frames.
+    pub(crate) fn to_words(self) -> [u64; 11] {
+        [
+            self.cycle,
+            self.start_ns,
+            self.end_ns,
+            self.mark_ns,
+            self.slices,
+            self.longest_slice_ns,
+            self.words_marked,
+            self.ns_per_word.to_bits(),
+            self.sweep_ns,
+            self.heap_words,
+            self.live_words,
+        ]
+    }
+
+    /// [`GcCycle::to_words`] back, when there are enough words.
+    pub(crate) fn from_words(w: &[u64]) -> Option<GcCycle> {
+        let w: &[u64; 11] = w.get(..11)?.try_into().ok()?;
+        Some(GcCycle {
+            cycle: w[0],
+            start_ns: w[1],
+            end_ns: w[2],
+            mark_ns: w[3],
+            slices: w[4],
+            longest_slice_ns: w[5],
+            words_marked: w[6],
+            ns_per_word: f64::from_bits(w[7]),
+            sweep_ns: w[8],
+            heap_words: w[9],
+            live_words: w[10],
+        })
+    }
+}
+
+/// The sample points a sample of `size` bytes usually has at `interval`: its size in the
+/// exact mode, else 1. The format codes `k` as its difference from this, and a
+/// [`Recorder`](crate::session::recorder::Recorder)'s token keeps it the same way.
+pub(crate) fn expected_k(interval: f64, size: u64) -> u64 {
+    if interval == 1.0 {
+        size
+    } else {
+        1
+    }
+}

@@ -1,0 +1,258 @@
+//! Events folded into a profile's aggregates: the add/free bookkeeping of live sets,
+//! lifetimes, GC attribution, the series and the peak, and moving or copying aggregates
+//! between profiles.
+
+use std::collections::HashMap;
+
+use super::aggregate::{GcMarked, IdHash, Totals};
+use super::events::{Free, GcCycle, Move, Sample};
+use super::format;
+use super::series::Peak;
+use super::tables::StackId;
+use super::Profile;
+
+impl Profile {
+    /// Folds one event into the aggregates.
+    pub fn add(&mut self, e: &format::Event) {
+        match e {
+            format::Event::Sample(s) => self.add_sample(s),
+            format::Event::Free(f) => self.add_free(f),
+            format::Event::Move(m) => self.add_move(m),
+            format::Event::GcCycle(c) => self.add_gc_cycle(c),
+        }
+    }
+
+    /// Folds in an alloc sample.
+    pub fn add_sample(&mut self, s: &Sample) {
+        self.counts.samples += 1;
+        // Sums wrap rather than panic: a damaged or hostile file may name any k.
+        let t = self.allocated.entry((s.stack, s.size)).or_default();
+        t.samples += 1;
+        t.k = t.k.wrapping_add(s.k);
+        let t = self.live.entry((s.stack, s.size)).or_default();
+        t.samples += 1;
+        t.k = t.k.wrapping_add(s.k);
+        let unit = s.time_ns / self.header.time_unit_ns.max(1);
+        match self.live_by_time.index.entry((s.stack, s.size, unit)) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let t = o.get_mut();
+                if t.samples == 0 {
+                    // Refilling an entry emptied earlier (not swept yet).
+                    self.live_by_time.empty = self.live_by_time.empty.saturating_sub(1);
+                }
+                t.samples += 1;
+                t.k = t.k.wrapping_add(s.k);
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Totals { samples: 1, k: s.k });
+            }
+        }
+        let bytes = self.estimated_bytes(s.k);
+        self.live_bytes += bytes;
+        if !self.note(s.time_ns, bytes, 0.0) {
+            self.since_peak.change((s.stack, s.size), 1, s.k);
+        }
+    }
+
+    /// Takes one block of `(stack, size)` allocated at `alloc_ns` with `k` points out of
+    /// the live sets; false when there is none (an orphan).
+    fn unlive(&mut self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
+        let unit = alloc_ns / self.header.time_unit_ns.max(1);
+        let key = (stack, size, unit);
+        let Some(t) = self.live_by_time.index.get_mut(&key) else {
+            return false;
+        };
+        if t.samples == 0 || t.k < k {
+            return false;
+        }
+        t.samples -= 1;
+        t.k -= k;
+        if t.samples == 0 {
+            // Emptied entries are swept in bulk: a block that dies young empties the entry
+            // its allocation just made, and removing it each time cost a rehash per free.
+            let l = &mut self.live_by_time;
+            l.empty += 1;
+            if l.empty > 4096 && l.empty > l.index.len() / 2 {
+                l.index.retain(|_, t| t.samples > 0);
+                l.empty = 0;
+            }
+        }
+        // Emptied pairs stay (as many as the pairs; reports skip them).
+        if let Some(t) = self.live.get_mut(&(stack, size)) {
+            t.samples = t.samples.saturating_sub(1);
+            t.k = t.k.wrapping_sub(k);
+        }
+        true
+    }
+
+    /// Folds in a free; a free of a block not live is counted as an orphan.
+    pub fn add_free(&mut self, f: &Free) {
+        if !self.unlive(f.stack, f.size, f.k, f.alloc_ns) {
+            self.counts.orphans += 1;
+            return;
+        }
+        self.counts.frees += 1;
+        self.lifetimes.add(f);
+        self.since_peak.change((f.stack, f.size), 1u64.wrapping_neg(), f.k.wrapping_neg());
+        let bytes = self.estimated_bytes(f.k);
+        self.live_bytes -= bytes;
+        // Cycles already attributed that ended after this free: the block was dead by then.
+        let half = self.header.time_unit_ns / 2;
+        let death = f.time_ns.saturating_add(half);
+        for (c, marked) in self.gc_cycles.iter().zip(&mut self.gc_marked).rev() {
+            if c.end_ns < death {
+                break;
+            }
+            if f.alloc_ns.saturating_add(half) < c.start_ns {
+                if let Some(m) = marked.get_mut(&f.stack) {
+                    m.samples = m.samples.saturating_sub(1);
+                    m.bytes -= bytes;
+                    m.objects -= f.k as f64 * self.header.interval / f.size.max(1) as f64;
+                }
+            }
+        }
+        self.note(f.time_ns, 0.0, bytes);
+    }
+
+    /// Folds in a move; a move of a block not live is counted as an orphan.
+    pub fn add_move(&mut self, m: &Move) {
+        let unit = m.alloc_ns / self.header.time_unit_ns.max(1);
+        let live = self.live_by_time.index.get(&(m.stack, m.size, unit));
+        if live.is_some_and(|t| t.samples > 0 && t.k >= m.k) {
+            self.counts.moves += 1;
+        } else {
+            self.counts.orphans += 1;
+        }
+    }
+
+    /// Folds in a GC cycle: it marked the live sampled blocks allocated before it began.
+    pub fn add_gc_cycle(&mut self, c: &GcCycle) {
+        let unit = self.header.time_unit_ns.max(1);
+        let half = unit / 2;
+        let interval = self.header.interval;
+        let mut marked: HashMap<StackId, GcMarked, IdHash> = HashMap::default();
+        for (&(stack, size, u), t) in &self.live_by_time.index {
+            if t.samples > 0 && u.saturating_mul(unit).saturating_add(half) < c.start_ns {
+                let m = marked.entry(stack).or_default();
+                m.samples += t.samples;
+                m.bytes += t.k as f64 * interval;
+                m.objects += t.k as f64 * interval / size.max(1) as f64;
+            }
+        }
+        self.gc_cycles.push(*c);
+        self.gc_marked.push(marked);
+    }
+
+    /// Notes an event at `t` in the series and the peak; true when it made a new peak.
+    fn note(&mut self, t: u64, alloc: f64, freed: f64) -> bool {
+        self.end_ns = self.end_ns.max(t);
+        self.series.record(t, alloc, freed, self.live_bytes);
+        if self.live_bytes > self.peak.bytes {
+            self.peak = Peak { bytes: self.live_bytes, time_ns: t };
+            self.since_peak.generation += 1;
+            return true;
+        }
+        false
+    }
+
+    /// True when [`Profile::peak_live`] is known (not for a merged profile).
+    pub fn since_peak_known(&self) -> bool {
+        !self.since_peak.unknown
+    }
+
+    /// The sampled blocks live at [`Profile::peak`], per (stack, size) as in
+    /// [`Profile::live`] (pairs with none left out): the live set right after the event that
+    /// made the peak, in stream order, so in the exact mode the program's true live heap at
+    /// its peak. `None` for a merged profile (its processes peak each on their own).
+    pub fn peak_live(&self) -> Option<HashMap<(StackId, u64), Totals, IdHash>> {
+        let sp = &self.since_peak;
+        if sp.unknown {
+            return None;
+        }
+        let mut out: HashMap<(StackId, u64), Totals, IdHash> = HashMap::default();
+        for (&pair, t) in &self.live {
+            let mut t = *t;
+            if let Some((g, d)) = sp.changes.get(&pair) {
+                if *g == sp.generation {
+                    t.samples = t.samples.wrapping_sub(d.samples);
+                    t.k = t.k.wrapping_sub(d.k);
+                }
+            }
+            if t.samples > 0 {
+                out.insert(pair, t);
+            }
+        }
+        Some(out)
+    }
+
+    /// Moves the aggregates of `agg` (folded in by another thread) into this profile, whose
+    /// tables were read.
+    pub(crate) fn take_aggregates(&mut self, agg: Profile) {
+        self.allocated = agg.allocated;
+        self.live = agg.live;
+        self.live_by_time = agg.live_by_time;
+        self.gc_cycles = agg.gc_cycles;
+        self.gc_marked = agg.gc_marked;
+        self.series = agg.series;
+        self.peak = agg.peak;
+        self.end_ns = agg.end_ns;
+        self.counts = agg.counts;
+        self.live_bytes = agg.live_bytes;
+        self.lifetimes = agg.lifetimes;
+        self.since_peak = agg.since_peak;
+    }
+
+    /// Copies the aggregates of `from` into this profile (a mirror of a profile still being
+    /// read or recorded), reusing this one's allocations: all that [`Profile::take_aggregates`]
+    /// moves but the GC attribution index ([`Profile::live_by_time`]), which no report reads.
+    pub(crate) fn clone_aggregates_from(&mut self, from: &Profile) {
+        self.allocated.clone_from(&from.allocated);
+        self.live.clone_from(&from.live);
+        self.gc_cycles.clone_from(&from.gc_cycles);
+        self.gc_marked.clone_from(&from.gc_marked);
+        self.series.clone_from(&from.series);
+        self.peak = from.peak;
+        self.since_peak.clone_from(&from.since_peak);
+        self.lifetimes.clone_from(&from.lifetimes);
+        self.end_ns = from.end_ns;
+        self.counts = from.counts;
+        self.live_bytes = from.live_bytes;
+    }
+
+    /// Adds a warning for the orphans counted so far (after reading a stream).
+    pub(crate) fn note_orphans(&mut self) {
+        if self.counts.orphans > 0 {
+            self.warnings.push(format!(
+                "ignored {} frees or moves of samples that were never recorded",
+                self.counts.orphans
+            ));
+        }
+    }
+
+    /// A profile with the tables of `self` (header, modules, stacks, symbols) and the
+    /// events folded in: for tests and tools that build a recording by hand.
+    pub fn with_events<'a>(mut self, events: impl IntoIterator<Item = &'a format::Event>) -> Self {
+        for e in events {
+            self.add(e);
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frees_sort_lifetimes() {
+        let mut p = Profile::default();
+        let s = |id, t| Sample { id, stack: 0, time_ns: t, thread: 1, addr: 0, size: 10, k: 10 };
+        let (a, b) = (s(1, 0), s(2, 0));
+        p.add_sample(&a);
+        p.add_sample(&b);
+        p.add_free(&Free::of(&a, 999_999));
+        p.add_free(&Free::of(&b, 1_000_000));
+        assert_eq!(p.lifetimes.short[&(0, 10)], Totals { samples: 1, k: 10 });
+        assert_eq!(p.lifetimes.histogram.values().map(|t| t.samples).sum::<u64>(), 2);
+    }
+}

@@ -1,0 +1,134 @@
+//! The heap over time, in a bounded number of buckets, and its peak.
+
+/// Most buckets in a [`Series`].
+pub const SERIES_POINTS: usize = 1024;
+
+/// One bucket of a [`Series`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SeriesPoint {
+    /// Estimated bytes allocated in the bucket.
+    pub alloc_bytes: f64,
+    /// Estimated bytes freed in the bucket.
+    pub freed_bytes: f64,
+    /// The largest estimated live heap after an event of the bucket (0 with no event).
+    pub live_max: f64,
+    /// The estimated live heap after the bucket's last event in stream order.
+    pub live_end: f64,
+    /// Events in the bucket.
+    pub events: u64,
+}
+
+/// The heap over time in at most [`SERIES_POINTS`] buckets of `bucket_ns` nanoseconds
+/// each, bucket `i` covering `[i·bucket_ns, (i+1)·bucket_ns)` since the start of the
+/// recording. When an event falls past the last bucket, the width doubles and buckets are
+/// merged in pairs, so the series stays the same size however long the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Width of a bucket.
+    pub bucket_ns: u64,
+    /// The buckets, from the start of the recording.
+    pub points: Vec<SeriesPoint>,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Series { bucket_ns: 1 << 20, points: Vec::new() }
+    }
+}
+
+impl Series {
+    /// The bucket of time `t`, widening the buckets as needed.
+    fn bucket(&mut self, t: u64) -> &mut SeriesPoint {
+        while t / self.bucket_ns >= SERIES_POINTS as u64 {
+            self.widen();
+        }
+        let i = (t / self.bucket_ns) as usize;
+        if self.points.len() <= i {
+            let last = self.points.last().map_or(0.0, |p| p.live_end);
+            self.points.resize(i + 1, SeriesPoint { live_end: last, ..SeriesPoint::default() });
+        }
+        &mut self.points[i]
+    }
+
+    fn widen(&mut self) {
+        self.bucket_ns = self.bucket_ns.saturating_mul(2);
+        let merged = self
+            .points
+            .chunks(2)
+            .map(|c| {
+                let mut p = c[0];
+                if let Some(q) = c.get(1) {
+                    p.alloc_bytes += q.alloc_bytes;
+                    p.freed_bytes += q.freed_bytes;
+                    p.live_max = p.live_max.max(q.live_max);
+                    p.live_end = q.live_end;
+                    p.events += q.events;
+                }
+                p
+            })
+            .collect();
+        self.points = merged;
+    }
+
+    /// Adds `other` (a series whose time 0 is `offset` ns into this one's), bucket by
+    /// bucket: allocated and freed bytes add up; live maxima add up too (an upper bound).
+    pub(crate) fn add(&mut self, other: &Series, offset: u64) {
+        while self.bucket_ns < other.bucket_ns {
+            self.widen();
+        }
+        let end =
+            offset.saturating_add((other.points.len() as u64).saturating_mul(other.bucket_ns));
+        while end / self.bucket_ns >= SERIES_POINTS as u64 {
+            self.widen();
+        }
+        let mut folded: std::collections::BTreeMap<usize, SeriesPoint> = Default::default();
+        for (j, q) in other.points.iter().enumerate() {
+            let i = (offset.saturating_add((j as u64).saturating_mul(other.bucket_ns))
+                / self.bucket_ns) as usize;
+            let p = folded.entry(i).or_default();
+            p.alloc_bytes += q.alloc_bytes;
+            p.freed_bytes += q.freed_bytes;
+            p.live_max = p.live_max.max(q.live_max);
+            p.live_end = q.live_end;
+            p.events += q.events;
+        }
+        for (i, q) in folded {
+            let p = self.bucket(i as u64 * self.bucket_ns);
+            p.alloc_bytes += q.alloc_bytes;
+            p.freed_bytes += q.freed_bytes;
+            p.live_max += q.live_max;
+            p.live_end += q.live_end;
+            p.events += q.events;
+        }
+    }
+
+    /// The bucket with the largest live maximum (the first of equals), as a [`Peak`] at the
+    /// bucket's start.
+    pub fn peak(&self) -> Peak {
+        let mut best = Peak::default();
+        for (i, p) in self.points.iter().enumerate() {
+            if p.live_max > best.bytes {
+                best = Peak { bytes: p.live_max, time_ns: i as u64 * self.bucket_ns };
+            }
+        }
+        best
+    }
+
+    pub(super) fn record(&mut self, t: u64, alloc: f64, freed: f64, live: f64) {
+        let p = self.bucket(t);
+        p.alloc_bytes += alloc;
+        p.freed_bytes += freed;
+        p.live_max = p.live_max.max(live);
+        p.live_end = live;
+        p.events += 1;
+    }
+}
+
+/// The largest estimated live heap seen, and when.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Peak {
+    /// Estimated live bytes at the peak.
+    pub bytes: f64,
+    /// When, in nanoseconds since the start of the recording.
+    pub time_ns: u64,
+}
