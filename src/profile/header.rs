@@ -1,12 +1,12 @@
 //! What a recording says of its run: the header written first, what was lost, and why a
 //! stream ended early.
 
-use super::format::spec as format;
+use super::format::spec::{LIFETIME_UNIT_NS, VERSION};
 
 /// Run-level facts written first in every `.mprof` stream.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Header {
-    /// Format version of the stream this came from ([`format::VERSION`] when written).
+    /// Format version of the stream this came from ([`VERSION`](crate::profile::format::VERSION) when written).
     pub version: u32,
     /// Mean sampling interval in bytes (R). 1.0 is the exact mode.
     pub interval: f64,
@@ -24,7 +24,7 @@ pub struct Header {
     /// Wall-clock start of the recording, nanoseconds since the Unix epoch.
     pub start_unix_ns: u64,
     /// Resolution of the event times in the stream, in nanoseconds (1 in version 1; see
-    /// [`format`](mod@format) §1). Event times read back are multiples of it; lifetimes
+    /// [`format`](mod@crate::profile::format) §1). Event times read back are multiples of it; lifetimes
     /// shorter than it may be finer ([`Header::lifetime_unit_ns`]).
     pub time_unit_ns: u64,
     /// Written by `memprof record`'s collector, a process apart from the program that ends
@@ -36,12 +36,12 @@ pub struct Header {
 
 impl Header {
     /// Resolution of the lifetimes shorter than one time unit, in nanoseconds: the frees of
-    /// a version-4 stream whose unit is coarser than [`format::LIFETIME_UNIT_NS`] carry them
-    /// to that unit ([`format`](mod@format) §2c); otherwise the time unit. Lifetimes of a
+    /// a version-4 stream whose unit is coarser than [`LIFETIME_UNIT_NS`](crate::profile::format::LIFETIME_UNIT_NS) carry them
+    /// to that unit ([`format`](mod@crate::profile::format) §2c); otherwise the time unit. Lifetimes of a
     /// unit or more are known to the time unit.
     pub fn lifetime_unit_ns(&self) -> u64 {
-        if self.version >= 4 && self.time_unit_ns > format::LIFETIME_UNIT_NS {
-            format::LIFETIME_UNIT_NS
+        if self.version >= 4 && self.time_unit_ns > LIFETIME_UNIT_NS {
+            LIFETIME_UNIT_NS
         } else {
             self.time_unit_ns.max(1)
         }
@@ -57,7 +57,7 @@ pub const RECORD_STOPPED: &str = "memprof record was killed before the program e
 impl Default for Header {
     fn default() -> Self {
         Header {
-            version: format::VERSION,
+            version: VERSION,
             interval: crate::config::DEFAULT_INTERVAL as f64,
             depth: crate::config::DEFAULT_DEPTH as u32,
             pid: 0,
