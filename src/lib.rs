@@ -210,9 +210,10 @@ pub mod __private {
         on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted, on_realloc, on_realloc_at,
         on_realloc_unsampled, ReallocPlan,
     };
+    pub use crate::engine::busy::Busy;
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
-    pub use crate::engine::sampler::{sample, sample_in, skip_in, Busy, Countdown, EPOCH};
+    pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::next_definitions;

@@ -8,11 +8,14 @@
 //! `sys` and `config`.
 
 pub(crate) mod alloc;
+pub(crate) mod busy;
 pub(crate) mod callstack;
 pub(crate) mod clock;
 pub(crate) mod hot;
 pub(crate) mod label;
 pub(crate) mod live;
+pub(crate) mod lost;
+pub(crate) mod push;
 pub(crate) mod queue;
 pub(crate) mod sampler;
 pub(crate) mod thread;

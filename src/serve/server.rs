@@ -4,7 +4,7 @@
 
 use super::parse::{parse_head, Parsed, MAX_HEAD};
 use super::{Handler, Plan, Response};
-use crate::engine::sampler::Busy;
+use crate::engine::busy::Busy;
 use crate::Error;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};

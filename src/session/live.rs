@@ -27,7 +27,7 @@
 //! fresh mirror of its own instead of waiting, and resolves its symbols again.
 
 use super::{drain_into, lock, queue, Poll, DRIVER, SESSION_EPOCH};
-use crate::engine::sampler::Busy;
+use crate::engine::busy::Busy;
 use crate::error::Error;
 use crate::profile::{symbolize, Profile};
 use crate::session::recorder::Recorder;

@@ -54,8 +54,8 @@
 //! wrong rule (code without unwind information falls back to frame pointers inside
 //! framehop) ends the walk with an error instead of a fault.
 
+use super::frames::{Captured, INLINE_FRAMES};
 use super::memo::{Key, Log, Memo};
-use super::Captured;
 use crate::engine::thread::on_walk_stack;
 use crate::sys::loader::{for_each_object, Object};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -291,7 +291,7 @@ pub(super) fn refresh_on_miss() -> bool {
         // The table's allocations, its box included, are the profiler's own, not a
         // handler's (sampler §4): counted as skipped samples, they made exact mode report
         // lost events for every table built here.
-        let table = crate::engine::sampler::Busy::own_allocations(|| Box::new(build()));
+        let table = crate::engine::busy::Busy::own_allocations(|| Box::new(build()));
         if CLOSING.load(Ordering::Acquire) == 0 {
             TABLE.store(Box::into_raw(table), Ordering::Release);
             LOADER_ADDS.store(adds, Ordering::Relaxed);
@@ -751,7 +751,7 @@ fn record(out: &mut Captured, depth: usize, skip: &mut usize, ip: u64) -> bool {
 #[inline(always)]
 fn inline_limit(out: &Captured, depth: usize) -> usize {
     if out.heap.is_null() {
-        depth.min(super::INLINE_FRAMES)
+        depth.min(INLINE_FRAMES)
     } else {
         0
     }
