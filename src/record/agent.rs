@@ -48,7 +48,7 @@
 //! [`before_dlclose`] brings the file up to date while the library is still mapped: pending
 //! events are written, the modules listed again and the symbols seen so far resolved. It
 //! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
-//! the library is gone (see `engine/callstack/cfi.rs`). Under `memprof record` the two also
+//! the library is gone (see `engine/callstack/cfi/`). Under `memprof record` the two also
 //! write which objects the call may unmap and that it returned ([`log_closing`],
 //! [`log_closed`]; `ring.rs` §3).
 //!
