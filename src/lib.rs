@@ -42,18 +42,30 @@
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
 //! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
-//! | `engine/sampler.rs` | Poisson sampling over allocated bytes: the countdown, `k`, busy flag |
+//! | `engine/sampler/mod.rs` | Poisson sampling over allocated bytes: the countdown, `k`, the draws |
+//! | `engine/sampler/per_thread.rs` | a thread's sampler state (number, ids, generator), in its block |
+//! | `engine/busy.rs` | the reentrancy guard: a thread's busy flag and `Busy` |
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
 //! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
+//! | `engine/push.rs` | the session's queue and the pushes into it: backpressure, deaths |
+//! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample) and its filter |
 //! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, and its table of the frees it refused (replayed by the consumer) |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`) |
 //! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
 //! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
-//! | `engine/callstack/fp.rs` | the frame-pointer walk and the thread's stack bounds |
+//! | `engine/callstack/per_thread.rs` | the unwinder's per-thread state: the stack's top (queried once), remembered walks |
+//! | `engine/callstack/fp.rs` | the frame-pointer walk, inside the thread's stack bounds |
 //! | `engine/callstack/fp_proof.rs` | which loaded objects keep frame pointers, from their `.eh_frame` |
-//! | `engine/callstack/cfi.rs` | the cached DWARF unwinder (framehop over in-memory tables) |
+//! | `engine/callstack/cfi/` | the cached DWARF unwinder (framehop over in-memory tables) |
+//! | `engine/callstack/cfi/mod.rs` | its design notes and face: preparation, fork, the fallback count |
+//! | `engine/callstack/cfi/table.rs` | the published table of unwind information: built, refreshed after a miss, withdrawn around `dlclose` |
+//! | `engine/callstack/cfi/slots.rs` | the pool of caches a walk takes without waiting |
+//! | `engine/callstack/cfi/rules.rs` | compiled rules: derived from framehop once per address, applied by the walk's loop |
+//! | `engine/callstack/cfi/walk.rs` | the walk: a replay, the compiled rules, framehop for the rest |
+//! | `engine/callstack/cfi/frame.rs` | the frame being unwound, the bounded stack reads, frames into the capture |
+//! | `engine/callstack/cfi/check.rs` | the `MEMPROF_UNWIND_CHECK` oracle: each walk again by framehop alone |
 //! | `engine/callstack/memo.rs` | repeated stacks replayed by checking the words they read |
 //! | `engine/callstack/dwarf.rs` | libgcc's walk, the fallback |
 //! | `engine/callstack/mod.rs` | capture at an entry point: the unwinder's choice, replay of repeated stacks, fallbacks |
@@ -225,9 +237,10 @@ pub mod __private {
         on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted, on_realloc, on_realloc_at,
         on_realloc_unsampled, ReallocPlan,
     };
+    pub use crate::engine::busy::Busy;
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
-    pub use crate::engine::sampler::{sample, sample_in, skip_in, Busy, Countdown, EPOCH};
+    pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::next_definitions;

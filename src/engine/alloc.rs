@@ -13,7 +13,7 @@
 //! locks and with errno preserved.
 //!
 //! # 3. Reentrancy
-//! The sampler's [`Busy`](crate::engine::sampler::Busy) flag is set on the cold path and while
+//! The sampler's [`Busy`](crate::engine::busy::Busy) flag is set on the cold path and while
 //! callbacks run; allocations made then still advance the countdown but are never
 //! reported, so the profiler never profiles itself and never recurses.
 //!

@@ -34,23 +34,26 @@
 //! compare; only a block that glibc really moved is re-keyed in the table (`alloc` §4). In the exact mode every reallocation is a new sample (every byte is a
 //! sample point), so there are no moves, and its numbers stay exact.
 
+use crate::engine::busy::Busy;
 use crate::engine::callstack::{self, Captured};
-use crate::engine::clock::{self, monotonic_ns};
+use crate::engine::clock;
 use crate::engine::live::{self, Entry, Insert};
-use crate::engine::queue::{Event, EventKind, Queue};
-use crate::engine::sampler::{Busy, Hit};
+use crate::engine::lost::skipped;
+use crate::engine::push::{push, push_death, push_frameless};
+use crate::engine::queue::{Event, EventKind};
+use crate::engine::sampler::Hit;
 use crate::sys::errno::SavedErrno;
 use core::cell::Cell;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// The session's queue (null: none yet). Queues are leaked, never freed.
-pub(crate) static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
+// What the session sets and reads at its start and stop, from the files below that hold it.
+pub(crate) use crate::engine::lost::UNTRACKED;
+pub(crate) use crate::engine::push::{
+    consumer_alive, queue, HEARTBEAT, QUEUE, STALE_NS, WAIT_WHEN_FULL,
+};
+
 /// The session's call-stack depth.
 pub(crate) static DEPTH: AtomicUsize = AtomicUsize::new(0);
-/// Sampled blocks that the live table could not follow: no memory for them, or a signal
-/// handler's free or move of a block whose shard its own thread held (its death is then
-/// never seen, or reported early).
-pub(crate) static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 /// In-process drains so far: part of a remembered move's generation (§2).
 pub(crate) static MOVE_GEN: AtomicU64 = AtomicU64::new(1);
 
@@ -118,45 +121,6 @@ fn remember(memo: &MoveMemo, addr: usize, gen: u64) {
     let i = (addr >> 4) & (MEMO - 1);
     memo.addr[i].set(addr);
     memo.gen[i].set(gen);
-}
-
-/// Counts a sample skipped for reentrancy (§1) as a lost event of the session's queue
-/// (which `memprof record`'s collector reads from outside the process).
-#[cold]
-#[inline(never)]
-pub(crate) fn skipped() {
-    if let Some(q) = queue() {
-        q.note_lost();
-    }
-}
-/// Backpressure is on and a drain thread runs: a full queue is worth waiting for.
-pub(crate) static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);
-/// When another process consumes the queue (`memprof record`'s collector): its heartbeat
-/// (a [`monotonic_ns`] reading it renews every few milliseconds), so that a full queue is
-/// waited for only while it lives. Null: the consumer is in this process.
-pub(crate) static HEARTBEAT: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
-/// A heartbeat older than this: the consumer is gone (see `record/ring.rs` §4).
-pub(crate) const STALE_NS: u64 = 500_000_000;
-
-/// True unless the queue's consumer is in another process that has stopped renewing its
-/// heartbeat.
-pub(crate) fn consumer_alive() -> bool {
-    let beat = HEARTBEAT.load(Ordering::Relaxed);
-    // SAFETY: a non-null heartbeat points into a shared mapping that is never unmapped
-    // while sampling may push (see `record/ring.rs`).
-    match unsafe { beat.as_ref() } {
-        None => true,
-        Some(b) => monotonic_ns().saturating_sub(b.load(Ordering::Relaxed)) < STALE_NS,
-    }
-}
-
-/// The session queue, when one exists.
-#[inline]
-pub(crate) fn queue() -> Option<&'static Queue> {
-    let q = QUEUE.load(Ordering::Acquire);
-    // SAFETY: queues are leaked, never freed (see queue.rs §4), so a non-null pointer
-    // stays valid for the life of the process.
-    unsafe { q.as_ref() }
 }
 
 /// Records a sampled allocation: capture, queue, live table. Never allocates through
@@ -235,88 +199,6 @@ pub(crate) fn record_alloc_inline(
     saved.restore();
 }
 
-/// Pushes an event; with backpressure on, waits a bounded time for room in a full
-/// queue. No allocation, no lock held while waiting. Inlined, so that the event's
-/// fields go straight from registers into the slot (see [`Queue::try_push`]).
-#[inline(always)]
-fn push(q: &Queue, event: Event, frames: &[usize]) -> bool {
-    q.try_push(event, frames) || push_full(q, &event, frames)
-}
-
-/// [`push`] when the queue is full.
-#[cold]
-#[inline(never)]
-fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
-    // The clock and the sleep below may set errno; the sample path keeps it.
-    let saved = SavedErrno::save();
-    let pushed = push_waiting(q, event, frames);
-    saved.restore();
-    pushed
-}
-
-/// The event as pushed after a wait for room. An allocation's time is when its program
-/// gets the block: a wait here for room is the profiler's, and counted in the block's life
-/// it would make a block freed at once look milliseconds old. So its time is read again at
-/// each try (a free's stays when the program let go of the block).
-fn retimed(e: &Event) -> Event {
-    match e.kind {
-        EventKind::Alloc => Event { time_ns: clock::now(), ..*e },
-        _ => *e,
-    }
-}
-
-fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
-    // A signal handler whose thread's own push holds the consumer up: no wait frees room.
-    if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
-        let wait_ns = crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000);
-        let waiting = || WAIT_WHEN_FULL.load(Ordering::Relaxed) && consumer_alive();
-        if wait_for_room(q, event, frames, wait_ns, waiting) {
-            return true;
-        }
-    }
-    if q.push(&retimed(event), frames) {
-        return true;
-    }
-    // A free that did not fit: kept for the consumer to replay, so that its block does not
-    // stay live forever in the profile (`queue` §3).
-    if event.kind == EventKind::Dealloc {
-        q.keep_lost_free(event.epoch, event.id, event.time_ns);
-    }
-    false
-}
-
-/// Retries the push into a full queue every 50 µs while `waiting()` holds, until the
-/// consumer has made no progress for `wait_ns`: the deadline restarts whenever the
-/// consumer's head moves, so a thread that other producers beat to the room a busy
-/// consumer frees is not taken for one facing a stuck consumer. True once pushed.
-fn wait_for_room(
-    q: &Queue,
-    event: &Event,
-    frames: &[usize],
-    wait_ns: u64,
-    waiting: impl Fn() -> bool,
-) -> bool {
-    let mut head = q.head();
-    let mut deadline = monotonic_ns().saturating_add(wait_ns);
-    while waiting() {
-        let now = monotonic_ns();
-        let moved = q.head();
-        if moved != head {
-            head = moved;
-            deadline = now.saturating_add(wait_ns);
-        } else if now >= deadline {
-            return false;
-        }
-        let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
-        // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
-        unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
-        if q.try_push(retimed(event), frames) {
-            return true;
-        }
-    }
-    false
-}
-
 /// Queues the death of a sampled block. Keeps errno: it reads the clock and pushes,
 /// neither of which allocates or touches errno (a full queue's wait restores it, see
 /// [`push_full`]), so it needs no errno saved.
@@ -326,39 +208,17 @@ pub(crate) fn record_free(entry: Entry) {
     record_free_inline(entry)
 }
 
+/// Queues the death, at clock reading `time`, of a sampled block.
+#[inline(always)]
+pub(crate) fn record_death(entry: Entry, time: u64) {
+    push_death(entry.epoch, entry.id, time)
+}
+
 /// [`record_free`], inlined: for a caller that is a slow path already (the preload
 /// library's `free` of a block whose filter counter is set).
 #[inline(always)]
 pub(crate) fn record_free_inline(entry: Entry) {
     record_death(entry, clock::now())
-}
-
-/// Queues the death, at clock reading `time`, of a sampled block (also for a free that a
-/// signal handler deferred, see [`live`] §4).
-#[inline(always)]
-pub(crate) fn record_death(entry: Entry, time: u64) {
-    let Some(q) = queue() else {
-        return;
-    };
-    let event = Event {
-        kind: EventKind::Dealloc,
-        epoch: entry.epoch,
-        id: entry.id,
-        thread: 0,
-        label: 0,
-        time_ns: time,
-        addr: 0,
-        size: 0,
-        k: 0,
-        truncated: false,
-    };
-    push_frameless(q, event);
-}
-
-/// Pushes an event without frames (a death or a move).
-#[inline(always)]
-fn push_frameless(q: &Queue, event: Event) {
-    push(q, event, &[]);
 }
 
 /// A block that may be sampled (its filter counter is set) was resized in place to `size`
@@ -439,53 +299,5 @@ pub(crate) fn restore(entry: Entry, addr: usize) {
             UNTRACKED.fetch_add(1, Ordering::Relaxed);
             record_death(entry, clock::now());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::queue::tests::ev;
-
-    /// A consumer that drains every 20 ms, and for the first second refills each slot it
-    /// frees at once (from its callback, before the waiting thread, which retries every
-    /// 50 µs, can see it): the waiting thread waits on for 1 s, five times its deadline,
-    /// because the consumer moves, and gets its slot once the refilling stops. A deadline
-    /// that never restarts gives up at 200 ms. A false failure needs the consumer to pause
-    /// for 200 ms between two drains.
-    #[test]
-    fn a_busy_consumer_restarts_the_deadline() {
-        let q = Queue::new(2, 1).unwrap();
-        assert!(q.push(&ev(0), &[]) && q.push(&ev(1), &[]));
-        let stop = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let t0 = std::time::Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    let refill = t0.elapsed() < std::time::Duration::from_secs(1);
-                    q.drain(|_, _| {
-                        if refill {
-                            let _ = q.try_push(ev(2), &[]);
-                        }
-                    });
-                }
-            });
-            let t0 = std::time::Instant::now();
-            let pushed = wait_for_room(&q, &ev(3), &[], 200_000_000, || true);
-            let waited = t0.elapsed();
-            stop.store(true, Ordering::Relaxed);
-            assert!(pushed, "gave up after {waited:?}");
-        });
-    }
-
-    /// Without a consumer, the wait ends at the deadline.
-    #[test]
-    fn a_stuck_consumer_ends_the_wait() {
-        let q = Queue::new(2, 1).unwrap();
-        assert!(q.push(&ev(0), &[]) && q.push(&ev(1), &[]));
-        let t0 = std::time::Instant::now();
-        assert!(!wait_for_room(&q, &ev(3), &[], 50_000_000, || true));
-        assert!(t0.elapsed().as_millis() >= 50);
     }
 }

@@ -48,7 +48,7 @@
 //!   go into one of the shard's [`DEFERRED`] slots, and the shard's `pending` flag is set.
 //!   Whoever takes the shard's lock next first takes the deferred blocks out of the table
 //!   and reports their deaths, with the time of the free, through
-//!   [`hot::record_death`](crate::engine::hot::record_death). That is before any other
+//!   [`push_death`](crate::engine::push::push_death). That is before any other
 //!   operation on the shard, so a thread that got the freed address back from glibc
 //!   meanwhile and waits to insert it finds the old entry gone, as in §3. The interrupted
 //!   thread itself looks at the flag right after it releases the lock (a load of a line it
@@ -231,7 +231,7 @@ fn take_deferred(shard: &Shard, table: &mut Table) {
         d.addr.store(0, Ordering::Relaxed);
         if let Some(entry) = table.take(addr) {
             filter_dec(filter_index(addr));
-            crate::engine::hot::record_death(entry, time);
+            crate::engine::push::push_death(entry.epoch, entry.id, time);
         }
     }
 }
@@ -516,7 +516,7 @@ fn remove_at(addr: usize, fi: usize) -> Option<Entry> {
 fn removal_deferred(i: usize, addr: usize) {
     if !defer(i, addr) {
         // The block stays in the table: its death is not seen.
-        crate::engine::hot::UNTRACKED.fetch_add(1, Ordering::Relaxed);
+        crate::engine::lost::UNTRACKED.fetch_add(1, Ordering::Relaxed);
     }
 }
 

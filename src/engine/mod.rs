@@ -6,13 +6,24 @@
 //! see `hot` §1), and nothing here depends on the session, the recorder,
 //! the profile or the reports: `grep -rn "use crate::" src/engine` names only `engine`,
 //! `sys` and `config`.
+//!
+//! Imports run downward, and the files several others need are floors of their own: the
+//! busy guard (`busy`), the lost-sample counters (`lost`), the pushes into the session's
+//! queue (`push`, below the live table that reports deferred deaths through it), the
+//! capture buffer (`callstack::frames`) and the per-thread state types
+//! (`sampler::per_thread`, `callstack::per_thread`) that `thread` maps. `hot` composes
+//! them into the sample path, and `alloc` calls it from the hooks; nothing below reaches
+//! back into either.
 
 pub(crate) mod alloc;
+pub(crate) mod busy;
 pub(crate) mod callstack;
 pub(crate) mod clock;
 pub(crate) mod hot;
 pub(crate) mod label;
 pub(crate) mod live;
+pub(crate) mod lost;
+pub(crate) mod push;
 pub(crate) mod queue;
 pub(crate) mod sampler;
 pub(crate) mod thread;

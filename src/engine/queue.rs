@@ -462,7 +462,7 @@ impl Queue {
                             (*slot).owner.store(owner_tag(pos), Ordering::Relaxed);
                             (*slot).event.get().write(event);
                             (*slot).nframes.get().write(n);
-                            crate::engine::callstack::copy_words(
+                            crate::engine::callstack::frames::copy_words(
                                 Self::frames_ptr(slot),
                                 frames.as_ptr(),
                                 n,

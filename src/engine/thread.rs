@@ -40,8 +40,8 @@
 //! DWARF expression), so that no handler of the program ever runs on that stack. Pages
 //! of it that are never touched are never backed by memory.
 
-use crate::engine::callstack::PerThread;
-use crate::engine::sampler::ThreadState;
+use crate::engine::callstack::per_thread::PerThread;
+use crate::engine::sampler::per_thread::ThreadState;
 use crate::sys::rawmem;
 use core::cell::Cell;
 use core::ffi::c_void;
@@ -87,7 +87,7 @@ static KEY: AtomicU32 = AtomicU32::new(0);
 /// Creates the key that releases blocks at thread exit, once (a session begins). Not on the
 /// sample path.
 pub(crate) fn prepare() {
-    crate::engine::callstack::bind_stack_queries();
+    crate::engine::callstack::per_thread::bind_stack_queries();
     if KEY.load(Ordering::Acquire) != 0 {
         return;
     }

@@ -48,7 +48,7 @@
 //! [`before_dlclose`] brings the file up to date while the library is still mapped: pending
 //! events are written, the modules listed again and the symbols seen so far resolved. It
 //! also withdraws the DWARF unwinder's module list, which [`after_dlclose`] rebuilds once
-//! the library is gone (see `engine/callstack/cfi.rs`). Under `memprof record` the two also
+//! the library is gone (see `engine/callstack/cfi/`). Under `memprof record` the two also
 //! write which objects the call may unmap and that it returned ([`log_closing`],
 //! [`log_closed`]; `ring.rs` §3).
 //!
@@ -73,6 +73,7 @@
 
 use super::env::{self, EnvSettings};
 use super::ring::{self, Ring};
+use crate::engine::busy::Busy;
 use crate::session::recorder::Recorder;
 use crate::session::{self, Poll, Session};
 use core::cell::UnsafeCell;
@@ -254,7 +255,7 @@ fn log_modules(agent: &mut Agent) {
     let (Some(ring), Some(session)) = (&agent.ring, &agent.session) else {
         return;
     };
-    let _busy = crate::engine::sampler::Busy::enter();
+    let _busy = Busy::enter();
     let epoch = session.epoch();
     let logged = &mut agent.logged_modules;
     // The list is read and its side event queued while no other thread can load or unload
@@ -325,7 +326,7 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
 pub fn init() {
     // The agent's own allocations (the file name, the handler registrations) are not the
     // program's: not sampled.
-    let _busy = crate::engine::sampler::Busy::enter();
+    let _busy = Busy::enter();
     let settings = match EnvSettings::from_lookup(getenv) {
         Ok(s) => s,
         Err(e) => {
@@ -514,7 +515,7 @@ fn before_dlclose(handle: *const core::ffi::c_void) -> u64 {
 /// through [`around_dlclose`], once per [`before_dlclose`].
 fn after_dlclose(close: u64) {
     {
-        let _busy = crate::engine::sampler::Busy::enter();
+        let _busy = Busy::enter();
         crate::engine::callstack::after_dlclose();
     }
     log_owned_modules();
@@ -546,7 +547,7 @@ static CLOSES: AtomicU64 = AtomicU64::new(1);
 /// `dlopen` maps where they were meanwhile keeps its own samples (`ring.rs` §3). Returns the
 /// record's id, or 0 when none was written (a handle not on the loader's list).
 fn log_closing(agent: &mut Agent, handle: *const core::ffi::c_void) -> u64 {
-    let _busy = crate::engine::sampler::Busy::enter();
+    let _busy = Busy::enter();
     let mut id = 0;
     crate::sys::loader::while_list_is_fixed(|| {
         let Some(objects) = crate::sys::loader::closable_from(handle) else {
@@ -575,7 +576,7 @@ fn log_closing(agent: &mut Agent, handle: *const core::ffi::c_void) -> u64 {
 /// can be added to its list until the record is among the events: an object loaded before
 /// any event that precedes the record is counted.
 fn log_closed(agent: &mut Agent, id: u64) {
-    let _busy = crate::engine::sampler::Busy::enter();
+    let _busy = Busy::enter();
     crate::sys::loader::while_list_is_fixed(|| {
         let mut bytes = id.to_le_bytes().to_vec();
         bytes.extend_from_slice(&crate::sys::loader::counts().0.to_le_bytes());
@@ -589,7 +590,7 @@ fn log_side(agent: &mut Agent, kind: u8, payload: &[u8]) -> bool {
     let (Some(ring), Some(session)) = (&agent.ring, &agent.session) else {
         return false;
     };
-    let _busy = crate::engine::sampler::Busy::enter();
+    let _busy = Busy::enter();
     let Some(end) = ring.log_append(kind, payload) else {
         return false;
     };
@@ -699,7 +700,7 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
-    let _busy = crate::engine::sampler::Busy::enter();
+    let _busy = Busy::enter();
     session::fork_child();
     // SAFETY: this thread holds LOCK (taken in fork_prepare before the fork).
     let agent = unsafe { &mut *AGENT.0.get() };

@@ -3,7 +3,7 @@
 //!
 //! # 1. The error of an estimate
 //! The sampler makes every allocated byte a sample point independently with probability
-//! `p = 1/R` (R the mean interval; see the sampler, `src/engine/sampler.rs`). A site (or stack, or
+//! `p = 1/R` (R the mean interval; see the sampler, `src/engine/sampler/`). A site (or stack, or
 //! any set of blocks) of `B` true bytes therefore gets `K ~ Binomial(B, 1/R)` points and is
 //! estimated as `B̂ = R·K`, which is unbiased, with
 //!

@@ -226,7 +226,7 @@ pub fn delta(earlier: &Profile, mut later: Profile) -> Profile {
 fn encode(p: &Profile, view: View, seconds: Option<u64>) -> Result<Vec<u8>, Error> {
     use pprof::protos::Message;
     // The encoding's allocations are the profiler's own.
-    let _busy = crate::engine::sampler::Busy::enter();
+    let _busy = crate::engine::busy::Busy::enter();
     let mut out = report::pprof(p, &PprofOptions { default_view: view, ..Default::default() });
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -4,7 +4,7 @@
 
 use super::handler::{Handler, Plan, Response};
 use super::parse::{parse_head, Parsed, MAX_HEAD};
-use crate::engine::sampler::Busy;
+use crate::engine::busy::Busy;
 use crate::error::Error;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};

@@ -58,10 +58,11 @@ pub use tracker::{
 };
 
 use crate::config::Config;
+use crate::engine::busy::Busy;
 use crate::engine::clock;
 use crate::engine::hot::{self, queue};
 use crate::engine::queue::{Event, Queue};
-use crate::engine::sampler::{self, Busy};
+use crate::engine::sampler;
 use crate::error::Error;
 use crate::profile::GcCycle;
 use driver::{

@@ -1,7 +1,7 @@
 //! libgcc's DWARF unwinder (through `backtrace`): the fallback of the other walks, and
 //! the unwinder of `Unwinder::Libgcc`.
 
-use super::Captured;
+use super::frames::Captured;
 
 #[inline(never)]
 pub(super) fn capture_dwarf(out: &mut Captured, depth: usize) {

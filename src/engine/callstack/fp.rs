@@ -1,7 +1,8 @@
-//! The frame-pointer walk, and the bounds of the thread's stack that keep it inside.
+//! The frame-pointer walk, kept inside the thread's stack by its bounds (`per_thread`).
 
-use super::{memo, this_thread, Captured, PerThread, INLINE_FRAMES};
-use crate::sys::errno::{errno, set_errno};
+use super::frames::{Captured, INLINE_FRAMES};
+use super::memo;
+use super::per_thread::thread_hi;
 use core::mem::MaybeUninit;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -145,71 +146,5 @@ fn capture_fp_slow(out: &mut Captured, depth: usize, mut fp: usize, lo: usize, t
 
 /// The top of the current thread's stack, cached per thread.
 pub(super) fn stack_hi() -> usize {
-    this_thread().map_or(0, thread_hi)
-}
-
-#[inline(always)]
-pub(super) fn thread_hi(t: &PerThread) -> usize {
-    let v = t.hi.get();
-    if v != 0 {
-        return v;
-    }
-    let v = query_stack_hi();
-    t.hi.set(v);
-    v
-}
-
-/// Runs the library calls a thread's first sample makes to find its stack top
-/// (`pthread_getattr_np`, which calls `realloc` and `pthread_getaffinity_np` through
-/// glibc's lazily bound PLT), so that their symbols are bound before a thread on a small
-/// stack samples: binding one costs the sample path ~2 KB of stack (`_dl_runtime_resolve`
-/// saves the vector registers, then the symbol lookup). Called when a session begins.
-pub(crate) fn bind_stack_queries() {
-    let saved = errno();
-    // SAFETY: as in `query_stack_hi`.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
-            let mut addr: *mut libc::c_void = core::ptr::null_mut();
-            let mut size: libc::size_t = 0;
-            libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-            libc::pthread_attr_destroy(&mut attr);
-        }
-    }
-    set_errno(saved);
-}
-
-fn query_stack_hi() -> usize {
-    // SAFETY: getpid/gettid have no preconditions.
-    let main = unsafe { libc::getpid() == libc::gettid() };
-    if main {
-        extern "C" {
-            static __libc_stack_end: *const core::ffi::c_void;
-        }
-        // SAFETY: glibc sets __libc_stack_end before main runs and never changes it.
-        // Frames of the main thread all lie below it.
-        return unsafe { __libc_stack_end } as usize;
-    }
-    let saved = errno();
-    // pthread_getattr_np allocates (the thread's CPU set): the profiler's own allocations.
-    // SAFETY: pthread_attr_t is plain data initialised by pthread_getattr_np and destroyed
-    // once; the out-pointers are valid locals.
-    let hi = crate::engine::sampler::Busy::own_allocations(|| unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            0
-        } else {
-            let mut addr: *mut libc::c_void = core::ptr::null_mut();
-            let mut size: libc::size_t = 0;
-            let r = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-            libc::pthread_attr_destroy(&mut attr);
-            if r == 0 {
-                addr as usize + size
-            } else {
-                0
-            }
-        }
-    });
-    set_errno(saved);
-    hi
+    crate::engine::thread::blocks().map_or(0, |b| thread_hi(&b.callstack))
 }

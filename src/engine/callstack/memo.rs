@@ -17,12 +17,12 @@
 //! start's `bp` is part of the key only when a rule used it before any load replaced it:
 //! a program's `rbp` at `malloc` (a loop variable, say) does not make every walk a miss.
 
-use super::Captured;
+use super::frames::{copy_words, Captured, INLINE_FRAMES};
 
 /// Walks remembered per thread.
 const WAYS: usize = 4;
 /// Deepest capture remembered (frames), and the most words such a walk may read.
-pub(super) const FRAMES: usize = super::INLINE_FRAMES;
+pub(super) const FRAMES: usize = INLINE_FRAMES;
 const READS: usize = 2 * FRAMES + 2;
 /// Replays of at most this many frames copy a fixed block.
 const SHORT: usize = 16;
@@ -234,7 +234,7 @@ impl Memo {
             } else {
                 // SAFETY: e.len < FRAMES = INLINE_FRAMES (checked in `commit`): within both
                 // arrays, which are distinct objects.
-                unsafe { super::copy_words(dst, e.frames.as_ptr(), e.len) };
+                unsafe { copy_words(dst, e.frames.as_ptr(), e.len) };
             }
             out.len = e.len;
             out.truncated = e.truncated;

@@ -47,7 +47,6 @@
 //! remembered. The thread's memo and its stack top share one thread-local (`PerThread`).
 
 use crate::config::Unwinder;
-use core::cell::{Cell, UnsafeCell};
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -57,15 +56,16 @@ mod dwarf;
 mod fp;
 #[cfg(target_arch = "x86_64")]
 mod fp_proof;
-mod frames;
+pub(crate) mod frames;
 mod memo;
+pub(crate) mod per_thread;
 
 use dwarf::{capture_dwarf, capture_dwarf_at, capture_dwarf_from};
-pub(crate) use fp::bind_stack_queries;
 #[cfg(test)]
 use fp::stack_hi;
-use fp::{capture_fp, capture_fp_walk, frame_pointer, stack_pointer, thread_hi, FP_SUPPORTED};
-pub(crate) use frames::{copy_words, Captured, INLINE_FRAMES};
+use fp::{capture_fp, capture_fp_walk, frame_pointer, stack_pointer, FP_SUPPORTED};
+pub(crate) use frames::Captured;
+use per_thread::{thread_hi, PerThread};
 
 const USE_FP: u8 = 0;
 const USE_LIBGCC: u8 = 1;
@@ -79,18 +79,6 @@ static MALLOC_FAMILY: AtomicBool = AtomicBool::new(false);
 /// process (the preload library's agent, before its session starts).
 pub(crate) fn sampling_the_c_library() {
     MALLOC_FAMILY.store(true, Ordering::Relaxed);
-}
-
-/// The sample path's per-thread state, in the thread's lazily mapped block (zeroed when
-/// mapped, see `crate::engine::thread`).
-pub(crate) struct PerThread {
-    /// Highest address of this thread's stack (0 = not yet known).
-    hi: Cell<usize>,
-    /// The thread's remembered walks (§4), used by one capture at a time; valid once
-    /// `memo_ready`.
-    memo: UnsafeCell<MaybeUninit<memo::Memo>>,
-    memo_ready: Cell<bool>,
-    memo_taken: Cell<bool>,
 }
 
 /// This thread's unwinding state, as a reference (`None` if its block could not be

@@ -31,23 +31,26 @@
 //! fixed sequence per thread.
 //!
 //! # 4. Reentrancy
-//! [`Busy`] marks a thread that is inside the profiler (the sample path, or a callback).
-//! Bytes allocated while busy still advance the countdown (so user bytes stay a Bernoulli
-//! process) but are never reported. The profiler's own allocations at safe points
-//! ([`Busy::enter`]) are not the program's, and are simply not reported. An allocation
-//! that finds its thread in the sample path ([`Busy::enter_sampling`]) or in the middle of a
-//! draw can only be a signal handler's that interrupted it: a sample point that falls in
-//! it is skipped and counted as a lost event
-//! ([`hot::skipped`](crate::engine::hot::skipped)), never
-//! waited for.
+//! [`Busy`](crate::engine::busy::Busy) marks a thread that is inside the profiler (the
+//! sample path, or a callback). Bytes allocated while busy still advance the countdown (so
+//! user bytes stay a Bernoulli process) but are never reported. The profiler's own
+//! allocations at safe points ([`Busy::enter`](crate::engine::busy::Busy::enter)) are not
+//! the program's, and are simply not reported. An allocation that finds its thread in the
+//! sample path ([`Busy::enter_sampling`](crate::engine::busy::Busy::enter_sampling)) or in
+//! the middle of a draw can only be a signal handler's that interrupted it: a sample point
+//! that falls in it is skipped and counted as a lost event
+//! ([`lost::skipped`](crate::engine::lost::skipped)), never waited for.
 
 use crate::sys::padded::Padded;
-use core::cell::{Cell, UnsafeCell};
-use core::mem::MaybeUninit;
+use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use rand::rngs::SmallRng;
+#[cfg(test)]
 use rand::SeedableRng;
 use rand_distr::{Binomial, Distribution, Exp1};
+
+pub(crate) mod per_thread;
+use per_thread::ThreadState;
 
 /// A sample hit: the allocation holds `k` sample points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,82 +110,12 @@ impl Countdown {
     }
 }
 
-/// A thread's sampler state beyond its countdown (in its lazily mapped block,
-/// `crate::engine::thread`).
-pub(crate) struct ThreadState {
-    /// The epoch of the thread's number and generator.
-    epoch: Cell<u64>,
-    /// The thread's next sample id and the end of its block (see [`ID_BLOCK`]).
-    next_id: Cell<u64>,
-    id_end: Cell<u64>,
-    /// Thread number within the current epoch's session.
-    thread: Cell<u32>,
-    /// `-1 / ln(1 - p)`, cached per epoch.
-    gap_scale: Cell<f64>,
-    /// `p = 1 / R`, cached per epoch.
-    p: Cell<f64>,
-    /// `MANY_POINTS / p`, cached per epoch: more bytes than this after the first point
-    /// hold more than `MANY_POINTS` points on average.
-    many: Cell<u64>,
-    /// The generator holds a value (seeded in some session).
-    seeded: Cell<bool>,
-    /// A draw is running on this thread (a signal handler's allocation may interrupt it).
-    drawing: Cell<bool>,
-    /// The thread's generator, valid while `seeded`.
-    rng: UnsafeCell<MaybeUninit<SmallRng>>,
-}
-
-impl ThreadState {
-    /// Seeds the generator. False while a draw runs (an interrupted one keeps it).
-    fn seed(&self, seed: u64) -> bool {
-        if self.drawing.get() {
-            return false;
-        }
-        // SAFETY: no draw runs on this thread (checked above), so nothing borrows the
-        // generator; the state is this thread's own. `SmallRng` has no destructor, so
-        // overwriting an earlier value leaks nothing.
-        unsafe { (*self.rng.get()).write(SmallRng::seed_from_u64(seed)) };
-        self.seeded.set(true);
-        true
-    }
-
-    /// Runs `f` with the generator: `None` before it is seeded, or while a draw it would
-    /// interrupt runs.
-    #[inline(always)]
-    fn draw<R>(&self, f: impl FnOnce(&mut SmallRng) -> R) -> Option<R> {
-        if !self.seeded.get() || self.drawing.replace(true) {
-            return None;
-        }
-        // SAFETY: `seeded` says the generator holds a value; `drawing` was false and is
-        // now true, so no other reference to it exists until it is cleared below (the
-        // state never leaves its thread).
-        let r = f(unsafe { (*self.rng.get()).assume_init_mut() });
-        self.drawing.set(false);
-        Some(r)
-    }
-}
-
 thread_local! {
     /// The countdown of allocations sampled through [`sample`] (the in-process allocator's
     /// fast path). A `thread_local!` of its own rather than a field of the block below: in
     /// an executable, the linker turns it into one `fs:`-relative access, one instruction
     /// fewer than a pointer to the block.
     static COUNTDOWN: Countdown = const { Countdown::new() };
-}
-
-crate::sys::tls::thread_block! {
-    /// Inside the profiler: allocations are not reported (see [`Busy`]). Static
-    /// thread-local storage, beside the countdown: the reentrancy check needs it on every
-    /// path, before any block is mapped.
-    fn busy_flag() -> Cell<u8> = Cell::new(NOT_BUSY), "memprof_0_1_sampler_busy"
-}
-
-/// This thread's busy flag, as a reference.
-#[inline(always)]
-fn busy<'a>() -> &'a Cell<u8> {
-    // SAFETY: `busy_flag()` is this thread's block, valid until the thread exits; the
-    // reference is used only on this thread, within the call that made it.
-    unsafe { &*busy_flag() }
 }
 
 /// Starts sampling with mean interval `interval` bytes. Returns the new epoch.
@@ -322,13 +255,13 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
     // The first point is byte `c` of the allocation.
     let Some(k) = s.draw(|rng| points(s, rng, cd, size, c)) else {
         // A signal handler's allocation interrupted a draw of this thread (§4).
-        crate::engine::hot::skipped();
+        crate::engine::lost::skipped();
         return None;
     };
-    match busy().get() {
-        NOT_BUSY => {}
-        SAMPLING => {
-            crate::engine::hot::skipped();
+    match crate::engine::busy::state() {
+        crate::engine::busy::NOT_BUSY => {}
+        crate::engine::busy::SAMPLING => {
+            crate::engine::lost::skipped();
             return None;
         }
         _ => return None,
@@ -429,90 +362,11 @@ pub(crate) fn entropy_seed() -> u64 {
     mix(t ^ mix(u64::from(std::process::id())) ^ (&local as *const u8 as u64))
 }
 
-/// The thread is not inside the profiler.
-const NOT_BUSY: u8 = 0;
-/// The thread is at a safe point of the profiler (callbacks, the agent): its allocations are
-/// the profiler's own.
-const SAFE_POINT: u8 = 1;
-/// The thread is in the sample path: an allocation now is a signal handler's (§4).
-const SAMPLING: u8 = 2;
-
 /// This thread's next sample id (changes at every sample of the thread; see
 /// `hot::move_gen`).
 #[inline(always)]
 pub(crate) fn next_id() -> u64 {
     crate::engine::thread::blocks().map_or(0, |b| b.sampler.next_id.get())
-}
-
-/// Marks the current thread as inside the profiler for the guard's lifetime.
-#[derive(Debug)]
-pub struct Busy {
-    /// This thread's flag (thread-local storage without a destructor: valid until the
-    /// thread exits), kept so that leaving needs no second thread-local lookup.
-    flag: *const Cell<u8>,
-}
-
-impl Busy {
-    /// Enters the profiler at a safe point on this thread; `None` when the thread is inside
-    /// already.
-    #[inline]
-    pub fn enter() -> Option<Busy> {
-        Busy::enter_as(SAFE_POINT)
-    }
-
-    /// Enters the sample path on this thread; `None` when the thread is inside the profiler
-    /// already.
-    #[inline]
-    pub fn enter_sampling() -> Option<Busy> {
-        Busy::enter_as(SAMPLING)
-    }
-
-    #[inline(always)]
-    fn enter_as(how: u8) -> Option<Busy> {
-        let flag = busy() as *const Cell<u8>;
-        // SAFETY: `flag` is this thread's own flag (static thread-local storage), alive for
-        // the thread's lifetime, and is only used on this thread (Busy is not Send). A
-        // signal handler between the read and the write leaves the flag as it found it.
-        unsafe {
-            if (*flag).get() != NOT_BUSY {
-                return None;
-            }
-            (*flag).set(how);
-        }
-        Some(Busy { flag })
-    }
-
-    /// Runs `f`, a call of the sample path into the C library that may allocate (the stack
-    /// bounds' query), with the thread marked as at a safe point: those
-    /// allocations are the profiler's own, neither reported nor counted as skipped (§4).
-    /// (A signal handler's allocation during `f` is then not counted either.)
-    #[inline]
-    pub(crate) fn own_allocations<R>(f: impl FnOnce() -> R) -> R {
-        let flag = busy();
-        let was = flag.get();
-        if was == SAMPLING {
-            flag.set(SAFE_POINT);
-        }
-        let r = f();
-        if was == SAMPLING {
-            flag.set(SAMPLING);
-        }
-        r
-    }
-
-    /// True when this thread is inside the profiler.
-    #[inline]
-    pub fn is_busy() -> bool {
-        busy().get() != NOT_BUSY
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        // SAFETY: as in `enter`: the guard lives on the thread that made it (not Send), so
-        // the thread and its flag are alive.
-        unsafe { (*self.flag).set(NOT_BUSY) };
-    }
 }
 
 /// Draws from a fresh generator: used by tests to check the gap distribution in isolation.
