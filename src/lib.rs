@@ -174,7 +174,7 @@ mod engine;
 mod error;
 pub mod gc;
 pub mod profile;
-mod record;
+pub mod record;
 #[cfg(feature = "report")]
 pub mod report;
 #[cfg(feature = "serve")]
@@ -188,8 +188,6 @@ pub use config::{Config, Unwinder};
 pub use engine::alloc::Sampled;
 pub use engine::clock::monotonic_ns;
 pub use error::{Error, LaunchError};
-pub use record::bundled;
-pub use record::launcher;
 pub use session::recorder::{Held, Recorder};
 pub use session::{
     live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll,
@@ -213,7 +211,7 @@ pub mod __private {
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Busy, Countdown, EPOCH};
-    pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::record::program::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::next_definitions;
     pub use crate::sys::errno::{errno, set_errno};

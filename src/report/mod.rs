@@ -28,6 +28,9 @@ pub mod text;
 pub mod top;
 pub mod tree;
 pub mod unwinding;
+pub mod write;
+#[cfg(feature = "cli")]
+pub mod command;
 
 pub use diff::{diff_sites, diff_table, DiffOptions};
 pub use flamegraph::{flamegraph, FlameOptions};

@@ -1,5 +1,5 @@
 //! `memprof record`'s collector: reads the shared rings of the processes it runs (see
-//! [`super::ring`]) and writes their profiles.
+//! [`crate::record::ring`]) and writes their profiles.
 //!
 //! # 1. The loop
 //! One thread, at normal priority (it is the consumer the exact mode's backpressure waits
@@ -37,8 +37,8 @@
 //! makes the collector read `/proc/<pid>/maps` while the process lives; the object files
 //! named there give the missing modules ([`modules_of`]).
 
-use super::env;
-use super::ring::{self, Ring};
+use crate::record::env;
+use crate::record::ring::{self, Ring};
 use crate::config::Unwinder;
 use crate::engine::clock::Converter;
 use crate::engine::queue::{EventKind, Queue};
@@ -128,7 +128,7 @@ fn run(plan: Plan, stop: &AtomicBool) -> Vec<String> {
         let stopping = stop.load(Ordering::Acquire);
         // New rings and ended processes are looked for every few milliseconds, not on every
         // pass: a busy pass follows the last at once.
-        let now = crate::monotonic_ns();
+        let now = crate::engine::clock::monotonic_ns();
         let look = stopping || now.saturating_sub(last_look) >= LOOK_EVERY_NS;
         if look {
             last_look = now;
@@ -315,7 +315,7 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
         Ok(None) => {
             let (stem, pid, image) = (stem.to_owned(), r.pid, r.image);
             Recorder::streaming_deferred(Box::new(move || {
-                create_child(&stem, pid, image).map_err(crate::Error::Other)
+                create_child(&stem, pid, image).map_err(crate::error::Error::Other)
             }))
         }
         // The queue is still drained (its events dropped), so the program never waits

@@ -32,8 +32,8 @@
 use super::bundled::{Bundled, Installed};
 use super::collect::{Collector, Plan};
 // `config` is the MEMPROF_* contract (record/env.rs), which the launcher writes.
-use super::env as config;
-pub use super::env::EnvSettings;
+use crate::record::env as config;
+pub use crate::record::env::EnvSettings;
 use crate::error::{Error, LaunchError};
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -603,7 +603,7 @@ pub fn record_with(
         eprintln!("memprof: {msg}");
     }
     let unfollowed =
-        rings.as_ref().map(|d| super::unfollowed::read(&d.0, 1 << 20)).unwrap_or_default();
+        rings.as_ref().map(|d| crate::record::unfollowed::read(&d.0, 1 << 20)).unwrap_or_default();
     drop(rings);
     // SAFETY: restores the dispositions read above.
     unsafe {

@@ -71,8 +71,8 @@
 //! `posix_spawn` hooks name what this process (or a forked child of it, followed or not)
 //! starts, for `record` to print (see `record/unfollowed.rs`).
 
-use super::env::{self, EnvSettings};
-use super::ring::{self, Ring};
+use crate::record::env::{self, EnvSettings};
+use crate::record::ring::{self, Ring};
 use crate::session::recorder::Recorder;
 use crate::session::{self, Poll, Session};
 use core::cell::UnsafeCell;
@@ -189,16 +189,16 @@ fn open_root(path: &str) -> Result<File, String> {
 }
 
 /// Creates a followed child's file, `<dir>/<pid>[.<n>].mprof`, exclusively.
-fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::Error> {
+fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate::error::Error> {
     for n in 0..100 {
         let path = env::child_output(stem, me, n);
         match crate::sys::files::open_profile_in_process(&path, true) {
             Ok(f) => return Ok((path.into(), f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(crate::Error::io(format!("cannot create the profile {path}"), e)),
+            Err(e) => return Err(crate::error::Error::io(format!("cannot create the profile {path}"), e)),
         }
     }
-    Err(crate::Error::Other(format!(
+    Err(crate::error::Error::Other(format!(
         "cannot create a profile named {stem}/{me}.*.mprof: all names taken"
     )))
 }
@@ -336,7 +336,7 @@ pub fn init() {
         // What this process and its forked children execute is not profiled: `record`
         // is told its name instead.
         if let Some(dir) = &settings.rings {
-            super::unfollowed::set_dir(dir);
+            crate::record::unfollowed::set_dir(dir);
         }
     }
     crate::engine::callstack::sampling_the_c_library();
