@@ -81,6 +81,7 @@
 //! | `profile/load.rs` | reading one or more `.mprof` files as `record` and `report` do (following a tree, resolving symbols) |
 //! | `profile/merge.rs` | a process tree's profiles merged into one |
 //! | `profile/replay.rs` | a recording replayed: windows in time (`--at`, `--from`, `--to`), the heap at a moment, the time parsers |
+//! | `profile/replay_fuzz.rs` | the time parsers fuzzed (proptest, a unit test: the parsers are private) |
 //! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
 //! | `report/tree.rs` | a tree's table of processes |
 //! | `report/text.rs` | [`report::text::printable`]: every name a terminal shows, escaped |
@@ -93,6 +94,8 @@
 //! | `report/stats.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
 //! | `report/diff.rs` | `memprof diff`: per-site changes between two recordings, in four formats |
 //! | `report/html.rs` | the self-contained HTML page (timeline, flamegraph of any range, sites) |
+//! | `report/write.rs` | a report's outputs written under the file policy: [`report::write::Outputs`], the HTML page timed |
+//! | `report/command.rs` | `memprof report` and `memprof diff` as the terminal sees them (feature `cli`): arguments, files, window, tables |
 //! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
 //! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |
 //! | `serve/parse.rs` | the request head, parsed from bytes alone (fuzzed by `tests/fuzz_http.rs`) |
@@ -107,21 +110,26 @@
 //! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
 //! | `gc/stats.rs` | per-cycle timing records and heap totals |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
-//! | `record/` | both halves of `memprof record` |
-//! | `record/launcher.rs` | [`launcher`]: runs a program under the preload library |
-//! | `record/bundled.rs` | [`bundled`]: the preload library carried in the executable, cached on disk |
-//! | `record/agent.rs` | the in-process half: start, fork, exec, `dlclose`, exit |
-//! | `record/env.rs` | the `MEMPROF_*` contract between the two halves |
-//! | `record/unfollowed.rs` | the programs a process started unfollowed, named for `record` |
-//! | `record/mod.rs` | the folder's face: which half runs where |
-//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header, side log (module lists, `dlclose` records), queue |
-//! | `record/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles |
+//! | `record/` | `memprof record`, split by the process each part runs in; the binary's entry points [`record::run`] and [`record::preload_path`] |
+//! | `record/mod.rs` | the folder's face: which part runs where, what the binary calls |
+//! | `record/env.rs` | the `MEMPROF_*` contract between the two processes |
+//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header, side log (module lists, `dlclose` records), queue; the producer side runs in the program, the consumer side in `memprof` |
+//! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
+//! | `record/program/` | runs inside the profiled program, called by the preload library |
+//! | `record/program/mod.rs` | the folder's face |
+//! | `record/program/agent.rs` | the agent: start, fork, exec, `dlclose`, exit |
+//! | `record/command/` | runs in `memprof` (feature `cli`) |
+//! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
+//! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
+//! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
+//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles |
+//! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
+//! | `record/command/run.rs` | [`record::run`]: the program run, its three threads beside it, then the summary, the companions and every diagnosis |
+//! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
 //! | `error.rs` | [`Error`] and [`LaunchError`] |
-//! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
-//! | `bin/memprof/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
+//! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
-//! | `bin/memprof/cli.rs` | the commands' arguments and `record`, `report`, `diff` as the terminal sees them |
-//! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, the gallery written |
+//! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, their flamegraphs and pages written (`target/memprof-demo/`) |
 //! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
 //!
 //! # Quick use
@@ -167,6 +175,12 @@
 //! memprof::__private::fork_child();
 //! ```
 #![deny(missing_docs)]
+// `memprof record`'s side in `memprof` (`record::command`: the launcher, the collector that
+// reads the rings, the report and diff commands) is built with the `cli` feature only. The
+// helpers it uses from the folders below (the rings' consumer side, the recorder's process
+// facts, the time parsers) are crate-private, so without that feature they have no user:
+// the preload library's build and a `report`-only build leave them unused.
+#![cfg_attr(not(feature = "cli"), allow(dead_code))]
 #![deny(missing_debug_implementations)]
 
 pub mod config;

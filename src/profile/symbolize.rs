@@ -198,7 +198,7 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
 /// while the program still ran), which are used where they were read from the same file as
 /// the module's; others are loaded now and kept in `loaders` for the next profile.
 #[cfg(feature = "report")]
-pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
+pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
     let mut notes = Vec::new();
     for (i, addrs) in by_module {
@@ -370,7 +370,7 @@ fn unnamed_by_module(profile: &Profile) -> std::collections::BTreeMap<usize, Vec
 /// the value is `Send`), so that little is left to do after it exits.
 #[cfg(feature = "report")]
 #[derive(Default)]
-pub struct Loaders {
+pub(crate) struct Loaders {
     by_path: HashMap<String, Loaded>,
 }
 

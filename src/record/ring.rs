@@ -574,7 +574,9 @@ mod tests {
         let payload = |i: usize| vec![(i % 251) as u8; 1000 + i % 7];
         let mut read = 0u64;
         for i in 0..3 * LOG_BYTES / 1000 {
-            ring.header().heartbeat_ns.store(crate::engine::clock::monotonic_ns(), Ordering::Relaxed);
+            ring.header()
+                .heartbeat_ns
+                .store(crate::engine::clock::monotonic_ns(), Ordering::Relaxed);
             let end = ring.log_append(LOG_MODULES, &payload(i)).expect("room after reading");
             let (records, at) = ring.log_records(read, end);
             assert_eq!(records, vec![(LOG_MODULES, payload(i))], "record {i}");
@@ -584,7 +586,8 @@ mod tests {
         }
         assert!(read > 2 * LOG_BYTES as u64, "wrapped twice");
         // Unread: the log fills, then refuses once the collector looks gone.
-        let stale = crate::engine::clock::monotonic_ns().saturating_sub(2 * crate::engine::hot::STALE_NS);
+        let stale =
+            crate::engine::clock::monotonic_ns().saturating_sub(2 * crate::engine::hot::STALE_NS);
         ring.header().heartbeat_ns.store(stale, Ordering::Relaxed);
         let big = vec![7u8; LOG_BYTES / 2];
         assert!(ring.log_append(LOG_MODULES, &big).is_some());

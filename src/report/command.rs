@@ -3,9 +3,9 @@
 //! outputs written ([`super::write`]). Messages go to stderr, escaped for the terminal.
 
 use super::text::{printable, printable_os};
+use super::top::TopOptions;
 use super::write::{write_file, write_html_of, write_outputs, Outputs};
 use super::{GroupBy, View};
-use super::top::TopOptions;
 use crate::error::Error;
 use crate::profile::load::{load_with_first, LoadOptions, Message, Process};
 use crate::profile::replay::{parse_duration, parse_moment, Window};

@@ -18,6 +18,8 @@
 //! walk, and flamegraph colours are derived from the function names.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "cli")]
+pub mod command;
 pub mod diff;
 pub mod flamegraph;
 pub mod folded;
@@ -29,8 +31,6 @@ pub mod top;
 pub mod tree;
 pub mod unwinding;
 pub mod write;
-#[cfg(feature = "cli")]
-pub mod command;
 
 pub use diff::{diff_sites, diff_table, DiffOptions};
 pub use flamegraph::{flamegraph, FlameOptions};

@@ -36,9 +36,7 @@ pub fn write_outputs(
         eprintln!("memprof: wrote pprof profile {}", path.display());
     }
     if let Some(path) = outputs.collapsed {
-        write_file_with(path, replace, |w| {
-            write_collapsed_grouped(w, profile, view, group_by)
-        })?;
+        write_file_with(path, replace, |w| write_collapsed_grouped(w, profile, view, group_by))?;
         eprintln!("memprof: wrote {} folded stacks {}", view.name(), path.display());
     }
     Ok(())
@@ -134,4 +132,3 @@ pub fn write_file_with(
     let cannot = |e| Error::io(format!("cannot write {}", path.display()), e);
     w.into_inner().map_err(|e| cannot(e.into_error()))?.commit().map_err(cannot)
 }
-

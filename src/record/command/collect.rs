@@ -37,12 +37,12 @@
 //! makes the collector read `/proc/<pid>/maps` while the process lives; the object files
 //! named there give the missing modules ([`modules_of`]).
 
-use crate::record::env;
-use crate::record::ring::{self, Ring};
 use crate::config::Unwinder;
 use crate::engine::clock::Converter;
 use crate::engine::queue::{EventKind, Queue};
 use crate::profile::{GcCycle, Module, Stopped};
+use crate::record::env;
+use crate::record::ring::{self, Ring};
 use crate::session::driver::{Drive, Driver};
 use crate::session::recorder::{ProcessFacts, Recorder};
 use crate::session::{Poll, SessionInfo, Stats, Tracker};

@@ -32,9 +32,9 @@
 use super::bundled::{Bundled, Installed};
 use super::collect::{Collector, Plan};
 // `config` is the MEMPROF_* contract (record/env.rs), which the launcher writes.
+use crate::error::{Error, LaunchError};
 use crate::record::env as config;
 pub use crate::record::env::EnvSettings;
-use crate::error::{Error, LaunchError};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Read;
@@ -92,7 +92,7 @@ pub struct Recorded {
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
 /// executable (an installed layout, or a cargo target directory, where `build.rs` keeps it
 /// up to date), else the copy `bundled` inside the executable, written to a cache file
-/// ([`crate::bundled`]). Keep the result alive while the program runs: a library that no
+/// ([`super::bundled`]). Keep the result alive while the program runs: a library that no
 /// cache directory could take lives in a temporary directory removed on drop. The error
 /// lists the places tried.
 pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {

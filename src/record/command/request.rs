@@ -62,4 +62,3 @@ pub struct RecordRequest {
     )]
     pub(crate) command: Vec<OsString>,
 }
-

@@ -167,8 +167,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             eprintln!("memprof: note: {n}");
         }
         let modules = profile.modules.iter().map(|m| m.path.as_str());
-        let any_named =
-            processes.iter().any(|p| notes::is_cpython(&p.executable, [].into_iter()));
+        let any_named = processes.iter().any(|p| notes::is_cpython(&p.executable, [].into_iter()));
         if any_named || notes::is_cpython(&profile.header.executable, modules) {
             eprintln!(
                 "memprof: note: {}",
@@ -351,4 +350,3 @@ fn idle_priority() {
     // is a valid sched_param for SCHED_IDLE (priority 0). Failure leaves it as it was.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
 }
-

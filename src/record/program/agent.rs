@@ -57,7 +57,7 @@
 //! writes no file and starts no thread. [`start_collected`] creates the process's ring
 //! (`record/ring.rs`), writes its command line and module list to the ring's side log, and
 //! starts the session on the ring's queue, which only `record`'s collector drains
-//! (`record/collect.rs`). The process keeps a mapping and nothing else: no descriptor a
+//! (`record/command/collect.rs`). The process keeps a mapping and nothing else: no descriptor a
 //! daemon could close or reuse, no file `RLIMIT_FSIZE` applies to, no thread a signal
 //! could be delivered to or that could keep the process alive, and nothing to flush when
 //! it dies: the collector drains the queue after the process is gone, whatever killed it.
@@ -195,7 +195,9 @@ fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate
         match crate::sys::files::open_profile_in_process(&path, true) {
             Ok(f) => return Ok((path.into(), f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(crate::error::Error::io(format!("cannot create the profile {path}"), e)),
+            Err(e) => {
+                return Err(crate::error::Error::io(format!("cannot create the profile {path}"), e))
+            }
         }
     }
     Err(crate::error::Error::Other(format!(
