@@ -91,7 +91,7 @@ impl Process {
 /// profile in while the program runs ([`follow`]), and little is left to read once it
 /// exits.
 #[derive(Debug)]
-pub struct Follow {
+pub(crate) struct Follow {
     path: PathBuf,
     file: Option<std::fs::File>,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,

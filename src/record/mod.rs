@@ -1,6 +1,6 @@
 //! `memprof record`, split by the process each part runs in:
 //!
-//! - [`program`]: runs inside the profiled program, loaded by the preload library: the
+//! - `program`: runs inside the profiled program, loaded by the preload library: the
 //!   agent that starts its session and follows its `fork`, `exec`, `dlclose` and exit.
 //! - `command` (the `cli` feature): runs in `memprof`: the bundled preload library and its
 //!   cache, the launcher, the collector that drains the rings and writes the profiles, and

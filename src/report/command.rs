@@ -112,7 +112,7 @@ fn site_skip(patterns: &[String]) -> Result<SiteSkip, Error> {
     Ok(skip)
 }
 
-/// Reads one or more profiles ([`load_with_first`]), printing their warnings and notes on
+/// Reads one or more profiles ([`crate::profile::load::load`]), printing their warnings and notes on
 /// stderr; `recorded`: just recorded (their symbols are resolved and written into them).
 pub fn read_profiles(files: &[PathBuf], recorded: bool) -> Result<(Profile, Vec<String>), Error> {
     read_profiles_first(files, recorded, &mut Loaders::default(), None).map(|(p, l, _)| (p, l))

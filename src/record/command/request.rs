@@ -5,6 +5,8 @@ use clap::Args;
 use std::ffi::OsString;
 
 /// `memprof record`: the settings, the program and what to print (the command's arguments).
+// The help text is clap's, shown as written: `<pid>` is not an HTML tag.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Args, Debug)]
 #[command(after_help = "Example: memprof record --interval 1 -- ./prog arg1 arg2")]
 pub struct RecordRequest {
