@@ -174,6 +174,32 @@
 //! ```compile_fail,E0425
 //! memprof::__private::fork_child();
 //! ```
+//!
+//! `memprof record`'s plumbing is the binary's through [`record::run`] and
+//! [`record::preload_path`] only: the launcher, the bundled library's installer, the
+//! readers that follow a growing profile, the symbol loaders and the time parsers are
+//! private to the crate.
+//! ```compile_fail,E0603
+//! let _ = memprof::record::command::launcher::mapped_objects(1);
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::record::command::bundled::Bundled::cache_dirs();
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::load::follow;
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::load::follow_shared;
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::symbolize::Loaders::default();
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::replay::parse_moment("1s", 0);
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::replay::parse_duration("1s");
+//! ```
 #![deny(missing_docs)]
 // `memprof record`'s side in `memprof` (`record::command`: the launcher, the collector that
 // reads the rings, the report and diff commands) is built with the `cli` feature only. The
