@@ -182,8 +182,8 @@
 //! ```compile_fail,E0603
 //! let _ = memprof::record::command::launcher::mapped_objects(1);
 //! ```
-//! ```compile_fail,E0603
-//! let _ = memprof::record::command::bundled::Bundled::cache_dirs();
+//! ```compile_fail,E0624
+//! let _ = memprof::record::Bundled::cache_dirs();
 //! ```
 //! ```compile_fail,E0603
 //! let _ = memprof::profile::load::follow;
