@@ -1,5 +1,5 @@
 //! Builds `libmemprof_preload.so` and hands it to the `memprof` executable, which carries it
-//! inside itself (`src/record/bundled.rs`): `cargo run`, `cargo install` and a copied
+//! inside itself (`src/record/command/bundled.rs`): `cargo run`, `cargo install` and a copied
 //! `target/release/memprof` all find their library without any other file.
 //!
 //! # How

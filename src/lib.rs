@@ -108,6 +108,7 @@
 //! | `profile/load.rs` | reading one or more `.mprof` files as `record` and `report` do (following a tree, resolving symbols) |
 //! | `profile/merge.rs` | a process tree's profiles merged into one |
 //! | `profile/replay.rs` | a recording replayed: windows in time (`--at`, `--from`, `--to`), the heap at a moment, the time parsers |
+//! | `profile/replay_fuzz.rs` | the time parsers fuzzed (proptest, a unit test: the parsers are private) |
 //! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
 //! | `report/tree.rs` | a tree's table of processes |
 //! | `report/text.rs` | [`report::text::printable`]: every name a terminal shows, escaped |
@@ -120,6 +121,8 @@
 //! | `report/stats.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
 //! | `report/diff.rs` | `memprof diff`: per-site changes between two recordings, in four formats |
 //! | `report/html.rs` | the self-contained HTML page (timeline, flamegraph of any range, sites) |
+//! | `report/write.rs` | a report's outputs written under the file policy: [`report::write::Outputs`], the HTML page timed |
+//! | `report/command.rs` | `memprof report` and `memprof diff` as the terminal sees them (feature `cli`): arguments, files, window, tables |
 //! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
 //! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |
 //! | `serve/parse.rs` | the request head, parsed from bytes alone (fuzzed by `tests/fuzz_http.rs`) |
@@ -134,21 +137,26 @@
 //! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
 //! | `gc/stats.rs` | per-cycle timing records and heap totals |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
-//! | `record/` | both halves of `memprof record` |
-//! | `record/launcher.rs` | [`launcher`]: runs a program under the preload library |
-//! | `record/bundled.rs` | [`bundled`]: the preload library carried in the executable, cached on disk |
-//! | `record/agent.rs` | the in-process half: start, fork, exec, `dlclose`, exit |
-//! | `record/env.rs` | the `MEMPROF_*` contract between the two halves |
-//! | `record/unfollowed.rs` | the programs a process started unfollowed, named for `record` |
-//! | `record/mod.rs` | the folder's face: which half runs where |
-//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header, side log (module lists, `dlclose` records), queue |
-//! | `record/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles |
+//! | `record/` | `memprof record`, split by the process each part runs in; the binary's entry points [`record::run`] and [`record::preload_path`] |
+//! | `record/mod.rs` | the folder's face: which part runs where, what the binary calls |
+//! | `record/env.rs` | the `MEMPROF_*` contract between the two processes |
+//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header, side log (module lists, `dlclose` records), queue; the producer side runs in the program, the consumer side in `memprof` |
+//! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
+//! | `record/program/` | runs inside the profiled program, called by the preload library |
+//! | `record/program/mod.rs` | the folder's face |
+//! | `record/program/agent.rs` | the agent: start, fork, exec, `dlclose`, exit |
+//! | `record/command/` | runs in `memprof` (feature `cli`) |
+//! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
+//! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
+//! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
+//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles |
+//! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
+//! | `record/command/run.rs` | [`record::run`]: the program run, its three threads beside it, then the summary, the companions and every diagnosis |
+//! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
 //! | `error.rs` | [`Error`] and [`LaunchError`] |
-//! | `bin/memprof/` | the `memprof` command: argument parsing, `record`, `report`, `demo` |
-//! | `bin/memprof/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
+//! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
-//! | `bin/memprof/cli.rs` | the commands' arguments and `record`, `report`, `diff` as the terminal sees them |
-//! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, the gallery written |
+//! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, their flamegraphs and pages written (`target/memprof-demo/`) |
 //! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
 //!
 //! # Quick use
@@ -193,7 +201,39 @@
 //! ```compile_fail,E0425
 //! memprof::__private::fork_child();
 //! ```
+//!
+//! `memprof record`'s plumbing is the binary's through [`record::run`] and
+//! [`record::preload_path`] only: the launcher, the bundled library's installer, the
+//! readers that follow a growing profile, the symbol loaders and the time parsers are
+//! private to the crate.
+//! ```compile_fail,E0603
+//! let _ = memprof::record::command::launcher::mapped_objects(1);
+//! ```
+//! ```compile_fail,E0624
+//! let _ = memprof::record::Bundled::cache_dirs();
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::load::follow;
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::load::follow_shared;
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::symbolize::Loaders::default();
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::replay::parse_moment("1s", 0);
+//! ```
+//! ```compile_fail,E0603
+//! let _ = memprof::profile::replay::parse_duration("1s");
+//! ```
 #![deny(missing_docs)]
+// `memprof record`'s side in `memprof` (`record::command`: the launcher, the collector that
+// reads the rings, the report and diff commands) is built with the `cli` feature only. The
+// helpers it uses from the folders below (the rings' consumer side, the recorder's process
+// facts, the time parsers) are crate-private, so without that feature they have no user:
+// the preload library's build and a `report`-only build leave them unused.
+#![cfg_attr(not(feature = "cli"), allow(dead_code))]
 #![deny(missing_debug_implementations)]
 
 pub mod config;
@@ -201,7 +241,7 @@ mod engine;
 mod error;
 pub mod gc;
 pub mod profile;
-mod record;
+pub mod record;
 #[cfg(feature = "report")]
 pub mod report;
 #[cfg(feature = "serve")]
@@ -215,8 +255,6 @@ pub use config::{Config, Unwinder};
 pub use engine::alloc::Sampled;
 pub use engine::clock::monotonic_ns;
 pub use error::{Error, LaunchError};
-pub use record::bundled;
-pub use record::launcher;
 pub use session::recorder::{Held, Recorder};
 pub use session::{
     live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll,
@@ -241,7 +279,7 @@ pub mod __private {
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
-    pub use crate::record::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::record::program::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::next_definitions;
     pub use crate::sys::errno::{errno, set_errno};

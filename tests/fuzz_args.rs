@@ -1,22 +1,19 @@
-//! The argument parsers, fuzzed: property-based (proptest, as `tests/fuzz_reader.rs`), over
-//! the time arguments (`--at`, `--from`, `--to`, `--short-lived`: `1.5s`, `250ms`, `40us`,
-//! `1200ns`, `40%`) and the size and rate arguments (`--interval 512KiB`, `--rate`,
-//! `MEMPROF_INTERVAL`, `MEMPROF_RATE`). Inputs are strings near the grammar (digits, a
-//! point, an exponent, signs, spaces, units, odd characters and a newline mixed in), values
-//! printed the way memprof prints them, and numbers at the edges (2^53 ns and above,
-//! `u64::MAX` ns and past it, sizes past the address space, rates down to the smallest
-//! float).
+//! The size and rate arguments, fuzzed: property-based (proptest, as `tests/fuzz_reader.rs`)
+//! (`--interval 512KiB`, `--rate`, `MEMPROF_INTERVAL`, `MEMPROF_RATE`). Inputs are strings
+//! near the grammar (digits, a point, an exponent, signs, spaces, units, odd characters and
+//! a newline mixed in), values printed the way memprof prints them, and numbers at the edges
+//! (sizes past the address space, rates down to the smallest float). The time arguments'
+//! parsers are private to the crate: their fuzzing is a unit test,
+//! `src/profile/replay_fuzz.rs`.
 //!
 //! The properties: a parser never panics; what it accepts is in range (an interval of 1
-//! byte to 256 TiB, finite; a time that fits in `u64` nanoseconds) and reads back what was
-//! printed (every nanosecond exactly; a size within the two decimals `human_bytes` keeps);
-//! what it refuses it refuses with a one-line error. Cases per run: `PROPTEST_CASES` (512
-//! by default); the generator's seed is fixed (`RngSeed::Fixed`), so a run is the same
-//! every time: these are exhaustive-style checks with no false-failure rate, a failure is
-//! a bug.
+//! byte to 256 TiB, finite) and reads back what was printed (within the two decimals
+//! `human_bytes` keeps); what it refuses it refuses with a one-line error. Cases per run:
+//! `PROPTEST_CASES` (512 by default); the generator's seed is fixed (`RngSeed::Fixed`), so a
+//! run is the same every time: these are exhaustive-style checks with no false-failure
+//! rate, a failure is a bug.
 
 use memprof::config::{interval_from_rate, parse_size, MAX_INTERVAL};
-use memprof::profile::replay::{parse_duration, parse_moment};
 use memprof::report::human_bytes;
 use memprof::Config;
 use proptest::prelude::*;
@@ -97,20 +94,6 @@ fn check_size(text: &str) {
     }
 }
 
-fn check_time(text: &str, end: u64) {
-    for r in [parse_moment(text, end), parse_duration(text)] {
-        if let Err(e) = r {
-            assert!(one_line(&e), "{text:?}: {e}");
-        }
-    }
-    // A share is never past the end (100% is the end itself).
-    if let Ok(v) = parse_moment(text, end) {
-        if text.trim().ends_with('%') {
-            assert!(v <= end || v == u64::MAX, "{text:?} of {end} -> {v}");
-        }
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: proptest_cases(),
@@ -155,66 +138,6 @@ proptest! {
         let lambda = 2f64.powi(exp);
         prop_assert!(interval_from_rate(lambda).is_err(), "{lambda}");
     }
-
-    #[test]
-    fn times_are_in_range_or_a_one_line_error(text in near_grammar(), end in any::<u64>()) {
-        check_time(&text, end);
-    }
-
-    #[test]
-    fn every_nanosecond_reads_back_in_every_unit(ns in any::<u64>()) {
-        let forms = [
-            format!("{ns}ns"),
-            format!("{}.{:03}us", ns / 1_000, ns % 1_000),
-            format!("{}.{:06}ms", ns / 1_000_000, ns % 1_000_000),
-            format!("{}.{:09}s", ns / 1_000_000_000, ns % 1_000_000_000),
-            format!(" {}.{:09}s ", ns / 1_000_000_000, ns % 1_000_000_000),
-        ];
-        for f in &forms {
-            prop_assert_eq!(parse_moment(f, 0).ok(), Some(ns), "{}", f);
-            prop_assert_eq!(parse_duration(f).ok(), Some(ns), "{}", f);
-        }
-    }
-
-    #[test]
-    fn large_times_keep_every_nanosecond(ns in (1u64 << 53)..u64::MAX) {
-        prop_assert_eq!(parse_moment(&format!("{ns}ns"), 0).ok(), Some(ns));
-        prop_assert_eq!(parse_moment(&format!("{}.{:09}s", ns / 1_000_000_000, ns % 1_000_000_000), 0).ok(), Some(ns));
-    }
-
-    #[test]
-    fn twenty_decimals_round_to_the_nearest_nanosecond(
-        int in any::<u64>(),
-        frac in 0u128..100_000_000_000_000_000_000,
-    ) {
-        let text = format!("{int}.{frac:020}ns");
-        let up = frac >= 50_000_000_000_000_000_000;
-        match int.checked_add(u64::from(up)) {
-            Some(want) => prop_assert_eq!(parse_moment(&text, 0).ok(), Some(want), "{}", text),
-            None => prop_assert!(parse_moment(&text, 0).is_err(), "{}", text),
-        }
-    }
-
-    #[test]
-    fn times_past_u64_are_refused_not_saturated(extra in 1u128..u128::from(u64::MAX)) {
-        let ns = u128::from(u64::MAX) + extra;
-        let e = parse_moment(&format!("{ns}ns"), 0).unwrap_err();
-        prop_assert!(one_line(&e) && e.to_string().contains("at most"), "{}", e);
-        let e = parse_moment(&format!("{}.{:09}s", ns / 1_000_000_000, ns % 1_000_000_000), 0).unwrap_err();
-        prop_assert!(one_line(&e), "{}", e);
-    }
-
-    #[test]
-    fn shares_are_within_the_run(p in 0u32..=100_000, end in any::<u64>()) {
-        let text = format!("{}.{:03}%", p / 1000, p % 1000);
-        let v = parse_moment(&text, end).unwrap();
-        if p == 100_000 {
-            prop_assert_eq!(v, u64::MAX);
-        } else {
-            let exact = (u128::from(end) * u128::from(p) * 2 + 100_000) / 200_000;
-            prop_assert_eq!(u128::from(v), exact, "{} of {}", text, end);
-        }
-    }
 }
 
 /// The cases an earlier fuzz run found, each as it was reported.
@@ -222,8 +145,5 @@ proptest! {
 fn found_by_fuzzing() {
     assert!(parse_size("99999999999999999999GiB").is_err(), "an interval of ~1e29 bytes");
     assert!(interval_from_rate(1e-308).is_err(), "an infinite interval");
-    let big = (1u64 << 53) + 1;
-    assert_eq!(parse_moment(&format!("{big}ns"), 0).unwrap(), big, "precision above 2^53");
-    assert!(parse_moment("18446744073709551616ns", 0).is_err(), "saturated silently");
     assert!(parse_size(&human_bytes(3.0 * 1099511627776.0)).is_ok(), "TiB printed, refused");
 }

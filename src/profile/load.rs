@@ -91,7 +91,7 @@ impl Process {
 /// profile in while the program runs ([`follow`]), and little is left to read once it
 /// exits.
 #[derive(Debug)]
-pub struct Follow {
+pub(crate) struct Follow {
     path: PathBuf,
     file: Option<std::fs::File>,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -136,7 +136,7 @@ impl std::io::Read for Follow {
 
 /// Reads the profile at `path` while it is being written, into its aggregates (see
 /// [`Follow`]); returns when `done` is set and the file is read to its end.
-pub fn follow(
+pub(crate) fn follow(
     path: PathBuf,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Profile, Error> {
@@ -148,7 +148,7 @@ pub fn follow(
 /// read so far (the reader waits at the file's end: a snapshot is as old as the file's
 /// last flush, plus 5 ms). For `memprof record --serve`.
 #[derive(Debug, Default)]
-pub struct Followed {
+pub(crate) struct Followed {
     state: std::sync::Mutex<FollowedState>,
 }
 
@@ -201,7 +201,7 @@ impl Followed {
 /// [`follow`], publishing the profile read so far in `shared` as it goes (one thread:
 /// each event is folded in under `shared`'s lock, and the tables the event needs are
 /// copied there first).
-pub fn follow_shared(
+pub(crate) fn follow_shared(
     path: PathBuf,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
     shared: &Followed,
@@ -253,7 +253,7 @@ pub fn load(files: &[PathBuf], options: LoadOptions) -> Result<Loaded, Error> {
 
 /// [`load`] with symbol readers loaded ahead (`memprof record` reads the program's objects
 /// while it runs: [`super::symbolize::Loaders`]); objects loaded here are kept in `loaders`.
-pub fn load_with(
+pub(crate) fn load_with(
     files: &[PathBuf],
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,
@@ -263,7 +263,7 @@ pub fn load_with(
 
 /// [`load_with`], the first file's profile already read (by [`follow`], while the program
 /// ran) when `first` is given.
-pub fn load_with_first(
+pub(crate) fn load_with_first(
     files: &[PathBuf],
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,

@@ -51,6 +51,8 @@ pub mod merge;
 #[cfg(feature = "report")]
 pub(crate) mod object_file;
 pub mod replay;
+#[cfg(test)]
+mod replay_fuzz;
 pub mod site;
 pub mod symbolize;
 pub mod tree;

@@ -86,7 +86,7 @@ impl Window {
 /// decimal read exactly (no floating point: every nanosecond up to `u64::MAX` is told
 /// apart), rounded to the nearest nanosecond; a time beyond `u64::MAX` ns (584 years) is
 /// an error, not the end.
-pub fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
+pub(crate) fn parse_moment(s: &str, end_ns: u64) -> Result<u64, Error> {
     let t = s.trim();
     let bad = || {
         Error::Config(format!(
@@ -157,7 +157,7 @@ fn decimal(text: &str, max_decimals: usize) -> Result<(u128, u128), bool> {
 }
 
 /// Parses a duration with its unit (`100us`, `10ms`, `1.5s`, `800ns`) as nanoseconds.
-pub fn parse_duration(s: &str) -> Result<u64, Error> {
+pub(crate) fn parse_duration(s: &str) -> Result<u64, Error> {
     if s.trim().ends_with('%') {
         return Err(Error::Config(format!(
             "invalid duration {s:?}: give it with its unit (100us, 10ms, 1s)"

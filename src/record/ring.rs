@@ -66,7 +66,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// lost frees, see `engine::queue` §3).
 const VERSION: u32 = 4;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
-pub(crate) use crate::session::{SIDE_GC, SIDE_MODULES};
+#[cfg(feature = "cli")] // read by the collector only
+pub(crate) use crate::session::SIDE_GC;
+pub(crate) use crate::session::SIDE_MODULES;
 /// Frames a shared queue's slot holds at least (a side event's words).
 pub(crate) const MIN_DEPTH: usize = 16;
 

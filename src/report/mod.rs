@@ -18,6 +18,8 @@
 //! walk, and flamegraph colours are derived from the function names.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "cli")]
+pub mod command;
 pub mod diff;
 pub mod flamegraph;
 pub mod folded;
@@ -29,6 +31,7 @@ pub mod top;
 pub mod tree;
 pub mod unwinding;
 pub mod view;
+pub mod write;
 
 pub use diff::{diff_sites, diff_table, DiffOptions};
 pub use flamegraph::{flamegraph, FlameOptions};

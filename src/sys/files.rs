@@ -12,7 +12,7 @@
 //! what is in it). The file is judged by its descriptor (`O_NONBLOCK`, `fstat`), and the
 //! loader is given its real path, every symbolic link resolved, checked to name that same
 //! file. The cached copy of the
-//! bundled library (`record/bundled.rs`) is stricter still: `owned_and_private`, this
+//! bundled library (`record/command/bundled.rs`) is stricter still: `owned_and_private`, this
 //! user's alone.
 //!
 //! # 2. Outputs

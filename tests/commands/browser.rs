@@ -448,7 +448,7 @@ fn the_tree_page_shows_every_process_and_each_alone() {
     assert_ok(&out, 0);
     let page = dir.join("t.mprof.html");
     let tree = dir.join("t.mprof.d");
-    let children = memprof::launcher::child_profiles(&dir.join("t.mprof"));
+    let children = memprof::profile::tree::children(&dir.join("t.mprof"));
     assert_eq!(children.len(), 2, "{children:?}");
 
     let mut b = Browser::at_1280x1000(&dir.join("chromium-profile"));

@@ -171,7 +171,7 @@ fn follow_forks_writes_the_tree_in_its_directory() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::symlink_metadata(&tree).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "the tree's directory is private");
-    let children = memprof::launcher::child_profiles(&dir.join("t.mprof"));
+    let children = memprof::profile::tree::children(&dir.join("t.mprof"));
     assert_eq!(children.len(), 2, "sites and diffsites: {children:?}");
     assert!(children.iter().all(|c| c.starts_with(&tree)), "{children:?}");
 

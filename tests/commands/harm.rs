@@ -168,7 +168,7 @@ fn children_of_a_program_that_changes_directory_are_found() {
     assert_ok(&out, 0);
     // The child's file is in the tree's directory beside the parent's (not in `/`), and
     // in `record`'s summary.
-    let children = memprof::launcher::child_profiles(&dir.join("cd.mprof"));
+    let children = memprof::profile::tree::children(&dir.join("cd.mprof"));
     assert_eq!(children.len(), 1, "{children:?}");
     assert!(children[0].starts_with(dir.join("cd.mprof.d")), "{children:?}");
     let err = text(&out.stderr);
@@ -223,7 +223,7 @@ fn children_that_outlive_the_program_are_waited_for() {
     let err = text(&out.stderr);
     assert!(err.contains("waiting for the 1 process"), "{err}");
     assert!(err.contains("orphan_site") && !err.contains("INCOMPLETE"), "{err}");
-    let child = memprof::launcher::child_profiles(&dir.join("o.mprof"))
+    let child = memprof::profile::tree::children(&dir.join("o.mprof"))
         .into_iter()
         .next()
         .expect("the child's profile, in o.mprof.d/");

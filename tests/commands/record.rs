@@ -244,7 +244,7 @@ fn fork_from_threads_following() {
         assert!(root.complete);
         assert_eq!(totals(&root, "parent_work"), (100_000.0, 100.0, 100_000.0, 100.0));
         assert_eq!(totals(&root, "child_work").1, 0.0);
-        let children = memprof::launcher::child_profiles(&dir.join("f.mprof"));
+        let children = memprof::profile::tree::children(&dir.join("f.mprof"));
         assert_eq!(children.len(), 3, "{mode}: one file per child: {children:?}");
         for c in &children {
             let p = read(c);
@@ -930,7 +930,7 @@ fn wrapper_scripts_are_explained_and_followed() {
         record(&dir, &["--interval", "1", "--follow-forks", "-o", "f.mprof"], &script, &["1"]);
     assert_ok(&out, 0);
     assert!(text(&out.stderr).contains("small_site"), "{}", text(&out.stderr));
-    let children = memprof::launcher::child_profiles(&dir.join("f.mprof"));
+    let children = memprof::profile::tree::children(&dir.join("f.mprof"));
     let p = children.iter().map(|c| read(c)).find(|p| p.counts.samples > 0).expect("sites ran");
     assert_eq!(totals(&p, "small_site"), (240_000.0, 10_000.0, 0.0, 0.0));
 }

@@ -1,5 +1,6 @@
 //! `memprof demo`: profiles the bundled example workloads in this process and writes their
-//! flamegraphs to the gallery (`flamegraphs/`).
+//! flamegraphs, profiles and HTML pages to `target/memprof-demo/` (not tracked: the
+//! committed gallery, `flamegraphs/*.svg`, is regenerated with `--out flamegraphs`).
 
 #[allow(dead_code)]
 #[path = "../../../examples/gc_workload/workload.rs"]
@@ -11,17 +12,31 @@ mod leaky_cache;
 #[path = "../../../examples/worst_case/workload.rs"]
 mod worst_case;
 
-use crate::cli::{write_file, DemoArgs};
-use memprof::launcher::{self, EnvSettings, RecordOptions};
+use clap::Args;
 use memprof::profile::Profile;
+use memprof::record::Bundled;
+use memprof::report::command::read_profiles;
+use memprof::report::write::{write_file, write_html};
 use memprof::report::{self, FlameOptions, TopOptions, View};
 use memprof::{Config, Error, Recorder};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub fn run(args: &DemoArgs) -> Result<(), Error> {
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Directory for the flamegraphs, profiles and HTML pages (`--out flamegraphs`
+    /// regenerates the committed gallery).
+    #[arg(long, default_value = "target/memprof-demo")]
+    pub out: PathBuf,
+    /// Run the workloads with fewer iterations (seconds instead of tens of seconds).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+pub fn run(args: &DemoArgs, preload: &Bundled) -> Result<(), Error> {
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::io(format!("cannot create {}", args.out.display()), e))?;
+    println!("memprof demo: writing to {} (--out DIR for another directory)\n", args.out.display());
 
     // 1. statmemprof's worst case (ocaml/ocaml#8731), with its own parameters: λ = 0.01, depth 10.
     let iterations = if args.quick { 200_000 } else { worst_case::ITERATIONS };
@@ -73,28 +88,15 @@ pub fn run(args: &DemoArgs) -> Result<(), Error> {
     // 4. The whole `memprof record` path: the leaky cache again, as an unmodified program
     //    (this executable, with no session of its own), through the preload library.
     println!("\n== memprof record -- memprof __workload leaky_cache {requests}");
-    let preload = launcher::find_preload(Some(&crate::PRELOAD))?;
-    let mut settings = EnvSettings::from_lookup(|_| None)?;
     let mprof = args.out.join("record_leaky_cache.mprof");
-    settings.output = mprof.display().to_string();
     let exe = std::env::current_exe().map_err(|e| Error::io("cannot find this executable", e))?;
-    let opts = RecordOptions {
-        settings,
-        force: true,
-        program: exe.into_os_string(),
-        args: vec!["__workload".into(), "leaky_cache".into(), requests.to_string().into()],
-        keep_pymalloc: false,
-    };
-    let run = launcher::record(&opts, preload.path())?;
+    let workload = vec!["__workload".into(), "leaky_cache".into(), requests.to_string().into()];
+    let run = memprof::record::record_program(preload, &mprof, exe.into_os_string(), workload)?;
     if run.exit_code != 0 {
         return Err(Error::Other(format!("the recorded workload exited with {}", run.exit_code)));
     }
     // As `memprof record` does: the symbols are resolved now and written into the file.
-    let (profile, _) = crate::cli::read_profiles(
-        std::slice::from_ref(&run.output),
-        true,
-        &mut memprof::profile::symbolize::Loaders::default(),
-    )?;
+    let (profile, _) = read_profiles(std::slice::from_ref(&run.output), true)?;
     println!(
         "{} samples through the preload library, profile {}",
         profile.counts.samples,
@@ -119,13 +121,9 @@ fn show(profile: &Profile, out: &Path, name: &str, views: &[View]) -> Result<(),
 /// The interactive HTML report of the recording `mprof`, as `<name>.html` in `out`.
 fn page(profile: &Profile, mprof: &Path, out: &Path, name: &str) -> Result<(), Error> {
     // Read back from its file: the page replays the file by the file's stack ids.
-    let (read, _) = crate::cli::read_profiles(
-        &[mprof.to_path_buf()],
-        false,
-        &mut memprof::profile::symbolize::Loaders::default(),
-    )?;
+    let (read, _) = read_profiles(&[mprof.to_path_buf()], false)?;
     debug_assert_eq!(read.counts.samples, profile.counts.samples);
-    crate::cli::write_html(&read, mprof, &out.join(format!("{name}.html")))
+    write_html(&read, mprof, &out.join(format!("{name}.html")))
 }
 
 /// `memprof __workload NAME SIZE`: a demo workload with no session of its own, for the

@@ -1,21 +1,85 @@
-//! The `memprof` command: parse, dispatch, exit code. The work is in the library.
+//! The `memprof` command: parse, dispatch, exit code. What each command does is in the
+//! library (`memprof::record`, `memprof::report::command`); the demo is `demo.rs`.
 
-mod cli;
 mod demo;
-mod notes;
+
+use clap::{Parser, Subcommand};
+use memprof::record::{Bundled, RecordRequest};
+use memprof::report::command::{DiffRequest, ReportRequest};
+use memprof::report::text::printable;
 
 // The demo profiles workloads in this process.
 #[global_allocator]
 static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std::alloc::System);
 
 /// The preload library, built by `build.rs` and carried inside this executable so that
-/// `memprof record` needs no other file (`memprof::bundled`).
-pub static PRELOAD: memprof::bundled::Bundled = memprof::bundled::Bundled {
+/// `memprof record` needs no other file (`memprof::record::Bundled`).
+static PRELOAD: Bundled = Bundled {
     bytes: include_bytes!(concat!(env!("OUT_DIR"), "/libmemprof_preload.so")),
     digest: env!("MEMPROF_BUNDLED_DIGEST"),
     version: env!("CARGO_PKG_VERSION"),
 };
 
+/// memprof: a sampling heap profiler. Who allocated the memory, and who still holds it?
+#[derive(Parser, Debug)]
+#[command(name = "memprof", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a dynamically linked program under the preload library and profile its heap.
+    Record(RecordRequest),
+    /// Print the top allocation sites of a .mprof profile and export it.
+    Report(ReportRequest),
+    /// Compare two .mprof profiles site by site, flagging changes beyond sampling noise.
+    Diff(DiffRequest),
+    /// Profile the bundled workloads in process and write their flamegraphs (to
+    /// target/memprof-demo/ unless --out says otherwise).
+    Demo(demo::DemoArgs),
+    /// Print the path of the preload library that `record` uses (written to the cache
+    /// directory first if needed), for running a program with `LD_PRELOAD` by hand.
+    #[command(name = "preload-path")]
+    PreloadPath,
+    /// Runs one of the demo's workloads without a session of its own (the demo records it
+    /// through the preload library).
+    #[command(name = "__workload", hide = true)]
+    Workload {
+        /// The workload (leaky_cache).
+        name: String,
+        /// Its size (requests).
+        size: u64,
+    },
+}
+
 fn main() {
-    std::process::exit(cli::main());
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    let result = match cli.command {
+        // The program's exit status, or 1 when memprof itself failed.
+        Command::Record(args) => memprof::record::run(&args, &PRELOAD),
+        Command::Report(args) => memprof::report::command::report(&args).map(|()| 0),
+        Command::Diff(args) => memprof::report::command::diff(&args).map(|()| 0),
+        Command::Demo(args) => demo::run(&args, &PRELOAD).map(|()| 0),
+        Command::PreloadPath => memprof::record::preload_path(&PRELOAD).map(|path| {
+            println!("{}", path.display());
+            0
+        }),
+        Command::Workload { name, size } => demo::workload(&name, size).map(|()| 0),
+    };
+    std::process::exit(match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("memprof: error: {}", printable(&e.to_string()));
+            1
+        }
+    });
 }

@@ -43,7 +43,7 @@
 //! - `elf.rs`: what an ELF file says of itself (build id, segments, debug link, symbol
 //!   tables), read with the `object` crate;
 //! - `names.rs`: names as the demanglers leave them (legacy hashes, unreadable C++ names);
-//! - `offline.rs`: addresses resolved from the recorded modules' files, and [`Loaders`];
+//! - `offline.rs`: addresses resolved from the recorded modules' files, and `Loaders` (each file opened once per run);
 //! - `debug_file.rs`: where an object's separate debug file is looked for;
 //! - `stripped.rs`: the notes on objects whose frames stayed unnamed.
 //!
@@ -64,10 +64,13 @@ pub use super::frame::{is_profiler_frame, FrameLocation, TRIM_WINDOW, TRUNCATED,
 #[cfg(feature = "report")]
 pub use debug_file::debug_candidates;
 pub use elf::build_id;
+#[cfg(feature = "cli")] // its one user outside the folder is `record`'s collector
 pub(crate) use elf::file_layout;
 pub use names::{strip_hash, unmangled};
 #[cfg(feature = "report")]
-pub use offline::{resolve_offline, resolve_offline_with, Loaders};
+pub use offline::resolve_offline;
+#[cfg(feature = "report")]
+pub(crate) use offline::{resolve_offline_with, Loaders};
 pub use process::{current_modules, file_identity, resolve_in_process};
 #[cfg(feature = "report")]
 pub use stripped::unresolved_objects;

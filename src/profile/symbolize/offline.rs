@@ -27,7 +27,7 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
 /// [`resolve_offline`] with symbol readers loaded earlier (by [`Loaders::load`], for example
 /// while the program still ran), which are used where they were read from the same file as
 /// the module's; others are loaded now and kept in `loaders` for the next profile.
-pub fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
+pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
     let mut notes = Vec::new();
     for (i, addrs) in by_module {
@@ -136,7 +136,7 @@ pub(super) fn unnamed_by_module(profile: &Profile) -> std::collections::BTreeMap
 /// the program's objects while the program runs ([`Loaders::load`] from another thread:
 /// the value is `Send`), so that little is left to do after it exits.
 #[derive(Default)]
-pub struct Loaders {
+pub(crate) struct Loaders {
     by_path: HashMap<String, Loaded>,
 }
 

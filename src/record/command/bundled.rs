@@ -57,7 +57,7 @@ pub struct Bundled {
 
 /// Where a library was installed, and whether it is temporary.
 #[derive(Debug)]
-pub struct Installed {
+pub(crate) struct Installed {
     path: PathBuf,
     /// A private directory removed on drop (the last-resort fallback).
     temp_dir: Option<PathBuf>,
@@ -90,13 +90,13 @@ impl Drop for Installed {
 
 impl Bundled {
     /// The cached file's name.
-    pub fn file_name(&self) -> String {
+    pub(crate) fn file_name(&self) -> String {
         format!("{PREFIX}{}-{}.so", self.version, self.digest)
     }
 
     /// The directories tried in turn, from the environment (module doc, §1), without the
     /// temporary fallback.
-    pub fn cache_dirs() -> Vec<PathBuf> {
+    pub(crate) fn cache_dirs() -> Vec<PathBuf> {
         let abs = |v: &str| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_absolute());
         let mut dirs = Vec::new();
         if let Some(c) = abs("XDG_CACHE_HOME") {
@@ -112,13 +112,17 @@ impl Bundled {
 
     /// Installs the library in the first of [`Bundled::cache_dirs`] that works, else in a
     /// private temporary directory under `tmp` when given.
-    pub fn install(&self) -> Result<Installed, Error> {
+    pub(crate) fn install(&self) -> Result<Installed, Error> {
         self.install_in(&Self::cache_dirs(), Some(&std::env::temp_dir()))
     }
 
     /// [`Bundled::install`] with explicit candidates: each of `dirs` (created if missing),
     /// then, if `tmp` is given, a new private directory inside it.
-    pub fn install_in(&self, dirs: &[PathBuf], tmp: Option<&Path>) -> Result<Installed, Error> {
+    pub(crate) fn install_in(
+        &self,
+        dirs: &[PathBuf],
+        tmp: Option<&Path>,
+    ) -> Result<Installed, Error> {
         let mut tried = Vec::new();
         for dir in dirs {
             match self.install_at(dir) {

@@ -57,7 +57,7 @@
 //! writes no file and starts no thread. [`start_collected`] creates the process's ring
 //! (`record/ring.rs`), writes its command line and module list to the ring's side log, and
 //! starts the session on the ring's queue, which only `record`'s collector drains
-//! (`record/collect.rs`). The process keeps a mapping and nothing else: no descriptor a
+//! (`record/command/collect.rs`). The process keeps a mapping and nothing else: no descriptor a
 //! daemon could close or reuse, no file `RLIMIT_FSIZE` applies to, no thread a signal
 //! could be delivered to or that could keep the process alive, and nothing to flush when
 //! it dies: the collector drains the queue after the process is gone, whatever killed it.
@@ -71,9 +71,9 @@
 //! `posix_spawn` hooks name what this process (or a forked child of it, followed or not)
 //! starts, for `record` to print (see `record/unfollowed.rs`).
 
-use super::env::{self, EnvSettings};
-use super::ring::{self, Ring};
 use crate::engine::busy::Busy;
+use crate::record::env::{self, EnvSettings};
+use crate::record::ring::{self, Ring};
 use crate::session::recorder::Recorder;
 use crate::session::{self, Poll, Session};
 use core::cell::UnsafeCell;
@@ -339,7 +339,7 @@ pub fn init() {
         // What this process and its forked children execute is not profiled: `record`
         // is told its name instead.
         if let Some(dir) = &settings.rings {
-            super::unfollowed::set_dir(dir);
+            crate::record::unfollowed::set_dir(dir);
         }
     }
     crate::engine::callstack::sampling_the_c_library();

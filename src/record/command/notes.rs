@@ -1,7 +1,7 @@
 //! The notes `memprof record` prints after its summary about how the program ran: the
 //! programs it started that were not profiled, and CPython's allocator.
 
-use memprof::report::text::printable;
+use crate::report::text::printable;
 
 /// How many distinct programs a note names before "and N more".
 const NAMED: usize = 5;

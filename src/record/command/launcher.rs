@@ -32,9 +32,9 @@
 use super::bundled::{Bundled, Installed};
 use super::collect::{Collector, Plan};
 // `config` is the MEMPROF_* contract (record/env.rs), which the launcher writes.
-use super::env as config;
-pub use super::env::EnvSettings;
 use crate::error::{Error, LaunchError};
+use crate::record::env as config;
+pub use crate::record::env::EnvSettings;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Read;
@@ -92,7 +92,7 @@ pub struct Recorded {
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
 /// executable (an installed layout, or a cargo target directory, where `build.rs` keeps it
 /// up to date), else the copy `bundled` inside the executable, written to a cache file
-/// ([`crate::record::bundled`]). Keep the result alive while the program runs: a library that no
+/// ([`super::bundled`]). Keep the result alive while the program runs: a library that no
 /// cache directory could take lives in a temporary directory removed on drop. The error
 /// lists the places tried.
 pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
@@ -603,7 +603,7 @@ pub fn record_with(
         eprintln!("memprof: {msg}");
     }
     let unfollowed =
-        rings.as_ref().map(|d| super::unfollowed::read(&d.0, 1 << 20)).unwrap_or_default();
+        rings.as_ref().map(|d| crate::record::unfollowed::read(&d.0, 1 << 20)).unwrap_or_default();
     drop(rings);
     // SAFETY: restores the dispositions read above.
     unsafe {

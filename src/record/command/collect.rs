@@ -1,5 +1,5 @@
 //! `memprof record`'s collector: reads the shared rings of the processes it runs (see
-//! [`super::ring`]) and writes their profiles.
+//! [`crate::record::ring`]) and writes their profiles.
 //!
 //! # 1. The loop
 //! One thread, at normal priority (it is the consumer the exact mode's backpressure waits
@@ -37,12 +37,12 @@
 //! makes the collector read `/proc/<pid>/maps` while the process lives; the object files
 //! named there give the missing modules ([`modules_of`]).
 
-use super::env;
-use super::ring::{self, Ring};
 use crate::config::Unwinder;
 use crate::engine::clock::Converter;
 use crate::engine::queue::{EventKind, Queue};
 use crate::profile::{GcCycle, Module, Stopped};
+use crate::record::env;
+use crate::record::ring::{self, Ring};
 use crate::session::driver::{Drive, Driver};
 use crate::session::recorder::{ProcessFacts, Recorder};
 use crate::session::{Poll, SessionInfo, Stats, Tracker};

@@ -1,0 +1,352 @@
+//! `memprof record` after its arguments are parsed: the program run under the preload
+//! library ([`super::launcher`]) while three threads work beside it (the collector's drain,
+//! symbols read ahead from the objects the program maps, the profile read as it grows and
+//! served with `--serve`), then, once it exits, the profile read, summarised on stderr, its
+//! companions written (`.svg`, `.html`), and every diagnosis of a run that went wrong
+//! (an empty or removed profile, a wrapper that executed another program, no samples).
+
+use super::bundled::Bundled;
+use super::launcher::{self, EnvSettings, RecordOptions};
+use super::notes;
+use super::request::RecordRequest;
+use crate::config;
+use crate::error::Error;
+use crate::profile::symbolize::Loaders;
+use crate::profile::{Profile, Stopped};
+use crate::report::command::read_profiles_first;
+use crate::report::text::{printable, printable_os};
+use crate::report::top::TopOptions;
+use crate::report::write::{write_html_of, write_outputs, Outputs};
+use crate::report::{GroupBy, View};
+use std::path::{Path, PathBuf};
+
+fn record_settings(args: &RecordRequest) -> Result<EnvSettings, Error> {
+    let mut settings = EnvSettings::from_lookup(|_| None)?;
+    if let Some(i) = &args.interval {
+        settings.config.interval = config::parse_size(i)?;
+    }
+    if let Some(r) = args.rate {
+        settings.config.interval = config::interval_from_rate(r)?;
+    }
+    if let Some(d) = args.depth {
+        settings.config.depth = d;
+    }
+    settings.config.seed = args.seed;
+    if let Some(u) = &args.unwinder {
+        settings.config.unwinder = config::parse_unwinder(u)?;
+    }
+    settings.config.validate()?;
+    if let Some(o) = &args.output {
+        settings.output = o.clone();
+    }
+    settings.follow_forks = args.follow_forks;
+    Ok(settings)
+}
+
+/// `memprof record`: runs the program, then summarises its profile. Returns the program's
+/// exit status, or 1 when memprof itself failed (one line on stderr).
+pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
+    let settings = record_settings(args)?;
+    // A bad expression is found before anything runs.
+    let skip = args.sites.skip()?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
+    let preload = launcher::find_preload(Some(bundled))?;
+    // Bound before the program runs: a taken port is an error, and nothing runs.
+    let followed = std::sync::Arc::new(crate::profile::load::Followed::default());
+    let server = match &args.serve {
+        Some(addr) => Some(serve_followed(addr, followed.clone())?),
+        None => None,
+    };
+    let opts = RecordOptions {
+        settings,
+        force: args.force,
+        program: program.clone(),
+        args: rest.to_vec(),
+        keep_pymalloc: args.keep_pymalloc,
+    };
+    // While the program runs, another thread reads the symbols of the objects it mapped,
+    // so that little is left to do once it exits (symbol reading was most of that). It is
+    // started only once the program runs, and told that it has ended by `done` closing.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let mut warm = None;
+    // And a third reads the profile as it grows, into its aggregates, so that only the
+    // last blocks are left to read after the exit.
+    let exited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut follower = None;
+    let run = launcher::record_with(&opts, preload.path(), |pid| {
+        warm = std::thread::Builder::new()
+            .name("memprof-symbols".into())
+            .spawn(move || {
+                idle_priority();
+                warm_symbols(pid, &done_rx)
+            })
+            .ok();
+        let path = launcher::output_path(&opts, pid);
+        let done = exited.clone();
+        let serving = server.is_some().then(|| followed.clone());
+        follower = std::thread::Builder::new()
+            .name("memprof-reader".into())
+            .spawn(move || match serving {
+                // Served requests see what it has read: it keeps up at normal priority.
+                Some(shared) => crate::profile::load::follow_shared(path, done, &shared),
+                None => {
+                    idle_priority();
+                    crate::profile::load::follow(path, done)
+                }
+            })
+            .ok();
+    });
+    drop(done_tx);
+    exited.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(server) = server {
+        server.stop();
+    }
+    let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
+    // Whatever went wrong while following is found again (and reported) by the reading
+    // after the exit.
+    let first = follower.and_then(|t| t.join().ok()).and_then(Result::ok);
+    let run = run?;
+    // The program's name as the notes and messages show it: escaped for the terminal.
+    let shown = printable_os(program);
+    if let Some(sig) = run.signal {
+        eprintln!("memprof: {shown} was killed by signal {sig}");
+    }
+    let mut files = vec![run.output.clone()];
+    files.extend(run.children.iter().cloned());
+    // From here on, whatever goes wrong is memprof's to report, on stderr; the exit status
+    // stays the program's.
+    let code = run.exit_code;
+    let gone = std::fs::symlink_metadata(&run.output).is_err();
+    if gone {
+        // Removed while the program ran (its directory too, perhaps): what the reading
+        // thread folded in before is all there is.
+        if first.is_none() {
+            eprintln!(
+                "memprof: error: the profile {} is gone (removed while {shown} ran?); nothing \
+                 was read from it",
+                printable_os(&run.output)
+            );
+            return Ok(code);
+        }
+        eprintln!(
+            "memprof: warning: the profile {} was removed while {shown} ran; reporting what \
+             was read from it before",
+            printable_os(&run.output)
+        );
+    }
+    let empty = !gone && std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
+    if empty {
+        let why = match run.signal {
+            Some(sig) => format!("{shown} was killed by signal {sig} before it wrote any"),
+            None => format!(
+                "the preload library did not run in {shown} (a statically linked or setuid \
+                 program, or LD_PRELOAD was cleared)"
+            ),
+        };
+        eprintln!("memprof: error: {} is empty: {why}", printable_os(&run.output));
+        return Ok(code);
+    }
+    let (mut profile, labels, processes) =
+        match read_profiles_first(&files, true, &mut loaders, first) {
+            Ok(read) => read,
+            Err(e) => {
+                eprintln!("memprof: error: the profile cannot be read: {e}");
+                return Ok(code);
+            }
+        };
+    // The process ends right after the report: freeing the parsed debug information (tens of
+    // MB for a C library) would only add tens of milliseconds to the user's wait.
+    std::mem::forget(loaders);
+    profile.site_skip = skip;
+    let profile = profile;
+    let after_notes = || {
+        if let Some(n) = notes::unfollowed(&shown, &run.unfollowed) {
+            eprintln!("memprof: note: {n}");
+        }
+        let modules = profile.modules.iter().map(|m| m.path.as_str());
+        let any_named = processes.iter().any(|p| notes::is_cpython(&p.executable, [].into_iter()));
+        if any_named || notes::is_cpython(&profile.header.executable, modules) {
+            eprintln!(
+                "memprof: note: {}",
+                notes::cpython(run.pymalloc_bypassed, args.keep_pymalloc)
+            );
+        }
+    };
+    if profile.counts.samples == 0 {
+        if let Some((_, hint)) = exec_hint(program, &run, &profile) {
+            eprintln!("memprof: note: no allocations were seen in {shown}: {hint}");
+            after_notes();
+            return Ok(code);
+        }
+        let why = if let Some(sig) = run.signal {
+            format!(
+                "it was killed by signal {sig} before the profile's first flush (the last \
+                 50 ms of a crashed process can be lost)"
+            )
+        } else if profile.header.interval <= 1.0 {
+            "it never called malloc or a related function through the dynamic loader \
+             (statically linked allocators and direct mmap are not seen)"
+                .to_owned()
+        } else {
+            format!(
+                "either it never called malloc, or it allocated too little to reach a sample \
+                 point (mean interval {} bytes; try --interval 1)",
+                profile.header.interval
+            )
+        };
+        eprintln!("memprof: note: no allocations were seen in {shown}: {why}");
+        after_notes();
+        return Ok(code);
+    }
+    let tree = processes.len() > 1;
+    if tree {
+        eprint!("{}", crate::report::tree::process_table(&processes, &Default::default()));
+    }
+    eprint!(
+        "{}",
+        crate::report::top::top_table(
+            &profile,
+            &TopOptions { limit: args.top, backtrace: args.sites.backtrace, ..Default::default() }
+        )
+    );
+    if let Some(note) = crate::report::unwinding::shallow_stacks_note(&profile) {
+        eprintln!("memprof: note: {note}");
+    }
+    let svg = PathBuf::from(format!("{}.svg", run.output.display()));
+    // The companions follow `-o`'s rule: new files, or with --force this user's regular
+    // files replaced; a symlink, a FIFO or another user's file is left alone with an error.
+    let companion = Outputs { flamegraph: Some(&svg), ..Default::default() };
+    if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, companion, args.force) {
+        eprintln!("memprof: error: {e}");
+    }
+    // The page replays each file by its stack ids (a tree's files into the merged
+    // profile's: report/html.rs §4).
+    let html = PathBuf::from(format!("{}.html", run.output.display()));
+    if !gone {
+        if let Err(e) = write_html_of(&profile, &processes, &html, args.force) {
+            eprintln!("memprof: error: {e}");
+        }
+    }
+    if tree {
+        let dir = crate::profile::tree::dir_of(&run.output.display().to_string());
+        eprintln!(
+            "memprof: profiles {} and {}/ ({} processes, {} samples; `memprof report {}` \
+             reads the tree)",
+            printable_os(&run.output),
+            printable(&dir),
+            processes.len(),
+            profile.counts.samples,
+            printable_os(&run.output)
+        );
+    } else {
+        eprintln!(
+            "memprof: profile {} ({})",
+            printable_os(&run.output),
+            printable(&labels.join(", "))
+        );
+    }
+    if let Some((true, hint)) = exec_hint(program, &run, &profile) {
+        eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
+    }
+    after_notes();
+    Ok(code)
+}
+
+/// Serves, on `addr`, the profile that the reading thread publishes in `followed`, its
+/// symbols resolved from the recorded modules (readers kept from request to request).
+fn serve_followed(
+    addr: &str,
+    followed: std::sync::Arc<crate::profile::load::Followed>,
+) -> Result<crate::serve::Running, Error> {
+    let bound = crate::serve::Server::bind(addr)?;
+    let mirror = std::sync::Mutex::new((Profile::default(), Loaders::default()));
+    let handler = crate::serve::Handler::new(move || {
+        let mut guard = mirror.lock().unwrap_or_else(|p| p.into_inner());
+        let (profile, loaders) = &mut *guard;
+        if !followed.snapshot_into(profile) {
+            return Err(Error::Other("the program has not started its profile yet".into()));
+        }
+        let _ = crate::profile::symbolize::resolve_offline_with(profile, loaders);
+        Ok(profile.clone())
+    });
+    let running = bound.spawn(handler)?;
+    eprintln!(
+        "memprof: serving http://{}/debug/pprof/ while the program runs",
+        running.local_addr()
+    );
+    Ok(running)
+}
+
+/// When the program's own profile shows that it replaced itself with another program
+/// (`exec`) — the usual case of a wrapper (a script, `env`, a version manager's shim) run
+/// without `--follow-forks`, whose preload entry is removed for what it executes — what
+/// to tell the user, and whether it is surely a wrapper (run by an interpreter: the
+/// recorded executable is not the program asked for). The file then ends without its end
+/// record although nothing was killed (which `_exit` also does).
+fn exec_hint(
+    program: &std::ffi::OsStr,
+    run: &launcher::Recorded,
+    p: &Profile,
+) -> Option<(bool, String)> {
+    if p.complete || run.signal.is_some() || !run.children.is_empty() {
+        return None;
+    }
+    let ran = Path::new(&p.header.executable);
+    let asked = launcher::resolve_program(program).ok()?;
+    let asked = std::fs::canonicalize(&asked).unwrap_or(asked);
+    let wrapper = asked != ran;
+    let who = if wrapper {
+        format!("it was run by {} (it is a script or a wrapper), and", printable_os(ran))
+    } else {
+        "it".to_owned()
+    };
+    let what = match p.stopped {
+        Some(Stopped::Exec) => "replaced itself with another program (exec)",
+        Some(Stopped::QuickExit) => "ended with _exit",
+        None => "replaced itself with another program (exec), or ended with _exit",
+    };
+    // A program that ended with _exit executed nothing: nothing to follow. Programs named
+    // in the note that follows (`notes::unfollowed`) need no word here.
+    if p.stopped == Some(Stopped::QuickExit) || !run.unfollowed.is_empty() {
+        return Some((wrapper, format!("{who} {what}")));
+    }
+    Some((
+        wrapper,
+        format!(
+            "{who} {what}; programs it executes are not profiled unless --follow-forks is given"
+        ),
+    ))
+}
+
+/// Reads the symbols of the objects that program `pid` maps, once it has had 10 ms to map
+/// them, until `done` says the program has exited (what is loaded then is kept; the rest is
+/// read after the exit only if samples need it). A program that exits within 10 ms needs
+/// nothing loaded ahead.
+fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
+    use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+    let mut loaders = Loaders::default();
+    if done.recv_timeout(std::time::Duration::from_millis(10)) != Err(RecvTimeoutError::Timeout) {
+        return loaders;
+    }
+    for path in launcher::mapped_objects(pid) {
+        if done.try_recv() != Err(TryRecvError::Empty) {
+            break;
+        }
+        loaders.load(&path);
+    }
+    loaders
+}
+
+/// Puts the calling thread in the `SCHED_IDLE` class: it runs only on a core nothing else
+/// wants. `record`'s reading threads must not take CPU from the program and its drain
+/// thread (in the exact mode the drain thread is busy: the program waits for it when it
+/// falls behind); they catch up once the program has exited.
+fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler(0, …)` changes only the calling thread's policy; `param`
+    // is a valid sched_param for SCHED_IDLE (priority 0). Failure leaves it as it was.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+}

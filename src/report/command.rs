@@ -1,0 +1,355 @@
+//! The `report` and `diff` commands as the terminal sees them: their arguments (clap, the
+//! `cli` feature), the files a path names, the time window, the tables on stdout and the
+//! outputs written ([`super::write`]). Messages go to stderr, escaped for the terminal.
+
+use super::text::{printable, printable_os};
+use super::top::TopOptions;
+use super::write::{write_file, write_html_of, write_outputs, Outputs};
+use super::{GroupBy, View};
+use crate::error::Error;
+use crate::profile::load::{load_with_first, LoadOptions, Message, Process};
+use crate::profile::replay::{parse_duration, parse_moment, Window};
+use crate::profile::site::SiteSkip;
+use crate::profile::symbolize::Loaders;
+use crate::profile::Profile;
+use clap::Args;
+use std::path::PathBuf;
+
+/// `memprof report`: what to read and what to write (the command's arguments).
+#[derive(Args, Debug)]
+pub struct ReportRequest {
+    /// The profiles to read (.mprof); several files are reported together, and so is a
+    /// process tree recorded with --follow-forks, named by its root file (app.mprof) or its
+    /// directory (app.mprof.d/).
+    #[arg(required = true, value_name = "FILE|DIR")]
+    files: Vec<PathBuf>,
+    /// What to count in the flamegraph, folded and pprof output: alloc (every sampled
+    /// allocation), live (blocks still allocated at the end), peak (blocks allocated when
+    /// the live heap peaked; one process at a time) or gc (estimated GC mark time by
+    /// allocation site, for profiles of a managed heap).
+    #[arg(long, default_value = "alloc")]
+    view: View,
+    /// Number of sites in the top table.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    #[command(flatten)]
+    pub(crate) sites: SiteArgs,
+    /// Write a flamegraph SVG (inferno) of the chosen view.
+    #[arg(long, value_name = "OUT.svg")]
+    flamegraph: Option<PathBuf>,
+    /// Write a gzip-compressed pprof profile (Go heap-profile sample types).
+    #[arg(long, value_name = "OUT.pb.gz")]
+    pprof: Option<PathBuf>,
+    /// Write folded stacks (`root;…;leaf bytes`, sorted) of the chosen view.
+    #[arg(long, value_name = "OUT")]
+    collapsed: Option<PathBuf>,
+    /// Write an interactive HTML report (one self-contained page: timeline, flamegraph of
+    /// any moment or range, search, sites) of the whole recording; of a tree, one page
+    /// with every process (a process selector, each one's timeline, the merged flamegraph).
+    #[arg(long, value_name = "OUT.html", conflicts_with_all = ["at", "from", "to"])]
+    html: Option<PathBuf>,
+    /// Report the heap at one moment: live = the blocks live then, alloc = what was
+    /// allocated before it (a time since the start, 1.5s, 250ms, 40us, 1200ns, or a share of
+    /// the run, 40%). Every table and output follows.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["from", "to"])]
+    at: Option<String>,
+    /// Report only what was allocated from this time on (see --at for the forms); live =
+    /// what of it was still live at --to (or at the end).
+    #[arg(long, value_name = "TIME")]
+    from: Option<String>,
+    /// Report only what was allocated before this time (see --from).
+    #[arg(long, value_name = "TIME")]
+    to: Option<String>,
+    /// A freed block is short-lived when it lived less than this (e.g. 100us, 10ms, 1s):
+    /// the short-lived view and the top table's short-lived section [default: 1ms]
+    #[arg(long, value_name = "DURATION")]
+    short_lived: Option<String>,
+    /// span: group by tracing span path first (profiles of programs with memprof's
+    /// `SpanLayer`): the spans become root frames of the flamegraph and folded stacks, and
+    /// the top table's sites read `span › site` (pprof samples always carry a `span` label).
+    #[arg(long, value_name = "span|stack", default_value = "stack")]
+    group_by: GroupBy,
+}
+
+/// How sites are named and shown: `record`'s summary, `report` and `diff`.
+#[derive(Args, Debug)]
+pub struct SiteArgs {
+    /// Frames whose function name matches REGEX (Rust regex syntax, unanchored) are
+    /// allocation plumbing, like the program's own malloc wrappers: the site is their
+    /// caller, in every report (pprof leaves them out too). Repeatable; the environment
+    /// variable MEMPROF_SITE_SKIP adds one more expression.
+    #[arg(long = "site-skip", value_name = "REGEX")]
+    site_skip: Vec<String>,
+    /// After the top table, print each shown site's largest stack, N frames from the site
+    /// outwards (the site first).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) backtrace: usize,
+}
+
+/// The environment variable that adds one `--site-skip` expression.
+const ENV_SITE_SKIP: &str = "MEMPROF_SITE_SKIP";
+
+impl SiteArgs {
+    pub(crate) fn skip(&self) -> Result<SiteSkip, Error> {
+        site_skip(&self.site_skip)
+    }
+}
+
+/// The expressions of `--site-skip` and `MEMPROF_SITE_SKIP`, compiled (an expression that
+/// does not compile is an error that names it and where it came from).
+fn site_skip(patterns: &[String]) -> Result<SiteSkip, Error> {
+    let mut skip = SiteSkip::default();
+    for p in patterns {
+        skip.add(p, "--site-skip")?;
+    }
+    match std::env::var(ENV_SITE_SKIP) {
+        Ok(p) if !p.is_empty() => skip.add(&p, ENV_SITE_SKIP)?,
+        Ok(_) | Err(std::env::VarError::NotPresent) => {}
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(Error::Config(format!("{ENV_SITE_SKIP} is not valid UTF-8")));
+        }
+    }
+    Ok(skip)
+}
+
+/// Reads one or more profiles ([`crate::profile::load::load`]), printing their warnings and notes on
+/// stderr; `recorded`: just recorded (their symbols are resolved and written into them).
+pub fn read_profiles(files: &[PathBuf], recorded: bool) -> Result<(Profile, Vec<String>), Error> {
+    read_profiles_first(files, recorded, &mut Loaders::default(), None).map(|(p, l, _)| (p, l))
+}
+
+/// [`read_profiles`], the first one already read when `first` is given.
+pub(crate) fn read_profiles_first(
+    files: &[PathBuf],
+    recorded: bool,
+    loaders: &mut Loaders,
+    first: Option<Profile>,
+) -> Result<(Profile, Vec<String>, Vec<Process>), Error> {
+    let loaded = load_with_first(files, LoadOptions { recorded }, loaders, first)?;
+    for m in &loaded.messages {
+        match m {
+            // They name files, modules and programs of the recording.
+            Message::Warning(w) => eprintln!("memprof: warning: {}", printable(w)),
+            Message::Note(n) => eprintln!("memprof: note: {}", printable(n)),
+        }
+    }
+    Ok((loaded.profile, loaded.labels, loaded.processes))
+}
+
+/// `memprof report FILE…`: the top table (and a tree's process table) on stdout, the
+/// outputs asked for written.
+pub fn report(args: &ReportRequest) -> Result<(), Error> {
+    let skip = args.sites.skip()?;
+    let alone = if args.view == View::Peak {
+        Some("--view peak reports")
+    } else if args.at.is_some() || args.from.is_some() || args.to.is_some() {
+        Some("--at, --from and --to report")
+    } else if args.short_lived.is_some() {
+        Some("--short-lived reports")
+    } else {
+        None
+    };
+    let files = report_files(&args.files, alone)?;
+    let outputs = Outputs {
+        flamegraph: args.flamegraph.as_deref(),
+        pprof: args.pprof.as_deref(),
+        collapsed: args.collapsed.as_deref(),
+        html: args.html.as_deref(),
+    };
+    // Before anything is read or written: a recording is never replaced by its report.
+    outputs.check_not_inputs(&files)?;
+    let (mut profile, _, processes) =
+        read_profiles_first(&files, false, &mut Loaders::default(), None)?;
+    profile.site_skip = skip;
+    let window = report_window(args, &profile)?;
+    let threshold = args.short_lived.as_deref().map(parse_duration).transpose()?;
+    if window.is_some() || threshold.is_some() {
+        // A second pass over the recording (one file: `report_files`), with the window
+        // and the threshold.
+        if let Some(ns) = threshold {
+            profile.lifetimes.short_lived_ns = ns;
+        }
+        profile.restrict(&files[0], window.unwrap_or(Window::ALL))?;
+    }
+    if let Some(out) = &args.html {
+        write_html_of(&profile, &processes, out, true)?;
+    }
+    // An output written to the standard output (`--collapsed -`) keeps it to itself: the
+    // tables go to the standard error then.
+    let to_stdout = [&args.flamegraph, &args.pprof, &args.collapsed, &args.html]
+        .iter()
+        .any(|p| p.as_deref().and_then(crate::sys::files::stream_of) == Some(1));
+    let say = |text: &str| {
+        if to_stdout {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+    };
+    if processes.len() > 1 {
+        say(&format!("{}\n", super::tree::process_table(&processes, &Default::default())));
+    }
+    let top = TopOptions {
+        limit: args.top,
+        group_by: args.group_by,
+        backtrace: args.sites.backtrace,
+        ..Default::default()
+    };
+    say(&super::top::top_table(&profile, &top));
+    if let Some(note) = super::unwinding::shallow_stacks_note(&profile) {
+        eprintln!("memprof: note: {note}");
+    }
+    write_outputs(&profile, args.view, args.group_by, outputs, true)
+}
+
+/// The files `memprof report` reads for `paths`: one path may name a process tree (its
+/// directory, or its root file with the directory beside it), which stands for all its
+/// files. `alone`: the option that reports one process at a time, if one was given; then
+/// a root file stands for itself (with a note), and a directory or several files are
+/// refused with an error that names a file to pass.
+fn report_files(paths: &[PathBuf], alone: Option<&str>) -> Result<Vec<PathBuf>, Error> {
+    let one_of = |files: &[PathBuf], first: &str| -> String {
+        let mut shown: Vec<String> =
+            files.iter().take(2).map(|f| f.display().to_string()).collect();
+        shown.dedup();
+        format!(
+            "{}{first}{}",
+            shown[0],
+            shown.get(1).map(|s| format!(" or {s}")).unwrap_or_default()
+        )
+    };
+    if let [path] = paths {
+        let named = crate::profile::tree::Named::of(path);
+        if named.children.is_empty() {
+            return Ok(vec![named.root]);
+        }
+        let Some(what) = alone else {
+            return Ok(named.files());
+        };
+        if named.by_dir {
+            return Err(Error::Config(format!(
+                "{what} one process at a time (each has its own clock and peak): \
+                 pass one file of the tree, e.g. {}",
+                one_of(&named.files(), " (the program's)")
+            )));
+        }
+        eprintln!(
+            "memprof: note: {what} one process at a time: {} alone is reported, not \
+             the {} other processes of its tree (pass one of their files for another, e.g. \
+             {})",
+            printable_os(&named.root),
+            named.children.len(),
+            printable_os(&named.children[0])
+        );
+        return Ok(vec![named.root]);
+    }
+    if let Some(what) = alone.filter(|_| paths.len() > 1) {
+        return Err(Error::Config(format!(
+            "{what} one process at a time (each has its own clock and peak): pass one \
+             of the files, e.g. {}",
+            one_of(paths, "")
+        )));
+    }
+    Ok(paths.to_vec())
+}
+
+/// The range of the recording that `--at`, `--from` and `--to` ask for, if any.
+fn report_window(args: &ReportRequest, profile: &Profile) -> Result<Option<Window>, Error> {
+    let end = profile.end_ns;
+    let moment = |s: &Option<String>| s.as_deref().map(|s| parse_moment(s, end)).transpose();
+    if let Some(t) = moment(&args.at)? {
+        return Ok(Some(Window::at(t)));
+    }
+    let (from, to) = (moment(&args.from)?, moment(&args.to)?);
+    if from.is_none() && to.is_none() {
+        return Ok(None);
+    }
+    let w = Window { from_ns: from.unwrap_or(0), to_ns: to.unwrap_or(u64::MAX) };
+    if w.from_ns >= w.to_ns {
+        return Err(Error::Config(format!(
+            "--from {} is not before --to {}",
+            args.from.as_deref().unwrap_or("0"),
+            args.to.as_deref().unwrap_or("100%")
+        )));
+    }
+    Ok(Some(w))
+}
+
+/// `memprof diff`: the two recordings and the outputs asked for (the command's arguments).
+#[derive(Args, Debug)]
+#[command(after_help = "Every number is in estimated bytes, so the two profiles may have been \
+recorded at different intervals (or one in the exact mode). A change is flagged (*) when it \
+is not sampling noise: two-sided tests, Holm-corrected over every (site, quantity) \
+difference, family-wise false-positive rate 5 %. A 30 % change is detected reliably from \
+about 1 000 expected samples of the site per profile; at 100 samples it is within the noise.")]
+pub struct DiffRequest {
+    /// The earlier profile (.mprof).
+    #[arg(value_name = "BASE")]
+    base: PathBuf,
+    /// The later profile (.mprof), compared with BASE.
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
+    /// Show every site, not only those with a significant change.
+    #[arg(long)]
+    all: bool,
+    /// What the flamegraph, folded and pprof outputs compare: alloc (every sampled
+    /// allocation), live (blocks still allocated at the end) or peak (blocks allocated when
+    /// each profile's live heap peaked).
+    #[arg(long, default_value = "alloc", value_parser = ["alloc", "live", "peak"])]
+    view: String,
+    /// Write a differential flamegraph SVG (inferno: widths are NEW's bytes, red where NEW
+    /// has more, blue where it has less).
+    #[arg(long, value_name = "OUT.svg")]
+    flamegraph: Option<PathBuf>,
+    /// Write the differential folded stacks (`stack BASE NEW`, estimated bytes, sorted),
+    /// which inferno-flamegraph and Brendan Gregg's difffolded.pl/flamegraph.pl read.
+    #[arg(long, value_name = "OUT")]
+    collapsed: Option<PathBuf>,
+    /// Write a gzip-compressed pprof profile of NEW − BASE (as `go tool pprof -diff_base`
+    /// builds one: BASE's samples negated; Go heap-profile sample types).
+    #[arg(long, value_name = "OUT.pb.gz")]
+    pprof: Option<PathBuf>,
+    /// Frames whose function name matches REGEX are allocation plumbing (as for `report`).
+    #[arg(long = "site-skip", value_name = "REGEX")]
+    site_skip: Vec<String>,
+}
+
+/// `memprof diff BASE NEW`: the per-site table on stdout, the differential outputs asked for.
+pub fn diff(args: &DiffRequest) -> Result<(), Error> {
+    let view: View = args.view.parse()?;
+    let skip = site_skip(&args.site_skip)?;
+    let outputs = Outputs {
+        flamegraph: args.flamegraph.as_deref(),
+        pprof: args.pprof.as_deref(),
+        collapsed: args.collapsed.as_deref(),
+        html: None,
+    };
+    outputs.check_not_inputs(&[args.base.clone(), args.new.clone()])?;
+    let mut loaders = Loaders::default();
+    let mut read = |file: &PathBuf| -> Result<Profile, Error> {
+        let one = std::slice::from_ref(file);
+        let mut p = read_profiles_first(one, false, &mut loaders, None)?.0;
+        p.site_skip = skip.clone();
+        Ok(p)
+    };
+    let (base, new) = (read(&args.base)?, read(&args.new)?);
+    let options = super::diff::DiffOptions {
+        all: args.all,
+        base_name: Some(args.base.display().to_string()),
+        new_name: Some(args.new.display().to_string()),
+    };
+    print!("{}", super::diff::diff_table(&base, &new, &options));
+    if let Some(path) = &args.flamegraph {
+        write_file(path, |w| super::diff::diff_flamegraph(&base, &new, view, w))?;
+        eprintln!("memprof: wrote {} differential flamegraph {}", view.name(), path.display());
+    }
+    if let Some(path) = &args.collapsed {
+        write_file(path, |w| super::diff::write_diff_collapsed(w, &base, &new, view))?;
+        eprintln!("memprof: wrote {} differential folded stacks {}", view.name(), path.display());
+    }
+    if let Some(path) = &args.pprof {
+        write_file(path, |w| super::diff::write_diff_pprof(&base, &new, view, w))?;
+        eprintln!("memprof: wrote pprof profile of NEW − BASE {}", path.display());
+    }
+    Ok(())
+}
