@@ -24,6 +24,7 @@
 //! | Path | What it holds |
 //! |---|---|
 //! | `lib.rs` | this map, the public face of the crate, the `__private` paths the preload library takes |
+//! | `error.rs` | [`Error`] and [`LaunchError`] |
 //! | `sys/` | process primitives, nothing about sampling |
 //! | `sys/rawmem.rs` | the profiler's own memory: `mmap` on the sample path, glibc's `__libc_calloc` at start |
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
@@ -70,14 +71,6 @@
 //! | `engine/callstack/dwarf.rs` | libgcc's walk, the fallback |
 //! | `engine/callstack/mod.rs` | capture at an entry point: the unwinder's choice, replay of repeated stacks, fallbacks |
 //! | `engine/mod.rs` | the folder's rules: no `std::sync` lock, no profiled allocation, no panic |
-//! | `session/` | safe points: where events become callbacks |
-//! | `session/mod.rs` | [`start`], [`poll`], [`Session`], [`record_gc_cycle`] |
-//! | `session/tracker.rs` | the [`Tracker`] trait, its events and [`Poll`] |
-//! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
-//! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
-//! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
-//! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
-//! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `profile/` | the [`profile::Profile`] model, `.mprof` format, symbols, merge, loading |
 //! | `profile/mod.rs` | [`profile::Profile`]: the aggregates every report reads, and their invariants |
 //! | `profile/tables.rs` | the interned tables: modules, stacks, symbols |
@@ -99,7 +92,8 @@
 //! | `profile/symbolize/stripped.rs` | the notes on objects whose frames stayed unnamed (stripped, no debug file) |
 //! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
-//! | `profile/format/mod.rs` | the `.mprof` stream's spec (versions 1 to 4), its limits and record tags, [`profile::format::Event`] |
+//! | `profile/format/mod.rs` | the `.mprof` stream's spec (versions 1 to 4) and the folder's face |
+//! | `profile/format/spec.rs` | the format's limits, record tags, [`profile::format::Event`] and the coding helpers reader and writer share |
 //! | `profile/format/write.rs` | the writer: [`profile::format::Writer`], appended symbols |
 //! | `profile/format/read.rs` | the reader of untrusted input: [`profile::format::Reader`], [`profile::Profile::read_from`] |
 //! | `profile/format/read/record.rs` | outer records read from untrusted bytes: lengths, checksums, cuts |
@@ -109,24 +103,45 @@
 //! | `profile/merge.rs` | a process tree's profiles merged into one |
 //! | `profile/replay.rs` | a recording replayed: windows in time (`--at`, `--from`, `--to`), the heap at a moment, the time parsers |
 //! | `profile/replay_fuzz.rs` | the time parsers fuzzed (proptest, a unit test: the parsers are private) |
+//! | `session/` | safe points: where events become callbacks |
+//! | `session/mod.rs` | [`start`], [`poll`], [`Session`], [`record_gc_cycle`] |
+//! | `session/tracker.rs` | the [`Tracker`] trait, its events and [`Poll`] |
+//! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
+//! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
+//! | `session/state.rs` | the session's process-wide state: its epoch, control block and driver behind their locks, the drain every safe point shares |
+//! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `session/generations.rs` | module generations of a recorded process: a library mapped where an unloaded one was gets addresses of its own |
+//! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
+//! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
 //! | `report/tree.rs` | a tree's table of processes |
 //! | `report/text.rs` | [`report::text::printable`]: every name a terminal shows, escaped |
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
-//! | `report/mod.rs` | views, options and the helpers the report formats share |
+//! | `report/mod.rs` | the folder's face: the formats' public paths |
+//! | `report/view.rs` | what every format shares: [`report::View`], grouping, per-stack totals, GC mark estimates, the sampling summary, units |
 //! | `report/top.rs` | the top-sites table (± intervals, peak, short-lived section, backtraces) |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
 //! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |
 //! | `report/stats.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
-//! | `report/diff.rs` | `memprof diff`: per-site changes between two recordings, in four formats |
+//! | `report/diff/` | `memprof diff`: per-site changes between two recordings, in four formats |
+//! | `report/diff/mod.rs` | the statistics of the comparison (its documentation) and the folder's face |
+//! | `report/diff/compare.rs` | per-site comparison: the changes, their standard errors and Holm-corrected flags |
+//! | `report/diff/table.rs` | the comparison as a terminal table |
+//! | `report/diff/stacks.rs` | differential folded stacks and their flamegraph |
+//! | `report/diff/pprof.rs` | a pprof profile of the difference (`-diff_base` style) |
+//! | `report/diff/tests.rs` | the flags' false-positive rate and power on simulated programs |
 //! | `report/html.rs` | the self-contained HTML page (timeline, flamegraph of any range, sites) |
+//! | `report/html/page.html` | the page's skeleton, filled with the data and the two files below |
+//! | `report/html/page.css` | the page's styles |
+//! | `report/html/page.js` | the page's script: the timeline, ranges, the flamegraph and the sites table |
 //! | `report/write.rs` | a report's outputs written under the file policy: [`report::write::Outputs`], the HTML page timed |
 //! | `report/command.rs` | `memprof report` and `memprof diff` as the terminal sees them (feature `cli`): arguments, files, window, tables |
 //! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
 //! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |
 //! | `serve/parse.rs` | the request head, parsed from bytes alone (fuzzed by `tests/fuzz_http.rs`) |
-//! | `serve/mod.rs` | the `/debug/pprof/` handler: endpoints, deltas, the answers' encoding |
+//! | `serve/handler.rs` | the `/debug/pprof/` handler: endpoints, deltas, the answers' encoding |
+//! | `serve/mod.rs` | the folder's design notes and face |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |
 //! | `gc/mod.rs` | the managed heap's face: [`gc::Heap`], collection cycles and their timing |
 //! | `gc/heap.rs` | blocks, headers, values, chunks and large blocks: the heap's memory layout |
@@ -153,7 +168,6 @@
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, its three threads beside it, then the summary, the companions and every diagnosis |
 //! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
-//! | `error.rs` | [`Error`] and [`LaunchError`] |
 //! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
 //! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, their flamegraphs and pages written (`target/memprof-demo/`) |
