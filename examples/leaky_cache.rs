@@ -31,5 +31,5 @@ fn main() {
         }
     };
     println!("{} entries cached; profile written to {out}", cache.entries());
-    print!("{}", memprof::report::top::top_table(&profile, &Default::default()));
+    print!("{}", memprof::report::top_table(&profile, &Default::default()));
 }

@@ -21,23 +21,28 @@
 #[cfg(feature = "cli")]
 pub mod command;
 pub mod diff;
-pub mod flamegraph;
-pub mod folded;
+mod flamegraph;
+mod folded;
 pub mod html;
-pub mod pprof;
+mod pprof;
 pub mod stats;
 pub mod text;
-pub mod top;
-pub mod tree;
-pub mod unwinding;
-pub mod view;
+mod top;
+mod tree;
+mod unwinding;
+mod view;
 pub mod write;
 
-pub use diff::{diff_sites, diff_table, DiffOptions};
-pub use flamegraph::{flamegraph, FlameOptions};
-pub use folded::{collapsed, collapsed_grouped, write_collapsed, write_collapsed_grouped};
+pub use flamegraph::{default_subtitle, default_title, flamegraph, FlameOptions};
+pub use folded::{
+    collapsed, collapsed_grouped, folded_frame, write_collapsed, write_collapsed_grouped,
+};
 pub use pprof::{pprof, write_pprof, PprofOptions};
-pub use top::{gc_table, site_totals, site_totals_grouped, top_table, SiteTotal, TopOptions};
+pub use top::{
+    gc_table, short_lived_table, site_totals, site_totals_grouped, top_table, SiteTotal, TopOptions,
+};
+pub use tree::{process_table, TreeOptions};
+pub use unwinding::shallow_stacks_note;
 pub use view::{
     gc_cycle_samples, human_bytes, human_duration, is_gc_stack, sampling_summary, stack_totals,
     GcSampled, GroupBy, StackTotal, View, NO_SPAN,

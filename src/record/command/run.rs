@@ -15,8 +15,8 @@ use crate::profile::symbolize::Loaders;
 use crate::profile::{Profile, Stopped};
 use crate::report::command::read_profiles_first;
 use crate::report::text::{printable, printable_os};
-use crate::report::top::TopOptions;
 use crate::report::write::{write_html_of, write_outputs, Outputs};
+use crate::report::TopOptions;
 use crate::report::{GroupBy, View};
 use std::path::{Path, PathBuf};
 
@@ -203,16 +203,16 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     }
     let tree = processes.len() > 1;
     if tree {
-        eprint!("{}", crate::report::tree::process_table(&processes, &Default::default()));
+        eprint!("{}", crate::report::process_table(&processes, &Default::default()));
     }
     eprint!(
         "{}",
-        crate::report::top::top_table(
+        crate::report::top_table(
             &profile,
             &TopOptions { limit: args.top, backtrace: args.sites.backtrace, ..Default::default() }
         )
     );
-    if let Some(note) = crate::report::unwinding::shallow_stacks_note(&profile) {
+    if let Some(note) = crate::report::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
     }
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
