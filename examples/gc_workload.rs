@@ -18,7 +18,7 @@ static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std:
 
 fn main() {
     let steps = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(workload::STEPS);
-    if memprof::gc::profiler::under_record() {
+    if memprof::gc::under_record() {
         // Under `memprof record` the preload library's session records the heap (and the
         // program's mallocs); it prints the top sites and GC cycles at exit.
         let report = workload::run(workload::RECORDS, steps);

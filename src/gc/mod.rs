@@ -3,7 +3,7 @@
 //! memprof's sampler like any other allocator.
 //!
 //! # 1. The embedder's contract
-//! A [`Value`] is an immediate integer or a block of this heap (layout in [`heap`]). Values
+//! A [`Value`] is an immediate integer or a block of this heap (layout in `gc/heap.rs`). Values
 //! are plain words, like OCaml values in C stubs: a block stays valid as long as it is
 //! reachable from a root at every collection point ([`Heap::major_slice`],
 //! [`Heap::major_cycle`]). Allocation never collects. Functions that dereference or store
@@ -39,18 +39,20 @@
 //! the profile beside the samples: `memprof report --view gc` attributes mark time to
 //! allocation sites.
 
-pub mod alloc;
-pub mod compare;
-pub mod heap;
-pub mod mark;
-pub mod profiler;
-pub mod stats;
+mod alloc;
+mod compare;
+mod heap;
+mod mark;
+mod profiler;
+mod stats;
 mod sweep;
 
 use core::cmp::Ordering;
 
+pub use compare::{HASH_MEANINGFUL, HASH_TOTAL, RECORD_AFTER};
 pub use heap::{Value, DOUBLE_ARRAY_TAG, MAX_SMALL_WOSIZE, NO_SCAN_TAG, STRING_TAG};
 pub use mark::Marker;
+pub use profiler::under_record;
 pub use stats::{CycleStats, HeapStats};
 
 use crate::engine::clock::monotonic_ns;
@@ -375,7 +377,7 @@ impl Heap {
         unsafe { compare::raw_words(v) }.iter().map(|w| f64::from_bits(*w)).collect()
     }
 
-    /// Structural comparison ([`compare::compare`]).
+    /// Structural comparison (`gc/compare.rs`: OCaml's `compare` on values).
     ///
     /// # Safety
     /// `a` and `b` are integers or live blocks of this heap.
@@ -384,7 +386,7 @@ impl Heap {
         unsafe { compare::compare(a, b) }
     }
 
-    /// Structural hash ([`compare::hash`]).
+    /// Structural hash (`gc/compare.rs`: breadth-first like OCaml's `caml_hash`).
     ///
     /// # Safety
     /// `v` is an integer or a live block of this heap.
