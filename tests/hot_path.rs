@@ -458,8 +458,11 @@ impl Tracker for Lives {
 /// `malloc` (50 µs naps); its block is not the program's before `malloc` returns, so the
 /// wait is not part of its life: a block freed right after its allocation is told with a
 /// lifetime of microseconds, not of the wait. A queue of 2 slots is full at nearly every
-/// allocation; at most 5 % of 400 such blocks may live 40 µs or more (the scheduler can
-/// stop the thread between the two).
+/// allocation, so were the wait counted, nearly every block would seem to live a 50 µs
+/// nap or more. The bound is on the median: fewer than half of 400 such blocks may live
+/// 40 µs or more. (When other sessions ran in the process before, up to a third of the
+/// blocks have been seen at 10–55 µs on a 2-vCPU VM, uniformly spread; a bound on the 95th
+/// percentile failed there most runs, so it would not tell that regression from this.)
 #[test]
 fn a_wait_for_room_is_not_in_the_blocks_life() {
     let _g = serial();
@@ -474,5 +477,5 @@ fn a_wait_for_room_is_not_in_the_blocks_life() {
     let lives = session.stop().unwrap().lives;
     assert!(lives.len() > 380, "{} of 400 blocks told", lives.len());
     let long = lives.iter().filter(|&&l| l >= 40_000).count();
-    assert!(long <= lives.len() / 20, "{long} of {} blocks lived ≥ 40 µs", lives.len());
+    assert!(long < lives.len() / 2, "{long} of {} blocks lived ≥ 40 µs", lives.len());
 }

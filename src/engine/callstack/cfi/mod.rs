@@ -32,8 +32,9 @@
 //! path never allocates, never waits and never holds a lock user code can hold.
 //!
 //! # 4. Compiled rules
-//! framehop spends about 20 ns a frame even when its cache hits (the lookup, the module
-//! search, the rule's interpretation). Every rule it caches on x86-64 has one shape: the
+//! framehop spends tens of nanoseconds a frame even when its cache hits (the lookup, the
+//! module search, the rule's interpretation; `cargo test --release --lib time_walks --
+//! --ignored --nocapture` times the walks side by side). Every rule it caches on x86-64 has one shape: the
 //! canonical frame address (CFA, the caller's stack pointer) is `sp` or `bp` plus a
 //! constant, the return address is at `CFA - 8`, and `bp` is either unchanged or loaded
 //! from `sp` or `bp` plus a constant. So each slot also keeps a direct-mapped table of
