@@ -51,11 +51,24 @@ struct Closing {
     own: Vec<Shift>,
 }
 
-/// A module as its lists name it: path, base, start, end.
-type ModuleKey = (String, u64, u64, u64);
+/// A module as mapped: what its file holds (its build id; else its path, size and time),
+/// base, start, end. Not its path alone: the loader names an object as the program asked
+/// for it (`./lib.so`, `/lib/...` through a symlinked directory), `/proc/PID/maps` (where
+/// the collector looks up frames no list names yet) by its canonical path, and both must
+/// be one module, or a shift bound to one is never ended by the other's `dlclose`.
+type ModuleKey = (Vec<u8>, u64, u64, u64);
 
 fn module_key(m: &Module) -> ModuleKey {
-    (m.path.clone(), m.base, m.start, m.end)
+    let identity = if m.build_id.is_empty() {
+        let mut id = m.path.as_bytes().to_vec();
+        id.push(0);
+        id.extend_from_slice(&m.file_size.to_le_bytes());
+        id.extend_from_slice(&m.file_mtime_ns.to_le_bytes());
+        id
+    } else {
+        m.build_id.clone()
+    };
+    (identity, m.base, m.start, m.end)
 }
 
 /// Frames in `start..end` are recorded at `+ delta`.
@@ -99,7 +112,7 @@ impl Generations {
     /// Retires `start..end`: its shifts end, and later frames there open new ones.
     fn retire(&mut self, start: u64, end: u64) {
         self.shifts.retain(|s| s.end <= start || end <= s.start);
-        self.retired.retain(|&(a, b)| b <= start || end <= a);
+        cut(&mut self.retired, start, end);
         self.retired.push((start, end));
     }
 
@@ -121,6 +134,27 @@ impl Generations {
             None => addr,
         }
     }
+}
+
+/// Takes `lo..hi` out of `ranges`, keeping what lies on either side of it: a library mapped
+/// over part of a retired range leaves the rest retired. (Dropping the whole range made
+/// the rest plain addresses, which the unloaded library's record still claimed, so the
+/// next library mapped there lent it its frames.)
+fn cut(ranges: &mut Vec<(u64, u64)>, lo: u64, hi: u64) {
+    let mut out = Vec::with_capacity(ranges.len() + 1);
+    for &(a, b) in ranges.iter() {
+        if b <= lo || hi <= a {
+            out.push((a, b));
+            continue;
+        }
+        if a < lo {
+            out.push((a, lo));
+        }
+        if hi < b {
+            out.push((hi, b));
+        }
+    }
+    *ranges = out;
 }
 
 /// A piece `lo..hi` of a module, recorded at `+ delta`: what the recorder writes (unless
@@ -192,13 +226,18 @@ impl Generations {
 
     /// A `dlclose` starts (call `id`; the loader had loaded `adds` objects), which may unmap
     /// `modules` (see [`Generations`]): they are mapped now, so what was recorded in their
-    /// ranges is theirs; then they are retired until [`Generations::closed`] says what
+    /// ranges is theirs (a module no list named yet is settled here); then they are retired until [`Generations::closed`] says what
     /// became of them.
     pub(crate) fn closing(&mut self, id: u64, adds: u64, modules: Vec<Module>) -> Vec<Piece> {
         let mut out = Vec::new();
         for module in modules {
             self.seal(&module, &mut out);
             let key = module_key(&module);
+            // Mapped now, and perhaps never listed (loaded and closed between two lists):
+            // the frames recorded in its range as they were are its own too.
+            if !self.current.contains(&key) && !self.is_closing(&key) {
+                self.admit(module.clone(), &mut out);
+            }
             let g = &mut *self;
             if g.is_closing(&key) {
                 // Another `dlclose` that may unmap it is under way: it is retired already.
@@ -238,7 +277,7 @@ impl Generations {
                 }
                 // Still mapped. Frames recorded meanwhile opened a shift, which it takes;
                 // else its frames go on through the shifts they went through before.
-                g.retired.retain(|&(a, b)| b <= m.start || m.end <= a);
+                cut(&mut g.retired, m.start, m.end);
                 g.current.push(key);
                 if !g.shifts.iter().any(|s| s.start < m.end && m.start < s.end) {
                     g.shifts.extend(own);
@@ -306,9 +345,113 @@ impl Generations {
         }
         // What this module covers is mapped again: no longer retired (its shifts stay for
         // as long as it is mapped).
-        g.retired.retain(|&(x, y)| y <= m.start || m.end <= x);
+        cut(&mut g.retired, m.start, m.end);
         for (lo, hi, delta) in pieces {
             out.push(Piece::of(&m, lo, hi, delta));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(path: &str, build_id: u8, start: u64) -> Module {
+        Module {
+            path: path.into(),
+            base: start,
+            start,
+            end: start + 0x4000,
+            build_id: vec![build_id; 20],
+            file_size: 0,
+            file_mtime_ns: 0,
+        }
+    }
+
+    /// The pieces that cover `addr` as recorded (`translated`), as (path, delta), each once
+    /// (the recorder writes a piece once).
+    fn covering(pieces: &[Piece], translated: u64) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = pieces
+            .iter()
+            .filter(|p| {
+                let (lo, hi) = (p.lo.wrapping_add(p.delta), p.hi.wrapping_add(p.delta));
+                lo <= translated && translated < hi
+            })
+            .map(|p| (p.module.path.clone(), p.delta))
+            .collect();
+        out.dedup();
+        out
+    }
+
+    /// A library loaded, sampled and closed before any list named it (its `dlclose`'s
+    /// closing record is the first to name it): its frames, recorded as they were, are
+    /// written as its own when the call starts. (They were left outside every module.)
+    #[test]
+    fn a_library_closed_before_any_list_named_it_keeps_its_frames() {
+        let mut g = Generations::default();
+        let exe = module("/bin/prog", 1, 0x1000_0000);
+        assert!(g.snapshot(vec![exe.clone()]).iter().all(|p| p.module.path == "/bin/prog"));
+        let lib = module("./libq.so", 2, 0x7f00_0000_0000);
+        let frame = lib.start + 0x123;
+        let recorded = g.translate(frame);
+        let mut pieces = g.closing(1, 5, vec![lib.clone()]);
+        // Another thread's list, written once the library was unmapped, comes before the
+        // call's end.
+        pieces.extend(g.snapshot(vec![exe.clone()]));
+        pieces.extend(g.closed(1, 5));
+        assert_eq!(covering(&pieces, recorded), vec![("./libq.so".to_string(), 0)]);
+    }
+
+    /// One object named two ways (the loader's relative name, the canonical path of
+    /// `/proc/PID/maps`, where the collector looks up frames no list names yet) is one
+    /// module: its `dlclose` ends what its frames opened, so the next library mapped there
+    /// keeps its own frames. (Read from the maps during the call, it was a second module
+    /// whose shift outlived the call and took the next library's frames.)
+    #[test]
+    fn an_object_named_two_ways_is_one_module() {
+        let mut g = Generations::default();
+        let mut pieces = Vec::new();
+        let c = module("./libc0.so", 1, 0x7f00_0000_0000);
+        pieces.extend(g.snapshot(vec![c.clone()]));
+        pieces.extend(g.closing(1, 5, vec![c]));
+        pieces.extend(g.snapshot(vec![]));
+        pieces.extend(g.closed(1, 5));
+        let a = module("./liba.so", 2, 0x7f00_0000_0000);
+        pieces.extend(g.snapshot(vec![a.clone()]));
+        pieces.extend(g.closing(2, 6, vec![a.clone()]));
+        g.translate(a.start + 0x100);
+        pieces.extend(g.add_modules(vec![Module { path: "/work/liba.so".into(), ..a }]));
+        pieces.extend(g.snapshot(vec![]));
+        pieces.extend(g.closed(2, 6));
+        let b = module("./libb.so", 3, 0x7f00_0000_0000);
+        let recorded = g.translate(b.start + 0x200);
+        pieces.extend(g.snapshot(vec![b]));
+        assert_eq!(covering(&pieces, recorded).len(), 1, "{:?}", covering(&pieces, recorded));
+        assert_eq!(covering(&pieces, recorded)[0].0, "./libb.so");
+    }
+
+    /// A library mapped over the tail of an unloaded one's range leaves the rest of that
+    /// range retired: a later library's frames there are its own, not the unloaded one's.
+    #[test]
+    fn a_library_over_part_of_a_retired_range_leaves_the_rest_retired() {
+        let mut g = Generations::default();
+        let mut pieces = Vec::new();
+        let old = module("./lib0.so", 1, 0x7f00_0000_8000);
+        pieces.extend(g.snapshot(vec![old.clone()]));
+        pieces.extend(g.closing(1, 5, vec![old]));
+        pieces.extend(g.snapshot(vec![]));
+        pieces.extend(g.closed(1, 5));
+        // Mapped from the old one's last page on.
+        let over = module("./lib0.so", 1, 0x7f00_0000_b000);
+        pieces.extend(g.snapshot(vec![over.clone()]));
+        pieces.extend(g.closing(2, 6, vec![over]));
+        pieces.extend(g.snapshot(vec![]));
+        pieces.extend(g.closed(2, 6));
+        // Mapped where the old one began.
+        let next = module("./lib1.so", 2, 0x7f00_0000_7000);
+        let recorded = g.translate(next.start + 0x21fe);
+        pieces.extend(g.snapshot(vec![next]));
+        assert_eq!(covering(&pieces, recorded).len(), 1, "{:?}", covering(&pieces, recorded));
+        assert_eq!(covering(&pieces, recorded)[0].0, "./lib1.so");
     }
 }
