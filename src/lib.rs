@@ -295,7 +295,7 @@ pub mod __private {
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::program::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::record::unfollowed::note as note_unfollowed;
-    pub use crate::sys::elf_lookup::next_definitions;
+    pub use crate::sys::elf_lookup::{next_definitions, own_definitions, prior_definitions, Prior};
     pub use crate::sys::errno::{errno, set_errno};
 }
 

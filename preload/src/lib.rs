@@ -64,6 +64,8 @@
 mod entry;
 mod fast;
 mod next;
+#[cfg(target_arch = "x86_64")]
+mod patch;
 mod process;
 mod stack;
 
@@ -140,6 +142,8 @@ fn keep_counting() {
 
 extern "C" fn init() {
     next::resolve_once();
+    #[cfg(target_arch = "x86_64")]
+    patch::install();
     start();
 }
 
