@@ -78,7 +78,8 @@ fn rustc_compiling_a_small_program_is_profiled() {
     let rustc = PathBuf::from(text(&sysroot.stdout).trim()).join("bin/rustc");
     assert!(rustc.is_file(), "{}", rustc.display());
     let dir = scratch("rustc");
-    std::fs::write(dir.join("hello.rs"), "fn main() { println!(\"hello from rustc\"); }\n").unwrap();
+    std::fs::write(dir.join("hello.rs"), "fn main() { println!(\"hello from rustc\"); }\n")
+        .unwrap();
     for (label, opts) in modes("rc") {
         let hello = format!("hello-{}", label.replace(' ', "-"));
         let out = record(&dir, &strs(&opts), &rustc, &["-O", "hello.rs", "-o", &hello]);
