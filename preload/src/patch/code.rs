@@ -159,13 +159,16 @@ mod tests {
         assert_eq!(i[0].ip_rel_memory_address(), IP + 7 + 0x100);
     }
 
-    /// A RIP-relative operand that the trampoline cannot reach (over 2 GiB away) is
-    /// refused, not truncated.
+    /// A RIP-relative operand that the trampoline cannot reach (over 2 GiB away) and that
+    /// has no other form (`add rax, [rip + 0x100]` above 4 GiB; a `mov rax, [rip + x]`
+    /// becomes `mov rax, [abs64]`, and a target below 4 GiB an `[eip + x]`) is refused,
+    /// not truncated.
     #[test]
     fn an_unreachable_rip_relative_operand_is_refused() {
-        let code = [0x48, 0x8b, 0x05, 0x00, 0x01, 0, 0, 0xc3];
-        let m = moved(&code, IP).unwrap();
-        assert_eq!(trampoline(&m, IP, IP + (8 << 30)), Err(Refusal::Unrelocatable));
+        let ip = 0x7f00_0000_1000;
+        let code = [0x48, 0x03, 0x05, 0x00, 0x01, 0, 0, 0xc3];
+        let m = moved(&code, ip).unwrap();
+        assert_eq!(trampoline(&m, ip, ip + (8 << 30)), Err(Refusal::Unrelocatable));
     }
 
     /// A short conditional jump among the moved instructions (`test edi, edi; je +0x10;
