@@ -62,8 +62,29 @@ fn an_executable_that_defines_malloc_is_profiled_exactly() {
             assert_eq!(totals(&prof, "def_aligned_site"), (10_240.0, 20.0, 10_240.0, 20.0));
             assert_eq!(totals(&prof, "use_lib_site"), (90_000.0, 30.0, 90_000.0, 30.0));
             assert_eq!(totals(&prof, "lib_alloc"), (28_000.0, 40.0, 28_000.0, 40.0));
+            assert_eq!(totals(&prof, "def_child_site").1, 0.0);
         }
     }
+}
+
+/// Following forks: the forked child inherits the patched entry points, their trampolines
+/// and slots, and its own profile holds exactly its frees and its allocations.
+#[test]
+fn a_forked_child_of_a_definer_keeps_its_patches() {
+    let dir = scratch("definer-fork");
+    let prog = definer();
+    let dl = fixture("libdlfix");
+    let opts = ["--interval", "1", "--follow-forks", "-o", "df.mprof"];
+    let out = record(&dir, &opts, &prog, &[dl.to_str().unwrap()]);
+    assert_ok(&out, 0);
+    assert!(text(&out.stdout).contains("all from myalloc"), "{}", text(&out.stdout));
+    let parent = read(&dir.join("df.mprof"));
+    assert_eq!(totals(&parent, "use_lib_site"), (90_000.0, 30.0, 90_000.0, 30.0));
+    let children = memprof::profile::tree::children(&dir.join("df.mprof"));
+    assert_eq!(children.len(), 1, "{children:?}");
+    let child = read(&children[0]);
+    assert_eq!(totals(&child, "def_child_site"), (5_000.0, 10.0, 5_000.0, 10.0));
+    assert_eq!(totals(&child, "def_main_site").1, 0.0);
 }
 
 /// The real compiler (the toolchain's own `bin/rustc`, not rustup's proxy): its executable

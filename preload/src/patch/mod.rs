@@ -287,3 +287,99 @@ impl Log {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page of machine code of the test's own, mapped read-write then sealed read-execute.
+    fn code_page(bytes: &[u8]) -> usize {
+        // SAFETY: a fresh anonymous mapping, written before it is sealed.
+        unsafe {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len());
+            assert_eq!(libc::mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC), 0);
+            p as usize
+        }
+    }
+
+    static ORIGINAL: AtomicUsize = AtomicUsize::new(0);
+
+    /// The hook: the original's answer, doubled.
+    extern "C" fn doubled(x: u64) -> u64 {
+        // SAFETY: the patcher stored the trampoline of a `fn(u64) -> u64` before patching.
+        let f: extern "C" fn(u64) -> u64 =
+            unsafe { core::mem::transmute(ORIGINAL.load(Ordering::Acquire)) };
+        f(x) * 2
+    }
+
+    /// A function whose first instruction is a RIP-relative load (`mov rax, [rip + 0xf9]`,
+    /// a constant 1,000 at +0x100; `add rax, rdi; ret`) is patched: a call of its entry
+    /// reaches the hook, whose call of the trampoline still reads the constant from the
+    /// trampoline's page.
+    #[test]
+    fn a_patched_function_with_a_rip_relative_prologue_runs_the_hook_and_its_original() {
+        let mut bytes = vec![0x48, 0x8b, 0x05, 0xf9, 0, 0, 0, 0x48, 0x01, 0xf8, 0xc3];
+        bytes.resize(0x100, 0xcc);
+        bytes.extend_from_slice(&1000u64.to_le_bytes());
+        let f = code_page(&bytes);
+        // SAFETY: the page holds that function.
+        let call = |x| unsafe { core::mem::transmute::<usize, extern "C" fn(u64) -> u64>(f)(x) };
+        assert_eq!(call(5), 1005);
+        let mut log = Log { on: true, text: String::new() };
+        let t = Target {
+            name: "f".into(),
+            addr: f,
+            size: 11,
+            hook: doubled as *const () as usize,
+            slot: Slot::Own(&ORIGINAL),
+        };
+        family("test", vec![t], &mut log);
+        assert_eq!(log.text, "memprof: test: f: patched\n");
+        assert_eq!(call(5), 2010);
+        // SAFETY: the patch is a jmp rel32 at the entry (page sealed read-execute again).
+        assert_eq!(unsafe { *(f as *const u8) }, 0xe9);
+    }
+
+    /// A loop back into the bytes the patch would overwrite, and a function shorter than
+    /// the patch, are refused and left as they were, and so is the rest of a family.
+    #[test]
+    fn awkward_functions_are_refused_and_left_alone() {
+        // 0: push rbx; 1: mov ebx, edi; 3: dec ebx; 5: jne 1; 7: pop rbx; 8: ret
+        let looping = [0x53, 0x89, 0xfb, 0xff, 0xcb, 0x75, 0xfa, 0x5b, 0xc3];
+        let short = [0x31, 0xc0, 0xc3];
+        // mov rax, rdi; add rax, rdi; ret: patchable alone.
+        let sibling = [0x48, 0x89, 0xf8, 0x48, 0x01, 0xf8, 0xc3];
+        let (a, b, c) = (code_page(&looping), code_page(&short), code_page(&sibling));
+        let mut log = Log { on: true, text: String::new() };
+        let target = |name: &str, addr, size| Target {
+            name: name.into(),
+            addr,
+            size,
+            hook: doubled as *const () as usize,
+            slot: Slot::Own(&ORIGINAL),
+        };
+        family("test", vec![target("looping", a, looping.len())], &mut log);
+        family("test", vec![target("short", b, 3), target("sibling", c, 7)], &mut log);
+        assert_eq!(
+            log.text,
+            "memprof: test: looping: left alone: a branch lands inside the patched bytes\n\
+             memprof: test: short: left alone: shorter than the patch\n\
+             memprof: test: sibling: left alone: another function of its family was refused\n"
+        );
+        // SAFETY: both pages hold the test's bytes, readable.
+        unsafe {
+            assert_eq!(core::slice::from_raw_parts(a as *const u8, looping.len()), looping);
+            assert_eq!(core::slice::from_raw_parts(b as *const u8, short.len()), short);
+            assert_eq!(core::slice::from_raw_parts(c as *const u8, sibling.len()), sibling);
+        }
+    }
+}
