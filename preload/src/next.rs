@@ -16,6 +16,12 @@
 //! only call that can wait for it is the process's first allocating call, made during
 //! start-up, before the program has started any thread. A function no later object
 //! defines (impossible while glibc is loaded) falls back to glibc's own entry point.
+//!
+//! When an object *before* this library defines `malloc` (the crate's §5), the table holds
+//! that object's functions instead ([`prior`]), and a function it lacks gets its fallback,
+//! built where it can be on the table's `realloc` or `memalign` (so on that allocator). The
+//! patcher then replaces those slots with trampolines to the original code
+//! ([`set_patched`]) before it patches the entry points, and no resolver writes them back.
 
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
