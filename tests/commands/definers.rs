@@ -91,7 +91,7 @@ fn a_forked_child_of_a_definer_keeps_its_patches() {
 /// links jemalloc and exports `malloc`, so librustc_driver, LLVM and libstdc++ allocate
 /// through it. Under `record` (the default interval, and the exact mode with its DWARF
 /// unwinder, rustc having no frame pointers) the compiled program runs, the heap's peak is
-/// megabytes, and the allocating frames name rustc's crates. Before the patching, the
+/// megabytes, and the allocating stacks name rustc's crates (all but a few of them do). Before the patching, the
 /// profile held a handful of samples and no `rustc_` frame.
 #[test]
 fn rustc_compiling_a_small_program_is_profiled() {
@@ -113,7 +113,11 @@ fn rustc_compiling_a_small_program_is_profiled() {
             .iter()
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum();
-        assert!(peak > 4.0 * 1024.0 * 1024.0, "{label}: peak {peak} B");
+        // The exact run shows the true peak, several MiB; sampled at 512 KiB, the estimate
+        // falls under 1 MiB only with two samples or fewer at the peak, where a peak of
+        // several MiB holds a dozen or more on average: that chance is negligible.
+        let floor = if label.ends_with("exact") { 4.0 } else { 1.0 } * 1024.0 * 1024.0;
+        assert!(peak > floor, "{label}: peak {peak} B");
         let stacks = memprof::report::collapsed(&prof, memprof::report::View::Alloc);
         let rustc_frames = stacks.iter().filter(|l| l.contains("rustc_")).count();
         assert!(rustc_frames * 2 > stacks.len(), "{label}: {rustc_frames} of {}", stacks.len());
