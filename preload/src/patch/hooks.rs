@@ -4,14 +4,20 @@
 //! which holds the trampoline to the function's original code (`super` writes it before
 //! it patches the function). Three kinds, by the work the original does:
 //!
-//! - allocating with the size first and no other allocation inside (`malloc`, `mallocx`,
-//!   `mi_malloc`): `fast.rs`'s `malloc` in assembly, the countdown tested and charged, and a
+//! - allocating with the size first, at most two arguments and no call of another hooked
+//!   function inside (`malloc`, `mallocx`, `mi_malloc`, `mi_zalloc`, and the
+//!   `mi_malloc_aligned` and `mi_zalloc_aligned` that the `mimalloc` crate calls for every
+//!   allocation: mimalloc's own calls inside them go to its internal and `mi_heap_*`
+//!   functions, never hooked): `fast.rs`'s `malloc` in assembly, the countdown tested and charged, and a
 //!   tail jump through the slot; when it runs out, a slow path that calls the original and
 //!   samples with the program's `rsp` and `rbp` at the hook's entry, so the stack starts at
 //!   the program's frame;
 //! - freeing with the pointer first (`free`, `sdallocx(p, size, flags)`, `mi_free_size(p,
 //!   size)`, `__rust_dealloc(p, size, align)`): `free`'s filter test, then a tail jump with
-//!   every argument untouched; a block that may be sampled is reported first;
+//!   every argument untouched; a block that may be sampled is reported first, unless the
+//!   thread is busy (a reallocation that frees its old block through the family's own
+//!   `free`, as mimalloc's does: the reallocation's hook reports the move, and a sampled
+//!   block keeps its sample);
 //! - the rest (`calloc`, the aligned and zeroing ones, the reallocations): the register
 //!   saving entry of `entry.rs`, then the original runs with the thread marked busy (its
 //!   inner calls of hooked functions are not reported, and the countdown they charged is
@@ -23,7 +29,7 @@ use crate::entry::{inside, realloc_by, sampled};
 use crate::fast::countdown;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use memprof::__private::{on_alloc_slow_at, on_dealloc_counted};
+use memprof::__private::{on_alloc_slow_at, on_dealloc_counted, Busy};
 
 /// A hook and the slot its original's trampoline goes in, by the symbol it hooks.
 pub(crate) struct Hook {
@@ -126,7 +132,9 @@ macro_rules! free_fast {
             }
 
             extern "C" fn slow(p: *mut c_void, a: usize, b: usize, c: usize) {
-                if !p.is_null() {
+                // Busy: inside a hook of the third kind (a reallocation freeing its old
+                // block through the family's own free), which reports that block itself.
+                if !p.is_null() && !Busy::is_busy() {
                     on_dealloc_counted(p.cast());
                 }
                 // SAFETY: the slot holds the original (see `original!`); the program's call,
@@ -273,15 +281,13 @@ free_fast!(je_dallocx);
 // inside (hooking both would see an allocation twice) and without those that copy
 // strings or paths.
 alloc_fast!(mi_malloc);
-busy!(mi_zalloc(size: usize) -> P, "rsi", "rdx", |sp, bp, f| alloc(size, sp, bp, f));
+alloc_fast!(mi_zalloc);
 busy!(mi_calloc(n: usize, size: usize) -> P, "rdx", "rcx", |sp, bp, f| calloc(n, size, sp, bp, f));
 busy!(mi_mallocn(n: usize, size: usize) -> P, "rdx", "rcx", |sp, bp, f| calloc(n, size, sp, bp, f));
-busy!(mi_malloc_aligned(size: usize, align: usize) -> P, "rdx", "rcx",
-    |sp, bp, f| { let _ = align; alloc(size, sp, bp, f) });
+alloc_fast!(mi_malloc_aligned);
 busy!(mi_malloc_aligned_at(size: usize, align: usize, off: usize) -> P, "rcx", "r8",
     |sp, bp, f| { let _ = (align, off); alloc(size, sp, bp, f) });
-busy!(mi_zalloc_aligned(size: usize, align: usize) -> P, "rdx", "rcx",
-    |sp, bp, f| { let _ = align; alloc(size, sp, bp, f) });
+alloc_fast!(mi_zalloc_aligned);
 busy!(mi_zalloc_aligned_at(size: usize, align: usize, off: usize) -> P, "rcx", "r8",
     |sp, bp, f| { let _ = (align, off); alloc(size, sp, bp, f) });
 busy!(mi_calloc_aligned(n: usize, size: usize, align: usize) -> P, "rcx", "r8",
