@@ -149,11 +149,14 @@ fn statics(log: &mut Log) {
     }) else {
         return;
     };
+    // A function patched already, as the definer's (mimalloc's `malloc` may be an alias of
+    // `mi_malloc`), is not patched again: one layer per path.
+    let done = log.done.clone();
     let find = |hooks: &[hooks::Hook], rust: bool| -> Vec<Target> {
         hooks
             .iter()
             .filter_map(|h| {
-                let f = functions.iter().find(|f| {
+                let f = functions.iter().filter(|f| !done.contains(&f.addr)).find(|f| {
                     if rust {
                         symtab::is_rust_symbol(&f.name, h.name)
                     } else {
@@ -226,6 +229,9 @@ fn family(label: &str, targets: Vec<Target>, log: &mut Log) {
         // SAFETY: `t` is a function of a mapped code segment that `code::moved` found safe
         // to patch, whose trampoline is in its slot; the patcher runs none of its code.
         let result = unsafe { write::write(t.addr, patch) };
+        if result.is_ok() {
+            log.done.push(t.addr);
+        }
         log.patched(label, &t.name, result);
     }
 }
@@ -247,17 +253,18 @@ fn plan(t: &Target, region: &mut near::Region) -> Result<(usize, [u8; code::JMP_
     Ok((at, patch))
 }
 
-/// The lines of §4, written at the end when asked for.
+/// The lines of §4, written at the end when asked for, and the entry points patched.
 struct Log {
     on: bool,
     text: String,
+    done: Vec<usize>,
 }
 
 impl Log {
     fn new() -> Log {
         // SAFETY: getenv reads the environment; the name is a C string.
         let on = !unsafe { libc::getenv(c"MEMPROF_PATCH_LOG".as_ptr()) }.is_null();
-        Log { on, text: String::new() }
+        Log { on, text: String::new(), done: Vec::new() }
     }
 
     fn patched(&mut self, family: &str, name: &str, result: Result<(), Refusal>) {
@@ -334,7 +341,7 @@ mod tests {
         // SAFETY: the page holds that function.
         let call = |x| unsafe { core::mem::transmute::<usize, extern "C" fn(u64) -> u64>(f)(x) };
         assert_eq!(call(5), 1005);
-        let mut log = Log { on: true, text: String::new() };
+        let mut log = Log { on: true, text: String::new(), done: Vec::new() };
         let t = Target {
             name: "f".into(),
             addr: f,
@@ -359,7 +366,7 @@ mod tests {
         // mov rax, rdi; add rax, rdi; ret: patchable alone.
         let sibling = [0x48, 0x89, 0xf8, 0x48, 0x01, 0xf8, 0xc3];
         let (a, b, c) = (code_page(&looping), code_page(&short), code_page(&sibling));
-        let mut log = Log { on: true, text: String::new() };
+        let mut log = Log { on: true, text: String::new(), done: Vec::new() };
         let target = |name: &str, addr, size| Target {
             name: name.into(),
             addr,
