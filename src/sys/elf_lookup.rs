@@ -370,6 +370,23 @@ mod tests {
 
     extern "C" {
         fn __libc_malloc(size: usize) -> *mut c_void;
+        fn __libc_free(ptr: *mut c_void);
+    }
+
+    /// Seen from inside glibc: its own exports are its `__libc_*` entry points (aliases),
+    /// and no object before it (this test binary, which exports no `malloc`) defines one.
+    #[test]
+    fn own_and_prior_definitions_seen_from_glibc() {
+        let inside_glibc = __libc_malloc as *const () as usize;
+        let mut own = [core::ptr::null_mut(); 3];
+        own_definitions(inside_glibc, &[c"malloc", c"free", c"memprof_no_such"], &mut own);
+        assert_eq!(
+            own,
+            [__libc_malloc as *mut c_void, __libc_free as *mut c_void, core::ptr::null_mut()]
+        );
+        let mut prior = [None; 2];
+        assert!(!prior_definitions(inside_glibc, &[c"malloc", c"free"], &mut prior));
+        assert_eq!(prior, [None, None]);
     }
 
     /// From this test binary, the next `malloc` and `free` are glibc's (the test binary
