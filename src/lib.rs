@@ -34,7 +34,7 @@
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
 //! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
-//! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`) without allocating |
+//! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`), a definer before the caller, the caller's own export, all without allocating |
 //! | `sys/mod.rs` | the folder's face: which primitives the layers above use |
 //! | `sys/alloc_count.rs` | the unit tests' counting global allocator (live bytes per test scope) |
 //! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each write |
@@ -172,6 +172,12 @@
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
 //! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, their flamegraphs and pages written (`target/memprof-demo/`) |
 //! | `preload/` | `libmemprof_preload.so`: the exported `malloc` family and hooks only |
+//! | `preload/src/patch/mod.rs` | entry-point patching (x86-64): which allocators, one layer per path, the order of the writes, the log |
+//! | `preload/src/patch/code.rs` | the moved instructions, the refusals, trampolines and jumps, from bytes alone (iced-x86) |
+//! | `preload/src/patch/hooks.rs` | the hooks of jemalloc's `_rjem_*`, mimalloc's `mi_*` and Rust's shim, each with its slot |
+//! | `preload/src/patch/near.rs` | executable pages within a `jmp rel32` of a patched object |
+//! | `preload/src/patch/symtab.rs` | the executable's `.symtab` functions at their run-time addresses |
+//! | `preload/src/patch/write.rs` | the 5-byte write, W^X |
 //!
 //! # Quick use
 //! ```no_run
@@ -295,7 +301,7 @@ pub mod __private {
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::program::agent::{around_dlclose, before_exec, before_quick_exit, init};
     pub use crate::record::unfollowed::note as note_unfollowed;
-    pub use crate::sys::elf_lookup::next_definitions;
+    pub use crate::sys::elf_lookup::{next_definitions, own_definitions, prior_definitions, Prior};
     pub use crate::sys::errno::{errno, set_errno};
 }
 

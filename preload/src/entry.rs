@@ -101,11 +101,20 @@ entry_points! {
 /// and `free` through the PLT (those calls come back to this library) is reported once,
 /// for the program's call, and not again for the calls it makes itself. (`malloc` and
 /// `free` tail-jump to the next definition and set no flag: an allocator whose `malloc`
-/// calls another entry point of the family would be seen twice.)
+/// calls another entry point of the family would be seen twice.) The thread's countdown is
+/// put back as it was: such an inner `malloc` charged it on its fast path for bytes that
+/// are the caller's, which are charged once, by the caller's report.
 #[inline(always)]
-fn inside<R>(f: impl FnOnce() -> R) -> R {
-    let _busy = Busy::enter();
-    f()
+pub(crate) fn inside<R>(f: impl FnOnce() -> R) -> R {
+    let cd = countdown();
+    let (left, epoch) = (cd.countdown.get(), cd.epoch.get());
+    let r = {
+        let _busy = Busy::enter();
+        f()
+    };
+    cd.countdown.set(left);
+    cd.epoch.set(epoch);
+    r
 }
 
 /// The program's registers at an entry point (`sp`, `bp`), when known (`sp != 0`).
@@ -114,7 +123,7 @@ fn at(sp: usize, bp: usize) -> Option<(usize, usize)> {
 }
 
 /// Reports a block an entry point allocated (see [`entry_points`]).
-fn sampled(p: *mut c_void, size: usize, sp: usize, bp: usize) {
+pub(crate) fn sampled(p: *mut c_void, size: usize, sp: usize, bp: usize) {
     if crate::before_start() {
         crate::early_start();
     }
@@ -155,7 +164,7 @@ unsafe extern "C" fn realloc_at(
 ///
 /// # Safety
 /// As C's `realloc`, and `f(ptr)` is such a reallocation.
-unsafe fn realloc_by(
+pub(crate) unsafe fn realloc_by(
     ptr: *mut c_void,
     size: usize,
     sp: usize,

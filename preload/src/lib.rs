@@ -5,8 +5,10 @@
 //! Only the exported functions and the constructor, by family: `fast` (`malloc` and
 //! `free`), `entry` (the other allocating entry points), `process` (`dlclose`, `_exit`,
 //! `exec`, `posix_spawn`), `stack` (`pthread_attr_setstacksize`: a thread's stack gets
-//! back what the library takes from it), and where the allocating ones forward to
-//! (`next`); the work is in the `memprof` library
+//! back what the library takes from it), where the allocating ones forward to
+//! (`next`), and the patcher that sends allocators the symbol lookup never sends here to
+//! those exports or to hooks of their own (`patch`, x86-64, §5); the work is in the
+//! `memprof` library
 //! (its engine's allocation hooks, and its agent for start, fork and exit, reached through
 //! `memprof::__private`).
 //!
@@ -22,7 +24,10 @@
 //! that call first). Once the loader runs constructors, every object of the start-up scope
 //! is mapped and relocated, so any call resolves the table to the same values; no block is
 //! ever allocated by one allocator and freed by another. glibc's `__libc_*` entry points
-//! are used only for a function no later object defines. The semantics are the next
+//! are used only for a function no later object defines. When an object *before* this
+//! one defines `malloc` (§5), its functions are the next definitions (every object's calls
+//! bind to them), and one it lacks falls back on its `realloc` (`reallocarray`) or
+//! `memalign` (`pvalloc`), never on another allocator's. The semantics are the next
 //! allocator's (glibc's: `realloc(p, 0)` frees `p`, `free(NULL)` does nothing, `calloc`
 //! and `reallocarray` overflows fail with ENOMEM, `posix_memalign` returns EINVAL for a bad
 //! alignment, `aligned_alloc` sets EINVAL for one since 2.38); `free` preserves errno.
@@ -59,11 +64,29 @@
 //! lock held): the agent's own calls to it take the same recursive lock on the same thread,
 //! and the drain thread's wait for it (its module list) ends when the callback returns;
 //! nothing here waits for the drain thread.
+//!
+//! # 5. Allocators the symbol lookup never sends here: patching (x86-64)
+//! An executable that defines and exports `malloc` (rustc's links jemalloc unprefixed; so
+//! may an `LD_PRELOAD` library listed before this one) comes before this library in lookup
+//! order: every object's calls bind to it, and its own calls never leave it. An allocator
+//! linked into the executable under names of its own (tikv-jemallocator's `_rjem_*`,
+//! mimalloc's `mi_*`) is called directly. In the constructor, after `next` is resolved
+//! and before the session starts, `patch` rewrites their entry points: each one's first
+//! instructions move to a trampoline that runs the original (relocated by iced-x86), and
+//! its entry jumps to a hook (this library's export of the same name, for a definer before
+//! it, whose `NEXT` slot then holds the trampoline; a hook of its own with its own slot for
+//! the others). Rust's allocator shim (`__rust_alloc`, ...) is hooked only when the program
+//! has a custom global allocator of no known family. One layer per allocation path, so
+//! nothing is counted twice (`patch` §1). Allocations made before the constructor (the
+//! loader's, other libraries' constructors') went to the definer unsampled; their blocks
+//! go back to the same allocator. `patch` says what is patched, how, and what is refused.
 #![deny(missing_docs)]
 
 mod entry;
 mod fast;
 mod next;
+#[cfg(target_arch = "x86_64")]
+mod patch;
 mod process;
 mod stack;
 
@@ -140,6 +163,8 @@ fn keep_counting() {
 
 extern "C" fn init() {
     next::resolve_once();
+    #[cfg(target_arch = "x86_64")]
+    patch::install();
     start();
 }
 

@@ -16,6 +16,12 @@
 //! only call that can wait for it is the process's first allocating call, made during
 //! start-up, before the program has started any thread. A function no later object
 //! defines (impossible while glibc is loaded) falls back to glibc's own entry point.
+//!
+//! When an object *before* this library defines `malloc` (the crate's §5), the table holds
+//! that object's functions instead ([`prior`]), and a function it lacks gets its fallback,
+//! built where it can be on the table's `realloc` or `memalign` (so on that allocator). The
+//! patcher then replaces those slots with trampolines to the original code
+//! ([`set_patched`]) before it patches the entry points, and no resolver writes them back.
 
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -27,7 +33,6 @@ extern "C" {
     fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void;
     fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
     fn __libc_valloc(size: usize) -> *mut c_void;
-    fn __libc_pvalloc(size: usize) -> *mut c_void;
 }
 
 /// `malloc`'s slot in [`NEXT`].
@@ -102,7 +107,7 @@ table! {
     8: valloc(size: usize) -> *mut c_void,
         first first_valloc, fallback __libc_valloc;
     9: pvalloc(size: usize) -> *mut c_void,
-        first first_pvalloc, fallback __libc_pvalloc;
+        first first_pvalloc, fallback fallback_pvalloc;
     10: malloc_usable_size(ptr: *mut c_void) -> usize,
         first first_malloc_usable_size, fallback fallback_malloc_usable_size;
 }
@@ -113,13 +118,47 @@ const _: () = assert!(matches!(NAMES[FREE].to_bytes(), b"free"));
 /// Set once the table holds the next definitions.
 static RESOLVED: AtomicBool = AtomicBool::new(false);
 
+/// Set once the patcher has put trampolines in the table (`crate::patch`): a late
+/// resolver must not write the definer's patched entry points back.
+static PATCHED: AtomicBool = AtomicBool::new(false);
+
+/// The definitions of the table's functions in an object that precedes this library in
+/// lookup order and defines `malloc` (see the module documentation); all `None` when none
+/// does.
+pub(crate) fn prior() -> [Option<memprof::__private::Prior>; COUNT] {
+    let mut prior = [None; COUNT];
+    // Any address inside this library names it: the lookup stops before it.
+    let this = resolve as *const () as usize;
+    memprof::__private::prior_definitions(this, &NAMES, &mut prior);
+    prior
+}
+
+/// Puts `f` (a trampoline to the original code of the definer's function in slot `i`) in
+/// the table, for good: called by the patcher before it patches that function's entry.
+pub(crate) fn set_patched(i: usize, f: *mut c_void) {
+    PATCHED.store(true, Ordering::Release);
+    NEXT[i].store(f, Ordering::Release);
+}
+
 /// Resolves the table (see the module documentation). Allocates nothing; safe to run
 /// concurrently, and again.
 fn resolve() {
+    if PATCHED.load(Ordering::Acquire) {
+        return;
+    }
     let mut found = [core::ptr::null_mut(); COUNT];
     // Any address inside this library names it: the lookup starts after it.
     let this = resolve as *const () as usize;
     memprof::__private::next_definitions(this, &NAMES, &mut found);
+    let prior = prior();
+    if prior[MALLOC].is_some() {
+        // A definer before this library: every object's calls bind to its functions, so
+        // they are the next definitions; one it lacks gets the fallback, which is built on
+        // its `realloc` or `memalign` where it can be (never another allocator's).
+        for (f, p) in found.iter_mut().zip(prior) {
+            *f = p.map_or(core::ptr::null_mut(), |p| p.addr as *mut c_void);
+        }
+    }
     for (i, (slot, f)) in NEXT.iter().zip(found).enumerate() {
         slot.store(if f.is_null() { fallback(i) } else { f }, Ordering::Release);
     }
@@ -134,11 +173,11 @@ pub(crate) fn resolve_once() {
     }
 }
 
-/// `reallocarray` when no later object defines one: `realloc` of the product, or ENOMEM.
+/// `reallocarray` when the allocator defines none: its `realloc` of the product, or ENOMEM.
 unsafe extern "C" fn fallback_reallocarray(ptr: *mut c_void, n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
         // SAFETY: the caller's contract (realloc's).
-        Some(total) => unsafe { __libc_realloc(ptr, total) },
+        Some(total) => unsafe { realloc()(ptr, total) },
         None => {
             memprof::__private::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
@@ -164,6 +203,19 @@ unsafe extern "C" fn fallback_posix_memalign(
     // SAFETY: the caller passes a writable `out`.
     unsafe { *out = p };
     0
+}
+
+/// `pvalloc` when the allocator defines none: its `memalign` of whole pages.
+unsafe extern "C" fn fallback_pvalloc(size: usize) -> *mut c_void {
+    const PAGE: usize = 4096;
+    match size.checked_add(PAGE - 1) {
+        // SAFETY: no preconditions.
+        Some(s) => unsafe { memalign()(PAGE, (s & !(PAGE - 1)).max(PAGE)) },
+        None => {
+            memprof::__private::set_errno(libc::ENOMEM);
+            core::ptr::null_mut()
+        }
+    }
 }
 
 /// `malloc_usable_size` when no later object defines one: nothing is known to be usable.

@@ -53,10 +53,12 @@ const STT_GNU_IFUNC: u8 = 10;
 const VERSYM_HIDDEN: u16 = 0x8000;
 const VER_NDX_LOCAL: u16 = 0;
 
-/// A definition found: its address, and whether that address is an IFUNC resolver.
+/// A definition found: its address, its size (`st_size`), and whether that address is an
+/// IFUNC resolver.
 #[derive(Clone, Copy, Debug, Default)]
 struct Found {
     addr: usize,
+    size: usize,
     ifunc: bool,
 }
 
@@ -91,19 +93,101 @@ pub fn next_definitions(this: usize, names: &[&CStr], out: &mut [*mut c_void]) -
     });
     for (i, o) in out.iter_mut().enumerate().take(n) {
         *o = match found[i] {
-            Some(Found { addr, ifunc: false }) => addr as *mut c_void,
-            Some(Found { addr, ifunc: true }) => {
-                // SAFETY: `addr` is an STT_GNU_IFUNC symbol's value: a resolver function
-                // without arguments (x86-64 glibc reads the CPU features itself) that
-                // returns the implementation's address, as the loader calls it.
-                let resolver: extern "C" fn() -> *mut c_void =
-                    unsafe { core::mem::transmute(addr) };
-                resolver()
-            }
+            Some(Found { addr, ifunc: false, .. }) => addr as *mut c_void,
+            Some(Found { addr, ifunc: true, .. }) => call_resolver(addr),
             None => core::ptr::null_mut(),
         };
     }
     seen_this
+}
+
+/// A definition in an object that precedes the caller in lookup order: the address of its
+/// code and the size of its symbol (`st_size`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prior {
+    /// Where the function's code starts.
+    pub addr: usize,
+    /// Its symbol's size in bytes (0 when unknown; an IFUNC's is 0: its resolver is not the
+    /// function).
+    pub size: usize,
+}
+
+/// The object *before* the one containing `this` in lookup order that defines `names[0]`
+/// (the first such, as the dynamic linker binds every caller of that name to it): for each
+/// name, that object's own definition, written to the same index of `out` (`None` where it
+/// defines none). Returns false, leaving `out` alone, when no earlier object defines
+/// `names[0]`. These are the definitions that interpose on this object's exports (the
+/// executable's `malloc` when it links an allocator and exports it, or an `LD_PRELOAD`
+/// library listed first).
+///
+/// At most 16 names. Never allocates, never panics; takes the loader's (recursive) lock.
+pub fn prior_definitions(this: usize, names: &[&CStr], out: &mut [Option<Prior>]) -> bool {
+    let n = names.len().min(out.len()).min(16);
+    if n == 0 {
+        return false;
+    }
+    let mut found = [None::<Found>; 16];
+    let (mut seen_this, mut done) = (false, false);
+    for_each_object(|o| {
+        if seen_this || done {
+            return;
+        }
+        if o.loads().any(|(start, len)| this.wrapping_sub(start) < len) {
+            seen_this = true;
+            return;
+        }
+        let Some(table) = Symbols::of(o) else {
+            return;
+        };
+        if table.lookup(names[0].to_bytes()).is_none() {
+            return;
+        }
+        for (slot, name) in found.iter_mut().zip(names).take(n) {
+            *slot = table.lookup(name.to_bytes());
+        }
+        done = true;
+    });
+    if !done {
+        return false;
+    }
+    for (o, f) in out.iter_mut().zip(found).take(n) {
+        *o = f.map(|f| match f.ifunc {
+            false => Prior { addr: f.addr, size: f.size },
+            true => Prior { addr: call_resolver(f.addr) as usize, size: 0 },
+        });
+    }
+    true
+}
+
+/// For each name, the address of its definition in the object containing `this` itself
+/// (null where it defines none): an export's own address, which a reference from inside
+/// the object would not give when an earlier object interposes on the name.
+///
+/// At most 16 names. Never allocates, never panics; takes the loader's (recursive) lock.
+pub fn own_definitions(this: usize, names: &[&CStr], out: &mut [*mut c_void]) {
+    let n = names.len().min(out.len()).min(16);
+    for_each_object(|o| {
+        if !o.loads().any(|(start, len)| this.wrapping_sub(start) < len) {
+            return;
+        }
+        let Some(table) = Symbols::of(o) else {
+            return;
+        };
+        for (slot, name) in out.iter_mut().zip(names).take(n) {
+            if let Some(f) = table.lookup(name.to_bytes()) {
+                *slot = f.addr as *mut c_void;
+            }
+        }
+    });
+}
+
+/// The implementation an `STT_GNU_IFUNC` symbol's resolver at `addr` selects.
+fn call_resolver(addr: usize) -> *mut c_void {
+    // SAFETY: `addr` is an STT_GNU_IFUNC symbol's value: a resolver function without
+    // arguments (x86-64 glibc reads the CPU features itself) that returns the
+    // implementation's address, as the loader calls it.
+    let resolver: extern "C" fn() -> *mut c_void = unsafe { core::mem::transmute(addr) };
+    resolver()
 }
 
 /// An object's dynamic symbol table and the means to read it safely.
@@ -206,7 +290,7 @@ impl<'a> Symbols<'a> {
             return None;
         }
         let addr = self.object.bias().wrapping_add(sym.st_value as usize);
-        Some(Found { addr, ifunc: kind == STT_GNU_IFUNC })
+        Some(Found { addr, size: sym.st_size as usize, ifunc: kind == STT_GNU_IFUNC })
     }
 
     /// True when the string at `offset` in the string table is `name`.
@@ -286,6 +370,23 @@ mod tests {
 
     extern "C" {
         fn __libc_malloc(size: usize) -> *mut c_void;
+        fn __libc_free(ptr: *mut c_void);
+    }
+
+    /// Seen from inside glibc: its own exports are its `__libc_*` entry points (aliases),
+    /// and no object before it (this test binary, which exports no `malloc`) defines one.
+    #[test]
+    fn own_and_prior_definitions_seen_from_glibc() {
+        let inside_glibc = __libc_malloc as *const () as usize;
+        let mut own = [core::ptr::null_mut(); 3];
+        own_definitions(inside_glibc, &[c"malloc", c"free", c"memprof_no_such"], &mut own);
+        assert_eq!(
+            own,
+            [__libc_malloc as *mut c_void, __libc_free as *mut c_void, core::ptr::null_mut()]
+        );
+        let mut prior = [None; 2];
+        assert!(!prior_definitions(inside_glibc, &[c"malloc", c"free"], &mut prior));
+        assert_eq!(prior, [None, None]);
     }
 
     /// From this test binary, the next `malloc` and `free` are glibc's (the test binary

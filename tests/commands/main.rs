@@ -7,7 +7,8 @@
 //! `record`: the same exit status and output), `forwarding` (programs with their own
 //! allocator, allocations before the preload library is ready, small stacks), `children`
 //! (programs that start programs: the notes naming them, CPython, process trees),
-//! `first_sample` (every thread's first allocation sampled like any other), `unwinder`
+//! `definers` (allocators reached by patching their entry points: an executable that defines
+//! malloc itself, rustc), `first_sample` (every thread's first allocation sampled like any other), `unwinder`
 //! (`--unwinder auto` on `-O2` C, the note on one-frame stacks), `sites` (C++, C with
 //! wrappers, line-tables-only Rust and stripped programs: each allocation site is the
 //! program's function, in every report), `files` (the one policy for the files memprof
@@ -20,6 +21,8 @@ mod children;
 mod cli;
 #[path = "../common/mod.rs"]
 mod common;
+#[cfg(target_arch = "x86_64")]
+mod definers;
 mod diff;
 mod escaping;
 mod files;

@@ -62,6 +62,19 @@ fn query_stack_hi() -> usize {
         // Frames of the main thread all lie below it.
         return unsafe { __libc_stack_end } as usize;
     }
+    // A thread glibc started keeps its descriptor (`pthread_self()`) at the top of its
+    // stack block, above its static TLS and every frame, on a stack it allocated and on one
+    // the program gave it alike: that is the top, read without `pthread_getattr_np`, which
+    // takes the thread's own lock and so cannot run while the thread is inside it (its
+    // `realloc` of the CPU set can be the sample: Rust's std calls it at every thread's
+    // start, and the exact mode then hung for good). A thread not started by
+    // `pthread_create` (its descriptor elsewhere) falls back on the query.
+    // SAFETY: pthread_self has no preconditions.
+    let descriptor = unsafe { libc::pthread_self() } as usize;
+    let here = &descriptor as *const usize as usize;
+    if here < descriptor && descriptor - here < (1 << 30) {
+        return descriptor;
+    }
     let saved = errno();
     // pthread_getattr_np allocates (the thread's CPU set): the profiler's own allocations.
     // SAFETY: pthread_attr_t is plain data initialised by pthread_getattr_np and destroyed
