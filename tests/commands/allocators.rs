@@ -304,7 +304,7 @@ fn allocators_stripped_jemalloc_is_explained() {
     let shown = prog.display().to_string();
     let notes: Vec<&str> = err
         .lines()
-        .filter(|l| l.starts_with("memprof: note: ") && l.contains("jemalloc"))
+        .filter(|l| l.starts_with("memprof: note: ") && l.contains("links jemalloc"))
         .collect();
     assert_eq!(notes.len(), 1, "{err}");
     let note = notes[0];
@@ -317,4 +317,29 @@ fn allocators_stripped_jemalloc_is_explained() {
     assert_ok(&out, 0);
     let err = text(&out.stderr);
     assert!(err.contains("links jemalloc statically and has no symbol table"), "{err}");
+}
+
+/// A statically linked Rust program never loads the preload library: `record` refuses it
+/// before it runs, in one line that names `memprof::Sampled` (a C program is told to link
+/// dynamically only: `record::static_program_is_refused`).
+#[test]
+fn allocators_static_rust_program_is_refused_with_the_in_process_api() {
+    let dir = scratch("allocators-static-rust");
+    let src = dir.join("hello.rs");
+    std::fs::write(&src, "fn main() { println!(\"{:?}\", vec![1u8; 100]); }\n").unwrap();
+    let prog = dir.join("hello-static");
+    let o = Command::new("rustc")
+        .args(["-C", "target-feature=+crt-static", "-C", "opt-level=1", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .expect("rustc runs");
+    if !o.status.success() {
+        skipped("the static Rust program", &format!("rustc +crt-static: {}", text(&o.stderr)));
+        return;
+    }
+    let out = record(&dir, &[], &prog, &[]);
+    crate::common::assert_one_line_error(&out, None, "statically linked");
+    let err = text(&out.stderr);
+    assert!(err.contains("link it dynamically, or make `memprof::Sampled` its global"), "{err}");
 }
