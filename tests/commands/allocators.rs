@@ -5,8 +5,9 @@
 //! whichever allocator serves it, its site is the program's function (never the shim's or
 //! the allocator crate's frames), the live and peak views hold, and the program prints
 //! what it prints plain. At the default interval the estimates are within a stated bound.
-//! A stripped copy of the jemalloc variant gets `record`'s explanation instead of an
-//! almost empty report.
+//! A stripped copy of the jemalloc and mimalloc variants gets `record`'s explanation
+//! instead of an almost empty report, and a static Rust program is pointed to
+//! `memprof::Sampled`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -97,14 +98,16 @@ fn fixture(variant: Variant) -> PathBuf {
         .clone()
 }
 
-/// A stripped copy of the jemalloc variant (`strip`: no `.symtab`, no DWARF), once per
-/// run; `None`, said on the terminal, without `strip`.
-fn stripped_jemalloc() -> Option<PathBuf> {
-    static STRIPPED: OnceLock<Option<PathBuf>> = OnceLock::new();
-    STRIPPED
+/// A stripped copy of `variant` (`strip`: no `.symtab`, no DWARF), once per run; `None`,
+/// said on the terminal, without `strip`.
+fn stripped(variant: Variant) -> Option<PathBuf> {
+    static STRIPPED: [OnceLock<Option<PathBuf>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    STRIPPED[variant as usize]
         .get_or_init(|| {
-            let prog = scratch("allocators-stripped-build").join("allocators-jemalloc-stripped");
-            std::fs::copy(fixture(Variant::Jemalloc), &prog).unwrap();
+            let name = format!("stripped-{}", variant.name());
+            let prog = scratch(&format!("allocators-{name}-build")).join(name);
+            std::fs::copy(fixture(variant), &prog).unwrap();
             let o = Command::new("strip").arg(&prog).output();
             if !o.is_ok_and(|o| o.status.success()) {
                 skipped(
@@ -289,34 +292,45 @@ fn allocators_mimalloc_sampled() {
     sampled(Variant::Mimalloc);
 }
 
-/// The jemalloc variant stripped: memprof cannot find jemalloc's entry points without a
-/// symbol table, and `record` says so, with what to do, in the exact mode where the
-/// Rust runtime's own start-up allocations are seen too (they must not hide it).
-#[test]
-fn allocators_stripped_jemalloc_is_explained() {
-    let Some(prog) = stripped_jemalloc() else { return };
-    let dir = scratch("allocators-stripped");
+/// A variant stripped: memprof cannot find its allocator's entry points without a
+/// symbol table, and `record` says so, with what to do, in the exact mode where the Rust
+/// runtime's own start-up allocations are seen too (they must not hide it), and at the
+/// default interval where nothing at all may be seen (in place of "no allocations were
+/// seen" alone).
+fn stripped_is_explained(variant: Variant) {
+    let Some(prog) = stripped(variant) else { return };
+    let dir = scratch(&format!("allocators-stripped-{}", variant.name()));
     let alone = plain(&dir, &prog, &[]);
     let out = record(&dir, &["--interval", "1", "-o", "s.mprof"], &prog, &[]);
     assert_ok(&out, 0);
     assert_eq!(text(&out.stdout), text(&alone.stdout));
     let err = text(&out.stderr);
     let shown = prog.display().to_string();
-    let notes: Vec<&str> = err
-        .lines()
-        .filter(|l| l.starts_with("memprof: note: ") && l.contains("links jemalloc"))
-        .collect();
+    let links = format!("links {} statically and has no symbol table", variant.name());
+    let notes: Vec<&str> =
+        err.lines().filter(|l| l.starts_with("memprof: note: ") && l.contains(&links)).collect();
     assert_eq!(notes.len(), 1, "{err}");
     let note = notes[0];
-    assert!(note.contains(&shown), "{note}");
-    assert!(note.contains("links jemalloc statically and has no symbol table"), "{note}");
-    assert!(note.contains("strip") && note.contains("memprof::Sampled"), "{note}");
-    // At the default interval nothing at all may be seen: the same explanation, in place
-    // of "no allocations were seen" alone.
+    assert!(note.starts_with(&format!("memprof: note: {shown} {links}")), "{note}");
+    assert!(
+        note.contains("`strip = \"debuginfo\"`") && note.contains("memprof::Sampled"),
+        "{note}"
+    );
     let out = record(&dir, &["-o", "d.mprof"], &prog, &[]);
     assert_ok(&out, 0);
     let err = text(&out.stderr);
-    assert!(err.contains("links jemalloc statically and has no symbol table"), "{err}");
+    let seen = err.lines().filter(|l| l.contains(&links)).count();
+    assert_eq!(seen, 1, "{err}");
+}
+
+#[test]
+fn allocators_stripped_jemalloc_is_explained() {
+    stripped_is_explained(Variant::Jemalloc);
+}
+
+#[test]
+fn allocators_stripped_mimalloc_is_explained() {
+    stripped_is_explained(Variant::Mimalloc);
 }
 
 /// A statically linked Rust program never loads the preload library: `record` refuses it
