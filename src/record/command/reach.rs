@@ -88,8 +88,10 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 impl Executable {
     /// Reads the executable at `path` (§1); `None` when it is not an object file that can
-    /// be read.
-    pub(crate) fn read(path: &Path) -> Option<Executable> {
+    /// be read. Unless `whole`, the read-only data is searched only when the allocator may
+    /// be out of reach (no symbol table or not x86-64): what [`Executable::unreached`]
+    /// needs, without reading a large program's data after every run.
+    pub(crate) fn read(path: &Path, whole: bool) -> Option<Executable> {
         let file = crate::sys::files::open_input_regular(path).ok()?;
         let cache = object::ReadCache::new(file);
         let object = object::File::parse(&cache).ok()?;
@@ -102,6 +104,9 @@ impl Executable {
         };
         if let Some(comment) = object.section_by_name(".comment") {
             found.rust = comment.data().is_ok_and(|d| contains(d, b"rustc version"));
+        }
+        if !whole && found.allocator_reached() {
+            return Some(found);
         }
         for section in object.sections() {
             use object::SectionKind::{ReadOnlyData, ReadOnlyString};
@@ -188,7 +193,7 @@ impl Executable {
 /// For a statically linked executable (which `record` refuses): true when it is a Rust
 /// program, whose allocations `memprof::Sampled` as its global allocator would see.
 pub(crate) fn is_rust(path: &Path) -> bool {
-    Executable::read(path).is_some_and(|e| e.rust)
+    Executable::read(path, true).is_some_and(|e| e.rust)
 }
 
 #[cfg(test)]

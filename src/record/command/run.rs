@@ -166,7 +166,8 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let profile = profile;
     // What the executable says of its allocator (read once, now that the run is over): an
     // allocator the preload library cannot reach is said whatever was seen.
-    let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p));
+    let nothing = profile.counts.samples == 0;
+    let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p, nothing));
     let after_notes = || {
         if let Some(n) = notes::unfollowed(&shown, &run.unfollowed) {
             eprintln!("memprof: note: {n}");
@@ -296,8 +297,8 @@ fn serve_followed(
 /// without `--follow-forks`, whose preload entry is removed for what it executes — what
 /// to tell the user, and whether it is surely a wrapper (run by an interpreter: the
 /// recorded executable is not the program asked for; or a link to a proxy of another name,
-/// such as rustup's `rustc`, which executes the program the user meant). The file then ends without its end
-/// record although nothing was killed (which `_exit` also does).
+/// such as rustup's `rustc`, which executes the program the user meant). The file then
+/// ends without its end record although nothing was killed (which `_exit` also does).
 fn exec_hint(
     program: &std::ffi::OsStr,
     run: &launcher::Recorded,
