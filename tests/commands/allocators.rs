@@ -357,3 +357,22 @@ fn allocators_static_rust_program_is_refused_with_the_in_process_api() {
     let err = text(&out.stderr);
     assert!(err.contains("link it dynamically, or make `memprof::Sampled` its global"), "{err}");
 }
+
+/// The note names the program as the user named it, escaped: a file name that a terminal
+/// would act on is shown by its visible escapes.
+#[test]
+fn allocators_stripped_note_escapes_the_name() {
+    let Some(prog) = stripped(Variant::Jemalloc) else { return };
+    let dir = scratch("allocators-stripped-escaped");
+    let hostile = dir.join("app\x1b[2J\x07\r");
+    std::fs::copy(&prog, &hostile).unwrap();
+    let out = record(&dir, &["-o", "e.mprof"], &hostile, &[]);
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    let shown = format!("{}/app\\u{{1b}}[2J\\u{{7}}\\r", dir.display());
+    let note = err.lines().find(|l| l.contains("links jemalloc statically")).unwrap_or_else(|| {
+        panic!("no note: {err}");
+    });
+    assert!(note.contains(&format!("seen in {shown}: it links jemalloc")), "{note}");
+    assert!(!err.contains(['\x1b', '\x07', '\r']), "{err:?}");
+}
