@@ -74,7 +74,12 @@ pub enum LaunchError {
     /// setuid or setgid: the loader ignores `LD_PRELOAD` for it.
     SetId(String),
     /// Statically linked: it never loads the preload library.
-    StaticallyLinked(String),
+    StaticallyLinked {
+        /// The program as the user named it.
+        program: String,
+        /// A Rust program, which `memprof::Sampled` as its global allocator would profile.
+        rust: bool,
+    },
     /// The output file exists and replacing it was not asked for.
     OutputExists(String),
     /// `MEMPROF_PRELOAD` names something that is not a file.
@@ -105,10 +110,11 @@ impl fmt::Display for LaunchError {
                 "{p} is setuid or setgid: the loader ignores LD_PRELOAD for such programs, \
                  so memprof cannot profile it"
             ),
-            LaunchError::StaticallyLinked(p) => write!(
+            LaunchError::StaticallyLinked { program, rust } => write!(
                 f,
-                "{p} is statically linked: it never loads the preload library, so memprof \
-                 cannot see its allocations (link it dynamically)"
+                "{program} is statically linked: it never loads the preload library, so \
+                 memprof cannot see its allocations (link it dynamically{})",
+                if *rust { ", or make `memprof::Sampled` its global allocator" } else { "" }
             ),
             LaunchError::OutputExists(p) => write!(
                 f,

@@ -168,6 +168,7 @@
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, its three threads beside it, then the summary, the companions and every diagnosis |
 //! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
+//! | `record/command/reach.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s note when it cannot |
 //! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
 //! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, their flamegraphs and pages written (`target/memprof-demo/`) |

@@ -11,8 +11,9 @@
 //!    exported `operator new` allocate is their caller's. Decided by the frame's address,
 //!    so it holds for stripped runtimes whose frames have no names at all;
 //! 2. its **source file** is the Rust standard library's (`…/library/{alloc,core,std}/src/…`,
-//!    its vendored crates under `/rust/deps/`) or a registry copy of `hashbrown`
-//!    ([`is_plumbing_file`]): built with `debug = "line-tables-only"`, inlined frames carry
+//!    its vendored crates under `/rust/deps/`), a registry copy of `hashbrown`, or a copy
+//!    or build directory of a global allocator's crate (tikv-jemallocator, mimalloc and
+//!    their `-sys` crates) ([`is_plumbing_file`]): built with `debug = "line-tables-only"`, inlined frames carry
 //!    short DWARF names (`alloc`, `repeat<u8>`, `with_capacity_in<…>`) that no name rule can
 //!    tell from the program's own, while a user's function named `alloc` lives in the
 //!    user's file;
@@ -26,7 +27,11 @@
 //!    `g_malloc*`/`g_new*`, OpenSSL's `CRYPTO_*alloc` and `OPENSSL_*`, SQLite's
 //!    `sqlite3Malloc`/`sqlite3MemMalloc`/`sqlite3DbMalloc*`, CPython's `PyMem_*`,
 //!    `PyObject_Malloc`/`Calloc`/`Realloc`, `_PyObject_*`/`_PyMem_*` allocation helpers and
-//!    `pymalloc_*`;
+//!    `pymalloc_*`; the malloc family itself where an executable defines it (rustc); Rust's
+//!    allocator shim (`__rustc::*`, `__rust_alloc`, `__rg_*`, `__rdl_*`) and the global
+//!    allocators programs link statically: tikv-jemallocator's and mimalloc's crates,
+//!    jemalloc's `_rjem_*`/`je_*`/`mallocx` family, mimalloc's allocating `mi_*` entries and
+//!    `_mi_*`;
 //! 4. its name matches one of the user's expressions ([`SiteSkip`], `--site-skip` and
 //!    `MEMPROF_SITE_SKIP`): a program's own wrappers.
 //!
@@ -159,6 +164,35 @@ pub fn is_plumbing_file(file: &str) -> bool {
     ["library/alloc/src/", "library/core/src/", "library/std/src/"].iter().any(|p| component(p))
         || file.starts_with("/rust/deps/")
         || component("hashbrown-")
+        || ALLOCATOR_CRATES.iter().any(|c| crate_copy(file, c))
+}
+
+/// The crates of the global allocators that Rust programs link statically: a registry copy
+/// (`…/tikv-jemallocator-0.6.1/src/lib.rs`, `…/libmimalloc-sys-0.1.49/c_src/…`) or a build
+/// directory (`…/build/tikv-jemalloc-sys-83249cf5d07003ce/out/…`) of one holds the
+/// allocator's inside, never the program's code.
+const ALLOCATOR_CRATES: &[&str] = &[
+    "tikv-jemallocator",
+    "tikv-jemalloc-sys",
+    "jemallocator",
+    "jemalloc-sys",
+    "mimalloc",
+    "libmimalloc-sys",
+];
+
+/// True when a component of `file` is `krate-` followed by a version or a build hash (a
+/// digit, or for the `-sys` crates' build directories a hex digit): `mimalloc-0.1.52/`, not
+/// a project of the user's named `mimalloc-bench/`.
+fn crate_copy(file: &str, krate: &str) -> bool {
+    let sys = krate.ends_with("-sys");
+    file.match_indices(krate).any(|(i, _)| {
+        let starts = i == 0 || file.as_bytes()[i - 1] == b'/';
+        let rest = &file.as_bytes()[i + krate.len()..];
+        let next = rest.get(1).copied().unwrap_or(0);
+        starts
+            && rest.first() == Some(&b'-')
+            && (next.is_ascii_digit() || (sys && next.is_ascii_hexdigit()))
+    })
 }
 
 /// The text of a demangled C++ name that says what function it is: the parameters and a
@@ -233,6 +267,19 @@ fn rust_or_cpp_plumbing(name: &str) -> bool {
         "__gnu_cxx::",
         "__cxxabiv1::",
         "__cxa_allocate",
+        // Rust's allocator shim (`__rustc::__rust_alloc` in v0 mangling) and the global
+        // allocators that programs link statically: their frames are to a Rust block what
+        // `malloc`'s are to a C block.
+        "__rustc::",
+        "tikv_jemallocator::",
+        "<tikv_jemallocator::",
+        "tikv_jemalloc_sys::",
+        "jemallocator::",
+        "<jemallocator::",
+        "jemalloc_sys::",
+        "mimalloc::",
+        "<mimalloc::",
+        "libmimalloc_sys::",
     ];
     if PREFIXES.iter().any(|p| name.starts_with(p)) {
         return true;
@@ -308,6 +355,28 @@ fn c_plumbing(name: &str) -> bool {
         "mallocWithAlarm",
         "dbMallocRawFinish",
         "dbReallocFinish",
+        // The malloc family itself, where an executable defines it (rustc links jemalloc
+        // under these names) and its module is not the C library's.
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        // Rust's allocator shim under legacy mangling.
+        "__rust_alloc",
+        "__rust_alloc_zeroed",
+        "__rust_realloc",
+        "__rust_dealloc",
+        // jemalloc's non-standard entries, unprefixed.
+        "mallocx",
+        "rallocx",
+        "xallocx",
+        "sdallocx",
+        "dallocx",
     ];
     const PREFIXES: &[&str] = &[
         // glibc's internal aliases and stdio's buffers.
@@ -331,6 +400,33 @@ fn c_plumbing(name: &str) -> bool {
         // CPython.
         "PyMem_",
         "pymalloc_",
+        // The allocator shim's global-allocator and default halves (`__rg_alloc`,
+        // `__rdl_alloc`).
+        "__rg_",
+        "__rdl_",
+        // jemalloc: tikv-jemalloc-sys's prefixed entries and inside (`_rjem_mallocx`,
+        // `_rjem_je_malloc_default`), and the inside of an unprefixed build.
+        "_rjem_",
+        "je_",
+        // mimalloc's allocating entries and its inside.
+        "mi_malloc",
+        "mi_zalloc",
+        "mi_calloc",
+        "mi_realloc",
+        "mi_rezalloc",
+        "mi_recalloc",
+        "mi_expand",
+        "mi_heap_",
+        "mi_new",
+        "mi_strdup",
+        "mi_strndup",
+        "mi_realpath",
+        "mi_aligned_",
+        "mi_posix_memalign",
+        "mi_memalign",
+        "mi_valloc",
+        "mi_pvalloc",
+        "_mi_",
     ];
     if EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p)) {
         return true;
@@ -532,6 +628,42 @@ mod tests {
         assert!(!is_std_plumbing("fill_table"));
     }
 
+    /// The frames between a Rust program's allocation and its statically linked global
+    /// allocator, as line-tables-only builds name them: the shim, the crate's
+    /// `GlobalAlloc` impl, the allocator's C inside.
+    #[test]
+    fn global_allocator_frames_are_plumbing() {
+        for name in [
+            "__rustc::__rust_alloc",
+            "__rustc::__rust_realloc",
+            "__rustc::__rg_alloc",
+            "<tikv_jemallocator::Jemalloc as core::alloc::global::GlobalAlloc>::alloc",
+            "tikv_jemallocator::layout_to_flags",
+            "tikv_jemalloc_sys::mallocx",
+            "<mimalloc::MiMalloc as core::alloc::global::GlobalAlloc>::alloc_zeroed",
+            "libmimalloc_sys::mi_malloc_aligned",
+            "<jemallocator::Jemalloc as core::alloc::global::GlobalAlloc>::dealloc",
+        ] {
+            assert!(is_std_plumbing(name), "{name}");
+        }
+        for name in ["allocators::keep_site", "app::mimalloc_stats", "<app::Pool as Drop>::drop"] {
+            assert!(!is_std_plumbing(name), "{name}");
+        }
+        let registry = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
+        for file in [
+            format!("{registry}/tikv-jemallocator-0.6.1/src/lib.rs"),
+            format!("{registry}/mimalloc-0.1.52/src/lib.rs"),
+            format!("{registry}/libmimalloc-sys-0.1.49/c_src/mimalloc/v3/src/alloc.c"),
+            "/w/target/release/build/tikv-jemalloc-sys-83249cf5d07003ce/out/build/src/jemalloc.c"
+                .to_owned(),
+        ] {
+            assert!(is_plumbing_file(&file), "{file}");
+        }
+        for file in ["/work/mimalloc-bench/src/main.rs", "/work/app/src/mimalloc.rs"] {
+            assert!(!is_plumbing_file(file), "{file}");
+        }
+    }
+
     #[test]
     fn cpp_names() {
         for name in [
@@ -613,6 +745,23 @@ mod tests {
             "_PyObject_GC_NewVar",
             "_PyMem_RawMalloc",
             "pymalloc_alloc",
+            "malloc",
+            "posix_memalign",
+            "__rust_alloc",
+            "__rust_dealloc",
+            "__rg_alloc",
+            "__rdl_alloc_zeroed",
+            "_rjem_malloc",
+            "_rjem_mallocx",
+            "_rjem_sdallocx",
+            "_rjem_je_malloc_default",
+            "je_malloc_default",
+            "mallocx",
+            "sdallocx",
+            "mi_malloc_aligned",
+            "mi_zalloc_aligned",
+            "mi_heap_malloc_aligned_at",
+            "_mi_malloc_generic",
         ] {
             assert!(is_std_plumbing(name), "{name}");
         }
@@ -627,6 +776,9 @@ mod tests {
             "_PyEval_EvalFrameDefault",
             "getline_wrapper",
             "g_main_loop_run",
+            "malloc_trim_cache",
+            "mi_config_load",
+            "rjem_app",
         ] {
             assert!(!is_std_plumbing(name), "{name}");
         }

@@ -13,9 +13,12 @@
 //! wrappers, line-tables-only Rust and stripped programs: each allocation site is the
 //! program's function, in every report), `files` (the one policy for the files memprof
 //! loads, writes and reads: preload libraries, outputs, inputs, FIFOs), `escaping` (names
-//! that a terminal would act on, from a real program, escaped in every terminal report).
+//! that a terminal would act on, from a real program, escaped in every terminal report),
+//! `allocators` (a Rust program on tikv-jemallocator, mimalloc and the system allocator,
+//! exact at each site; a stripped one explained).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
+mod allocators;
 mod browser;
 mod children;
 mod cli;

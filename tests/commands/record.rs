@@ -1237,3 +1237,31 @@ fn lost_frees_are_replayed_and_losses_are_said_where_the_numbers_are() {
     assert!(table.lines().any(|l| l.contains("total (") && l.contains(&upper)), "{table}");
     assert!(text(&out.stderr).contains(&bound), "{}", text(&out.stderr));
 }
+
+/// A link to a multi-call program of another name (rustup's `rustc` proxy, here a link
+/// named `tool` to `env`) that executes the program the user meant: without
+/// `--follow-forks` the profile is the proxy's, and `record` says so, names the proxy and
+/// what to do, and names the program it executed.
+#[test]
+fn a_proxy_link_is_explained() {
+    let dir = scratch("proxy");
+    let env = std::fs::canonicalize("/usr/bin/env").unwrap();
+    std::os::unix::fs::symlink(&env, dir.join("tool")).unwrap();
+    let sites = fixture("sites");
+    let out = record(
+        &dir,
+        &["--interval", "1", "-o", "p.mprof"],
+        Path::new("./tool"),
+        &[sites.to_str().unwrap(), "1"],
+    );
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    let want = format!(
+        "memprof: note: this profile is the wrapper's, not ./tool's: ./tool is a link to {} \
+         (a proxy), which replaced itself with another program (exec): record that program \
+         by its path, or give --follow-forks",
+        env.display()
+    );
+    assert!(err.lines().any(|l| l == want), "{err}");
+    assert!(err.contains(&format!("{} (1×)", sites.display())), "{err}");
+}

@@ -236,7 +236,8 @@ pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
         return Err(LaunchError::SetId(shown.to_owned()).into());
     }
     if linkage(path)? == Linkage::Static {
-        return Err(LaunchError::StaticallyLinked(shown.to_owned()).into());
+        let rust = super::reach::is_rust(path);
+        return Err(LaunchError::StaticallyLinked { program: shown.to_owned(), rust }.into());
     }
     Ok(())
 }

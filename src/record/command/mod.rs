@@ -1,12 +1,14 @@
 //! The part of `memprof record` that runs in `memprof`: the preload library carried in the
 //! executable ([`bundled`]), the launcher that runs the program under it ([`launcher`]), the
-//! collector that drains the shared rings into profiles ([`collect`]), and the command
-//! itself ([`run`](run::run)): its arguments, its threads, its summary and its notes.
+//! collector that drains the shared rings into profiles ([`collect`]), what the program's
+//! executable says of the allocator the preload library must reach (`reach`), and the
+//! command itself ([`run`](run::run)): its arguments, its threads, its summary and its notes.
 
 pub(crate) mod bundled;
 pub(crate) mod collect;
 pub(crate) mod launcher;
 mod notes;
+mod reach;
 pub(crate) mod request;
 pub(crate) mod run;
 

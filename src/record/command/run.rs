@@ -3,11 +3,13 @@
 //! symbols read ahead from the objects the program maps, the profile read as it grows and
 //! served with `--serve`), then, once it exits, the profile read, summarised on stderr, its
 //! companions written (`.svg`, `.html`), and every diagnosis of a run that went wrong
-//! (an empty or removed profile, a wrapper that executed another program, no samples).
+//! (an empty or removed profile, a wrapper that executed another program, no samples, an
+//! allocator the preload library cannot reach: [`super::reach`]).
 
 use super::bundled::Bundled;
 use super::launcher::{self, EnvSettings, RecordOptions};
 use super::notes;
+use super::reach::Executable;
 use super::request::RecordRequest;
 use crate::config;
 use crate::error::Error;
@@ -162,6 +164,10 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     std::mem::forget(loaders);
     profile.site_skip = skip;
     let profile = profile;
+    // What the executable says of its allocator (read once, now that the run is over): an
+    // allocator the preload library cannot reach is said whatever was seen.
+    let nothing = profile.counts.samples == 0;
+    let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p, nothing));
     let after_notes = || {
         if let Some(n) = notes::unfollowed(&shown, &run.unfollowed) {
             eprintln!("memprof: note: {n}");
@@ -181,11 +187,14 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             after_notes();
             return Ok(code);
         }
+        let found = reach.as_ref().and_then(|e| e.nothing_seen("it"));
         let why = if let Some(sig) = run.signal {
             format!(
                 "it was killed by signal {sig} before the profile's first flush (the last \
                  50 ms of a crashed process can be lost)"
             )
+        } else if let Some(found) = found {
+            found
         } else if profile.header.interval <= 1.0 {
             "it never called malloc or a related function through the dynamic loader \
              (statically linked allocators and direct mmap are not seen)"
@@ -251,6 +260,9 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     if let Some((true, hint)) = exec_hint(program, &run, &profile) {
         eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
     }
+    if let Some(why) = reach.as_ref().and_then(|e| e.unreached(&shown)) {
+        eprintln!("memprof: note: {why}");
+    }
     after_notes();
     Ok(code)
 }
@@ -284,8 +296,9 @@ fn serve_followed(
 /// (`exec`) — the usual case of a wrapper (a script, `env`, a version manager's shim) run
 /// without `--follow-forks`, whose preload entry is removed for what it executes — what
 /// to tell the user, and whether it is surely a wrapper (run by an interpreter: the
-/// recorded executable is not the program asked for). The file then ends without its end
-/// record although nothing was killed (which `_exit` also does).
+/// recorded executable is not the program asked for; or a link to a proxy of another name,
+/// such as rustup's `rustc`, which executes the program the user meant). The file then
+/// ends without its end record although nothing was killed (which `_exit` also does).
 fn exec_hint(
     program: &std::ffi::OsStr,
     run: &launcher::Recorded,
@@ -295,11 +308,17 @@ fn exec_hint(
         return None;
     }
     let ran = Path::new(&p.header.executable);
-    let asked = launcher::resolve_program(program).ok()?;
-    let asked = std::fs::canonicalize(&asked).unwrap_or(asked);
+    let named = launcher::resolve_program(program).ok()?;
+    let asked = std::fs::canonicalize(&named).unwrap_or_else(|_| named.clone());
     let wrapper = asked != ran;
+    // A link to a multi-call program of another name (rustup's `rustc` and `cargo`
+    // proxies, busybox's applets): the program that ran is the proxy, and what the user
+    // meant is what it executed.
+    let proxy = !wrapper && named.file_name() != ran.file_name();
     let who = if wrapper {
         format!("it was run by {} (it is a script or a wrapper), and", printable_os(ran))
+    } else if proxy {
+        format!("{} is a link to {} (a proxy), which", printable_os(program), printable_os(ran))
     } else {
         "it".to_owned()
     };
@@ -310,7 +329,14 @@ fn exec_hint(
     };
     // A program that ended with _exit executed nothing: nothing to follow. Programs named
     // in the note that follows (`notes::unfollowed`) need no word here.
-    if p.stopped == Some(Stopped::QuickExit) || !run.unfollowed.is_empty() {
+    if p.stopped == Some(Stopped::QuickExit) {
+        return Some((wrapper, format!("{who} {what}")));
+    }
+    if proxy {
+        let how = "record that program by its path, or give --follow-forks";
+        return Some((true, format!("{who} {what}: {how}")));
+    }
+    if !run.unfollowed.is_empty() {
         return Some((wrapper, format!("{who} {what}")));
     }
     Some((

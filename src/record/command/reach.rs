@@ -1,0 +1,248 @@
+//! Whether the preload library can reach the program's allocator, read from its
+//! executable: so that a program whose allocations memprof cannot see gets `record` saying
+//! what it found and what to do, never an empty report with "no allocations were seen"
+//! alone.
+//!
+//! # 1. What is read, and when
+//! The executable, once, in `memprof` (never inside the program), with the `object` crate
+//! through a read cache over a descriptor opened under the file policy
+//! ([`crate::sys::files::open_input_regular`]): only the headers, the symbol tables' first
+//! entries, the dynamic symbols, `.comment` and the read-only data sections are read.
+//! Nothing read from the file is printed: the notes name what was found with words of
+//! their own, and the program as the user named it, escaped.
+//!
+//! # 2. What the preload library reaches
+//! `LD_PRELOAD` puts its `malloc` family before the C library's in the dynamic loader's
+//! lookup. It reaches nothing of
+//! - a **statically linked** executable (no `PT_INTERP`): the loader never runs, the
+//!   library is never loaded (`record` refuses to run it, [`super::launcher`]);
+//! - an allocator **linked into the executable under other names**: a Rust program's
+//!   global allocator (tikv-jemallocator's `_rjem_*`, mimalloc's `mi_*`), which the
+//!   preload library finds in the executable's symbol table (`.symtab`) and intercepts at
+//!   its entry points on x86-64. Without a symbol table (`strip`), or on another
+//!   architecture, it cannot: only what reaches the C library's `malloc` is seen (the
+//!   Rust runtime's few start-up allocations).
+//!
+//! An executable that **defines `malloc` itself** (rustc links jemalloc under the standard
+//! names and exports them) binds every object's `malloc` to its own, before the preload
+//! library's; the preload library intercepts it at its entry, found in the dynamic symbols.
+//! Only when nothing at all was seen is that said.
+//!
+//! # 3. How an allocator is recognised
+//! By the messages it carries in its read-only data, which no build option removes:
+//! jemalloc's `<jemalloc>: ` prefix, mimalloc's `mimalloc: `. A Rust program by its
+//! `.comment` (`rustc version …`) or the standard library's paths in its panic locations.
+
+use std::path::Path;
+
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _, ObjectSymbolTable as _};
+
+/// Read-only data sections longer than this are not searched (a program's messages are in
+/// the first; a section this long is data, not strings worth the read).
+const MAX_SCANNED: u64 = 512 << 20;
+
+/// An allocator linked into an executable, recognised by its messages (§3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Allocator {
+    /// jemalloc (tikv-jemallocator's, rustc's own).
+    Jemalloc,
+    /// mimalloc.
+    Mimalloc,
+}
+
+impl Allocator {
+    fn name(self) -> &'static str {
+        match self {
+            Allocator::Jemalloc => "jemalloc",
+            Allocator::Mimalloc => "mimalloc",
+        }
+    }
+}
+
+/// What an executable says about its allocator (§2).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Executable {
+    /// A statically linked allocator, recognised by its messages.
+    pub(crate) allocator: Option<Allocator>,
+    /// It has a symbol table (`.symtab`) with entries: not stripped.
+    pub(crate) symtab: bool,
+    /// Its dynamic symbols define `malloc`.
+    pub(crate) defines_malloc: bool,
+    /// A Rust program.
+    pub(crate) rust: bool,
+}
+
+/// True when `needle` occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    let Some((&first, rest)) = needle.split_first() else { return true };
+    let mut at = 0;
+    while let Some(i) = hay[at..].iter().position(|&b| b == first) {
+        let start = at + i + 1;
+        if hay.get(start..start + rest.len()) == Some(rest) {
+            return true;
+        }
+        at = start;
+    }
+    false
+}
+
+impl Executable {
+    /// Reads the executable at `path` (§1); `None` when it is not an object file that can
+    /// be read. Unless `whole`, the read-only data is searched only when the allocator may
+    /// be out of reach (no symbol table or not x86-64): what [`Executable::unreached`]
+    /// needs, without reading a large program's data after every run.
+    pub(crate) fn read(path: &Path, whole: bool) -> Option<Executable> {
+        let file = crate::sys::files::open_input_regular(path).ok()?;
+        let cache = object::ReadCache::new(file);
+        let object = object::File::parse(&cache).ok()?;
+        let mut found = Executable {
+            symtab: object.symbol_table().is_some_and(|t| t.symbols().nth(1).is_some()),
+            defines_malloc: object.dynamic_symbol_table().is_some_and(|t| {
+                t.symbols().any(|s| s.is_definition() && s.name_bytes() == Ok(b"malloc"))
+            }),
+            ..Default::default()
+        };
+        if let Some(comment) = object.section_by_name(".comment") {
+            found.rust = comment.data().is_ok_and(|d| contains(d, b"rustc version"));
+        }
+        if !whole && found.allocator_reached() {
+            return Some(found);
+        }
+        for section in object.sections() {
+            use object::SectionKind::{ReadOnlyData, ReadOnlyString};
+            if !matches!(section.kind(), ReadOnlyData | ReadOnlyString)
+                || section.size() > MAX_SCANNED
+            {
+                continue;
+            }
+            let Ok(data) = section.data() else { continue };
+            if found.allocator.is_none() {
+                if contains(data, b"<jemalloc>: ") {
+                    found.allocator = Some(Allocator::Jemalloc);
+                } else if contains(data, b"mimalloc: ") {
+                    found.allocator = Some(Allocator::Mimalloc);
+                }
+            }
+            found.rust = found.rust || contains(data, b"library/std/src/");
+        }
+        Some(found)
+    }
+
+    /// True when the preload library can intercept the allocator linked into the
+    /// executable at its entry points (§2): it needs the symbol table, on x86-64.
+    fn allocator_reached(&self) -> bool {
+        (self.symtab || self.defines_malloc) && cfg!(target_arch = "x86_64")
+    }
+
+    /// Why the allocations of the program `shown` (as the user named it, escaped; or "it")
+    /// are not seen, whatever was seen (the C library's share may be a few samples): `None`
+    /// when nothing says so.
+    pub(crate) fn unreached(&self, shown: &str) -> Option<String> {
+        let allocator = self.allocator?;
+        if self.allocator_reached() {
+            return None;
+        }
+        let name = allocator.name();
+        let fix = if self.rust {
+            "rebuild it without `strip` (in Cargo, `strip = \"debuginfo\"` keeps the symbol \
+             table), or make `memprof::Sampled` its global allocator"
+        } else {
+            "rebuild it without `strip`"
+        };
+        Some(if self.symtab || self.defines_malloc {
+            format!(
+                "{shown} links {name} statically, and memprof intercepts such an allocator \
+                 only on x86-64: only allocations through the C library's malloc are seen{}",
+                if self.rust { "; make `memprof::Sampled` its global allocator" } else { "" }
+            )
+        } else {
+            format!(
+                "{shown} links {name} statically and has no symbol table (stripped), so \
+                 memprof cannot find {name}'s entry points: only allocations through the C \
+                 library's malloc are seen; {fix}"
+            )
+        })
+    }
+
+    /// What to say when nothing at all was seen in the program `shown` (as the user named
+    /// it, escaped; or "it"): [`Executable::unreached`], or what the executable defines itself, or
+    /// for a stripped Rust program that its allocator may be one memprof cannot find.
+    pub(crate) fn nothing_seen(&self, shown: &str) -> Option<String> {
+        if let Some(why) = self.unreached(shown) {
+            return Some(why);
+        }
+        if self.defines_malloc {
+            let which = self.allocator.map(|a| format!(" ({})", a.name())).unwrap_or_default();
+            return Some(format!(
+                "{shown} defines malloc itself{which}, so its allocations never reach the C \
+                 library's malloc, and memprof intercepted none of its own"
+            ));
+        }
+        if self.rust && !self.symtab {
+            return Some(format!(
+                "{shown} is a Rust program without a symbol table (stripped): if its global \
+                 allocator is not the system's, memprof cannot find it; rebuild it without \
+                 `strip` (in Cargo, `strip = \"debuginfo\"`), or make `memprof::Sampled` its \
+                 global allocator"
+            ));
+        }
+        None
+    }
+}
+
+/// For a statically linked executable (which `record` refuses): true when it is a Rust
+/// program, whose allocations `memprof::Sampled` as its global allocator would see.
+pub(crate) fn is_rust(path: &Path) -> bool {
+    Executable::read(path, true).is_some_and(|e| e.rust)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exe(allocator: Option<Allocator>, symtab: bool, defines_malloc: bool) -> Executable {
+        Executable { allocator, symtab, defines_malloc, rust: true }
+    }
+
+    #[test]
+    fn needles() {
+        assert!(contains(b"xx<jemalloc>: Error", b"<jemalloc>: "));
+        assert!(contains(b"<<jemalloc>: ", b"<jemalloc>: "));
+        assert!(!contains(b"<jemalloc>:", b"<jemalloc>: "));
+        assert!(contains(b"abc", b""));
+        assert!(!contains(b"", b"a"));
+    }
+
+    #[test]
+    fn a_stripped_static_allocator_is_unreached() {
+        let stripped = exe(Some(Allocator::Jemalloc), false, false);
+        let why = stripped.unreached("./app").unwrap();
+        assert!(why.starts_with("./app links jemalloc statically and has no symbol table"));
+        assert!(why.contains("strip = \"debuginfo\"") && why.contains("memprof::Sampled"));
+        assert_eq!(stripped.nothing_seen("./app"), Some(why));
+        let c = Executable { rust: false, ..stripped };
+        let why = c.unreached("./app").unwrap();
+        assert!(why.ends_with("rebuild it without `strip`"), "{why}");
+        // With its symbol table (on x86-64) the allocator is intercepted: nothing to say.
+        let kept = exe(Some(Allocator::Mimalloc), true, false);
+        assert_eq!(kept.unreached("./app").is_none(), cfg!(target_arch = "x86_64"));
+        // No allocator of its own: the C library's malloc serves it.
+        assert_eq!(exe(None, false, false).unreached("./app"), None);
+    }
+
+    #[test]
+    fn a_program_defining_malloc_is_named_only_when_nothing_was_seen() {
+        let rustc = exe(Some(Allocator::Jemalloc), false, true);
+        assert_eq!(rustc.unreached("rustc"), None);
+        assert_eq!(
+            rustc.nothing_seen("rustc").as_deref(),
+            Some(
+                "rustc defines malloc itself (jemalloc), so its allocations never reach the \
+                 C library's malloc, and memprof intercepted none of its own"
+            )
+        );
+        let stripped_rust = exe(None, false, false);
+        assert!(stripped_rust.nothing_seen("./app").unwrap().contains("Rust program without"));
+        assert_eq!(exe(None, true, false).nothing_seen("./app"), None);
+    }
+}
