@@ -11,8 +11,8 @@
 //! (the executable defines and exports `malloc` and `free` itself, forwarding to glibc's
 //! `__libc_malloc` and `__libc_free`, as rustc's does with jemalloc: the preload library
 //! patches their entry points) and with `-DMI` (the pairs are `mi_malloc_aligned` and
-//! `mi_free`, what the `mimalloc` crate calls, found in the symbol table: the aligned
-//! allocation's hook runs the original marked busy, the free's is the fast path). Each runs under callgrind for 100 K and 1.1 M pairs, plain
+//! `mi_free`, what the `mimalloc` crate calls, found in the symbol table: both hooks take the
+//! fast path). Each runs under callgrind for 100 K and 1.1 M pairs, plain
 //! and under the preload library with a session at the default interval, and the
 //! difference divided by 1 M is the cost of one pair. What the preload adds to a pair of
 //! patched calls is the `jmp rel32` at each entry, the relay's indirect jump, the hook's

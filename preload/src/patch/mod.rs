@@ -49,8 +49,8 @@
 //! single-threaded then (see `write`). Patches, slots and trampolines are ordinary memory: a
 //! forked child inherits them, and an `exec`ed image starts afresh with its own
 //! constructor. An unsampled call of a hooked function costs the `jmp rel32`, the relay's
-//! indirect jump, the hook's fast path and the trampoline's jump back (the `hooked` cases
-//! of the `overhead` benchmark count them).
+//! indirect jump, the hook's fast path and the trampoline's jump back (`cargo bench --bench
+//! hooked` counts them, beside glibc's `malloc` through this library).
 //!
 //! # 4. The log
 //! With `MEMPROF_PATCH_LOG` set in its environment, the library writes one line a function
