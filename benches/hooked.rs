@@ -23,26 +23,15 @@
 //! in the environment for the program), and `--smc-check=all`: the patch rewrites code the
 //! loader may already have run.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
-fn target_dir() -> PathBuf {
-    // The bench binary lives in target/<profile>/deps/.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
 fn build(out: &Path, extra: &[&str]) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/hook_loop.c");
-    let o = Command::new("cc")
-        .args(["-O2", "-fno-builtin"])
-        .args(extra)
-        .arg("-o")
-        .arg(out)
-        .arg(&src)
-        .output()
-        .expect("cc runs");
-    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+    let flags: Vec<&str> =
+        ["-O2", "-fno-builtin"].into_iter().chain(extra.iter().copied()).collect();
+    common::cc("hook_loop.c", out, &flags);
 }
 
 /// Instructions callgrind counts for `prog n`, with the preload library when given.
@@ -70,7 +59,7 @@ fn main() {
     build(&glibc, &[]);
     build(&definer, &["-DDEFINER", "-rdynamic"]);
     build(&mi, &["-DMI"]);
-    let preload = target_dir().join("libmemprof_preload.so");
+    let preload = common::target_dir().join("libmemprof_preload.so");
     assert!(preload.is_file(), "build the preload library first: {}", preload.display());
     let (small, large) = (100_000u64, 1_100_000u64);
     let per_pair = |prog: &Path, lib: Option<&Path>| -> Option<f64> {

@@ -40,6 +40,8 @@
 //! rounds, and the bench prints this build's per-sample cost and unsampled-path overhead
 //! beside the earlier build's: the sample path must not get slower.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -49,23 +51,9 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-fn target_dir() -> PathBuf {
-    // The bench binary lives in target/<profile>/deps/.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
 fn build(out: &Path, extra: &[&str]) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/worst_case.c");
-    let o = Command::new("cc")
-        .args(["-O2", "-g"])
-        .args(extra)
-        .arg("-o")
-        .arg(out)
-        .arg(&src)
-        .output()
-        .expect("cc runs");
-    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+    let flags: Vec<&str> = ["-O2", "-g"].into_iter().chain(extra.iter().copied()).collect();
+    common::cc("worst_case.c", out, &flags);
 }
 
 fn build_forward(out: &Path) {
@@ -155,7 +143,7 @@ fn main() {
     build(&fp_bin, &["-fno-omit-frame-pointer"]);
     let forward = dir.join("libforward.so");
     build_forward(&forward);
-    let preload = target_dir().join("libmemprof_preload.so");
+    let preload = common::target_dir().join("libmemprof_preload.so");
     assert!(preload.is_file(), "build the preload library first: {}", preload.display());
     let out = dir.join("bench.mprof");
 

@@ -44,19 +44,22 @@ pub fn is_profiler_frame(name: &str) -> bool {
         "__rdl_",
         "std::alloc::__default_lib_allocator",
     ];
-    const EXPORTS: &[&str] = &[
-        "malloc",
-        "calloc",
-        "realloc",
-        "reallocarray",
-        "posix_memalign",
-        "aligned_alloc",
-        "memalign",
-        "valloc",
-        "pvalloc",
-    ];
-    PREFIXES.iter().any(|p| name.starts_with(p)) || EXPORTS.contains(&name)
+    PREFIXES.iter().any(|p| name.starts_with(p)) || MALLOC_FAMILY.contains(&name)
 }
+
+/// The allocating functions of the malloc family: the preload library's exports, and what
+/// an executable that defines the family itself (rustc, with jemalloc) names its own.
+pub(crate) const MALLOC_FAMILY: &[&str] = &[
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "posix_memalign",
+    "aligned_alloc",
+    "memalign",
+    "valloc",
+    "pvalloc",
+];
 
 /// [`FrameLocation`], borrowed from the profile.
 #[derive(Clone, Debug)]

@@ -57,7 +57,7 @@
 
 use std::borrow::Cow;
 
-use super::frame::{FrameRef, UNKNOWN_STACK};
+use super::frame::{FrameRef, MALLOC_FAMILY, UNKNOWN_STACK};
 use super::{Profile, StackId};
 
 /// The allocation site of a stack ([`Profile::site`]).
@@ -355,17 +355,6 @@ fn c_plumbing(name: &str) -> bool {
         "mallocWithAlarm",
         "dbMallocRawFinish",
         "dbReallocFinish",
-        // The malloc family itself, where an executable defines it (rustc links jemalloc
-        // under these names) and its module is not the C library's.
-        "malloc",
-        "calloc",
-        "realloc",
-        "reallocarray",
-        "posix_memalign",
-        "aligned_alloc",
-        "memalign",
-        "valloc",
-        "pvalloc",
         // Rust's allocator shim under legacy mangling.
         "__rust_alloc",
         "__rust_alloc_zeroed",
@@ -428,7 +417,12 @@ fn c_plumbing(name: &str) -> bool {
         "mi_pvalloc",
         "_mi_",
     ];
-    if EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p)) {
+    // The malloc family itself counts too, where an executable defines it (rustc links
+    // jemalloc under these names) and its module is not the C library's.
+    if EXACT.contains(&name)
+        || MALLOC_FAMILY.contains(&name)
+        || PREFIXES.iter().any(|p| name.starts_with(p))
+    {
         return true;
     }
     let allocates = |rest: &str| {
