@@ -123,3 +123,36 @@ fn rustc_compiling_a_small_program_is_profiled() {
         assert!(rustc_frames * 2 > stacks.len(), "{label}: {rustc_frames} of {}", stacks.len());
     }
 }
+
+/// `rustc` as a new user types it, rustup's proxy on `PATH` (a link to `rustup`, which
+/// executes the toolchain's `rustc`): `record` runs the toolchain's program itself and says
+/// so, so the profile is the compiler's (rustc's crates in its stacks), not the proxy's
+/// handful of samples with a note. Skipped where `rustc` is not rustup's proxy.
+#[test]
+fn rustc_through_rustups_proxy_is_the_compiler() {
+    let Some(proxy) = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("rustc")).find(|c| c.is_file()))
+    else {
+        return crate::common::skipped("rustc through rustup's proxy", "no rustc on PATH");
+    };
+    let is_proxy =
+        std::fs::canonicalize(&proxy).is_ok_and(|t| t.file_name() == Some("rustup".as_ref()));
+    if !is_proxy {
+        return crate::common::skipped("rustc through rustup's proxy", "rustc is not rustup's");
+    }
+    let dir = scratch("rustc-proxy");
+    std::fs::write(dir.join("hello.rs"), "fn main() { println!(\"hello from rustc\"); }\n")
+        .unwrap();
+    let out = record(&dir, &["-o", "px.mprof"], Path::new("rustc"), &["-O", "hello.rs"]);
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    assert!(err.contains("rustc is rustup's proxy: recording the toolchain's /"), "{err}");
+    assert!(!err.contains("this profile is the wrapper's"), "{err}");
+    let ran = Command::new(dir.join("hello")).output().expect("the compiled program runs");
+    assert_eq!(text(&ran.stdout), "hello from rustc\n");
+    let prof = read(&dir.join("px.mprof"));
+    assert!(prof.complete, "{:?}", prof.warnings);
+    assert!(prof.header.executable.ends_with("/bin/rustc"), "{}", prof.header.executable);
+    let stacks = memprof::report::collapsed(&prof, memprof::report::View::Alloc);
+    assert!(stacks.iter().any(|l| l.contains("rustc_")), "{stacks:?}");
+}

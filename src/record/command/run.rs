@@ -55,6 +55,17 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
         .command
         .split_first()
         .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
+    // rustup's `rustc`, `cargo` … proxies: the toolchain's program is recorded, not the
+    // proxy that would exec it.
+    let proxied = launcher::through_rustup(program, rest).map(std::ffi::OsString::from);
+    if let Some(real) = &proxied {
+        eprintln!(
+            "memprof: note: {} is rustup's proxy: recording the toolchain's {}",
+            printable_os(program),
+            printable_os(real)
+        );
+    }
+    let program = proxied.as_ref().unwrap_or(program);
     let preload = launcher::find_preload(Some(bundled))?;
     // Bound before the program runs: a taken port is an error, and nothing runs.
     let followed = std::sync::Arc::new(crate::profile::load::Followed::default());
