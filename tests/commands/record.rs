@@ -1265,3 +1265,18 @@ fn a_proxy_link_is_explained() {
     assert!(err.lines().any(|l| l == want), "{err}");
     assert!(err.contains(&format!("{} (1×)", sites.display())), "{err}");
 }
+
+/// A link of another name to a program that executes nothing and ends with `_exit` (a
+/// shell: `sh` is a link to `dash` on Debian, which leaves with `_exit`) is an alias, not a
+/// proxy: the note says how it ended and calls it no proxy. (It said `sh is a link to
+/// /usr/bin/dash (a proxy), which ended with _exit`.)
+#[test]
+fn an_alias_that_ends_with_underscore_exit_is_no_proxy() {
+    let dir = scratch("alias");
+    let shell = std::fs::canonicalize("/bin/sh").unwrap();
+    std::os::unix::fs::symlink(&shell, dir.join("alias")).unwrap();
+    let out = record(&dir, &["-o", "a.mprof"], Path::new("./alias"), &["-c", ":"]);
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    assert!(!err.contains("(a proxy)"), "{err}");
+}

@@ -324,8 +324,10 @@ fn exec_hint(
     let wrapper = asked != ran;
     // A link to a multi-call program of another name (rustup's `rustc` and `cargo`
     // proxies, busybox's applets): the program that ran is the proxy, and what the user
-    // meant is what it executed.
-    let proxy = !wrapper && named.file_name() != ran.file_name();
+    // meant is what it executed. One that ended with `_exit` executed nothing: a link of
+    // another name is then only an alias (`sh` to `dash`), no proxy.
+    let proxy =
+        !wrapper && named.file_name() != ran.file_name() && p.stopped != Some(Stopped::QuickExit);
     let who = if wrapper {
         format!("it was run by {} (it is a script or a wrapper), and", printable_os(ran))
     } else if proxy {
