@@ -205,10 +205,11 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
         ""
     };
     eprintln!(
-        "memprof: attached to {pid} ({}) in {} ms: {rate}, {} objects rerouted{nothing}; \
-         Ctrl-C or SIGTERM detaches",
+        "memprof: attached to {pid} ({}) in {} ms: {rate}; {} slots of {} objects \
+         rerouted{nothing}; Ctrl-C or SIGTERM detaches",
         printable(&name),
         took.as_millis(),
+        attached.written,
         attached.objects
     );
     // While attached: the profile read as it grows, for --serve.
