@@ -58,6 +58,8 @@ struct State {
     writes: Vec<Write>,
     /// Each rerouted slot's address, the value it held before and the export it holds.
     original: Vec<(usize, usize, usize)>,
+    /// The entry points patched (`crate::patch::deferred`): the writes that patched them.
+    code: Vec<Write>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -85,6 +87,18 @@ fn slot_write(addr: usize, old: usize, new: usize) -> Write {
     w
 }
 
+/// Whether the entry point patch `w` is still in place (an attacher that died never put
+/// it back).
+fn in_place(w: &Write) -> bool {
+    let len = (w.len as usize).min(WRITE_MAX);
+    // SAFETY: `w.addr` is an entry point this library patched, in a code segment that
+    // stays mapped (executables and the libraries of a running process's allocator are
+    // not unloaded while their functions are patched: the patched functions are the
+    // program's allocator).
+    let now = unsafe { core::slice::from_raw_parts(w.addr as *const u8, len) };
+    now == &w.new[..len]
+}
+
 /// Publishes `plan` with `writes` and returns the plan's address, which stays valid until
 /// the next call.
 fn publish(state: &mut Option<State>, mut plan: Plan, writes: Vec<Write>) -> *const Plan {
@@ -92,6 +106,7 @@ fn publish(state: &mut Option<State>, mut plan: Plan, writes: Vec<Write>) -> *co
         plan: Plan::default(),
         writes: Vec::new(),
         original: Vec::new(),
+        code: Vec::new(),
     });
     s.writes = writes;
     plan.writes = s.writes.as_ptr() as u64;
@@ -138,6 +153,7 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
         plan: Plan::default(),
         writes: Vec::new(),
         original: Vec::new(),
+        code: Vec::new(),
     });
     let mut writes = Vec::new();
     let mut objects = Vec::new();
@@ -163,7 +179,15 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
             objects.push(s.object);
         }
     });
-    let plan = Plan { objects: objects.len() as u64, ..Plan::default() };
+    // Allocators the slots never reach (an executable's own, under names of its own, or
+    // an executable that defines malloc): their entry points, patched as at start-up.
+    let kept: Vec<Write> = original.code.iter().filter(|w| in_place(w)).copied().collect();
+    let in_place: Vec<usize> = kept.iter().map(|w| w.addr as usize).collect();
+    let code = crate::patch::deferred(&in_place);
+    original.code = kept.into_iter().chain(code.iter().copied()).collect();
+    let patched = original.code.len() as u64;
+    writes.extend(code);
+    let plan = Plan { objects: objects.len() as u64, patched, ..Plan::default() };
     publish(&mut state, plan, writes)
 }
 
@@ -179,10 +203,17 @@ pub unsafe extern "C" fn memprof_attach_stop() -> *const Plan {
     let writes = state
         .as_ref()
         .map(|s| {
-            s.original
-                .iter()
-                .map(|&(addr, before, hook)| slot_write(addr, hook, before))
-                .collect::<Vec<_>>()
+            let slots =
+                s.original.iter().map(|&(addr, before, hook)| slot_write(addr, hook, before));
+            // An entry point gets its first bytes back; a thread at it then runs them.
+            let code = s.code.iter().map(|w| Write {
+                old: w.new,
+                new: w.old,
+                guard_lo: 0,
+                guard_hi: 0,
+                ..*w
+            });
+            slots.chain(code).collect::<Vec<_>>()
         })
         .unwrap_or_default();
     publish(&mut state, Plan::default(), writes)

@@ -66,6 +66,8 @@ pub(super) struct Process {
 pub(super) struct Attached {
     /// Objects whose slots point at the library.
     pub(super) objects: u64,
+    /// Entry points patched.
+    pub(super) patched: u64,
     /// Slots written.
     pub(super) written: usize,
 }
@@ -237,9 +239,10 @@ impl Process {
     /// thread `held` is stopped already, its state restored. Returns the writes made.
     fn apply(&mut self, held: usize, writes: &[Write], tpoff: Option<i64>) -> Result<usize, Error> {
         let held_tid = self.threads[held].tid;
+        let mut clear = false;
         for _ in 0..1000 {
             self.stop_all()?;
-            let mut clear = true;
+            clear = true;
             for t in &self.threads {
                 let rip = t.regs().map_err(|e| other(e, self.pid))?.rip;
                 if writes.iter().any(|w| (w.guard_lo..w.guard_hi).contains(&rip)) {
@@ -255,8 +258,16 @@ impl Process {
         }
         let mut made = 0;
         for w in writes {
+            // Entry points are patched all or none (a family half patched would lose its
+            // frees): none while a thread kept standing in one's moved bytes.
+            if !clear && w.guard_lo < w.guard_hi {
+                continue;
+            }
             let len = w.len as usize;
-            let now = self.read(w.addr, len)?;
+            // A slot of an object unloaded since it was planned: nothing to write.
+            let Ok(now) = self.read(w.addr, len) else {
+                continue;
+            };
             if now[..] != w.old[..len] {
                 continue;
             }
@@ -385,7 +396,7 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
             return Err(Error::Other(format!("cannot profile process {pid}: {}", plan.message())));
         }
         let written = p.apply(i, &writes, Some(plan.countdown_tpoff))?;
-        Ok(Attached { objects: plan.objects, written })
+        Ok(Attached { objects: plan.objects, patched: plan.patched, written })
     })
 }
 

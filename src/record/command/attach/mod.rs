@@ -198,7 +198,11 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     } else {
         format!("one sample every {} bytes on average", settings.config.interval)
     };
-    let nothing = if attached.objects == 0 {
+    let patched = match attached.patched {
+        0 => String::new(),
+        n => format!(", {n} allocator entry points patched"),
+    };
+    let nothing = if attached.objects == 0 && attached.patched == 0 {
         "; no object of it calls the malloc family through the dynamic linker, so nothing \
          may be seen"
     } else {
@@ -206,7 +210,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     };
     eprintln!(
         "memprof: attached to {pid} ({}) in {} ms: {rate}; {} slots of {} objects \
-         rerouted{nothing}; Ctrl-C or SIGTERM detaches",
+         rerouted{patched}{nothing}; Ctrl-C or SIGTERM detaches",
         printable(&name),
         took.as_millis(),
         attached.written,
