@@ -18,6 +18,15 @@
 //! stopped in is not restarted into the call; restored with the thread's registers, it
 //! makes the kernel restart that system call as if nothing had happened when the thread
 //! resumes (the fault's signal is discarded): `EINTR` never reaches the program.
+//!
+//! # 3. Waits that fail when their thread stops
+//! A few blocking calls (`epoll_wait`, `sigtimedwait`, `io_getevents`, `semop`, reads with
+//! a timeout: signal(7)) are not restarted by the kernel: stopping their thread, even
+//! without a signal, makes them return `EINTR`. A thread found stopped in one with that
+//! result and no signal to deliver is set back onto its `syscall` instruction with the
+//! call's number, so it makes the call again when it resumes: the program never sees the
+//! `EINTR`. A relative timeout then starts again (the wait may last longer than asked, by
+//! what it had waited before the stop).
 
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
@@ -83,12 +92,36 @@ impl Thread {
         }
         ptrace::interrupt(self.tid)?;
         match self.wait(Some(Duration::from_secs(10)))? {
-            WaitStatus::PtraceEvent(..) => {}
+            WaitStatus::PtraceEvent(..) => self.wait_again()?,
             WaitStatus::Stopped(_, sig) => self.pending = Some(sig),
             WaitStatus::Exited(..) | WaitStatus::Signaled(..) => return Err(Failed::Gone),
             other => return Err(Failed::Other(format!("unexpected stop {other:?}"))),
         }
         self.stopped = true;
+        Ok(())
+    }
+
+    /// A thread stopped in one of the waits that fail with `EINTR` when their thread stops
+    /// ([`WAITS`]), with no signal to deliver: its call is made again when it resumes, as
+    /// the kernel restarts the others (§3).
+    fn wait_again(&self) -> Result<(), Failed> {
+        let mut r = ptrace::getregs(self.tid)?;
+        let eintr = (-(libc::EINTR as i64)) as u64;
+        if (r.orig_rax as i64) < 0 || r.rax != eintr || !WAITS.contains(&r.orig_rax) {
+            return Ok(());
+        }
+        if deliverable_signal(self.tid.as_raw()) {
+            return Ok(());
+        }
+        // `syscall` is 0f 05, just before the thread's instruction pointer.
+        let at = r.rip.wrapping_sub(2);
+        let word = ptrace::read(self.tid, at as ptrace::AddressType)? as u64;
+        if word & 0xffff != 0x050f {
+            return Ok(());
+        }
+        r.rax = r.orig_rax;
+        r.rip = at;
+        ptrace::setregs(self.tid, r)?;
         Ok(())
     }
 
@@ -306,6 +339,38 @@ impl Thread {
             }
         }
     }
+}
+
+/// The system calls that return `EINTR` when their thread is stopped by a tracer, even
+/// without a signal handler (signal(7)), and that can be made again with nothing done
+/// twice: waits (x86-64 numbers).
+const WAITS: [u64; 12] = [
+    0,   // read (a socket with a receive timeout)
+    19,  // readv
+    43,  // accept (with a timeout)
+    45,  // recvfrom
+    47,  // recvmsg
+    65,  // semop
+    128, // rt_sigtimedwait
+    207, // io_getevents
+    220, // semtimedop
+    232, // epoll_wait
+    281, // epoll_pwait
+    441, // epoll_pwait2
+];
+
+/// Whether thread `tid` has a signal pending that it does not block.
+fn deliverable_signal(tid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    (field("SigPnd:") | field("ShdPnd:")) & !field("SigBlk:") != 0
 }
 
 /// An argument of [`Thread::call`] that stands for the address of its data.
