@@ -75,6 +75,11 @@ struct State {
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
+/// The address of the answer to the attacher's last call (its [`Plan`]), which the
+/// attacher reads here: a call it runs returns through a signal frame, not to it.
+#[no_mangle]
+pub static MEMPROF_ATTACH_PLAN: AtomicUsize = AtomicUsize::new(0);
+
 /// The address of this library's export of each of [`NAMES`] (0: none).
 fn exports() -> [usize; NAMES.len()] {
     let this = exports as *const () as usize;
@@ -124,6 +129,7 @@ fn publish(state: &mut Option<State>, mut plan: Plan, writes: Vec<Write>) -> *co
     plan.count = s.writes.len() as u64;
     plan.countdown_tpoff = crate::fast::countdown_tpoff();
     s.plan = plan;
+    MEMPROF_ATTACH_PLAN.store(&s.plan as *const Plan as usize, Ordering::Release);
     &s.plan
 }
 
