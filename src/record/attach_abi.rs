@@ -77,10 +77,13 @@ impl Default for Plan {
 }
 
 impl Plan {
-    /// A refusal saying `why` (cut to fit).
+    /// A refusal saying `why` (cut to fit, at a character's boundary).
     pub fn refused(why: &str) -> Plan {
         let mut p = Plan { status: 1, ..Plan::default() };
-        let n = why.len().min(MESSAGE_LEN - 1);
+        let mut n = why.len().min(MESSAGE_LEN - 1);
+        while !why.is_char_boundary(n) {
+            n -= 1;
+        }
         p.message[..n].copy_from_slice(&why.as_bytes()[..n]);
         p
     }
@@ -142,7 +145,8 @@ mod tests {
         let long = "é".repeat(400);
         let p = Plan::refused(&long);
         assert_eq!(p.status, 1);
-        assert!(p.message().len() < MESSAGE_LEN);
+        assert!(p.message().len() < MESSAGE_LEN && !p.message().contains('\u{fffd}'));
+        assert!(p.message().starts_with("éé"));
         // SAFETY: viewing a plain-data value's bytes.
         let bytes = unsafe {
             core::slice::from_raw_parts((&p as *const Plan).cast::<u8>(), size_of::<Plan>())

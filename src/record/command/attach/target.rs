@@ -185,7 +185,17 @@ pub(super) fn check(pid: u32) -> Result<(), Error> {
         ));
     }
     let exe = std::fs::read_link(dir.join("exe")).unwrap_or_default();
-    let maps = mappings(pid).map_err(|e| Error::io(format!("cannot read the maps of {pid}"), e))?;
+    let maps = match mappings(pid) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return refuse(format!(
+                "the kernel does not let memprof read the memory map of process {pid} (it is \
+                 not dumpable: a setuid program, one that called prctl(PR_SET_DUMPABLE, 0), or \
+                 one of another user namespace); it cannot be attached to"
+            ))
+        }
+        Err(e) => return Err(Error::io(format!("cannot read the maps of {pid}"), e)),
+    };
     if !maps.iter().any(is_loader) {
         return refuse(format!(
             "{} (process {pid}) is statically linked: there is no dynamic loader in it to load \
