@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,11 +64,17 @@ impl Lines {
             match self.rx.recv_timeout(left) {
                 Ok(line) if line.contains(needle) => return line,
                 Ok(_) => {}
-                Err(_) => panic!(
-                    "{what}: no line with {needle:?} after {PATIENCE:?}; so far:\n{}\n{}",
-                    self.text(),
-                    context()
-                ),
+                Err(e) => {
+                    let why = match e {
+                        RecvTimeoutError::Timeout => format!("after {PATIENCE:?}"),
+                        RecvTimeoutError::Disconnected => "before its output ended".to_owned(),
+                    };
+                    panic!(
+                        "{what}: no line with {needle:?} {why}; so far:\n{}\n{}",
+                        self.text(),
+                        context()
+                    )
+                }
             }
         }
     }
