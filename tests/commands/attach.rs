@@ -359,7 +359,11 @@ fn duration_ends_the_attach() {
     let dir = scratch("duration");
     let file = dir.join("d.mprof");
     let t = Instant::now();
-    let a = Attach::start(&dir, &["--duration", "1s", "-o", file.to_str().unwrap()], svc.pid);
+    let a = Attach::start(
+        &dir,
+        &["--duration", "1s", "--depth", "16", "--top", "3", "-o", file.to_str().unwrap()],
+        svc.pid,
+    );
     a.wait_attached(svc.pid);
     let out = a.wait();
     assert!(t.elapsed() >= Duration::from_secs(1), "detached after {:?}", t.elapsed());
@@ -391,9 +395,13 @@ fn fork_race(name: &str, args: &[&str], rounds: usize) {
     let dir = scratch(name);
     for round in 0..rounds {
         let file = dir.join(format!("f{round}.mprof"));
-        let interval = if round % 2 == 0 { "1" } else { "4096" };
-        let a =
-            Attach::start(&dir, &["--interval", interval, "-o", file.to_str().unwrap()], svc.pid);
+        let mut opts = match round % 3 {
+            0 => vec!["--interval", "1"],
+            1 => vec!["--rate", "0.01"],
+            _ => vec![],
+        };
+        opts.extend(["-o", file.to_str().unwrap()]);
+        let a = Attach::start(&dir, &opts, svc.pid);
         a.wait_attached(svc.pid);
         svc.signal(libc::SIGUSR2);
         svc.wait_line("fork done");
@@ -417,7 +425,61 @@ fn fork_race_without_exec() {
 
 #[test]
 fn fork_race_with_exec() {
-    fork_race("forks-exec", &["2", "--fork-every", "5", "--exec"], 2);
+    fork_race("forks-exec", &["2", "--fork-every", "5", "--exec"], 3);
+}
+
+/// A GET of `target` on `addr` (HTTP/1.1, the server closes the connection): the status
+/// and the body.
+fn http_get(addr: &str, target: &str) -> (u16, Vec<u8>) {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = text(&all[..end]);
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, all[end + 4..].to_vec())
+}
+
+/// `--serve ADDR`: while attached, `/debug/pprof/heap` holds the leak (inuse_space of at
+/// least what leak_phase keeps, its name among the strings); the server stops on detach.
+#[test]
+fn serve_while_attached() {
+    let svc = Service::start(&["2"]);
+    let dir = scratch("serve");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let file = dir.join("s.mprof");
+    let a = Attach::start(
+        &dir,
+        &["--interval", "1", "--serve", &addr, "-o", file.to_str().unwrap()],
+        svc.pid,
+    );
+    a.wait_attached(svc.pid);
+    svc.phase();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (inuse, strings) = loop {
+        let (status, body) = http_get(&addr, "/debug/pprof/heap");
+        assert_eq!(status, 200, "{}", text(&body));
+        let p = crate::common::decode_pprof(&body);
+        let inuse: i64 = p.sample.iter().map(|s| s.value.get(3).copied().unwrap_or(0)).sum();
+        if (inuse >= 4_096_000 && p.string_table.iter().any(|s| s == "leak_phase"))
+            || Instant::now() > deadline
+        {
+            break (inuse, p.string_table);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(inuse >= 4_096_000, "inuse_space {inuse}");
+    assert!(strings.iter().any(|s| s == "leak_phase"), "{strings:?}");
+    let out = a.stop(libc::SIGINT);
+    check_profile(&out, &file);
+    assert!(std::net::TcpStream::connect(&addr).is_err(), "still listening on {addr}");
+    svc.terminate();
 }
 
 #[test]
