@@ -300,10 +300,14 @@ pub mod __private {
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
-    pub use crate::record::program::agent::{around_dlclose, before_exec, before_quick_exit, init};
+    pub use crate::record::attach_abi;
+    pub use crate::record::program::agent::{
+        around_dlclose, before_exec, before_quick_exit, init, start_attached, stop_attached,
+    };
     pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::{next_definitions, own_definitions, prior_definitions, Prior};
     pub use crate::sys::errno::{errno, set_errno};
+    pub use crate::sys::got;
 }
 
 #[cfg(test)]

@@ -40,6 +40,8 @@ use memprof::__private::{on_alloc_in, on_dealloc};
 use memprof::__private::{on_alloc_slow_at, on_dealloc_counted};
 
 pub(crate) use imp::countdown;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use imp::countdown_tpoff;
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
@@ -79,6 +81,20 @@ mod imp {
             )
         };
         p
+    }
+
+    /// The offset of this library's countdown block from a thread's thread pointer (the
+    /// same in every thread: the block is in the static TLS area).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn countdown_tpoff() -> i64 {
+        let tp: usize;
+        // SAFETY: `fs:[0]` holds the thread pointer (x86-64 TLS ABI); only a register is
+        // written.
+        unsafe {
+            core::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) tp,
+                options(nostack, readonly, preserves_flags))
+        };
+        (countdown_addr() as usize).wrapping_sub(tp) as i64
     }
 
     /// The calling thread's countdown.

@@ -80,8 +80,18 @@
 //! nothing is counted twice (`patch` §1). Allocations made before the constructor (the
 //! loader's, other libraries' constructors') went to the definer unsampled; their blocks
 //! go back to the same allocator. `patch` says what is patched, how, and what is refused.
+//!
+//! # 6. Loaded into a running process (`memprof attach`, x86-64)
+//! `memprof attach` `dlopen`s this library into a process that is already running, from a
+//! thread it borrows with ptrace. The constructor then only resolves the forwarding table
+//! (every object precedes this one, so the program's own bindings are what it finds) and
+//! neither patches nor starts: the program's calls do not reach the exports yet, and the
+//! attacher's calls of `attach` start the session and plan which GOT slots to reroute,
+//! which the attacher writes while every thread is stopped.
 #![deny(missing_docs)]
 
+#[cfg(target_arch = "x86_64")]
+mod attach;
 mod entry;
 mod fast;
 mod next;
@@ -163,9 +173,23 @@ fn keep_counting() {
 
 extern "C" fn init() {
     next::resolve_once();
+    if !preloaded() {
+        // `dlopen`ed into a running process (§6): `memprof attach` starts the session.
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     patch::install();
     start();
+}
+
+/// True when this library was loaded with the program (`LD_PRELOAD`), false when it was
+/// `dlopen`ed later (§6): then the C library precedes it in the loader's list, which it
+/// never does for a library preloaded at start-up.
+fn preloaded() -> bool {
+    let mut found = [None];
+    let this = preloaded as *const () as usize;
+    memprof::__private::prior_definitions(this, &[c"__libc_start_main"], &mut found);
+    found[0].is_none()
 }
 
 /// Zeroes the calling thread's countdown after a session started: its next allocation

@@ -32,6 +32,10 @@ pub struct Header {
     /// file without its end record was cut because `record` itself stopped
     /// ([`RECORD_STOPPED`]), not because the program did.
     pub collected: bool,
+    /// Written by `memprof attach`: the recording began in a process that was already
+    /// running, so blocks allocated before it are unknown (their frees are not counted) and
+    /// its live heap is what was allocated since the attach and is still held.
+    pub attached: bool,
 }
 
 impl Header {
@@ -68,6 +72,7 @@ impl Default for Header {
             // In memory, times are nanoseconds; a stream says its own unit.
             time_unit_ns: 1,
             collected: false,
+            attached: false,
         }
     }
 }

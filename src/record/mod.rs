@@ -13,6 +13,7 @@
 //! The binary's entry points are [`run`] and [`preload_path`]; what they use inside is not
 //! API.
 
+pub mod attach_abi;
 #[cfg(feature = "cli")]
 pub(crate) mod command;
 pub(crate) mod env;
@@ -20,6 +21,10 @@ pub(crate) mod program;
 pub(crate) mod ring;
 pub(crate) mod unfollowed;
 
+#[cfg(feature = "cli")]
+pub use command::attach::request::AttachRequest;
+#[cfg(feature = "cli")]
+pub use command::attach::run as attach;
 #[cfg(feature = "cli")]
 pub use command::bundled::Bundled;
 #[cfg(feature = "cli")]

@@ -76,6 +76,8 @@ pub(crate) const MIN_DEPTH: usize = 16;
 pub(crate) const ENDING_EXEC: u32 = 1;
 /// [`RingHeader::ending`]: the process ends without exit handlers (`_exit`).
 pub(crate) const ENDING_QUICK: u32 = 2;
+/// [`RingHeader::ending`]: `memprof attach` detached; the process runs on.
+pub(crate) const ENDING_DETACHED: u32 = 3;
 
 /// Side-log record kinds.
 pub(crate) const LOG_PROCESS: u8 = 1;

@@ -90,6 +90,8 @@ pub(crate) struct ProcessFacts {
     pub(crate) ppid: u32,
     pub(crate) executable: String,
     pub(crate) cmdline: Vec<String>,
+    /// Recorded by `memprof attach` in a process that was already running.
+    pub(crate) attached: bool,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -487,6 +489,7 @@ impl Tracker for Recorder {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
                 cmdline: command_line(),
+                attached: false,
             },
         };
         self.profile.header = Header {
@@ -501,6 +504,7 @@ impl Tracker for Recorder {
             time_unit_ns: 1,
             // A recorder of another process is `memprof record`'s collector.
             collected: self.other.is_some(),
+            attached: facts.attached,
             ..Header::default()
         };
         self.open_output();

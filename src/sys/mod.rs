@@ -8,6 +8,7 @@ pub(crate) mod alloc_count;
 pub(crate) mod elf_lookup;
 pub(crate) mod errno;
 pub mod files;
+pub mod got;
 pub(crate) mod hash;
 pub(crate) mod loader;
 pub(crate) mod own_file;

@@ -4,7 +4,7 @@
 mod demo;
 
 use clap::{Parser, Subcommand};
-use memprof::record::{Bundled, RecordRequest};
+use memprof::record::{AttachRequest, Bundled, RecordRequest};
 use memprof::report::command::{DiffRequest, ReportRequest};
 use memprof::report::text::printable;
 
@@ -32,6 +32,9 @@ struct Cli {
 enum Command {
     /// Run a dynamically linked program under the preload library and profile its heap.
     Record(RecordRequest),
+    /// Profile a process that is already running (ptrace, no gdb), until Ctrl-C, SIGTERM,
+    /// --duration or its exit; then leave it as it was.
+    Attach(AttachRequest),
     /// Print the top allocation sites of a .mprof profile and export it.
     Report(ReportRequest),
     /// Compare two .mprof profiles site by site, flagging changes beyond sampling noise.
@@ -66,6 +69,7 @@ fn main() {
     let result = match cli.command {
         // The program's exit status, or 1 when memprof itself failed.
         Command::Record(args) => memprof::record::run(&args, &PRELOAD),
+        Command::Attach(args) => memprof::record::attach(&args, &PRELOAD),
         Command::Report(args) => memprof::report::command::report(&args).map(|()| 0),
         Command::Diff(args) => memprof::report::command::diff(&args).map(|()| 0),
         Command::Demo(args) => demo::run(&args, &PRELOAD).map(|()| 0),

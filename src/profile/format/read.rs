@@ -149,8 +149,10 @@ fn decode_header(p: &mut Payload<'_>) -> Result<Header, Error> {
     }
     // Appended later in version 2: absent from older files.
     let ppid = if version >= 2 && !p.rest.is_empty() { p.u32("ppid").map_err(bad)? } else { 0 };
-    // Appended after it: flags, bit 0 set by `memprof record`'s collector.
-    let collected = version >= 2 && !p.rest.is_empty() && p.u().map_err(bad)? & 1 == 1;
+    // Appended after it: flags, bit 0 set by `memprof record`'s collector, bit 1 by
+    // `memprof attach`'s.
+    let flags = if version >= 2 && !p.rest.is_empty() { p.u().map_err(bad)? } else { 0 };
+    let (collected, attached) = (flags & 1 == 1, flags & 2 == 2);
     Ok(Header {
         version,
         interval,
@@ -162,6 +164,7 @@ fn decode_header(p: &mut Payload<'_>) -> Result<Header, Error> {
         start_unix_ns,
         time_unit_ns,
         collected,
+        attached,
     })
 }
 

@@ -15,6 +15,7 @@ fn rich() -> (Profile, Vec<Event>) {
             start_unix_ns: 1_700_000_000_123_456_789,
             time_unit_ns: TIME_UNIT_SAMPLED_NS,
             collected: false,
+            attached: false,
         },
         ..Profile::default()
     };

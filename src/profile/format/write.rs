@@ -167,8 +167,9 @@ impl<W: Write> Writer<W> {
         put_u(&mut p, w.unit);
         put_u(&mut p, u64::from(header.ppid));
         // Flags only when one is set: a file written in the process keeps the bytes it had.
-        if header.collected {
-            put_u(&mut p, 1);
+        let flags = u64::from(header.collected) | u64::from(header.attached) << 1;
+        if flags != 0 {
+            put_u(&mut p, flags);
         }
         let mut bytes = MAGIC.to_vec();
         frame(&mut bytes, TAG_HEADER, &p);

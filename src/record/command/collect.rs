@@ -64,6 +64,8 @@ pub(crate) struct Plan {
     pub(crate) root_pid: u32,
     /// The program's profile (created by `record`, empty).
     pub(crate) root_output: PathBuf,
+    /// `memprof attach`'s: the root process was running before its session started.
+    pub(crate) attached: bool,
 }
 
 /// A running collector.
@@ -286,7 +288,8 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
         }
     };
     let (log, _) = r.ring.log_records(0, u64::MAX);
-    let mut facts = ProcessFacts { pid: r.pid, ..ProcessFacts::default() };
+    let mut facts =
+        ProcessFacts { pid: r.pid, attached: root && plan.attached, ..ProcessFacts::default() };
     // Only the process's facts are read here: module lists wait for their side events.
     let mut read = 0;
     for (kind, payload) in &log {

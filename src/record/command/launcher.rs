@@ -315,7 +315,7 @@ fn expand_into(template: &[u8], pid: u32, buf: &mut [u8]) -> bool {
 /// name never stops naming a file (an unlink then a create left a moment in which anyone
 /// who can write the directory could put a symlink or a FIFO there). Async-signal-safe, and
 /// no allocation: it runs in the child between fork and exec. Returns 0 or an errno.
-fn create_output(path: &[u8], force: bool) -> i32 {
+pub(crate) fn create_output(path: &[u8], force: bool) -> i32 {
     let p = path.as_ptr().cast::<libc::c_char>();
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: `path` is NUL-terminated (built by `expand_into` or from a CString); `st` is
@@ -429,7 +429,7 @@ fn remove_tree(dir: &Path) {
     }
 }
 
-fn create_error(path: &str, errno: i32, force: bool) -> Error {
+pub(crate) fn create_error(path: &str, errno: i32, force: bool) -> Error {
     let e = std::io::Error::from_raw_os_error(errno);
     if errno == libc::EEXIST && !force {
         LaunchError::OutputExists(path.to_owned()).into()
@@ -610,7 +610,8 @@ pub fn record_with(
     let pid = child.id();
     let output = PathBuf::from(config::expand_output(&template, pid));
     let collector = rings.as_ref().and_then(|d| {
-        let plan = Plan { dir: d.0.clone(), root_pid: pid, root_output: output.clone() };
+        let plan =
+            Plan { dir: d.0.clone(), root_pid: pid, root_output: output.clone(), attached: false };
         match Collector::start(plan) {
             Ok(c) => Some(c),
             Err(e) => {
@@ -652,10 +653,10 @@ pub fn record_with(
 
 /// The private directory of a run's shared rings (0700, on a memory file system when
 /// there is one), removed with what is left in it when dropped.
-struct RingDir(PathBuf);
+pub(crate) struct RingDir(pub(crate) PathBuf);
 
 impl RingDir {
-    fn create() -> Option<RingDir> {
+    pub(crate) fn create() -> Option<RingDir> {
         use std::os::unix::fs::DirBuilderExt;
         let shm = Path::new("/dev/shm");
         let parent = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };

@@ -4,6 +4,7 @@
 //! executable says of the allocator the preload library must reach (`reach`), and the
 //! command itself ([`run`](run::run)): its arguments, its threads, its summary and its notes.
 
+pub(crate) mod attach;
 pub(crate) mod bundled;
 pub(crate) mod collect;
 pub(crate) mod launcher;

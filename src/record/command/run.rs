@@ -280,7 +280,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
 
 /// Serves, on `addr`, the profile that the reading thread publishes in `followed`, its
 /// symbols resolved from the recorded modules (readers kept from request to request).
-fn serve_followed(
+pub(super) fn serve_followed(
     addr: &str,
     followed: std::sync::Arc<crate::profile::load::Followed>,
 ) -> Result<crate::serve::Running, Error> {
@@ -364,7 +364,7 @@ fn exec_hint(
 /// them, until `done` says the program has exited (what is loaded then is kept; the rest is
 /// read after the exit only if samples need it). A program that exits within 10 ms needs
 /// nothing loaded ahead.
-fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
+pub(super) fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
     use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
     let mut loaders = Loaders::default();
     if done.recv_timeout(std::time::Duration::from_millis(10)) != Err(RecvTimeoutError::Timeout) {
@@ -383,7 +383,7 @@ fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
 /// wants. `record`'s reading threads must not take CPU from the program and its drain
 /// thread (in the exact mode the drain thread is busy: the program waits for it when it
 /// falls behind); they catch up once the program has exited.
-fn idle_priority() {
+pub(super) fn idle_priority() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `sched_setscheduler(0, …)` changes only the calling thread's policy; `param`
     // is a valid sched_param for SCHED_IDLE (priority 0). Failure leaves it as it was.

@@ -66,6 +66,16 @@
 //! header's `ending`, so the collector ends the file as §4 describes for them. A forked
 //! child unmaps its parent's ring and, when following, creates its own.
 //!
+//! # 8. Attached
+//! `memprof attach` loads the preload library into a running process (`dlopen`, from a
+//! thread it borrows with ptrace) and calls [`start_attached`] with the settings as text:
+//! the session starts on a shared ring as in §6, in a directory of the attacher's, and the
+//! attacher's collector drains it. Nothing of §2 or §7 applies, and a forked child stops
+//! sampling (§3). [`stop_attached`] stops the session when the attacher detaches: the ring
+//! is told so and left mapped (a thread may still be inside a push; the collector drains it
+//! to the last event), and a later attach starts a fresh session on a new ring. A session
+//! whose attacher died without detaching is stopped the same way by the next attach.
+//!
 //! # 7. Programs not followed
 //! Without `MEMPROF_FOLLOW_FORKS`, under `memprof record`, the preload library's `exec` and
 //! `posix_spawn` hooks name what this process (or a forked child of it, followed or not)
@@ -91,6 +101,8 @@ struct Agent {
     ring: Option<Ring>,
     /// The module list last written to the ring's side log.
     logged_modules: Vec<(String, u64)>,
+    /// Started by `memprof attach` in a process that was already running (§8).
+    attached: bool,
 }
 
 /// The agent's state, guarded by `LOCK` (a spin lock, so that the fork handlers can hold it
@@ -244,6 +256,7 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
         stem,
         ring: Some(ring),
         logged_modules: Vec::new(),
+        attached: false,
     };
     log_modules(&mut agent);
     Ok(agent)
@@ -317,6 +330,7 @@ fn start_agent(settings: EnvSettings) -> Result<Agent, String> {
         stem,
         ring: None,
         logged_modules: Vec::new(),
+        attached: false,
     })
 }
 
@@ -372,6 +386,75 @@ pub fn init() {
             }
             libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         }
+    }
+}
+
+/// Starts a session for `memprof attach` (§8) from `text`, `KEY=VALUE` lines of the
+/// `MEMPROF_*` settings with the ring directory. `Err` says why not, for the attacher.
+pub fn start_attached(text: &str) -> Result<(), String> {
+    let _busy = Busy::enter();
+    let settings = EnvSettings::from_lookup(|k| crate::record::attach_abi::setting(text, k))
+        .map_err(|e| e.to_string())?;
+    let Some(dir) = settings.rings.clone() else {
+        return Err("the attacher gave no ring directory".into());
+    };
+    if with_agent(|agent| agent.as_ref().is_some_and(|a| !a.attached)) {
+        return Err("this process is profiled already: it runs under memprof record or with \
+                    the preload library in LD_PRELOAD"
+            .into());
+    }
+    // An earlier attacher's session that was never stopped (it died).
+    stop_attached();
+    crate::engine::callstack::sampling_the_c_library();
+    with_agent(|agent| {
+        let mut a = start_collected(settings, &dir)?;
+        a.attached = true;
+        *agent = Some(a);
+        Ok::<(), String>(())
+    })?;
+    if !REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: the handlers are `extern "C"` functions that live as long as the process
+        // (an attached library is never unloaded: `dlopen` gave it no handle to close).
+        unsafe {
+            libc::atexit(at_exit);
+            at_quick_exit(at_quick);
+            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+        }
+    }
+    Ok(())
+}
+
+/// Stops the session [`start_attached`] started, if one runs (§8): the collector finds its
+/// ring ended and drains it. Safe to call when none runs.
+pub fn stop_attached() {
+    let _busy = Busy::enter();
+    let stopped = with_agent(|agent| {
+        if !agent.as_ref().is_some_and(|a| a.attached) || OWNER.load(Ordering::Acquire) != pid() {
+            return None;
+        }
+        let mut a = agent.take()?;
+        log_modules(&mut a);
+        if let Some(r) = &a.ring {
+            let untracked = crate::engine::hot::UNTRACKED.load(Ordering::Relaxed);
+            r.header().untracked.store(untracked, Ordering::Relaxed);
+            r.header().ending.store(ring::ENDING_DETACHED, Ordering::Release);
+        }
+        OWNER.store(0, Ordering::Release);
+        RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
+        COLLECTED.store(false, Ordering::Release);
+        Some(a)
+    });
+    if let Some(mut a) = stopped {
+        // Sampling ends; the queue and the ring stay mapped for the collector and for
+        // producers still inside a push (never unmapped: nothing says when the last one
+        // leaves).
+        if let Some(s) = a.session.take() {
+            core::mem::forget(s.stop());
+        }
+        // The heartbeat stays the ring's: once the collector stops renewing it, a push
+        // into a full queue stops waiting at once.
+        core::mem::forget(a.ring.take());
+        core::mem::forget(a);
     }
 }
 

@@ -1,0 +1,407 @@
+//! Loading the preload library into a running process and taking it out of the way again
+//! (`memprof attach`'s §2 and §3).
+//!
+//! Attach: every thread is seized; one thread is borrowed, chosen where a call cannot
+//! wait on a lock that thread itself holds (§ [`Process::borrow`]); on it, glibc's `dlopen`
+//! loads the library (the other threads run meanwhile, so any lock the call needs is
+//! released by its holder), then the library's `memprof_attach_start` starts the session
+//! and plans which GOT slots to reroute. Then every thread is stopped, the planned writes
+//! are made through `/proc/PID/mem` (each only where the bytes are still what the plan
+//! read), every thread's sampling countdown is zeroed, and every thread is let go: no
+//! thread ever sees half of the rerouting, and nothing of ours is left tracing the
+//! process. Detach is the same with `memprof_attach_stop`, whose plan puts back what each
+//! slot held.
+
+use super::target::{self, Loaded};
+use super::tracee::{Failed, Saved, Thread, DATA};
+use crate::error::Error;
+use crate::record::attach_abi::{Plan, Write};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// System calls in which a thread waits for something else and holds no lock of the C
+/// library or the loader: a thread stopped in one of them can be borrowed. The numbers
+/// are x86-64's.
+const BLOCKING: [u64; 27] = [
+    0,   // read
+    7,   // poll
+    17,  // pread64
+    19,  // readv
+    23,  // select
+    34,  // pause
+    35,  // nanosleep
+    43,  // accept
+    45,  // recvfrom
+    47,  // recvmsg
+    61,  // wait4
+    70,  // msgrcv
+    128, // rt_sigtimedwait
+    130, // rt_sigsuspend
+    202, // futex
+    207, // io_getevents
+    230, // clock_nanosleep
+    232, // epoll_wait
+    247, // waitid
+    270, // pselect6
+    271, // ppoll
+    281, // epoll_pwait
+    288, // accept4
+    299, // recvmmsg
+    441, // epoll_pwait2
+    1,   // write (a full pipe)
+    44,  // sendto
+];
+
+/// The seized threads of a process and its memory.
+pub(super) struct Process {
+    pub(super) pid: u32,
+    mem: File,
+    threads: Vec<Thread>,
+}
+
+/// What an attach did.
+pub(super) struct Attached {
+    /// Objects whose slots point at the library.
+    pub(super) objects: u64,
+    /// Slots written.
+    pub(super) written: usize,
+}
+
+fn other(e: Failed, pid: u32) -> Error {
+    match e {
+        Failed::Gone => Error::Other(format!("process {pid} ended while memprof attached to it")),
+        Failed::Other(why) => Error::Other(why),
+    }
+}
+
+impl Process {
+    /// Seizes every thread of `pid` (threads started meanwhile too).
+    pub(super) fn seize(pid: u32) -> Result<Process, Error> {
+        let mem = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| Error::io(format!("cannot open the memory of process {pid}"), e))?;
+        let mut p = Process { pid, mem, threads: Vec::new() };
+        p.seize_new()?;
+        Ok(p)
+    }
+
+    /// Seizes the threads not seized yet; false when there were none.
+    fn seize_new(&mut self) -> Result<bool, Error> {
+        let mut any = false;
+        for tid in target::threads(self.pid) {
+            if self.threads.iter().any(|t| t.tid.as_raw() == tid) {
+                continue;
+            }
+            match Thread::seize(Pid::from_raw(tid)) {
+                Ok(t) => {
+                    self.threads.push(t);
+                    any = true;
+                }
+                // Ended since it was listed.
+                Err(nix::Error::ESRCH) => {}
+                Err(e) if self.threads.is_empty() => {
+                    return Err(target::seize_refusal(self.pid, e));
+                }
+                Err(e) => {
+                    return Err(Error::Other(format!(
+                        "cannot trace thread {tid} of process {}: {}",
+                        self.pid,
+                        e.desc()
+                    )))
+                }
+            }
+        }
+        if self.threads.is_empty() {
+            return Err(Error::Other(format!("process {} has ended", self.pid)));
+        }
+        Ok(any)
+    }
+
+    /// Stops every thread, those started meanwhile too (a stopped thread starts none).
+    fn stop_all(&mut self) -> Result<(), Error> {
+        loop {
+            let mut gone = Vec::new();
+            for (i, t) in self.threads.iter_mut().enumerate() {
+                match t.stop() {
+                    Ok(()) => {}
+                    Err(Failed::Gone) => gone.push(i),
+                    Err(e) => return Err(other(e, self.pid)),
+                }
+            }
+            for i in gone.into_iter().rev() {
+                self.threads.remove(i);
+            }
+            if !self.seize_new()? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Lets every thread but `keep` run on.
+    fn resume_all_but(&mut self, keep: Option<usize>) {
+        for (i, t) in self.threads.iter_mut().enumerate() {
+            if Some(i) != keep {
+                let _ = t.resume();
+            }
+        }
+    }
+
+    /// Ends the tracing of every thread (each runs on with any signal its stop reported).
+    pub(super) fn release(self) {
+        for t in self.threads {
+            let _ = t.detach();
+        }
+    }
+
+    /// Stops a thread that can run a call of the library (or the loader) without waiting
+    /// on a lock it holds itself: one in a system call that waits for something else
+    /// ([`BLOCKING`]), or one running outside the C library, the loader and `avoid` (the
+    /// preload library, whose hooks take locks). The others run on. Returns its index and
+    /// saved state.
+    fn borrow(&mut self, avoid: &[(u64, u64)]) -> Result<(usize, Saved), Error> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            for i in 0..self.threads.len() {
+                let t = &mut self.threads[i];
+                match t.stop() {
+                    Ok(()) => {}
+                    Err(Failed::Gone) => continue,
+                    Err(e) => return Err(other(e, self.pid)),
+                }
+                if !t.has_pending_signal() {
+                    let regs = t.regs().map_err(|e| other(e, self.pid))?;
+                    let in_call = regs.orig_rax as i64 >= 0;
+                    let fine = if in_call {
+                        BLOCKING.contains(&regs.orig_rax)
+                    } else {
+                        !avoid.iter().any(|&(lo, hi)| (lo..hi).contains(&regs.rip))
+                    };
+                    if fine {
+                        let saved = t.save().map_err(|e| other(e, self.pid))?;
+                        return Ok((i, saved));
+                    }
+                }
+                let _ = t.resume();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Err(Error::Other(format!(
+            "no thread of process {} could be borrowed within 5 s: each was inside the C \
+             library or the dynamic loader every time it was looked at; try again",
+            self.pid
+        )))
+    }
+
+    /// The code ranges where a borrowed thread must not stand: the C library's, the
+    /// loader's and the preload library's (`lib`, when mapped).
+    fn avoid(&self, lib: &Path) -> Vec<(u64, u64)> {
+        target::mappings(self.pid)
+            .unwrap_or_default()
+            .iter()
+            .filter(|m| {
+                m.exec && (target::is_libc(m) || target::is_loader(m) || Path::new(&m.path) == lib)
+            })
+            .map(|m| (m.start, m.end))
+            .collect()
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, Error> {
+        let mut buf = vec![0u8; len];
+        self.mem
+            .read_exact_at(&mut buf, addr)
+            .map_err(|e| Error::io(format!("cannot read the memory of process {}", self.pid), e))?;
+        Ok(buf)
+    }
+
+    /// The plan at `addr` and its writes.
+    fn plan(&self, addr: u64) -> Result<(Plan, Vec<Write>), Error> {
+        let bytes = self.read(addr, size_of::<Plan>())?;
+        let plan = Plan::from_bytes(&bytes).ok_or_else(|| {
+            Error::Other("the preload library in the process is of another build".into())
+        })?;
+        if plan.status != 0 {
+            return Ok((plan, Vec::new()));
+        }
+        let len = usize::try_from(plan.count).unwrap_or(0).min(1 << 20) * size_of::<Write>();
+        let writes = Write::all_from_bytes(&self.read(plan.writes, len)?);
+        Ok((plan, writes))
+    }
+
+    /// Makes `writes` with every thread stopped and none inside a guarded range, then zeroes
+    /// each thread's countdown at `tpoff` from its thread pointer (when given). The borrowed
+    /// thread `held` is stopped already, its state restored. Returns the writes made.
+    fn apply(&mut self, held: usize, writes: &[Write], tpoff: Option<i64>) -> Result<usize, Error> {
+        let held_tid = self.threads[held].tid;
+        for _ in 0..1000 {
+            self.stop_all()?;
+            let mut clear = true;
+            for t in &self.threads {
+                let rip = t.regs().map_err(|e| other(e, self.pid))?.rip;
+                if writes.iter().any(|w| (w.guard_lo..w.guard_hi).contains(&rip)) {
+                    clear = false;
+                }
+            }
+            if clear {
+                break;
+            }
+            let keep = self.threads.iter().position(|t| t.tid == held_tid);
+            self.resume_all_but(keep);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut made = 0;
+        for w in writes {
+            let len = w.len as usize;
+            let now = self.read(w.addr, len)?;
+            if now[..] != w.old[..len] {
+                continue;
+            }
+            self.mem.write_all_at(&w.new[..len], w.addr).map_err(|e| {
+                Error::io(format!("cannot write the memory of process {}", self.pid), e)
+            })?;
+            made += 1;
+        }
+        if let Some(off) = tpoff {
+            for t in &self.threads {
+                let fs = t.regs().map_err(|e| other(e, self.pid))?.fs_base;
+                // A thread whose block cannot be written keeps a countdown that runs out
+                // by itself.
+                let _ = self.mem.write_all_at(&[0u8; 16], fs.wrapping_add(off as u64));
+            }
+        }
+        Ok(made)
+    }
+
+    /// Runs `f` with a borrowed thread, then lets every thread go.
+    fn with_borrowed<R>(
+        mut self,
+        lib: &Path,
+        f: impl FnOnce(&mut Process, usize, &Saved) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let avoid = self.avoid(lib);
+        let (i, saved) = match self.borrow(&avoid) {
+            Ok(b) => b,
+            Err(e) => {
+                self.release();
+                return Err(e);
+            }
+        };
+        let r = f(&mut self, i, &saved);
+        self.release();
+        r
+    }
+}
+
+/// Calls `func(args)` on the borrowed thread `i`.
+fn call(
+    p: &mut Process,
+    i: usize,
+    saved: &Saved,
+    func: u64,
+    args: &[u64],
+    data: &[u8],
+) -> Result<u64, Error> {
+    let pid = p.pid;
+    let (threads, mem) = (&mut p.threads, &p.mem);
+    threads[i].call(mem, saved, func, args, data).map_err(|e| match e {
+        Failed::Gone => Error::Other(format!("process {pid} ended while memprof attached to it")),
+        Failed::Other(why) => Error::Other(format!("a call in process {pid} failed: {why}")),
+    })
+}
+
+/// A C string read from the process (at most 4 KiB).
+fn c_string(p: &Process, addr: u64) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    while out.len() < 4096 {
+        let Ok(n) = p.mem.read_at(&mut buf, addr + out.len() as u64) else {
+            break;
+        };
+        if n == 0 {
+            break;
+        }
+        if let Some(end) = buf[..n].iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return String::from_utf8_lossy(&out).into_owned();
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The library as the process maps it, once loaded.
+fn loaded_library(pid: u32, lib: &Path) -> Result<Loaded, Error> {
+    let inode = std::fs::metadata(lib).map(|m| m.ino()).unwrap_or(0);
+    let maps = target::mappings(pid).map_err(|e| Error::io("cannot read the maps", e))?;
+    Loaded::find(&maps, |m| m.inode == inode && Path::new(&m.path) == lib)
+        .ok_or_else(|| Error::Other(format!("the preload library is not mapped in process {pid}")))
+}
+
+/// Loads `lib` into process `pid`, starts its session with `settings` and reroutes the
+/// process's calls (see the module documentation).
+pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, Error> {
+    let maps = target::mappings(pid)
+        .map_err(|e| Error::io(format!("cannot read the maps of {pid}"), e))?;
+    let libc = Loaded::find(&maps, target::is_libc)
+        .ok_or_else(|| Error::Other(format!("cannot find the C library in process {pid}")))?;
+    let dlopen = libc.symbol(&["dlopen", "__libc_dlopen_mode"]).ok_or_else(|| {
+        Error::Other(format!("cannot find dlopen in {} (process {pid})", libc.path))
+    })?;
+    let dlerror = libc.symbol(&["dlerror"]);
+    let mut path = lib.as_os_str().as_encoded_bytes().to_vec();
+    path.push(0);
+    let mut text = settings.as_bytes().to_vec();
+    text.push(0);
+    Process::seize(pid)?.with_borrowed(lib, |p, i, saved| {
+        let handle = call(p, i, saved, dlopen, &[DATA, libc::RTLD_NOW as u64], &path)?;
+        if handle == 0 {
+            let why = match dlerror {
+                Some(f) => {
+                    let at = call(p, i, saved, f, &[], &[])?;
+                    if at == 0 {
+                        String::new()
+                    } else {
+                        c_string(p, at)
+                    }
+                }
+                None => String::new(),
+            };
+            return Err(Error::Other(format!(
+                "process {pid} could not load the preload library {}: {why}",
+                lib.display()
+            )));
+        }
+        let ours = loaded_library(pid, lib)?;
+        let start = ours.symbol(&["memprof_attach_start"]).ok_or_else(|| {
+            Error::Other("the preload library has no memprof_attach_start".into())
+        })?;
+        let at = call(p, i, saved, start, &[DATA], &text)?;
+        let (plan, writes) = p.plan(at)?;
+        if plan.status != 0 {
+            return Err(Error::Other(format!("cannot profile process {pid}: {}", plan.message())));
+        }
+        let written = p.apply(i, &writes, Some(plan.countdown_tpoff))?;
+        Ok(Attached { objects: plan.objects, written })
+    })
+}
+
+/// Stops the session of the library in process `pid` and puts back what its attach
+/// rerouted. Nothing to do (Ok) when the process no longer maps the library (it executed
+/// another program).
+pub(super) fn detach(pid: u32, lib: &Path) -> Result<usize, Error> {
+    let Ok(ours) = loaded_library(pid, lib) else {
+        return Ok(0);
+    };
+    let stop = ours
+        .symbol(&["memprof_attach_stop"])
+        .ok_or_else(|| Error::Other("the preload library has no memprof_attach_stop".into()))?;
+    Process::seize(pid)?.with_borrowed(lib, |p, i, saved| {
+        let at = call(p, i, saved, stop, &[], &[])?;
+        let (_, writes) = p.plan(at)?;
+        p.apply(i, &writes, None)
+    })
+}

@@ -1,0 +1,339 @@
+//! `memprof attach PID`: profiles a process that is already running, through the same
+//! preload library, shared ring and collector as `memprof record`, and leaves it as it was.
+//!
+//! # 1. Steps
+//! 1. The process is checked (`target::check`): it exists, is this user's, is not traced
+//!    already, is dynamically linked against glibc and sees the same files (mount
+//!    namespace). Each refusal says what to do.
+//! 2. The output (`memprof.<PID>.mprof`, then `.1`, `.2` … when taken; or `-o`) and the
+//!    ring directory are created and the collector started, as `record` does.
+//! 3. The library is loaded and the process's calls rerouted (`inject`): ptrace, never
+//!    gdb. The process is traced for the few milliseconds this takes, then let go. Then
+//!    `attached to PID` is printed.
+//! 4. It samples until SIGINT, SIGTERM or SIGHUP reaches `memprof attach`, `--duration`
+//!    elapses, or the process exits or executes another program.
+//! 5. Detach: the session stops, the slots get back what they held (`inject::detach`),
+//!    the collector drains what is left and finishes the file, marked attached (its live
+//!    heap is what was allocated since the attach and is still held; blocks allocated
+//!    before are unknown and their frees are not counted). The top table, `<file>.svg` and
+//!    `<file>.html` follow, as after `record`, and `attach` exits 0.
+//!
+//! # 2. What stays in the process
+//! The library stays loaded (a rerouted call may still be inside it), and so does the
+//! ring's mapping (a thread may still be inside a push). Calls go back to their plain cost
+//! once the slots are put back. A later attach reuses the library and starts a fresh
+//! session on a new ring.
+//!
+//! # 3. If `memprof attach` is killed (SIGKILL)
+//! The kernel ends the tracing of every thread, so nothing is left stopped or traced. What
+//! else is left depends on the moment: while a call runs on the borrowed thread (loading
+//! the library, starting or stopping the session: milliseconds), that thread returns to
+//! address 0 and the process dies of SIGSEGV; while attached, the calls stay rerouted and
+//! the session samples into a ring nobody drains (its heartbeat stops, so nothing waits
+//! for it; what cannot be queued is dropped) until a later `memprof attach` takes over and
+//! detaches; at any other moment, nothing.
+
+mod inject;
+pub(crate) mod request;
+mod target;
+mod tracee;
+
+use super::bundled::Bundled;
+use super::collect::{Collector, Plan};
+use super::launcher::{self, EnvSettings, RingDir};
+use crate::config;
+use crate::error::Error;
+use crate::profile::replay::parse_duration;
+use crate::record::attach_abi::encode_settings;
+use crate::report::command::read_profiles_first;
+use crate::report::text::{printable, printable_os};
+use crate::report::write::{write_html_of, write_outputs, Outputs};
+use crate::report::{GroupBy, TopOptions, View};
+use request::AttachRequest;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The signal that asked `memprof attach` to detach (0: none yet).
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop(sig: libc::c_int) {
+    STOP.store(sig, Ordering::Relaxed);
+}
+
+fn settings_of(args: &AttachRequest) -> Result<EnvSettings, Error> {
+    let mut settings = EnvSettings::from_lookup(|_| None)?;
+    if let Some(i) = &args.interval {
+        settings.config.interval = config::parse_size(i)?;
+    }
+    if let Some(r) = args.rate {
+        settings.config.interval = config::interval_from_rate(r)?;
+    }
+    if let Some(d) = args.depth {
+        settings.config.depth = d;
+    }
+    settings.config.seed = args.seed;
+    settings.config.validate()?;
+    Ok(settings)
+}
+
+/// `--duration`: with a unit (`500ms`, `2s`, `1m`, `1h`) or seconds alone.
+fn duration_of(text: &str) -> Result<Duration, Error> {
+    let t = text.trim();
+    let bad =
+        || Error::Config(format!("--duration: not a duration: {text:?} (e.g. 30s, 500ms, 2m)"));
+    let scaled = |suffix: &str, unit: f64| {
+        t.strip_suffix(suffix).and_then(|n| n.trim().parse::<f64>().ok()).map(|n| n * unit)
+    };
+    let secs = if let Ok(s) = t.parse::<f64>() {
+        s
+    } else if let Some(s) = scaled("m", 60.0).or_else(|| scaled("min", 60.0)) {
+        s
+    } else if let Some(s) = scaled("h", 3600.0) {
+        s
+    } else {
+        parse_duration(t).map_err(|_| bad())? as f64 / 1e9
+    };
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The output: `-o`, else `memprof.<pid>.mprof` or the first of `memprof.<pid>.<n>.mprof`
+/// not taken. Created (empty) here, as `record` creates its own.
+fn create_output(args: &AttachRequest) -> Result<PathBuf, Error> {
+    let pid = args.pid;
+    let candidates: Vec<String> = match &args.output {
+        Some(o) => vec![crate::record::env::expand_output(o, pid)],
+        None => std::iter::once(format!("memprof.{pid}.mprof"))
+            .chain((1..1000).map(|n| format!("memprof.{pid}.{n}.mprof")))
+            .collect(),
+    };
+    let mut last = None;
+    for path in &candidates {
+        let c = std::ffi::CString::new(path.as_bytes())
+            .map_err(|_| Error::Config("the output path contains a NUL byte".into()))?;
+        let errno = launcher::create_output(c.as_bytes_with_nul(), args.force);
+        if errno == 0 {
+            return Ok(PathBuf::from(path));
+        }
+        if args.output.is_some() || errno != libc::EEXIST {
+            return Err(launcher::create_error(path, errno, args.force));
+        }
+        last = Some((path.clone(), errno));
+    }
+    let (path, errno) = last.unwrap_or_default();
+    Err(launcher::create_error(&path, errno, args.force))
+}
+
+/// Why the session ended (step 4).
+enum End {
+    Asked(i32),
+    Elapsed,
+    Exited,
+    Executed,
+}
+
+/// `memprof attach`: see the module documentation. Returns 0 once detached, or an error.
+pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
+    let settings = settings_of(args)?;
+    let skip = args.sites.skip()?;
+    let limit = args.duration.as_deref().map(duration_of).transpose()?;
+    let pid = args.pid;
+    target::check(pid)?;
+    let name = target::name(pid);
+    let preload = launcher::find_preload(Some(bundled))?;
+    if preload.is_temporary() {
+        return Err(Error::Other(
+            "no cache directory could take the preload library, and one in a temporary \
+             directory would be removed while the process still maps it; set XDG_CACHE_HOME \
+             to a writable directory"
+                .into(),
+        ));
+    }
+    let lib = preload.path().to_path_buf();
+    // Every step from here on ends with a detach: a signal only asks for it.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: `on_stop` only stores into an atomic (async-signal-safe).
+        unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
+    }
+    let output = create_output(args)?;
+    let rings = RingDir::create()
+        .ok_or_else(|| Error::Other("cannot create a directory for the shared ring".into()))?;
+    let followed = std::sync::Arc::new(crate::profile::load::Followed::default());
+    let server = match &args.serve {
+        Some(addr) => match super::run::serve_followed(addr, followed.clone()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let _ = std::fs::remove_file(&output);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let plan =
+        Plan { dir: rings.0.clone(), root_pid: pid, root_output: output.clone(), attached: true };
+    let collector =
+        Collector::start(plan).map_err(|e| Error::io("cannot start collecting the profile", e))?;
+    let mut vars = settings.to_env();
+    vars.push((crate::record::env::ENV_RINGS, rings.0.display().to_string()));
+    let began = Instant::now();
+    let attached = match inject::attach(pid, &lib, &encode_settings(&vars)) {
+        Ok(a) => a,
+        Err(e) => {
+            for msg in collector.finish() {
+                eprintln!("memprof: {msg}");
+            }
+            if let Some(s) = server {
+                s.stop();
+            }
+            let _ = std::fs::remove_file(&output);
+            return Err(e);
+        }
+    };
+    let took = began.elapsed();
+    let rate = if settings.config.interval <= 1.0 {
+        "every allocation (exact mode)".to_owned()
+    } else {
+        format!("one sample every {} bytes on average", settings.config.interval)
+    };
+    let nothing = if attached.objects == 0 {
+        "; no object of it calls the malloc family through the dynamic linker, so nothing \
+         may be seen"
+    } else {
+        ""
+    };
+    eprintln!(
+        "memprof: attached to {pid} ({}) in {} ms: {rate}, {} objects rerouted{nothing}; \
+         Ctrl-C or SIGTERM detaches",
+        printable(&name),
+        took.as_millis(),
+        attached.objects
+    );
+    // While attached: the profile read as it grows, for --serve.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let follower = server.is_some().then(|| {
+        let (path, done, shared) = (output.clone(), done.clone(), followed.clone());
+        std::thread::Builder::new()
+            .name("memprof-reader".into())
+            .spawn(move || crate::profile::load::follow_shared(path, done, &shared))
+            .ok()
+    });
+    let end = wait(pid, &lib, limit);
+    let detached = match end {
+        End::Exited | End::Executed => Ok(0),
+        _ => inject::detach(pid, &lib),
+    };
+    for msg in collector.finish() {
+        eprintln!("memprof: {msg}");
+    }
+    done.store(true, Ordering::Release);
+    if let Some(s) = server {
+        s.stop();
+    }
+    let first = follower.flatten().and_then(|t| t.join().ok()).and_then(Result::ok);
+    drop(rings);
+    let shown = printable(&name);
+    match (&end, &detached) {
+        (End::Asked(sig), _) => eprintln!("memprof: detaching from {pid} (signal {sig})"),
+        (End::Elapsed, _) => eprintln!("memprof: detaching from {pid} (--duration elapsed)"),
+        (End::Exited, _) => eprintln!("memprof: {shown} (process {pid}) exited while attached"),
+        (End::Executed, _) => eprintln!(
+            "memprof: {shown} (process {pid}) executed another program while attached; the \
+             profile ends there"
+        ),
+    }
+    if let Err(e) = &detached {
+        eprintln!("memprof: error: could not detach cleanly from {pid}: {e}");
+    }
+    report(args, &output, first, skip)?;
+    Ok(if detached.is_ok() { 0 } else { 1 })
+}
+
+/// Waits for step 4's end.
+fn wait(pid: u32, lib: &Path, limit: Option<Duration>) -> End {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(lib).map(|m| m.ino()).unwrap_or(0);
+    let start = Instant::now();
+    let mut checked = Instant::now();
+    loop {
+        let sig = STOP.load(Ordering::Relaxed);
+        if sig != 0 {
+            return End::Asked(sig);
+        }
+        if limit.is_some_and(|l| start.elapsed() >= l) {
+            return End::Elapsed;
+        }
+        if checked.elapsed() >= Duration::from_millis(100) {
+            checked = Instant::now();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('X')));
+            match state {
+                None | Some('Z') | Some('X') => return End::Exited,
+                _ => {}
+            }
+            if !target::maps_file(pid, lib, inode) {
+                return End::Executed;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Step 5's summary: the profile read, its top table, `.svg` and `.html`.
+fn report(
+    args: &AttachRequest,
+    output: &Path,
+    first: Option<crate::profile::Profile>,
+    skip: crate::profile::site::SiteSkip,
+) -> Result<(), Error> {
+    let mut loaders = crate::profile::symbolize::Loaders::default();
+    let files = vec![output.to_path_buf()];
+    let (mut profile, labels, processes) =
+        match read_profiles_first(&files, true, &mut loaders, first) {
+            Ok(read) => read,
+            Err(e) => {
+                eprintln!("memprof: error: the profile cannot be read: {e}");
+                return Ok(());
+            }
+        };
+    std::mem::forget(loaders);
+    profile.site_skip = skip;
+    if profile.counts.samples == 0 {
+        eprintln!(
+            "memprof: note: no allocations were sampled while attached (mean interval {} \
+             bytes; a lower --interval samples more)",
+            profile.header.interval
+        );
+    } else {
+        eprint!(
+            "{}",
+            crate::report::top_table(
+                &profile,
+                &TopOptions {
+                    limit: args.top,
+                    backtrace: args.sites.backtrace,
+                    ..Default::default()
+                }
+            )
+        );
+        let svg = PathBuf::from(format!("{}.svg", output.display()));
+        let companion = Outputs { flamegraph: Some(&svg), ..Default::default() };
+        if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, companion, args.force)
+        {
+            eprintln!("memprof: error: {e}");
+        }
+        let html = PathBuf::from(format!("{}.html", output.display()));
+        if let Err(e) = write_html_of(&profile, &processes, &html, args.force) {
+            eprintln!("memprof: error: {e}");
+        }
+    }
+    eprintln!(
+        "memprof: profile {} ({}); blocks allocated before the attach are not in it",
+        printable_os(output.as_os_str()),
+        printable(&labels.join(", "))
+    );
+    Ok(())
+}
