@@ -70,6 +70,21 @@ impl Program {
         let _ = self.rates.recv_timeout(Duration::from_secs(5));
     }
 
+    /// What /proc says of the program: its state (R, S, T stopped, t stopped by a tracer,
+    /// Z), its tracer, what it waits in; or that it is gone.
+    fn state(&self) -> String {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
+            return "gone".to_owned();
+        };
+        let state = stat.rsplit_once(") ").map_or("?", |(_, rest)| &rest[..1]).to_owned();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let tracer = status.lines().find(|l| l.starts_with("TracerPid:")).unwrap_or("");
+        let wchan =
+            std::fs::read_to_string(format!("/proc/{}/wchan", self.pid)).unwrap_or_default();
+        format!("in state {state}, {tracer}, waiting in {wchan:?}")
+    }
+
     /// The rates of the next `seconds`.
     fn measure(&self, seconds: f64) -> Vec<f64> {
         self.settle();
@@ -78,7 +93,9 @@ impl Program {
         while Instant::now() < end {
             match self.rates.recv_timeout(Duration::from_secs(5)) {
                 Ok(r) => v.push(r),
-                Err(_) => panic!("the program stopped printing its rate"),
+                Err(e) => {
+                    panic!("the program printed no rate for 5 s ({e:?}); it is {}", self.state())
+                }
             }
         }
         v
