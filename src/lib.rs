@@ -34,6 +34,7 @@
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
 //! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
+//! | `sys/got.rs` | the GOT slots through which each loaded object calls functions of given names (`memprof attach` reroutes them) |
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`), a definer before the caller, the caller's own export, all without allocating |
 //! | `sys/mod.rs` | the folder's face: which primitives the layers above use |
 //! | `sys/alloc_count.rs` | the unit tests' counting global allocator (live bytes per test scope) |
@@ -159,7 +160,8 @@
 //! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
 //! | `record/program/` | runs inside the profiled program, called by the preload library |
 //! | `record/program/mod.rs` | the folder's face |
-//! | `record/program/agent.rs` | the agent: start, fork, exec, `dlclose`, exit |
+//! | `record/program/agent.rs` | the agent: start, fork, exec, `dlclose`, exit, and a session started and stopped by `memprof attach` |
+//! | `record/attach_abi.rs` | what `memprof attach` and the library it loads tell each other: plans of writes at a fixed layout, the settings as text |
 //! | `record/command/` | runs in `memprof` (feature `cli`) |
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
@@ -168,6 +170,12 @@
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, its three threads beside it, then the summary, the companions and every diagnosis |
 //! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
+//! | `record/command/attach/` | `memprof attach PID`: a running process profiled through the same library, ring and collector, and left as it was |
+//! | `record/command/attach/mod.rs` | [`record::attach`]: the checks, the output, the collector, the wait, the detach and the summary; what a SIGKILL leaves behind |
+//! | `record/command/attach/request.rs` | [`record::AttachRequest`]: `attach`'s arguments |
+//! | `record/command/attach/target.rs` | the process as seen from outside: refusals that say what to do, its mappings, function addresses in its objects |
+//! | `record/command/attach/tracee.rs` | a seized thread: stops, its whole user state saved and restored, a function of the process called on it |
+//! | `record/command/attach/inject.rs` | `dlopen` on a borrowed thread, the library's plans, the writes made with every thread stopped |
 //! | `record/command/reach.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s note when it cannot |
 //! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |

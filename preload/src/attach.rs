@@ -19,6 +19,8 @@
 //! before it detached) keeps the value recorded then.
 
 use core::ffi::{c_char, CStr};
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use memprof::__private::attach_abi::{Plan, Write, WRITE_MAX};
 use memprof::__private::got;
 use std::sync::Mutex;
@@ -52,15 +54,31 @@ const NAMES: [&CStr; 23] = [
     c"pthread_attr_setstacksize",
 ];
 
+/// The slots named `dlopen` get [`attach_dlopen`], so that a library the process loads
+/// while attached has its slots rerouted too.
+const DLOPEN: &CStr = c"dlopen";
+
+/// Sessions of an attach run: [`attach_dlopen`] reroutes what it loads.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The `dlopen` the program's calls were bound to.
+static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+
 /// What the attacher reads: the answer to its last call, and the writes it names.
 struct State {
     plan: Plan,
     writes: Vec<Write>,
     /// Each rerouted slot's address, the value it held before and the export it holds.
     original: Vec<(usize, usize, usize)>,
+    /// The entry points patched (`crate::patch::deferred`): the writes that patched them.
+    code: Vec<Write>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// The address of the answer to the attacher's last call (its [`Plan`]), which the
+/// attacher reads here: a call it runs returns through a signal frame, not to it.
+#[no_mangle]
+pub static MEMPROF_ATTACH_PLAN: AtomicUsize = AtomicUsize::new(0);
 
 /// The address of this library's export of each of [`NAMES`] (0: none).
 fn exports() -> [usize; NAMES.len()] {
@@ -85,6 +103,18 @@ fn slot_write(addr: usize, old: usize, new: usize) -> Write {
     w
 }
 
+/// Whether the entry point patch `w` is still in place (an attacher that died never put
+/// it back).
+fn in_place(w: &Write) -> bool {
+    let len = (w.len as usize).min(WRITE_MAX);
+    // SAFETY: `w.addr` is an entry point this library patched, in a code segment that
+    // stays mapped (executables and the libraries of a running process's allocator are
+    // not unloaded while their functions are patched: the patched functions are the
+    // program's allocator).
+    let now = unsafe { core::slice::from_raw_parts(w.addr as *const u8, len) };
+    now == &w.new[..len]
+}
+
 /// Publishes `plan` with `writes` and returns the plan's address, which stays valid until
 /// the next call.
 fn publish(state: &mut Option<State>, mut plan: Plan, writes: Vec<Write>) -> *const Plan {
@@ -92,12 +122,14 @@ fn publish(state: &mut Option<State>, mut plan: Plan, writes: Vec<Write>) -> *co
         plan: Plan::default(),
         writes: Vec::new(),
         original: Vec::new(),
+        code: Vec::new(),
     });
     s.writes = writes;
     plan.writes = s.writes.as_ptr() as u64;
     plan.count = s.writes.len() as u64;
     plan.countdown_tpoff = crate::fast::countdown_tpoff();
     s.plan = plan;
+    MEMPROF_ATTACH_PLAN.store(&s.plan as *const Plan as usize, Ordering::Release);
     &s.plan
 }
 
@@ -126,45 +158,175 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
     if let Err(why) = memprof::__private::start_attached(&text) {
         return publish(&mut state, Plan::refused(&why), Vec::new());
     }
-    let hooks = exports();
-    let names: Vec<&[u8]> = NAMES.iter().map(|n| n.to_bytes()).collect();
-    // What the program's calls are bound to: the global scope's definitions.
-    let defs: Vec<usize> = NAMES
-        .iter()
-        // SAFETY: RTLD_DEFAULT is a valid pseudo-handle and the names are C strings.
-        .map(|n| unsafe { libc::dlsym(libc::RTLD_DEFAULT, n.as_ptr()) } as usize)
-        .collect();
+    let table = Table::new();
+    REAL_DLOPEN.store(table.defs[NAMES.len()], Ordering::Release);
     let original = &mut state.get_or_insert_with(|| State {
         plan: Plan::default(),
         writes: Vec::new(),
         original: Vec::new(),
+        code: Vec::new(),
     });
     let mut writes = Vec::new();
     let mut objects = Vec::new();
-    got::slots(&names, hooks[0], |s| {
-        let hook = hooks[s.name];
-        if hook == 0 {
-            return;
-        }
-        if s.value == hook {
-            // Rerouted by an attacher that never came back: its record stays.
-            if !objects.contains(&s.object) {
-                objects.push(s.object);
-            }
-            return;
-        }
-        if !(s.own || (s.value == defs[s.name] && s.value != 0)) {
-            return;
-        }
-        writes.push(slot_write(s.addr, s.value, hook));
-        original.original.retain(|&(a, _, _)| a != s.addr);
-        original.original.push((s.addr, s.value, hook));
+    table.slots(|s, hook| {
         if !objects.contains(&s.object) {
             objects.push(s.object);
         }
+        // Rerouted by an attacher that never came back: its record stays.
+        if s.value != hook {
+            writes.push(slot_write(s.addr, s.value, hook));
+            original.original.retain(|&(a, _, _)| a != s.addr);
+            original.original.push((s.addr, s.value, hook));
+        }
     });
-    let plan = Plan { objects: objects.len() as u64, ..Plan::default() };
+    // Allocators the slots never reach (an executable's own, under names of its own, or
+    // an executable that defines malloc): their entry points, patched as at start-up.
+    let kept: Vec<Write> = original.code.iter().filter(|w| in_place(w)).copied().collect();
+    let in_place: Vec<usize> = kept.iter().map(|w| w.addr as usize).collect();
+    let code = crate::patch::deferred(&in_place);
+    original.code = kept.into_iter().chain(code.iter().copied()).collect();
+    let patched = original.code.len() as u64;
+    writes.extend(code);
+    let plan = Plan { objects: objects.len() as u64, patched, ..Plan::default() };
+    ACTIVE.store(true, Ordering::Release);
     publish(&mut state, plan, writes)
+}
+
+/// The functions whose slots are rerouted, where each goes, and what the program's calls
+/// were bound to.
+struct Table {
+    names: Vec<&'static [u8]>,
+    hooks: Vec<usize>,
+    defs: Vec<usize>,
+}
+
+impl Table {
+    fn new() -> Table {
+        let mut names: Vec<&'static [u8]> = NAMES.iter().map(|n| n.to_bytes()).collect();
+        names.push(DLOPEN.to_bytes());
+        let mut hooks = exports().to_vec();
+        hooks.push(attach_dlopen as *const () as usize);
+        // What the program's calls are bound to: the global scope's definitions.
+        let defs = NAMES
+            .iter()
+            .chain(core::iter::once(&DLOPEN))
+            // SAFETY: RTLD_DEFAULT is a valid pseudo-handle and the names are C strings.
+            .map(|n| unsafe { libc::dlsym(libc::RTLD_DEFAULT, n.as_ptr()) } as usize)
+            .collect();
+        Table { names, hooks, defs }
+    }
+
+    /// Calls `f` with each slot to reroute (or rerouted already) and its hook: slots that
+    /// hold the program's definition or their own object's lazy-binding stub. Slots bound
+    /// elsewhere (another namespace's allocator) are left alone.
+    fn slots(&self, mut f: impl FnMut(got::Slot, usize)) {
+        got::slots(&self.names, self.hooks[0], |s| {
+            let hook = self.hooks[s.name];
+            let def = self.defs[s.name];
+            if hook != 0 && (s.value == hook || s.own || (s.value == def && def != 0)) {
+                f(s, hook);
+            }
+        });
+    }
+}
+
+/// `dlopen` while attached: the program's `dlopen`, then the slots of what it loaded are
+/// rerouted here, in the process (no thread can be in a slot write: each is one aligned
+/// 8-byte store, the page made writable around it when the loader sealed it read-only).
+unsafe extern "C" fn attach_dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
+    let real = REAL_DLOPEN.load(Ordering::Acquire);
+    if real == 0 {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `real` is the definition of `dlopen` the program's calls were bound to.
+    let real: unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void =
+        unsafe { core::mem::transmute(real) };
+    // SAFETY: the caller's contract, which is dlopen's.
+    let handle = unsafe { real(file, mode) };
+    if !handle.is_null() && ACTIVE.load(Ordering::Acquire) {
+        let saved = memprof::__private::errno();
+        reroute_loaded();
+        memprof::__private::set_errno(saved);
+    }
+    handle
+}
+
+/// Reroutes the slots no attach planned (objects loaded since), in the process.
+fn reroute_loaded() {
+    let _busy = memprof::__private::Busy::enter();
+    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(s) = state.as_mut() else {
+        return;
+    };
+    if !ACTIVE.load(Ordering::Acquire) {
+        return;
+    }
+    let table = Table::new();
+    let mut todo = Vec::new();
+    table.slots(|slot, hook| {
+        if slot.value != hook {
+            todo.push((slot.addr, slot.value, hook));
+        }
+    });
+    if todo.is_empty() {
+        return;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    for (addr, before, hook) in todo {
+        // SAFETY: `addr` is a GOT slot of a loaded object (an aligned word inside one of
+        // its PT_LOAD segments, `got`), whose page protection `store_slot` restores.
+        if unsafe { store_slot(&maps, addr, before, hook) } {
+            s.original.retain(|&(a, _, _)| a != addr);
+            s.original.push((addr, before, hook));
+        }
+    }
+}
+
+/// Stores `hook` in the slot at `addr` if it still holds `before`, making its page
+/// writable for the store when it is not (`maps`: this process's `/proc/self/maps`).
+///
+/// # Safety
+/// `addr` is an aligned GOT slot of a loaded object.
+unsafe fn store_slot(maps: &str, addr: usize, before: usize, hook: usize) -> bool {
+    let page = addr & !4095;
+    let prot = maps
+        .lines()
+        .find_map(|l| {
+            let (range, rest) = l.split_once(' ')?;
+            let (lo, hi) = range.split_once('-')?;
+            let (lo, hi) =
+                (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
+            (lo..hi).contains(&addr).then(|| {
+                let p = rest.as_bytes();
+                let mut prot = 0;
+                if p.first() == Some(&b'r') {
+                    prot |= libc::PROT_READ;
+                }
+                if p.get(1) == Some(&b'w') {
+                    prot |= libc::PROT_WRITE;
+                }
+                if p.get(2) == Some(&b'x') {
+                    prot |= libc::PROT_EXEC;
+                }
+                prot
+            })
+        })
+        .unwrap_or(libc::PROT_READ);
+    let sealed = prot & libc::PROT_WRITE == 0;
+    // SAFETY: the page holds the slot (the caller's contract); only its protection changes,
+    // to one that keeps it readable.
+    if sealed && unsafe { libc::mprotect(page as *mut c_void, 4096, prot | libc::PROT_WRITE) } != 0
+    {
+        return false;
+    }
+    // SAFETY: an aligned word of a loaded object, writable now.
+    let slot = unsafe { &*(addr as *const AtomicUsize) };
+    let stored = slot.compare_exchange(before, hook, Ordering::AcqRel, Ordering::Acquire).is_ok();
+    if sealed {
+        // SAFETY: as above; back to what the loader left.
+        unsafe { libc::mprotect(page as *mut c_void, 4096, prot) };
+    }
+    stored
 }
 
 /// Stops the session and plans the way back (see the module documentation).
@@ -175,14 +337,22 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
 pub unsafe extern "C" fn memprof_attach_stop() -> *const Plan {
     let _busy = memprof::__private::Busy::enter();
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    ACTIVE.store(false, Ordering::Release);
     memprof::__private::stop_attached();
     let writes = state
         .as_ref()
         .map(|s| {
-            s.original
-                .iter()
-                .map(|&(addr, before, hook)| slot_write(addr, hook, before))
-                .collect::<Vec<_>>()
+            let slots =
+                s.original.iter().map(|&(addr, before, hook)| slot_write(addr, hook, before));
+            // An entry point gets its first bytes back; a thread at it then runs them.
+            let code = s.code.iter().map(|w| Write {
+                old: w.new,
+                new: w.old,
+                guard_lo: 0,
+                guard_hi: 0,
+                ..*w
+            });
+            slots.chain(code).collect::<Vec<_>>()
         })
         .unwrap_or_default();
     publish(&mut state, Plan::default(), writes)

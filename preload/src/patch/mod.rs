@@ -52,6 +52,12 @@
 //! indirect jump, the hook's fast path and the trampoline's jump back (`cargo bench --bench
 //! hooked` counts them, beside glibc's `malloc` through this library).
 //!
+//! Loaded into a running process by `memprof attach` (the crate's §6), the same plan is
+//! made by [`deferred`] when the attacher asks, and the entry points' writes go back to
+//! the attacher, which makes them with every thread stopped (a thread must not be running
+//! the bytes a patch replaces): then the process is not single-threaded, and the page is
+//! never made writable (the attacher writes through `/proc/PID/mem`).
+//!
 //! # 4. The log
 //! With `MEMPROF_PATCH_LOG` set in its environment, the library writes one line a function
 //! to standard error: patched, or left alone and why.
@@ -66,6 +72,7 @@ use crate::next;
 use code::Refusal;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicUsize, Ordering};
+use memprof::__private::attach_abi::Write;
 
 /// Where a patched function's trampoline goes.
 enum Slot {
@@ -93,10 +100,31 @@ pub(crate) fn install() {
     log.flush();
 }
 
+/// What [`install`] would patch in a process this library was `dlopen`ed into by `memprof
+/// attach` (§5): trampolines and slots set up, but each entry point's patch returned as a
+/// [`Write`] for the attacher, which makes it with every thread stopped and none inside the
+/// bytes it replaces (the write's guarded range). The entry points in `in_place` (patched by
+/// an earlier attach, still in place) are left as they are. glibc's own `malloc`, which
+/// precedes this library in a process it was loaded into late, is no definer: calls to it
+/// go through GOT slots, which the attacher reroutes.
+pub(crate) fn deferred(in_place: &[usize]) -> Vec<Write> {
+    let _busy = memprof::__private::Busy::enter();
+    let mut log = Log::new();
+    log.done = in_place.to_vec();
+    log.deferred = Some(Vec::new());
+    definer(&mut log);
+    statics(&mut log);
+    log.flush();
+    log.deferred.take().unwrap_or_default()
+}
+
 /// The definer before this library, if any (§1).
 fn definer(log: &mut Log) {
     let prior = next::prior();
-    if prior[next::MALLOC].is_none() {
+    let Some(malloc) = prior[next::MALLOC] else {
+        return;
+    };
+    if log.deferred.is_some() && malloc.addr == next::libc_malloc() {
         return;
     }
     // The exports' own addresses: a reference from inside this library would bind to the
@@ -122,9 +150,10 @@ fn definer(log: &mut Log) {
         .zip(own)
         .filter(|(_, hook)| !hook.is_null())
         .map(|((name, i), hook)| (i, name.to_str().unwrap_or("?"), hook as usize));
+    let done = log.done.clone();
     let targets = exports
         .filter_map(|(i, name, hook)| {
-            let p = prior[i]?;
+            let p = prior[i].filter(|p| !done.contains(&p.addr))?;
             Some(Target {
                 name: name.to_owned(),
                 addr: p.addr,
@@ -209,7 +238,7 @@ fn family(label: &str, targets: Vec<Target>, log: &mut Log) {
     let Some(mut region) = near::Region::near(lo, hi) else {
         return log.refused(label, &targets, None, Refusal::NoRoom);
     };
-    let mut planned = Vec::new();
+    let mut planned: Vec<(usize, [u8; code::JMP_LEN], usize)> = Vec::new();
     for t in &targets {
         match plan(t, &mut region) {
             Ok(p) => planned.push(p),
@@ -219,13 +248,28 @@ fn family(label: &str, targets: Vec<Target>, log: &mut Log) {
     if !region.seal() {
         return log.refused(label, &targets, None, Refusal::Protect);
     }
-    for (t, (trampoline, _)) in targets.iter().zip(&planned) {
+    for (t, (trampoline, _, _)) in targets.iter().zip(&planned) {
         match t.slot {
             Slot::Next(i) => next::set_patched(i, *trampoline as *mut c_void),
             Slot::Own(slot) => slot.store(*trampoline, Ordering::Release),
         }
     }
-    for (t, &(_, patch)) in targets.iter().zip(&planned) {
+    for (t, &(_, patch, moved)) in targets.iter().zip(&planned) {
+        if let Some(later) = &mut log.deferred {
+            let mut w =
+                Write { addr: t.addr as u64, len: code::JMP_LEN as u64, ..Write::default() };
+            // SAFETY: `t` is a function of a mapped, readable code segment at least
+            // `JMP_LEN` bytes long (`code::moved` checked its size).
+            let now = unsafe { core::slice::from_raw_parts(t.addr as *const u8, code::JMP_LEN) };
+            w.old[..code::JMP_LEN].copy_from_slice(now);
+            w.new[..code::JMP_LEN].copy_from_slice(&patch);
+            w.guard_lo = t.addr as u64 + 1;
+            w.guard_hi = (t.addr + moved) as u64;
+            later.push(w);
+            log.done.push(t.addr);
+            log.patched(label, &t.name, Ok(()));
+            continue;
+        }
         // SAFETY: `t` is a function of a mapped code segment that `code::moved` found safe
         // to patch, whose trampoline is in its slot; the patcher runs none of its code.
         let result = unsafe { write::write(t.addr, patch) };
@@ -237,7 +281,10 @@ fn family(label: &str, targets: Vec<Target>, log: &mut Log) {
 }
 
 /// The trampoline and relay of `t`, in `region`: the trampoline's address and the patch.
-fn plan(t: &Target, region: &mut near::Region) -> Result<(usize, [u8; code::JMP_LEN]), Refusal> {
+fn plan(
+    t: &Target,
+    region: &mut near::Region,
+) -> Result<(usize, [u8; code::JMP_LEN], usize), Refusal> {
     // SAFETY: `t` is a function of a mapped, readable code segment (a dynamic symbol of a
     // loaded object, or a symbol `symtab` found inside an executable segment), `size`
     // bytes long by its symbol.
@@ -250,7 +297,7 @@ fn plan(t: &Target, region: &mut near::Region) -> Result<(usize, [u8; code::JMP_
         return Err(Refusal::NoRoom);
     }
     let patch = code::rel_jmp(t.addr as u64, relay as u64).ok_or(Refusal::NoRoom)?;
-    Ok((at, patch))
+    Ok((at, patch, code::moved_len(&moved)))
 }
 
 /// The lines of §4, written at the end when asked for, and the entry points patched.
@@ -258,13 +305,15 @@ struct Log {
     on: bool,
     text: String,
     done: Vec<usize>,
+    /// For `memprof attach`: the entry points' patches, collected instead of written.
+    deferred: Option<Vec<Write>>,
 }
 
 impl Log {
     fn new() -> Log {
         // SAFETY: getenv reads the environment; the name is a C string.
         let on = !unsafe { libc::getenv(c"MEMPROF_PATCH_LOG".as_ptr()) }.is_null();
-        Log { on, text: String::new(), done: Vec::new() }
+        Log { on, text: String::new(), done: Vec::new(), deferred: None }
     }
 
     fn patched(&mut self, family: &str, name: &str, result: Result<(), Refusal>) {
@@ -341,7 +390,7 @@ mod tests {
         // SAFETY: the page holds that function.
         let call = |x| unsafe { core::mem::transmute::<usize, extern "C" fn(u64) -> u64>(f)(x) };
         assert_eq!(call(5), 1005);
-        let mut log = Log { on: true, text: String::new(), done: Vec::new() };
+        let mut log = Log { on: true, text: String::new(), done: Vec::new(), deferred: None };
         let t = Target {
             name: "f".into(),
             addr: f,
@@ -366,7 +415,7 @@ mod tests {
         // mov rax, rdi; add rax, rdi; ret: patchable alone.
         let sibling = [0x48, 0x89, 0xf8, 0x48, 0x01, 0xf8, 0xc3];
         let (a, b, c) = (code_page(&looping), code_page(&short), code_page(&sibling));
-        let mut log = Log { on: true, text: String::new(), done: Vec::new() };
+        let mut log = Log { on: true, text: String::new(), done: Vec::new(), deferred: None };
         let target = |name: &str, addr, size| Target {
             name: name.into(),
             addr,

@@ -13,7 +13,7 @@
 //! slot held.
 
 use super::target::{self, Loaded};
-use super::tracee::{Failed, Saved, Thread, DATA};
+use super::tracee::{Failed, Saved, Thread, DATA, LANDING};
 use crate::error::Error;
 use crate::record::attach_abi::{Plan, Write};
 use nix::unistd::Pid;
@@ -58,6 +58,8 @@ const BLOCKING: [u64; 27] = [
 /// The seized threads of a process and its memory.
 pub(super) struct Process {
     pub(super) pid: u32,
+    /// glibc's `__restore_rt` in the process, where calls return (`tracee` §4).
+    landing: u64,
     mem: File,
     threads: Vec<Thread>,
 }
@@ -66,6 +68,8 @@ pub(super) struct Process {
 pub(super) struct Attached {
     /// Objects whose slots point at the library.
     pub(super) objects: u64,
+    /// Entry points patched.
+    pub(super) patched: u64,
     /// Slots written.
     pub(super) written: usize,
 }
@@ -79,13 +83,13 @@ fn other(e: Failed, pid: u32) -> Error {
 
 impl Process {
     /// Seizes every thread of `pid` (threads started meanwhile too).
-    pub(super) fn seize(pid: u32) -> Result<Process, Error> {
+    pub(super) fn seize(pid: u32, landing: u64) -> Result<Process, Error> {
         let mem = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(format!("/proc/{pid}/mem"))
             .map_err(|e| Error::io(format!("cannot open the memory of process {pid}"), e))?;
-        let mut p = Process { pid, mem, threads: Vec::new() };
+        let mut p = Process { pid, landing, mem, threads: Vec::new() };
         p.seize_new()?;
         Ok(p)
     }
@@ -237,9 +241,10 @@ impl Process {
     /// thread `held` is stopped already, its state restored. Returns the writes made.
     fn apply(&mut self, held: usize, writes: &[Write], tpoff: Option<i64>) -> Result<usize, Error> {
         let held_tid = self.threads[held].tid;
+        let mut clear = false;
         for _ in 0..1000 {
             self.stop_all()?;
-            let mut clear = true;
+            clear = true;
             for t in &self.threads {
                 let rip = t.regs().map_err(|e| other(e, self.pid))?.rip;
                 if writes.iter().any(|w| (w.guard_lo..w.guard_hi).contains(&rip)) {
@@ -255,8 +260,16 @@ impl Process {
         }
         let mut made = 0;
         for w in writes {
+            // Entry points are patched all or none (a family half patched would lose its
+            // frees): none while a thread kept standing in one's moved bytes.
+            if !clear && w.guard_lo < w.guard_hi {
+                continue;
+            }
             let len = w.len as usize;
-            let now = self.read(w.addr, len)?;
+            // A slot of an object unloaded since it was planned: nothing to write.
+            let Ok(now) = self.read(w.addr, len) else {
+                continue;
+            };
             if now[..] != w.old[..len] {
                 continue;
             }
@@ -280,37 +293,63 @@ impl Process {
     fn with_borrowed<R>(
         mut self,
         lib: &Path,
-        f: impl FnOnce(&mut Process, usize, &Saved) -> Result<R, Error>,
+        f: impl FnOnce(&mut Process, usize, &mut Saved) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let avoid = self.avoid(lib);
-        let (i, saved) = match self.borrow(&avoid) {
+        let (i, mut saved) = match self.borrow(&avoid) {
             Ok(b) => b,
             Err(e) => {
                 self.release();
                 return Err(e);
             }
         };
-        let r = f(&mut self, i, &saved);
+        let r = f(&mut self, i, &mut saved);
         self.release();
         r
     }
 }
 
-/// Calls `func(args)` on the borrowed thread `i`.
+/// Calls `func(args)` on the borrowed thread `i` (its result is not kept: `tracee` §4).
 fn call(
     p: &mut Process,
     i: usize,
-    saved: &Saved,
+    saved: &mut Saved,
     func: u64,
     args: &[u64],
     data: &[u8],
-) -> Result<u64, Error> {
-    let pid = p.pid;
+) -> Result<(), Error> {
+    let (pid, landing) = (p.pid, p.landing);
     let (threads, mem) = (&mut p.threads, &p.mem);
-    threads[i].call(mem, saved, func, args, data).map_err(|e| match e {
+    threads[i].call(mem, saved, func, args, data, landing).map_err(|e| failed_call(e, pid))
+}
+
+fn failed_call(e: Failed, pid: u32) -> Error {
+    match e {
         Failed::Gone => Error::Other(format!("process {pid} ended while memprof attached to it")),
         Failed::Other(why) => Error::Other(format!("a call in process {pid} failed: {why}")),
-    })
+    }
+}
+
+/// Calls a function of the library that answers with a [`Plan`], published at `slot`
+/// (`MEMPROF_ATTACH_PLAN`), and reads the answer.
+fn call_plan(
+    p: &mut Process,
+    i: usize,
+    saved: &mut Saved,
+    slot: u64,
+    func: u64,
+    args: &[u64],
+    data: &[u8],
+) -> Result<(Plan, Vec<Write>), Error> {
+    p.mem
+        .write_all_at(&0u64.to_le_bytes(), slot)
+        .map_err(|e| Error::io(format!("cannot write the memory of process {}", p.pid), e))?;
+    call(p, i, saved, func, args, data)?;
+    let at = u64::from_le_bytes(p.read(slot, 8)?.try_into().unwrap_or_default());
+    if at == 0 {
+        return Err(Error::Other("the preload library did not answer".into()));
+    }
+    p.plan(at)
 }
 
 /// A C string read from the process (at most 4 KiB).
@@ -356,12 +395,16 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
     path.push(0);
     let mut text = settings.as_bytes().to_vec();
     text.push(0);
-    Process::seize(pid)?.with_borrowed(lib, |p, i, saved| {
-        let handle = call(p, i, saved, dlopen, &[DATA, libc::RTLD_NOW as u64], &path)?;
-        if handle == 0 {
+    let landing = landing_in(&libc, &maps, pid)?;
+    Process::seize(pid, landing)?.with_borrowed(lib, |p, i, saved| {
+        call(p, i, saved, dlopen, &[DATA, libc::RTLD_NOW as u64], &path)?;
+        if loaded_library(pid, lib).is_err() {
             let why = match dlerror {
                 Some(f) => {
-                    let at = call(p, i, saved, f, &[], &[])?;
+                    let (threads, mem) = (&mut p.threads, &p.mem);
+                    let at = threads[i]
+                        .call_value(mem, saved, f, &[])
+                        .map_err(|e| failed_call(e, pid))?;
                     if at == 0 {
                         String::new()
                     } else {
@@ -376,16 +419,13 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
             )));
         }
         let ours = loaded_library(pid, lib)?;
-        let start = ours.symbol(&["memprof_attach_start"]).ok_or_else(|| {
-            Error::Other("the preload library has no memprof_attach_start".into())
-        })?;
-        let at = call(p, i, saved, start, &[DATA], &text)?;
-        let (plan, writes) = p.plan(at)?;
+        let (start, slot) = entry(&ours, "memprof_attach_start")?;
+        let (plan, writes) = call_plan(p, i, saved, slot, start, &[DATA], &text)?;
         if plan.status != 0 {
             return Err(Error::Other(format!("cannot profile process {pid}: {}", plan.message())));
         }
         let written = p.apply(i, &writes, Some(plan.countdown_tpoff))?;
-        Ok(Attached { objects: plan.objects, written })
+        Ok(Attached { objects: plan.objects, patched: plan.patched, written })
     })
 }
 
@@ -396,12 +436,33 @@ pub(super) fn detach(pid: u32, lib: &Path) -> Result<usize, Error> {
     let Ok(ours) = loaded_library(pid, lib) else {
         return Ok(0);
     };
-    let stop = ours
-        .symbol(&["memprof_attach_stop"])
-        .ok_or_else(|| Error::Other("the preload library has no memprof_attach_stop".into()))?;
-    Process::seize(pid)?.with_borrowed(lib, |p, i, saved| {
-        let at = call(p, i, saved, stop, &[], &[])?;
-        let (_, writes) = p.plan(at)?;
+    let (stop, slot) = entry(&ours, "memprof_attach_stop")?;
+    let maps = target::mappings(pid)
+        .map_err(|e| Error::io(format!("cannot read the maps of {pid}"), e))?;
+    let libc = Loaded::find(&maps, target::is_libc)
+        .ok_or_else(|| Error::Other(format!("cannot find the C library in process {pid}")))?;
+    let landing = landing_in(&libc, &maps, pid)?;
+    Process::seize(pid, landing)?.with_borrowed(lib, |p, i, saved| {
+        let (_, writes) = call_plan(p, i, saved, slot, stop, &[], &[])?;
         p.apply(i, &writes, None)
+    })
+}
+
+/// The library's function `name` and the slot where it publishes its answer.
+fn entry(ours: &Loaded, name: &str) -> Result<(u64, u64), Error> {
+    let missing = |what: &str| Error::Other(format!("the preload library has no {what}"));
+    let f = ours.symbol(&[name]).ok_or_else(|| missing(name))?;
+    let slot =
+        ours.symbol(&["MEMPROF_ATTACH_PLAN"]).ok_or_else(|| missing("MEMPROF_ATTACH_PLAN"))?;
+    Ok((f, slot))
+}
+
+/// glibc's `__restore_rt` in the process: the bytes of [`LANDING`] in its C library's code.
+fn landing_in(libc: &Loaded, maps: &[target::Mapping], pid: u32) -> Result<u64, Error> {
+    libc.find_code(&LANDING, maps).ok_or_else(|| {
+        Error::Other(format!(
+            "cannot find rt_sigreturn's trampoline in {} (process {pid})",
+            libc.path
+        ))
     })
 }

@@ -26,12 +26,13 @@
 //!
 //! # 3. If `memprof attach` is killed (SIGKILL)
 //! The kernel ends the tracing of every thread, so nothing is left stopped or traced. What
-//! else is left depends on the moment: while a call runs on the borrowed thread (loading
-//! the library, starting or stopping the session: milliseconds), that thread returns to
-//! address 0 and the process dies of SIGSEGV; while attached, the calls stay rerouted and
-//! the session samples into a ring nobody drains (its heartbeat stops, so nothing waits
-//! for it; what cannot be queued is dropped) until a later `memprof attach` takes over and
-//! detaches; at any other moment, nothing.
+//! else is left depends on the moment: during a call on the borrowed thread (loading the
+//! library, starting or stopping the session), the call finishes and the thread returns
+//! through `rt_sigreturn` to where it was (`tracee` §4), with the library loaded and,
+//! after the start, a session whose calls are not rerouted yet; once the writes are made
+//! (attached), the calls stay rerouted and the session samples into a ring nobody drains
+//! (its heartbeat stops, so nothing waits for it; what cannot be queued is dropped) until
+//! a later `memprof attach` takes over and detaches; before the first call, nothing.
 
 mod inject;
 pub(crate) mod request;
@@ -198,17 +199,22 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     } else {
         format!("one sample every {} bytes on average", settings.config.interval)
     };
-    let nothing = if attached.objects == 0 {
+    let patched = match attached.patched {
+        0 => String::new(),
+        n => format!(", {n} allocator entry points patched"),
+    };
+    let nothing = if attached.objects == 0 && attached.patched == 0 {
         "; no object of it calls the malloc family through the dynamic linker, so nothing \
          may be seen"
     } else {
         ""
     };
     eprintln!(
-        "memprof: attached to {pid} ({}) in {} ms: {rate}, {} objects rerouted{nothing}; \
-         Ctrl-C or SIGTERM detaches",
+        "memprof: attached to {pid} ({}) in {} ms: {rate}; {} slots of {} objects \
+         rerouted{patched}{nothing}; Ctrl-C or SIGTERM detaches",
         printable(&name),
         took.as_millis(),
+        attached.written,
         attached.objects
     );
     // While attached: the profile read as it grows, for --serve.

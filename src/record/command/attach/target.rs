@@ -62,6 +62,21 @@ impl Loaded {
         Some(Loaded { path: m.path.clone(), bias: m.start.wrapping_sub(first) })
     }
 
+    /// The address in the process of `bytes` in the object's executable code (the first
+    /// place they occur).
+    /// `maps`: the process's mappings, of which the address must be in an executable one.
+    pub(super) fn find_code(&self, bytes: &[u8], maps: &[Mapping]) -> Option<u64> {
+        let data = std::fs::read(&self.path).ok()?;
+        let file = object::File::parse(&*data).ok()?;
+        file.segments().find_map(|seg| {
+            let (offset, size) = seg.file_range();
+            let code = data.get(offset as usize..(offset + size) as usize)?;
+            let at = code.windows(bytes.len()).position(|w| w == bytes)?;
+            let addr = self.bias.wrapping_add(seg.address()).wrapping_add(at as u64);
+            maps.iter().any(|m| m.exec && (m.start..m.end).contains(&addr)).then_some(addr)
+        })
+    }
+
     /// The address in the process of the first of `names` the object exports.
     pub(super) fn symbol(&self, names: &[&str]) -> Option<u64> {
         let data = std::fs::read(&self.path).ok()?;
