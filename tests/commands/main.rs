@@ -15,10 +15,13 @@
 //! loads, writes and reads: preload libraries, outputs, inputs, FIFOs), `escaping` (names
 //! that a terminal would act on, from a real program, escaped in every terminal report),
 //! `allocators` (a Rust program on tikv-jemallocator, mimalloc and the system allocator,
-//! exact at each site; a stripped one explained).
+//! exact at each site; a stripped one explained), `attach` (`memprof attach PID` on a running
+//! multi-threaded service: the exact numbers of a phase run while attached, repeated
+//! attaches, `--duration`, a target that exits or forks, the refusals; the service unharmed).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
+mod attach;
 mod browser;
 mod children;
 mod cli;
