@@ -323,6 +323,41 @@ fn exact_phase_while_attached() {
     svc.terminate();
 }
 
+/// `memprof attach` killed with SIGKILL at moments spread over its attach (before it
+/// traces, while it borrows a thread, during its calls in the process, while it writes,
+/// once attached): each time the service is left neither stopped nor traced, and runs on
+/// unharmed (no damaged block, no interrupted system call); a later attach takes over from
+/// a killed one (its session never stopped) and its profile is exact.
+#[test]
+fn a_killed_attach_leaves_the_process_running() {
+    let svc = Service::start(&["2"]);
+    let dir = scratch("killed");
+    for (i, delay_ms) in (0..60).step_by(3).enumerate() {
+        let file = dir.join(format!("k{i}.mprof"));
+        let a = Attach::start(&dir, &["--interval", "4096", "-o", file.to_str().unwrap()], svc.pid);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        drop(a);
+        // The kernel has ended the tracing by the time the tracer is reaped.
+        let status = std::fs::read_to_string(format!("/proc/{}/status", svc.pid))
+            .unwrap_or_else(|e| panic!("the service is gone after a kill at {delay_ms} ms: {e}"));
+        let field = |k: &str| {
+            status.lines().find_map(|l| l.strip_prefix(k)).unwrap_or("").trim().to_owned()
+        };
+        assert_eq!(field("TracerPid:"), "0", "traced after a kill at {delay_ms} ms");
+        let state = field("State:");
+        assert!(!state.starts_with('t') && !state.starts_with('T'), "{state} at {delay_ms} ms");
+        assert!(!state.starts_with('Z'), "the service died after a kill at {delay_ms} ms");
+    }
+    let file = dir.join("after.mprof");
+    let a = Attach::start(&dir, &["--interval", "1", "-o", file.to_str().unwrap()], svc.pid);
+    a.wait_attached(svc.pid);
+    svc.phase();
+    let p = check_profile(&a.stop(libc::SIGINT), &file);
+    assert_eq!(totals(&p, "leak_phase"), (4_096_000.0, 1_000.0, 4_096_000.0, 1_000.0));
+    assert_eq!(totals(&p, "churn_phase"), (5_000_000.0, 5_000.0, 0.0, 0.0));
+    svc.terminate();
+}
+
 #[test]
 fn attach_twice_in_a_row_gives_fresh_profiles() {
     let svc = Service::start(&["4"]);
