@@ -306,6 +306,13 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     if !h.cmdline.is_empty() {
         comments.push(format!("command: {}", h.cmdline.join(" ")));
     }
+    if h.attached {
+        comments.push(
+            "attached to a running process: blocks allocated before it are not in \
+             this profile"
+                .to_owned(),
+        );
+    }
     comments.push(format!("mean sampling interval: {} bytes", h.interval));
     match profile.stopped {
         _ if profile.complete => {}

@@ -240,6 +240,8 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     let mut out = String::new();
 
     // Header lines.
+    const ATTACHED: &str = "attached: recorded in a running process (memprof attach); blocks \
+         allocated before the attach are not in it, and their frees are not counted";
     let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
     // The program's name and arguments are the program's strings: escaped for the terminal.
     let _ = write!(out, "memprof profile of {}", printable(exe));
@@ -249,6 +251,9 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     out.push('\n');
     if !h.cmdline.is_empty() {
         let _ = writeln!(out, "command: {}", printable(&h.cmdline.join(" ")));
+    }
+    if h.attached {
+        let _ = writeln!(out, "{ATTACHED}");
     }
     let _ = writeln!(out, "sampling: {}", sampling_summary(profile));
     let _ = writeln!(

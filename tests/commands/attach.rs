@@ -311,6 +311,7 @@ fn exact_phase_while_attached() {
     std::thread::sleep(Duration::from_millis(200));
     let out = a.stop(libc::SIGINT);
     let p = check_profile(&out, &file);
+    assert!(p.header.attached, "the profile says it was attached");
     assert_eq!(p.lost.events, 0);
     assert_eq!(totals(&p, "leak_phase"), (4_096_000.0, 1_000.0, 4_096_000.0, 1_000.0));
     assert_eq!(totals(&p, "churn_phase"), (5_000_000.0, 5_000.0, 0.0, 0.0));
@@ -318,6 +319,7 @@ fn exact_phase_while_attached() {
     assert!(bg_bytes > 0.0 && bg_objects > 0.0, "the workers' allocations: {bg_objects}");
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(all.contains("leak_phase"), "the top table names the leak:\n{all}");
+    assert!(all.contains("attached: recorded in a running process"), "{all}");
     // The service goes on unharmed, and keeps running without memprof.
     svc.phase();
     svc.terminate();

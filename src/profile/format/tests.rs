@@ -841,6 +841,21 @@ fn a_collected_file_cut_short_says_record_stopped() {
     assert!(!plain.header.collected);
 }
 
+/// `memprof attach`'s files say so (flags bit 1), beside the collector's bit; other files
+/// do not.
+#[test]
+fn an_attached_recording_says_so() {
+    for collected in [false, true] {
+        let header = Header { collected, attached: true, ..Header::default() };
+        let bytes = Writer::new(Vec::new(), &header).unwrap().finish().unwrap();
+        let p = Profile::read_from(&bytes[..]).unwrap();
+        assert!(p.header.attached && p.header.collected == collected && p.complete);
+    }
+    let header = Header { collected: true, ..Header::default() };
+    let bytes = Writer::new(Vec::new(), &header).unwrap().finish().unwrap();
+    assert!(!Profile::read_from(&bytes[..]).unwrap().header.attached);
+}
+
 /// The exact mode's time unit is ≈ 1.05 ms, but a free 0 or 1 unit after its allocation
 /// says how long its block lived, to ≈ 131 µs (§2c): a block freed 150 ns after its
 /// allocation across a unit boundary is short-lived (it read as one unit old, ≥ 1 ms,

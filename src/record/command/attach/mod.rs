@@ -337,7 +337,7 @@ fn report(
         }
     }
     eprintln!(
-        "memprof: profile {} ({}); blocks allocated before the attach are not in it",
+        "memprof: profile {} ({})",
         printable_os(output.as_os_str()),
         printable(&labels.join(", "))
     );
