@@ -26,20 +26,9 @@ use memprof::__private::got;
 use std::sync::Mutex;
 
 /// The functions whose slots are rerouted: every export of this library that the program
-/// may have bound before it was loaded, except `posix_spawn` (its hook only names the
-/// program for `memprof record`).
-const NAMES: [&CStr; 23] = [
-    c"malloc",
-    c"free",
-    c"calloc",
-    c"realloc",
-    c"reallocarray",
-    c"memalign",
-    c"posix_memalign",
-    c"aligned_alloc",
-    c"valloc",
-    c"pvalloc",
-    c"malloc_usable_size",
+/// may have bound before it was loaded (the malloc family of `next`'s table, then these),
+/// except `posix_spawn` (its hook only names the program for `memprof record`).
+const OTHERS: [&CStr; 12] = [
     c"dlclose",
     c"_exit",
     c"_Exit",
@@ -53,6 +42,11 @@ const NAMES: [&CStr; 23] = [
     c"execlp",
     c"pthread_attr_setstacksize",
 ];
+
+/// `next`'s table and [`OTHERS`].
+fn names() -> impl Iterator<Item = &'static CStr> {
+    crate::next::NAMES.iter().chain(OTHERS.iter()).copied()
+}
 
 /// The slots named `dlopen` get [`attach_dlopen`], so that a library the process loads
 /// while attached has its slots rerouted too.
@@ -80,11 +74,12 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 #[no_mangle]
 pub static MEMPROF_ATTACH_PLAN: AtomicUsize = AtomicUsize::new(0);
 
-/// The address of this library's export of each of [`NAMES`] (0: none).
-fn exports() -> [usize; NAMES.len()] {
+/// The address of this library's export of each of [`names`] (0: none).
+fn exports() -> Vec<usize> {
     let this = exports as *const () as usize;
-    let mut out = [0usize; NAMES.len()];
-    for (names, out) in NAMES.chunks(16).zip(out.chunks_mut(16)) {
+    let all: Vec<&CStr> = names().collect();
+    let mut out = vec![0usize; all.len()];
+    for (names, out) in all.chunks(16).zip(out.chunks_mut(16)) {
         let mut found = [core::ptr::null_mut(); 16];
         memprof::__private::own_definitions(this, names, &mut found[..names.len()]);
         for (o, f) in out.iter_mut().zip(found) {
@@ -159,7 +154,7 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
         return publish(&mut state, Plan::refused(&why), Vec::new());
     }
     let table = Table::new();
-    REAL_DLOPEN.store(table.defs[NAMES.len()], Ordering::Release);
+    REAL_DLOPEN.store(table.defs.last().copied().unwrap_or(0), Ordering::Release);
     let original = &mut state.get_or_insert_with(|| State {
         plan: Plan::default(),
         writes: Vec::new(),
@@ -202,18 +197,17 @@ struct Table {
 
 impl Table {
     fn new() -> Table {
-        let mut names: Vec<&'static [u8]> = NAMES.iter().map(|n| n.to_bytes()).collect();
-        names.push(DLOPEN.to_bytes());
-        let mut hooks = exports().to_vec();
+        let mut listed: Vec<&'static [u8]> = names().map(CStr::to_bytes).collect();
+        listed.push(DLOPEN.to_bytes());
+        let mut hooks = exports();
         hooks.push(attach_dlopen as *const () as usize);
         // What the program's calls are bound to: the global scope's definitions.
-        let defs = NAMES
-            .iter()
-            .chain(core::iter::once(&DLOPEN))
+        let defs = names()
+            .chain(core::iter::once(DLOPEN))
             // SAFETY: RTLD_DEFAULT is a valid pseudo-handle and the names are C strings.
             .map(|n| unsafe { libc::dlsym(libc::RTLD_DEFAULT, n.as_ptr()) } as usize)
             .collect();
-        Table { names, hooks, defs }
+        Table { names: listed, hooks, defs }
     }
 
     /// Calls `f` with each slot to reroute (or rerouted already) and its hook: slots that

@@ -46,7 +46,7 @@ macro_rules! table {
     ($($i:literal: $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty,
         first $first:ident, fallback $fallback:expr;)*) => {
         const COUNT: usize = [$($i),*].len();
-        const NAMES: [&CStr; COUNT] = [$(
+        pub(crate) const NAMES: [&CStr; COUNT] = [$(
             match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                 Ok(name) => name,
                 Err(_) => panic!("not a C string"),

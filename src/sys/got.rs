@@ -148,20 +148,9 @@ impl<'a> Dynamic<'a> {
             .all(|(i, &c)| self.read::<u8>(at + i) == Some(c))
     }
 
-    /// Reads a `T` at `addr` if the object maps all of it; `None` otherwise.
+    /// Reads a `T` at `addr` if the object maps all of it ([`Object::read`]).
     fn read<T: Copy>(&self, addr: usize) -> Option<T> {
-        let len = core::mem::size_of::<T>();
-        let inside = self.object.loads().any(|(start, size)| {
-            addr.checked_sub(start)
-                .is_some_and(|off| off.checked_add(len).is_some_and(|e| e <= size))
-        });
-        if !inside || addr % core::mem::align_of::<T>() != 0 {
-            return None;
-        }
-        // SAFETY: the `len` bytes at `addr` lie in one of the object's PT_LOAD segments,
-        // which the loader keeps mapped and readable while the object is in its list (the
-        // walk holds its lock), and `addr` is aligned for `T`, a plain integer type.
-        Some(unsafe { core::ptr::read_volatile(addr as *const T) })
+        self.object.read(addr)
     }
 }
 

@@ -51,6 +51,25 @@ impl Object<'_> {
             .map(move |ph| (bias.wrapping_add(ph.p_vaddr as usize), ph.p_memsz as usize))
     }
 
+    /// Reads a `T` at `addr` if the object maps all of it (in one of its `PT_LOAD`
+    /// segments) and `addr` is aligned for it; `None` otherwise. For the dynamic section,
+    /// symbol tables and relocations the walks of `elf_lookup` and `got` read.
+    pub(crate) fn read<T: Copy>(&self, addr: usize) -> Option<T> {
+        let len = core::mem::size_of::<T>();
+        let inside = self.loads().any(|(start, size)| {
+            addr.checked_sub(start)
+                .is_some_and(|off| off.checked_add(len).is_some_and(|e| e <= size))
+        });
+        if !inside || addr % core::mem::align_of::<T>() != 0 {
+            return None;
+        }
+        // SAFETY: the `len` bytes at `addr` lie in one of the object's PT_LOAD segments,
+        // which the loader keeps mapped and readable while the object is in its list (the
+        // walks run inside `dl_iterate_phdr`, which holds its lock), and `addr` is aligned
+        // for `T`; the callers read plain integer types, valid for any bits.
+        Some(unsafe { core::ptr::read(addr as *const T) })
+    }
+
     /// True when the loader's record has the `dlpi_adds`/`dlpi_subs` counters (glibc 2.4+).
     pub(crate) fn has_counters(&self) -> bool {
         self.size >= core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8

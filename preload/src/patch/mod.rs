@@ -129,21 +129,12 @@ fn definer(log: &mut Log) {
     }
     // The exports' own addresses: a reference from inside this library would bind to the
     // definer's (it interposes on them), and the patch would jump to itself.
-    let names = [
-        c"malloc",
-        c"free",
-        c"calloc",
-        c"realloc",
-        c"reallocarray",
-        c"memalign",
-        c"posix_memalign",
-        c"aligned_alloc",
-        c"valloc",
-        c"pvalloc",
-    ];
-    let slots = [next::MALLOC, next::FREE, 2, 3, 4, 5, 6, 7, 8, 9];
+    // The family of the table (`malloc_usable_size`, last, allocates nothing), each at its
+    // slot.
+    let names = &next::NAMES[..10];
+    let slots = 0..10;
     let mut own = [core::ptr::null_mut(); 10];
-    memprof::__private::own_definitions(install as *const () as usize, &names, &mut own);
+    memprof::__private::own_definitions(install as *const () as usize, names, &mut own);
     let exports = names
         .iter()
         .zip(slots)

@@ -1,5 +1,7 @@
 //! `memprof record`'s arguments (clap, the `cli` feature).
 
+use crate::error::Error;
+use crate::record::env::EnvSettings;
 use crate::report::command::SiteArgs;
 use clap::Args;
 use std::ffi::OsString;
@@ -10,17 +12,8 @@ use std::ffi::OsString;
 #[derive(Args, Debug)]
 #[command(after_help = "Example: memprof record --interval 1 -- ./prog arg1 arg2")]
 pub struct RecordRequest {
-    /// Mean bytes between samples, 1 B to 256 TiB (e.g. 512K, 800, 1 = exact mode: every
-    /// allocation).
-    #[arg(long, value_name = "SIZE", conflicts_with = "rate")]
-    pub(crate) interval: Option<String>,
-    /// statmemprof's rate: sample points per 8-byte word (interval = 8/λ bytes, 1 B to
-    /// 256 TiB).
-    #[arg(long, value_name = "λ")]
-    pub(crate) rate: Option<f64>,
-    /// Maximum call-stack depth.
-    #[arg(long, value_name = "N")]
-    pub(crate) depth: Option<usize>,
+    #[command(flatten)]
+    pub(crate) sampling: SamplingArgs,
     /// Output profile; `%p` is replaced by the pid [default: memprof.%p.mprof].
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub(crate) output: Option<String>,
@@ -37,9 +30,6 @@ pub struct RecordRequest {
     /// show that it keeps frame pointers, else dwarf).
     #[arg(long, value_name = "fp|dwarf|libgcc|auto")]
     pub(crate) unwinder: Option<String>,
-    /// Fixed sampler seed: the same program gives the same samples (per thread).
-    #[arg(long, value_name = "N")]
-    pub(crate) seed: Option<u64>,
     /// Leave CPython's own allocator (pymalloc) in place. By default the program runs with
     /// PYTHONMALLOC=malloc (unless its environment sets PYTHONMALLOC), so that a Python
     /// program's objects are seen one by one rather than as pymalloc's arenas.
@@ -63,4 +53,41 @@ pub struct RecordRequest {
         value_name = "PROG [ARGS]..."
     )]
     pub(crate) command: Vec<OsString>,
+}
+
+/// The sampling settings `record` and `attach` share.
+#[derive(Args, Debug)]
+pub struct SamplingArgs {
+    /// Mean bytes between samples, 1 B to 256 TiB (e.g. 512K, 800, 1 = exact mode: every
+    /// allocation).
+    #[arg(long, value_name = "SIZE", conflicts_with = "rate")]
+    pub(crate) interval: Option<String>,
+    /// statmemprof's rate: sample points per 8-byte word (interval = 8/λ bytes, 1 B to
+    /// 256 TiB).
+    #[arg(long, value_name = "λ")]
+    pub(crate) rate: Option<f64>,
+    /// Maximum call-stack depth.
+    #[arg(long, value_name = "N")]
+    pub(crate) depth: Option<usize>,
+    /// Fixed sampler seed: the same program gives the same samples (per thread).
+    #[arg(long, value_name = "N")]
+    pub(crate) seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// The default settings with these applied (not validated yet).
+    pub(crate) fn settings(&self) -> Result<EnvSettings, Error> {
+        let mut settings = EnvSettings::from_lookup(|_| None)?;
+        if let Some(i) = &self.interval {
+            settings.config.interval = crate::config::parse_size(i)?;
+        }
+        if let Some(r) = self.rate {
+            settings.config.interval = crate::config::interval_from_rate(r)?;
+        }
+        if let Some(d) = self.depth {
+            settings.config.depth = d;
+        }
+        settings.config.seed = self.seed;
+        Ok(settings)
+    }
 }

@@ -23,17 +23,7 @@ use crate::report::{GroupBy, View};
 use std::path::{Path, PathBuf};
 
 fn record_settings(args: &RecordRequest) -> Result<EnvSettings, Error> {
-    let mut settings = EnvSettings::from_lookup(|_| None)?;
-    if let Some(i) = &args.interval {
-        settings.config.interval = config::parse_size(i)?;
-    }
-    if let Some(r) = args.rate {
-        settings.config.interval = config::interval_from_rate(r)?;
-    }
-    if let Some(d) = args.depth {
-        settings.config.depth = d;
-    }
-    settings.config.seed = args.seed;
+    let mut settings = args.sampling.settings()?;
     if let Some(u) = &args.unwinder {
         settings.config.unwinder = config::parse_unwinder(u)?;
     }

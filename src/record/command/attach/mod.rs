@@ -41,8 +41,7 @@ mod tracee;
 
 use super::bundled::Bundled;
 use super::collect::{Collector, Plan};
-use super::launcher::{self, EnvSettings, RingDir};
-use crate::config;
+use super::launcher::{self, RingDir};
 use crate::error::Error;
 use crate::profile::replay::parse_duration;
 use crate::record::attach_abi::encode_settings;
@@ -60,22 +59,6 @@ static STOP: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_stop(sig: libc::c_int) {
     STOP.store(sig, Ordering::Relaxed);
-}
-
-fn settings_of(args: &AttachRequest) -> Result<EnvSettings, Error> {
-    let mut settings = EnvSettings::from_lookup(|_| None)?;
-    if let Some(i) = &args.interval {
-        settings.config.interval = config::parse_size(i)?;
-    }
-    if let Some(r) = args.rate {
-        settings.config.interval = config::interval_from_rate(r)?;
-    }
-    if let Some(d) = args.depth {
-        settings.config.depth = d;
-    }
-    settings.config.seed = args.seed;
-    settings.config.validate()?;
-    Ok(settings)
 }
 
 /// `--duration`: with a unit (`500ms`, `2s`, `1m`, `1h`) or seconds alone.
@@ -138,7 +121,8 @@ enum End {
 
 /// `memprof attach`: see the module documentation. Returns 0 once detached, or an error.
 pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
-    let settings = settings_of(args)?;
+    let settings = args.sampling.settings()?;
+    settings.config.validate()?;
     let skip = args.sites.skip()?;
     let limit = args.duration.as_deref().map(duration_of).transpose()?;
     let pid = args.pid;

@@ -1,5 +1,6 @@
 //! `memprof attach`'s arguments (clap, the `cli` feature).
 
+use crate::record::command::request::SamplingArgs;
 use crate::report::command::SiteArgs;
 use clap::Args;
 
@@ -7,16 +8,8 @@ use clap::Args;
 #[derive(Args, Debug)]
 #[command(after_help = "Example: memprof attach --interval 64K --duration 30s 1234")]
 pub struct AttachRequest {
-    /// Mean bytes between samples, 1 B to 256 TiB (e.g. 512K, 800, 1 = exact mode: every
-    /// allocation).
-    #[arg(long, value_name = "SIZE", conflicts_with = "rate")]
-    pub(crate) interval: Option<String>,
-    /// statmemprof's rate: sample points per 8-byte word (interval = 8/λ bytes).
-    #[arg(long, value_name = "λ")]
-    pub(crate) rate: Option<f64>,
-    /// Maximum call-stack depth.
-    #[arg(long, value_name = "N")]
-    pub(crate) depth: Option<usize>,
+    #[command(flatten)]
+    pub(crate) sampling: SamplingArgs,
     /// Output profile; `%p` is replaced by the pid [default: memprof.PID.mprof, then
     /// memprof.PID.1.mprof … when taken].
     #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -28,9 +21,6 @@ pub struct AttachRequest {
     /// it, SIGINT (Ctrl-C) or SIGTERM to memprof detaches, or the process's exit.
     #[arg(long, value_name = "D")]
     pub(crate) duration: Option<String>,
-    /// Fixed sampler seed.
-    #[arg(long, value_name = "N")]
-    pub(crate) seed: Option<u64>,
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     pub(crate) top: usize,
