@@ -435,6 +435,18 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// Frees the ring's memory for every process that maps it (`MADV_REMOVE` punches a hole
+    /// in the shared file): the collector's last act on the ring of a process that `memprof
+    /// attach` detached from, which keeps its mapping (a thread may still be inside a push)
+    /// but need not keep the memory. A late push faults in a zeroed page, where it finds a
+    /// full queue and a stale heartbeat: nothing waits, nothing breaks.
+    pub(crate) fn release_pages(&self) {
+        // SAFETY: advice on this ring's own mapping; the caller reads nothing of it again.
+        unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_REMOVE) };
+    }
+}
+
 impl Drop for Ring {
     fn drop(&mut self) {
         // SAFETY: unmaps the mapping this ring owns; no reference into it outlives the ring

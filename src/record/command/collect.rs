@@ -504,6 +504,11 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
         Some(why) => out.driver.tracker.stop_as(why, &stats),
         None => out.driver.finish(&stats),
     }
+    // `memprof attach` detached: the process runs on with the ring mapped, but its memory
+    // is given back now that it is read.
+    if r.ring.header().ending.load(Ordering::Acquire) == ring::ENDING_DETACHED {
+        r.ring.release_pages();
+    }
     let rec = &out.driver.tracker;
     if let Some(e) = rec.error() {
         messages.push(format!("the profile of pid {} is incomplete: {e}", r.pid));
