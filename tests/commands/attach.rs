@@ -320,6 +320,22 @@ fn exact_phase_while_attached() {
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(all.contains("leak_phase"), "the top table names the leak:\n{all}");
     assert!(all.contains("attached: recorded in a running process"), "{all}");
+    // The ring stays mapped in the service, but its memory was given back.
+    let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", svc.pid)).unwrap();
+    let mut in_ring = false;
+    let mut ring_kb = 0u64;
+    for line in smaps.lines() {
+        // A mapping's line, then its fields (`Rss:   4 kB`).
+        if !line.split_whitespace().next().is_some_and(|f| f.ends_with(':')) {
+            in_ring = line.contains(".ring");
+        } else if in_ring {
+            if let Some(kb) = line.strip_prefix("Rss:") {
+                ring_kb += kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    assert!(smaps.contains(".ring"), "the ring stays mapped");
+    assert_eq!(ring_kb, 0, "the ring's memory is given back after the detach");
     // The service goes on unharmed, and keeps running without memprof.
     svc.phase();
     svc.terminate();

@@ -20,9 +20,10 @@
 //!
 //! # 2. What stays in the process
 //! The library stays loaded (a rerouted call may still be inside it), and so does the
-//! ring's mapping (a thread may still be inside a push). Calls go back to their plain cost
-//! once the slots are put back. A later attach reuses the library and starts a fresh
-//! session on a new ring.
+//! ring's mapping (a thread may still be inside a push), though not its memory, which the
+//! collector gives back once it has read it (`Ring::release_pages`). Calls go back to their
+//! plain cost once the slots are put back. A later attach reuses the library and starts a
+//! fresh session on a new ring.
 //!
 //! # 3. If `memprof attach` is killed (SIGKILL)
 //! The kernel ends the tracing of every thread, so nothing is left stopped or traced. What
