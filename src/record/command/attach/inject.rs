@@ -70,6 +70,8 @@ pub(super) struct Attached {
     pub(super) objects: u64,
     /// Entry points patched.
     pub(super) patched: u64,
+    /// Entry points left unpatched: a thread kept standing in the bytes a patch replaces.
+    pub(super) unpatched: bool,
     /// Slots written.
     pub(super) written: usize,
 }
@@ -239,7 +241,13 @@ impl Process {
     /// Makes `writes` with every thread stopped and none inside a guarded range, then zeroes
     /// each thread's countdown at `tpoff` from its thread pointer (when given). The borrowed
     /// thread `held` is stopped already, its state restored. Returns the writes made.
-    fn apply(&mut self, held: usize, writes: &[Write], tpoff: Option<i64>) -> Result<usize, Error> {
+    /// The second value is false when the entry points' writes were left out.
+    fn apply(
+        &mut self,
+        held: usize,
+        writes: &[Write],
+        tpoff: Option<i64>,
+    ) -> Result<(usize, bool), Error> {
         let held_tid = self.threads[held].tid;
         let mut clear = false;
         for _ in 0..1000 {
@@ -286,7 +294,7 @@ impl Process {
                 let _ = self.mem.write_all_at(&[0u8; 16], fs.wrapping_add(off as u64));
             }
         }
-        Ok(made)
+        Ok((made, clear))
     }
 
     /// Runs `f` with a borrowed thread, then lets every thread go.
@@ -424,8 +432,9 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
         if plan.status != 0 {
             return Err(Error::Other(format!("cannot profile process {pid}: {}", plan.message())));
         }
-        let written = p.apply(i, &writes, Some(plan.countdown_tpoff))?;
-        Ok(Attached { objects: plan.objects, patched: plan.patched, written })
+        let (written, clear) = p.apply(i, &writes, Some(plan.countdown_tpoff))?;
+        let patched = if clear { plan.patched } else { 0 };
+        Ok(Attached { objects: plan.objects, patched, unpatched: !clear, written })
     })
 }
 
@@ -444,7 +453,7 @@ pub(super) fn detach(pid: u32, lib: &Path) -> Result<usize, Error> {
     let landing = landing_in(&libc, &maps, pid)?;
     Process::seize(pid, landing)?.with_borrowed(lib, |p, i, saved| {
         let (_, writes) = call_plan(p, i, saved, slot, stop, &[], &[])?;
-        p.apply(i, &writes, None)
+        p.apply(i, &writes, None).map(|(made, _)| made)
     })
 }
 

@@ -188,6 +188,13 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
         0 => String::new(),
         n => format!(", {n} allocator entry points patched"),
     };
+    if attached.unpatched {
+        eprintln!(
+            "memprof: warning: the allocator's entry points in {pid} were left unpatched (a \
+             thread kept running their first instructions); what it allocates through them \
+             is not seen"
+        );
+    }
     let nothing = if attached.objects == 0 && attached.patched == 0 {
         "; no object of it calls the malloc family through the dynamic linker, so nothing \
          may be seen"
