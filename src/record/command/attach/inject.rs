@@ -22,38 +22,13 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// System calls in which a thread waits for something else and holds no lock of the C
-/// library or the loader: a thread stopped in one of them can be borrowed. The numbers
-/// are x86-64's.
-const BLOCKING: [u64; 27] = [
-    0,   // read
-    7,   // poll
-    17,  // pread64
-    19,  // readv
-    23,  // select
-    34,  // pause
-    35,  // nanosleep
-    43,  // accept
-    45,  // recvfrom
-    47,  // recvmsg
-    61,  // wait4
-    70,  // msgrcv
-    128, // rt_sigtimedwait
-    130, // rt_sigsuspend
-    202, // futex
-    207, // io_getevents
-    230, // clock_nanosleep
-    232, // epoll_wait
-    247, // waitid
-    270, // pselect6
-    271, // ppoll
-    281, // epoll_pwait
-    288, // accept4
-    299, // recvmmsg
-    441, // epoll_pwait2
-    1,   // write (a full pipe)
-    44,  // sendto
-];
+/// System calls the C library's allocator makes while it holds an arena's lock (x86-64
+/// numbers): `mmap`, `mprotect`, `munmap`, `brk`, `mremap`, `madvise`. A thread stopped in
+/// one of them is not borrowed (the call's `malloc` would wait for that lock for ever); a
+/// thread stopped in any other system call holds no lock the calls take (the C library's
+/// wrappers take none, and the loader's own system calls are told apart by where they
+/// are made).
+const ALLOCATOR_CALLS: [u64; 6] = [9, 10, 11, 12, 25, 28];
 
 /// The seized threads of a process and its memory.
 pub(super) struct Process {
@@ -165,11 +140,16 @@ impl Process {
     }
 
     /// Stops a thread that can run a call of the library (or the loader) without waiting
-    /// on a lock it holds itself: one in a system call that waits for something else
-    /// ([`BLOCKING`]), or one running outside the C library, the loader and `avoid` (the
-    /// preload library, whose hooks take locks). The others run on. Returns its index and
-    /// saved state.
-    fn borrow(&mut self, avoid: &[(u64, u64)]) -> Result<(usize, Saved), Error> {
+    /// on a lock it holds itself: one in a system call other than the allocator's
+    /// ([`ALLOCATOR_CALLS`]) made outside the loader (whose lock a `dlopen` under way
+    /// holds), or one running outside `avoid` (the C library, the loader and the preload
+    /// library, whose hooks take locks). The others run on. Returns its index and saved
+    /// state.
+    fn borrow(
+        &mut self,
+        avoid: &[(u64, u64)],
+        loader: &[(u64, u64)],
+    ) -> Result<(usize, Saved), Error> {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             for i in 0..self.threads.len() {
@@ -183,7 +163,8 @@ impl Process {
                     let regs = t.regs().map_err(|e| other(e, self.pid))?;
                     let in_call = regs.orig_rax as i64 >= 0;
                     let fine = if in_call {
-                        BLOCKING.contains(&regs.orig_rax)
+                        !ALLOCATOR_CALLS.contains(&regs.orig_rax)
+                            && !loader.iter().any(|&(lo, hi)| (lo..hi).contains(&regs.rip))
                     } else {
                         !avoid.iter().any(|&(lo, hi)| (lo..hi).contains(&regs.rip))
                     };
@@ -204,16 +185,16 @@ impl Process {
     }
 
     /// The code ranges where a borrowed thread must not stand: the C library's, the
-    /// loader's and the preload library's (`lib`, when mapped).
-    fn avoid(&self, lib: &Path) -> Vec<(u64, u64)> {
-        target::mappings(self.pid)
-            .unwrap_or_default()
-            .iter()
-            .filter(|m| {
-                m.exec && (target::is_libc(m) || target::is_loader(m) || Path::new(&m.path) == lib)
-            })
-            .map(|m| (m.start, m.end))
-            .collect()
+    /// loader's and the preload library's (`lib`, when mapped); and the loader's alone.
+    fn avoid(&self, lib: &Path) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+        let maps = target::mappings(self.pid).unwrap_or_default();
+        let code = |keep: &dyn Fn(&target::Mapping) -> bool| {
+            maps.iter().filter(|m| m.exec && keep(m)).map(|m| (m.start, m.end)).collect()
+        };
+        (
+            code(&|m| target::is_libc(m) || target::is_loader(m) || Path::new(&m.path) == lib),
+            code(&target::is_loader),
+        )
     }
 
     fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, Error> {
@@ -303,8 +284,8 @@ impl Process {
         lib: &Path,
         f: impl FnOnce(&mut Process, usize, &mut Saved) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        let avoid = self.avoid(lib);
-        let (i, mut saved) = match self.borrow(&avoid) {
+        let (avoid, loader) = self.avoid(lib);
+        let (i, mut saved) = match self.borrow(&avoid, &loader) {
             Ok(b) => b,
             Err(e) => {
                 self.release();
