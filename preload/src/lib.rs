@@ -7,10 +7,10 @@
 //! `exec`, `posix_spawn`), `stack` (`pthread_attr_setstacksize`: a thread's stack gets
 //! back what the library takes from it), where the allocating ones forward to
 //! (`next`), and the patcher that sends allocators the symbol lookup never sends here to
-//! those exports or to hooks of their own (`patch`, x86-64, §5); the work is in the
-//! `memprof` library
-//! (its engine's allocation hooks, and its agent for start, fork and exit, reached through
-//! `memprof::__private`).
+//! those exports or to hooks of their own (`patch`, x86-64, §5), and the two calls `memprof
+//! attach` makes in a process it loaded this library into (`attach`, x86-64, §6); the work
+//! is in the `memprof` library (its engine's allocation hooks, and its agent for start,
+//! fork and exit, reached through `memprof::__private`).
 //!
 //! # 2. Forwarding
 //! Every export calls the *next* definition of its function in lookup order, what
