@@ -30,6 +30,9 @@ use std::time::{Duration, Instant};
 /// are made).
 const ALLOCATOR_CALLS: [u64; 6] = [9, 10, 11, 12, 25, 28];
 
+/// A range of code addresses, `start..end`.
+type Range = (u64, u64);
+
 /// The seized threads of a process and its memory.
 pub(super) struct Process {
     pub(super) pid: u32,
@@ -145,11 +148,7 @@ impl Process {
     /// holds), or one running outside `avoid` (the C library, the loader and the preload
     /// library, whose hooks take locks). The others run on. Returns its index and saved
     /// state.
-    fn borrow(
-        &mut self,
-        avoid: &[(u64, u64)],
-        loader: &[(u64, u64)],
-    ) -> Result<(usize, Saved), Error> {
+    fn borrow(&mut self, avoid: &[Range], loader: &[Range]) -> Result<(usize, Saved), Error> {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             for i in 0..self.threads.len() {
@@ -186,7 +185,7 @@ impl Process {
 
     /// The code ranges where a borrowed thread must not stand: the C library's, the
     /// loader's and the preload library's (`lib`, when mapped); and the loader's alone.
-    fn avoid(&self, lib: &Path) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+    fn avoid(&self, lib: &Path) -> (Vec<Range>, Vec<Range>) {
         let maps = target::mappings(self.pid).unwrap_or_default();
         let code = |keep: &dyn Fn(&target::Mapping) -> bool| {
             maps.iter().filter(|m| m.exec && keep(m)).map(|m| (m.start, m.end)).collect()
