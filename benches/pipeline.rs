@@ -34,7 +34,10 @@
 //! median over the rounds; bare seconds are printed for orientation only.
 //!
 //! For each memprof mode it prints the end-to-end time over the plain program's and over
-//! heaptrack's record + print, the profile's size, and its bytes per event (events =
+//! heaptrack's record + print, the profiler's CPU per event (the run's user + system time,
+//! every thread of `record` and of the program, from `wait4`, less the plain program's;
+//! heaptrack's likewise, its `heaptrack_interpret` and `heaptrack_print` included), the
+//! profile's size, and its bytes per event (events =
 //! samples + frees + moves, read from the `samples: N (F freed, M moved)` line of the
 //! summary that `memprof record` and `memprof report` print; if neither prints it, the
 //! exact mode of the C program counts its known 2 mallocs + 2 frees per iteration, marked
@@ -91,6 +94,10 @@ const RUN_ORDER: [usize; 3] = [1, 2, 0];
 
 // The issue's targets.
 const EXACT_VS_HEAPTRACK: f64 = 0.6;
+/// The profiler's CPU per exact-mode event (all of `record`'s threads and the program's
+/// sample path: the run's CPU less the plain program's), at most this share of
+/// heaptrack's (its record, `heaptrack_interpret` and print, less the plain program's).
+const EXACT_CPU_VS_HEAPTRACK: f64 = 1.0 / 3.0;
 const BYTES_PER_EVENT: f64 = 4.0;
 const EXACT_FILE_VS_HEAPTRACK: f64 = 2.0;
 const REPORT_SECS: f64 = 1.5;
@@ -155,10 +162,14 @@ fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// One finished child: its wall time and its peak RSS.
+/// One finished child: its wall time, its peak RSS, and the CPU time (user + system) of
+/// it and of the descendants it waited for, every thread of each: for `memprof record`,
+/// its own threads and the program's; for `heaptrack`, the script, the program and
+/// `heaptrack_interpret`.
 struct Measured {
     secs: f64,
     max_rss: u64,
+    cpu: f64,
 }
 
 /// Where a run's stdout goes.
@@ -211,8 +222,14 @@ fn run(what: &str, cmd: &mut Command, out: Out, log: &Path) -> Measured {
         let tail = text.get(tail..).unwrap_or(&text);
         panic!("{what} failed ({status}): {cmd:?}\n--- its stderr ---\n{tail}");
     }
-    // Linux counts ru_maxrss in KiB.
-    Measured { secs, max_rss: usage.ru_maxrss.max(0) as u64 * 1024 }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    // Linux counts ru_maxrss in KiB; `wait4` gives the child's usage with that of the
+    // children it reaped.
+    Measured {
+        secs,
+        max_rss: usage.ru_maxrss.max(0) as u64 * 1024,
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+    }
 }
 
 /// The event counts from a memprof summary's `samples: N (F freed, M moved), …` line (the
@@ -276,6 +293,8 @@ impl Workload {
 #[derive(Default)]
 struct ModeRuns {
     secs: Vec<f64>,
+    /// CPU of the whole run less the plain program's, per event (µs).
+    cpu_per_event: Vec<f64>,
     vs_plain: Vec<f64>,
     vs_heaptrack: Vec<f64>,
     file_bytes: Vec<f64>,
@@ -289,6 +308,8 @@ struct ModeRuns {
 
 #[derive(Default)]
 struct HeaptrackRuns {
+    /// CPU of record + print less the plain program's, per exact-mode event (µs).
+    cpu_per_event: Vec<f64>,
     record_secs: Vec<f64>,
     print_secs: Vec<f64>,
     print_rss: Vec<f64>,
@@ -364,15 +385,18 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
     let mut ht = HeaptrackRuns::default();
     for round in 0..rounds {
         eprint!("  round {}/{rounds}: plain", round + 1);
-        let p = run("the plain program", &mut w.plain(), Out::Null, &log).secs;
+        let plain_run = run("the plain program", &mut w.plain(), Out::Null, &log);
+        let (p, plain_cpu) = (plain_run.secs, plain_run.cpu);
         plain.push(p);
+        let mut exact_events = None;
         let mut secs = [0.0; MODES.len()];
         for &m in &RUN_ORDER {
             let (label, flags) = MODES[m];
             eprint!(", {label}");
             let what = format!("memprof record ({label})");
             let mut cmd = w.memprof(&tools.memprof, flags, &profile);
-            let t = run(&what, &mut cmd, Out::Null, &log).secs;
+            let recorded = run(&what, &mut cmd, Out::Null, &log);
+            let t = recorded.secs;
             secs[m] = t;
             let r = &mut modes[m];
             r.secs.push(t);
@@ -411,6 +435,10 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
             if let Some(e) = events {
                 r.events.push(e as f64);
                 r.bytes_per_event.push(bytes / e as f64);
+                r.cpu_per_event.push((recorded.cpu - plain_cpu) / e as f64 * 1e6);
+                if m == EXACT {
+                    exact_events = Some(e as f64);
+                }
             }
             // Exact profiles of these programs are hundreds of MB: one at a time.
             let _ = std::fs::remove_file(&profile);
@@ -426,6 +454,9 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
             cmd.arg(&file);
             let print = run("heaptrack_print", &mut cmd, Out::File(&shown), &log);
             let both = rec.secs + print.secs;
+            if let Some(e) = exact_events {
+                ht.cpu_per_event.push((rec.cpu + print.cpu - plain_cpu) / e * 1e6);
+            }
             ht.record_secs.push(rec.secs);
             ht.print_secs.push(print.secs);
             ht.print_rss.push(print.max_rss as f64);
@@ -467,33 +498,50 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
             median(&ht.print_secs),
             mb(median(&ht.print_rss))
         );
+        if !ht.cpu_per_event.is_empty() {
+            println!(
+                "  {:<34} CPU {:.3} µs per exact-mode event (record, heaptrack_interpret and \
+                 print, less the plain program's)",
+                "",
+                median(&ht.cpu_per_event)
+            );
+        }
     }
     println!(
-        "  {:<34} {:>10} {:>8} {:>12} {:>10} {:>12} {:>8}",
-        "memprof record", "time", "× plain", "× heaptrack", "file", "events", "B/event"
+        "  {:<34} {:>10} {:>8} {:>12} {:>10} {:>12} {:>8} {:>10}",
+        "memprof record",
+        "time",
+        "× plain",
+        "× heaptrack",
+        "file",
+        "events",
+        "B/event",
+        "CPU/event"
     );
     for (m, (label, _)) in MODES.iter().enumerate() {
         let r = &modes[m];
         let vs_ht =
             if tools.heaptrack { format!("{:.2}×", median(&r.vs_heaptrack)) } else { "-".into() };
-        let (events, per_event) = if r.bytes_per_event.is_empty() {
-            ("n/a".to_owned(), "n/a".to_owned())
+        let (events, per_event, cpu) = if r.bytes_per_event.is_empty() {
+            ("n/a".to_owned(), "n/a".to_owned(), "n/a".to_owned())
         } else {
             let known = if r.counted.contains(&Counted::Known) { "*" } else { "" };
             (
                 format!("{:.0}{known}", median(&r.events)),
                 format!("{:.2}", median(&r.bytes_per_event)),
+                format!("{:.3} µs", median(&r.cpu_per_event)),
             )
         };
         println!(
-            "  {:<34} {:>8.2} s {:>7.2}× {:>12} {:>10} {:>12} {:>8}",
+            "  {:<34} {:>8.2} s {:>7.2}× {:>12} {:>10} {:>12} {:>8} {:>10}",
             label,
             median(&r.secs),
             median(&r.vs_plain),
             vs_ht,
             size(median(&r.file_bytes)),
             events,
-            per_event
+            per_event,
+            cpu
         );
     }
     let exact = &modes[EXACT];
@@ -522,6 +570,14 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
         Some(ok) => println!("    {} {what:<52} {figure}", mark(ok)),
         None => println!("    - {what:<52} {figure}"),
     };
+    if tools.heaptrack && !ht.cpu_per_event.is_empty() && !exact.cpu_per_event.is_empty() {
+        let (ours, theirs) = (median(&exact.cpu_per_event), median(&ht.cpu_per_event));
+        target(
+            Some(ours <= theirs * EXACT_CPU_VS_HEAPTRACK),
+            &format!("exact CPU per event ≤ {EXACT_CPU_VS_HEAPTRACK:.2}× heaptrack's"),
+            format!("{ours:.3} µs vs {theirs:.3} µs ({:.2}×)", ours / theirs),
+        );
+    }
     if tools.heaptrack {
         let r = median(&exact.vs_heaptrack);
         target(
