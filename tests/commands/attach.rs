@@ -376,6 +376,33 @@ fn a_killed_attach_leaves_the_process_running() {
     svc.terminate();
 }
 
+/// The main thread, borrowed first, waits in `nanosleep` and `poll` with timeouts, which
+/// the kernel resumes through a restart block that the borrowed thread's `rt_sigreturn`
+/// voids: attached and detached five times, none of its waits fails or ends early.
+#[test]
+fn a_borrowed_thread_in_a_timed_wait_never_sees_eintr() {
+    let mut child = Command::new(fixture("sleepy_main"))
+        .arg("3")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sleepy_main runs");
+    let out = Lines::new(child.stdout.take().unwrap());
+    let ready = out.wait_for("ready ", "sleepy_main starts", &String::new);
+    let pid: i32 = ready.trim_start_matches("ready ").trim().parse().expect("ready PID");
+    let dir = scratch("sleepy");
+    for i in 0..5 {
+        let file = dir.join(format!("s{i}.mprof"));
+        let opts = ["--duration", "0.2", "-o", file.to_str().unwrap()];
+        assert_ok(&Attach::start(&dir, &opts, pid).wait(), 0);
+    }
+    let status = wait_timeout(&mut child);
+    std::thread::sleep(Duration::from_millis(50));
+    let text = out.text();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
+    assert!(text.contains("sleepy ok"), "{text}");
+}
+
 #[test]
 fn attach_twice_in_a_row_gives_fresh_profiles() {
     let svc = Service::start(&["4"]);

@@ -433,25 +433,22 @@ const UC_FP_XSTATE: u64 = 1;
 const UC_SIGCONTEXT_SS: u64 = 2;
 
 /// The registers as the thread resumes them: a system call it was stopped in, with a
-/// result that says to restart it, set back onto its `syscall` instruction as the kernel
-/// would do on resuming it (`rt_sigreturn` does not restart).
+/// result that says to restart it, set back onto its `syscall` instruction with its own
+/// number, as the kernel would do on resuming it (`rt_sigreturn` does not restart). A call
+/// the kernel would resume through `restart_syscall` (`nanosleep`, `poll` and `futex` with
+/// a timeout: `-ERESTART_RESTARTBLOCK`) is made again from its start instead, its arguments
+/// still in their registers: `rt_sigreturn` voids the restart block, and `restart_syscall`
+/// would then fail with `EINTR`. Its relative timeout starts again.
 fn restarted(mut r: libc::user_regs_struct) -> libc::user_regs_struct {
     const ERESTARTSYS: i64 = -512;
     const ERESTARTNOINTR: i64 = -513;
     const ERESTARTNOHAND: i64 = -514;
     const ERESTART_RESTARTBLOCK: i64 = -516;
-    const SYS_RESTART_SYSCALL: u64 = 219;
     if (r.orig_rax as i64) >= 0 {
-        match r.rax as i64 {
-            ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND => {
-                r.rax = r.orig_rax;
-                r.rip = r.rip.wrapping_sub(2);
-            }
-            ERESTART_RESTARTBLOCK => {
-                r.rax = SYS_RESTART_SYSCALL;
-                r.rip = r.rip.wrapping_sub(2);
-            }
-            _ => {}
+        if let ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND | ERESTART_RESTARTBLOCK = r.rax as i64
+        {
+            r.rax = r.orig_rax;
+            r.rip = r.rip.wrapping_sub(2);
         }
     }
     r.orig_rax = u64::MAX;
