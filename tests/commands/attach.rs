@@ -607,7 +607,23 @@ fn another_users_process_is_refused() {
     let cache = dir.join("cache");
     std::fs::create_dir(&cache).unwrap();
     chown(&cache);
-    let mut cmd = Command::new(MEMPROF);
+    // A copy of memprof that nobody can reach (the build's may sit under a directory only
+    // root can enter, as in CI's fresh clone).
+    use std::os::unix::fs::PermissionsExt;
+    let reachable = std::env::temp_dir().join(format!("memprof-attach-nobody-{}", svc.pid));
+    std::fs::create_dir_all(&reachable).unwrap();
+    std::fs::set_permissions(&reachable, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = reachable.join("memprof");
+    std::fs::copy(MEMPROF, &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    struct Gone(PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(reachable);
+    let mut cmd = Command::new(&exe);
     cmd.current_dir(&dir)
         .env("HOME", &dir)
         .env("XDG_CACHE_HOME", &cache)
