@@ -386,7 +386,7 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
     let landing = landing_in(&libc, &maps, pid)?;
     Process::seize(pid, landing)?.with_borrowed(lib, |p, i, saved| {
         call(p, i, saved, dlopen, &[DATA, libc::RTLD_NOW as u64], &path)?;
-        if loaded_library(pid, lib).is_err() {
+        let Ok(ours) = loaded_library(pid, lib) else {
             let why = match dlerror {
                 Some(f) => {
                     let (threads, mem) = (&mut p.threads, &p.mem);
@@ -405,8 +405,7 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
                 "process {pid} could not load the preload library {}: {why}",
                 lib.display()
             )));
-        }
-        let ours = loaded_library(pid, lib)?;
+        };
         let (start, slot) = entry(&ours, "memprof_attach_start")?;
         let (plan, writes) = call_plan(p, i, saved, slot, start, &[DATA], &text)?;
         if plan.status != 0 {

@@ -44,30 +44,38 @@ pub(super) fn mappings(pid: u32) -> std::io::Result<Vec<Mapping>> {
         .collect())
 }
 
-/// An object mapped in the process: its file and load bias.
-#[derive(Clone, Debug)]
+/// An object mapped in the process: its file, its bytes and its load bias.
 pub(super) struct Loaded {
     pub(super) path: String,
     pub(super) bias: u64,
+    data: Vec<u8>,
 }
 
 impl Loaded {
-    /// The first object whose file name satisfies `is`, with its bias (the start of its
-    /// mapping at offset 0, less its first segment's page-aligned address).
+    /// The first object whose file name satisfies `is`, read once (through the file
+    /// policy: a regular file, opened without blocking, the inode the process maps; a path
+    /// the process replaced since is refused), with its bias (the start of its mapping at
+    /// offset 0, less its first segment's page-aligned address).
     pub(super) fn find(maps: &[Mapping], is: impl Fn(&Mapping) -> bool) -> Option<Loaded> {
+        use std::io::Read;
         let m = maps.iter().find(|m| m.offset == 0 && is(m))?;
-        let data = std::fs::read(&m.path).ok()?;
+        let mut f = crate::sys::files::open_input_regular(Path::new(&m.path)).ok()?;
+        if f.metadata().ok()?.ino() != m.inode {
+            return None;
+        }
+        let mut data = Vec::new();
+        f.read_to_end(&mut data).ok()?;
         let file = object::File::parse(&*data).ok()?;
         let first = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
-        Some(Loaded { path: m.path.clone(), bias: m.start.wrapping_sub(first) })
+        Some(Loaded { path: m.path.clone(), bias: m.start.wrapping_sub(first), data })
     }
 
     /// The address in the process of `bytes` in the object's executable code (the first
     /// place they occur).
     /// `maps`: the process's mappings, of which the address must be in an executable one.
     pub(super) fn find_code(&self, bytes: &[u8], maps: &[Mapping]) -> Option<u64> {
-        let data = std::fs::read(&self.path).ok()?;
-        let file = object::File::parse(&*data).ok()?;
+        let data = &self.data;
+        let file = object::File::parse(&**data).ok()?;
         file.segments().find_map(|seg| {
             let (offset, size) = seg.file_range();
             let code = data.get(offset as usize..(offset + size) as usize)?;
@@ -79,8 +87,7 @@ impl Loaded {
 
     /// The address in the process of the first of `names` the object exports.
     pub(super) fn symbol(&self, names: &[&str]) -> Option<u64> {
-        let data = std::fs::read(&self.path).ok()?;
-        let file = object::File::parse(&*data).ok()?;
+        let file = object::File::parse(&*self.data).ok()?;
         for name in names {
             let found = file.dynamic_symbols().find(|s| {
                 s.is_definition() && s.name().is_ok_and(|n| n == *name) && s.address() != 0
