@@ -80,6 +80,7 @@
 //! | `profile/aggregate.rs` | per (stack, size) totals, counts, the indexes by allocation time and since the peak |
 //! | `profile/lifetime.rs` | how long sampled blocks lived: short-lived totals, the lifetime histogram |
 //! | `profile/series.rs` | the heap over time in bounded buckets, and its peak |
+//! | `profile/timeline.rs` | the heap over time by stack, folded in on a grid that widens as the run goes: what the HTML page reads |
 //! | `profile/fold.rs` | events folded into the aggregates: live sets, lifetimes, GC attribution, the peak |
 //! | `profile/frame.rs` | frames as reports name them: inline chains, the profiler's frames trimmed, `module+0xoffset` |
 //! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
@@ -166,9 +167,9 @@
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
-//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles |
+//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve` |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
-//! | `record/command/run.rs` | [`record::run`]: the program run, its three threads beside it, then the summary, the companions and every diagnosis |
+//! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |
 //! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
 //! | `record/command/attach/` | `memprof attach PID`: a running process profiled through the same library, ring and collector, and left as it was |
 //! | `record/command/attach/mod.rs` | [`record::attach`]: the checks, the output, the collector, the wait, the detach and the summary; what a SIGKILL leaves behind |

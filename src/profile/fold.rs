@@ -9,9 +9,25 @@ use super::events::{Free, GcCycle, Move, Sample};
 use super::format;
 use super::series::Peak;
 use super::tables::StackId;
-use super::Profile;
+use super::timeline::Timeline;
+use super::{Profile, DEFAULT_SHORT_LIVED_NS};
 
 impl Profile {
+    /// Folds the heap over time by stack in too, from the next event on (what the HTML
+    /// page reads: [`super::timeline`]).
+    pub(crate) fn keep_timeline(&mut self) {
+        let unit = self.header.time_unit_ns;
+        self.timeline.get_or_insert_with(|| Box::new(Timeline::new(unit)));
+    }
+
+    /// Finishes the timeline at the profile's end, if it was kept: no event comes after.
+    pub(crate) fn finish_timeline(&mut self) {
+        let (end, unit) = (self.end_ns, self.header.time_unit_ns);
+        if let Some(tl) = &mut self.timeline {
+            tl.finish(end, unit);
+        }
+    }
+
     /// Folds one event into the aggregates.
     pub fn add(&mut self, e: &format::Event) {
         match e {
@@ -49,6 +65,9 @@ impl Profile {
         }
         let bytes = self.estimated_bytes(s.k);
         self.live_bytes += bytes;
+        if let Some(tl) = &mut self.timeline {
+            tl.sample(s.stack, s.time_ns, s.k, bytes, self.live_bytes);
+        }
         if !self.note(s.time_ns, bytes, 0.0) {
             self.since_peak.change((s.stack, s.size), 1, s.k);
         }
@@ -96,6 +115,10 @@ impl Profile {
         self.since_peak.change((f.stack, f.size), 1u64.wrapping_neg(), f.k.wrapping_neg());
         let bytes = self.estimated_bytes(f.k);
         self.live_bytes -= bytes;
+        if let Some(tl) = &mut self.timeline {
+            let short = f.lifetime_ns() < DEFAULT_SHORT_LIVED_NS;
+            tl.free(f.stack, f.alloc_ns, f.time_ns, f.k, short, bytes, self.live_bytes);
+        }
         // Cycles already attributed that ended after this free: the block was dead by then.
         let half = self.header.time_unit_ns / 2;
         let death = f.time_ns.saturating_add(half);
@@ -200,6 +223,8 @@ impl Profile {
         self.live_bytes = agg.live_bytes;
         self.lifetimes = agg.lifetimes;
         self.since_peak = agg.since_peak;
+        // A second fold (a window) keeps no timeline: the page is of the whole run.
+        self.timeline = agg.timeline.or(self.timeline.take());
     }
 
     /// Copies the aggregates of `from` into this profile (a mirror of a profile still being

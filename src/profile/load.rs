@@ -18,6 +18,8 @@ pub struct LoadOptions {
     /// read (a child that exec'd or died before its first flush) is left out, with a
     /// warning, rather than failing the whole load.
     pub recorded: bool,
+    /// Keep each process's timeline, which the HTML page reads ([`super::timeline`]).
+    pub timeline: bool,
 }
 
 /// Something [`load`] has to tell the user; each names its file.
@@ -61,10 +63,50 @@ pub struct Process {
     pub peak: f64,
     /// Estimated bytes still live at its end.
     pub live: f64,
+    /// What a tree's HTML page shows of it, when its timeline was kept.
+    pub(crate) page: Option<std::sync::Arc<Page>>,
+}
+
+/// What a tree's HTML page shows of one of its processes (`report/html.rs` §4).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Page {
+    /// Its timeline, finished.
+    pub(crate) timeline: super::timeline::Timeline,
+    pub(crate) start_unix_ns: u64,
+    pub(crate) cmdline: Vec<String>,
+    /// How many stacks it has (its stacks follow the previous processes' in the merge).
+    pub(crate) stacks: super::StackId,
+    pub(crate) peak: super::Peak,
+    /// Its live set at its peak: sample points per stack.
+    pub(crate) peak_live: Vec<(super::StackId, u64)>,
 }
 
 impl Process {
-    fn of(file: &std::path::Path, p: &Profile) -> Process {
+    /// `p`'s totals; `page`: with what a tree's page shows of it (when it kept a timeline).
+    fn of(file: &std::path::Path, p: &Profile, page: bool) -> Process {
+        let page = match (&p.timeline, page) {
+            (Some(tl), true) => {
+                let mut peak_live: Vec<(super::StackId, u64)> = Vec::new();
+                if let Some(at_peak) = p.peak_live() {
+                    let mut by_stack: std::collections::BTreeMap<super::StackId, u64> =
+                        Default::default();
+                    for (&(stack, _), t) in &at_peak {
+                        let k = by_stack.entry(stack).or_default();
+                        *k = k.wrapping_add(t.k);
+                    }
+                    peak_live.extend(by_stack);
+                }
+                Some(std::sync::Arc::new(Page {
+                    timeline: (**tl).clone(),
+                    start_unix_ns: p.header.start_unix_ns,
+                    cmdline: p.header.cmdline.clone(),
+                    stacks: p.stacks.len() as super::StackId,
+                    peak: p.peak,
+                    peak_live,
+                }))
+            }
+            _ => None,
+        };
         let h = &p.header;
         let executable = if h.executable.is_empty() {
             h.cmdline.first().cloned().unwrap_or_default()
@@ -81,167 +123,9 @@ impl Process {
             allocated: k as f64 * h.interval,
             peak: p.peak.bytes,
             live: p.live_bytes,
+            page,
         }
     }
-}
-
-/// A profile file that is still being written (by a program under `memprof record`): at
-/// its end, [`std::io::Read::read`] waits for more until `done` is set, then reads what is left. A
-/// file that does not exist yet is waited for the same way. So a reader can fold the
-/// profile in while the program runs ([`follow`]), and little is left to read once it
-/// exits.
-#[derive(Debug)]
-pub(crate) struct Follow {
-    path: PathBuf,
-    file: Option<std::fs::File>,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// How long [`Follow`] sleeps at the end of the file before looking again.
-const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(5);
-
-impl Follow {
-    /// Follows `path` until `done` is set.
-    pub fn new(path: PathBuf, done: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
-        Follow { path, file: None, done }
-    }
-}
-
-impl std::io::Read for Follow {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::sync::atomic::Ordering;
-        loop {
-            // Read `done` before reading the file: once it is set, the writer has exited,
-            // and a read that comes after sees everything it wrote.
-            let done = self.done.load(Ordering::Acquire);
-            let file = match &mut self.file {
-                Some(f) => f,
-                None => match crate::sys::files::open_input_regular(&self.path) {
-                    Ok(f) => self.file.insert(f),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && !done => {
-                        std::thread::sleep(FOLLOW_POLL);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                },
-            };
-            let n = file.read(buf)?;
-            if n > 0 || done || buf.is_empty() {
-                return Ok(n);
-            }
-            std::thread::sleep(FOLLOW_POLL);
-        }
-    }
-}
-
-/// Reads the profile at `path` while it is being written, into its aggregates (see
-/// [`Follow`]); returns when `done` is set and the file is read to its end.
-pub(crate) fn follow(
-    path: PathBuf,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Result<Profile, Error> {
-    Profile::read_from(Follow::new(path.clone(), done)).map_err(|e| super::format::naming(&path, e))
-}
-
-/// A profile being read while it is written ([`follow_shared`]), shared with other threads:
-/// each event is folded in under a lock, so [`Followed::snapshot_into`] sees the file as
-/// read so far (the reader waits at the file's end: a snapshot is as old as the file's
-/// last flush, plus 5 ms). For `memprof record --serve`.
-#[derive(Debug, Default)]
-pub(crate) struct Followed {
-    state: std::sync::Mutex<FollowedState>,
-}
-
-#[derive(Debug, Default)]
-struct FollowedState {
-    /// The header has been read.
-    started: bool,
-    /// The tables read so far (header, modules, stacks, symbols, lost counts).
-    tables: Profile,
-    /// The events folded in so far.
-    agg: Profile,
-}
-
-impl Followed {
-    fn lock(&self) -> std::sync::MutexGuard<'_, FollowedState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Brings `mirror` up to the profile read so far: the stacks and modules read since it
-    /// was last brought up (its symbols are kept), and the aggregates. False before the
-    /// file's header has been read.
-    pub fn snapshot_into(&self, mirror: &mut Profile) -> bool {
-        let s = self.lock();
-        if !s.started {
-            return false;
-        }
-        let (t, a) = (&s.tables, &s.agg);
-        if mirror.header != t.header {
-            *mirror = Profile { header: t.header.clone(), ..Profile::default() };
-        }
-        let known = mirror.stacks.len().min(t.stacks.len());
-        mirror.stacks.extend_from_slice(&t.stacks[known..]);
-        let known = mirror.labels.len().min(t.labels.len());
-        mirror.labels.extend_from_slice(&t.labels[known..]);
-        if mirror.modules != t.modules {
-            mirror.modules.clone_from(&t.modules);
-        }
-        for (addr, sym) in &t.symbols {
-            mirror.symbols.entry(*addr).or_insert_with(|| sym.clone());
-        }
-        mirror.lost = t.lost;
-        mirror.stopped = t.stopped;
-        mirror.clone_aggregates_from(a);
-        // Whole as of now (the recording goes on).
-        mirror.complete = true;
-        true
-    }
-}
-
-/// [`follow`], publishing the profile read so far in `shared` as it goes (one thread:
-/// each event is folded in under `shared`'s lock, and the tables the event needs are
-/// copied there first).
-pub(crate) fn follow_shared(
-    path: PathBuf,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    shared: &Followed,
-) -> Result<Profile, Error> {
-    let named = |e| super::format::naming(&path, e);
-    let mut rd = super::format::Reader::new(Follow::new(path.clone(), done)).map_err(named)?;
-    {
-        let mut s = shared.lock();
-        s.tables = Profile { header: rd.profile().header.clone(), ..Profile::default() };
-        s.agg = Profile { header: rd.profile().header.clone(), ..Profile::default() };
-        s.started = true;
-    }
-    let mut symbols = 0;
-    while let Some(e) = rd.next_event() {
-        let t = rd.profile();
-        let mut s = shared.lock();
-        let known = s.tables.stacks.len();
-        if known < t.stacks.len() {
-            s.tables.stacks.extend_from_slice(&t.stacks[known..]);
-        }
-        let known = s.tables.labels.len();
-        if known < t.labels.len() {
-            s.tables.labels.extend_from_slice(&t.labels[known..]);
-        }
-        if s.tables.modules.len() != t.modules.len() {
-            s.tables.modules.clone_from(&t.modules);
-        }
-        if symbols != t.symbols.len() {
-            symbols = t.symbols.len();
-            s.tables.symbols.clone_from(&t.symbols);
-        }
-        s.tables.lost = t.lost;
-        s.agg.add(&e);
-    }
-    let mut p = rd.finish();
-    // `shared` keeps its copy: requests may still come until the caller stops serving.
-    let agg = shared.lock().agg.clone();
-    p.take_aggregates(agg);
-    p.note_orphans();
-    Ok(p)
 }
 
 /// Reads one or more profiles (merged when several). Frames without symbols are resolved
@@ -258,16 +142,16 @@ pub(crate) fn load_with(
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,
 ) -> Result<Loaded, Error> {
-    load_with_first(files, options, loaders, None)
+    load_with_folded(files, options, loaders, Vec::new())
 }
 
-/// [`load_with`], the first file's profile already read (by [`follow`], while the program
-/// ran) when `first` is given.
-pub(crate) fn load_with_first(
+/// [`load_with`], the profiles of some files already folded (by `memprof record`'s
+/// collector, as it wrote them): those are not read again.
+pub(crate) fn load_with_folded(
     files: &[PathBuf],
     options: LoadOptions,
     loaders: &mut super::symbolize::Loaders,
-    mut first: Option<Profile>,
+    mut folded: Vec<(PathBuf, Profile)>,
 ) -> Result<Loaded, Error> {
     let recorded = options.recorded;
     let mut profiles = Vec::with_capacity(files.len());
@@ -277,9 +161,9 @@ pub(crate) fn load_with_first(
     let mut names: Vec<String> = Vec::with_capacity(files.len());
     let mut processes = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
-        let read = match first.take() {
-            Some(p) if i == 0 => Ok(p),
-            _ => Profile::read_file(f),
+        let read = match folded.iter().position(|(path, _)| path == f) {
+            Some(at) => Ok(folded.swap_remove(at).1),
+            None => Profile::read_file_with(f, options.timeline),
         };
         let mut p = match read {
             Ok(p) => p,
@@ -323,7 +207,7 @@ pub(crate) fn load_with_first(
         }
         labels.push(format!("{}: {} samples", f.display(), p.counts.samples));
         names.push(f.display().to_string());
-        processes.push(Process::of(f, &p));
+        processes.push(Process::of(f, &p, files.len() > 1));
         profiles.push(p);
     }
     let mut profile = super::merge::merge(profiles, &names)?;
@@ -386,8 +270,8 @@ mod tests {
         let child = dir.join("p.7.mprof");
         std::fs::write(&child, b"").unwrap();
         let files = [root.clone(), child];
-        assert!(load(&files, LoadOptions { recorded: false }).is_err());
-        let loaded = load(&files, LoadOptions { recorded: true }).unwrap();
+        assert!(load(&files, LoadOptions { recorded: false, ..Default::default() }).is_err());
+        let loaded = load(&files, LoadOptions { recorded: true, ..Default::default() }).unwrap();
         assert_eq!(loaded.labels.len(), 1);
         assert!(matches!(&loaded.messages[..], [Message::Warning(w)] if w.contains("left out")));
         let _ = std::fs::remove_dir_all(&dir);

@@ -64,6 +64,7 @@ mod header;
 mod lifetime;
 mod series;
 mod tables;
+pub(crate) mod timeline;
 
 use std::collections::HashMap;
 
@@ -155,6 +156,9 @@ pub struct Profile {
     /// The user's expressions for frames that are allocation plumbing (`--site-skip`),
     /// which every report's naming of sites follows ([`site`]). Not part of the recording.
     pub site_skip: site::SiteSkip,
+    /// The heap over time by stack, folded in when asked for ([`Profile::keep_timeline`]):
+    /// what the HTML page reads.
+    pub(crate) timeline: Option<Box<timeline::Timeline>>,
 }
 
 impl Profile {

@@ -7,7 +7,7 @@ use super::top::TopOptions;
 use super::write::{write_file, write_html_of, write_outputs, Outputs};
 use super::{GroupBy, View};
 use crate::error::Error;
-use crate::profile::load::{load_with_first, LoadOptions, Message, Process};
+use crate::profile::load::{load_with_folded, LoadOptions, Message, Process};
 use crate::profile::replay::{parse_duration, parse_moment, Window};
 use crate::profile::site::SiteSkip;
 use crate::profile::symbolize::Loaders;
@@ -115,17 +115,20 @@ fn site_skip(patterns: &[String]) -> Result<SiteSkip, Error> {
 /// Reads one or more profiles ([`crate::profile::load::load`]), printing their warnings and notes on
 /// stderr; `recorded`: just recorded (their symbols are resolved and written into them).
 pub fn read_profiles(files: &[PathBuf], recorded: bool) -> Result<(Profile, Vec<String>), Error> {
-    read_profiles_first(files, recorded, &mut Loaders::default(), None).map(|(p, l, _)| (p, l))
+    let options = LoadOptions { recorded, timeline: false };
+    read_profiles_folded(files, options, &mut Loaders::default(), Vec::new())
+        .map(|(p, l, _)| (p, l))
 }
 
-/// [`read_profiles`], the first one already read when `first` is given.
-pub(crate) fn read_profiles_first(
+/// [`read_profiles`] with `options`, the profiles of some files already folded (`memprof
+/// record`'s collector's: [`crate::profile::load::load_with_folded`]).
+pub(crate) fn read_profiles_folded(
     files: &[PathBuf],
-    recorded: bool,
+    options: LoadOptions,
     loaders: &mut Loaders,
-    first: Option<Profile>,
+    folded: Vec<(PathBuf, Profile)>,
 ) -> Result<(Profile, Vec<String>, Vec<Process>), Error> {
-    let loaded = load_with_first(files, LoadOptions { recorded }, loaders, first)?;
+    let loaded = load_with_folded(files, options, loaders, folded)?;
     for m in &loaded.messages {
         match m {
             // They name files, modules and programs of the recording.
@@ -158,8 +161,9 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
     };
     // Before anything is read or written: a recording is never replaced by its report.
     outputs.check_not_inputs(&files)?;
+    let options = LoadOptions { recorded: false, timeline: args.html.is_some() };
     let (mut profile, _, processes) =
-        read_profiles_first(&files, false, &mut Loaders::default(), None)?;
+        read_profiles_folded(&files, options, &mut Loaders::default(), Vec::new())?;
     profile.site_skip = skip;
     let window = report_window(args, &profile)?;
     let threshold = args.short_lived.as_deref().map(parse_duration).transpose()?;
@@ -328,7 +332,8 @@ pub fn diff(args: &DiffRequest) -> Result<(), Error> {
     let mut loaders = Loaders::default();
     let mut read = |file: &PathBuf| -> Result<Profile, Error> {
         let one = std::slice::from_ref(file);
-        let mut p = read_profiles_first(one, false, &mut loaders, None)?.0;
+        let options = LoadOptions::default();
+        let mut p = read_profiles_folded(one, options, &mut loaders, Vec::new())?.0;
         p.site_skip = skip.clone();
         Ok(p)
     };

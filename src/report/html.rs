@@ -5,13 +5,14 @@
 //! embedded as JSON in a `<script type="application/json">` element.
 //!
 //! # 1. Pre-aggregation
-//! A page cannot replay ten million events, so the recording is read once more
-//! (`profile::format::Reader`) and folded into what any view needs. The run is divided into at
-//! most [`BUCKETS`] buckets of `w` nanoseconds (a multiple of the stream's time unit),
-//! bucket `i` covering `[i·w, (i+1)·w)`. Every sampled block falls into one *cell*:
-//! (its stack's node, the bucket it was allocated in, the bucket it was freed in or
-//! "never" = the number of buckets), which sums the blocks' sample points and counts.
-//! From the cells, for a bucket boundary `Bᵢ = i·w`:
+//! A page cannot replay ten million events, so the fold that read or recorded the profile
+//! also folded the heap over time by stack ([`crate::profile::timeline`]): at most
+//! [`BUCKETS`] buckets of `w` nanoseconds (the stream's time unit times a power of two),
+//! bucket `i` covering `[i·w, (i+1)·w)`, and every sampled block in one *cell*: (its
+//! stack, the bucket it was allocated in, the bucket it was freed in or "never" = the
+//! number of buckets), which sums the blocks' sample points and counts. The page's cells
+//! are those of the stacks' frame-tree nodes (§2). From the cells, for a bucket boundary
+//! `Bᵢ = i·w`:
 //! - live at `Bᵢ` = the cells allocated in a bucket `< i` and freed in a bucket `≥ i` (or
 //!   never): exactly the blocks with a time `< Bᵢ` not freed at a time `< Bᵢ`, which is
 //!   what `memprof report FILE --at Bᵢns --view live` counts ([`Window::at`](crate::profile::replay::Window::at)); the page
@@ -22,7 +23,8 @@
 //! leaves them out. The other views are per node, computed here: the live set at the peak
 //! ([`Profile::peak_live`], exact), the short-lived blocks (freed less than
 //! [`DEFAULT_SHORT_LIVED_NS`] after their allocation) and the GC mark time
-//! ([`stack_totals`] of [`View::Gc`]).
+//! ([`stack_totals`] of [`View::Gc`]). `memprof record` writes the page from its
+//! collector's fold, `memprof report` from its reading of the file: the same page.
 //!
 //! # 2. Stacks as a tree
 //! Stacks are named root first ([`Profile::frame_names_ref`]) and interned into a tree of
@@ -37,8 +39,9 @@
 //! # 4. A process tree
 //! The tree's page ([`write_tree_html`]) is the page of the merged profile
 //! ([`crate::profile::merge`]: every process's stacks under a root frame naming it), its
-//! buckets on the first process's clock: each file is passed over as in §1 into the same
-//! frame tree, its times shifted by its start after the first's. Each process also gets its
+//! buckets on the first process's clock: each process's timeline (§1) goes into the same
+//! frame tree, its times shifted by its start after the first's (rounded to whole buckets
+//! of its own timeline). Each process also gets its
 //! own series (`procs`: its timeline) and its root node, so the page can show one process
 //! (its timeline, and the flamegraph and sites under its root) or all of them. Buckets no
 //! longer fall on a file's time units, so a moment of the tree's page is within a bucket of
@@ -50,16 +53,14 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::Path;
 
 use super::stats;
 use super::view::{sampling_summary, sorted, stack_totals, View};
 use crate::error::Error;
-use crate::profile::format::{Event, Reader};
+use crate::profile::timeline::{Cell, Grid, Timeline};
 use crate::profile::{IdHash, Profile, StackId, DEFAULT_SHORT_LIVED_NS};
 
-/// Most buckets of the timeline (and so the resolution of moments and ranges).
-pub const BUCKETS: u64 = 200;
+pub use crate::profile::timeline::BUCKETS;
 
 const PAGE: &str = include_str!("html/page.html");
 const CSS: &str = include_str!("html/page.css");
@@ -214,43 +215,8 @@ impl Tree {
     }
 }
 
-/// Sample points and sample count of one cell.
-#[derive(Clone, Copy, Default)]
-struct Cell {
-    k: u64,
-    n: u64,
-}
-
-/// The buckets of a page: their width and count.
-#[derive(Clone, Copy)]
-struct Grid {
-    w: u64,
-    buckets: u64,
-}
-
-impl Grid {
-    /// The run of `end_ns` in at most [`BUCKETS`] buckets, a whole number of `unit`s wide.
-    fn of(end_ns: u64, unit: u64) -> Grid {
-        let unit = unit.max(1);
-        let span = end_ns.saturating_add(1);
-        let w = span.div_ceil(BUCKETS).div_ceil(unit).saturating_mul(unit).max(unit);
-        Grid { w, buckets: span.div_ceil(w).max(1) }
-    }
-}
-
-/// One recording, as a pass reads it into a page's frame tree.
-struct Source<'a> {
-    /// The profile whose stacks name the frames (the merged one, for a tree).
-    names: &'a Profile,
-    /// This file's stack `s` is `names`'s stack `base + s`.
-    base: StackId,
-    /// This file's own profile (its interval, orphans and short-lived threshold).
-    own: &'a Profile,
-    /// Nanoseconds added to this file's times (its start after the first process's).
-    offset: u64,
-}
-
-/// Everything one pass over the recording gathers.
+/// What the page shows of the run over time: the grid, the cells by frame-tree node, and
+/// the per-bucket figures.
 struct Pass {
     /// Bucket width and count.
     w: u64,
@@ -265,136 +231,51 @@ struct Pass {
     live_max: Vec<f64>,
 }
 
-/// Buckets without events hold the live heap the bucket before them ended with.
-fn carry_live(live_max: &mut [f64], live_end: &[f64], had: &[bool]) {
-    let mut carry = 0.0;
-    for ((m, &end), &had) in live_max.iter_mut().zip(live_end).zip(had) {
-        if had {
-            carry = end;
-        } else {
-            *m = carry;
+impl Pass {
+    fn empty(w: u64, buckets: u64) -> Pass {
+        let n = buckets as usize;
+        Pass {
+            w,
+            buckets,
+            cells: HashMap::default(),
+            short: HashMap::default(),
+            alloc: vec![0.0; n],
+            freed: vec![0.0; n],
+            live_max: vec![0.0; n],
+        }
+    }
+
+    /// Adds a finished timeline on this grid, its stack `s` named by `names`'s stack
+    /// `base + s`.
+    fn add(&mut self, tl: &Timeline, names: &Profile, base: StackId, tree: &mut Tree) {
+        let never = self.buckets as u32;
+        tl.cells(|s| tree.node(names, base + s), &mut self.cells, never);
+        for (&s, &k) in &tl.short {
+            *self.short.entry(tree.node(names, base + s)).or_default() += k;
+        }
+        let max = tl.live_max();
+        let rows = self.alloc.iter_mut().zip(&mut self.freed).zip(&mut self.live_max);
+        for (((a, f), m), ((ta, tf), tm)) in rows.zip(tl.alloc.iter().zip(&tl.freed).zip(&max)) {
+            *a += ta;
+            *f += tf;
+            *m += tm;
         }
     }
 }
 
-/// Reads the recording at `path` once into cells (see the [module documentation](self) §1).
-fn pass(profile: &Profile, path: &Path, tree: &mut Tree) -> Result<Pass, Error> {
-    let unit = Reader::open(path)?.profile().header.time_unit_ns;
-    let src = Source { names: profile, base: 0, own: profile, offset: 0 };
-    pass_on(&src, path, Grid::of(profile.end_ns, unit), tree)
+/// The timeline of `profile`, which its reading or recording kept and finished.
+fn timeline_of(profile: &Profile) -> Result<&Timeline, Error> {
+    profile.timeline.as_deref().ok_or_else(|| {
+        Error::Config(
+            "the HTML report needs the profile's timeline, which was not kept when it was read"
+                .into(),
+        )
+    })
 }
 
-/// [`pass`] of one file of a tree (§4), on the `grid` of the whole tree.
-fn pass_on(src: &Source, path: &Path, grid: Grid, tree: &mut Tree) -> Result<Pass, Error> {
-    let mut reader = Reader::open(path)?;
-    let unit = reader.profile().header.time_unit_ns.max(1);
-    let profile = src.own;
-    let interval = profile.header.interval;
-    let Grid { w, buckets } = grid;
-    let node = |tree: &mut Tree, stack: StackId| tree.node(src.names, src.base + stack);
-    let mut p = Pass {
-        w,
-        buckets,
-        cells: HashMap::default(),
-        short: HashMap::default(),
-        alloc: vec![0.0; buckets as usize],
-        freed: vec![0.0; buckets as usize],
-        live_max: vec![0.0; buckets as usize],
-    };
-    let bucket = |t: u64| -> Result<u32, Error> {
-        let b = t.saturating_add(src.offset) / w;
-        if b >= buckets {
-            return Err(Error::Format(format!(
-                "{}: an event at {t} ns is past the end of the recording read before ({} ns): \
-                 did the file change?",
-                path.display(),
-                profile.end_ns
-            )));
-        }
-        Ok(b as u32)
-    };
-    // Allocated per (node, bucket); the blocks never freed are what the frees leave.
-    let mut allocated: HashMap<(u32, u32), Cell, IdHash> = HashMap::default();
-    // What Profile::add keeps to tell an orphan free (live samples per (stack, size,
-    // unit)), needed only when the profile counted orphans.
-    let orphans = profile.counts.orphans > 0;
-    let mut live: HashMap<(StackId, u64, u64), (u64, u64), IdHash> = HashMap::default();
-    let mut live_bytes = 0.0;
-    let mut live_end = vec![0.0; buckets as usize];
-    let mut had = vec![false; buckets as usize];
-    while let Some(e) = reader.next_event() {
-        let b = match e {
-            Event::Sample(s) => {
-                let node = node(tree, s.stack);
-                let a = bucket(s.time_ns)?;
-                let c = allocated.entry((node, a)).or_default();
-                c.k = c.k.wrapping_add(s.k);
-                c.n += 1;
-                if orphans {
-                    let l = live.entry((s.stack, s.size, s.time_ns / unit)).or_default();
-                    l.0 += 1;
-                    l.1 = l.1.wrapping_add(s.k);
-                }
-                let bytes = s.k as f64 * interval;
-                live_bytes += bytes;
-                p.alloc[a as usize] += bytes;
-                a
-            }
-            Event::Free(f) => {
-                if orphans {
-                    let key = (f.stack, f.size, f.alloc_ns / unit);
-                    match live.get_mut(&key) {
-                        Some(l) if l.0 > 0 && l.1 >= f.k => {
-                            l.0 -= 1;
-                            l.1 -= f.k;
-                            if l.0 == 0 {
-                                live.remove(&key);
-                            }
-                        }
-                        _ => continue,
-                    }
-                }
-                let node = node(tree, f.stack);
-                let (a, b) = (bucket(f.alloc_ns)?, bucket(f.time_ns)?);
-                let c = p.cells.entry((node, a, b)).or_default();
-                c.k = c.k.wrapping_add(f.k);
-                c.n += 1;
-                if f.lifetime_ns() < profile.lifetimes.short_lived_ns {
-                    *p.short.entry(node).or_default() += f.k;
-                }
-                let bytes = f.k as f64 * interval;
-                live_bytes -= bytes;
-                p.freed[b as usize] += bytes;
-                b
-            }
-            Event::Move(_) | Event::GcCycle(_) => continue,
-        };
-        let i = b as usize;
-        p.live_max[i] = p.live_max[i].max(live_bytes);
-        live_end[i] = live_bytes;
-        had[i] = true;
-    }
-    // The blocks never freed: what each (node, bucket) allocated, less its frees.
-    let never = buckets as u32;
-    let mut left = allocated;
-    for (&(node, a, _), c) in &p.cells {
-        if let Some(l) = left.get_mut(&(node, a)) {
-            l.k = l.k.wrapping_sub(c.k);
-            l.n = l.n.saturating_sub(c.n);
-        }
-    }
-    for ((node, a), c) in left {
-        if c.n > 0 || c.k > 0 {
-            p.cells.insert((node, a, never), c);
-        }
-    }
-    carry_live(&mut p.live_max, &live_end, &had);
-    Ok(p)
-}
-
-/// Writes the HTML report of `profile`, which was read from the recording at `path` alone
-/// (its stack ids are the file's), into `out`.
-pub fn write_html(profile: &Profile, path: &Path, out: impl Write) -> Result<(), Error> {
+/// Writes the HTML report of `profile`, one recording read or recorded with its timeline
+/// ([`crate::profile::load::LoadOptions::timeline`]), into `out`.
+pub fn write_html(profile: &Profile, out: impl Write) -> Result<(), Error> {
     if profile.window.is_some() {
         return Err(Error::Config(
             "the HTML report covers the whole recording (its timeline selects moments and \
@@ -403,7 +284,9 @@ pub fn write_html(profile: &Profile, path: &Path, out: impl Write) -> Result<(),
         ));
     }
     let mut tree = Tree::default();
-    let p = pass(profile, path, &mut tree)?;
+    let tl = timeline_of(profile)?;
+    let mut p = Pass::empty(tl.width(), tl.buckets());
+    p.add(tl, profile, 0, &mut tree);
     // The live set at the peak, which the reading of the profile kept.
     let at_peak = profile.peak_live().ok_or_else(|| {
         Error::Config("the HTML report is of one profile (each process peaks on its own)".into())
@@ -437,30 +320,26 @@ pub fn write_tree_html(
                 .into(),
         ));
     }
-    let Some(first) = processes.first() else {
+    if processes.is_empty() {
         return Err(Error::Config("no profile to report".into()));
-    };
-    let unit = Reader::open(&first.file)?.profile().header.time_unit_ns;
-    let grid = Grid::of(profile.end_ns, unit);
-    let n = grid.buckets as usize;
-    let mut all = Pass {
-        w: grid.w,
-        buckets: grid.buckets,
-        cells: HashMap::default(),
-        short: HashMap::default(),
-        alloc: vec![0.0; n],
-        freed: vec![0.0; n],
-        live_max: vec![0.0; n],
-    };
+    }
+    let grid = Grid::of(profile.end_ns, profile.header.time_unit_ns);
+    let mut all = Pass::empty(grid.w, grid.buckets);
     let mut tree = Tree::default();
     let mut peak_k: std::collections::BTreeMap<u32, u64> = Default::default();
     let mut procs = Json(String::from("["));
     let mut base: StackId = 0;
     for (i, pr) in processes.iter().enumerate() {
-        let own = Profile::read_file(&pr.file)?;
-        let offset = own.header.start_unix_ns.saturating_sub(profile.header.start_unix_ns);
-        let src = Source { names: profile, base, own: &own, offset };
-        let p = pass_on(&src, &pr.file, grid, &mut tree)?;
+        let own = pr.page.as_deref().ok_or_else(|| {
+            Error::Config(format!(
+                "{}: the HTML report needs each process's timeline, which was not kept",
+                pr.file.display()
+            ))
+        })?;
+        let offset = own.start_unix_ns.saturating_sub(profile.header.start_unix_ns);
+        let moved = own.timeline.on_grid(grid.w, grid.buckets, offset);
+        let mut p = Pass::empty(grid.w, grid.buckets);
+        p.add(&moved, profile, base, &mut tree);
         for (k, c) in &p.cells {
             let e = all.cells.entry(*k).or_default();
             e.k = e.k.wrapping_add(c.k);
@@ -469,17 +348,15 @@ pub fn write_tree_html(
         for (node, k) in &p.short {
             *all.short.entry(*node).or_default() += k;
         }
-        for b in 0..n {
+        for b in 0..grid.buckets as usize {
             all.alloc[b] += p.alloc[b];
             all.freed[b] += p.freed[b];
             all.live_max[b] += p.live_max[b];
         }
-        if let Some(at_peak) = own.peak_live() {
-            for (&(stack, _), t) in sorted(&at_peak) {
-                *peak_k.entry(tree.node(profile, base + stack)).or_default() += t.k;
-            }
+        for &(stack, k) in &own.peak_live {
+            *peak_k.entry(tree.node(profile, base + stack)).or_default() += k;
         }
-        let root = (!own.stacks.is_empty()).then(|| {
+        let root = (own.stacks > 0).then(|| {
             let leaf = tree.node(profile, base);
             tree.top(leaf)
         });
@@ -490,7 +367,7 @@ pub fn write_tree_html(
         procs.key("exe");
         procs.str(&pr.executable);
         procs.key("cmd");
-        procs.strs(own.header.cmdline.iter().map(String::as_str));
+        procs.strs(own.cmdline.iter().map(String::as_str));
         procs.key("pid");
         procs.num(f64::from(pr.pid));
         procs.key("ppid");
@@ -510,7 +387,7 @@ pub fn write_tree_html(
         procs.key("alloc");
         procs.nums(p.alloc.iter().copied());
         procs.raw("}");
-        base += own.stacks.len() as StackId;
+        base += own.stacks;
     }
     procs.raw("]");
     let mut gc: std::collections::BTreeMap<u32, f64> = Default::default();
@@ -660,15 +537,20 @@ fn data_json(
 
 /// A recording with the event times of `events`, for the tests.
 #[cfg(test)]
-fn write_events_file(meta: &Profile, events: &[Event], path: &Path) -> Profile {
+fn write_events_file(
+    meta: &Profile,
+    events: &[crate::profile::format::Event],
+    path: &std::path::Path,
+) -> Profile {
     let bytes = crate::profile::format::write_events(Vec::new(), meta, events).unwrap();
     std::fs::write(path, bytes).unwrap();
-    Profile::read_file(path).unwrap()
+    Profile::read_file_with(path, true).unwrap()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::format::Event;
     use crate::profile::replay::Window;
     use crate::profile::{Free, Header, Sample, Stack, Symbol};
 
@@ -729,7 +611,9 @@ mod tests {
         ];
         let profile = write_events_file(&meta(), &events, &path);
         let mut tree = Tree::default();
-        let p = pass(&profile, &path, &mut tree).unwrap();
+        let tl = timeline_of(&profile).unwrap();
+        let mut p = Pass::empty(tl.width(), tl.buckets());
+        p.add(tl, &profile, 0, &mut tree);
         assert!(p.buckets <= BUCKETS && p.w % unit == 0 && p.buckets * p.w > profile.end_ns);
         for i in 0..=p.buckets {
             let t = i * p.w;
@@ -754,7 +638,7 @@ mod tests {
         }
         assert_eq!(got.values().sum::<u64>(), 110, "a and b at 50 units");
         let mut html = Vec::new();
-        write_html(&profile, &path, &mut html).unwrap();
+        write_html(&profile, &mut html).unwrap();
         let html = String::from_utf8(html).unwrap();
         assert!(html.contains("<script type=\"application/json\" id=\"data\">{\"exe\":"));
         assert!(html.contains(r#""b\u003c\u0026\u003e\"x\""#), "names are escaped");

@@ -81,6 +81,7 @@ mod tests {
             allocated,
             peak: allocated / 2.0,
             live: 0.0,
+            page: None,
         }
     }
 

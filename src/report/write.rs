@@ -73,8 +73,8 @@ impl Outputs<'_> {
     }
 }
 
-/// Writes the HTML report of `profile`, read from the files of `processes` (one: its
-/// page; several: the tree's page), to `out`.
+/// Writes the HTML report of `profile`, read or recorded with the timelines of
+/// `processes` (one: its page; several: the tree's page), to `out`.
 pub fn write_html_of(
     profile: &Profile,
     processes: &[Process],
@@ -82,14 +82,15 @@ pub fn write_html_of(
     replace: bool,
 ) -> Result<(), Error> {
     match processes {
-        [one] => html_timed(out, replace, |w| super::html::write_html(profile, &one.file, w)),
+        [_] => html_timed(out, replace, |w| super::html::write_html(profile, w)),
         _ => html_timed(out, replace, |w| super::html::write_tree_html(profile, processes, w)),
     }
 }
 
-/// Writes the HTML report of `profile`, read from `file` alone, to `out`.
-pub fn write_html(profile: &Profile, file: &Path, out: &Path) -> Result<(), Error> {
-    html_timed(out, true, |w| super::html::write_html(profile, file, w))
+/// Writes the HTML report of `profile`, one recording read with its timeline
+/// ([`crate::profile::load::LoadOptions::timeline`]), to `out`.
+pub fn write_html(profile: &Profile, out: &Path) -> Result<(), Error> {
+    html_timed(out, true, |w| super::html::write_html(profile, w))
 }
 
 /// Writes an HTML report to `out` with `f`, saying how large it is and how long it took.

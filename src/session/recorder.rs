@@ -20,11 +20,15 @@
 //! ([`Poll::BeforeUnload`], before `dlclose`) also resolves the symbols seen so far while
 //! their library is still mapped. [`Recorder::streaming`] keeps only the stack table in
 //! memory, so a long run costs memory for its distinct stacks, not for its samples.
+//! `memprof record`'s collector streams and folds at once ([`Recorder::folding`]): the
+//! aggregates it keeps are those a reader of the file gets back (times in the file's
+//! units), and the reports are made from them, so the file is written once and never
+//! decoded again by `record`.
 
 use super::generations::{Generations, Piece};
 use super::tracker::{Allocation, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker};
 use crate::error::Error;
-use crate::profile::format::Writer;
+use crate::profile::format::{spec, Writer};
 use crate::profile::{
     symbolize, Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Stopped,
 };
@@ -61,6 +65,11 @@ pub struct Recorder {
     /// Fold samples, frees and moves into the profile's aggregates (false: they only go to
     /// the file).
     stream_only: bool,
+    /// Fold the heap over time by stack in too ([`Recorder::folding`]).
+    timeline: bool,
+    /// Writing a file of this time unit: the aggregates fold the events as the file stores
+    /// them (`format::spec::free_as_stored`), so that they are the file's.
+    stored_unit: Option<u64>,
     /// Modules written so far, by (path, base).
     modules_seen: HashSet<(String, u64)>,
     /// The loader's `dlpi_adds` when the modules were last listed.
@@ -152,6 +161,16 @@ impl Recorder {
         self
     }
 
+    /// Folds every event into the aggregates as it streams them (a [`Recorder::streaming`]
+    /// one only writes them), the timeline of the HTML page included: `memprof record`'s
+    /// collector, whose reports come from this fold rather than from reading the file
+    /// again. The aggregates are those a reader of the file gets (times in its units).
+    pub(crate) fn folding(mut self) -> Self {
+        self.stream_only = false;
+        self.timeline = true;
+        self
+    }
+
     /// Records another process's events (`memprof record`'s collector): the header names
     /// `facts`, and its modules are those given to [`Recorder::add_modules`].
     pub(crate) fn of_process(mut self, facts: ProcessFacts) -> Self {
@@ -225,6 +244,8 @@ impl Recorder {
         self.write(|w| w.write_lost(&lost));
         self.write(|w| w.write_stopping(why));
         self.flush();
+        self.profile.stopped = Some(why);
+        self.profile.finish_timeline();
         if let Some((_, w)) = &mut self.output {
             // Dropped without `finish`: no end record.
             *w = None;
@@ -324,6 +345,12 @@ impl Recorder {
     /// The profile, ignoring file errors.
     pub fn into_profile(self) -> Profile {
         self.profile
+    }
+
+    /// Takes the profile out, leaving an empty one (the collector's, once its process is
+    /// finished).
+    pub(crate) fn take_profile(&mut self) -> Profile {
+        std::mem::take(&mut self.profile)
     }
 
     fn write(&mut self, f: impl FnOnce(&mut Writer<BufWriter<OwnFile>>) -> Result<(), Error>) {
@@ -507,6 +534,15 @@ impl Tracker for Recorder {
             attached: facts.attached,
             ..Header::default()
         };
+        if self.output.is_some() || self.deferred.is_some() {
+            let unit = crate::profile::format::time_unit_ns(info.interval);
+            self.stored_unit = Some(unit);
+            self.profile.header.time_unit_ns = unit;
+            self.profile.header.version = crate::profile::format::VERSION;
+        }
+        if self.timeline {
+            self.profile.keep_timeline();
+        }
         self.open_output();
         self.refresh_modules();
         self.flush();
@@ -595,7 +631,10 @@ impl Tracker for Recorder {
         };
         self.write(|w| w.write_sample(&sample));
         if !self.stream_only {
-            self.profile.add_sample(&sample);
+            match self.stored_unit {
+                Some(unit) => self.profile.add_sample(&spec::sample_as_stored(&sample, unit)),
+                None => self.profile.add_sample(&sample),
+            }
         }
         Some(self.held(&sample))
     }
@@ -605,7 +644,10 @@ impl Tracker for Recorder {
         let m = Move { new_addr: r.new_addr as u64, ..Move::of(&s, r.time_ns, r.new_size as u64) };
         self.write(|w| w.write_move(&m));
         if !self.stream_only {
-            self.profile.add_move(&m);
+            match self.stored_unit {
+                Some(unit) => self.profile.add_move(&spec::move_as_stored(&m, unit)),
+                None => self.profile.add_move(&m),
+            }
         }
     }
 
@@ -613,7 +655,10 @@ impl Tracker for Recorder {
         let f = Free::of(&self.sample_of(&h, d.id), d.time_ns);
         self.write(|w| w.write_free(&f));
         if !self.stream_only {
-            self.profile.add_free(&f);
+            match self.stored_unit {
+                Some(unit) => self.profile.add_free(&spec::free_as_stored(&f, unit)),
+                None => self.profile.add_free(&f),
+            }
         }
     }
 
@@ -650,5 +695,6 @@ impl Tracker for Recorder {
             }
         }
         self.profile.complete = true;
+        self.profile.finish_timeline();
     }
 }

@@ -13,6 +13,7 @@ mod leaky_cache;
 mod worst_case;
 
 use clap::Args;
+use memprof::profile::load::{load, LoadOptions};
 use memprof::profile::Profile;
 use memprof::record::Bundled;
 use memprof::report::command::read_profiles;
@@ -120,10 +121,11 @@ fn show(profile: &Profile, out: &Path, name: &str, views: &[View]) -> Result<(),
 
 /// The interactive HTML report of the recording `mprof`, as `<name>.html` in `out`.
 fn page(profile: &Profile, mprof: &Path, out: &Path, name: &str) -> Result<(), Error> {
-    // Read back from its file: the page replays the file by the file's stack ids.
-    let (read, _) = read_profiles(&[mprof.to_path_buf()], false)?;
+    // Read back from its file with the timeline the page shows.
+    let options = LoadOptions { timeline: true, ..Default::default() };
+    let read = load(&[mprof.to_path_buf()], options)?.profile;
     debug_assert_eq!(read.counts.samples, profile.counts.samples);
-    write_html(&read, mprof, &out.join(format!("{name}.html")))
+    write_html(&read, &out.join(format!("{name}.html")))
 }
 
 /// `memprof __workload NAME SIZE`: a demo workload with no session of its own, for the

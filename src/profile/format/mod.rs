@@ -185,8 +185,6 @@ mod read;
 pub(crate) mod spec;
 mod write;
 
-#[cfg(feature = "report")] // its only user outside the reader is `profile::load`
-pub(crate) use read::naming;
 pub use read::{read_events, Reader};
 pub use spec::{
     time_unit_ns, Event, BLOCK_BYTES, LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES,

@@ -696,21 +696,30 @@ impl Profile {
     /// Reads a `.mprof` stream into its aggregates, in one pass and in memory bounded by the
     /// blocks still live and the tables (see [`Reader`] and [`crate::profile`]).
     pub fn read_from(r: impl Read + Send) -> Result<Profile, Error> {
-        Profile::aggregate(Reader::new(r)?)
+        Profile::aggregate(Reader::new(r)?, false)
     }
 
     /// Reads a `.mprof` file (see [`Profile::read_from`]).
     pub fn read_file(path: impl AsRef<Path>) -> Result<Profile, Error> {
-        Profile::aggregate(Reader::open(path)?)
+        Profile::aggregate(Reader::open(path)?, false)
+    }
+
+    /// [`Profile::read_file`], keeping the timeline the HTML page reads when `timeline`
+    /// ([`crate::profile::timeline`]; finished).
+    pub(crate) fn read_file_with(path: impl AsRef<Path>, timeline: bool) -> Result<Profile, Error> {
+        Profile::aggregate(Reader::open(path)?, timeline)
     }
 
     /// Folds every event of `rd` in. With a second core, one thread decodes (decompression,
     /// varints) and hands batches of events to this one, which folds them in: the two
     /// halves of the work, side by side.
-    fn aggregate<R: Read + Send>(mut rd: Reader<R>) -> Result<Profile, Error> {
+    fn aggregate<R: Read + Send>(mut rd: Reader<R>, timeline: bool) -> Result<Profile, Error> {
         const BATCH: usize = 8192;
         let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
         let mut agg = Profile { header: rd.profile.header.clone(), ..Profile::default() };
+        if timeline {
+            agg.keep_timeline();
+        }
         if !parallel {
             while let Some(e) = rd.next_event() {
                 agg.add(&e);
@@ -753,6 +762,7 @@ impl Profile {
         let mut p = rd.finish();
         p.take_aggregates(agg);
         p.note_orphans();
+        p.finish_timeline();
         Ok(p)
     }
 }

@@ -91,6 +91,38 @@ pub(super) fn fine_life(unit: u64, age: i64) -> bool {
     unit > LIFETIME_UNIT_NS && (age == 0 || age == 1)
 }
 
+/// `t` as a stream of time unit `unit` (a power of two) stores it: in whole units.
+fn stored_ns(t: u64, unit: u64) -> u64 {
+    (t >> unit.trailing_zeros()) << unit.trailing_zeros()
+}
+
+/// A sample as a reader gets it back from a stream of time unit `unit` (a power of two):
+/// its time in whole units. With [`free_as_stored`] and [`move_as_stored`], what `memprof
+/// record`'s collector folds as it writes, so that its aggregates are the file's.
+pub(crate) fn sample_as_stored(s: &Sample, unit: u64) -> Sample {
+    Sample { time_ns: stored_ns(s.time_ns, unit), ..*s }
+}
+
+/// A free as a reader of this version gets it back from a stream of time unit `unit`: its
+/// times in whole units, its lifetime kept (in [`LIFETIME_UNIT_NS`]) only when the unit is
+/// too coarse for it (§2c).
+pub(crate) fn free_as_stored(f: &Free, unit: u64) -> Free {
+    let shift = unit.trailing_zeros();
+    let age = (f.time_ns >> shift).wrapping_sub(f.alloc_ns >> shift) as i64;
+    let life_ns = fine_life(unit, age).then(|| stored_ns(f.lifetime_ns(), LIFETIME_UNIT_NS));
+    Free {
+        time_ns: stored_ns(f.time_ns, unit),
+        alloc_ns: stored_ns(f.alloc_ns, unit),
+        life_ns,
+        ..*f
+    }
+}
+
+/// A move as a reader gets it back from a stream of time unit `unit`.
+pub(crate) fn move_as_stored(m: &Move, unit: u64) -> Move {
+    Move { time_ns: stored_ns(m.time_ns, unit), alloc_ns: stored_ns(m.alloc_ns, unit), ..*m }
+}
+
 /// The delta-coding state of one block (reset at every block).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Delta {

@@ -943,3 +943,60 @@ fn a_lifetime_beyond_its_age_is_refused() {
     assert!(p.warnings[0].contains("exceeds its age of 0 time units"), "{:?}", p.warnings);
     assert_eq!((p.counts.samples, p.counts.frees), (1, 0));
 }
+
+/// What the collector folds ([`spec::free_as_stored`] and the others) is what a reader
+/// gets back from the file, in both units: times, ages of every sign, fine lifetimes.
+#[test]
+fn events_as_stored_are_what_the_reader_gets_back() {
+    use super::spec::{free_as_stored, move_as_stored, sample_as_stored};
+    for interval in [1.0, 512.0] {
+        let mut p = Profile::default();
+        p.header.interval = interval;
+        p.stacks.push(Stack { frames: vec![1], truncated: false, label: 0 });
+        let unit = super::time_unit_ns(interval);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut events = Vec::new();
+        let mut want = Vec::new();
+        for i in 0..5_000u64 {
+            let t = next() % (1 << 34);
+            let s = Sample { id: i + 1, stack: 0, time_ns: t, thread: 1, addr: 0, size: 64, k: 64 };
+            // Lifetimes from nothing to many units, and a few frees before their sample.
+            let life = match i % 4 {
+                0 => next() % 1_000,
+                1 => next() % (3 * unit),
+                2 => next() % (1 << 30),
+                _ => 0,
+            };
+            let at = if i % 97 == 0 { t.saturating_sub(next() % unit) } else { t + life };
+            events.push(Event::Sample(s));
+            want.push(Event::Sample(sample_as_stored(&s, unit)));
+            if i % 5 == 0 {
+                let m = Move::of(&s, at, 128);
+                events.push(Event::Move(m));
+                want.push(Event::Move(move_as_stored(&m, unit)));
+            }
+            let f = Free::of(&s, at);
+            events.push(Event::Free(f));
+            want.push(Event::Free(free_as_stored(&f, unit)));
+        }
+        let (_, read) = read_events(&encode(&p, &events)[..]).unwrap();
+        let ids = |e: &Event| match *e {
+            Event::Sample(s) => Event::Sample(Sample { id: 0, ..s }),
+            Event::Free(f) => Event::Free(Free { id: 0, ..f }),
+            Event::Move(m) => Event::Move(Move { id: 0, new_addr: 0, ..m }),
+            e => e,
+        };
+        let read: Vec<Event> = read.iter().map(ids).collect();
+        let want: Vec<Event> = want.iter().map(ids).collect();
+        assert_eq!(read.len(), want.len());
+        for (r, w) in read.iter().zip(&want) {
+            assert_eq!(r, w, "interval {interval}");
+        }
+    }
+}

@@ -40,7 +40,7 @@
 use crate::config::Unwinder;
 use crate::engine::clock::Converter;
 use crate::engine::queue::{EventKind, Queue};
-use crate::profile::{GcCycle, Module, Stopped};
+use crate::profile::{GcCycle, Module, Profile, Stopped};
 use crate::record::env;
 use crate::record::ring::{self, Ring};
 use crate::session::driver::{Drive, Driver};
@@ -52,7 +52,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// What the collector is told of the run.
@@ -66,12 +66,113 @@ pub(crate) struct Plan {
     pub(crate) root_output: PathBuf,
     /// `memprof attach`'s: the root process was running before its session started.
     pub(crate) attached: bool,
+    /// Where the root process's profile is published while it runs (`--serve`).
+    pub(crate) publish: Option<Arc<Published>>,
+}
+
+/// What the collector leaves when it is finished.
+#[derive(Default)]
+pub(crate) struct Finished {
+    /// Lines for stderr.
+    pub(crate) messages: Vec<String>,
+    /// The profile of every file written, as folded while writing it, by its path.
+    pub(crate) profiles: Vec<(PathBuf, Profile)>,
+}
+
+/// The root process's profile as folded so far, for `--serve`. A request asks for it and
+/// waits; the collector copies its fold in between two drains (so serving costs the
+/// collector nothing until a request comes, and a snapshot is at most one pass old).
+#[derive(Debug, Default)]
+pub(crate) struct Published {
+    state: Mutex<PublishedState>,
+    wanted: AtomicBool,
+    ready: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct PublishedState {
+    /// The copy (tables and aggregates; not the timeline), once the session runs.
+    profile: Option<Profile>,
+    /// Copies made so far.
+    generation: u64,
+    /// No newer copy will come (the root process is finished).
+    ended: bool,
+}
+
+impl Published {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PublishedState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Brings `mirror` up to the profile as folded now (waiting at most a second for the
+    /// collector's next pass). False before the session has started.
+    pub(crate) fn snapshot_into(&self, mirror: &mut Profile) -> bool {
+        let mut s = self.lock();
+        if !s.ended {
+            let seen = s.generation;
+            self.wanted.store(true, Ordering::Release);
+            s = self
+                .ready
+                .wait_timeout_while(s, Duration::from_secs(1), |s| s.generation == seen && !s.ended)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        match &s.profile {
+            Some(p) => {
+                mirror_into(p, mirror);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Copies `p` in when a request asked for it; `last`: no newer copy will come.
+    fn offer(&self, p: &Profile, last: bool) {
+        if !last && !self.wanted.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let mut s = self.lock();
+        mirror_into(p, s.profile.get_or_insert_with(Profile::default));
+        s.generation += 1;
+        s.ended |= last;
+        drop(s);
+        self.ready.notify_all();
+    }
+
+    /// No newer copy will come.
+    fn end(&self) {
+        self.lock().ended = true;
+        self.ready.notify_all();
+    }
+}
+
+/// Brings `mirror` up to `p`: the stacks, labels and modules added since it was last
+/// brought up (its symbols are kept), and the aggregates (not the timeline).
+fn mirror_into(p: &Profile, mirror: &mut Profile) {
+    if mirror.header != p.header {
+        *mirror = Profile { header: p.header.clone(), ..Profile::default() };
+    }
+    let known = mirror.stacks.len().min(p.stacks.len());
+    mirror.stacks.extend_from_slice(&p.stacks[known..]);
+    let known = mirror.labels.len().min(p.labels.len());
+    mirror.labels.extend_from_slice(&p.labels[known..]);
+    if mirror.modules != p.modules {
+        mirror.modules.clone_from(&p.modules);
+    }
+    for (addr, sym) in &p.symbols {
+        mirror.symbols.entry(*addr).or_insert_with(|| sym.clone());
+    }
+    mirror.lost = p.lost;
+    mirror.stopped = p.stopped;
+    mirror.clone_aggregates_from(p);
+    // Whole as of now (the recording goes on).
+    mirror.complete = true;
 }
 
 /// A running collector.
 pub(crate) struct Collector {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<String>>,
+    thread: std::thread::JoinHandle<Finished>,
 }
 
 impl Collector {
@@ -86,10 +187,13 @@ impl Collector {
     }
 
     /// Collects what is left (every process of the run has ended), finishes every file and
-    /// returns the messages for stderr.
-    pub(crate) fn finish(self) -> Vec<String> {
+    /// returns the messages for stderr and the profiles.
+    pub(crate) fn finish(self) -> Finished {
         self.stop.store(true, Ordering::Release);
-        self.thread.join().unwrap_or_else(|_| vec!["the profile collector failed".into()])
+        self.thread.join().unwrap_or_else(|_| Finished {
+            messages: vec!["the profile collector failed".into()],
+            profiles: Vec::new(),
+        })
     }
 }
 
@@ -118,8 +222,9 @@ struct Output {
     log_read: u64,
 }
 
-fn run(plan: Plan, stop: &AtomicBool) -> Vec<String> {
-    let mut messages = Vec::new();
+fn run(plan: Plan, stop: &AtomicBool) -> Finished {
+    let mut done = Finished::default();
+    let messages = &mut done.messages;
     let mut rings: Vec<Attached> = Vec::new();
     let mut images: HashMap<u32, u32> = HashMap::new();
     let stem = env::tree_dir(&plan.root_output.display().to_string());
@@ -134,24 +239,40 @@ fn run(plan: Plan, stop: &AtomicBool) -> Vec<String> {
         let look = stopping || now.saturating_sub(last_look) >= LOOK_EVERY_NS;
         if look {
             last_look = now;
-            attach_new(&plan.dir, &mut rings, &mut images, &mut messages);
+            attach_new(&plan.dir, &mut rings, &mut images, messages);
         }
         let mut fullest = 0f64;
         for r in rings.iter_mut().filter(|r| !r.done) {
             r.ring.header().heartbeat_ns.store(now, Ordering::Relaxed);
             if r.out.is_none() {
-                open_output(r, &plan, &stem, &mut messages);
+                open_output(r, &plan, &stem, messages);
             }
             let n = drain(r);
             fullest = fullest.max(n as f64 / r.queue.capacity() as f64);
             let gone = look && (stopping || r.replaced || process_gone(r.pid, r.proc_start));
+            let root = r.pid == plan.root_pid && r.image == 0;
+            if let (Some(publish), Some(out), true) = (&plan.publish, &r.out, root) {
+                publish.offer(out.driver.tracker.profile(), false);
+            }
             if gone {
-                finish_ring(r, &mut messages);
+                finish_ring(r, messages);
+                if let Some(out) = &mut r.out {
+                    let rec = &mut out.driver.tracker;
+                    if let (Some(publish), true) = (&plan.publish, root) {
+                        publish.offer(rec.profile(), true);
+                    }
+                    if let Some(path) = rec.path().map(Path::to_path_buf) {
+                        done.profiles.push((path, rec.take_profile()));
+                    }
+                }
             }
         }
         rings.retain(|r| !r.done);
         if stopping {
-            return messages;
+            if let Some(publish) = &plan.publish {
+                publish.end();
+            }
+            return done;
         }
         // As the in-process drain thread does: an idle queue is drained every 2 ms, a busy
         // one every millisecond, one that was half full again at once. The pause keeps the
@@ -326,7 +447,8 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
         Err(()) => Recorder::new(),
     }
     .offline_symbols()
-    .of_process(facts);
+    .of_process(facts)
+    .folding();
     recorder.started(&info);
     r.out = Some(Output {
         unknown: false,

@@ -87,6 +87,8 @@ pub struct Recorded {
     /// children executed or spawned, unprofiled, as they were named to `exec` or
     /// `posix_spawn`, in order (names are the program's strings: escape them to print).
     pub unfollowed: Vec<String>,
+    /// The profile of every file the collector wrote, as it folded them while writing.
+    pub(crate) folded: Vec<(PathBuf, crate::profile::Profile)>,
 }
 
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
@@ -448,17 +450,22 @@ pub fn record(opts: &RecordOptions, preload: &Path) -> Result<Recorded, Error> {
     record_with(opts, preload, |_| {})
 }
 
-/// The root profile's path for the program whose pid is `pid` (`%p` in the output template
-/// expanded), as [`record_with`] returns it in [`Recorded::output`].
-pub fn output_path(opts: &RecordOptions, pid: u32) -> PathBuf {
-    PathBuf::from(config::expand_output(&opts.settings.output, pid))
-}
-
 /// [`record`], calling `started` with the program's pid once it runs (before waiting for
 /// it), so that work can overlap the run.
 pub fn record_with(
     opts: &RecordOptions,
     preload: &Path,
+    started: impl FnOnce(u32),
+) -> Result<Recorded, Error> {
+    record_publishing(opts, preload, None, started)
+}
+
+/// [`record_with`], the root process's profile published in `publish` as the collector
+/// folds it (`--serve`).
+pub(crate) fn record_publishing(
+    opts: &RecordOptions,
+    preload: &Path,
+    publish: Option<std::sync::Arc<super::collect::Published>>,
     started: impl FnOnce(u32),
 ) -> Result<Recorded, Error> {
     let shown = Path::new(&opts.program).display().to_string();
@@ -610,8 +617,13 @@ pub fn record_with(
     let pid = child.id();
     let output = PathBuf::from(config::expand_output(&template, pid));
     let collector = rings.as_ref().and_then(|d| {
-        let plan =
-            Plan { dir: d.0.clone(), root_pid: pid, root_output: output.clone(), attached: false };
+        let plan = Plan {
+            dir: d.0.clone(),
+            root_pid: pid,
+            root_output: output.clone(),
+            attached: false,
+            publish: publish.clone(),
+        };
         match Collector::start(plan) {
             Ok(c) => Some(c),
             Err(e) => {
@@ -630,7 +642,8 @@ pub fn record_with(
     if opts.settings.follow_forks {
         wait_for_descendants(&shown);
     }
-    for msg in collector.map(Collector::finish).unwrap_or_default() {
+    let finished = collector.map(Collector::finish).unwrap_or_default();
+    for msg in &finished.messages {
         eprintln!("memprof: {msg}");
     }
     let unfollowed =
@@ -648,7 +661,15 @@ pub fn record_with(
         (None, None) => (1, None),
     };
     let children = if opts.settings.follow_forks { child_profiles(&output) } else { Vec::new() };
-    Ok(Recorded { exit_code, signal, output, children, pymalloc_bypassed, unfollowed })
+    Ok(Recorded {
+        exit_code,
+        signal,
+        output,
+        children,
+        pymalloc_bypassed,
+        unfollowed,
+        folded: finished.profiles,
+    })
 }
 
 /// The private directory of a run's shared rings (0700, on a memory file system when

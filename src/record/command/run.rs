@@ -1,21 +1,24 @@
 //! `memprof record` after its arguments are parsed: the program run under the preload
-//! library ([`super::launcher`]) while three threads work beside it (the collector's drain,
-//! symbols read ahead from the objects the program maps, the profile read as it grows and
-//! served with `--serve`), then, once it exits, the profile read, summarised on stderr, its
-//! companions written (`.svg`, `.html`), and every diagnosis of a run that went wrong
+//! library ([`super::launcher`]) while two threads work beside it (the collector, which
+//! writes the profile and folds it as it goes: [`super::collect`]; and symbols read ahead
+//! from the objects the program maps), then, once it exits, the collector's fold
+//! symbolized, summarised on stderr, its companions written (`.svg`, `.html`) from that same
+//! fold, and every diagnosis of a run that went wrong
 //! (an empty or removed profile, a wrapper that executed another program, no samples, an
 //! allocator the preload library cannot reach: [`super::reach`]).
 
 use super::bundled::Bundled;
+use super::collect::Published;
 use super::launcher::{self, EnvSettings, RecordOptions};
 use super::notes;
 use super::reach::Executable;
 use super::request::RecordRequest;
 use crate::config;
 use crate::error::Error;
+use crate::profile::load::LoadOptions;
 use crate::profile::symbolize::Loaders;
 use crate::profile::{Profile, Stopped};
-use crate::report::command::read_profiles_first;
+use crate::report::command::read_profiles_folded;
 use crate::report::text::{printable, printable_os};
 use crate::report::write::{write_html_of, write_outputs, Outputs};
 use crate::report::TopOptions;
@@ -58,9 +61,9 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let program = proxied.as_ref().unwrap_or(program);
     let preload = launcher::find_preload(Some(bundled))?;
     // Bound before the program runs: a taken port is an error, and nothing runs.
-    let followed = std::sync::Arc::new(crate::profile::load::Followed::default());
+    let published = std::sync::Arc::new(Published::default());
     let server = match &args.serve {
-        Some(addr) => Some(serve_followed(addr, followed.clone())?),
+        Some(addr) => Some(serve_published(addr, published.clone())?),
         None => None,
     };
     let opts = RecordOptions {
@@ -75,11 +78,8 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // started only once the program runs, and told that it has ended by `done` closing.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let mut warm = None;
-    // And a third reads the profile as it grows, into its aggregates, so that only the
-    // last blocks are left to read after the exit.
-    let exited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut follower = None;
-    let run = launcher::record_with(&opts, preload.path(), |pid| {
+    let publish = server.is_some().then(|| published.clone());
+    let run = launcher::record_publishing(&opts, preload.path(), publish, |pid| {
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
             .spawn(move || {
@@ -87,31 +87,13 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
                 warm_symbols(pid, &done_rx)
             })
             .ok();
-        let path = launcher::output_path(&opts, pid);
-        let done = exited.clone();
-        let serving = server.is_some().then(|| followed.clone());
-        follower = std::thread::Builder::new()
-            .name("memprof-reader".into())
-            .spawn(move || match serving {
-                // Served requests see what it has read: it keeps up at normal priority.
-                Some(shared) => crate::profile::load::follow_shared(path, done, &shared),
-                None => {
-                    idle_priority();
-                    crate::profile::load::follow(path, done)
-                }
-            })
-            .ok();
     });
     drop(done_tx);
-    exited.store(true, std::sync::atomic::Ordering::Release);
     if let Some(server) = server {
         server.stop();
     }
     let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
-    // Whatever went wrong while following is found again (and reported) by the reading
-    // after the exit.
-    let first = follower.and_then(|t| t.join().ok()).and_then(Result::ok);
-    let run = run?;
+    let mut run = run?;
     // The program's name as the notes and messages show it: escaped for the terminal.
     let shown = printable_os(program);
     if let Some(sig) = run.signal {
@@ -123,24 +105,27 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // stays the program's.
     let code = run.exit_code;
     let gone = std::fs::symlink_metadata(&run.output).is_err();
+    let folded_root = run.folded.iter().any(|(p, _)| *p == run.output);
     if gone {
-        // Removed while the program ran (its directory too, perhaps): what the reading
-        // thread folded in before is all there is.
-        if first.is_none() {
+        // Removed while the program ran (its directory too, perhaps): the collector's fold
+        // is all there is.
+        if !folded_root {
             eprintln!(
-                "memprof: error: the profile {} is gone (removed while {shown} ran?); nothing \
-                 was read from it",
+                "memprof: error: the profile {} is gone (removed while {shown} ran?), and \
+                 nothing of it was collected",
                 printable_os(&run.output)
             );
             return Ok(code);
         }
         eprintln!(
             "memprof: warning: the profile {} was removed while {shown} ran; reporting what \
-             was read from it before",
+             was recorded",
             printable_os(&run.output)
         );
     }
-    let empty = !gone && std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
+    let empty = !gone
+        && !folded_root
+        && std::fs::metadata(&run.output).map(|m| m.len() == 0).unwrap_or(true);
     if empty {
         let why = match run.signal {
             Some(sig) => format!("{shown} was killed by signal {sig} before it wrote any"),
@@ -152,14 +137,20 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
         eprintln!("memprof: error: {} is empty: {why}", printable_os(&run.output));
         return Ok(code);
     }
-    let (mut profile, labels, processes) =
-        match read_profiles_first(&files, true, &mut loaders, first) {
-            Ok(read) => read,
-            Err(e) => {
-                eprintln!("memprof: error: the profile cannot be read: {e}");
-                return Ok(code);
-            }
-        };
+    // The collector's fold of every file it wrote: nothing is read again.
+    let options = LoadOptions { recorded: true, timeline: true };
+    let (mut profile, labels, processes) = match read_profiles_folded(
+        &files,
+        options,
+        &mut loaders,
+        std::mem::take(&mut run.folded),
+    ) {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("memprof: error: the profile cannot be read: {e}");
+            return Ok(code);
+        }
+    };
     // The process ends right after the report: freeing the parsed debug information (tens of
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
@@ -268,18 +259,18 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     Ok(code)
 }
 
-/// Serves, on `addr`, the profile that the reading thread publishes in `followed`, its
-/// symbols resolved from the recorded modules (readers kept from request to request).
-pub(super) fn serve_followed(
+/// Serves, on `addr`, the root process's profile as the collector folds it (`published`),
+/// its symbols resolved from the recorded modules (readers kept from request to request).
+pub(super) fn serve_published(
     addr: &str,
-    followed: std::sync::Arc<crate::profile::load::Followed>,
+    published: std::sync::Arc<Published>,
 ) -> Result<crate::serve::Running, Error> {
     let bound = crate::serve::Server::bind(addr)?;
     let mirror = std::sync::Mutex::new((Profile::default(), Loaders::default()));
     let handler = crate::serve::Handler::new(move || {
         let mut guard = mirror.lock().unwrap_or_else(|p| p.into_inner());
         let (profile, loaders) = &mut *guard;
-        if !followed.snapshot_into(profile) {
+        if !published.snapshot_into(profile) {
             return Err(Error::Other("the program has not started its profile yet".into()));
         }
         let _ = crate::profile::symbolize::resolve_offline_with(profile, loaders);

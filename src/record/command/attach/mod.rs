@@ -41,12 +41,13 @@ mod target;
 mod tracee;
 
 use super::bundled::Bundled;
-use super::collect::{Collector, Plan};
+use super::collect::{Collector, Plan, Published};
 use super::launcher::{self, RingDir};
 use crate::error::Error;
+use crate::profile::load::LoadOptions;
 use crate::profile::replay::parse_duration;
 use crate::record::attach_abi::encode_settings;
-use crate::report::command::read_profiles_first;
+use crate::report::command::read_profiles_folded;
 use crate::report::text::{printable, printable_os};
 use crate::report::write::{write_html_of, write_outputs, Outputs};
 use crate::report::{GroupBy, TopOptions, View};
@@ -147,9 +148,9 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     let output = create_output(args)?;
     let rings = RingDir::create()
         .ok_or_else(|| Error::Other("cannot create a directory for the shared ring".into()))?;
-    let followed = std::sync::Arc::new(crate::profile::load::Followed::default());
+    let published = std::sync::Arc::new(Published::default());
     let server = match &args.serve {
-        Some(addr) => match super::run::serve_followed(addr, followed.clone()) {
+        Some(addr) => match super::run::serve_published(addr, published.clone()) {
             Ok(s) => Some(s),
             Err(e) => {
                 let _ = std::fs::remove_file(&output);
@@ -158,8 +159,13 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
         },
         None => None,
     };
-    let plan =
-        Plan { dir: rings.0.clone(), root_pid: pid, root_output: output.clone(), attached: true };
+    let plan = Plan {
+        dir: rings.0.clone(),
+        root_pid: pid,
+        root_output: output.clone(),
+        attached: true,
+        publish: server.is_some().then(|| published.clone()),
+    };
     let collector =
         Collector::start(plan).map_err(|e| Error::io("cannot start collecting the profile", e))?;
     let mut vars = settings.to_env();
@@ -168,7 +174,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     let attached = match inject::attach(pid, &lib, &encode_settings(&vars)) {
         Ok(a) => a,
         Err(e) => {
-            for msg in collector.finish() {
+            for msg in collector.finish().messages {
                 eprintln!("memprof: {msg}");
             }
             if let Some(s) = server {
@@ -209,28 +215,18 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
         attached.written,
         attached.objects
     );
-    // While attached: the profile read as it grows, for --serve.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let follower = server.is_some().then(|| {
-        let (path, done, shared) = (output.clone(), done.clone(), followed.clone());
-        std::thread::Builder::new()
-            .name("memprof-reader".into())
-            .spawn(move || crate::profile::load::follow_shared(path, done, &shared))
-            .ok()
-    });
     let end = wait(pid, &lib, limit);
     let detached = match end {
         End::Exited | End::Executed => Ok(0),
         _ => inject::detach(pid, &lib),
     };
-    for msg in collector.finish() {
+    let finished = collector.finish();
+    for msg in &finished.messages {
         eprintln!("memprof: {msg}");
     }
-    done.store(true, Ordering::Release);
     if let Some(s) = server {
         s.stop();
     }
-    let first = follower.flatten().and_then(|t| t.join().ok()).and_then(Result::ok);
     drop(rings);
     let shown = printable(&name);
     match (&end, &detached) {
@@ -245,7 +241,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     if let Err(e) = &detached {
         eprintln!("memprof: error: could not detach cleanly from {pid}: {e}");
     }
-    report(args, &output, first, skip)?;
+    report(args, &output, finished.profiles, skip)?;
     Ok(if detached.is_ok() { 0 } else { 1 })
 }
 
@@ -280,17 +276,18 @@ fn wait(pid: u32, lib: &Path, limit: Option<Duration>) -> End {
     }
 }
 
-/// Step 5's summary: the profile read, its top table, `.svg` and `.html`.
+/// Step 5's summary: the collector's fold (`folded`), its top table, `.svg` and `.html`.
 fn report(
     args: &AttachRequest,
     output: &Path,
-    first: Option<crate::profile::Profile>,
+    folded: Vec<(PathBuf, crate::profile::Profile)>,
     skip: crate::profile::site::SiteSkip,
 ) -> Result<(), Error> {
     let mut loaders = crate::profile::symbolize::Loaders::default();
     let files = vec![output.to_path_buf()];
+    let options = LoadOptions { recorded: true, timeline: true };
     let (mut profile, labels, processes) =
-        match read_profiles_first(&files, true, &mut loaders, first) {
+        match read_profiles_folded(&files, options, &mut loaders, folded) {
             Ok(read) => read,
             Err(e) => {
                 eprintln!("memprof: error: the profile cannot be read: {e}");
