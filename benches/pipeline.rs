@@ -28,8 +28,31 @@
 //! `heaptrack -o FILE prog` followed by `heaptrack_print FILE.zst` (or `.gz`, whichever
 //! heaptrack wrote; its output to a file), timed together as one job, since a heaptrack
 //! user waits for both. Every time is the whole process (start, the program, and what
-//! `memprof record` does after it exits: symbols, the summary, the flamegraph). This
-//! machine's speed drifts by tens of per cent over seconds (a shared host, 2 cores), so
+//! `memprof record` does after it exits: symbols, the summary, the flamegraph).
+//!
+//! The C program also runs, in each round, beside those:
+//!
+//! - **under the preload library set by hand**, as a user would without `memprof record`:
+//!   `LD_PRELOAD=<memprof preload-path>` with `MEMPROF_INTERVAL=800 MEMPROF_DEPTH=10
+//!   MEMPROF_OUTPUT=<scratch file>` (every other `MEMPROF_*` variable removed, so the rest
+//!   are the library's defaults, as under `record`; no `MEMPROF_RINGS`, so the library runs
+//!   its in-process session and writes the profile itself), right after `record
+//!   --interval 800 --depth 10`; timed like the others (start to `wait4`); a run that
+//!   leaves no profile panics (the library did not run);
+//! - **forwarding only**, the floor of the default interval: the same with
+//!   `MEMPROF_INTERVAL=256T` alone, the largest interval the library accepts (it has no
+//!   setting that turns sampling off), right after `record` at the default interval;
+//! - **two copies at once**, after the memprof modes: two plain copies started one right
+//!   after the other, timed from the first start until `wait4` has returned for both, then
+//!   two `memprof record --interval 800 --depth 10 -o <a file each>` the same way; the CPU
+//!   time (user + system, from `wait4`) of both is summed;
+//! - **exit to exit**: every run of the C program has `WORST_CASE_EXIT_STAMP=<file>`, to
+//!   which it writes the wall clock (CLOCK_REALTIME, ns) just before `main` returns (one
+//!   open/write/close, in every run alike); for `record --interval 800 --depth 10` the bench
+//!   reads it and takes it from the wall clock (`SystemTime::now()`) when `wait4` on
+//!   `record` returned: the time from the program's exit to `record`'s.
+//!
+//! This machine's speed drifts by tens of per cent over seconds (a shared host, 2 cores), so
 //! the figures are ratios between runs of the same round, and the printed ratio is the
 //! median over the rounds; bare seconds are printed for orientation only.
 //!
@@ -45,17 +68,23 @@
 //! report FILE` (run in a scratch directory, where any default outputs land) and reads its
 //! peak RSS (`ru_maxrss` of that child, from `wait4`), beside heaptrack's file size and
 //! `heaptrack_print`'s time and peak RSS. The issue's targets are printed next to the
-//! figures with ✓ or ✗; the bench does not assert them. A run that fails (non-zero exit)
-//! panics with its stderr; a missing `python3` or heaptrack skips that part with one line
-//! saying so. Everything is written in a directory under the system's temporary directory,
-//! removed at the end (also after a panic, not after a signal).
+//! figures with ✓ or ✗; the bench does not assert them. For the C program it also prints
+//! the hand-set preload run over the plain program, and `record --interval 800 --depth 10`
+//! over it (target ≤ 1.10×, beside ≤ 1.25× plain); the floor over the plain program, and
+//! `record` at the default interval over it (target ≤ 1.01×); the two pairs' times and
+//! summed CPU, and the records' pair over the plain pair (target ≤ 1.5×); and exit to exit
+//! (target ≤ 50 ms). Each figure is the median over the rounds (of the ratio between runs
+//! of the same round, for a ratio). A run that fails (non-zero exit) panics with its
+//! stderr; a missing `python3` or heaptrack skips that part with one line saying so.
+//! Everything is written in a directory under the system's temporary directory, removed at
+//! the end (also after a panic, not after a signal).
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::Instant;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The CPython workload: a JSON round trip of `argv[1]` small dict records.
 const JSON_SCRIPT: &str = r#"
@@ -88,6 +117,7 @@ const MODES: [(&str, &[&str]); 3] = [
 ];
 const EXACT: usize = 0;
 const I800: usize = 1;
+const DEFAULT: usize = 2;
 /// The order in which the modes run in a round: 800 B right after the plain program, whose
 /// ratio to it has a target.
 const RUN_ORDER: [usize; 3] = [1, 2, 0];
@@ -102,7 +132,27 @@ const BYTES_PER_EVENT: f64 = 4.0;
 const EXACT_FILE_VS_HEAPTRACK: f64 = 2.0;
 const REPORT_SECS: f64 = 1.5;
 const REPORT_RSS_MB: f64 = 100.0;
-const I800_VS_PLAIN: f64 = 1.6;
+const I800_VS_PLAIN: f64 = 1.25;
+// The C program's.
+/// `record --interval 800 --depth 10` over the hand-set preload library at the same settings.
+const I800_VS_PRELOAD: f64 = 1.10;
+/// Two `record --interval 800 --depth 10` started together over two plain copies.
+const TWO_COPIES_VS_PLAIN: f64 = 1.5;
+/// From the program's exit stamp to `wait4` on `record` returning, 800 B, depth 10.
+const EXIT_TO_EXIT_MS: f64 = 50.0;
+/// `record` at the default interval over the forwarding-only floor.
+const DEFAULT_VS_FLOOR: f64 = 1.01;
+
+/// The variable that tells worst_case.c where to write the wall clock (CLOCK_REALTIME, ns,
+/// decimal) just before `main` returns.
+const EXIT_STAMP: &str = "WORST_CASE_EXIT_STAMP";
+/// The hand-set preload library's settings beside `record --interval 800 --depth 10`.
+const PRELOAD_I800: [(&str, &str); 2] = [("MEMPROF_INTERVAL", "800"), ("MEMPROF_DEPTH", "10")];
+/// The forwarding-only floor: the library has no setting that turns sampling off, so it
+/// runs at the largest interval it accepts, 256 TiB (`MAX_INTERVAL`, src/config.rs; 1e15
+/// is refused), a sample point every 256 TiB allocated on average: none in these runs,
+/// which allocate a few GB.
+const PRELOAD_FLOOR: [(&str, &str); 1] = [("MEMPROF_INTERVAL", "256T")];
 
 const USAGE: &str =
     "usage: cargo bench --bench pipeline -- [--quick] [--rounds N] [--only cpython|c]";
@@ -168,6 +218,8 @@ fn median(v: &[f64]) -> f64 {
 /// `heaptrack_interpret`.
 struct Measured {
     secs: f64,
+    /// The wall clock when `wait4` returned.
+    ended: SystemTime,
     max_rss: u64,
     cpu: f64,
 }
@@ -201,9 +253,17 @@ fn wait4(pid: libc::pid_t) -> (ExitStatus, libc::rusage) {
     }
 }
 
-/// Runs `cmd` with stdin from /dev/null, stdout to `out`, stderr to the file `log`, and
-/// panics with the end of `log` if it fails.
-fn run(what: &str, cmd: &mut Command, out: Out, log: &Path) -> Measured {
+/// A child started by [`start`], finished by [`finish`].
+struct Started<'a> {
+    what: String,
+    cmd: String,
+    child: Child,
+    log: &'a Path,
+    start: Instant,
+}
+
+/// Starts `cmd` with stdin from /dev/null, stdout to `out` and stderr to the file `log`.
+fn start<'a>(what: &str, cmd: &mut Command, out: Out, log: &'a Path) -> Started<'a> {
     let err = File::create(log).unwrap();
     let stdout: Stdio = match out {
         Out::Null => Stdio::null(),
@@ -213,23 +273,48 @@ fn run(what: &str, cmd: &mut Command, out: Out, log: &Path) -> Measured {
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(err);
     let start = Instant::now();
     let child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
-    let (status, usage) = wait4(child.id() as libc::pid_t);
-    let secs = start.elapsed().as_secs_f64();
-    drop(child);
+    Started { what: what.to_owned(), cmd: format!("{cmd:?}"), child, log, start }
+}
+
+/// Waits for a started child with `wait4`, and panics with the end of its log if it failed.
+fn finish(s: Started) -> Measured {
+    let (status, usage) = wait4(s.child.id() as libc::pid_t);
+    let ended = SystemTime::now();
+    let secs = s.start.elapsed().as_secs_f64();
+    drop(s.child);
     if !status.success() {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let text = std::fs::read_to_string(s.log).unwrap_or_default();
         let tail = text.len().saturating_sub(8000);
         let tail = text.get(tail..).unwrap_or(&text);
-        panic!("{what} failed ({status}): {cmd:?}\n--- its stderr ---\n{tail}");
+        panic!("{} failed ({status}): {}\n--- its stderr ---\n{tail}", s.what, s.cmd);
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     // Linux counts ru_maxrss in KiB; `wait4` gives the child's usage with that of the
     // children it reaped.
     Measured {
         secs,
+        ended,
         max_rss: usage.ru_maxrss.max(0) as u64 * 1024,
         cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
     }
+}
+
+/// Runs `cmd` with stdin from /dev/null, stdout to `out`, stderr to the file `log`, and
+/// panics with the end of `log` if it fails.
+fn run(what: &str, cmd: &mut Command, out: Out, log: &Path) -> Measured {
+    finish(start(what, cmd, out, log))
+}
+
+/// Two runs started together (one right after the other), stdout to /dev/null and stderr
+/// to a log each: the wall time from the first start until both have exited, and their
+/// CPU time (user + system, from `wait4`) summed.
+fn run_two(what: &str, cmds: [Command; 2], logs: [&Path; 2]) -> (f64, f64) {
+    let t0 = Instant::now();
+    let [mut a, mut b] = cmds;
+    let a = start(&format!("{what} (first)"), &mut a, Out::Null, logs[0]);
+    let b = start(&format!("{what} (second)"), &mut b, Out::Null, logs[1]);
+    let (a, b) = (finish(a), finish(b));
+    (t0.elapsed().as_secs_f64(), a.cpu + b.cpu)
 }
 
 /// The event counts from a memprof summary's `samples: N (F freed, M moved), …` line (the
@@ -265,26 +350,57 @@ struct Workload {
     env: Vec<(&'static str, &'static str)>,
     /// Allocations + frees of one run (every one an event in exact mode), when known.
     known_events: Option<u64>,
+    /// The C program only: the file named by `WORST_CASE_EXIT_STAMP` in every run of it,
+    /// where it writes the wall clock just before `main` returns; and the runs that only it
+    /// has (the hand-set preload library, two copies at once, exit to exit: [`CRuns`]).
+    exit_stamp: Option<PathBuf>,
 }
 
 impl Workload {
+    /// The program's own environment (also through `memprof record` and heaptrack, which
+    /// pass theirs on to it).
+    fn envs(&self, c: &mut Command) {
+        c.envs(self.env.iter().copied());
+        if let Some(stamp) = &self.exit_stamp {
+            c.env(EXIT_STAMP, stamp);
+        }
+    }
+
     fn plain(&self) -> Command {
         let mut c = Command::new(&self.program);
-        c.args(&self.args).envs(self.env.iter().copied());
+        c.args(&self.args);
+        self.envs(&mut c);
         c
     }
 
     fn memprof(&self, memprof: &Path, flags: &[&str], out: &Path) -> Command {
         let mut c = Command::new(memprof);
         c.arg("record").arg("--force").args(flags).arg("-o").arg(out).arg("--");
-        c.arg(&self.program).args(&self.args).envs(self.env.iter().copied());
+        c.arg(&self.program).args(&self.args);
+        self.envs(&mut c);
+        c
+    }
+
+    /// The program under the preload library set by hand, as a user would without `memprof
+    /// record`: `LD_PRELOAD` and the `MEMPROF_*` settings (`src/record/env.rs`), with no
+    /// `MEMPROF_RINGS`, so the library runs an in-process session (its own drain thread)
+    /// and writes the profile `out` itself. Any other `MEMPROF_*` variable of this process
+    /// is removed, so the rest are the library's defaults, the same as `record`'s.
+    fn preloaded(&self, preload: &Path, settings: &[(&str, &str)], out: &Path) -> Command {
+        let mut c = self.plain();
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("MEMPROF_") {
+                c.env_remove(k);
+            }
+        }
+        c.env("LD_PRELOAD", preload).envs(settings.iter().copied()).env("MEMPROF_OUTPUT", out);
         c
     }
 
     fn heaptrack(&self, prefix: &Path) -> Command {
         let mut c = Command::new("heaptrack");
         c.arg("-o").arg(prefix).arg(&self.program).args(&self.args);
-        c.envs(self.env.iter().copied());
+        self.envs(&mut c);
         c
     }
 }
@@ -316,8 +432,34 @@ struct HeaptrackRuns {
     file_bytes: Vec<f64>,
 }
 
+/// The C program's runs beside the memprof modes, one entry per round.
+#[derive(Default)]
+struct CRuns {
+    /// The hand-set preload library at 800 B, depth 10.
+    preload_secs: Vec<f64>,
+    preload_vs_plain: Vec<f64>,
+    /// `record --interval 800 --depth 10` over the hand-set preload run.
+    i800_vs_preload: Vec<f64>,
+    /// The hand-set preload library forwarding only.
+    floor_secs: Vec<f64>,
+    floor_vs_plain: Vec<f64>,
+    /// `record` at the default interval over the floor.
+    default_vs_floor: Vec<f64>,
+    /// Two plain copies started together: wall time until both exited, CPU of both.
+    two_plain_secs: Vec<f64>,
+    two_plain_cpu: Vec<f64>,
+    /// Two `record --interval 800 --depth 10` started together, likewise.
+    two_record_secs: Vec<f64>,
+    two_record_cpu: Vec<f64>,
+    two_vs_plain: Vec<f64>,
+    /// The program's exit stamp to `wait4` on `record` (800 B, depth 10) returning.
+    exit_to_exit_ms: Vec<f64>,
+}
+
 struct Tools {
     memprof: PathBuf,
+    /// `memprof preload-path`: the preload library that `record` uses.
+    preload: PathBuf,
     heaptrack: bool,
 }
 
@@ -363,6 +505,42 @@ fn heaptrack_file(prefix: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("heaptrack wrote no {}.zst or .gz in {}", name, dir.display()))
 }
 
+/// A profile and its companions (`FILE.svg`, …).
+fn remove_profile(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    remove_heaptrack_files(path);
+}
+
+/// Runs the C program under the hand-set preload library (`settings`, profile `out`), and
+/// panics unless the library wrote a profile (else the program ran unprofiled).
+fn run_preloaded(
+    what: &str,
+    w: &Workload,
+    tools: &Tools,
+    settings: &[(&str, &str)],
+    out: &Path,
+    log: &Path,
+) -> Measured {
+    // The library writes into an empty or new file only.
+    remove_profile(out);
+    let measured = run(what, &mut w.preloaded(&tools.preload, settings, out), Out::Null, log);
+    let written = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        written > 0,
+        "{what} wrote no profile at {}: the preload library did not run\n--- its stderr ---\n{}",
+        out.display(),
+        read(log)
+    );
+    remove_profile(out);
+    measured
+}
+
+/// The wall clock (ns since the epoch) that worst_case.c wrote at `path` before exiting.
+fn read_stamp(path: &Path) -> i128 {
+    let text = read(path);
+    text.trim().parse().unwrap_or_else(|_| panic!("no exit stamp in {} ({text:?})", path.display()))
+}
+
 /// Removes the files of a previous heaptrack run (`PREFIX.*`).
 fn remove_heaptrack_files(prefix: &Path) {
     let name = format!("{}.", prefix.file_name().unwrap().to_string_lossy());
@@ -383,6 +561,8 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
     let mut plain = vec![];
     let mut modes: Vec<ModeRuns> = MODES.iter().map(|_| ModeRuns::default()).collect();
     let mut ht = HeaptrackRuns::default();
+    let mut c = CRuns::default();
+    let preloaded = dir.join("preloaded.mprof");
     for round in 0..rounds {
         eprint!("  round {}/{rounds}: plain", round + 1);
         let plain_run = run("the plain program", &mut w.plain(), Out::Null, &log);
@@ -395,8 +575,16 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
             eprint!(", {label}");
             let what = format!("memprof record ({label})");
             let mut cmd = w.memprof(&tools.memprof, flags, &profile);
+            let stamp = w.exit_stamp.as_deref().filter(|_| m == I800);
+            if let Some(stamp) = stamp {
+                let _ = std::fs::remove_file(stamp);
+            }
             let recorded = run(&what, &mut cmd, Out::Null, &log);
             let t = recorded.secs;
+            if let Some(stamp) = stamp {
+                let ended = recorded.ended.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128;
+                c.exit_to_exit_ms.push((ended - read_stamp(stamp)) as f64 / 1e6);
+            }
             secs[m] = t;
             let r = &mut modes[m];
             r.secs.push(t);
@@ -443,6 +631,43 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
             // Exact profiles of these programs are hundreds of MB: one at a time.
             let _ = std::fs::remove_file(&profile);
             let _ = std::fs::remove_file(dir.join("pipeline.mprof.svg"));
+            // The C program under the hand-set preload library, right after the `record`
+            // run it is compared with.
+            if w.exit_stamp.is_some() && m == I800 {
+                eprint!(", hand-set preload (800 B, depth 10)");
+                let what = "the hand-set preload library (800 B, depth 10)";
+                let pre = run_preloaded(what, w, tools, &PRELOAD_I800, &preloaded, &log);
+                c.preload_secs.push(pre.secs);
+                c.preload_vs_plain.push(pre.secs / p);
+                c.i800_vs_preload.push(t / pre.secs);
+            }
+            if w.exit_stamp.is_some() && m == DEFAULT {
+                eprint!(", hand-set preload (forwarding only)");
+                let what = "the hand-set preload library (forwarding only)";
+                let floor = run_preloaded(what, w, tools, &PRELOAD_FLOOR, &preloaded, &log);
+                c.floor_secs.push(floor.secs);
+                c.floor_vs_plain.push(floor.secs / p);
+                c.default_vs_floor.push(t / floor.secs);
+            }
+        }
+        if w.exit_stamp.is_some() {
+            eprint!(", two plain copies, two records (800 B, depth 10)");
+            let logs = [dir.join("stderr1.log"), dir.join("stderr2.log")];
+            let logs = [logs[0].as_path(), logs[1].as_path()];
+            let (plain_secs, plain_cpu) = run_two("two plain copies", [w.plain(), w.plain()], logs);
+            let outs = [dir.join("copy1.mprof"), dir.join("copy2.mprof")];
+            let flags = MODES[I800].1;
+            let records = [0, 1].map(|i| w.memprof(&tools.memprof, flags, &outs[i]));
+            let (record_secs, record_cpu) =
+                run_two("two memprof record (800 B, depth 10)", records, logs);
+            for out in &outs {
+                remove_profile(out);
+            }
+            c.two_plain_secs.push(plain_secs);
+            c.two_plain_cpu.push(plain_cpu);
+            c.two_record_secs.push(record_secs);
+            c.two_record_cpu.push(record_cpu);
+            c.two_vs_plain.push(record_secs / plain_secs);
         }
         if tools.heaptrack {
             eprint!(", heaptrack");
@@ -563,6 +788,46 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
         "  memprof report of the exact profile: {report_secs:.2} s, {} peak RSS",
         mb(report_rss)
     );
+    if w.exit_stamp.is_some() {
+        println!(
+            "  {:<34} {:>8.2} s {:>7.2}×   (record 800 B, depth 10: {:.2}× this)",
+            "hand-set preload, 800 B, depth 10",
+            median(&c.preload_secs),
+            median(&c.preload_vs_plain),
+            median(&c.i800_vs_preload)
+        );
+        println!(
+            "  {:<34} {:>8.2} s {:>7.2}×   (record, default interval: {:.3}× this)",
+            "hand-set preload, forwarding only",
+            median(&c.floor_secs),
+            median(&c.floor_vs_plain),
+            median(&c.default_vs_floor)
+        );
+        println!(
+            "  {:<34} {:>8.2} s   CPU {:.2} s (started together, until both exited; CPU: \
+             both, user + system)",
+            "two plain copies",
+            median(&c.two_plain_secs),
+            median(&c.two_plain_cpu)
+        );
+        println!(
+            "  {:<34} {:>8.2} s   CPU {:.2} s (both, user + system); {:.2}× the plain pair",
+            "two records (800 B, depth 10)",
+            median(&c.two_record_secs),
+            median(&c.two_record_cpu),
+            median(&c.two_vs_plain)
+        );
+        let samples = if modes[I800].events.is_empty() {
+            String::new()
+        } else {
+            format!(", {:.0} events", median(&modes[I800].events))
+        };
+        println!(
+            "  {:<34} {:>8.1} ms (the program's exit stamp to wait4 on record returning{samples})",
+            "exit to exit, 800 B, depth 10",
+            median(&c.exit_to_exit_ms)
+        );
+    }
 
     // The issue's targets, reported and not asserted.
     println!("  targets (reported, not asserted):");
@@ -625,6 +890,32 @@ fn bench(w: &Workload, tools: &Tools, rounds: usize, dir: &Path) {
         &format!("800 B, depth 10 end to end ≤ {I800_VS_PLAIN}× plain"),
         format!("{r:.2}×"),
     );
+    if w.exit_stamp.is_some() {
+        let r = median(&c.i800_vs_preload);
+        target(
+            Some(r <= I800_VS_PRELOAD),
+            &format!("800 B, depth 10 ≤ {I800_VS_PRELOAD}× hand-set preload"),
+            format!("{r:.2}×"),
+        );
+        let r = median(&c.two_vs_plain);
+        target(
+            Some(r <= TWO_COPIES_VS_PLAIN),
+            &format!("two records at once ≤ {TWO_COPIES_VS_PLAIN}× two plain copies"),
+            format!("{r:.2}×"),
+        );
+        let ms = median(&c.exit_to_exit_ms);
+        target(
+            Some(ms <= EXIT_TO_EXIT_MS),
+            &format!("exit to exit, 800 B, depth 10 ≤ {EXIT_TO_EXIT_MS} ms"),
+            format!("{ms:.1} ms"),
+        );
+        let r = median(&c.default_vs_floor);
+        target(
+            Some(r <= DEFAULT_VS_FLOOR),
+            &format!("default interval ≤ {DEFAULT_VS_FLOOR}× forwarding-only floor"),
+            format!("{r:.3}×"),
+        );
+    }
 }
 
 /// The real CPython interpreter (not a pyenv shim) and its version, or why there is none.
@@ -647,6 +938,15 @@ fn find_python() -> Result<(PathBuf, String), String> {
         (Some(exe), Some(version)) if !exe.is_empty() => Ok((exe.into(), version.into())),
         _ => Err(format!("python3 printed no sys.executable ({text:?})")),
     }
+}
+
+/// The preload library that `memprof record` uses (`memprof preload-path`).
+fn preload_path(memprof: &Path) -> PathBuf {
+    let o = Command::new(memprof).arg("preload-path").stdin(Stdio::null()).output().unwrap();
+    assert!(o.status.success(), "memprof preload-path: {}", String::from_utf8_lossy(&o.stderr));
+    let path = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    assert!(path.is_file(), "memprof preload-path printed no library ({})", path.display());
+    path
 }
 
 fn build_worst_case(out: &Path) {
@@ -677,7 +977,8 @@ fn main() {
             .status()
             .is_ok()
     });
-    let tools = Tools { memprof, heaptrack };
+    let preload = preload_path(&memprof);
+    let tools = Tools { memprof, preload, heaptrack };
     let (records, iterations) =
         if opts.quick { (50_000u64, 2_000_000u64) } else { (200_000, 10_000_000) };
     println!(
@@ -713,6 +1014,7 @@ fn main() {
                     args: vec![script.into(), records.to_string().into()],
                     env: vec![("PYTHONMALLOC", "malloc")],
                     known_events: None,
+                    exit_stamp: None,
                 })
             }
             Err(why) => {
@@ -733,6 +1035,7 @@ fn main() {
             env: vec![],
             // Two mallocs and two frees per iteration.
             known_events: Some(4 * iterations),
+            exit_stamp: Some(dir.0.join("worst_case.exit")),
         });
     }
     for w in &workloads {
