@@ -22,9 +22,11 @@ impl Profile {
 
     /// Finishes the timeline at the profile's end, if it was kept: no event comes after.
     pub(crate) fn finish_timeline(&mut self) {
-        let (end, unit) = (self.end_ns, self.header.time_unit_ns);
+        let (end, unit) = (self.end_ns, self.header.time_unit_ns.max(1));
         if let Some(tl) = &mut self.timeline {
-            tl.finish(end, unit);
+            // The blocks never freed are the live ones, by their allocation unit.
+            let live = self.live_by_time.index.iter().filter(|(_, t)| t.samples > 0);
+            tl.finish(end, unit, live.map(|(&(s, _, u), t)| (s, u * unit, t.k, t.samples)));
         }
     }
 
@@ -66,7 +68,7 @@ impl Profile {
         let bytes = self.estimated_bytes(s.k);
         self.live_bytes += bytes;
         if let Some(tl) = &mut self.timeline {
-            tl.sample(s.stack, s.time_ns, s.k, bytes, self.live_bytes);
+            tl.sample(s.time_ns, bytes, self.live_bytes);
         }
         if !self.note(s.time_ns, bytes, 0.0) {
             self.since_peak.change((s.stack, s.size), 1, s.k);

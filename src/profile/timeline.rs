@@ -14,7 +14,9 @@
 //!
 //! Every sampled block falls into one *cell*: (its stack, the bucket it was allocated in,
 //! the bucket it was freed in or "never" = the number of buckets), which sums the blocks'
-//! sample points and counts. The folding profile feeds only what it folds itself: frees
+//! sample points and counts. A free makes its block's cell; the blocks never freed are
+//! the profile's live blocks at the end (by allocation time: `Profile::live_by_time`), so
+//! an allocation costs the fold no cell of its own. The folding profile feeds only what it folds itself: frees
 //! of blocks it never saw (orphans) are left out, as [`Profile::add`](super::Profile::add)
 //! leaves them out.
 
@@ -66,8 +68,9 @@ pub(crate) struct Timeline {
     w: u64,
     /// Cells of the freed blocks: (stack, alloc bucket, free bucket).
     freed_cells: HashMap<(StackId, u32, u32), Cell, IdHash>,
-    /// Every block by (stack, alloc bucket): the never-freed cells are what the frees leave.
-    allocated: HashMap<(StackId, u32), Cell, IdHash>,
+    /// The blocks never freed by (stack, alloc bucket), taken from the profile's live
+    /// blocks when the timeline is finished (nothing per allocation while folding).
+    never: HashMap<(StackId, u32), Cell, IdHash>,
     /// Per stack, the sample points of short-lived blocks.
     pub(crate) short: HashMap<StackId, u64, IdHash>,
     /// Per bucket: estimated bytes allocated and freed, the largest live heap after an
@@ -86,7 +89,7 @@ impl Timeline {
         Timeline {
             w: unit.max(1),
             freed_cells: HashMap::default(),
-            allocated: HashMap::default(),
+            never: HashMap::default(),
             short: HashMap::default(),
             alloc: Vec::new(),
             freed: Vec::new(),
@@ -140,7 +143,7 @@ impl Timeline {
         let mut t = Timeline {
             w: self.w.saturating_mul(1 << m),
             freed_cells: HashMap::default(),
-            allocated: HashMap::default(),
+            never: HashMap::default(),
             short: self.short.clone(),
             alloc: Vec::new(),
             freed: Vec::new(),
@@ -152,8 +155,8 @@ impl Timeline {
         for (&(s, a, f), c) in &self.freed_cells {
             t.freed_cells.entry((s, to(a), to(f))).or_default().add(c.k, c.n);
         }
-        for (&(s, a), c) in &self.allocated {
-            t.allocated.entry((s, to(a))).or_default().add(c.k, c.n);
+        for (&(s, a), c) in &self.never {
+            t.never.entry((s, to(a))).or_default().add(c.k, c.n);
         }
         if !self.alloc.is_empty() {
             t.grow(to(self.alloc.len() as u32 - 1) as usize + 1);
@@ -180,11 +183,10 @@ impl Timeline {
         self.had[i] = true;
     }
 
-    /// A sampled block of `stack` allocated at `t` with `k` points (`bytes` estimated); the
-    /// live heap is `live` after it.
-    pub(crate) fn sample(&mut self, stack: StackId, t: u64, k: u64, bytes: f64, live: f64) {
+    /// A sampled block allocated at `t` (`bytes` estimated); the live heap is `live` after
+    /// it. Its cell is made by its free, or from the live blocks at the end.
+    pub(crate) fn sample(&mut self, t: u64, bytes: f64, live: f64) {
         let a = self.bucket(t);
-        self.allocated.entry((stack, a)).or_default().add(k, 1);
         self.alloc[a as usize] += bytes;
         self.after(a, live);
     }
@@ -213,9 +215,15 @@ impl Timeline {
         self.after(b, live);
     }
 
-    /// Widens the grid to [`Grid::of`] `end_ns` (its buckets all there). Once: a later
-    /// event would go on folding on the finished grid.
-    pub(crate) fn finish(&mut self, end_ns: u64, unit: u64) {
+    /// Widens the grid to [`Grid::of`] `end_ns` (its buckets all there), and takes the
+    /// blocks never freed from `live`: (stack, allocation time, sample points, blocks).
+    /// Once: a later event would go on folding on the finished grid.
+    pub(crate) fn finish(
+        &mut self,
+        end_ns: u64,
+        unit: u64,
+        live: impl Iterator<Item = (StackId, u64, u64, u64)>,
+    ) {
         if self.finished {
             return;
         }
@@ -225,6 +233,10 @@ impl Timeline {
             self.widen();
         }
         self.grow(grid.buckets.max(self.alloc.len() as u64) as usize);
+        for (stack, t, k, n) in live {
+            let a = (t / self.w).min(self.alloc.len() as u64 - 1) as u32;
+            self.never.entry((stack, a)).or_default().add(k, n);
+        }
     }
 
     /// Per bucket, the largest live heap after one of its events; a bucket without events
@@ -250,16 +262,10 @@ impl Timeline {
         out: &mut HashMap<(u32, u32, u32), Cell, IdHash>,
         never: u32,
     ) {
-        let mut left = self.allocated.clone();
         for (&(s, a, f), c) in &self.freed_cells {
-            if let Some(l) = left.get_mut(&(s, a)) {
-                l.k = l.k.wrapping_sub(c.k);
-                l.n = l.n.saturating_sub(c.n);
-            }
-            let key = (node(s), a, f);
-            out.entry(key).or_default().add(c.k, c.n);
+            out.entry((node(s), a, f)).or_default().add(c.k, c.n);
         }
-        for ((s, a), c) in left {
+        for (&(s, a), c) in &self.never {
             if c.n > 0 || c.k > 0 {
                 out.entry((node(s), a, never)).or_default().add(c.k, c.n);
             }
@@ -305,17 +311,19 @@ mod tests {
         let mut grown = Timeline::new(unit);
         let mut fixed = Timeline::new(unit);
         fixed.w = Grid::of(end, unit).w;
+        let never: Vec<(StackId, u64, u64, u64)> =
+            events.iter().filter(|e| !e.4).map(|e| (e.0 as StackId, e.1, e.3, 1)).collect();
         for (tl, name) in [(&mut grown, "grown"), (&mut fixed, "fixed")] {
             let mut live = 0.0;
             for &(s, t, f, k, freed) in &events {
                 live += k as f64;
-                tl.sample(s as StackId, t, k, k as f64, live);
+                tl.sample(t, k as f64, live);
                 if freed {
                     live -= k as f64;
                     tl.free(s as StackId, t, f, k, f - t < 1000, k as f64, live);
                 }
             }
-            tl.finish(end, unit);
+            tl.finish(end, unit, never.iter().copied());
             assert_eq!(tl.w, Grid::of(end, unit).w, "{name}");
         }
         assert_eq!(grown, fixed);
