@@ -1280,3 +1280,45 @@ fn an_alias_that_ends_with_underscore_exit_is_no_proxy() {
     let err = text(&out.stderr);
     assert!(!err.contains("(a proxy)"), "{err}");
 }
+
+/// The non-empty lines of `s`.
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+/// `record` makes its reports from the collector's fold of the events it wrote; `memprof
+/// report FILE` reads the file. Both must say the same: the same tables, line for line,
+/// and the same HTML page, byte for byte. Exact and sampled, with frees and moves, a
+/// program killed by a signal, one ended by `_exit`, and a process tree.
+#[test]
+fn record_reports_what_report_reads_from_its_file() {
+    let runs: [(&str, &[&str], PathBuf, &[&str], i32); 6] = [
+        ("timed", &["--interval", "1"], fixture("timed"), &[], 0),
+        ("moves", &["--interval", "1"], fixture("realloc_loop"), &["20000"], 0),
+        ("sampled", &["--interval", "512"], fixture("worst_case"), &["200000"], 0),
+        ("abort", &["--interval", "1"], fixture("crash"), &["abort"], 128 + libc::SIGABRT),
+        ("quick", &["--interval", "1"], fixture("crash"), &["_exit"], 7),
+        ("tree", &["--interval", "64", "--follow-forks"], fixture("forker"), &["noexec"], 0),
+    ];
+    for (name, opts, prog, args, code) in runs {
+        let dir = scratch(&format!("one-fold-{name}"));
+        let opts: Vec<&str> = opts.iter().copied().chain(["-o", "f.mprof"]).collect();
+        let out = record(&dir, &opts, &prog, args);
+        assert_ok(&out, code);
+        let recorded = text(&out.stderr);
+        let report = Command::new(MEMPROF)
+            .current_dir(&dir)
+            .args(["report", "f.mprof", "--html", "again.html"])
+            .output()
+            .unwrap();
+        assert!(report.status.success(), "{name}: {}", text(&report.stderr));
+        let table = text(&report.stdout);
+        let (want, got) = (lines(&table), lines(&recorded));
+        assert!(want.len() > 3, "{name}: {table}");
+        let found = got.windows(want.len()).any(|w| w == want.as_slice());
+        assert!(found, "{name}: record printed\n{recorded}\nreport printed\n{table}");
+        let (a, b) = (dir.join("f.mprof.html"), dir.join("again.html"));
+        let same = std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap();
+        assert!(same, "{name}: {} and {} differ", a.display(), b.display());
+    }
+}
