@@ -18,7 +18,7 @@ pub struct LoadOptions {
     /// read (a child that exec'd or died before its first flush) is left out, with a
     /// warning, rather than failing the whole load.
     pub recorded: bool,
-    /// Keep each process's timeline, which the HTML page reads ([`super::timeline`]).
+    /// Keep each process's timeline, which the HTML page reads (`profile/timeline.rs`).
     pub timeline: bool,
 }
 

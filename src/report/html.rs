@@ -6,7 +6,7 @@
 //!
 //! # 1. Pre-aggregation
 //! A page cannot replay ten million events, so the fold that read or recorded the profile
-//! also folded the heap over time by stack ([`crate::profile::timeline`]): at most
+//! also folded the heap over time by stack (`profile/timeline.rs`): at most
 //! [`BUCKETS`] buckets of `w` nanoseconds (the stream's time unit times a power of two),
 //! bucket `i` covering `[i·w, (i+1)·w)`, and every sampled block in one *cell*: (its
 //! stack, the bucket it was allocated in, the bucket it was freed in or "never" = the

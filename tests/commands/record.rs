@@ -1292,7 +1292,8 @@ fn lines(s: &str) -> Vec<&str> {
 /// program killed by a signal, one ended by `_exit`, and a process tree.
 #[test]
 fn record_reports_what_report_reads_from_its_file() {
-    let runs: [(&str, &[&str], PathBuf, &[&str], i32); 6] = [
+    type Run<'a> = (&'a str, &'a [&'a str], PathBuf, &'a [&'a str], i32);
+    let runs: [Run; 6] = [
         ("timed", &["--interval", "1"], fixture("timed"), &[], 0),
         ("moves", &["--interval", "1"], fixture("realloc_loop"), &["20000"], 0),
         ("sampled", &["--interval", "512"], fixture("worst_case"), &["200000"], 0),
