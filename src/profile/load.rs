@@ -82,10 +82,12 @@ pub(crate) struct Page {
 }
 
 impl Process {
-    /// `p`'s totals; `page`: with what a tree's page shows of it (when it kept a timeline).
-    fn of(file: &std::path::Path, p: &Profile, page: bool) -> Process {
-        let page = match (&p.timeline, page) {
-            (Some(tl), true) => {
+    /// `p`'s totals; `page`: with what a tree's page shows of it, its timeline moved there
+    /// (when it kept one: the merge of a tree keeps none).
+    fn of(file: &std::path::Path, p: &mut Profile, page: bool) -> Process {
+        let timeline = if page { p.timeline.take() } else { None };
+        let page = match timeline {
+            Some(tl) => {
                 let mut peak_live: Vec<(super::StackId, u64)> = Vec::new();
                 if let Some(at_peak) = p.peak_live() {
                     let mut by_stack: std::collections::BTreeMap<super::StackId, u64> =
@@ -97,7 +99,7 @@ impl Process {
                     peak_live.extend(by_stack);
                 }
                 Some(std::sync::Arc::new(Page {
-                    timeline: (**tl).clone(),
+                    timeline: *tl,
                     start_unix_ns: p.header.start_unix_ns,
                     cmdline: p.header.cmdline.clone(),
                     stacks: p.stacks.len() as super::StackId,
@@ -105,7 +107,7 @@ impl Process {
                     peak_live,
                 }))
             }
-            _ => None,
+            None => None,
         };
         let h = &p.header;
         let executable = if h.executable.is_empty() {
@@ -207,7 +209,7 @@ pub(crate) fn load_with_folded(
         }
         labels.push(format!("{}: {} samples", f.display(), p.counts.samples));
         names.push(f.display().to_string());
-        processes.push(Process::of(f, &p, files.len() > 1));
+        processes.push(Process::of(f, &mut p, files.len() > 1));
         profiles.push(p);
     }
     let mut profile = super::merge::merge(profiles, &names)?;

@@ -338,21 +338,7 @@ pub fn write_tree_html(
         })?;
         let offset = own.start_unix_ns.saturating_sub(profile.header.start_unix_ns);
         let moved = own.timeline.on_grid(grid.w, grid.buckets, offset);
-        let mut p = Pass::empty(grid.w, grid.buckets);
-        p.add(&moved, profile, base, &mut tree);
-        for (k, c) in &p.cells {
-            let e = all.cells.entry(*k).or_default();
-            e.k = e.k.wrapping_add(c.k);
-            e.n += c.n;
-        }
-        for (node, k) in &p.short {
-            *all.short.entry(*node).or_default() += k;
-        }
-        for b in 0..grid.buckets as usize {
-            all.alloc[b] += p.alloc[b];
-            all.freed[b] += p.freed[b];
-            all.live_max[b] += p.live_max[b];
-        }
+        all.add(&moved, profile, base, &mut tree);
         for &(stack, k) in &own.peak_live {
             *peak_k.entry(tree.node(profile, base + stack)).or_default() += k;
         }
@@ -382,10 +368,12 @@ pub fn write_tree_html(
         procs.num(pr.allocated);
         procs.key("peak");
         procs.nums([own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64]);
+        // Its own timeline, on the tree's buckets.
+        let n = grid.buckets as usize;
         procs.key("max");
-        procs.nums(p.live_max.iter().copied());
+        procs.nums(moved.live_max().into_iter().take(n));
         procs.key("alloc");
-        procs.nums(p.alloc.iter().copied());
+        procs.nums(moved.alloc.iter().copied().take(n));
         procs.raw("}");
         base += own.stacks;
     }
