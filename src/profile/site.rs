@@ -158,13 +158,24 @@ pub fn is_runtime_module(path: &str) -> bool {
 /// a local toolchain's `…/lib/rustlib/src/rust/library/core/src/…`, its vendored crates
 /// under `/rust/deps/`) and of a registry's `hashbrown` (`…/hashbrown-0.15.2/src/…`).
 pub fn is_plumbing_file(file: &str) -> bool {
-    // `pat` at the start of the path or of one of its components.
-    let component =
-        |pat: &str| file.match_indices(pat).any(|(i, _)| i == 0 || file.as_bytes()[i - 1] == b'/');
-    ["library/alloc/src/", "library/core/src/", "library/std/src/"].iter().any(|p| component(p))
-        || file.starts_with("/rust/deps/")
-        || component("hashbrown-")
-        || ALLOCATOR_CRATES.iter().any(|c| crate_copy(file, c))
+    // Every pattern is looked for at the start of the path or of one of its components
+    // only: a report names every frame of every stack, and a substring search per pattern
+    // (a searcher built for each) was most of the time a large report spent naming sites.
+    const STD: [&str; 4] =
+        ["library/alloc/src/", "library/core/src/", "library/std/src/", "hashbrown-"];
+    file.starts_with("/rust/deps/")
+        || component_starts(file).any(|i| {
+            let rest = &file[i..];
+            STD.iter().any(|p| rest.starts_with(p))
+                || ALLOCATOR_CRATES.iter().any(|c| crate_copy_at(rest, c))
+        })
+}
+
+/// The offsets at which a component of `file` starts: 0 and each one after a `/` (so each
+/// is a character boundary).
+fn component_starts(file: &str) -> impl Iterator<Item = usize> + '_ {
+    let after_slash = file.bytes().enumerate().filter(|&(_, b)| b == b'/').map(|(i, _)| i + 1);
+    std::iter::once(0).chain(after_slash)
 }
 
 /// The crates of the global allocators that Rust programs link statically: a registry copy
@@ -180,19 +191,17 @@ const ALLOCATOR_CRATES: &[&str] = &[
     "libmimalloc-sys",
 ];
 
-/// True when a component of `file` is `krate-` followed by a version or a build hash (a
-/// digit, or for the `-sys` crates' build directories a hex digit): `mimalloc-0.1.52/`, not
-/// a project of the user's named `mimalloc-bench/`.
-fn crate_copy(file: &str, krate: &str) -> bool {
+/// True when `rest`, the path from the start of one of its components, is `krate-`
+/// followed by a version or a build hash (a digit, or for the `-sys` crates' build
+/// directories a hex digit): `mimalloc-0.1.52/`, not a project of the user's named
+/// `mimalloc-bench/`.
+fn crate_copy_at(rest: &str, krate: &str) -> bool {
     let sys = krate.ends_with("-sys");
-    file.match_indices(krate).any(|(i, _)| {
-        let starts = i == 0 || file.as_bytes()[i - 1] == b'/';
-        let rest = &file.as_bytes()[i + krate.len()..];
-        let next = rest.get(1).copied().unwrap_or(0);
-        starts
-            && rest.first() == Some(&b'-')
-            && (next.is_ascii_digit() || (sys && next.is_ascii_hexdigit()))
-    })
+    let Some(after) = rest.as_bytes().strip_prefix(krate.as_bytes()) else {
+        return false;
+    };
+    let next = after.get(1).copied().unwrap_or(0);
+    after.first() == Some(&b'-') && (next.is_ascii_digit() || (sys && next.is_ascii_hexdigit()))
 }
 
 /// The text of a demangled C++ name that says what function it is: the parameters and a
@@ -965,6 +974,84 @@ mod tests {
         }
         for name in ["fill", "main", "std::rt::lang_start", "xml_parse", "app::alloc_table"] {
             assert!(!re.is_match(name), "{name}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod plumbing_file_tests {
+    use super::*;
+
+    /// The search by substring that [`is_plumbing_file`] replaced: the same answer for
+    /// every path built from components that match, nearly match and overlap.
+    fn by_substring(file: &str) -> bool {
+        let component = |pat: &str| {
+            file.match_indices(pat).any(|(i, _)| i == 0 || file.as_bytes()[i - 1] == b'/')
+        };
+        let copy = |krate: &str| {
+            let sys = krate.ends_with("-sys");
+            file.match_indices(krate).any(|(i, _)| {
+                let starts = i == 0 || file.as_bytes()[i - 1] == b'/';
+                let rest = &file.as_bytes()[i + krate.len()..];
+                let next = rest.get(1).copied().unwrap_or(0);
+                starts
+                    && rest.first() == Some(&b'-')
+                    && (next.is_ascii_digit() || (sys && next.is_ascii_hexdigit()))
+            })
+        };
+        ["library/alloc/src/", "library/core/src/", "library/std/src/"].iter().any(|p| component(p))
+            || file.starts_with("/rust/deps/")
+            || component("hashbrown-")
+            || ALLOCATOR_CRATES.iter().any(|c| copy(c))
+    }
+
+    #[test]
+    fn components_agree_with_the_substring_search() {
+        let parts = [
+            "",
+            "rust",
+            "deps",
+            "library",
+            "alloc",
+            "src",
+            "core",
+            "std",
+            "liballoc",
+            "x",
+            "hashbrown-0.15.2",
+            "hashbrown",
+            "myhashbrown-1",
+            "mimalloc-0.1.52",
+            "mimalloc-bench",
+            "libmimalloc-sys-0.1.49",
+            "tikv-jemalloc-sys-83249cf5d07003ce",
+            "jemalloc-sys-f",
+            "tikv-jemallocator-0.6.1",
+            "jemallocator-x",
+            "lib.rs",
+            "é",
+            "mimalloc-",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let n = 1 + next() % 6;
+            let mut path = String::new();
+            if next() % 2 == 0 {
+                path.push('/');
+            }
+            for i in 0..n {
+                if i > 0 {
+                    path.push('/');
+                }
+                path.push_str(parts[(next() % parts.len() as u64) as usize]);
+            }
+            assert_eq!(is_plumbing_file(&path), by_substring(&path), "{path}");
         }
     }
 }
