@@ -552,6 +552,66 @@ pub fn drop_frames_pattern(skip: &SiteSkip) -> String {
     alternatives.join("|")
 }
 
+/// Which frames of one stack are plumbing ([`Profile::site`]'s rule), each found when first
+/// asked for, with the frames' modules.
+struct Plumbing<'p, 'f> {
+    profile: &'p Profile,
+    frames: &'f [FrameRef<'p>],
+    modules: Vec<Option<Option<&'p super::Module>>>,
+    known: Vec<Option<bool>>,
+}
+
+impl<'p, 'f> Plumbing<'p, 'f> {
+    fn new(profile: &'p Profile, frames: &'f [FrameRef<'p>]) -> Self {
+        let n = frames.len();
+        Plumbing { profile, frames, modules: vec![None; n], known: vec![None; n] }
+    }
+
+    fn module(&mut self, i: usize) -> Option<&'p super::Module> {
+        let (profile, frames) = (self.profile, self.frames);
+        *self.modules[i].get_or_insert_with(|| profile.module_of(frames[i].addr.saturating_sub(1)))
+    }
+
+    /// Frames `i` and `i + 1` are of one object.
+    fn same_object(&mut self, i: usize) -> bool {
+        if i + 1 >= self.frames.len() {
+            return false;
+        }
+        match (self.module(i), self.module(i + 1)) {
+            (Some(a), Some(b)) => std::ptr::eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Whether frame `i` is plumbing: a frame that depends on the next one (no symbols,
+    /// the same object, not plumbing by itself) has the next one's answer, so the walk
+    /// goes out until an answer is known and gives it to every frame it passed.
+    fn at(&mut self, i: usize) -> bool {
+        let mut passed = Vec::new();
+        let mut j = i;
+        let answer = loop {
+            if let Some(known) = self.known[j] {
+                break known;
+            }
+            let module = self.module(j);
+            if self.profile.is_plumbing(&self.frames[j], module) {
+                self.known[j] = Some(true);
+                break true;
+            }
+            if self.frames[j].resolved || !self.same_object(j) {
+                self.known[j] = Some(false);
+                break false;
+            }
+            passed.push(j);
+            j += 1;
+        };
+        for k in passed {
+            self.known[k] = Some(answer);
+        }
+        answer
+    }
+}
+
 impl Profile {
     /// True when a frame is allocation plumbing (the [module documentation](self)'s rule).
     /// `module` is the frame's ([`Profile::module_of`] its address), found once by the caller.
@@ -576,26 +636,19 @@ impl Profile {
         // An address without symbols called by plumbing of its own object is the
         // allocator's inside (a stripped library's static `sqlite3MemMalloc` under its
         // exported `sqlite3Malloc`). Plumbing of another object says nothing about it: a
-        // stripped program's `main` is called by the C library's start-up frames.
-        let modules: Vec<Option<&super::Module>> =
-            frames.iter().map(|f| self.module_of(f.addr.saturating_sub(1))).collect();
-        let mut plumbing = vec![false; frames.len()];
-        for i in (0..frames.len()).rev() {
-            let same_object = match (modules[i], modules.get(i + 1).copied().flatten()) {
-                (Some(a), Some(b)) => std::ptr::eq(a, b),
-                _ => false,
-            };
-            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false) && same_object;
-            plumbing[i] = self.is_plumbing(&frames[i], modules[i])
-                || (!frames[i].resolved && called_by_plumbing);
-        }
-        let index = plumbing.iter().position(|p| !p).unwrap_or(0);
+        // stripped program's `main` is called by the C library's start-up frames. So
+        // frame i is plumbing when it is by its own name, file or module, or when it has
+        // no symbols and frame i + 1, of the same object, is plumbing. Frames are looked at
+        // from the innermost and only as far as the answer needs (a site is most often a
+        // few frames in, and stacks can be a hundred deep).
+        let mut look = Plumbing::new(self, &frames);
+        let index = (0..frames.len()).find(|&i| !look.at(i)).unwrap_or(0);
         let f = &frames[index];
         let mut name: Cow<'_, str> = f.function.clone();
         if is_bare_closure(&name) {
             let owner = closure_owner(&name, frames[index + 1..].iter().map(|f| &*f.function));
             let outer = (index + 1..frames.len())
-                .find(|&j| !plumbing[j] && !is_bare_closure(&frames[j].function));
+                .find(|&j| !look.at(j) && !is_bare_closure(&frames[j].function));
             if let Some(owner) = owner {
                 name = Cow::Owned(format!("{owner}::{name}"));
             } else if let Some(j) = outer {
@@ -936,6 +989,82 @@ mod tests {
         assert_eq!(p.site(0).unwrap().index, 2);
         // Without plumbing above it, an unnamed frame is the site.
         assert_eq!(p.site_name(1), "libsqlite3.so.0+0x9100");
+    }
+
+    /// The rule of [`Profile::site`] as it was first written: every frame's answer, from
+    /// the outermost in. The lazy walk must find the same site in every stack.
+    fn eager_index(p: &Profile, stack: StackId) -> Option<usize> {
+        let frames = p.frame_refs(stack);
+        if frames.is_empty() {
+            return None;
+        }
+        let modules: Vec<Option<&Module>> =
+            frames.iter().map(|f| p.module_of(f.addr.saturating_sub(1))).collect();
+        let mut plumbing = vec![false; frames.len()];
+        for i in (0..frames.len()).rev() {
+            let same_object = match (modules[i], modules.get(i + 1).copied().flatten()) {
+                (Some(a), Some(b)) => std::ptr::eq(a, b),
+                _ => false,
+            };
+            let called_by_plumbing = plumbing.get(i + 1).copied().unwrap_or(false) && same_object;
+            plumbing[i] = p.is_plumbing(&frames[i], modules[i])
+                || (!frames[i].resolved && called_by_plumbing);
+        }
+        Some(plumbing.iter().position(|p| !p).unwrap_or(0))
+    }
+
+    #[test]
+    fn the_lazy_walk_finds_the_eager_rules_site() {
+        let c = |f: &str| Symbol { function: f.into(), file: None, line: None };
+        let named = [
+            (0x9020, vec![c("sqlite3Malloc")]),
+            (0x9040, vec![c("sqlite3BtreeInsert")]),
+            (0x7000_1000, vec![c("__strdup")]),
+            (0x60, vec![sym("app_new_block", "w.c")]),
+            (0x20, vec![sym("alloc", STD_ALLOC), sym("fill_table", MAIN)]),
+            (0x10, vec![sym("__rust_alloc", STD_ALLOC)]),
+        ];
+        let pool = [
+            0x9020,
+            0x9040,
+            0x9100,
+            0x9300,
+            0x7000_0100,
+            0x7000_2000,
+            0x7000_1000,
+            0x1100,
+            0x60,
+            0x20,
+            0x10,
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let stacks: Vec<Vec<u64>> = (0..3000)
+            .map(|_| {
+                (0..1 + next() % 8).map(|_| pool[(next() % pool.len() as u64) as usize]).collect()
+            })
+            .collect();
+        let refs: Vec<&[u64]> = stacks.iter().map(Vec::as_slice).collect();
+        let mut p = profile(&named, &refs);
+        p.modules.push(Module {
+            path: "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0".into(),
+            start: 0x9000,
+            end: 0xa000,
+            ..Default::default()
+        });
+        for id in 0..stacks.len() as StackId {
+            assert_eq!(
+                p.site(id).map(|s| s.index),
+                eager_index(&p, id),
+                "{:#x?}",
+                stacks[id as usize]
+            );
+        }
     }
 
     #[test]
