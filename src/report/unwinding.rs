@@ -4,7 +4,7 @@
 //! reports say so instead of showing that silently.
 #![forbid(unsafe_code)]
 
-use crate::profile::Profile;
+use crate::profile::{IdHash, Profile};
 
 /// Below this many samples a profile is too small to judge its stacks.
 const MIN_SAMPLES: u64 = 20;
@@ -15,11 +15,18 @@ const MIN_SAMPLES: u64 = 20;
 pub fn shallow_stacks_note(profile: &Profile) -> Option<String> {
     let mut shallow = 0u64;
     let mut all = 0u64;
+    // Per stack, not per (stack, size): a stack's frames are looked up once.
+    let mut by_stack: std::collections::HashMap<crate::profile::StackId, u64, IdHash> =
+        Default::default();
     for (&(stack, _), t) in &profile.allocated {
-        all += t.samples;
-        let frames = profile.frame_locations(stack);
+        *by_stack.entry(stack).or_default() += t.samples;
+    }
+    for (stack, samples) in by_stack {
+        all += samples;
+        // Borrowed frames: nothing is copied to count them.
+        let frames = profile.frame_refs(stack);
         if frames.iter().filter(|f| !f.inlined).count() <= 1 {
-            shallow += t.samples;
+            shallow += samples;
         }
     }
     if all < MIN_SAMPLES || shallow * 2 <= all {
