@@ -1037,13 +1037,9 @@ mod tests {
             0x20,
             0x10,
         ];
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.random::<u64>();
         let stacks: Vec<Vec<u64>> = (0..3000)
             .map(|_| {
                 (0..1 + next() % 8).map(|_| pool[(next() % pool.len() as u64) as usize]).collect()
@@ -1161,13 +1157,9 @@ mod plumbing_file_tests {
             "é",
             "mimalloc-",
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x2545_f491_4f6c_dd1d);
+        let mut next = move || rng.random::<u64>();
         for _ in 0..20_000 {
             let n = 1 + next() % 6;
             let mut path = String::new();

@@ -293,13 +293,9 @@ mod tests {
     /// grid from the start gives.
     #[test]
     fn widening_is_exact() {
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x1234_5678_9abc_def0);
+        let mut next = move || rng.random::<u64>();
         let unit = 64;
         let mut events = Vec::new();
         for i in 0..2000u64 {

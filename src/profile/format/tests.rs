@@ -954,13 +954,9 @@ fn events_as_stored_are_what_the_reader_gets_back() {
         p.header.interval = interval;
         p.stacks.push(Stack { frames: vec![1], truncated: false, label: 0 });
         let unit = super::time_unit_ns(interval);
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.random::<u64>();
         let mut events = Vec::new();
         let mut want = Vec::new();
         for i in 0..5_000u64 {
