@@ -52,9 +52,9 @@
 //! | `engine/push.rs` | the session's queue and the pushes into it: backpressure, deaths |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
-//! | `engine/live.rs` | the live table of sampled blocks (address → sample) and its filter |
+//! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
 //! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, and its table of the frees it refused (replayed by the consumer) |
-//! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`) |
+//! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
 //! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
 //! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
 //! | `engine/callstack/per_thread.rs` | the unwinder's per-thread state: the stack's top (queried once), remembered walks |
@@ -167,7 +167,7 @@
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
-//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve` |
+//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block) |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |
 //! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |

@@ -102,6 +102,113 @@ impl Converter {
         }
     }
 }
+/// The collector's own first (TSC, monotonic) pair, taken by [`reference`]: older than any
+/// session it reads, so it measures the TSC's rate over a longer stretch than the session's
+/// own start does.
+static REF_TSC: AtomicU64 = AtomicU64::new(0);
+static REF_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Takes this process's reference pair for [`Stable`] (once; call it early).
+pub(crate) fn reference() {
+    if REF_NS.load(Ordering::Relaxed) == 0 {
+        REF_TSC.store(rdtsc(), Ordering::Relaxed);
+        REF_NS.store(monotonic_ns(), Ordering::Relaxed);
+    }
+}
+
+/// Readings of the shortest segment of a [`Stable`] conversion, in ticks; a segment starting
+/// `t` ticks after the session start is `t` ticks long, up to [`LONGEST_SEGMENT`].
+const FIRST_SEGMENT: u64 = 1 << 20;
+/// See [`FIRST_SEGMENT`] (about 0.1 s at 2.5 GHz).
+const LONGEST_SEGMENT: u64 = 1 << 28;
+
+/// Converts another process's readings to session nanoseconds as a fixed function of the
+/// reading, for `memprof record`'s collector: a sampled block's free carries its
+/// allocation's raw reading (`live` §5), which is converted again when the free is read,
+/// and must give the very time its allocation's event was given, to the nanosecond (a
+/// [`Converter`], recalibrated at every drain, moves by microseconds). The readings are
+/// cut into segments of ticks, each converted at the TSC rate measured when a reading in
+/// it was first converted, and never again changed; a segment is about as long as the
+/// session had run when it starts (so it costs at most the error of a rate measured over
+/// that long), up to [`LONGEST_SEGMENT`].
+pub(crate) struct Stable {
+    params: Params,
+    /// (first tick after the session start, session ns then, ns per tick), in order.
+    segments: Vec<(u64, f64, f64)>,
+}
+
+impl Stable {
+    /// The conversion of the readings of a session with these parameters.
+    pub(crate) fn new(params: Params) -> Stable {
+        reference();
+        Stable { params, segments: Vec::new() }
+    }
+
+    /// Nanoseconds since the session start of `reading`.
+    pub(crate) fn session_ns(&mut self, reading: u64) -> u64 {
+        if !self.params.use_tsc {
+            return reading.wrapping_sub(self.params.start_ns);
+        }
+        // A reading is in the past (a hostile one from the future is taken as now, so it
+        // cannot make segments without end).
+        let now = rdtsc().saturating_sub(self.params.tsc0);
+        let ticks = reading.saturating_sub(self.params.tsc0).min(now);
+        let segment_len = |start: u64| start.clamp(FIRST_SEGMENT, LONGEST_SEGMENT);
+        loop {
+            let next = match self.segments.last() {
+                None => (0, 0.0),
+                Some(&(start, ns, scale)) => {
+                    let len = segment_len(start);
+                    if ticks < start + len {
+                        break;
+                    }
+                    (start + len, ns + len as f64 * scale)
+                }
+            };
+            self.segments.push((next.0, next.1, self.rate()));
+        }
+        let i = self.segments.partition_point(|s| s.0 <= ticks) - 1;
+        let (start, ns, scale) = self.segments[i];
+        (ns + (ticks - start) as f64 * scale) as u64
+    }
+
+    /// Nanoseconds per tick as measured now, over the longer of two stretches: since this
+    /// process's [`reference`] and since the session started. Too short a stretch to
+    /// measure (a session read at once, in a process that took its reference just now) is
+    /// waited out, once per process: at most [`MIN_STRETCH`] ticks.
+    fn rate(&self) -> f64 {
+        let stretches = || {
+            let (t, m) = (rdtsc(), monotonic_ns());
+            let since = |tsc: u64, ns: u64| (t.wrapping_sub(tsc), m.wrapping_sub(ns));
+            let own = since(REF_TSC.load(Ordering::Relaxed), REF_NS.load(Ordering::Relaxed));
+            let session = since(self.params.tsc0, self.params.start_ns);
+            // A wrapped difference (a reference taken after the reading) is no stretch.
+            let valid = |s: (u64, u64)| s.0 < (1 << 62) && s.1 < (1 << 62);
+            match (valid(own), valid(session)) {
+                (true, true) => own.max(session),
+                (true, false) => own,
+                (false, true) => session,
+                (false, false) => (0, 0),
+            }
+        };
+        let deadline = monotonic_ns() + 10_000_000;
+        let mut best = stretches();
+        while best.0 <= MIN_STRETCH && monotonic_ns() < deadline {
+            std::hint::spin_loop();
+            best = stretches();
+        }
+        if best.0 > MIN_STRETCH {
+            best.1 as f64 / best.0 as f64
+        } else {
+            // No counter moving at a measurable rate: take it as 1 GHz.
+            1.0
+        }
+    }
+}
+
+/// The shortest stretch, in ticks, a [`Stable`] conversion measures the TSC's rate over.
+const MIN_STRETCH: u64 = 1_000_000;
+
 /// [`monotonic_ns`] when the running (or last) session started.
 pub(crate) fn start_ns() -> u64 {
     START_NS.load(Ordering::Relaxed)
@@ -113,4 +220,40 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC is always supported.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// A reading converts to the same nanoseconds every time, however many segments were
+    /// made since and however the measured rate moved; readings in order convert in order;
+    /// and the times agree with a fresh [`Converter`]'s to within a hundredth.
+    #[test]
+    fn a_reading_converts_the_same_every_time() {
+        reference();
+        let params = Params { use_tsc: true, tsc0: rdtsc(), start_ns: monotonic_ns() };
+        let mut stable = Stable::new(params);
+        let mut seen: Vec<(u64, u64)> = Vec::new();
+        let t0 = monotonic_ns();
+        while monotonic_ns() - t0 < 60_000_000 {
+            let r = rdtsc();
+            seen.push((r, stable.session_ns(r)));
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        assert!(stable.segments.len() > 5, "{} segments", stable.segments.len());
+        for w in seen.windows(2) {
+            assert!(w[0].1 <= w[1].1, "in order: {w:?}");
+        }
+        let fresh = Converter::with(params);
+        for &(r, ns) in &seen {
+            assert_eq!(stable.session_ns(r), ns, "reading {r} again");
+            let other = fresh.session_ns(r) as f64;
+            assert!((ns as f64 - other).abs() <= 0.01 * other + 50_000.0, "{ns} vs {other}");
+        }
+        // A reading from the future is taken as now: no segments without end.
+        let before = stable.segments.len();
+        stable.session_ns(u64::MAX);
+        assert!(stable.segments.len() <= before + 1);
+    }
 }

@@ -39,7 +39,7 @@ use crate::engine::callstack::{self, Captured};
 use crate::engine::clock;
 use crate::engine::live::{self, Entry, Insert};
 use crate::engine::lost::skipped;
-use crate::engine::push::{push, push_death, push_frameless};
+use crate::engine::push::{push, push_alloc, push_death};
 use crate::engine::queue::{Event, EventKind};
 use crate::engine::sampler::Hit;
 use crate::sys::errno::SavedErrno;
@@ -166,6 +166,8 @@ pub(crate) fn record_alloc_inline(
             None => callstack::capture(&mut frames, depth, caller),
         }
         let id = hit.id;
+        let time = clock::now();
+        let truncated = frames.truncated();
         let event = Event {
             kind: EventKind::Alloc,
             epoch: hit.epoch,
@@ -173,27 +175,36 @@ pub(crate) fn record_alloc_inline(
             thread: hit.thread,
             // The one thread-local word the sample path reads for the span (label.rs).
             label: crate::engine::label::current(),
-            time_ns: clock::now(),
+            time_ns: time,
             addr,
             size,
             k: hit.k,
-            truncated: frames.truncated(),
+            truncated,
         };
+        // What the block's free will name (`live` §5).
+        let stack = crate::engine::callstack::frames::key(frames.frames(), truncated);
+        let entry = Entry::new(id, hit.epoch, stack, time, size as u64, hit.k);
         // The live-table entry goes in before the event: its lock's exchange is a full
         // fence, which after the slot's ~200 bytes of stores would wait for all of them
         // to drain. The block cannot be freed before this returns, so the order is free.
-        match live::insert(addr, Entry::new(id, hit.epoch)) {
+        match live::insert(addr, entry) {
             Insert::Reentrant => skipped(),
-            tracked => {
-                if !push(q, event, frames.frames()) {
-                    // Lost event: no dealloc event must follow for it either.
+            tracked => match push_alloc(q, event, frames.frames()) {
+                // Lost event: no dealloc event must follow for it either.
+                None => {
                     if tracked == Insert::Done {
                         live::remove(addr);
                     }
-                } else if tracked == Insert::NoMemory {
-                    UNTRACKED.fetch_add(1, Ordering::Relaxed);
                 }
-            }
+                Some(pushed) => {
+                    if tracked == Insert::NoMemory {
+                        UNTRACKED.fetch_add(1, Ordering::Relaxed);
+                    } else if pushed != time {
+                        // Pushed after a wait for room, with a later time.
+                        live::retime(addr, id, pushed);
+                    }
+                }
+            },
         }
     }
     saved.restore();
@@ -211,7 +222,7 @@ pub(crate) fn record_free(entry: Entry) {
 /// Queues the death, at clock reading `time`, of a sampled block.
 #[inline(always)]
 pub(crate) fn record_death(entry: Entry, time: u64) {
-    push_death(entry.epoch, entry.id, time)
+    push_death(&entry, time)
 }
 
 /// [`record_free`], inlined: for a caller that is a slow path already (the preload
@@ -269,20 +280,9 @@ fn queue_move(entry: Entry, addr: usize, size: usize, time: u64) {
     let Some(q) = queue() else {
         return;
     };
-    let event = Event {
-        kind: EventKind::Move,
-        epoch: entry.epoch,
-        id: entry.id,
-        thread: 0,
-        label: 0,
-        time_ns: time,
-        addr,
-        size,
-        k: 0,
-        truncated: false,
-    };
+    let (event, words) = Event::moved(&entry, addr, size, time);
     // A move lost to a full queue loses nothing a report needs (§2).
-    push_frameless(q, event);
+    push(q, event, &words);
 }
 
 /// A reallocation failed: the old block, taken out of the table before it, is still live

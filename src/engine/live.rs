@@ -62,6 +62,16 @@
 //! no other thread writes them meanwhile; a nested handler claims a slot with one atomic
 //! compare-and-swap (one instruction, which no signal splits). The owner releases with a
 //! plain store, after the handler's writes in program order, so the next owner sees them.
+//!
+//! # 5. What a free names
+//! An entry holds, besides the sample's id and epoch, what the block's free (or move) must
+//! say for a consumer to take it out of its aggregates: the key of the allocating stack,
+//! the allocation's clock reading, the sampled size and the sample points. They travel
+//! with the death's event ([`Event::death`](crate::engine::queue::Event::death)), so
+//! `memprof record`'s collector keeps no map from sample ids to blocks of its own: in the
+//! exact mode, where every block is sampled, that map held every live block of the
+//! program a second time, outside it. The slot is 56 bytes instead of 24; the table holds
+//! sampled blocks only.
 
 use core::cell::UnsafeCell;
 use core::mem::size_of;
@@ -76,8 +86,8 @@ pub const FILTER_SHIFT: u32 = 4;
 pub const FILTER_MASK: usize = FILTER_LEN - 1;
 const SHARD_BITS: u32 = 6;
 const SHARDS: usize = 1 << SHARD_BITS;
-/// A first table fills one page (see [`Slot`]'s size).
-const MIN_CAP: usize = 128;
+/// A first table fits in one page (see [`Slot`]'s size).
+const MIN_CAP: usize = 64;
 /// Deferred frees a shard holds (§4).
 pub(crate) const DEFERRED: usize = 8;
 
@@ -88,20 +98,30 @@ pub(crate) const DEFERRED: usize = 8;
 #[doc(hidden)]
 pub static FILTER: [AtomicU8; FILTER_LEN] = [const { AtomicU8::new(0) }; FILTER_LEN];
 
-/// What the table keeps for a sampled block.
+/// What the table keeps for a sampled block: its sample, and what its free or move must
+/// name (§5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// Sample id.
     pub id: u64,
     /// Session epoch of the sample.
     pub epoch: u64,
+    /// The allocation's call-stack key ([`key`](crate::engine::callstack::frames::key)).
+    pub stack: u64,
+    /// The clock reading of the allocation, as its event carried it.
+    pub time: u64,
+    /// The size the block was sampled at (a move keeps it: the sample's size).
+    pub size: u64,
+    /// Sample points in the block.
+    pub k: u64,
 }
 
 impl Entry {
-    /// A sample's entry.
+    /// The entry of a sample (the sampler's `id`, `epoch` and `k`) of `size` bytes,
+    /// allocated at clock reading `time` by the stack of key `stack`.
     #[inline(always)]
-    pub fn new(id: u64, epoch: u64) -> Entry {
-        Entry { id, epoch }
+    pub fn new(id: u64, epoch: u64, stack: u64, time: u64, size: u64, k: u64) -> Entry {
+        Entry { id, epoch, stack, time, size, k }
     }
 }
 
@@ -231,7 +251,7 @@ fn take_deferred(shard: &Shard, table: &mut Table) {
         d.addr.store(0, Ordering::Relaxed);
         if let Some(entry) = table.take(addr) {
             filter_dec(filter_index(addr));
-            crate::engine::push::push_death(entry.epoch, entry.id, time);
+            crate::engine::push::push_death(&entry, time);
         }
     }
 }
@@ -464,6 +484,38 @@ pub(crate) fn get(addr: usize) -> Option<Entry> {
     .flatten()
 }
 
+/// Sets the allocation time of sample `id`'s entry at `addr` to `time`: its event waited
+/// for room in a full queue and was pushed with a later reading (`push::retimed`), which
+/// the block's free must name. Nothing happens when this thread holds the shard (a signal
+/// handler, §4): the free then names the first reading, and the consumer counts the block's
+/// death as one it cannot place.
+#[cold]
+#[inline(never)]
+pub(crate) fn retime(addr: usize, id: u64, time: u64) {
+    let fi = filter_index(addr);
+    let _ = with_shard(shard_index(fi), |t| {
+        if t.cap == 0 {
+            return;
+        }
+        let mask = t.cap - 1;
+        let mut i = (hash(addr) as usize) & mask;
+        loop {
+            let s = t.slot(i);
+            // SAFETY: i <= mask < cap; the shard's lock is held.
+            unsafe {
+                if (*s).addr == 0 {
+                    return;
+                }
+                if (*s).addr == addr && (*s).entry.id == id {
+                    (*s).entry.time = time;
+                    return;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    });
+}
+
 /// Removes and returns the sample of the block at `addr`, if it is a sampled block.
 /// The common case (not sampled) costs one load.
 #[inline]
@@ -570,16 +622,22 @@ pub(crate) fn unlock_all() {
 mod tests {
     use super::*;
 
+    /// An entry whose every field differs from the same field of another id's, so that a
+    /// round trip shows the whole entry kept.
+    fn entry(id: u64, epoch: u64) -> Entry {
+        Entry::new(id, epoch, id ^ 0x5a5a_5a5a_5a5a, id.wrapping_mul(3), id + 16, id % 7 + 1)
+    }
+
     // The table is process-global; each test uses its own address range.
 
     #[test]
     fn insert_remove_many() {
         let base = 0x7000_0000_0000usize;
         for i in 0..10_000usize {
-            assert_eq!(insert(base + i * 16, Entry::new(i as u64, 7)), Insert::Done);
+            assert_eq!(insert(base + i * 16, entry(i as u64, 7)), Insert::Done);
         }
         for i in (0..10_000usize).rev() {
-            assert_eq!(remove(base + i * 16), Some(Entry::new(i as u64, 7)));
+            assert_eq!(remove(base + i * 16), Some(entry(i as u64, 7)));
             assert_eq!(remove(base + i * 16), None);
         }
     }
@@ -592,7 +650,7 @@ mod tests {
                     let base = 0x6000_0000_0000usize + t * 0x1000_0000;
                     for round in 0..2_000u64 {
                         for i in 0..50usize {
-                            assert_eq!(insert(base + i * 32, Entry::new(round, 1)), Insert::Done);
+                            assert_eq!(insert(base + i * 32, entry(round, 1)), Insert::Done);
                         }
                         for i in 0..50usize {
                             assert_eq!(remove(base + i * 32).map(|e| e.id), Some(round));
@@ -619,23 +677,23 @@ mod tests {
         let a = in_shard(5, 0x5000_0000_0000);
         let b = in_shard(5, a + 16);
         let c = in_shard(5, b + 16);
-        assert_eq!(insert(a, Entry::new(1, 3)), Insert::Done);
-        assert_eq!(insert(c, Entry::new(3, 3)), Insert::Done);
+        assert_eq!(insert(a, entry(1, 3)), Insert::Done);
+        assert_eq!(insert(c, entry(3, 3)), Insert::Done);
         let inside = with_shard(5, |_| {
             // The "handler": frees a and c, then allocates b and samples it.
-            (remove(a), remove(c), insert(b, Entry::new(2, 3)))
+            (remove(a), remove(c), insert(b, entry(2, 3)))
         });
         assert_eq!(inside, Some((None, None, Insert::Reentrant)));
         // The interrupted owner took the deferred blocks out as it released the shard.
         assert!(!TABLE[5].pending.load(Ordering::Relaxed));
         assert_eq!(remove(a), None);
         assert_eq!(remove(c), None);
-        assert_eq!(insert(b, Entry::new(2, 3)), Insert::Done);
-        assert_eq!(remove(b), Some(Entry::new(2, 3)));
+        assert_eq!(insert(b, entry(2, 3)), Insert::Done);
+        assert_eq!(remove(b), Some(entry(2, 3)));
         // A reentrant call on another shard goes through.
         let d = in_shard(6, 0x5100_0000_0000);
-        assert_eq!(with_shard(5, |_| insert(d, Entry::new(4, 3))), Some(Insert::Done));
-        assert_eq!(remove(d), Some(Entry::new(4, 3)));
+        assert_eq!(with_shard(5, |_| insert(d, entry(4, 3))), Some(Insert::Done));
+        assert_eq!(remove(d), Some(entry(4, 3)));
     }
 
     /// More deferred frees than slots: the rest stay in the table (and are counted as
@@ -647,7 +705,7 @@ mod tests {
         let mut at = 0x5200_0000_0000;
         for i in 0..DEFERRED + 2 {
             at = in_shard(9, at + 16);
-            assert_eq!(insert(at, Entry::new(i as u64, 3)), Insert::Done);
+            assert_eq!(insert(at, entry(i as u64, 3)), Insert::Done);
             addrs.push(at);
         }
         let _ = with_shard(9, |_| {

@@ -6,6 +6,7 @@
 //! signal handler deferred through [`push_death`] (`live` §4).
 
 use crate::engine::clock::{self, monotonic_ns};
+use crate::engine::live::Entry;
 use crate::engine::queue::{Event, EventKind, Queue};
 use crate::sys::errno::SavedErrno;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -47,13 +48,23 @@ pub(crate) fn queue() -> Option<&'static Queue> {
 /// fields go straight from registers into the slot (see [`Queue::try_push`]).
 #[inline(always)]
 pub(crate) fn push(q: &Queue, event: Event, frames: &[usize]) -> bool {
-    q.try_push(event, frames) || push_full(q, &event, frames)
+    q.try_push(event, frames) || push_full(q, &event, frames).is_some()
 }
 
-/// [`push`] when the queue is full.
+/// [`push`] for an allocation: the clock reading its event was pushed with (a later one
+/// than `event`'s after a wait for room, see [`retimed`]), `None` when it was lost.
+#[inline(always)]
+pub(crate) fn push_alloc(q: &Queue, event: Event, frames: &[usize]) -> Option<u64> {
+    if q.try_push(event, frames) {
+        return Some(event.time_ns);
+    }
+    push_full(q, &event, frames)
+}
+
+/// [`push`] when the queue is full: the time of the event pushed.
 #[cold]
 #[inline(never)]
-fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> bool {
+fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
     // The clock and the sleep below may set errno; the sample path keeps it.
     let saved = SavedErrno::save();
     let pushed = push_waiting(q, event, frames);
@@ -72,37 +83,39 @@ fn retimed(e: &Event) -> Event {
     }
 }
 
-fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> bool {
+fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
     // A signal handler whose thread's own push holds the consumer up: no wait frees room.
     if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
         let wait_ns = crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000);
         let waiting = || WAIT_WHEN_FULL.load(Ordering::Relaxed) && consumer_alive();
-        if wait_for_room(q, event, frames, wait_ns, waiting) {
-            return true;
+        if let Some(time) = wait_for_room(q, event, frames, wait_ns, waiting) {
+            return Some(time);
         }
     }
-    if q.push(&retimed(event), frames) {
-        return true;
+    let last = retimed(event);
+    if q.push(&last, frames) {
+        return Some(last.time_ns);
     }
     // A free that did not fit: kept for the consumer to replay, so that its block does not
     // stay live forever in the profile (`queue` §3).
     if event.kind == EventKind::Dealloc {
-        q.keep_lost_free(event.epoch, event.id, event.time_ns);
+        q.keep_lost_free(event);
     }
-    false
+    None
 }
 
 /// Retries the push into a full queue every 50 µs while `waiting()` holds, until the
 /// consumer has made no progress for `wait_ns`: the deadline restarts whenever the
 /// consumer's head moves, so a thread that other producers beat to the room a busy
-/// consumer frees is not taken for one facing a stuck consumer. True once pushed.
+/// consumer frees is not taken for one facing a stuck consumer. The event's time once
+/// pushed.
 fn wait_for_room(
     q: &Queue,
     event: &Event,
     frames: &[usize],
     wait_ns: u64,
     waiting: impl Fn() -> bool,
-) -> bool {
+) -> Option<u64> {
     let mut head = q.head();
     let mut deadline = monotonic_ns().saturating_add(wait_ns);
     while waiting() {
@@ -112,39 +125,28 @@ fn wait_for_room(
             head = moved;
             deadline = now.saturating_add(wait_ns);
         } else if now >= deadline {
-            return false;
+            return None;
         }
         let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
         // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
         unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
-        if q.try_push(retimed(event), frames) {
-            return true;
+        let e = retimed(event);
+        if q.try_push(e, frames) {
+            return Some(e.time_ns);
         }
     }
-    false
+    None
 }
 
-/// Queues the death, at clock reading `time`, of sample `id` of epoch `epoch`: a sampled
-/// block was freed (also for a free that a signal handler deferred, see
+/// Queues the death, at clock reading `time`, of the sampled block of live-table entry
+/// `entry`: the block was freed (also for a free that a signal handler deferred, see
 /// [`live`](crate::engine::live) §4).
 #[inline(always)]
-pub(crate) fn push_death(epoch: u64, id: u64, time: u64) {
+pub(crate) fn push_death(entry: &Entry, time: u64) {
     let Some(q) = queue() else {
         return;
     };
-    let event = Event {
-        kind: EventKind::Dealloc,
-        epoch,
-        id,
-        thread: 0,
-        label: 0,
-        time_ns: time,
-        addr: 0,
-        size: 0,
-        k: 0,
-        truncated: false,
-    };
-    push_frameless(q, event);
+    push_frameless(q, Event::death(entry, time));
 }
 
 /// Pushes an event without frames (a death or a move).
@@ -186,7 +188,7 @@ mod tests {
             let pushed = wait_for_room(&q, &ev(3), &[], 200_000_000, || true);
             let waited = t0.elapsed();
             stop.store(true, Ordering::Relaxed);
-            assert!(pushed, "gave up after {waited:?}");
+            assert!(pushed.is_some(), "gave up after {waited:?}");
         });
     }
 
@@ -196,7 +198,7 @@ mod tests {
         let q = Queue::new(2, 1).unwrap();
         assert!(q.push(&ev(0), &[]) && q.push(&ev(1), &[]));
         let t0 = std::time::Instant::now();
-        assert!(!wait_for_room(&q, &ev(3), &[], 50_000_000, || true));
+        assert!(wait_for_room(&q, &ev(3), &[], 50_000_000, || true).is_none());
         assert!(t0.elapsed().as_millis() >= 50);
     }
 }

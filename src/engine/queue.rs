@@ -30,7 +30,7 @@
 //! A refused allocation costs its sample only (the sample path forgets the block, so no
 //! free follows it). A refused free is worse: its block would stay live forever in every
 //! report (live bytes, leaks). So a free the queue refuses is kept in a second, smaller
-//! table beside the ring ([`LOST_FREES`] entries of sample id, epoch and time, in the
+//! table beside the ring ([`LOST_FREES`] entries, each the refused event, in the
 //! shared block, so `memprof record`'s collector sees it too), and the consumer replays it
 //! as a real free ([`Queue::take_lost_frees`]) once it has delivered the block's
 //! allocation. An entry is claimed by a compare-and-swap on its state word, written, then
@@ -47,6 +47,7 @@
 //! those of other sessions. One consumer drains at a time (a try-lock, so a callback that
 //! calls `poll` does not deadlock).
 
+use crate::engine::live::Entry;
 use crate::sys::padded::Padded;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -80,6 +81,14 @@ impl EventKind {
 
 /// One queued event. Plain data: `Copy`, no heap, `repr(C)` (a queue in shared memory is
 /// read by another build of this crate: the collector in `memprof record`).
+///
+/// A `Dealloc` or `Move` names its block as the live table holds it ([`live`] §5), in
+/// fields an allocation uses for itself: `thread` and `label` are the low and high halves
+/// of its stack key ([`Event::stack_key`]), `k` its sample points; a `Dealloc`'s `addr` is
+/// its allocation's clock reading and its `size` the sampled size; a `Move`'s two frames
+/// are those two ([`Event::moved`]).
+///
+/// [`live`]: crate::engine::live
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct Event {
@@ -105,6 +114,49 @@ pub struct Event {
     pub k: u64,
     /// The call stack was deeper than the depth (`Alloc` only).
     pub truncated: bool,
+}
+
+impl Event {
+    /// The death, at clock reading `time`, of the block of live-table entry `e`.
+    #[inline(always)]
+    pub(crate) fn death(e: &Entry, time: u64) -> Event {
+        Event {
+            kind: EventKind::Dealloc,
+            epoch: e.epoch,
+            id: e.id,
+            thread: e.stack as u32,
+            label: (e.stack >> 32) as u32,
+            time_ns: time,
+            addr: e.time as usize,
+            size: e.size as usize,
+            k: e.k,
+            truncated: false,
+        }
+    }
+
+    /// The move, at clock reading `time`, of the block of entry `e` to `addr` (now `size`
+    /// bytes), with the two words its frames carry.
+    #[inline(always)]
+    pub(crate) fn moved(e: &Entry, addr: usize, size: usize, time: u64) -> (Event, [usize; 2]) {
+        let event = Event {
+            kind: EventKind::Move,
+            epoch: e.epoch,
+            id: e.id,
+            thread: e.stack as u32,
+            label: (e.stack >> 32) as u32,
+            time_ns: time,
+            addr,
+            size,
+            k: e.k,
+            truncated: false,
+        };
+        (event, [e.size as usize, e.time as usize])
+    }
+
+    /// The stack key of a `Dealloc`'s or `Move`'s block (see [`Event`]).
+    pub fn stack_key(&self) -> u64 {
+        u64::from(self.thread) | u64::from(self.label) << 32
+    }
 }
 
 // The label went into the padding after `thread`: slots, and the shared rings of
@@ -161,11 +213,12 @@ fn owner_tag(pos: usize) -> usize {
     crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
 }
 
-/// [`Ctl::magic`] of an initialised block ("mpq2": the lost-free table follows the counters).
-const CTL_MAGIC: u64 = 0x6d70_7132_0000_0001;
+/// [`Ctl::magic`] of an initialised block ("mpq3": the lost-free table follows the counters,
+/// its entries whole deaths).
+const CTL_MAGIC: u64 = 0x6d70_7133_0000_0001;
 
-/// Entries of the lost-free table (§3), a power of two. At 32 bytes each the table takes
-/// 32 KiB of the block, touched only when frees are lost; it holds the frees refused
+/// Entries of the lost-free table (§3), a power of two. At 64 bytes each the table takes
+/// 64 KiB of the block, touched only when frees are lost; it holds the frees refused
 /// between two passes of a consumer that fell behind for a second or two.
 pub const LOST_FREES: usize = 1024;
 
@@ -186,6 +239,11 @@ struct LostFree {
     epoch: AtomicU64,
     id: AtomicU64,
     time: AtomicU64,
+    /// The block as [`Event::death`] names it.
+    stack: AtomicU64,
+    alloc: AtomicU64,
+    size: AtomicU64,
+    k: AtomicU64,
 }
 
 /// Room for the [`Ctl`] before the lost-free table.
@@ -527,13 +585,13 @@ impl Queue {
         unsafe { &*((self.ctl as *const u8).add(CTL_HEAD_BYTES) as *const LostFree).add(i) }
     }
 
-    /// Keeps a free the ring refused (the sample `id` of session `epoch` ended at clock
-    /// reading `time`) for the consumer to replay (§3). False when the table is full: the
+    /// Keeps a free the ring refused (`death`, a `Dealloc` event) for the consumer to
+    /// replay (§3). False when the table is full: the
     /// free is then counted as one of [`Queue::frees_unknown`]. Lock-free, async-signal-safe,
     /// no allocation; called only after a push failed.
     #[cold]
     #[inline(never)]
-    pub fn keep_lost_free(&self, epoch: u64, id: u64, time: u64) -> bool {
+    pub fn keep_lost_free(&self, death: &Event) -> bool {
         let c = self.ctl();
         if c.lost_frees_waiting.load(Ordering::Relaxed) < LOST_FREES {
             let start = c.lost_frees_hint.fetch_add(1, Ordering::Relaxed);
@@ -551,9 +609,13 @@ impl Queue {
                 {
                     continue;
                 }
-                e.epoch.store(epoch, Ordering::Relaxed);
-                e.id.store(id, Ordering::Relaxed);
-                e.time.store(time, Ordering::Relaxed);
+                e.epoch.store(death.epoch, Ordering::Relaxed);
+                e.id.store(death.id, Ordering::Relaxed);
+                e.time.store(death.time_ns, Ordering::Relaxed);
+                e.stack.store(death.stack_key(), Ordering::Relaxed);
+                e.alloc.store(death.addr as u64, Ordering::Relaxed);
+                e.size.store(death.size as u64, Ordering::Relaxed);
+                e.k.store(death.k, Ordering::Relaxed);
                 e.state.store(FREE_PUBLISHED, Ordering::Release);
                 c.lost_frees_waiting.fetch_add(1, Ordering::Release);
                 return true;
@@ -563,10 +625,10 @@ impl Queue {
         false
     }
 
-    /// Takes the frees kept in the lost-free table (§3) and runs `f(epoch, id, time)` on
-    /// each, in no particular order. The consumer replays each once the block's allocation
+    /// Takes the frees kept in the lost-free table (§3) and runs `f` on each (a `Dealloc`
+    /// event, as it was refused), in no particular order. The consumer replays each once the block's allocation
     /// has been delivered (it may still wait in the ring, behind a slot not yet published).
-    pub fn take_lost_frees(&self, mut f: impl FnMut(u64, u64, u64)) {
+    pub fn take_lost_frees(&self, mut f: impl FnMut(&Event)) {
         let c = self.ctl();
         if c.lost_frees_waiting.load(Ordering::Acquire) == 0 {
             return;
@@ -585,14 +647,18 @@ impl Queue {
             {
                 continue;
             }
-            let (epoch, id, time) = (
-                e.epoch.load(Ordering::Relaxed),
+            let entry = Entry::new(
                 e.id.load(Ordering::Relaxed),
-                e.time.load(Ordering::Relaxed),
+                e.epoch.load(Ordering::Relaxed),
+                e.stack.load(Ordering::Relaxed),
+                e.alloc.load(Ordering::Relaxed),
+                e.size.load(Ordering::Relaxed),
+                e.k.load(Ordering::Relaxed),
             );
+            let death = Event::death(&entry, e.time.load(Ordering::Relaxed));
             e.state.store(FREE_EMPTY, Ordering::Release);
             c.lost_frees_waiting.fetch_sub(1, Ordering::Relaxed);
-            f(epoch, id, time);
+            f(&death);
         }
     }
 
@@ -743,6 +809,17 @@ pub(crate) mod tests {
     use super::*;
 
     /// An allocation event of sample `id` (epoch 1, thread 1, 8 bytes) for the tests.
+    /// The death at `time` of a block whose every field tells it from another id's.
+    fn death(epoch: u64, id: u64, time: u64) -> Event {
+        let e = Entry::new(id, epoch, !id << 7 | 3, id * 5, id + 24, id % 5 + 1);
+        let d = Event::death(&e, time);
+        assert_eq!(
+            (d.stack_key(), d.addr, d.size, d.k),
+            (e.stack, e.time as usize, e.size as usize, e.k)
+        );
+        d
+    }
+
     pub(crate) fn ev(id: u64) -> Event {
         Event {
             kind: EventKind::Alloc,
@@ -864,21 +941,21 @@ pub(crate) mod tests {
     fn lost_frees_are_kept_until_the_table_is_full() {
         let q = Queue::new(2, 1).unwrap();
         for i in 0..LOST_FREES as u64 {
-            assert!(q.keep_lost_free(7, i, 1000 + i), "entry {i}");
+            assert!(q.keep_lost_free(&death(7, i, 1000 + i)), "entry {i}");
         }
-        assert!(!q.keep_lost_free(7, 9999, 1), "full");
-        assert!(!q.keep_lost_free(7, 9998, 1), "still full");
+        assert!(!q.keep_lost_free(&death(7, 9999, 1)), "full");
+        assert!(!q.keep_lost_free(&death(7, 9998, 1)), "still full");
         assert_eq!(q.frees_unknown(), 2);
         let mut taken = Vec::new();
-        q.take_lost_frees(|epoch, id, time| taken.push((epoch, id, time)));
-        taken.sort_unstable();
-        let all: Vec<_> = (0..LOST_FREES as u64).map(|i| (7, i, 1000 + i)).collect();
-        assert_eq!(taken, all, "every kept free, once, with its epoch and time");
-        q.take_lost_frees(|_, id, _| panic!("{id} taken twice"));
-        assert!(q.keep_lost_free(8, 5, 6), "room again");
+        q.take_lost_frees(|e| taken.push(*e));
+        taken.sort_unstable_by_key(|e| e.id);
+        let all: Vec<_> = (0..LOST_FREES as u64).map(|i| death(7, i, 1000 + i)).collect();
+        assert_eq!(taken, all, "every kept free, once, whole");
+        q.take_lost_frees(|e| panic!("{} taken twice", e.id));
+        assert!(q.keep_lost_free(&death(8, 5, 6)), "room again");
         let mut again = Vec::new();
-        q.take_lost_frees(|e, id, t| again.push((e, id, t)));
-        assert_eq!(again, [(8, 5, 6)]);
+        q.take_lost_frees(|e| again.push(*e));
+        assert_eq!(again, [death(8, 5, 6)]);
         assert_eq!(q.frees_unknown(), 2);
     }
 
@@ -892,10 +969,10 @@ pub(crate) mod tests {
         let (producer, consumer) = unsafe {
             (Queue::init_in(aligned, bytes, 4, 1).unwrap(), Queue::attach(aligned, bytes).unwrap())
         };
-        assert!(producer.keep_lost_free(1, 42, 43));
+        assert!(producer.keep_lost_free(&death(1, 42, 43)));
         let mut seen = Vec::new();
-        consumer.take_lost_frees(|e, id, t| seen.push((e, id, t)));
-        assert_eq!(seen, [(1, 42, 43)]);
+        consumer.take_lost_frees(|e| seen.push(*e));
+        assert_eq!(seen, [death(1, 42, 43)]);
     }
 
     #[test]

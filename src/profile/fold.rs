@@ -108,9 +108,26 @@ impl Profile {
 
     /// Folds in a free; a free of a block not live is counted as an orphan.
     pub fn add_free(&mut self, f: &Free) {
-        if !self.unlive(f.stack, f.size, f.k, f.alloc_ns) {
+        if !self.try_free(f) {
             self.counts.orphans += 1;
-            return;
+        }
+    }
+
+    /// True when a block of the free's stack, size and allocation unit, with at least its
+    /// sample points, is live: what [`Profile::add_free`] and [`Profile::add_move`] look
+    /// for.
+    pub(crate) fn holds(&self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
+        let unit = alloc_ns / self.header.time_unit_ns.max(1);
+        let live = self.live_by_time.index.get(&(stack, size, unit));
+        live.is_some_and(|t| t.samples > 0 && t.k >= k)
+    }
+
+    /// [`Profile::add_free`], but a free of a block not live changes nothing and returns
+    /// false (a collector that was told of a block's free before its allocation keeps it
+    /// for later).
+    pub(crate) fn try_free(&mut self, f: &Free) -> bool {
+        if !self.unlive(f.stack, f.size, f.k, f.alloc_ns) {
+            return false;
         }
         self.counts.frees += 1;
         self.lifetimes.add(f);
@@ -137,13 +154,12 @@ impl Profile {
             }
         }
         self.note(f.time_ns, 0.0, bytes);
+        true
     }
 
     /// Folds in a move; a move of a block not live is counted as an orphan.
     pub fn add_move(&mut self, m: &Move) {
-        let unit = m.alloc_ns / self.header.time_unit_ns.max(1);
-        let live = self.live_by_time.index.get(&(m.stack, m.size, unit));
-        if live.is_some_and(|t| t.samples > 0 && t.k >= m.k) {
+        if self.holds(m.stack, m.size, m.k, m.alloc_ns) {
             self.counts.moves += 1;
         } else {
             self.counts.orphans += 1;

@@ -84,9 +84,10 @@ impl<T: Tracker> Drive for Driver<T> {
             }
             EventKind::Move => {
                 if let Some(token) = self.tokens.get_mut(&e.id) {
+                    // A move's `thread` and `label` carry its block's stack key (`queue`).
                     let r = Reallocation {
                         id: e.id,
-                        thread: e.thread,
+                        thread: 0,
                         time_ns: e.time_ns,
                         new_addr: e.addr,
                         new_size: e.size,
@@ -99,7 +100,8 @@ impl<T: Tracker> Drive for Driver<T> {
             EventKind::Dealloc => {
                 if let Some(token) = self.tokens.remove(&e.id) {
                     count(&DELIVERED_FREES);
-                    let d = Deallocation { id: e.id, thread: e.thread, time_ns: e.time_ns };
+                    // As for a move: `thread` is not the freeing thread's.
+                    let d = Deallocation { id: e.id, thread: 0, time_ns: e.time_ns };
                     if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
                         count(&CALLBACK_PANICS);
                     }

@@ -64,9 +64,9 @@ pub(super) fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize
     // (`queue` §3); a queue consumed in another process keeps them for its consumer.
     let mut frees = Vec::new();
     if !q.is_external() {
-        q.take_lost_frees(|e, id, time| {
-            if e == epoch {
-                frees.push((id, clock.session_ns(time)));
+        q.take_lost_frees(|e| {
+            if e.epoch == epoch {
+                frees.push((e.id, clock.session_ns(e.time_ns)));
             }
         });
     }

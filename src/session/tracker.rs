@@ -7,8 +7,8 @@ use crate::profile::GcCycle;
 /// A sampled call stack: return addresses, innermost first.
 #[derive(Clone, Copy, Debug)]
 pub struct Callstack<'a> {
-    pub(super) frames: &'a [usize],
-    pub(super) truncated: bool,
+    pub(crate) frames: &'a [usize],
+    pub(crate) truncated: bool,
 }
 
 impl<'a> Callstack<'a> {
@@ -53,7 +53,7 @@ pub struct Allocation<'a> {
 pub struct Reallocation {
     /// Sample id.
     pub id: u64,
-    /// Thread number within the session.
+    /// Always 0: the sample path does not note which thread moved a block.
     pub thread: u32,
     /// Nanoseconds since the session started.
     pub time_ns: u64,
@@ -68,7 +68,7 @@ pub struct Reallocation {
 pub struct Deallocation {
     /// Sample id.
     pub id: u64,
-    /// Thread number within the session.
+    /// Always 0: the sample path does not note which thread freed a block.
     pub thread: u32,
     /// Nanoseconds since the session started.
     pub time_ns: u64,

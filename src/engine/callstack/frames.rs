@@ -14,6 +14,34 @@
 use core::mem::{size_of, MaybeUninit};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
+/// A 64-bit key of a call stack (its frames, innermost first, and whether it was cut at
+/// the depth), computed on the sample path and kept in the live table with the block
+/// (`live` §5), so that a block's free names its stack without the consumer keeping a map
+/// of live blocks: `memprof record`'s collector computes the same key from the frames the
+/// allocation's event carried and finds the stack by it. Every frame counts (two stacks
+/// of an interpreter often differ only far from the allocation). Two lanes of
+/// multiply-rotate, so that the multiplies of neighbouring frames overlap: the sample path
+/// pays about a cycle and a half per frame. Not a defence against a hostile program,
+/// which can make its own keys collide anyway: a consumer that finds several stacks under
+/// one key tells them apart by what is live (`record/command/collect.rs` §5).
+#[inline]
+pub fn key(frames: &[usize], truncated: bool) -> u64 {
+    const M0: u64 = 0x9e37_79b9_7f4a_7c15;
+    const M1: u64 = 0xc2b2_ae3d_27d4_eb4f;
+    let mut a = M1 ^ frames.len() as u64;
+    let mut b = M0 ^ u64::from(truncated);
+    let mut pairs = frames.chunks_exact(2);
+    for p in &mut pairs {
+        a = (a ^ p[0] as u64).wrapping_mul(M0).rotate_left(31);
+        b = (b ^ p[1] as u64).wrapping_mul(M1).rotate_left(27);
+    }
+    if let [last] = pairs.remainder() {
+        a = (a ^ *last as u64).wrapping_mul(M0).rotate_left(31);
+    }
+    let h = (a ^ b.rotate_left(32)).wrapping_mul(M0);
+    h ^ (h >> 29)
+}
+
 /// Deep-stack buffers kept for reuse.
 const POOL_SLOTS: usize = 16;
 

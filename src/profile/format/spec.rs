@@ -92,7 +92,7 @@ pub(super) fn fine_life(unit: u64, age: i64) -> bool {
 }
 
 /// `t` as a stream of time unit `unit` (a power of two) stores it: in whole units.
-fn stored_ns(t: u64, unit: u64) -> u64 {
+pub(crate) fn stored_ns(t: u64, unit: u64) -> u64 {
     (t >> unit.trailing_zeros()) << unit.trailing_zeros()
 }
 

@@ -24,9 +24,23 @@
 //! last published event ([`Queue::drain_abandoned`]), the side log read to its end, and the
 //! file finished with its end record: a SIGKILL loses nothing that was sampled before it.
 //!
-//! # 5. Lost events
+//! # 5. Frees, and lost events
+//! The collector keeps no map of the program's live blocks. A free's event names its block
+//! as the program's live table holds it (`engine::live` §5): the key of its stack, its
+//! size, sample points and allocation time. The recorder keys the stacks it interns by the
+//! same function of their raw frames, so the key finds the stack, and the block is taken
+//! out of the aggregates by (stack, size, allocation unit). The allocation time is the
+//! program's raw clock reading, converted again: the conversion is a fixed function of the
+//! reading ([`Stable`]), so it gives the time the allocation's event was given. A key that names several
+//! stacks (two module generations with the same raw frames, or a hash collision) is
+//! resolved by which of them holds such a live block, newest first. A free that finds no
+//! live block is dropped, as one whose allocation was never read (a free before the
+//! allocation never comes through the ring: the program frees a block only after its
+//! allocation's event was published).
+//!
 //! After each drain the collector takes the frees the queue kept aside because they did not
-//! fit (`engine::queue` §3) and replays each once its block's allocation has been read. The
+//! fit (`engine::queue` §3) and folds each once its block's allocation has been read (its
+//! block is live). The
 //! file's Lost record counts what was lost, how many of those were frees replayed and how
 //! many frees were lost for good (the table was full: that many blocks may show as live);
 //! `record` says the same on stderr when anything was lost.
@@ -38,17 +52,17 @@
 //! named there give the missing modules ([`modules_of`]).
 
 use crate::config::Unwinder;
-use crate::engine::clock::Converter;
-use crate::engine::queue::{EventKind, Queue};
+use crate::engine::clock::Stable;
+use crate::engine::queue::{Event, EventKind, Queue};
 use crate::profile::{GcCycle, Module, Profile, Stopped};
 use crate::record::env;
 use crate::record::ring::{self, Ring};
-use crate::session::driver::{Drive, Driver};
 use crate::session::recorder::{ProcessFacts, Recorder};
-use crate::session::{Poll, SessionInfo, Stats, Tracker};
+use crate::session::{Allocation, Callstack, Poll, SessionInfo, Stats, Tracker};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,6 +192,8 @@ pub(crate) struct Collector {
 impl Collector {
     /// Starts collecting.
     pub(crate) fn start(plan: Plan) -> std::io::Result<Collector> {
+        // Before the program runs: the TSC's rate is then measured over its whole run.
+        crate::engine::clock::reference();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -215,7 +231,13 @@ struct Attached {
 struct Output {
     /// Stacks with frames outside every listed module were seen, not yet looked up.
     unknown: bool,
-    driver: Driver<Recorder>,
+    recorder: Recorder,
+    /// The process's clock readings to session time (the same every time: §5).
+    clock: Stable,
+    /// Frees the queue kept aside, waiting for their blocks' allocations (§5).
+    waiting: Vec<Event>,
+    /// Frees kept aside and folded since.
+    replayed: u64,
     epoch: u64,
     interval: f64,
     /// Bytes of the side log read so far.
@@ -252,12 +274,12 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
             let gone = look && (stopping || r.replaced || process_gone(r.pid, r.proc_start));
             let root = r.pid == plan.root_pid && r.image == 0;
             if let (Some(publish), Some(out), true) = (&plan.publish, &r.out, root) {
-                publish.offer(out.driver.tracker.profile(), false);
+                publish.offer(out.recorder.profile(), false);
             }
             if gone {
                 finish_ring(r, messages);
                 if let Some(out) = &mut r.out {
-                    let rec = &mut out.driver.tracker;
+                    let rec = &mut out.recorder;
                     if let (Some(publish), true) = (&plan.publish, root) {
                         publish.offer(rec.profile(), true);
                     }
@@ -452,7 +474,10 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
     recorder.started(&info);
     r.out = Some(Output {
         unknown: false,
-        driver: Driver::new(recorder),
+        recorder,
+        clock: Stable::new(r.ring.clock()),
+        waiting: Vec::new(),
+        replayed: 0,
         epoch: h.epoch.load(Ordering::Relaxed),
         interval,
         log_read: read,
@@ -502,13 +527,12 @@ fn drain(r: &mut Attached) -> usize {
         return 0;
     };
     let n = deliver(&r.queue, &r.ring, out, r.pid, false);
-    out.driver.after_poll(Poll::Periodic);
+    out.recorder.after_poll(Poll::Periodic);
     n
 }
 
 /// Hands the queue's events to the recorder; `abandoned`: the process is gone.
 fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) -> usize {
-    let clock = Converter::with(ring.clock());
     let (epoch, interval) = (out.epoch, out.interval);
     let mut handle = |e: &crate::engine::queue::Event, frames: &[usize]| {
         if e.epoch != epoch {
@@ -518,23 +542,57 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
             side_event(ring, out, e.id, e.addr as u64, frames);
             return;
         }
-        // Label ids are the other process's (and its preload library never sets one):
-        // they name nothing here.
-        let e =
-            crate::engine::queue::Event { time_ns: clock.session_ns(e.time_ns), label: 0, ..*e };
-        out.driver.event(&e, frames, interval);
+        let rec = &mut out.recorder;
+        let clock = &mut out.clock;
+        let time_ns = clock.session_ns(e.time_ns);
+        // The recorder is ours, but what it is handed was written by the program: a
+        // panic on a damaged event loses that event, not the collector.
+        let _ = catch_unwind(AssertUnwindSafe(|| match e.kind {
+            EventKind::Alloc => rec.collected_alloc(&Allocation {
+                id: e.id,
+                size: e.size,
+                k: e.k,
+                estimated_bytes: e.k as f64 * interval,
+                thread: e.thread,
+                time_ns,
+                addr: e.addr,
+                callstack: Callstack { frames, truncated: e.truncated },
+                // Label ids are the other process's (and its preload library never sets
+                // one): they name nothing here.
+                label: None,
+            }),
+            EventKind::Dealloc => {
+                let alloc_ns = clock.session_ns(e.addr as u64);
+                let (id, size) = (e.id, e.size as u64);
+                rec.collected_free(id, e.stack_key(), size, e.k, alloc_ns, time_ns);
+            }
+            EventKind::Move => {
+                // The block's sampled size and allocation time (`queue::Event::moved`).
+                if let [size, alloc] = *frames {
+                    let alloc_ns = clock.session_ns(alloc as u64);
+                    let (id, key, k) = (e.id, e.stack_key(), e.k);
+                    let (new_addr, new_size) = (e.addr as u64, e.size as u64);
+                    let size = size as u64;
+                    rec.collected_move(id, key, size, k, alloc_ns, time_ns, new_addr, new_size);
+                }
+            }
+            EventKind::Side => {}
+        }));
     };
     let n =
         if abandoned { q.drain_abandoned(&mut handle) } else { q.drain(&mut handle).unwrap_or(0) };
-    // Frees that did not fit in the queue: replayed once their blocks' allocations are in
-    // (`queue` §3).
-    let mut frees = Vec::new();
-    q.take_lost_frees(|e, id, time| {
-        if e == epoch {
-            frees.push((id, clock.session_ns(time)));
+    // Frees that did not fit in the queue: folded once their blocks' allocations are in
+    // (`queue` §3, §5 here).
+    q.take_lost_frees(|e| {
+        if e.epoch == epoch {
+            let time_ns = out.clock.session_ns(e.time_ns);
+            let addr = out.clock.session_ns(e.addr as u64) as usize;
+            out.waiting.push(Event { time_ns, addr, ..*e });
         }
     });
-    out.driver.lost_frees(&frees);
+    if !out.waiting.is_empty() {
+        replay_waiting(out);
+    }
     if !abandoned && out.unknown_frames(ring) {
         // Frames outside every listed module, and no list pending in the log that could
         // name them in order: the process's maps name them, unless it wrote a list while
@@ -542,18 +600,45 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
         let before = ring.header().log_len.load(Ordering::Acquire);
         let found = modules_of(pid);
         if ring.header().log_len.load(Ordering::Acquire) == before {
-            out.driver.tracker.add_modules(found);
+            out.recorder.add_modules(found);
             out.unknown = false;
         }
     }
     n
 }
 
+/// Most lost frees the collector keeps waiting for their allocations (§5).
+const MAX_WAITING_FREES: usize = 1 << 16;
+
+/// Folds the frees kept aside whose blocks' allocations are in (§5).
+fn replay_waiting(out: &mut Output) {
+    let rec = &mut out.recorder;
+    let mut replayed = 0;
+    out.waiting.retain(|e| {
+        let (key, size, alloc_ns) = (e.stack_key(), e.size as u64, e.addr as u64);
+        let folded = catch_unwind(AssertUnwindSafe(|| {
+            rec.collected_free(e.id, key, size, e.k, alloc_ns, e.time_ns)
+        }));
+        if folded.unwrap_or(true) {
+            replayed += 1;
+            return false;
+        }
+        true
+    });
+    out.replayed += replayed;
+    // A free waits only for an allocation already published, so the list stays short; but
+    // the table is written by the profiled process, which may write anything: frees whose
+    // blocks never come are let go, oldest first.
+    if out.waiting.len() > MAX_WAITING_FREES {
+        out.waiting.drain(..out.waiting.len() - MAX_WAITING_FREES);
+    }
+}
+
 impl Output {
     /// True when frames outside every listed module wait to be looked up and every module
     /// list the process wrote has been read (so the lookup is not ahead of one).
     fn unknown_frames(&mut self, ring: &Ring) -> bool {
-        self.unknown |= self.driver.tracker.take_unknown_frames();
+        self.unknown |= self.recorder.take_unknown_frames();
         self.unknown && ring.header().log_len.load(Ordering::Acquire) <= self.log_read
     }
 }
@@ -565,7 +650,7 @@ fn side_event(ring: &Ring, out: &mut Output, what: u64, addr: u64, frames: &[usi
         ring::SIDE_GC => {
             let words: Vec<u64> = frames.iter().map(|&w| w as u64).collect();
             if let Some(c) = GcCycle::from_words(&words) {
-                out.driver.gc(&c);
+                out.recorder.gc_cycle(&c);
             }
         }
         _ => {}
@@ -578,7 +663,7 @@ fn read_log(ring: &Ring, out: &mut Output, to: u64) {
     out.log_read = end.max(out.log_read);
     ring.log_consumed(out.log_read);
     for (kind, payload) in records {
-        let tracker = &mut out.driver.tracker;
+        let tracker = &mut out.recorder;
         // A closing record's call id and the loader's count of loads then.
         let word = |i: usize| {
             payload.get(8 * i..8 * i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()))
@@ -611,7 +696,7 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
     let stats = Stats {
         lost_events: r.queue.lost(),
         untracked: r.ring.header().untracked.load(Ordering::Relaxed),
-        frees_replayed: out.driver.replayed,
+        frees_replayed: out.replayed,
         frees_unknown: r.queue.frees_unknown(),
         ..Stats::default()
     };
@@ -623,15 +708,15 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
         _ => None,
     };
     match ending {
-        Some(why) => out.driver.tracker.stop_as(why, &stats),
-        None => out.driver.finish(&stats),
+        Some(why) => out.recorder.stop_as(why, &stats),
+        None => out.recorder.stopped(&stats),
     }
     // `memprof attach` detached: the process runs on with the ring mapped, but its memory
     // is given back now that it is read.
     if r.ring.header().ending.load(Ordering::Acquire) == ring::ENDING_DETACHED {
         r.ring.release_pages();
     }
-    let rec = &out.driver.tracker;
+    let rec = &out.recorder;
     if let Some(e) = rec.error() {
         messages.push(format!("the profile of pid {} is incomplete: {e}", r.pid));
     } else if !rec.profile().lost.is_none() {
