@@ -181,8 +181,12 @@ pub(crate) fn record_alloc_inline(
             k: hit.k,
             truncated,
         };
-        // What the block's free will name (`live` §5).
-        let stack = crate::engine::callstack::frames::key(frames.frames(), truncated);
+        // What the block's free will name (`live` §5); only a consumer in another process
+        // reads the stack's key (one in this process keeps a token per block).
+        let stack = match q.is_external() {
+            true => crate::engine::callstack::frames::key(frames.frames(), truncated),
+            false => 0,
+        };
         let entry = Entry::new(id, hit.epoch, stack, time, size as u64, hit.k);
         // The live-table entry goes in before the event: its lock's exchange is a full
         // fence, which after the slot's ~200 bytes of stores would wait for all of them

@@ -70,8 +70,8 @@
 //! with the death's event ([`Event::death`](crate::engine::queue::Event::death)), so
 //! `memprof record`'s collector keeps no map from sample ids to blocks of its own: in the
 //! exact mode, where every block is sampled, that map held every live block of the
-//! program a second time, outside it. The slot is 56 bytes instead of 24; the table holds
-//! sampled blocks only.
+//! program a second time, outside it. Packed ([`Packed`]), the slot is 40 bytes instead of
+//! 24; the table holds sampled blocks only.
 
 use core::cell::UnsafeCell;
 use core::mem::size_of;
@@ -106,7 +106,9 @@ pub struct Entry {
     pub id: u64,
     /// Session epoch of the sample.
     pub epoch: u64,
-    /// The allocation's call-stack key ([`key`](crate::engine::callstack::frames::key)).
+    /// The allocation's call-stack key ([`key`](crate::engine::callstack::frames::key)),
+    /// for a consumer in another process (0 under one in this process, which keeps a token
+    /// per block instead and never reads it).
     pub stack: u64,
     /// The clock reading of the allocation, as its event carried it.
     pub time: u64,
@@ -141,7 +143,74 @@ pub enum Insert {
 #[repr(C)]
 struct Slot {
     addr: usize,
-    entry: Entry,
+    packed: Packed,
+}
+
+/// An [`Entry`] as a slot holds it (§5): 32 bytes, where the entry is 48. The id keeps its
+/// low 48 bits (ids count samples from 1: 2^48 is centuries of samples) and the epoch its
+/// low 16 (an entry is read back within 65,536 sessions of its own, and the whole epoch
+/// follows from the current one); the size keeps 40 bits (1 TiB) and the sample points 24,
+/// or a mark for "as many as the size" (the exact mode). A sample that does not fit (a
+/// block of a terabyte or more, or 16 M points in a block sampled at an interval) is not
+/// entered: it counts as untracked ([`Insert::NoMemory`]).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Packed {
+    id_epoch: u64,
+    stack: u64,
+    time: u64,
+    size_k: u64,
+}
+
+const ID_BITS: u32 = 48;
+const SIZE_BITS: u32 = 40;
+/// [`Packed::size_k`]'s points: as many as the size.
+const K_IS_SIZE: u64 = (1 << (64 - SIZE_BITS)) - 1;
+
+impl Packed {
+    #[inline(always)]
+    fn of(e: &Entry) -> Option<Packed> {
+        if e.id >> ID_BITS != 0 || e.size >> SIZE_BITS != 0 {
+            return None;
+        }
+        let k = if e.k == e.size {
+            K_IS_SIZE
+        } else if e.k < K_IS_SIZE {
+            e.k
+        } else {
+            return None;
+        };
+        Some(Packed {
+            id_epoch: e.id | e.epoch << ID_BITS,
+            stack: e.stack,
+            time: e.time,
+            size_k: e.size | k << SIZE_BITS,
+        })
+    }
+
+    #[inline(always)]
+    fn id(&self) -> u64 {
+        self.id_epoch & ((1 << ID_BITS) - 1)
+    }
+
+    #[inline(always)]
+    fn entry(&self) -> Entry {
+        let now = crate::engine::sampler::EPOCH.load(Ordering::Relaxed);
+        let behind = now.wrapping_sub(self.id_epoch >> ID_BITS) & ((1 << (64 - ID_BITS)) - 1);
+        let size = self.size_k & ((1 << SIZE_BITS) - 1);
+        let k = match self.size_k >> SIZE_BITS {
+            K_IS_SIZE => size,
+            k => k,
+        };
+        Entry {
+            id: self.id(),
+            epoch: now.wrapping_sub(behind),
+            stack: self.stack,
+            time: self.time,
+            size,
+            k,
+        }
+    }
 }
 
 struct Table {
@@ -315,7 +384,7 @@ impl Table {
             // SAFETY: i < old.cap.
             let s = unsafe { *old.slot(i) };
             if s.addr != 0 {
-                self.put(s.addr, s.entry);
+                self.put(s.addr, s.packed);
             }
         }
         if !old.slots.is_null() {
@@ -327,7 +396,7 @@ impl Table {
     }
 
     /// Inserts, after any entry of the same address (§3); the caller ensures there is room.
-    fn put(&mut self, addr: usize, entry: Entry) {
+    fn put(&mut self, addr: usize, packed: Packed) {
         let mask = self.cap - 1;
         let mut i = (hash(addr) as usize) & mask;
         loop {
@@ -335,7 +404,7 @@ impl Table {
             // SAFETY: i <= mask < cap.
             unsafe {
                 if (*s).addr == 0 {
-                    *s = Slot { addr, entry };
+                    *s = Slot { addr, packed };
                     self.len += 1;
                     return;
                 }
@@ -370,7 +439,7 @@ impl Table {
         let i = self.find(addr)?;
         let mask = self.cap - 1;
         // SAFETY: i < cap.
-        let found = unsafe { (*self.slot(i)).entry };
+        let found = unsafe { (*self.slot(i)).packed }.entry();
         // Backward-shift deletion: move later members of the probe run into the hole.
         let mut hole = i;
         let mut j = i;
@@ -452,12 +521,15 @@ pub fn insert(addr: usize, entry: Entry) -> Insert {
     if addr == 0 {
         return Insert::NoMemory;
     }
+    let Some(packed) = Packed::of(&entry) else {
+        return Insert::NoMemory;
+    };
     let fi = filter_index(addr);
     let done = with_shard(shard_index(fi), |t| {
         if (t.len + 1) * 2 > t.cap && !t.grow() {
             return Insert::NoMemory;
         }
-        t.put(addr, entry);
+        t.put(addr, packed);
         filter_inc(fi);
         Insert::Done
     });
@@ -478,7 +550,7 @@ pub(crate) fn get(addr: usize) -> Option<Entry> {
     with_shard(shard_index(fi), |t| {
         t.find(addr).map(|i| {
             // SAFETY: `find` returns an index below cap.
-            unsafe { (*t.slot(i)).entry }
+            unsafe { (*t.slot(i)).packed }.entry()
         })
     })
     .flatten()
@@ -506,8 +578,8 @@ pub(crate) fn retime(addr: usize, id: u64, time: u64) {
                 if (*s).addr == 0 {
                     return;
                 }
-                if (*s).addr == addr && (*s).entry.id == id {
-                    (*s).entry.time = time;
+                if (*s).addr == addr && (*s).packed.id() == id {
+                    (*s).packed.time = time;
                     return;
                 }
             }
@@ -622,8 +694,37 @@ pub(crate) fn unlock_all() {
 mod tests {
     use super::*;
 
+    /// A slot gives back the entry it was given: exact (points = size) and sampled, the
+    /// largest id and size kept, an epoch some sessions back; what does not fit is refused
+    /// (and left out of the table, as untracked).
+    #[test]
+    fn packed_entries_round_trip() {
+        let now = crate::engine::sampler::EPOCH.load(Ordering::Relaxed);
+        let cases = [
+            Entry::new(1, now, u64::MAX, 0, 4096, 4096),
+            Entry::new((1 << 48) - 1, now, 7, u64::MAX, (1 << 40) - 1, (1 << 40) - 1),
+            Entry::new(42, now.saturating_sub(300), 9, 123, 1 << 30, K_IS_SIZE - 1),
+            Entry::new(43, now, 9, 123, 16, 1),
+        ];
+        for e in cases {
+            assert_eq!(Packed::of(&e).map(|p| p.entry()), Some(e));
+        }
+        let refused = [
+            Entry::new(1 << 48, now, 0, 0, 16, 1),
+            Entry::new(1, now, 0, 0, 1 << 40, 1),
+            Entry::new(1, now, 0, 0, 1 << 35, K_IS_SIZE),
+        ];
+        for e in refused {
+            assert!(Packed::of(&e).is_none(), "{e:?}");
+            assert_eq!(insert(0x7777_0000, e), Insert::NoMemory);
+            assert_eq!(remove(0x7777_0000), None);
+        }
+        assert_eq!(size_of::<Slot>(), 40);
+    }
+
     /// An entry whose every field differs from the same field of another id's, so that a
-    /// round trip shows the whole entry kept.
+    /// round trip shows the whole entry kept. Its epoch is one no session is behind (the
+    /// tests run beside sessions, which move the epoch on).
     fn entry(id: u64, epoch: u64) -> Entry {
         Entry::new(id, epoch, id ^ 0x5a5a_5a5a_5a5a, id.wrapping_mul(3), id + 16, id % 7 + 1)
     }
@@ -634,10 +735,10 @@ mod tests {
     fn insert_remove_many() {
         let base = 0x7000_0000_0000usize;
         for i in 0..10_000usize {
-            assert_eq!(insert(base + i * 16, entry(i as u64, 7)), Insert::Done);
+            assert_eq!(insert(base + i * 16, entry(i as u64, 1)), Insert::Done);
         }
         for i in (0..10_000usize).rev() {
-            assert_eq!(remove(base + i * 16), Some(entry(i as u64, 7)));
+            assert_eq!(remove(base + i * 16), Some(entry(i as u64, 1)));
             assert_eq!(remove(base + i * 16), None);
         }
     }
@@ -677,23 +778,23 @@ mod tests {
         let a = in_shard(5, 0x5000_0000_0000);
         let b = in_shard(5, a + 16);
         let c = in_shard(5, b + 16);
-        assert_eq!(insert(a, entry(1, 3)), Insert::Done);
-        assert_eq!(insert(c, entry(3, 3)), Insert::Done);
+        assert_eq!(insert(a, entry(1, 0)), Insert::Done);
+        assert_eq!(insert(c, entry(3, 0)), Insert::Done);
         let inside = with_shard(5, |_| {
             // The "handler": frees a and c, then allocates b and samples it.
-            (remove(a), remove(c), insert(b, entry(2, 3)))
+            (remove(a), remove(c), insert(b, entry(2, 0)))
         });
         assert_eq!(inside, Some((None, None, Insert::Reentrant)));
         // The interrupted owner took the deferred blocks out as it released the shard.
         assert!(!TABLE[5].pending.load(Ordering::Relaxed));
         assert_eq!(remove(a), None);
         assert_eq!(remove(c), None);
-        assert_eq!(insert(b, entry(2, 3)), Insert::Done);
-        assert_eq!(remove(b), Some(entry(2, 3)));
+        assert_eq!(insert(b, entry(2, 0)), Insert::Done);
+        assert_eq!(remove(b), Some(entry(2, 0)));
         // A reentrant call on another shard goes through.
         let d = in_shard(6, 0x5100_0000_0000);
-        assert_eq!(with_shard(5, |_| insert(d, entry(4, 3))), Some(Insert::Done));
-        assert_eq!(remove(d), Some(entry(4, 3)));
+        assert_eq!(with_shard(5, |_| insert(d, entry(4, 0))), Some(Insert::Done));
+        assert_eq!(remove(d), Some(entry(4, 0)));
     }
 
     /// More deferred frees than slots: the rest stay in the table (and are counted as
@@ -705,7 +806,7 @@ mod tests {
         let mut at = 0x5200_0000_0000;
         for i in 0..DEFERRED + 2 {
             at = in_shard(9, at + 16);
-            assert_eq!(insert(at, entry(i as u64, 3)), Insert::Done);
+            assert_eq!(insert(at, entry(i as u64, 0)), Insert::Done);
             addrs.push(at);
         }
         let _ = with_shard(9, |_| {
