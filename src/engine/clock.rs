@@ -145,15 +145,38 @@ impl Stable {
     }
 
     /// Nanoseconds since the session start of `reading`.
+    #[inline]
     pub(crate) fn session_ns(&mut self, reading: u64) -> u64 {
         if !self.params.use_tsc {
             return reading.wrapping_sub(self.params.start_ns);
         }
-        // A reading is in the past (a hostile one from the future is taken as now, so it
-        // cannot make segments without end).
+        let ticks = reading.saturating_sub(self.params.tsc0);
+        // Most readings are recent: in the last segment.
+        if let Some(&(start, ns, scale)) = self.segments.last() {
+            if ticks >= start && ticks - start < segment_len(start) {
+                return (ns + (ticks - start) as f64 * scale) as u64;
+            }
+        }
+        self.session_ns_slow(ticks)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn session_ns_slow(&mut self, ticks: u64) -> u64 {
+        let end = self.segments.last().map_or(0, |&(start, _, _)| start + segment_len(start));
+        if self.segments.is_empty() || ticks >= end {
+            self.extend_to(ticks)
+        } else {
+            self.at(ticks)
+        }
+    }
+
+    /// Makes the segments up to `ticks` and converts it. A reading is in the past, give or
+    /// take the cores' skew: one from further in the future (a hostile or damaged one) is
+    /// taken as now, so it cannot make segments without end.
+    fn extend_to(&mut self, ticks: u64) -> u64 {
         let now = rdtsc().saturating_sub(self.params.tsc0);
-        let ticks = reading.saturating_sub(self.params.tsc0).min(now);
-        let segment_len = |start: u64| start.clamp(FIRST_SEGMENT, LONGEST_SEGMENT);
+        let ticks = if ticks > now.saturating_add(FUTURE_SLACK) { now } else { ticks };
         loop {
             let next = match self.segments.last() {
                 None => (0, 0.0),
@@ -167,9 +190,14 @@ impl Stable {
             };
             self.segments.push((next.0, next.1, self.rate()));
         }
-        let i = self.segments.partition_point(|s| s.0 <= ticks) - 1;
+        self.at(ticks)
+    }
+
+    /// The conversion of `ticks`, in a segment made already.
+    fn at(&self, ticks: u64) -> u64 {
+        let i = self.segments.partition_point(|s| s.0 <= ticks).saturating_sub(1);
         let (start, ns, scale) = self.segments[i];
-        (ns + (ticks - start) as f64 * scale) as u64
+        (ns + ticks.saturating_sub(start) as f64 * scale) as u64
     }
 
     /// Nanoseconds per tick as measured now, over the longer of two stretches: since this
@@ -205,6 +233,16 @@ impl Stable {
         }
     }
 }
+
+/// The length of the [`Stable`] segment that starts `start` ticks after the session start.
+#[inline(always)]
+fn segment_len(start: u64) -> u64 {
+    start.clamp(FIRST_SEGMENT, LONGEST_SEGMENT)
+}
+
+/// How far in the future (in ticks, about a second) a reading may be before [`Stable`]
+/// takes it as now: far beyond any skew between cores.
+const FUTURE_SLACK: u64 = 1 << 32;
 
 /// The shortest stretch, in ticks, a [`Stable`] conversion measures the TSC's rate over.
 const MIN_STRETCH: u64 = 1_000_000;
@@ -251,7 +289,7 @@ mod tests {
             let other = fresh.session_ns(r) as f64;
             assert!((ns as f64 - other).abs() <= 0.01 * other + 50_000.0, "{ns} vs {other}");
         }
-        // A reading from the future is taken as now: no segments without end.
+        // A reading from far in the future is taken as now: no segments without end.
         let before = stable.segments.len();
         stable.session_ns(u64::MAX);
         assert!(stable.segments.len() <= before + 1);
