@@ -138,18 +138,7 @@ impl Event {
     /// bytes), with the two words its frames carry.
     #[inline(always)]
     pub(crate) fn moved(e: &Entry, addr: usize, size: usize, time: u64) -> (Event, [usize; 2]) {
-        let event = Event {
-            kind: EventKind::Move,
-            epoch: e.epoch,
-            id: e.id,
-            thread: e.stack as u32,
-            label: (e.stack >> 32) as u32,
-            time_ns: time,
-            addr,
-            size,
-            k: e.k,
-            truncated: false,
-        };
+        let event = Event { kind: EventKind::Move, addr, size, ..Event::death(e, time) };
         (event, [e.size as usize, e.time as usize])
     }
 

@@ -576,6 +576,18 @@ impl Recorder {
     }
 }
 
+/// Another process's sampled block as its free or move names it (`live` §5): its sample
+/// id, the key of its stack, its sampled size and points, and its allocation's time in
+/// session nanoseconds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Named {
+    pub(crate) id: u64,
+    pub(crate) key: u64,
+    pub(crate) size: u64,
+    pub(crate) k: u64,
+    pub(crate) alloc_ns: u64,
+}
+
 impl Recorder {
     /// Folds an allocation of another process (`memprof record`'s collector, with
     /// [`Recorder::of_process`] and [`Recorder::folding`]): no token is kept, as its free
@@ -606,15 +618,8 @@ impl Recorder {
     /// event, times in session nanoseconds) and writes it. False, with nothing changed,
     /// when no such block is live: its allocation has not been read yet (a free kept aside
     /// by a full queue), or never will be.
-    pub(crate) fn collected_free(
-        &mut self,
-        id: u64,
-        key: u64,
-        size: u64,
-        k: u64,
-        alloc_ns: u64,
-        time_ns: u64,
-    ) -> bool {
+    pub(crate) fn collected_free(&mut self, b: &Named, time_ns: u64) -> bool {
+        let Named { id, key, size, k, alloc_ns } = *b;
         let Some(stack) = self.collected_stack(key, size, k, alloc_ns) else {
             return false;
         };
@@ -632,18 +637,8 @@ impl Recorder {
     /// Folds and writes the move of another process's block to `new_addr`, now `new_size`
     /// bytes (named as [`Recorder::collected_free`] names a block). Ignored when no such
     /// block is live.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn collected_move(
-        &mut self,
-        id: u64,
-        key: u64,
-        size: u64,
-        k: u64,
-        alloc_ns: u64,
-        time_ns: u64,
-        new_addr: u64,
-        new_size: u64,
-    ) {
+    pub(crate) fn collected_move(&mut self, b: &Named, time_ns: u64, new_addr: u64, new_size: u64) {
+        let Named { id, key, size, k, alloc_ns } = *b;
         let Some(stack) = self.collected_stack(key, size, k, alloc_ns) else {
             return;
         };
@@ -883,11 +878,11 @@ mod tests {
                 } else {
                     let i = rng.random_range(0..live.len());
                     let (bid, s, size, k, at, mut held) = live[i];
-                    let stack = key(&stacks[s], false);
-                    let (size, alloc) = (size as u64, at);
+                    let (size, alloc_ns) = (size as u64, at);
+                    let b = Named { id: bid, key: key(&stacks[s], false), size, k, alloc_ns };
                     if rng.random_bool(0.2) {
                         let new_size = size + 8;
-                        keyed.collected_move(bid, stack, size, k, alloc, t, 0x99, new_size);
+                        keyed.collected_move(&b, t, 0x99, new_size);
                         let r = Reallocation {
                             id: bid,
                             thread: 0,
@@ -897,7 +892,7 @@ mod tests {
                         };
                         tokens.realloc(&mut held, &r);
                     } else {
-                        assert!(keyed.collected_free(bid, stack, size, k, alloc, t), "free {bid}");
+                        assert!(keyed.collected_free(&b, t), "free {bid}");
                         tokens.dealloc(held, &Deallocation { id: bid, thread: 0, time_ns: t });
                         live.swap_remove(i);
                     }
@@ -916,14 +911,25 @@ mod tests {
         let mut r = collector(1.0);
         let frames = [0x40_1000usize, 0x40_2000];
         let stack = key(&frames, false);
-        assert!(!r.collected_free(1, stack, 64, 64, 10, 20));
-        assert!(!r.collected_free(1, stack ^ 1, 64, 64, 10, 20));
+        assert!(!r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 10 }, 20));
+        assert!(
+            !r.collected_free(&Named { id: 1, key: stack ^ 1, size: 64, k: 64, alloc_ns: 10 }, 20)
+        );
         r.collected_alloc(&allocation(1, &frames, 64, 64, 10));
-        assert!(!r.collected_free(1, stack, 64, 64, 11, 20), "another allocation time");
-        assert!(!r.collected_free(1, stack, 32, 32, 10, 20), "another size");
+        assert!(
+            !r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 11 }, 20),
+            "another allocation time"
+        );
+        assert!(
+            !r.collected_free(&Named { id: 1, key: stack, size: 32, k: 32, alloc_ns: 10 }, 20),
+            "another size"
+        );
         assert_eq!(r.profile().counts.frees, 0);
-        assert!(r.collected_free(1, stack, 64, 64, 10, 20));
-        assert!(!r.collected_free(1, stack, 64, 64, 10, 20), "ended once");
+        assert!(r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 10 }, 20));
+        assert!(
+            !r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 10 }, 20),
+            "ended once"
+        );
         assert_eq!((r.profile().counts.frees, r.profile().counts.orphans), (1, 0));
     }
 
@@ -952,8 +958,8 @@ mod tests {
         let p = r.profile();
         assert_eq!(p.stacks.len(), 2, "the second library's frames are a stack of their own");
         let stack = key(&frames, false);
-        assert!(r.collected_free(1, stack, 64, 64, 100, 300));
-        assert!(r.collected_free(2, stack, 64, 64, 200, 300));
+        assert!(r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 100 }, 300));
+        assert!(r.collected_free(&Named { id: 2, key: stack, size: 64, k: 64, alloc_ns: 200 }, 300));
         let p = r.profile();
         assert_eq!((p.counts.frees, p.counts.orphans), (2, 0));
         assert!(p.live.values().all(|t| t.samples == 0), "both ended: {:?}", p.live);

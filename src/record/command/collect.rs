@@ -57,7 +57,7 @@ use crate::engine::queue::{Event, EventKind, Queue};
 use crate::profile::{GcCycle, Module, Profile, Stopped};
 use crate::record::env;
 use crate::record::ring::{self, Ring};
-use crate::session::recorder::{ProcessFacts, Recorder};
+use crate::session::recorder::{Named, ProcessFacts, Recorder};
 use crate::session::{Allocation, Callstack, Poll, SessionInfo, Stats, Tracker};
 use std::collections::HashMap;
 use std::fs::File;
@@ -234,8 +234,9 @@ struct Output {
     recorder: Recorder,
     /// The process's clock readings to session time (the same every time: §5).
     clock: Stable,
-    /// Frees the queue kept aside, waiting for their blocks' allocations (§5).
-    waiting: Vec<Event>,
+    /// Frees the queue kept aside, waiting for their blocks' allocations (§5): the block
+    /// and the time of its free.
+    waiting: Vec<(Named, u64)>,
     /// Frees kept aside and folded since.
     replayed: u64,
     epoch: u64,
@@ -563,17 +564,13 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
             }),
             EventKind::Dealloc => {
                 let alloc_ns = clock.session_ns(e.addr as u64);
-                let (id, size) = (e.id, e.size as u64);
-                rec.collected_free(id, e.stack_key(), size, e.k, alloc_ns, time_ns);
+                rec.collected_free(&named(e, e.size, alloc_ns), time_ns);
             }
             EventKind::Move => {
                 // The block's sampled size and allocation time (`queue::Event::moved`).
                 if let [size, alloc] = *frames {
-                    let alloc_ns = clock.session_ns(alloc as u64);
-                    let (id, key, k) = (e.id, e.stack_key(), e.k);
-                    let (new_addr, new_size) = (e.addr as u64, e.size as u64);
-                    let size = size as u64;
-                    rec.collected_move(id, key, size, k, alloc_ns, time_ns, new_addr, new_size);
+                    let b = named(e, size, clock.session_ns(alloc as u64));
+                    rec.collected_move(&b, time_ns, e.addr as u64, e.size as u64);
                 }
             }
             EventKind::Side => {}
@@ -585,9 +582,8 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
     // (`queue` §3, §5 here).
     q.take_lost_frees(|e| {
         if e.epoch == epoch {
-            let time_ns = out.clock.session_ns(e.time_ns);
-            let addr = out.clock.session_ns(e.addr as u64) as usize;
-            out.waiting.push(Event { time_ns, addr, ..*e });
+            let b = named(e, e.size, out.clock.session_ns(e.addr as u64));
+            out.waiting.push((b, out.clock.session_ns(e.time_ns)));
         }
     });
     if !out.waiting.is_empty() {
@@ -607,6 +603,11 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
     n
 }
 
+/// The block a death or move event names, of `size` bytes allocated at `alloc_ns`.
+fn named(e: &Event, size: usize, alloc_ns: u64) -> Named {
+    Named { id: e.id, key: e.stack_key(), size: size as u64, k: e.k, alloc_ns }
+}
+
 /// Most lost frees the collector keeps waiting for their allocations (§5).
 const MAX_WAITING_FREES: usize = 1 << 16;
 
@@ -614,11 +615,8 @@ const MAX_WAITING_FREES: usize = 1 << 16;
 fn replay_waiting(out: &mut Output) {
     let rec = &mut out.recorder;
     let mut replayed = 0;
-    out.waiting.retain(|e| {
-        let (key, size, alloc_ns) = (e.stack_key(), e.size as u64, e.addr as u64);
-        let folded = catch_unwind(AssertUnwindSafe(|| {
-            rec.collected_free(e.id, key, size, e.k, alloc_ns, e.time_ns)
-        }));
+    out.waiting.retain(|(b, time_ns)| {
+        let folded = catch_unwind(AssertUnwindSafe(|| rec.collected_free(b, *time_ns)));
         if folded.unwrap_or(true) {
             replayed += 1;
             return false;
