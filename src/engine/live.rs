@@ -106,7 +106,7 @@ pub struct Entry {
     pub id: u64,
     /// Session epoch of the sample.
     pub epoch: u64,
-    /// The allocation's call-stack key ([`key`](crate::engine::callstack::frames::key)),
+    /// The allocation's call-stack key (`engine::callstack::frames::key`),
     /// for a consumer in another process (0 under one in this process, which keeps a token
     /// per block instead and never reads it).
     pub stack: u64,
