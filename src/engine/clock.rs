@@ -144,6 +144,12 @@ impl Stable {
         Stable { params, segments: Vec::new() }
     }
 
+    /// Nanoseconds since the session start now.
+    pub(crate) fn now_ns(&mut self) -> u64 {
+        let reading = if self.params.use_tsc { rdtsc() } else { monotonic_ns() };
+        self.session_ns(reading)
+    }
+
     /// Nanoseconds since the session start of `reading`.
     #[inline]
     pub(crate) fn session_ns(&mut self, reading: u64) -> u64 {

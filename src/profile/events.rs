@@ -105,6 +105,16 @@ impl Move {
     }
 }
 
+/// The recorded process's resident memory at a moment: what `memprof record`'s collector
+/// read from `/proc/PID/statm` (the resident pages), from outside the process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Resident {
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+    /// Resident bytes.
+    pub bytes: u64,
+}
+
 /// One garbage-collection cycle of a managed heap ([`crate::gc`]), timed by the collector.
 /// Times are nanoseconds since the start of the recording, on the samples' clock.
 /// `repr(C)`: the preload library's copy of memprof receives it from the program's copy.

@@ -71,11 +71,16 @@ use std::collections::HashMap;
 pub use aggregate::{Counts, GcMarked, IdHash, IdHasher, Totals};
 pub(crate) use aggregate::{LiveByTime, SincePeak};
 pub(crate) use events::expected_k;
-pub use events::{Free, GcCycle, Move, Sample};
+pub use events::{Free, GcCycle, Move, Resident, Sample};
 pub use header::{Header, Lost, Stopped, RECORD_STOPPED};
 pub use lifetime::{lifetime_bucket, lifetime_bucket_range, Lifetimes, DEFAULT_SHORT_LIVED_NS};
 pub use series::{Peak, Series, SeriesPoint, SERIES_POINTS};
 pub use tables::{Module, Stack, StackId, Symbol};
+
+/// How often `memprof record`'s collector reads each recorded process's resident memory
+/// ([`Profile::resident`]): a `pread` of `/proc/PID/statm`, a few microseconds, so a
+/// hundredth of a percent of a core.
+pub const RESIDENT_EVERY_MS: u64 = 10;
 
 /// A whole recording, as aggregates (see the [module documentation](self) §3).
 ///
@@ -124,6 +129,10 @@ pub struct Profile {
     pub(crate) live_by_time: LiveByTime,
     /// Garbage-collection cycles, in the order they were recorded.
     pub gc_cycles: Vec<GcCycle>,
+    /// The process's resident memory over the run, in the order it was read (`memprof
+    /// record`'s collector reads it every [`RESIDENT_EVERY_MS`] ms;
+    /// empty for other recordings and for a merged profile).
+    pub resident: Vec<Resident>,
     /// For each of `gc_cycles`, what it marked of each stack's sampled blocks.
     pub gc_marked: Vec<HashMap<StackId, GcMarked, IdHash>>,
     /// The heap over time.

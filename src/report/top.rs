@@ -232,6 +232,30 @@ fn site_cell(s: &SiteTotal) -> String {
     }
 }
 
+/// The header line of the process's resident memory (`memprof record`'s readings, in the
+/// window when there is one) beside its live heap: at the end, at most, and at the reading
+/// nearest the heap's peak. `None` without readings.
+fn resident_line(p: &Profile) -> Option<String> {
+    let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
+    let readings: Vec<_> =
+        p.resident.iter().filter(|r| r.time_ns >= from && r.time_ns < to).collect();
+    let last = readings.last()?;
+    let most = readings.iter().map(|r| r.bytes).max()?;
+    let estimated = if is_exact(p) { "" } else { " estimated" };
+    let mut line = format!(
+        "resident: {} at the{} end (live heap{estimated} {}), {} at most",
+        human_bytes(last.bytes as f64),
+        if p.window.is_some() { " window's" } else { "" },
+        human_bytes(p.live_bytes),
+        human_bytes(most as f64),
+    );
+    if p.peak.bytes > 0.0 {
+        let near = readings.iter().min_by_key(|r| r.time_ns.abs_diff(p.peak.time_ns))?;
+        let _ = write!(line, ", {} at the heap's peak", human_bytes(near.bytes as f64));
+    }
+    Some(line)
+}
+
 /// The summary printed by `memprof report` and at the end of `memprof record`: a few header
 /// lines about the recording, then the top sites and a totals line.
 pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
@@ -276,6 +300,9 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
             if is_exact(profile) { "" } else { " (estimated)" },
             profile.peak.time_ns as f64 / 1e9
         );
+    }
+    if let Some(line) = resident_line(profile) {
+        let _ = writeln!(out, "{line}");
     }
     match profile.stopped {
         _ if profile.complete => {}

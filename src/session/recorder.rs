@@ -31,7 +31,8 @@ use crate::engine::callstack::frames::key;
 use crate::error::Error;
 use crate::profile::format::{spec, Writer};
 use crate::profile::{
-    symbolize, Free, GcCycle, Header, Lost, Module, Move, Profile, Sample, Stack, StackId, Stopped,
+    symbolize, Free, GcCycle, Header, Lost, Module, Move, Profile, Resident, Sample, Stack,
+    StackId, Stopped,
 };
 use crate::sys::own_file::OwnFile;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -589,6 +590,13 @@ pub(crate) struct Named {
 }
 
 impl Recorder {
+    /// Records a reading of the recorded process's resident memory (`memprof record`'s
+    /// collector).
+    pub(crate) fn resident(&mut self, r: Resident) {
+        self.write(|w| w.write_resident(&r));
+        self.profile.resident.push(r);
+    }
+
     /// Folds an allocation of another process (`memprof record`'s collector, with
     /// [`Recorder::of_process`] and [`Recorder::folding`]): no token is kept, as its free
     /// names the block itself ([`Recorder::collected_free`]).

@@ -32,6 +32,7 @@
 //! | 11 | Pair | stack `u`, size `u`: defines the next (stack, size) pair id (0, 1, 2, … per file) |
 //! | 12 | Label | id `u`, text `str`: defines label `id` (1, 2, 3, … per file, in order), e.g. the tracing span path `server;handle{endpoint=/upload}` (version 3) |
 //! | 0x80, 0x81 | GcCycle, Stopping | as in version 1 |
+//! | 0x82 | Resident | time_ns, bytes `u` (ancillary): the process's resident size then, read by `memprof record`'s collector from `/proc/PID/statm`; times in nanoseconds, not the stream's units; a Stopping record stays the last word after it |
 //! | 0x40 | Sample (event) | pair `u`, Δtime `z`, thread `u`, Δk `z` |
 //! | 0x41 | Free (event) | Δtime `z`, pair `u`, age `z`, [life `u`], Δk `z` (life: version 4, §2c) |
 //! | 0x42 | Move (event) | Δtime `z`, pair `u`, age `z`, Δk `z`, new_size `u` |

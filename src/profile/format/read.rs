@@ -28,10 +28,10 @@ use super::spec::{
     fine_life, unzigzag, Delta, Event, ANCILLARY, CODEC_ZSTD, EV_FREE, EV_MOVE, EV_SAMPLE,
     LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
     TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,
-    TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
+    TAG_RESIDENT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
 use crate::error::Error;
-use crate::profile::events::{expected_k, Free, GcCycle, Move, Sample};
+use crate::profile::events::{expected_k, Free, GcCycle, Move, Resident, Sample};
 use crate::profile::header::{Header, Lost, Stopped};
 use crate::profile::tables::{Module, Stack, StackId, Symbol};
 use crate::profile::Profile;
@@ -511,8 +511,8 @@ impl<R: Read> Reader<R> {
     fn apply(&mut self, tag: u8, p: &mut Payload<'_>) -> Result<Option<Event>, String> {
         let prof = &mut self.profile;
         // Symbols and modules after a Stopping record (appended by `memprof record`) leave
-        // it the last word: they add names, not events.
-        if !matches!(tag, TAG_SYMBOLS | TAG_MODULE) {
+        // it the last word: they add names, not events (and a resident reading a fact).
+        if !matches!(tag, TAG_SYMBOLS | TAG_MODULE | TAG_RESIDENT) {
             self.stopping = None;
         }
         match tag {
@@ -621,6 +621,10 @@ impl<R: Read> Reader<R> {
             TAG_END => {
                 self.end_counts = Some([p.u()?, p.u()?, p.u()?]);
                 self.state = State::Appendix;
+            }
+            TAG_RESIDENT => {
+                let (time_ns, bytes) = (p.u()?, p.u()?);
+                prof.resident.push(Resident { time_ns, bytes });
             }
             TAG_GC_CYCLE => {
                 let (cycle, start_ns, end_ns, mark_ns) = (p.u()?, p.u()?, p.u()?, p.u()?);

@@ -61,6 +61,7 @@ pub(super) const EV_MOVE: u8 = 0x42;
 pub(super) const ANCILLARY: u8 = 0x80;
 pub(super) const TAG_GC_CYCLE: u8 = ANCILLARY;
 pub(super) const TAG_STOPPING: u8 = ANCILLARY + 1;
+pub(super) const TAG_RESIDENT: u8 = ANCILLARY + 2;
 pub(super) const CODEC_ZSTD: u64 = 1;
 
 /// One event of a recording, in stream order.

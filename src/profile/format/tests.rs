@@ -371,6 +371,28 @@ fn stopping_record_tells_an_exec_from_a_crash() {
     assert_eq!(p.stopped, Some(Stopped::QuickExit));
 }
 
+/// Resident readings read back in order, beside the events; one after a Stopping record
+/// leaves it the last word (a fact, not an event); `write_events` keeps them.
+#[test]
+fn resident_readings_round_trip() {
+    use crate::profile::Resident;
+    let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+    w.write_stack(0, &Stack { frames: vec![1, 2], truncated: false, label: 0 }).unwrap();
+    let r = |t: u64, b: u64| Resident { time_ns: t, bytes: b };
+    w.write_resident(&r(5, 1 << 20)).unwrap();
+    let s = Sample { id: 1, stack: 0, time_ns: 7, thread: 1, addr: 0, size: 8, k: 8 };
+    w.write_sample(&s).unwrap();
+    w.write_stopping(Stopped::Exec).unwrap();
+    w.write_resident(&r(9, u64::MAX)).unwrap();
+    w.flush().unwrap();
+    let p = Profile::read_from(&w.get_ref()[..]).unwrap();
+    assert_eq!(p.resident, [r(5, 1 << 20), r(9, u64::MAX)]);
+    assert_eq!((p.stopped, p.counts.samples), (Some(Stopped::Exec), 1));
+    let (tables, events) = read_events(&w.get_ref()[..]).unwrap();
+    let again = write_events(Vec::new(), &tables, &events).unwrap();
+    assert_eq!(Profile::read_from(&again[..]).unwrap().resident, p.resident);
+}
+
 /// A sink that accepts `room` bytes, then fails (a full disk).
 struct Full {
     data: Vec<u8>,

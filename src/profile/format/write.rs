@@ -20,10 +20,10 @@ use super::spec::{
     fine_life, time_unit_ns, zigzag, Delta, Event, BLOCK_BYTES, CODEC_ZSTD, EV_FREE, EV_MOVE,
     EV_SAMPLE, LIFETIME_UNIT_NS, MAGIC, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
     TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,
-    TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
+    TAG_RESIDENT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
 use crate::error::Error;
-use crate::profile::events::{expected_k, Free, GcCycle, Move, Sample};
+use crate::profile::events::{expected_k, Free, GcCycle, Move, Resident, Sample};
 use crate::profile::header::{Header, Lost, Stopped};
 use crate::profile::tables::{Module, Stack, StackId, Symbol};
 use crate::profile::Profile;
@@ -463,6 +463,15 @@ impl<W: Write> Writer<W> {
         self.record(TAG_GC_CYCLE)
     }
 
+    /// Writes a reading of the process's resident memory (an ancillary record: older
+    /// readers skip it).
+    pub fn write_resident(&mut self, r: &Resident) -> Result<(), Error> {
+        self.payload.clear();
+        put_u(&mut self.payload, r.time_ns);
+        put_u(&mut self.payload, r.bytes);
+        self.record(TAG_RESIDENT)
+    }
+
     /// Writes why the stream is about to end without its end record (an ancillary record).
     pub fn write_stopping(&mut self, why: Stopped) -> Result<(), Error> {
         self.payload.clear();
@@ -533,6 +542,9 @@ pub fn write_events<W: Write>(out: W, meta: &Profile, events: &[Event]) -> Resul
     addrs.sort_unstable();
     for addr in addrs {
         w.write_symbols(*addr, &meta.symbols[addr])?;
+    }
+    for r in &meta.resident {
+        w.write_resident(r)?;
     }
     for e in events {
         match e {

@@ -45,6 +45,13 @@
 //! many frees were lost for good (the table was full: that many blocks may show as live);
 //! `record` says the same on stderr when anything was lost.
 //!
+//! # 6. Resident memory
+//! Every [`RESIDENT_EVERY_MS`] milliseconds the collector reads each process's resident
+//! size from its `/proc/PID/statm` (opened when its ring was attached, so a pid reused
+//! later reads nothing) and records it in the profile ([`Profile::resident`]) with the
+//! time on the program's clock: nothing is added to the program's sample path. A process
+//! that has exited reads nothing, so the last reading is its last resident size alive.
+//!
 //! # 4. Modules
 //! Module lists come from the side log, each at its place among the events. A new stack
 //! with a frame outside every listed module (a library `dlopen`ed since the last list)
@@ -54,7 +61,7 @@
 use crate::config::Unwinder;
 use crate::engine::clock::Stable;
 use crate::engine::queue::{Event, EventKind, Queue};
-use crate::profile::{GcCycle, Module, Profile, Stopped};
+use crate::profile::{GcCycle, Module, Profile, Resident, Stopped, RESIDENT_EVERY_MS};
 use crate::record::env;
 use crate::record::ring::{self, Ring};
 use crate::session::recorder::{Named, ProcessFacts, Recorder};
@@ -226,6 +233,10 @@ struct Attached {
     /// A newer ring of the same pid was attached: this image was replaced.
     replaced: bool,
     done: bool,
+    /// The process's `/proc/PID/statm`, read every [`RESIDENT_EVERY_MS`] (§6).
+    statm: Option<File>,
+    /// When it was read last ([`crate::engine::clock::monotonic_ns`]).
+    resident_at: u64,
 }
 
 struct Output {
@@ -272,6 +283,10 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
             }
             let n = drain(r);
             fullest = fullest.max(n as f64 / r.queue.capacity() as f64);
+            if now.saturating_sub(r.resident_at) >= RESIDENT_EVERY_MS * 1_000_000 {
+                r.resident_at = now;
+                read_resident(r);
+            }
             let gone = look && (stopping || r.replaced || process_gone(r.pid, r.proc_start));
             let root = r.pid == plan.root_pid && r.image == 0;
             if let (Some(publish), Some(out), true) = (&plan.publish, &r.out, root) {
@@ -307,6 +322,31 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// Reads the process's resident memory into its profile (§6).
+fn read_resident(r: &mut Attached) {
+    let (Some(statm), Some(out)) = (&r.statm, &mut r.out) else {
+        return;
+    };
+    let Some(bytes) = resident_bytes(statm) else {
+        return;
+    };
+    let time_ns = out.clock.now_ns();
+    out.recorder.resident(Resident { time_ns, bytes });
+}
+
+/// The resident bytes `statm` (an open `/proc/PID/statm`) says now: its second field, in
+/// pages. `None` when it cannot be read (the process is gone) or says nothing.
+fn resident_bytes(statm: &File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 128];
+    let n = statm.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let pages: u64 = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    (pages > 0 && page > 0).then(|| pages.saturating_mul(page as u64))
 }
 
 /// How often the collector looks for new rings and ended processes.
@@ -353,6 +393,10 @@ fn attach_new(
                     out: None,
                     replaced: false,
                     done: false,
+                    // Opened now, the file is this process's: a pid reused later reads
+                    // nothing through it.
+                    statm: File::open(format!("/proc/{pid}/statm")).ok(),
+                    resident_at: 0,
                 });
                 *image += 1;
             }
