@@ -443,6 +443,28 @@ fn warnings(profile: &Profile) -> Vec<String> {
     w
 }
 
+/// The process's resident memory on the page's grid (§1): per bucket the largest reading
+/// in it, a bucket without one carrying the last before it (0 before the first). Empty
+/// without readings (a profile not made by `memprof record`, or a tree's).
+fn resident_per_bucket(profile: &Profile, w: u64, buckets: u64) -> Vec<f64> {
+    let n = buckets as usize;
+    if profile.resident.is_empty() || n == 0 {
+        return Vec::new();
+    }
+    let mut most: Vec<Option<u64>> = vec![None; n];
+    for r in &profile.resident {
+        let i = usize::try_from(r.time_ns / w.max(1)).unwrap_or(usize::MAX).min(n - 1);
+        most[i] = Some(most[i].map_or(r.bytes, |m| m.max(r.bytes)));
+    }
+    let mut last = 0;
+    most.iter()
+        .map(|m| {
+            last = m.unwrap_or(last);
+            last as f64
+        })
+        .collect()
+}
+
 fn data_json(
     profile: &Profile,
     p: &Pass,
@@ -497,6 +519,8 @@ fn data_json(
     j.nums(p.freed.iter().copied());
     j.key("max");
     j.nums(p.live_max.iter().copied());
+    j.key("rss");
+    j.nums(resident_per_bucket(profile, p.w, p.buckets));
     j.key("gcc");
     j.ints(profile.gc_cycles.iter().flat_map(|c| [c.start_ns, c.end_ns]));
     j.key("names");

@@ -319,6 +319,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         Some(why) => comments.push(format!("recording ended where {}", why.describe())),
         None => comments.push("incomplete recording (no end record)".to_owned()),
     }
+    comments.extend(super::top::resident_line(profile));
     comments.extend(profile.warnings.iter().map(|w| format!("warning: {w}")));
     if !profile.lost.is_none() {
         comments.push(format!("lost: {}", profile.lost.describe()));

@@ -235,7 +235,7 @@ fn site_cell(s: &SiteTotal) -> String {
 /// The header line of the process's resident memory (`memprof record`'s readings, in the
 /// window when there is one) beside its live heap: at the end, at most, and at the reading
 /// nearest the heap's peak. `None` without readings.
-fn resident_line(p: &Profile) -> Option<String> {
+pub(crate) fn resident_line(p: &Profile) -> Option<String> {
     let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
     let readings: Vec<_> =
         p.resident.iter().filter(|r| r.time_ns >= from && r.time_ns < to).collect();

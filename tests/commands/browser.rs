@@ -328,7 +328,8 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
          return { tl: r('timeline'), fl: r('flame'), frames: +f.dataset.frames, \
          rects: f.querySelectorAll('rect').length, paths: document.querySelectorAll('#timeline path').length, \
          view: f.dataset.view, total: +f.dataset.total, ns: +document.getElementById('moment').dataset.ns, \
-         rows: document.querySelectorAll('#sites tbody tr').length }; })()",
+         rows: document.querySelectorAll('#sites tbody tr').length, \
+         rss: !document.getElementById('legend-rss').hidden }; })()",
     );
     for (k, min) in [("tl", 100.0), ("fl", 30.0)] {
         let Json::Arr(wh) = shape.get(k) else { panic!("{shape:?}") };
@@ -336,7 +337,9 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
     }
     assert!(shape.get("frames").num() >= 3.0, "{shape:?}");
     assert_eq!(shape.get("rects").num(), shape.get("frames").num(), "{shape:?}");
-    assert!(shape.get("paths").num() >= 2.0, "the live heap and the rate: {shape:?}");
+    // `record` read the resident size: its line is drawn too, and named in the legend.
+    assert!(shape.get("paths").num() >= 3.0, "the live heap, the rate, the RSS: {shape:?}");
+    assert_eq!(shape.get("rss"), &Json::Bool(true), "{shape:?}");
     assert!(shape.get("rows").num() >= 2.0, "{shape:?}");
 
     // The default view is the live set at the peak: exactly --view peak.

@@ -1359,8 +1359,16 @@ fn resident_memory_is_read_beside_the_live_heap() {
     let live = mib(line.split("(live heap ").nth(1).unwrap().split(')').next().unwrap());
     // 2,000 kept blocks, and stdio's buffer; printed to three digits.
     assert!((live - 2_000_000.0).abs() < 20_000.0, "{line}");
-    let report =
-        Command::new(MEMPROF).current_dir(&dir).args(["report", "r.mprof"]).output().unwrap();
+    let report = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["report", "r.mprof", "--pprof", "r.pb.gz"])
+        .output()
+        .unwrap();
     assert!(report.status.success(), "{}", text(&report.stderr));
     assert!(text(&report.stdout).lines().any(|l| l == line), "{}", text(&report.stdout));
+    // pprof carries the line as a comment.
+    let p = crate::common::decode_pprof(&std::fs::read(dir.join("r.pb.gz")).unwrap());
+    let comments: Vec<&str> =
+        p.comment.iter().map(|&i| p.string_table[i as usize].as_str()).collect();
+    assert!(comments.contains(&line), "{comments:?}");
 }

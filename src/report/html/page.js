@@ -159,7 +159,9 @@
     svg.textContent = '';
     const y0 = tl.h - tl.mb, ph = tl.h - tl.mt - tl.mb;
     const S = cur();
-    const maxLive = Math.max(1, S.peak[0], ...S.max);
+    // The resident size (the process's, read by `memprof record`), on the heap's scale.
+    const R = D.rss.length === N ? D.rss : [];
+    const maxLive = Math.max(1, S.peak[0], ...S.max, ...R);
     const rates = S.alloc.map((b) => b / (W / 1e9));
     const maxRate = Math.max(1, ...rates);
     const unit = (v) => Math.pow(1024, Math.max(0, Math.floor(Math.log(v) / Math.log(1024))));
@@ -180,7 +182,7 @@
       svg.append(el('text', { x: tx(t), y: y0 + 18, 'text-anchor': 'middle' }, (t / 1e9).toFixed(digits) + ' s'));
     }
     svg.append(el('text', { x: (tl.ml + tl.w - tl.mr) / 2, y: tl.h - 4, 'text-anchor': 'middle', class: 'axis-title' }, 'time since the start of the recording'));
-    svg.append(el('text', { x: 4, y: 14, class: 'axis-title' }, 'live heap'));
+    svg.append(el('text', { x: 4, y: 14, class: 'axis-title' }, R.length ? 'live heap, resident' : 'live heap'));
     svg.append(el('text', { x: tl.w - 4, y: 14, 'text-anchor': 'end', class: 'axis-title', fill: 'var(--rate)' }, 'allocation rate'));
     for (let i = 0; i < D.gcc.length; i += 2) {
       const x = tx(D.gcc[i]), w = Math.max(1, tx(D.gcc[i + 1]) - x);
@@ -194,6 +196,12 @@
     live += 'L' + tx(SPAN) + ',' + y0 + 'Z';
     svg.append(el('path', { d: live, fill: 'var(--live)', 'fill-opacity': 0.28, stroke: 'var(--live)', 'stroke-width': 1.5 }));
     svg.append(el('path', { d: rate, fill: 'none', stroke: 'var(--rate)', 'stroke-width': 1.3, 'stroke-opacity': 0.85 }));
+    if (R.length) {
+      let rss = '';
+      for (let i = 0; i < N; i++) rss += (i ? 'L' : 'M') + tx(i * W) + ',' + ly(R[i]) + 'L' + tx((i + 1) * W) + ',' + ly(R[i]);
+      svg.append(el('path', { d: rss, fill: 'none', stroke: 'var(--rss)', 'stroke-width': 1.6 }));
+    }
+    $('legend-rss').hidden = !R.length;
     svg.append(el('line', { x1: tl.ml, x2: tl.w - tl.mr, y1: y0, y2: y0, class: 'axis' }));
     svg.append(el('line', { x1: tl.ml, x2: tl.ml, y1: tl.mt, y2: y0, class: 'axis' }));
     const px = tx(S.peak[1]), py = ly(S.peak[0]);
@@ -223,7 +231,8 @@
     svg.addEventListener('mousemove', (e) => {
       const t = tOf(xOf(e)), i = Math.min(N - 1, Math.floor(t / W));
       const S = cur();
-      tip(e, '<b>' + secs(t) + '</b><br>live heap up to ' + bytes(S.max[i]) + '<br>allocated ' + bytes(S.alloc[i]) + ' in ' + ns(W) + ' (' + bytes(S.alloc[i] / (W / 1e9)) + '/s)');
+      const rss = D.rss.length === N ? '<br>resident up to ' + bytes(D.rss[i]) : '';
+      tip(e, '<b>' + secs(t) + '</b><br>live heap up to ' + bytes(S.max[i]) + rss + '<br>allocated ' + bytes(S.alloc[i]) + ' in ' + ns(W) + ' (' + bytes(S.alloc[i] / (W / 1e9)) + '/s)');
       if (down !== null && Math.abs(xOf(e) - down) > 4) {
         state.view = 'alloc';
         state.from = Math.floor(Math.min(tOf(down), t) / W);
