@@ -168,6 +168,7 @@
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
 //! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms |
+//! | `record/command/oom.rs` | whether the kernel's OOM killer ended the program: its memory cgroups' and the system's OOM-kill counts, before and after |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |
 //! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |

@@ -1372,3 +1372,57 @@ fn resident_memory_is_read_beside_the_live_heap() {
         p.comment.iter().map(|&i| p.string_table[i as usize].as_str()).collect();
     assert!(comments.contains(&line), "{comments:?}");
 }
+
+/// A program grown into the kernel's OOM killer inside a memory cgroup of 100 MiB that the
+/// test makes (cgroup v1's memory controller, as root): `record` says the OOM killer ended
+/// it, names the cgroup and its limit and the last resident size, exits as the program
+/// did, and keeps the heap of its last moments. Where no cgroup can be made the test says
+/// it skipped; with `CI` set it is required.
+#[test]
+fn an_oom_kill_is_named_with_its_limit() {
+    let base = Path::new("/sys/fs/cgroup/memory");
+    let name = format!("memprof-test-oom-{}", std::process::id());
+    let cg = base.join(&name);
+    // SAFETY: geteuid has no preconditions.
+    let made = unsafe { libc::geteuid() } == 0 && std::fs::create_dir(&cg).is_ok();
+    if !made {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to make a memory cgroup under {}",
+            base.display()
+        );
+        eprintln!("skipped: no memory cgroup can be made under {} here", base.display());
+        return;
+    }
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _remove = Remove(cg.clone());
+    std::fs::write(cg.join("memory.limit_in_bytes"), (100u64 << 20).to_string()).unwrap();
+    let dir = scratch("oom");
+    // The shell moves itself into the cgroup, then becomes `record`: the program inherits it.
+    let out = Command::new("sh")
+        .current_dir(&dir)
+        .arg("-c")
+        .arg(r#"echo $$ > "$1/cgroup.procs" && shift && exec "$@""#)
+        .arg("sh")
+        .arg(&cg)
+        .arg(MEMPROF)
+        .args(["record", "-o", "g.mprof", "--"])
+        .arg(fixture("grow"))
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{err}");
+    let said = format!(
+        "was killed by the kernel's OOM killer: memory cgroup /{name} reached its limit of \
+         100.00 MiB (1 OOM kill during the run); resident "
+    );
+    assert!(err.contains(&said), "{err}");
+    let p = read(&dir.join("g.mprof"));
+    assert!(p.live_bytes > 20.0 * 1048576.0, "the heap of its last moments: {}", p.live_bytes);
+    assert!(p.resident.last().is_some_and(|r| r.bytes > 20 << 20), "{:?}", p.resident.last());
+}

@@ -9,6 +9,7 @@ pub(crate) mod bundled;
 pub(crate) mod collect;
 pub(crate) mod launcher;
 mod notes;
+mod oom;
 mod reach;
 pub(crate) mod request;
 pub(crate) mod run;
