@@ -236,9 +236,7 @@ fn site_cell(s: &SiteTotal) -> String {
 /// window when there is one) beside its live heap: at the end, at most, and at the reading
 /// nearest the heap's peak. `None` without readings.
 pub(crate) fn resident_line(p: &Profile) -> Option<String> {
-    let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
-    let readings: Vec<_> =
-        p.resident.iter().filter(|r| r.time_ns >= from && r.time_ns < to).collect();
+    let readings = resident_readings(p);
     let last = readings.last()?;
     let most = readings.iter().map(|r| r.bytes).max()?;
     let estimated = if is_exact(p) { "" } else { " estimated" };
@@ -254,6 +252,12 @@ pub(crate) fn resident_line(p: &Profile) -> Option<String> {
         let _ = write!(line, ", {} at the heap's peak", human_bytes(near.bytes as f64));
     }
     Some(line)
+}
+
+/// The resident readings of `p`, those in its window when it has one.
+pub(crate) fn resident_readings(p: &Profile) -> Vec<&crate::profile::Resident> {
+    let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
+    p.resident.iter().filter(|r| r.time_ns >= from && r.time_ns < to).collect()
 }
 
 /// The summary printed by `memprof report` and at the end of `memprof record`: a few header

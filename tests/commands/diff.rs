@@ -181,6 +181,10 @@ fn exact_runs_give_exact_differences() {
         ],
     );
     assert!(table.contains("both recordings are exact"), "{table}");
+    // record read both programs' resident sizes: each header says it, and the change is
+    // shown beside the live heap's.
+    assert_eq!(table.lines().filter(|l| l.trim_start().starts_with("resident: ")).count(), 2);
+    assert!(table.lines().any(|l| l.starts_with("resident at the end: ")), "{table}");
     assert_eq!(flagged(&table), BTreeSet::from(["grow_site".to_owned()]), "{table}");
     let row = rows(&table).into_iter().find(|(s, _)| s == "grow_site").unwrap().1;
     // 3 000 × 64 KiB = 187.5 MiB, exact: no interval.

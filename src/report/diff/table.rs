@@ -55,6 +55,9 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
         );
     }
     out.push('\n');
+    if let Some(line) = crate::report::top::resident_line(p) {
+        let _ = writeln!(out, "{pad}{line}");
+    }
     match p.stopped {
         _ if p.complete => {}
         Some(why) => {
@@ -79,6 +82,23 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
     }
 }
 
+/// The change of the resident size at the end beside the change of the live heap, when both
+/// recordings have resident readings (`memprof record`'s).
+fn resident_change(base: &Profile, new: &Profile) -> Option<String> {
+    let last =
+        |p: &Profile| crate::report::top::resident_readings(p).last().map(|r| r.bytes as f64);
+    let (b, n) = (last(base)?, last(new)?);
+    Some(format!(
+        "resident at the end: {} → {} ({}), beside the live heap: {} → {} ({})",
+        human_bytes(b),
+        human_bytes(n),
+        signed_bytes(n - b),
+        human_bytes(base.live_bytes),
+        human_bytes(new.live_bytes),
+        signed_bytes(new.live_bytes - base.live_bytes),
+    ))
+}
+
 /// A signed byte count: `+1.50 MiB`, `-512 B`, `0 B`.
 fn signed_bytes(v: f64) -> String {
     let s = human_bytes(v);
@@ -99,6 +119,9 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
     let _ = writeln!(out, "memprof diff: per allocation site, Δ = NEW − BASE in estimated bytes");
     describe(&mut out, "base", options.base_name.as_deref(), base);
     describe(&mut out, "new", options.new_name.as_deref(), new);
+    if let Some(line) = resident_change(base, new) {
+        let _ = writeln!(out, "{line}");
+    }
     let exact_both = is_exact(base) && is_exact(new);
     let _ = writeln!(
         out,
