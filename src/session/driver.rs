@@ -50,8 +50,9 @@ pub(super) static DELIVERED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::ne
 pub(super) static CALLBACK_PANICS: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 pub(super) static REPLAYED_FREES: Padded<AtomicU64> = Padded::new(AtomicU64::new(0));
 
-/// Most lost frees a driver keeps waiting for their allocations ([`Drive::lost_frees`]).
-const MAX_WAITING_FREES: usize = 1 << 16;
+/// Most lost frees a driver (or `record`'s collector) keeps waiting for their allocations
+/// ([`Drive::lost_frees`]).
+pub(crate) const MAX_WAITING_FREES: usize = 1 << 16;
 
 pub(super) fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);

@@ -24,6 +24,12 @@
 //! last published event ([`Queue::drain_abandoned`]), the side log read to its end, and the
 //! file finished with its end record: a SIGKILL loses nothing that was sampled before it.
 //!
+//! # 4. Modules
+//! Module lists come from the side log, each at its place among the events. A new stack
+//! with a frame outside every listed module (a library `dlopen`ed since the last list)
+//! makes the collector read `/proc/<pid>/maps` while the process lives; the object files
+//! named there give the missing modules ([`modules_of`]).
+//!
 //! # 5. Frees, and lost events
 //! The collector keeps no map of the program's live blocks. A free's event names its block
 //! as the program's live table holds it (`engine::live` §5): the key of its stack, its
@@ -31,19 +37,18 @@
 //! same function of their raw frames, so the key finds the stack, and the block is taken
 //! out of the aggregates by (stack, size, allocation unit). The allocation time is the
 //! program's raw clock reading, converted again: the conversion is a fixed function of the
-//! reading ([`Stable`]), so it gives the time the allocation's event was given. A key that names several
-//! stacks (two module generations with the same raw frames, or a hash collision) is
-//! resolved by which of them holds such a live block, newest first. A free that finds no
-//! live block is dropped, as one whose allocation was never read (a free before the
-//! allocation never comes through the ring: the program frees a block only after its
-//! allocation's event was published).
+//! reading ([`Stable`]), so it gives the time the allocation's event was given. A key that
+//! names several stacks (two module generations with the same raw frames, or a hash
+//! collision) is resolved by which of them holds such a live block, newest first. A free
+//! that finds no live block is dropped, as one whose allocation was never read (a free
+//! before the allocation never comes through the ring: the program frees a block only after
+//! its allocation's event was published).
 //!
 //! After each drain the collector takes the frees the queue kept aside because they did not
 //! fit (`engine::queue` §3) and folds each once its block's allocation has been read (its
-//! block is live). The
-//! file's Lost record counts what was lost, how many of those were frees replayed and how
-//! many frees were lost for good (the table was full: that many blocks may show as live);
-//! `record` says the same on stderr when anything was lost.
+//! block is live). The file's Lost record counts what was lost, how many of those were
+//! frees replayed and how many frees were lost for good (the table was full: that many
+//! blocks may show as live); `record` says the same on stderr when anything was lost.
 //!
 //! # 6. Resident memory
 //! Every [`RESIDENT_EVERY_MS`] milliseconds the collector reads each process's resident
@@ -51,12 +56,6 @@
 //! later reads nothing) and records it in the profile ([`Profile::resident`]) with the
 //! time on the program's clock: nothing is added to the program's sample path. A process
 //! that has exited reads nothing, so the last reading is its last resident size alive.
-//!
-//! # 4. Modules
-//! Module lists come from the side log, each at its place among the events. A new stack
-//! with a frame outside every listed module (a library `dlopen`ed since the last list)
-//! makes the collector read `/proc/<pid>/maps` while the process lives; the object files
-//! named there give the missing modules ([`modules_of`]).
 
 use crate::config::Unwinder;
 use crate::engine::clock::Stable;
@@ -64,6 +63,7 @@ use crate::engine::queue::{Event, EventKind, Queue};
 use crate::profile::{GcCycle, Module, Profile, Resident, Stopped, RESIDENT_EVERY_MS};
 use crate::record::env;
 use crate::record::ring::{self, Ring};
+use crate::session::driver::MAX_WAITING_FREES;
 use crate::session::recorder::{Named, ProcessFacts, Recorder};
 use crate::session::{Allocation, Callstack, Poll, SessionInfo, Stats, Tracker};
 use std::collections::HashMap;
@@ -651,9 +651,6 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
 fn named(e: &Event, size: usize, alloc_ns: u64) -> Named {
     Named { id: e.id, key: e.stack_key(), size: size as u64, k: e.k, alloc_ns }
 }
-
-/// Most lost frees the collector keeps waiting for their allocations (§5).
-const MAX_WAITING_FREES: usize = 1 << 16;
 
 /// Folds the frees kept aside whose blocks' allocations are in (§5).
 fn replay_waiting(out: &mut Output) {
