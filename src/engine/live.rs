@@ -416,6 +416,12 @@ impl Table {
     /// The index of `addr`'s slot, if it has one (the oldest, §3).
     #[inline(always)]
     fn find(&self, addr: usize) -> Option<usize> {
+        self.find_where(addr, |_| true)
+    }
+
+    /// The index of the oldest slot of `addr` whose entry `pick` accepts (§3).
+    #[inline(always)]
+    fn find_where(&self, addr: usize, pick: impl Fn(&Packed) -> bool) -> Option<usize> {
         if self.cap == 0 {
             return None;
         }
@@ -427,7 +433,7 @@ impl Table {
             if s.addr == 0 {
                 return None;
             }
-            if s.addr == addr {
+            if s.addr == addr && pick(&s.packed) {
                 return Some(i);
             }
             i = (i + 1) & mask;
@@ -566,24 +572,9 @@ pub(crate) fn get(addr: usize) -> Option<Entry> {
 pub(crate) fn retime(addr: usize, id: u64, time: u64) {
     let fi = filter_index(addr);
     let _ = with_shard(shard_index(fi), |t| {
-        if t.cap == 0 {
-            return;
-        }
-        let mask = t.cap - 1;
-        let mut i = (hash(addr) as usize) & mask;
-        loop {
-            let s = t.slot(i);
-            // SAFETY: i <= mask < cap; the shard's lock is held.
-            unsafe {
-                if (*s).addr == 0 {
-                    return;
-                }
-                if (*s).addr == addr && (*s).packed.id() == id {
-                    (*s).packed.time = time;
-                    return;
-                }
-            }
-            i = (i + 1) & mask;
+        if let Some(i) = t.find_where(addr, |p| p.id() == id) {
+            // SAFETY: `find_where` returns an index below cap; the shard's lock is held.
+            unsafe { (*t.slot(i)).packed.time = time };
         }
     });
 }
