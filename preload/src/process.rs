@@ -37,7 +37,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     static REAL: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-    memprof::__private::before_quick_exit();
+    memprof::__private::before_quick_exit(Some(status));
     let f = next_symbol(&REAL, c"_exit");
     if !f.is_null() {
         // SAFETY: `f` is glibc's _exit, of this signature.

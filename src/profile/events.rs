@@ -115,6 +115,169 @@ pub struct Resident {
     pub bytes: u64,
 }
 
+/// Where the recorded process's resident memory was at a moment, by kind of mapping: what
+/// `memprof record`'s collector read from `/proc/PID/smaps`, beside the live heap it had
+/// folded by then. Explains the gap between the resident size and the live heap
+/// ([`Profile::splits`](crate::profile::Profile::splits)).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ResidentSplit {
+    /// Nanoseconds since the start of the recording.
+    pub time_ns: u64,
+    /// Resident bytes in all (the sum of every mapping's `Rss`).
+    pub resident: u64,
+    /// Resident bytes of the allocator's mappings: the `[heap]` (`brk`) and the private
+    /// anonymous mappings that are not stacks, less memprof's own ([`Self::own`]). The live
+    /// heap is in here; the rest is what the allocator holds free (and its bookkeeping).
+    pub allocator: u64,
+    /// Resident bytes of stacks: `[stack]` and thread stacks (a private anonymous mapping
+    /// right above a guard page).
+    pub stacks: u64,
+    /// Resident bytes of mapped files: code, read-only data, files the program mapped.
+    pub files: u64,
+    /// Resident bytes memprof keeps in the process: its event ring and the memory its
+    /// library maps for the live table and buffers.
+    pub own: u64,
+    /// The rest: shared memory, the vDSO and other special mappings.
+    pub other: u64,
+    /// The estimated live heap at that moment (Σ k × interval over the live blocks then).
+    pub live_bytes: f64,
+}
+
+impl ResidentSplit {
+    /// What the allocator held beyond the live heap: its mappings' resident bytes less the
+    /// live heap (0 when the estimate is above them).
+    pub fn allocator_free(&self) -> f64 {
+        (self.allocator as f64 - self.live_bytes).max(0.0)
+    }
+}
+
+/// How a recorded process ended, as `memprof record` learned it: from the program's own
+/// exit handler or `_exit`, from its wait status (the program `record` ran), from the
+/// kernel's count of OOM kills, or from a zombie's exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// How.
+    pub how: EndedHow,
+    /// The exit status ([`EndedHow::Exit`], [`EndedHow::QuickExit`]) or the signal number
+    /// ([`EndedHow::Signal`], [`EndedHow::OomKill`]); 0 otherwise.
+    pub status: i32,
+    /// With [`EndedHow::OomKill`]: the memory limit that was reached, in bytes (0 when
+    /// unknown or for other endings).
+    pub limit_bytes: u64,
+}
+
+/// The ways a process ends that [`Ended`] tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndedHow {
+    /// It called `exit` or returned from `main` (exit handlers ran).
+    Exit,
+    /// It called `_exit` or `quick_exit` (exit handlers did not run).
+    QuickExit,
+    /// A signal killed it.
+    Signal,
+    /// The kernel's OOM killer killed it (SIGKILL, and an OOM-kill count rose).
+    OomKill,
+    /// It replaced itself with another program (`exec`).
+    Exec,
+    /// `memprof attach` detached from it; it ran on.
+    Detached,
+}
+
+impl EndedHow {
+    /// The name in the file and in `memprof report --json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndedHow::Exit => "exit",
+            EndedHow::QuickExit => "_exit",
+            EndedHow::Signal => "signal",
+            EndedHow::OomKill => "oom-kill",
+            EndedHow::Exec => "exec",
+            EndedHow::Detached => "detached",
+        }
+    }
+
+    /// The code in the file's Ended record.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            EndedHow::Exit => 1,
+            EndedHow::QuickExit => 2,
+            EndedHow::Signal => 3,
+            EndedHow::OomKill => 4,
+            EndedHow::Exec => 5,
+            EndedHow::Detached => 6,
+        }
+    }
+
+    /// The way of a code, `None` for a code of a newer writer.
+    pub(crate) fn from_code(code: u64) -> Option<EndedHow> {
+        Some(match code {
+            1 => EndedHow::Exit,
+            2 => EndedHow::QuickExit,
+            3 => EndedHow::Signal,
+            4 => EndedHow::OomKill,
+            5 => EndedHow::Exec,
+            6 => EndedHow::Detached,
+            _ => return None,
+        })
+    }
+}
+
+impl Ended {
+    /// From a wait status as `waitpid` reports it (`/proc/PID/stat`'s exit code is one).
+    pub fn from_wait_status(status: i32) -> Option<Ended> {
+        let (how, status) = if libc::WIFEXITED(status) {
+            (EndedHow::Exit, libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            (EndedHow::Signal, libc::WTERMSIG(status))
+        } else {
+            return None;
+        };
+        Some(Ended { how, status, limit_bytes: 0 })
+    }
+
+    /// In words, for the top table: "exit status 3", "killed by signal 11 (SIGSEGV)", …
+    pub fn describe(&self) -> String {
+        match self.how {
+            EndedHow::Exit => format!("exit status {}", self.status),
+            EndedHow::QuickExit => {
+                format!("_exit status {} (exit handlers did not run)", self.status)
+            }
+            EndedHow::Signal => {
+                format!("killed by signal {}{}", self.status, signal_name(self.status))
+            }
+            EndedHow::OomKill if self.limit_bytes > 0 => format!(
+                "killed by the kernel's OOM killer (SIGKILL) at a memory limit of {:.2} MiB",
+                self.limit_bytes as f64 / (1u64 << 20) as f64
+            ),
+            EndedHow::OomKill => "killed by the kernel's OOM killer (SIGKILL)".into(),
+            EndedHow::Exec => "replaced itself with another program (exec)".into(),
+            EndedHow::Detached => "ran on after memprof attach detached".into(),
+        }
+    }
+}
+
+/// " (SIGSEGV)" for the signals a crash or a kill is usually made of, "" for others.
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => " (SIGHUP)",
+        libc::SIGINT => " (SIGINT)",
+        libc::SIGQUIT => " (SIGQUIT)",
+        libc::SIGILL => " (SIGILL)",
+        libc::SIGTRAP => " (SIGTRAP)",
+        libc::SIGABRT => " (SIGABRT)",
+        libc::SIGBUS => " (SIGBUS)",
+        libc::SIGFPE => " (SIGFPE)",
+        libc::SIGKILL => " (SIGKILL)",
+        libc::SIGSEGV => " (SIGSEGV)",
+        libc::SIGPIPE => " (SIGPIPE)",
+        libc::SIGALRM => " (SIGALRM)",
+        libc::SIGTERM => " (SIGTERM)",
+        libc::SIGXCPU => " (SIGXCPU)",
+        libc::SIGXFSZ => " (SIGXFSZ)",
+        _ => "",
+    }
+}
+
 /// One garbage-collection cycle of a managed heap ([`crate::gc`]), timed by the collector.
 /// Times are nanoseconds since the start of the recording, on the samples' clock.
 /// `repr(C)`: the preload library's copy of memprof receives it from the program's copy.

@@ -63,6 +63,12 @@ pub struct Process {
     pub peak: f64,
     /// Estimated bytes still live at its end.
     pub live: f64,
+    /// Its resident bytes at the last reading and at most (`memprof record`'s readings).
+    pub resident: Option<(u64, u64)>,
+    /// What its allocator held free at the last reading of its mappings.
+    pub allocator_free: Option<f64>,
+    /// How it ended, when the recording says.
+    pub ended: Option<super::Ended>,
     /// What a tree's HTML page shows of it, when its timeline was kept.
     pub(crate) page: Option<std::sync::Arc<Page>>,
 }
@@ -125,6 +131,12 @@ impl Process {
             allocated: k as f64 * h.interval,
             peak: p.peak.bytes,
             live: p.live_bytes,
+            resident: p
+                .resident
+                .last()
+                .map(|last| (last.bytes, p.resident.iter().map(|r| r.bytes).max().unwrap_or(0))),
+            allocator_free: p.splits.last().map(super::ResidentSplit::allocator_free),
+            ended: p.ended,
             page,
         }
     }

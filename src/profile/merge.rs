@@ -126,6 +126,7 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         // root's own way of ending is the tree's.
         if i == 0 {
             out.stopped = p.stopped;
+            out.ended = p.ended;
         }
         out.complete &= p.complete || (i > 0 && p.stopped.is_some());
     }

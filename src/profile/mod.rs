@@ -71,7 +71,7 @@ use std::collections::HashMap;
 pub use aggregate::{Counts, GcMarked, IdHash, IdHasher, Totals};
 pub(crate) use aggregate::{LiveByTime, SincePeak};
 pub(crate) use events::expected_k;
-pub use events::{Free, GcCycle, Move, Resident, Sample};
+pub use events::{Ended, EndedHow, Free, GcCycle, Move, Resident, ResidentSplit, Sample};
 pub use header::{Header, Lost, Stopped, RECORD_STOPPED};
 pub use lifetime::{lifetime_bucket, lifetime_bucket_range, Lifetimes, DEFAULT_SHORT_LIVED_NS};
 pub use series::{Peak, Series, SeriesPoint, SERIES_POINTS};
@@ -81,6 +81,17 @@ pub use tables::{Module, Stack, StackId, Symbol};
 /// ([`Profile::resident`]): a `pread` of `/proc/PID/statm`, a few microseconds, so a
 /// hundredth of a percent of a core.
 pub const RESIDENT_EVERY_MS: u64 = 10;
+
+/// The most of one core `memprof record`'s collector spends reading `/proc/PID/smaps` for
+/// [`Profile::splits`], as a fraction: after a reading that took `d`, the next comes no
+/// sooner than `d / SPLIT_COST_SHARE` later (and no sooner than [`SPLIT_EVERY_MS`]). The
+/// kernel walks the page tables of every mapping for it, so a large process costs more.
+pub const SPLIT_COST_SHARE: f64 = 0.002;
+
+/// The least time between two readings of `/proc/PID/smaps` ([`Profile::splits`]). A
+/// reading comes sooner than [`SPLIT_COST_SHARE`] allows neither, but the resident size
+/// moving by a quarter since the last one brings the next forward to this.
+pub const SPLIT_EVERY_MS: u64 = 100;
 
 /// A whole recording, as aggregates (see the [module documentation](self) §3).
 ///
@@ -133,6 +144,10 @@ pub struct Profile {
     /// record`'s collector reads it every [`RESIDENT_EVERY_MS`] ms;
     /// empty for other recordings and for a merged profile).
     pub resident: Vec<Resident>,
+    /// The process's resident memory by kind of mapping, beside the live heap, in the
+    /// order it was read (`memprof record`'s collector reads `/proc/PID/smaps` now and
+    /// then: [`SPLIT_COST_SHARE`]); empty for other recordings and for a merged profile.
+    pub splits: Vec<ResidentSplit>,
     /// For each of `gc_cycles`, what it marked of each stack's sampled blocks.
     pub gc_marked: Vec<HashMap<StackId, GcMarked, IdHash>>,
     /// The heap over time.
@@ -162,6 +177,9 @@ pub struct Profile {
     /// (the preload library's `exec` and `_exit` hooks): the file is whole, not cut by a
     /// crash.
     pub stopped: Option<Stopped>,
+    /// How the process ended, when `memprof record` learned it (for a merged profile, the
+    /// first process's).
+    pub ended: Option<Ended>,
     /// The user's expressions for frames that are allocation plumbing (`--site-skip`),
     /// which every report's naming of sites follows ([`site`]). Not part of the recording.
     pub site_skip: site::SiteSkip,

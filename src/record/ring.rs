@@ -63,8 +63,9 @@ const HEADER_BYTES: usize = 4096;
 const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// The layout's version (2: a queue slot names the thread that claimed it; 3: the side
 /// log is a ring, with the collector's `log_read`; 4: the queue's block holds its table of
-/// lost frees, see `engine::queue` §3).
-const VERSION: u32 = 4;
+/// lost frees, see `engine::queue` §3; 5: the exit status, memprof's own mapped bytes and
+/// the last look at exit).
+const VERSION: u32 = 5;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;
@@ -78,6 +79,21 @@ pub(crate) const ENDING_EXEC: u32 = 1;
 pub(crate) const ENDING_QUICK: u32 = 2;
 /// [`RingHeader::ending`]: `memprof attach` detached; the process runs on.
 pub(crate) const ENDING_DETACHED: u32 = 3;
+/// [`RingHeader::ending`]: the process runs its exit handlers (`exit`, or `main` returned).
+pub(crate) const ENDING_EXIT: u32 = 4;
+/// [`RingHeader::exit_status`]: set when the status is known (it is the low 32 bits).
+pub(crate) const STATUS_KNOWN: u64 = 1 << 32;
+/// [`RingHeader::last_look`]: the exiting process asks for a last reading of its memory.
+pub(crate) const LOOK_ASKED: u32 = 1;
+/// [`RingHeader::last_look`]: the collector took it.
+pub(crate) const LOOK_TAKEN: u32 = 2;
+/// [`RingHeader::last_look`]: the collector wants a last look when the process exits (its
+/// resident memory is large enough for the look to matter: [`LOOK_WANTED_BYTES`]).
+pub(crate) const LOOK_WANTED: u32 = 3;
+/// The resident size from which the collector wants a last look at an exiting process: a
+/// smaller one is explained well enough by the last periodic reading, and a program that
+/// runs many small processes (a build, a shell script) does not wait at each exit.
+pub(crate) const LOOK_WANTED_BYTES: u64 = 32 << 20;
 
 /// Side-log record kinds.
 pub(crate) const LOG_PROCESS: u8 = 1;
@@ -120,6 +136,17 @@ pub(crate) struct RingHeader {
     /// (before `exec`), [`ENDING_QUICK`] (`_exit`, `quick_exit`); 0 otherwise (a normal
     /// exit clears it: an `exec` that failed is followed by more).
     pub(crate) ending: AtomicU32,
+    /// The exit handshake (written by both): [`LOOK_WANTED`] while the collector wants a
+    /// last reading of the process's memory when it exits; [`LOOK_ASKED`] when the process
+    /// runs its exit handlers and waits a little for it (its mappings are gone once it has
+    /// exited); [`LOOK_TAKEN`] once it was taken.
+    pub(crate) last_look: AtomicU32,
+    /// The status given to `exit` or `_exit`, or'ed with [`STATUS_KNOWN`]; 0 when unknown.
+    pub(crate) exit_status: AtomicU64,
+    /// Bytes memprof's library has mapped in the process for itself (the live table, the
+    /// per-thread blocks, frame buffers: `sys::rawmem::map`), which its resident memory
+    /// counts and the program did not ask for.
+    pub(crate) own_mapped: AtomicU64,
     queue_bytes: u64,
 }
 
@@ -247,6 +274,9 @@ impl Ring {
                 log_len: AtomicU64::new(0),
                 log_read: AtomicU64::new(0),
                 ending: AtomicU32::new(0),
+                last_look: AtomicU32::new(0),
+                exit_status: AtomicU64::new(0),
+                own_mapped: AtomicU64::new(0),
                 queue_bytes: (len - HEADER_BYTES - LOG_BYTES) as u64,
             })
         };

@@ -29,6 +29,11 @@ pub struct ReportRequest {
     /// allocation site, for profiles of a managed heap).
     #[arg(long, default_value = "alloc")]
     view: View,
+    /// Print a machine-readable summary (JSON, schema memprof-report/1: the live heap and
+    /// its peak, resident memory and what explains its gap, how the program ended, the
+    /// top sites) on stdout instead of the tables.
+    #[arg(long)]
+    json: bool,
     /// Number of sites in the top table.
     #[arg(long, default_value_t = 20)]
     top: usize,
@@ -190,16 +195,26 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
             print!("{text}");
         }
     };
-    if processes.len() > 1 {
-        say(&format!("{}\n", super::tree::process_table(&processes, &Default::default())));
-    }
     let top = TopOptions {
         limit: args.top,
         group_by: args.group_by,
         backtrace: args.sites.backtrace,
         ..Default::default()
     };
-    say(&super::top::top_table(&profile, &top));
+    if args.json {
+        if to_stdout {
+            return Err(Error::Config(
+                "--json prints on the standard output, which another output was given (-)".into(),
+            ));
+        }
+        let v = super::json::summary(&profile, &processes, args.group_by, &top);
+        println!("{v:#}");
+    } else {
+        if processes.len() > 1 {
+            say(&format!("{}\n", super::tree::process_table(&processes, &Default::default())));
+        }
+        say(&super::top::top_table(&profile, &top));
+    }
     if let Some(note) = super::unwinding::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
     }

@@ -24,6 +24,7 @@ pub mod diff;
 mod flamegraph;
 mod folded;
 pub mod html;
+pub mod json;
 mod pprof;
 pub mod stats;
 pub mod text;

@@ -254,6 +254,104 @@ pub(crate) fn resident_line(p: &Profile) -> Option<String> {
     Some(line)
 }
 
+/// The last reading of the process's resident memory by kind of mapping (in the window
+/// when there is one): what explains the gap between the resident size and the live heap.
+pub(crate) fn last_split(p: &Profile) -> Option<&crate::profile::ResidentSplit> {
+    let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
+    p.splits.iter().rev().find(|r| r.time_ns >= from && r.time_ns < to)
+}
+
+/// The allocator the recorded program used, as far as its modules and symbols tell:
+/// "jemalloc", "mimalloc", "tcmalloc", or "glibc" (the C library's, when none of them).
+pub(crate) fn allocator_name(p: &Profile) -> &'static str {
+    let names = p
+        .modules
+        .iter()
+        .map(|m| m.path.as_str())
+        .chain(p.symbols.values().flatten().map(|s| s.function.as_str()))
+        .chain(p.symbols.values().flatten().filter_map(|s| s.file.as_deref()));
+    for name in names {
+        if name.contains("jemalloc") || name.starts_with("_rjem_") || name.starts_with("je_") {
+            return "jemalloc";
+        }
+        if name.contains("mimalloc") || name.starts_with("mi_") {
+            return "mimalloc";
+        }
+        if name.contains("tcmalloc") {
+            return "tcmalloc";
+        }
+    }
+    "glibc"
+}
+
+/// What to try when the allocator holds much of the resident memory free, by allocator.
+fn allocator_hint(allocator: &str) -> &'static str {
+    match allocator {
+        "jemalloc" => {
+            "jemalloc keeps freed pages until its decay returns them: MALLOC_CONF=\
+             dirty_decay_ms:1000,muzzy_decay_ms:0 (_RJEM_MALLOC_CONF for tikv-jemallocator) \
+             returns them sooner"
+        }
+        "mimalloc" => {
+            "mimalloc keeps freed pages for a while: MIMALLOC_PURGE_DELAY=0 returns them at \
+             once"
+        }
+        "tcmalloc" => {
+            "tcmalloc keeps freed spans: TCMALLOC_RELEASE_RATE (or \
+             MallocExtension::ReleaseFreeMemory) returns them sooner"
+        }
+        _ => {
+            "glibc's malloc keeps freed chunks that are not at the top of its heap: \
+             malloc_trim(0) gives them back, MALLOC_ARENA_MAX=2 limits its per-thread arenas, \
+             MALLOC_TRIM_THRESHOLD_ makes it trim sooner; or link jemalloc or mimalloc"
+        }
+    }
+}
+
+/// The header lines that explain the resident size by the last reading of the process's
+/// mappings: the live heap (± its 95 % interval when sampled), what the allocator holds
+/// free, stacks, files, memprof's own and the rest; then a hint when the allocator's free
+/// share dominates. Empty without such a reading.
+pub(crate) fn gap_lines(p: &Profile) -> Vec<String> {
+    let Some(r) = last_split(p) else {
+        return Vec::new();
+    };
+    let live = r.live_bytes.min(r.allocator as f64);
+    let pm = if is_exact(p) {
+        String::new()
+    } else {
+        format!(" ±{}", human_bytes(ci95(r.live_bytes, p.header.interval)))
+    };
+    let free = r.allocator_free();
+    let mut lines = vec![format!(
+        "resident {} at {:.3} s = live heap {}{pm} + free in the allocator {} + stacks {} + \
+         files {} + memprof {} + other {}",
+        human_bytes(r.resident as f64),
+        r.time_ns as f64 / 1e9,
+        human_bytes(live),
+        human_bytes(free),
+        human_bytes(r.stacks as f64),
+        human_bytes(r.files as f64),
+        human_bytes(r.own as f64),
+        human_bytes(r.other as f64),
+    )];
+    // Dominant: a third of the resident memory, and worth a look (8 MiB).
+    if free >= r.resident as f64 / 3.0 && free >= (8u64 << 20) as f64 {
+        let allocator = allocator_name(p);
+        lines.push(format!(
+            "hint: the allocator holds {:.0} % of the resident memory free; {}",
+            100.0 * free / r.resident as f64,
+            allocator_hint(allocator)
+        ));
+    }
+    lines
+}
+
+/// The header line saying how the process ended, when the recording says.
+pub(crate) fn ended_line(p: &Profile) -> Option<String> {
+    p.ended.map(|e| format!("ended: {}", e.describe()))
+}
+
 /// The resident readings of `p`, those in its window when it has one.
 pub(crate) fn resident_readings(p: &Profile) -> Vec<&crate::profile::Resident> {
     let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
@@ -306,6 +404,12 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         );
     }
     if let Some(line) = resident_line(profile) {
+        let _ = writeln!(out, "{line}");
+    }
+    for line in gap_lines(profile) {
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(line) = ended_line(profile) {
         let _ = writeln!(out, "{line}");
     }
     match profile.stopped {

@@ -32,21 +32,24 @@ pub fn process_table(processes: &[Process], options: &TreeOptions) -> String {
     let _ = writeln!(out, "processes: {} in the tree", processes.len());
     let _ = writeln!(
         out,
-        "{:>8}  {:>8}  {:>11}  {:>11}  {:>12}  {:<16}  file",
-        "pid", "parent", "allocated", "peak", "live at exit", "program"
+        "{:>8}  {:>8}  {:>11}  {:>11}  {:>12}  {:>12}  {:<10}  {:<16}  file",
+        "pid", "parent", "allocated", "peak", "live at exit", "resident max", "ended", "program"
     );
     for p in &rows[..shown] {
         let file = p.file.display().to_string();
         let exe = p.executable.rsplit('/').next().unwrap_or(&p.executable);
         let parent = if p.ppid == 0 { "-".to_owned() } else { p.ppid.to_string() };
+        let resident = p.resident.map_or("-".to_owned(), |(_, most)| h(most as f64));
         let _ = writeln!(
             out,
-            "{:>8}  {:>8}  {:>11}  {:>11}  {:>12}  {:<16}  {}",
+            "{:>8}  {:>8}  {:>11}  {:>11}  {:>12}  {:>12}  {:<10}  {:<16}  {}",
             p.pid,
             parent,
             h(p.allocated),
             h(p.peak),
             h(p.live),
+            resident,
+            p.ended.map_or("-".to_owned(), short_ending),
             printable(exe),
             printable(&file)
         );
@@ -66,6 +69,17 @@ pub fn process_table(processes: &[Process], options: &TreeOptions) -> String {
     out
 }
 
+/// How a process ended, in a table's cell: `exit 0`, `signal 11`, `oom-kill`, `exec` …
+pub(crate) fn short_ending(e: crate::profile::Ended) -> String {
+    use crate::profile::EndedHow;
+    match e.how {
+        EndedHow::Exit | EndedHow::QuickExit | EndedHow::Signal => {
+            format!("{} {}", e.how.name(), e.status)
+        }
+        _ => e.how.name().to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +95,13 @@ mod tests {
             allocated,
             peak: allocated / 2.0,
             live: 0.0,
+            resident: (pid == 10).then_some((3 << 20, 5 << 20)),
+            allocator_free: None,
+            ended: Some(crate::profile::Ended {
+                how: crate::profile::EndedHow::Exit,
+                status: pid as i32 - 10,
+                limit_bytes: 0,
+            }),
             page: None,
         }
     }
@@ -103,6 +124,9 @@ mod tests {
         assert!(lines[3].contains("4.00 KiB") && lines[3].contains("12.mprof"), "{t}");
         assert!(lines[3].contains(" big\\n\\u{1b}[2J "), "a name is one escaped line: {t}");
         assert!(lines[4].contains("  small "), "{t}");
+        // The root's resident size at most and each one's way of ending.
+        assert!(lines[2].contains("    5.00 MiB  exit 0 "), "{t}");
+        assert!(lines[3].contains("           -  exit 2 "), "{t}");
         assert_eq!(lines[5], "… 1 more processes: 512 B allocated, 0 B live at exit");
         assert_eq!(lines.len(), 6);
     }

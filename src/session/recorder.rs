@@ -31,8 +31,8 @@ use crate::engine::callstack::frames::key;
 use crate::error::Error;
 use crate::profile::format::{spec, Writer};
 use crate::profile::{
-    symbolize, Free, GcCycle, Header, Lost, Module, Move, Profile, Resident, Sample, Stack,
-    StackId, Stopped,
+    symbolize, Ended, Free, GcCycle, Header, Lost, Module, Move, Profile, Resident, ResidentSplit,
+    Sample, Stack, StackId, Stopped,
 };
 use crate::sys::own_file::OwnFile;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -595,6 +595,20 @@ impl Recorder {
     pub(crate) fn resident(&mut self, r: Resident) {
         self.write(|w| w.write_resident(&r));
         self.profile.resident.push(r);
+    }
+
+    /// Records a reading of the recorded process's resident memory by kind of mapping
+    /// (`memprof record`'s collector).
+    pub(crate) fn split(&mut self, r: ResidentSplit) {
+        self.write(|w| w.write_split(&r));
+        self.profile.splits.push(r);
+    }
+
+    /// Records how the recorded process ended (`memprof record`'s collector, before
+    /// [`Recorder::stop_as`] or the end).
+    pub(crate) fn ended(&mut self, e: Ended) {
+        self.write(|w| w.write_ended(&e));
+        self.profile.ended = Some(e);
     }
 
     /// Folds an allocation of another process (`memprof record`'s collector, with

@@ -12,6 +12,37 @@
 //! locked by its own thread.
 
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Bytes mapped by [`map`] and not unmapped: memprof's own memory in the process, which a
+/// reading of its resident memory counts beside the program's.
+static MAPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Where [`MAPPED`] is copied at each change, when set: the shared ring's header, which
+/// `memprof record`'s collector reads from outside the process.
+static MAPPED_SINK: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Copies the mapped bytes to `sink` from now on (null: nowhere), and now.
+///
+/// # Safety
+/// A non-null `sink` stays valid as long as it is set (the ring's header is mapped until
+/// the process ends, or until it is replaced here).
+pub(crate) unsafe fn copy_mapped_to(sink: *mut AtomicU64) {
+    MAPPED_SINK.store(sink, Ordering::Release);
+    // SAFETY: the caller guarantees a non-null sink is valid.
+    if let Some(s) = unsafe { sink.as_ref() } {
+        s.store(MAPPED.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Adds `delta` bytes (two's complement for a removal) to [`MAPPED`] and copies it.
+fn count_mapped(delta: u64) {
+    let now = MAPPED.fetch_add(delta, Ordering::Relaxed).wrapping_add(delta);
+    // SAFETY: a non-null sink is valid while set (`copy_mapped_to`).
+    if let Some(s) = unsafe { MAPPED_SINK.load(Ordering::Acquire).as_ref() } {
+        s.store(now, Ordering::Relaxed);
+    }
+}
 
 extern "C" {
     fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
@@ -41,6 +72,7 @@ pub(crate) fn map(bytes: usize) -> *mut u8 {
     if p == libc::MAP_FAILED {
         core::ptr::null_mut()
     } else {
+        count_mapped(bytes as u64);
         p as *mut u8
     }
 }
@@ -53,4 +85,5 @@ pub(crate) unsafe fn unmap(ptr: *mut u8, bytes: usize) {
     // SAFETY: the caller guarantees the range is a mapping of ours, no longer used. munmap
     // of a valid mapping does not fail (errno is left alone).
     unsafe { libc::munmap(ptr as *mut core::ffi::c_void, bytes) };
+    count_mapped((bytes as u64).wrapping_neg());
 }

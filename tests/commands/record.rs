@@ -1371,6 +1371,82 @@ fn resident_memory_is_read_beside_the_live_heap() {
     let comments: Vec<&str> =
         p.comment.iter().map(|&i| p.string_table[i as usize].as_str()).collect();
     assert!(comments.contains(&line), "{comments:?}");
+    // The gap explained: the last look at the mappings, when the program exited, puts the
+    // freed chunks glibc keeps in the allocator's share, and says what to try.
+    let gap = table
+        .lines()
+        .find(|l| l.starts_with("resident ") && l.contains(" = live heap "))
+        .unwrap_or_else(|| panic!("{table}"));
+    // The program freed 198,000 blocks of 1,000 bytes: chunks of 1,008 bytes.
+    let freed = 198_000.0 * 1008.0;
+    let free =
+        mib(gap.split("free in the allocator ").nth(1).unwrap().split(" + ").next().unwrap());
+    assert!((free - freed).abs() < 0.05 * freed, "{gap}: {freed} bytes freed");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("hint: the allocator holds ") && l.contains("malloc_trim")),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l == "ended: exit status 0"), "{table}");
+    // The same in the JSON summary, and the schema's fields.
+    let json = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["report", "r.mprof", "--json"])
+        .output()
+        .unwrap();
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["schema"], "memprof-report/1");
+    let num = |a: &str, b: &str| v[a][b].as_f64().unwrap_or_else(|| panic!("{a}.{b} in {v:#}"));
+    assert!((num("rss", "end_bytes") - said).abs() <= 0.1 * said, "{v:#}");
+    assert!(num("rss", "peak_bytes") >= num("rss", "end_bytes"), "{v:#}");
+    assert!((num("heap", "live_end_bytes") - 2_000_000.0).abs() < 20_000.0, "{v:#}");
+    assert!(num("heap", "peak_bytes") > 150e6 && num("heap", "peak_ns") > 0.0, "{v:#}");
+    let retained = num("gap", "allocator_retained_bytes");
+    assert!((retained - freed).abs() < 0.05 * freed, "{v:#}");
+    // The rest of what the program read: its files, stacks, and memprof's live table.
+    let rest = num("gap", "resident_bytes") - retained - num("gap", "live_heap_bytes");
+    assert!((num("gap", "other_bytes") - rest).abs() < 0.01 * said, "{v:#}");
+    assert_eq!(v["gap"]["allocator"], "glibc");
+    assert_eq!((&v["ended"]["how"], &v["ended"]["status"]), (&"exit".into(), &0.into()));
+    let site = &v["sites"][0];
+    assert_eq!(site["site"], "main", "{v:#}");
+    assert!(site["alloc_bytes"].as_f64().unwrap() > 190e6 && site["live_bytes"].is_number());
+}
+
+/// How each process of a tree ended, in its profile: an exit status through the exit
+/// handler, `_exit`'s, a signal seen as a zombie's exit code; and the table of the tree's
+/// processes shows them beside their resident sizes.
+#[test]
+fn each_process_says_how_it_ended() {
+    let dir = scratch("ended");
+    let ends = fixture("ends");
+    let script = r#""$0" exit 5; "$0" _exit 7; "$0" signal 15; exit 3"#;
+    let args = ["-c", script, ends.to_str().unwrap()];
+    // Exact: each child has samples, so each leaves a file.
+    let opts = ["--follow-forks", "--interval", "1", "-o", "t.mprof"];
+    let out = record(&dir, &opts, Path::new("sh"), &args);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let root = read(&dir.join("t.mprof"));
+    // dash's `exit` ends the shell with `_exit`.
+    assert_eq!(root.ended.map(|e| (e.how.name(), e.status)), Some(("_exit", 3)));
+    let mut seen = Vec::new();
+    for f in std::fs::read_dir(dir.join("t.mprof.d")).unwrap() {
+        let p = read(&f.unwrap().path());
+        if p.header.executable.ends_with("/ends") {
+            seen.push(p.ended.map(|e| (e.how.name(), e.status)));
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [Some(("_exit", 7)), Some(("exit", 5)), Some(("signal", libc::SIGTERM))],
+        "{}",
+        text(&out.stderr)
+    );
+    let table = text(&out.stderr);
+    assert!(table.contains("  exit 5 ") && table.contains("  signal 15 "), "{table}");
 }
 
 /// A program grown into the kernel's OOM killer inside a memory cgroup of 100 MiB that the
@@ -1425,4 +1501,16 @@ fn an_oom_kill_is_named_with_its_limit() {
     let p = read(&dir.join("g.mprof"));
     assert!(p.live_bytes > 20.0 * 1048576.0, "the heap of its last moments: {}", p.live_bytes);
     assert!(p.resident.last().is_some_and(|r| r.bytes > 20 << 20), "{:?}", p.resident.last());
+    // The profile says so too, with the limit.
+    let e = p.ended.unwrap_or_else(|| panic!("no way of ending in the profile: {err}"));
+    assert_eq!((e.how.name(), e.status, e.limit_bytes), ("oom-kill", libc::SIGKILL, 100 << 20));
+    let json = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["report", "g.mprof", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["ended"]["how"], "oom-kill", "{v:#}");
+    assert_eq!(v["ended"]["limit_bytes"], 100u64 << 20, "{v:#}");
+    assert!(v["rss"]["end_bytes"].as_u64().is_some_and(|b| b > 20 << 20), "{v:#}");
 }

@@ -27,11 +27,13 @@ use std::path::Path;
 use super::spec::{
     fine_life, unzigzag, Delta, Event, ANCILLARY, CODEC_ZSTD, EV_FREE, EV_MOVE, EV_SAMPLE,
     LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
-    TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,
-    TAG_RESIDENT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
+    TAG_BLOCK, TAG_END, TAG_ENDED, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE,
+    TAG_PAIR, TAG_RESIDENT, TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
 use crate::error::Error;
-use crate::profile::events::{expected_k, Free, GcCycle, Move, Resident, Sample};
+use crate::profile::events::{
+    expected_k, Ended, EndedHow, Free, GcCycle, Move, Resident, ResidentSplit, Sample,
+};
 use crate::profile::header::{Header, Lost, Stopped};
 use crate::profile::tables::{Module, Stack, StackId, Symbol};
 use crate::profile::Profile;
@@ -512,7 +514,7 @@ impl<R: Read> Reader<R> {
         let prof = &mut self.profile;
         // Symbols and modules after a Stopping record (appended by `memprof record`) leave
         // it the last word: they add names, not events (and a resident reading a fact).
-        if !matches!(tag, TAG_SYMBOLS | TAG_MODULE | TAG_RESIDENT) {
+        if !matches!(tag, TAG_SYMBOLS | TAG_MODULE | TAG_RESIDENT | TAG_SPLIT | TAG_ENDED) {
             self.stopping = None;
         }
         match tag {
@@ -625,6 +627,30 @@ impl<R: Read> Reader<R> {
             TAG_RESIDENT => {
                 let (time_ns, bytes) = (p.u()?, p.u()?);
                 prof.resident.push(Resident { time_ns, bytes });
+            }
+            TAG_SPLIT => {
+                let (time_ns, resident, allocator) = (p.u()?, p.u()?, p.u()?);
+                let (stacks, files, own, other) = (p.u()?, p.u()?, p.u()?, p.u()?);
+                let live_bytes = p.f64()?;
+                prof.splits.push(ResidentSplit {
+                    time_ns,
+                    resident,
+                    allocator,
+                    stacks,
+                    files,
+                    own,
+                    other,
+                    live_bytes,
+                });
+            }
+            TAG_ENDED => {
+                let (how, status, limit_bytes) = (p.u()?, unzigzag(p.u()?), p.u()?);
+                // A way of ending of a newer writer: no claim.
+                prof.ended = EndedHow::from_code(how).map(|how| Ended {
+                    how,
+                    status: status.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+                    limit_bytes,
+                });
             }
             TAG_GC_CYCLE => {
                 let (cycle, start_ns, end_ns, mark_ns) = (p.u()?, p.u()?, p.u()?, p.u()?);

@@ -62,6 +62,8 @@ pub(super) const ANCILLARY: u8 = 0x80;
 pub(super) const TAG_GC_CYCLE: u8 = ANCILLARY;
 pub(super) const TAG_STOPPING: u8 = ANCILLARY + 1;
 pub(super) const TAG_RESIDENT: u8 = ANCILLARY + 2;
+pub(super) const TAG_ENDED: u8 = ANCILLARY + 3;
+pub(super) const TAG_SPLIT: u8 = ANCILLARY + 4;
 pub(super) const CODEC_ZSTD: u64 = 1;
 
 /// One event of a recording, in stream order.

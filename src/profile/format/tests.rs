@@ -393,6 +393,52 @@ fn resident_readings_round_trip() {
     assert_eq!(Profile::read_from(&again[..]).unwrap().resident, p.resident);
 }
 
+/// Readings by kind of mapping and the way of ending read back, the Stopping record still
+/// the last word after them; a way of ending of a newer writer is no claim.
+#[test]
+fn splits_and_endings_round_trip() {
+    use crate::profile::{Ended, EndedHow, ResidentSplit};
+    let split = |t: u64| ResidentSplit {
+        time_ns: t,
+        resident: 9 << 20,
+        allocator: 6 << 20,
+        stacks: 1,
+        files: 2,
+        own: 3,
+        other: u64::MAX,
+        live_bytes: 1234.5,
+    };
+    let end = Ended { how: EndedHow::QuickExit, status: -3, limit_bytes: 7 };
+    let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+    w.write_split(&split(4)).unwrap();
+    w.write_split(&split(8)).unwrap();
+    w.write_ended(&end).unwrap();
+    w.write_stopping(Stopped::QuickExit).unwrap();
+    w.flush().unwrap();
+    let p = Profile::read_from(&w.get_ref()[..]).unwrap();
+    assert_eq!(p.splits, [split(4), split(8)]);
+    assert_eq!((p.ended, p.stopped), (Some(end), Some(Stopped::QuickExit)));
+    let (tables, events) = read_events(&w.get_ref()[..]).unwrap();
+    assert_eq!(tables.ended, Some(end));
+    let again = write_events(Vec::new(), &tables, &events).unwrap();
+    let q = Profile::read_from(&again[..]).unwrap();
+    assert_eq!((q.splits, q.ended), (p.splits, p.ended));
+    for how in 1..=6 {
+        let how = EndedHow::from_code(how).unwrap();
+        assert_eq!(EndedHow::from_code(how.code()), Some(how));
+    }
+    // A code this reader does not know.
+    let mut w = Writer::new(Vec::new(), &Header::default()).unwrap();
+    w.payload.clear();
+    for v in [99, 0, 0] {
+        super::write::put_u(&mut w.payload, v);
+    }
+    w.record(super::spec::TAG_ENDED).unwrap();
+    let cut = w.finish().unwrap();
+    let p = Profile::read_from(&cut[..]).unwrap();
+    assert!(p.complete && p.ended.is_none());
+}
+
 /// A sink that accepts `room` bytes, then fails (a full disk).
 struct Full {
     data: Vec<u8>,

@@ -19,11 +19,13 @@ use std::path::Path;
 use super::spec::{
     fine_life, time_unit_ns, zigzag, Delta, Event, BLOCK_BYTES, CODEC_ZSTD, EV_FREE, EV_MOVE,
     EV_SAMPLE, LIFETIME_UNIT_NS, MAGIC, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
-    TAG_BLOCK, TAG_END, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_PAIR,
-    TAG_RESIDENT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
+    TAG_BLOCK, TAG_END, TAG_ENDED, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE,
+    TAG_PAIR, TAG_RESIDENT, TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
 use crate::error::Error;
-use crate::profile::events::{expected_k, Free, GcCycle, Move, Resident, Sample};
+use crate::profile::events::{
+    expected_k, Ended, Free, GcCycle, Move, Resident, ResidentSplit, Sample,
+};
 use crate::profile::header::{Header, Lost, Stopped};
 use crate::profile::tables::{Module, Stack, StackId, Symbol};
 use crate::profile::Profile;
@@ -84,7 +86,7 @@ pub struct Writer<W: Write> {
     /// Inner records of the block being built.
     pub(super) block: Vec<u8>,
     /// One record's payload.
-    payload: Vec<u8>,
+    pub(super) payload: Vec<u8>,
     /// The sealed block (framed), reused.
     sealed: Vec<u8>,
     zstd: zstd::bulk::Compressor<'static>,
@@ -191,7 +193,7 @@ impl<W: Write> Writer<W> {
     }
 
     /// Appends the payload buffer as an inner record with a length.
-    fn record(&mut self, tag: u8) -> Result<(), Error> {
+    pub(super) fn record(&mut self, tag: u8) -> Result<(), Error> {
         if self.payload.len() as u64 > MAX_RECORD {
             return Err(Error::Format(format!(
                 "record of {} bytes is longer than the format allows ({MAX_RECORD})",
@@ -472,6 +474,27 @@ impl<W: Write> Writer<W> {
         self.record(TAG_RESIDENT)
     }
 
+    /// Writes a reading of the process's resident memory by kind of mapping (an ancillary
+    /// record).
+    pub fn write_split(&mut self, r: &ResidentSplit) -> Result<(), Error> {
+        self.payload.clear();
+        for v in [r.time_ns, r.resident, r.allocator, r.stacks, r.files, r.own, r.other] {
+            put_u(&mut self.payload, v);
+        }
+        put_f64(&mut self.payload, r.live_bytes);
+        self.record(TAG_SPLIT)
+    }
+
+    /// Writes how the process ended (an ancillary record, before the end record or the
+    /// Stopping record, which stay the last word).
+    pub fn write_ended(&mut self, e: &Ended) -> Result<(), Error> {
+        self.payload.clear();
+        put_u(&mut self.payload, e.how.code());
+        put_u(&mut self.payload, zigzag(i64::from(e.status)));
+        put_u(&mut self.payload, e.limit_bytes);
+        self.record(TAG_ENDED)
+    }
+
     /// Writes why the stream is about to end without its end record (an ancillary record).
     pub fn write_stopping(&mut self, why: Stopped) -> Result<(), Error> {
         self.payload.clear();
@@ -546,6 +569,9 @@ pub fn write_events<W: Write>(out: W, meta: &Profile, events: &[Event]) -> Resul
     for r in &meta.resident {
         w.write_resident(r)?;
     }
+    for r in &meta.splits {
+        w.write_split(r)?;
+    }
     for e in events {
         match e {
             Event::Sample(s) => w.write_sample(s)?,
@@ -556,6 +582,9 @@ pub fn write_events<W: Write>(out: W, meta: &Profile, events: &[Event]) -> Resul
     }
     if meta.lost != Lost::default() {
         w.write_lost(&meta.lost)?;
+    }
+    if let Some(e) = &meta.ended {
+        w.write_ended(e)?;
     }
     w.finish()
 }

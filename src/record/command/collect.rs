@@ -24,6 +24,15 @@
 //! last published event ([`Queue::drain_abandoned`]), the side log read to its end, and the
 //! file finished with its end record: a SIGKILL loses nothing that was sampled before it.
 //!
+//! Before the end record goes how the process ended ([`Ended`]), from what it said (its
+//! exit handler, registered with `on_exit`, gives `exit`'s status; `_exit` its own; `exec`
+//! and a detach say so), else from its wait status: `record`'s for the program it ran
+//! ([`Plan::root_ended`], with the OOM killer named when the kernel counted a kill; the
+//! root's ring waits for it), else the zombie's exit code in `/proc/<pid>/stat`, else, once
+//! its parent reaped it, the exit code the kernel keeps for the pidfd the collector opened
+//! when it attached (`PIDFD_INFO_EXIT`, Linux 6.15 and later). A signal seen there wins over
+//! what the process said (it came after).
+//!
 //! # 4. Modules
 //! Module lists come from the side log, each at its place among the events. A new stack
 //! with a frame outside every listed module (a library `dlopen`ed since the last list)
@@ -56,11 +65,24 @@
 //! later reads nothing) and records it in the profile ([`Profile::resident`]) with the
 //! time on the program's clock: nothing is added to the program's sample path. A process
 //! that has exited reads nothing, so the last reading is its last resident size alive.
+//!
+//! Now and then it also reads the process's `/proc/PID/smaps` (opened with `statm`) and
+//! records its resident memory by kind of mapping beside the live heap folded so far
+//! ([`ResidentSplit`], kinds in `smaps.rs`): what explains the gap between the two. The
+//! kernel walks the page tables to write that file, a few milliseconds for a few hundred
+//! megabytes, so the next reading waits [`SPLIT_EVERY_MS`] or the time the last one took
+//! divided by [`SPLIT_COST_SHARE`], whichever is longer. A process of
+//! [`ring::LOOK_WANTED_BYTES`] or more resident is asked for a last look: its exit handler
+//! sets `last_look` and waits (100 ms at most) until the collector, after draining its
+//! queue, has read both files once more; the split at the end is then the end's.
 
 use crate::config::Unwinder;
 use crate::engine::clock::Stable;
 use crate::engine::queue::{Event, EventKind, Queue};
-use crate::profile::{GcCycle, Module, Profile, Resident, Stopped, RESIDENT_EVERY_MS};
+use crate::profile::{
+    Ended, EndedHow, GcCycle, Module, Profile, Resident, ResidentSplit, Stopped, RESIDENT_EVERY_MS,
+    SPLIT_COST_SHARE, SPLIT_EVERY_MS,
+};
 use crate::record::env;
 use crate::record::ring::{self, Ring};
 use crate::session::driver::MAX_WAITING_FREES;
@@ -89,6 +111,20 @@ pub(crate) struct Plan {
     pub(crate) attached: bool,
     /// Where the root process's profile is published while it runs (`--serve`).
     pub(crate) publish: Option<Arc<Published>>,
+    /// How the root process ended, told by `record` once it waited for it (§3); `None`
+    /// when it is not `record`'s child (`memprof attach`).
+    pub(crate) root_ended: Option<Arc<RootEnded>>,
+}
+
+/// How the root process ended, as its parent learned it: set once.
+#[derive(Debug, Default)]
+pub(crate) struct RootEnded(std::sync::OnceLock<Option<Ended>>);
+
+impl RootEnded {
+    /// Tells the collector (`None`: no way of ending could be told).
+    pub(crate) fn set(&self, e: Option<Ended>) {
+        let _ = self.0.set(e);
+    }
 }
 
 /// What the collector leaves when it is finished.
@@ -237,6 +273,15 @@ struct Attached {
     statm: Option<File>,
     /// When it was read last ([`crate::engine::clock::monotonic_ns`]).
     resident_at: u64,
+    /// The process's `/proc/PID/smaps`, read now and then (§6).
+    smaps: Option<File>,
+    /// When it may be read next ([`crate::engine::clock::monotonic_ns`]).
+    split_next: u64,
+    /// The exit code of the process seen as a zombie (a wait status), when it was.
+    zombie_status: Option<i32>,
+    /// A pidfd of the process, opened while it ran: what tells its exit code after its
+    /// parent reaped it (§3).
+    pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 struct Output {
@@ -283,17 +328,36 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
             }
             let n = drain(r);
             fullest = fullest.max(n as f64 / r.queue.capacity() as f64);
-            if now.saturating_sub(r.resident_at) >= RESIDENT_EVERY_MS * 1_000_000 {
+            // The exiting process waits for this one (`RingHeader::last_look`).
+            let asked = r.ring.header().last_look.load(Ordering::Acquire) == ring::LOOK_ASKED;
+            if asked || now.saturating_sub(r.resident_at) >= RESIDENT_EVERY_MS * 1_000_000 {
                 r.resident_at = now;
                 read_resident(r);
             }
-            let gone = look && (stopping || r.replaced || process_gone(r.pid, r.proc_start));
+            if asked || now >= r.split_next {
+                read_split(r, &plan.dir);
+                if asked {
+                    r.ring.header().last_look.store(ring::LOOK_TAKEN, Ordering::Release);
+                }
+            }
             let root = r.pid == plan.root_pid && r.image == 0;
+            let mut gone = look
+                && (stopping
+                    || r.replaced
+                    || process_gone(r.pid, r.proc_start, &mut r.zombie_status));
+            // The root process's way of ending comes from `record`, which waits for it right
+            // after it ended: its ring is finished once that is known (or at the stop).
+            if gone && root && !stopping && !r.replaced {
+                if let Some(told) = &plan.root_ended {
+                    gone = told.0.get().is_some();
+                }
+            }
             if let (Some(publish), Some(out), true) = (&plan.publish, &r.out, root) {
                 publish.offer(out.recorder.profile(), false);
             }
             if gone {
-                finish_ring(r, messages);
+                let told = plan.root_ended.as_ref().filter(|_| root).and_then(|t| t.0.get());
+                finish_ring(r, told.copied().flatten(), messages);
                 if let Some(out) = &mut r.out {
                     let rec = &mut out.recorder;
                     if let (Some(publish), true) = (&plan.publish, root) {
@@ -334,6 +398,72 @@ fn read_resident(r: &mut Attached) {
     };
     let time_ns = out.clock.now_ns();
     out.recorder.resident(Resident { time_ns, bytes });
+    // A last look at its mappings when it exits, if it is large (`RingHeader::last_look`);
+    // an asked or taken look is left alone.
+    let look = &r.ring.header().last_look;
+    let (from, to) = if bytes >= ring::LOOK_WANTED_BYTES {
+        (0, ring::LOOK_WANTED)
+    } else {
+        (ring::LOOK_WANTED, 0)
+    };
+    let _ = look.compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed);
+}
+
+/// Reads the process's resident memory by kind of mapping into its profile, beside the
+/// live heap folded so far (§6), and sets when it may be read next.
+fn read_split(r: &mut Attached, ring_dir: &Path) {
+    let (Some(file), Some(out)) = (&r.smaps, &mut r.out) else {
+        r.split_next = u64::MAX;
+        return;
+    };
+    let before = crate::engine::clock::monotonic_ns();
+    // The reading's moment is its start: the kernel walks the mappings from there on.
+    let time_ns = out.clock.now_ns();
+    let Some(text) = read_whole(file) else {
+        r.split_next = u64::MAX;
+        return;
+    };
+    let k = super::smaps::parse(&text, &ring_dir.display().to_string());
+    let after = crate::engine::clock::monotonic_ns();
+    let took = after.saturating_sub(before) as f64;
+    r.split_next = after + ((took / SPLIT_COST_SHARE) as u64).max(SPLIT_EVERY_MS * 1_000_000);
+    if k.resident == 0 {
+        // The process is gone (its mappings with it).
+        return;
+    }
+    // What memprof's library mapped in the process is anonymous memory, counted with the
+    // allocator's by the mappings alone.
+    let mapped = r.ring.header().own_mapped.load(Ordering::Relaxed).min(k.allocator);
+    out.recorder.split(ResidentSplit {
+        time_ns,
+        resident: k.resident,
+        allocator: k.allocator - mapped,
+        stacks: k.stacks,
+        files: k.files,
+        own: k.own + mapped,
+        other: k.other,
+        live_bytes: out.recorder.profile().live_bytes,
+    });
+}
+
+/// The whole text of an open `/proc` file, read from its start. `None` when it cannot be
+/// read, or is not text.
+fn read_whole(file: &File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = Vec::with_capacity(64 << 10);
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = file.read_at(&mut chunk, buf.len() as u64).ok()?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        // A process with a very large number of mappings: enough is enough.
+        if buf.len() > 256 << 20 {
+            return None;
+        }
+    }
+    String::from_utf8(buf).ok()
 }
 
 /// The resident bytes `statm` (an open `/proc/PID/statm`) says now: its second field, in
@@ -348,6 +478,10 @@ fn resident_bytes(statm: &File) -> Option<u64> {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     (pages > 0 && page > 0).then(|| pages.saturating_mul(page as u64))
 }
+
+/// `/proc/<pid>/stat`'s exit code (field 52, counted from the state as
+/// [`crate::sys::procfs::stat_fields`] does): the wait status of a zombie.
+const EXIT_CODE: usize = 52 - 3;
 
 /// How often the collector looks for new rings and ended processes.
 const LOOK_EVERY_NS: u64 = 5_000_000;
@@ -397,6 +531,10 @@ fn attach_new(
                     // nothing through it.
                     statm: File::open(format!("/proc/{pid}/statm")).ok(),
                     resident_at: 0,
+                    smaps: File::open(format!("/proc/{pid}/smaps")).ok(),
+                    split_next: 0,
+                    zombie_status: None,
+                    pidfd: open_pidfd(pid, proc_start),
                 });
                 *image += 1;
             }
@@ -724,14 +862,19 @@ fn read_log(ring: &Ring, out: &mut Output, to: u64) {
     }
 }
 
-/// Finishes a ring whose process is gone (§3).
-fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
+/// Finishes a ring whose process is gone (§3); `told` is how `record` saw the root
+/// process end.
+fn finish_ring(r: &mut Attached, told: Option<Ended>, messages: &mut Vec<String>) {
     r.done = true;
     let Some(out) = &mut r.out else {
         return;
     };
     deliver(&r.queue, &r.ring, out, r.pid, true);
     read_log(&r.ring, out, u64::MAX);
+    let status = r.zombie_status.or_else(|| r.pidfd.as_ref().and_then(reaped_status));
+    if let Some(e) = ended(&r.ring, told, status) {
+        out.recorder.ended(e);
+    }
     let stats = Stats {
         lost_events: r.queue.lost(),
         untracked: r.ring.header().untracked.load(Ordering::Relaxed),
@@ -764,8 +907,76 @@ fn finish_ring(r: &mut Attached, messages: &mut Vec<String>) {
     }
 }
 
+/// How the process of `ring` ended (§3), from what it said before (its exit handler's or
+/// `_exit`'s status, `exec`, a detach), what its parent `record` saw (`told`), and its exit
+/// code as a zombie. `None` when nothing says.
+fn ended(ring: &Ring, told: Option<Ended>, zombie: Option<i32>) -> Option<Ended> {
+    let h = ring.header();
+    let status = h.exit_status.load(Ordering::Acquire);
+    let said = (status & ring::STATUS_KNOWN != 0).then_some(status as u32 as i32);
+    let seen = told.or_else(|| zombie.and_then(Ended::from_wait_status));
+    let exited = |how| Ended { how, status: said.unwrap_or(0), limit_bytes: 0 };
+    let own = match h.ending.load(Ordering::Acquire) {
+        ring::ENDING_EXEC => Some(Ended { how: EndedHow::Exec, status: 0, limit_bytes: 0 }),
+        ring::ENDING_DETACHED => Some(Ended { how: EndedHow::Detached, status: 0, limit_bytes: 0 }),
+        ring::ENDING_QUICK => Some(exited(EndedHow::QuickExit)),
+        ring::ENDING_EXIT => Some(exited(EndedHow::Exit)),
+        _ => None,
+    };
+    match (own, seen) {
+        // A signal (during the exit handlers, say) is what ended it.
+        (_, Some(s)) if matches!(s.how, EndedHow::Signal | EndedHow::OomKill) => Some(s),
+        // The parent's status is the one that counts (a handler may have called `_exit`).
+        (Some(o), Some(s)) if matches!(o.how, EndedHow::Exit | EndedHow::QuickExit) => {
+            Some(Ended { status: s.status, ..o })
+        }
+        (Some(o), _) => Some(o),
+        (None, s) => s,
+    }
+}
+
+/// A pidfd of process `pid` started at `start` (`None` when it cannot be opened, or the pid
+/// is another process's by now).
+fn open_pidfd(pid: u32, start: u64) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is a descriptor just opened, owned by nothing else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    // Opened after the ring was attached: the pid must still be the ring's process.
+    (!process_gone(pid, start, &mut None)).then_some(fd)
+}
+
+/// The exit code (a wait status) of a process reaped by its parent, through a pidfd opened
+/// while it ran: the kernel keeps it for the pidfd's holders (`PIDFD_GET_INFO` with
+/// `PIDFD_INFO_EXIT`, Linux 6.15 and later; `None` on older kernels, or before the reaping).
+fn reaped_status(fd: &std::os::fd::OwnedFd) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    /// `struct pidfd_info` as of its first version (64 bytes).
+    #[repr(C)]
+    #[derive(Default)]
+    struct PidfdInfo {
+        mask: u64,
+        cgroupid: u64,
+        ids: [u32; 11],
+        exit_code: i32,
+    }
+    const PIDFD_INFO_EXIT: u64 = 1 << 3;
+    // _IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info).
+    const PIDFD_GET_INFO: u64 =
+        (3 << 30) | ((core::mem::size_of::<PidfdInfo>() as u64) << 16) | (0xFF << 8) | 11;
+    let mut info = PidfdInfo { mask: PIDFD_INFO_EXIT, ..PidfdInfo::default() };
+    // SAFETY: the request's size is `info`'s, a valid in-out pointer for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), PIDFD_GET_INFO as _, &mut info) };
+    (r == 0 && info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code)
+}
+
 /// True when process `pid`, started at `start` (`/proc/<pid>/stat` field 22), has ended.
-fn process_gone(pid: u32, start: u64) -> bool {
+/// A zombie's exit code (a wait status) is put in `status`.
+fn process_gone(pid: u32, start: u64, status: &mut Option<i32>) -> bool {
     use crate::sys::procfs::{stat_field, stat_fields, START_TIME};
     let Some(fields) = stat_fields(&format!("/proc/{pid}/stat")) else {
         return true;
@@ -777,6 +988,11 @@ fn process_gone(pid: u32, start: u64) -> bool {
     }
     if state != "Z" && state != "X" {
         return false;
+    }
+    if state == "Z" {
+        if let Some(code) = fields.get(EXIT_CODE).and_then(|s| s.parse().ok()) {
+            *status = Some(code);
+        }
     }
     // A zombie leader whose other threads run on (`main` ended with `pthread_exit`) is
     // not a process gone: any live thread keeps it.
@@ -859,12 +1075,14 @@ mod tests {
 
     #[test]
     fn a_missing_process_is_gone() {
-        assert!(process_gone(u32::MAX - 1, 0));
+        let mut status = None;
+        assert!(process_gone(u32::MAX - 1, 0, &mut status));
         let me = crate::sys::procfs::stat_field("/proc/self/stat", crate::sys::procfs::START_TIME)
             .unwrap()
             .parse()
             .unwrap();
-        assert!(!process_gone(std::process::id(), me));
-        assert!(process_gone(std::process::id(), me + 1), "another start time: a reused pid");
+        assert!(!process_gone(std::process::id(), me, &mut status));
+        assert!(process_gone(std::process::id(), me + 1, &mut status), "a reused pid");
+        assert_eq!(status, None);
     }
 }

@@ -30,7 +30,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use super::bundled::{Bundled, Installed};
-use super::collect::{Collector, Plan};
+use super::collect::{Collector, Plan, RootEnded};
+use crate::profile::{Ended, EndedHow};
 // `config` is the MEMPROF_* contract (record/env.rs), which the launcher writes.
 use crate::error::{Error, LaunchError};
 use crate::record::env as config;
@@ -89,6 +90,9 @@ pub struct Recorded {
     pub unfollowed: Vec<String>,
     /// The profile of every file the collector wrote, as it folded them while writing.
     pub(crate) folded: Vec<(PathBuf, crate::profile::Profile)>,
+    /// The kernel's OOM killer killed the program (it died of SIGKILL, and an OOM-kill
+    /// count rose during the run).
+    pub(crate) oom: Option<super::oom::OomKill>,
 }
 
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
@@ -472,6 +476,8 @@ pub(crate) fn record_publishing(
     let program = resolve_program(&opts.program)?;
     check_profilable(&program, &shown)?;
     let template = opts.settings.output.clone();
+    // The kernel's OOM-kill counts before the program runs (`oom`).
+    let oom = super::oom::OomWatch::start();
     let deferred = template.contains("%p");
     if !deferred {
         let c =
@@ -616,6 +622,7 @@ pub(crate) fn record_publishing(
     unsafe { libc::close(rd) };
     let pid = child.id();
     let output = PathBuf::from(config::expand_output(&template, pid));
+    let root_ended = std::sync::Arc::new(RootEnded::default());
     let collector = rings.as_ref().and_then(|d| {
         let plan = Plan {
             dir: d.0.clone(),
@@ -623,6 +630,7 @@ pub(crate) fn record_publishing(
             root_output: output.clone(),
             attached: false,
             publish: publish.clone(),
+            root_ended: Some(root_ended.clone()),
         };
         match Collector::start(plan) {
             Ok(c) => Some(c),
@@ -639,6 +647,19 @@ pub(crate) fn record_publishing(
         [libc::signal(libc::SIGINT, libc::SIG_IGN), libc::signal(libc::SIGQUIT, libc::SIG_IGN)]
     };
     let status = child.wait();
+    // How it ended, for its profile (the collector finishes its file once it knows).
+    let oom = match &status {
+        Ok(s) if s.signal() == Some(libc::SIGKILL) => oom.killed(),
+        _ => None,
+    };
+    root_ended.set(status.as_ref().ok().and_then(|s| {
+        let mut e = Ended::from_wait_status(s.into_raw())?;
+        if let Some(kill) = &oom {
+            e.how = EndedHow::OomKill;
+            e.limit_bytes = kill.limit.unwrap_or(0);
+        }
+        Some(e)
+    }));
     if opts.settings.follow_forks {
         wait_for_descendants(&shown);
     }
@@ -669,6 +690,7 @@ pub(crate) fn record_publishing(
         pymalloc_bypassed,
         unfollowed,
         folded: finished.profiles,
+        oom,
     })
 }
 

@@ -79,8 +79,6 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let mut warm = None;
     let publish = server.is_some().then(|| published.clone());
-    // The kernel's OOM-kill counts before the program runs (`oom`).
-    let oom = super::oom::OomWatch::start();
     let run = launcher::record_publishing(&opts, preload.path(), publish, |pid| {
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
@@ -99,7 +97,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // The program's name as the notes and messages show it: escaped for the terminal.
     let shown = printable_os(program);
     if let Some(sig) = run.signal {
-        match (sig, oom.killed()) {
+        match (sig, &run.oom) {
             (libc::SIGKILL, Some(kill)) => {
                 let root = run.folded.iter().find(|(p, _)| *p == run.output);
                 let resident = root.and_then(|(_, p)| p.resident.last()).map(|r| r.bytes);

@@ -246,6 +246,13 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
         ring.header() as *const ring::RingHeader as *mut ring::RingHeader,
         Ordering::Release,
     );
+    // SAFETY: the header is mapped until the process ends (a forked child clears the sink
+    // before it unmaps its parent's ring).
+    unsafe {
+        crate::sys::rawmem::copy_mapped_to(
+            &ring.header().own_mapped as *const AtomicU64 as *mut AtomicU64,
+        )
+    };
     COLLECTED.store(true, Ordering::Release);
     OWNER.store(pid(), Ordering::Release);
     let stem = String::new();
@@ -378,7 +385,7 @@ pub fn init() {
         // SAFETY: the handlers are `extern "C"` functions that live as long as the process
         // (the preload library is never unloaded).
         unsafe {
-            libc::atexit(at_exit);
+            on_exit(at_exit, core::ptr::null_mut());
             at_quick_exit(at_quick);
             // With a collector nothing is left to flush when the program dies.
             if !collected() {
@@ -416,7 +423,7 @@ pub fn start_attached(text: &str) -> Result<(), String> {
         // SAFETY: the handlers are `extern "C"` functions that live as long as the process
         // (an attached library is never unloaded: `dlopen` gave it no handle to close).
         unsafe {
-            libc::atexit(at_exit);
+            on_exit(at_exit, core::ptr::null_mut());
             at_quick_exit(at_quick);
             libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         }
@@ -441,6 +448,8 @@ pub fn stop_attached() {
         }
         OWNER.store(0, Ordering::Release);
         RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
+        // SAFETY: null: nothing is written through the sink from now on.
+        unsafe { crate::sys::rawmem::copy_mapped_to(core::ptr::null_mut()) };
         COLLECTED.store(false, Ordering::Release);
         Some(a)
     });
@@ -474,7 +483,10 @@ pub(crate) fn finish() {
                     crate::engine::hot::UNTRACKED.load(core::sync::atomic::Ordering::Relaxed);
                 r.header().untracked.store(untracked, Ordering::Relaxed);
                 // Exiting normally: an earlier `exec` failed, if one was tried.
-                r.header().ending.store(0, Ordering::Release);
+                let h = r.header();
+                h.exit_status.store(EXIT_STATUS.load(Ordering::Acquire), Ordering::Relaxed);
+                h.ending.store(ring::ENDING_EXIT, Ordering::Release);
+                last_look(h);
             }
             // The session stops (sampling ends); its queue and the ring stay mapped for
             // the collector, and for producers still inside a push.
@@ -528,8 +540,16 @@ fn report_unwind_check() {
 
 /// Brings the profile up to date when the process ends without exit handlers (`_exit`):
 /// every event so far, flushed (the reader resolves the symbols), then a record that says
-/// why the file has no end record.
-pub fn before_quick_exit() {
+/// why the file has no end record. `status` is `_exit`'s, when known.
+pub fn before_quick_exit(status: Option<libc::c_int>) {
+    if let Some(status) = status {
+        let r = RING_HEADER.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is the header of this process's ring, mapped until the
+        // process ends (only a forked child unmaps its parent's, after clearing this).
+        if let (Some(h), true) = (unsafe { r.as_ref() }, OWNER.load(Ordering::Acquire) == pid()) {
+            h.exit_status.store(ring::STATUS_KNOWN | u64::from(status as u32), Ordering::Relaxed);
+        }
+    }
     set_ending(ring::ENDING_QUICK);
     sync_owned(Poll::BeforeQuickExit);
 }
@@ -688,8 +708,56 @@ fn collected() -> bool {
     COLLECTED.load(Ordering::Acquire)
 }
 
-extern "C" fn at_exit() {
+extern "C" {
+    /// glibc's `on_exit`: an exit handler that is given the status passed to `exit` (not in
+    /// the libc crate for this target).
+    fn on_exit(
+        f: extern "C" fn(libc::c_int, *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// The exit handler: the status is the ring's (the collector's way of ending, §6), then
+/// [`finish`].
+extern "C" fn at_exit(status: libc::c_int, _arg: *mut libc::c_void) {
+    EXIT_STATUS.store(ring::STATUS_KNOWN | u64::from(status as u32), Ordering::Release);
     finish();
+}
+
+/// The status the exit handler was given, or'ed with [`ring::STATUS_KNOWN`]; 0 before.
+static EXIT_STATUS: AtomicU64 = AtomicU64::new(0);
+
+/// The longest an exiting process waits for the collector's last reading of its memory.
+/// The kernel walks the process's page tables for it: a few milliseconds for a process of
+/// a few hundred megabytes, ten times that for gigabytes.
+const LAST_LOOK_WAIT_MS: u64 = 100;
+
+/// Asks the collector for a last reading of this process's memory (its resident memory by
+/// kind of mapping, beside the live heap), and waits for it at most [`LAST_LOOK_WAIT_MS`]:
+/// once the process has exited its mappings are gone, and what the allocator held at the
+/// end can no longer be read. Only when the collector wants it (the process is large) and
+/// shows signs of life.
+fn last_look(h: &ring::RingHeader) {
+    let now = crate::engine::clock::monotonic_ns();
+    let beat = h.heartbeat_ns.load(Ordering::Relaxed);
+    if now.saturating_sub(beat) > 500_000_000 {
+        return;
+    }
+    let wanted = (ring::LOOK_WANTED, ring::LOOK_ASKED);
+    if h.last_look
+        .compare_exchange(wanted.0, wanted.1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let until = now + LAST_LOOK_WAIT_MS * 1_000_000;
+    while h.last_look.load(Ordering::Acquire) != ring::LOOK_TAKEN
+        && crate::engine::clock::monotonic_ns() < until
+    {
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 200_000 };
+        // SAFETY: a valid timespec; the remainder is not wanted.
+        unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+    }
 }
 
 /// The signals that kill a program that does not handle them, after which nothing of it
@@ -769,7 +837,7 @@ extern "C" {
 /// `quick_exit` runs these handlers, then `_exit` (glibc's internal one, which the preload
 /// library's `_exit` hook does not see): bring the profile up to date here.
 extern "C" fn at_quick() {
-    before_quick_exit();
+    before_quick_exit(None);
 }
 
 extern "C" fn fork_prepare() {
@@ -798,6 +866,8 @@ extern "C" fn fork_child() {
             crate::engine::hot::HEARTBEAT.store(core::ptr::null_mut(), Ordering::Release);
             COLLECTED.store(false, Ordering::Release);
             RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
+            // SAFETY: null: nothing is written through the sink from now on.
+            unsafe { crate::sys::rawmem::copy_mapped_to(core::ptr::null_mut()) };
             drop(a.ring.take());
             a.settings.follow_forks.then(|| {
                 let mut s = a.settings.clone();

@@ -165,6 +165,8 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
         root_output: output.clone(),
         attached: true,
         publish: server.is_some().then(|| published.clone()),
+        // Not our child: its way of ending is what it says, or its exit code as a zombie.
+        root_ended: None,
     };
     let collector =
         Collector::start(plan).map_err(|e| Error::io("cannot start collecting the profile", e))?;

@@ -1,0 +1,181 @@
+//! A process's resident memory by kind of mapping, from its `/proc/PID/smaps`: what explains
+//! the gap between its resident size and its live heap ([`crate::profile::ResidentSplit`]).
+//!
+//! Each mapping's `Rss` goes to one kind, by its name, its permissions and its neighbour:
+//! - `[heap]` (the `brk` area) and the private anonymous mappings are the **allocator's**
+//!   (glibc's main arena, its other arenas, its `mmap`ed large blocks; jemalloc's and
+//!   mimalloc's extents alike), unless they are one of the next kinds;
+//! - `[stack]`, and a private anonymous mapping right above a small inaccessible one (the
+//!   guard page `pthread_create` puts below each thread's stack) are **stacks**;
+//! - a private anonymous mapping right after a mapped file's last segment is that object's
+//!   `.bss`: with the **files** (code, data, and what the program mapped from files);
+//! - the event ring of `memprof record` (a file of the run's ring directory) is
+//!   **memprof's own**, as is what its library mapped for its live table and buffers
+//!   (counted by the library, taken out of the allocator's kind by the caller);
+//! - the rest (shared memory, the vDSO, other special mappings) is **other**.
+//!
+//! The kernel walks every mapping's page tables to write the file, so its cost grows with
+//! the resident size: the collector reads it at a pace bounded by its cost
+//! ([`crate::profile::SPLIT_COST_SHARE`]).
+
+/// Resident bytes by kind (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Kinds {
+    pub(crate) resident: u64,
+    pub(crate) allocator: u64,
+    pub(crate) stacks: u64,
+    pub(crate) files: u64,
+    pub(crate) own: u64,
+    pub(crate) other: u64,
+}
+
+/// The largest inaccessible mapping taken for a thread stack's guard.
+const MAX_GUARD: u64 = 1 << 20;
+
+/// One mapping's header line, as far as the kinds need it.
+struct Mapping<'a> {
+    start: u64,
+    end: u64,
+    perms: &'a str,
+    path: &'a str,
+}
+
+fn mapping(line: &str) -> Option<Mapping<'_>> {
+    let mut f = line.splitn(6, ' ');
+    let range = f.next()?;
+    let perms = f.next()?;
+    let (_offset, _dev, _inode) = (f.next()?, f.next()?, f.next()?);
+    let path = f.next().unwrap_or("").trim_start();
+    let (a, b) = range.split_once('-')?;
+    let start = u64::from_str_radix(a, 16).ok()?;
+    let end = u64::from_str_radix(b, 16).ok()?;
+    (perms.len() == 4 && start <= end).then_some(Mapping { start, end, perms, path })
+}
+
+/// The kinds of `text`, a `/proc/PID/smaps`; `ring_dir` is the run's ring directory (its
+/// files mapped in the process are memprof's).
+pub(crate) fn parse(text: &str, ring_dir: &str) -> Kinds {
+    let mut k = Kinds::default();
+    // The kind of the current mapping, and what the next one needs of it.
+    let mut kind: Option<fn(&mut Kinds) -> &mut u64> = None;
+    let mut prev: Option<(u64, bool, bool)> = None; // (end, a small guard, a file)
+    for line in text.lines() {
+        // A mapping's header starts with its range; the fields' lines with a name.
+        let header = line.split(' ').next().is_some_and(|t| t.contains('-'));
+        if header {
+            kind = None;
+        }
+        if let Some(m) = header.then(|| mapping(line)).flatten() {
+            let anon = m.path.is_empty();
+            let private = m.perms.as_bytes()[3] == b'p';
+            let after = |what: fn(&(u64, bool, bool)) -> bool| {
+                prev.as_ref().is_some_and(|p| p.0 == m.start && what(p))
+            };
+            kind = Some(if m.path == "[heap]" {
+                |k| &mut k.allocator
+            } else if m.path == "[stack]" {
+                |k| &mut k.stacks
+            } else if anon && private && m.perms.starts_with("rw") && after(|p| p.1) {
+                |k| &mut k.stacks
+            } else if anon && private && after(|p| p.2) {
+                |k| &mut k.files
+            } else if anon && private {
+                |k| &mut k.allocator
+            } else if !ring_dir.is_empty()
+                && m.path.starts_with(ring_dir)
+                && m.path.as_bytes().get(ring_dir.len()) == Some(&b'/')
+            {
+                |k| &mut k.own
+            } else if m.path.starts_with('/') && private {
+                |k| &mut k.files
+            } else if m.path.starts_with('/')
+                && !m.path.starts_with("/dev/")
+                && !m.path.starts_with("/memfd:")
+                && !m.path.starts_with("/SYSV")
+                && !m.path.ends_with(" (deleted)")
+            {
+                // A shared mapping of a file on disk.
+                |k| &mut k.files
+            } else {
+                |k| &mut k.other
+            });
+            let guard = anon && m.perms.starts_with("---") && m.end - m.start <= MAX_GUARD;
+            let file = m.path.starts_with('/') && private;
+            prev = Some((m.end, guard, file));
+            continue;
+        }
+        if let (Some(rest), Some(f)) = (line.strip_prefix("Rss:"), kind) {
+            let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            let bytes = kb.saturating_mul(1024);
+            k.resident = k.resident.saturating_add(bytes);
+            let slot = f(&mut k);
+            *slot = slot.saturating_add(bytes);
+        }
+    }
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(range: &str, perms: &str, path: &str, rss_kb: u64) -> String {
+        format!("{range} {perms} 00000000 00:00 0          {path}\nSize: 8 kB\nRss:  {rss_kb} kB\nPss: 1 kB\nVmFlags: rd wr\n")
+    }
+
+    /// Each kind of mapping lands in its kind, and the kinds sum to the whole.
+    #[test]
+    fn mappings_by_kind() {
+        let text = [
+            entry("1000-3000", "r-xp", "/usr/bin/prog", 8),
+            entry("3000-4000", "rw-p", "/usr/bin/prog", 4),
+            entry("4000-6000", "rw-p", "", 8), // the executable's .bss
+            entry("10000-90000", "rw-p", "[heap]", 400),
+            entry("100000-101000", "---p", "", 0), // a thread's guard page
+            entry("101000-900000", "rw-p", "", 24), // its stack
+            entry("a00000-e00000", "rw-p", "", 1000), // an arena or a large block
+            entry("e00000-4e00000", "---p", "", 0), // the arena's reserve: not a guard
+            entry("4e00000-5e00000", "rw-p", "", 64), // after a large reserve: the allocator's
+            entry("6000000-6100000", "rw-s", "/dev/shm/memprof-1-ab/7.0.ring (deleted)", 300),
+            entry("7000000-7100000", "rw-s", "/dev/shm/other (deleted)", 50),
+            entry("8000000-8001000", "r-xp", "[vdso]", 4),
+            entry("7ffd000-7fff000", "rw-p", "[stack]", 132),
+        ]
+        .concat();
+        let k = parse(&text, "/dev/shm/memprof-1-ab");
+        assert_eq!(k.files, (8 + 4 + 8) * 1024);
+        assert_eq!(k.allocator, (400 + 1000 + 64) * 1024);
+        assert_eq!(k.stacks, (24 + 132) * 1024);
+        assert_eq!(k.own, 300 * 1024);
+        assert_eq!(k.other, (50 + 4) * 1024);
+        assert_eq!(k.resident, k.files + k.allocator + k.stacks + k.own + k.other);
+        // Another run's ring directory is not memprof's own here; a prefix is not a
+        // directory.
+        assert_eq!(parse(&text, "/dev/shm/memprof-1-a").own, 0);
+    }
+
+    /// This process's own file parses, and its kinds add up to what `statm` says.
+    #[test]
+    fn this_process() {
+        let text = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let k = parse(&text, "");
+        assert!(k.files > 0 && k.allocator > 0 && k.stacks > 0, "{k:?}");
+        assert_eq!(k.resident, k.files + k.allocator + k.stacks + k.own + k.other);
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+        let statm = pages * page;
+        // Read at two moments of a running test binary: close, not equal.
+        let off = (k.resident as f64 - statm as f64).abs() / statm as f64;
+        assert!(off < 0.2, "smaps {} against statm {statm}", k.resident);
+    }
+
+    /// Damaged or foreign text gives nothing rather than a panic.
+    #[test]
+    fn garbage_is_nothing() {
+        for t in ["", "Rss: 5 kB\n", "zz-yy rw-p\nRss: x kB\n", "1000-0 rw-p 0 0 0\nRss: 4 kB\n"] {
+            assert_eq!(parse(t, "/x").resident, 0, "{t:?}");
+        }
+    }
+}

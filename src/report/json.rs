@@ -1,0 +1,226 @@
+//! `memprof report --json`: a machine-readable summary of a recording, for CI jobs and
+//! tools. One JSON object, whose schema is [`SCHEMA`] (a newer schema adds fields; it
+//! renames or removes none without a new name):
+//!
+//! | field | type | what |
+//! |---|---|---|
+//! | `schema` | string | [`SCHEMA`] |
+//! | `program` | object | `executable` (string), `pid` (int), `command` (strings) |
+//! | `sampling` | object | `interval_bytes` (number), `exact` (bool) |
+//! | `window` | object or null | `from_ns`, `to_ns` (ints; `to_ns` null when open) |
+//! | `complete` | bool | the file ended with its end record, or said why not |
+//! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ns`, `allocated_bytes`, `samples`, `frees` |
+//! | `rss` | object or null | `end_bytes`, `end_ns`, `peak_bytes`, `peak_ns`, `at_heap_peak_bytes`, `readings` (null without resident readings: not recorded by `memprof record`) |
+//! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `other_bytes` (all that is not the allocator's: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
+//! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
+//! | `lost` | object | `events`, `untracked`, `frees_unknown` |
+//! | `sites` | array | the top sites by bytes allocated (`--top`): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
+//! | `processes` | array | one per process of a tree (`--follow-forks`), the program's first: `pid`, `ppid`, `executable`, `file`, `allocated_bytes`, `peak_bytes`, `live_end_bytes`, `rss_end_bytes`, `rss_peak_bytes`, `allocator_retained_bytes` (null when not read), `ended` (as above) |
+//!
+//! Byte counts are estimates in the sampled mode (with their 95 % intervals beside them,
+//! `report::stats`) and exact in the exact mode (intervals 0). Times are nanoseconds since
+//! the start of the recording. Strings are the program's, escaped only as JSON requires.
+
+use super::stats::ci95;
+use super::top::{allocator_name, gap_lines, last_split, resident_readings};
+use super::{GroupBy, TopOptions};
+use crate::profile::load::Process;
+use crate::profile::{Ended, Profile};
+use serde_json::{json, Value};
+
+/// The name of the schema the summary follows.
+pub const SCHEMA: &str = "memprof-report/1";
+
+fn ended(e: Option<Ended>) -> Value {
+    match e {
+        Some(e) => json!({
+            "how": e.how.name(),
+            "status": e.status,
+            "limit_bytes": (e.limit_bytes > 0).then_some(e.limit_bytes),
+        }),
+        None => Value::Null,
+    }
+}
+
+/// The summary of `profile` (`processes`: a tree's, one per file read) as a JSON value.
+pub fn summary(
+    profile: &Profile,
+    processes: &[Process],
+    group_by: GroupBy,
+    options: &TopOptions,
+) -> Value {
+    let h = &profile.header;
+    let interval = h.interval;
+    let exact = interval <= 1.0;
+    let allocated: f64 =
+        profile.allocated.values().map(|t| t.k as f64).sum::<f64>() * interval.max(1.0);
+    let readings = resident_readings(profile);
+    let rss = match (readings.last(), readings.iter().max_by_key(|r| r.bytes)) {
+        (Some(last), Some(most)) => {
+            let near_peak = readings
+                .iter()
+                .min_by_key(|r| r.time_ns.abs_diff(profile.peak.time_ns))
+                .map(|r| r.bytes);
+            json!({
+                "end_bytes": last.bytes,
+                "end_ns": last.time_ns,
+                "peak_bytes": most.bytes,
+                "peak_ns": most.time_ns,
+                "at_heap_peak_bytes": near_peak,
+                "readings": readings.len(),
+            })
+        }
+        _ => Value::Null,
+    };
+    let gap = match last_split(profile) {
+        Some(r) => {
+            let hint = gap_lines(profile)
+                .into_iter()
+                .find_map(|l| l.strip_prefix("hint: ").map(str::to_owned));
+            json!({
+                "at_ns": r.time_ns,
+                "resident_bytes": r.resident,
+                "live_heap_bytes": r.live_bytes.min(r.allocator as f64),
+                "live_heap_ci95_bytes": ci95(r.live_bytes, interval),
+                "allocator_retained_bytes": r.allocator_free(),
+                "other_bytes": r.stacks + r.files + r.own + r.other,
+                "stacks_bytes": r.stacks,
+                "files_bytes": r.files,
+                "memprof_bytes": r.own,
+                "special_bytes": r.other,
+                "allocator": allocator_name(profile),
+                "hint": hint,
+            })
+        }
+        None => Value::Null,
+    };
+    let peak_known = profile.since_peak_known();
+    let mut sites = super::top::site_totals_grouped(profile, group_by);
+    sites.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes));
+    sites.truncate(options.limit);
+    let sites: Vec<Value> = sites
+        .iter()
+        .map(|s| {
+            json!({
+                "site": s.site,
+                "location": s.location,
+                "alloc_bytes": s.alloc_bytes,
+                "alloc_ci95_bytes": ci95(s.alloc_bytes, interval),
+                "alloc_objects": s.alloc_objects,
+                "live_bytes": s.live_bytes,
+                "live_ci95_bytes": ci95(s.live_bytes, interval),
+                "live_objects": s.live_objects,
+                "peak_bytes": peak_known.then_some(s.peak_bytes),
+                "peak_ci95_bytes": peak_known.then(|| ci95(s.peak_bytes, interval)),
+            })
+        })
+        .collect();
+    let processes: Vec<Value> = if processes.len() > 1 {
+        processes
+            .iter()
+            .map(|p| {
+                json!({
+                    "pid": p.pid,
+                    "ppid": p.ppid,
+                    "executable": p.executable,
+                    "file": p.file.display().to_string(),
+                    "allocated_bytes": p.allocated,
+                    "peak_bytes": p.peak,
+                    "live_end_bytes": p.live,
+                    "rss_end_bytes": p.resident.map(|r| r.0),
+                    "rss_peak_bytes": p.resident.map(|r| r.1),
+                    "allocator_retained_bytes": p.allocator_free,
+                    "ended": ended(p.ended),
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    json!({
+        "schema": SCHEMA,
+        "program": {
+            "executable": h.executable,
+            "pid": h.pid,
+            "command": h.cmdline,
+        },
+        "sampling": { "interval_bytes": interval, "exact": exact },
+        "window": profile.window.map(|w| json!({
+            "from_ns": w.from_ns,
+            "to_ns": (w.to_ns != u64::MAX).then_some(w.to_ns),
+        })),
+        "complete": profile.complete || profile.stopped.is_some(),
+        "heap": {
+            "live_end_bytes": profile.live_bytes,
+            "live_end_ci95_bytes": ci95(profile.live_bytes, interval),
+            "peak_bytes": profile.peak.bytes,
+            "peak_ns": profile.peak.time_ns,
+            "allocated_bytes": allocated,
+            "samples": profile.counts.samples,
+            "frees": profile.counts.frees,
+        },
+        "rss": rss,
+        "gap": gap,
+        "ended": ended(profile.ended),
+        "lost": {
+            "events": profile.lost.events,
+            "untracked": profile.lost.untracked,
+            "frees_unknown": profile.lost.frees_unknown,
+        },
+        "sites": sites,
+        "processes": processes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{EndedHow, Resident, ResidentSplit};
+
+    /// Every field the schema names is there, of its type, with the profile's numbers.
+    #[test]
+    fn the_schema_is_kept() {
+        let mut p = Profile::default();
+        p.header.interval = 1.0;
+        p.header.executable = "/bin/\"odd\"\n".into();
+        p.resident = vec![
+            Resident { time_ns: 10, bytes: 5 << 20 },
+            Resident { time_ns: 20, bytes: 9 << 20 },
+            Resident { time_ns: 30, bytes: 7 << 20 },
+        ];
+        p.splits = vec![ResidentSplit {
+            time_ns: 30,
+            resident: 70 << 20,
+            allocator: 64 << 20,
+            stacks: 1 << 10,
+            files: 1 << 19,
+            own: 1 << 12,
+            other: 0,
+            live_bytes: (1 << 20) as f64,
+        }];
+        p.ended = Some(Ended { how: EndedHow::OomKill, status: 9, limit_bytes: 100 << 20 });
+        let v = summary(&p, &[], GroupBy::Stack, &TopOptions::default());
+        // Through the text: what a tool reads.
+        let v: Value = serde_json::from_str(&v.to_string()).unwrap();
+        assert_eq!(v["schema"], SCHEMA);
+        assert_eq!(v["program"]["executable"], "/bin/\"odd\"\n");
+        assert_eq!(v["rss"]["end_bytes"], 7 << 20);
+        assert_eq!(v["rss"]["peak_bytes"], 9 << 20);
+        assert_eq!(v["rss"]["peak_ns"], 20);
+        assert_eq!(v["gap"]["allocator_retained_bytes"], (63 << 20) as f64);
+        assert_eq!(v["gap"]["other_bytes"], (1 << 10) + (1 << 19) + (1 << 12));
+        assert_eq!(v["gap"]["allocator"], "glibc");
+        assert!(v["gap"]["hint"].as_str().is_some_and(|h| h.contains("malloc_trim")));
+        assert_eq!(v["ended"]["how"], "oom-kill");
+        assert_eq!(v["ended"]["status"], 9);
+        assert_eq!(v["ended"]["limit_bytes"], 100 << 20);
+        for key in ["live_end_bytes", "peak_bytes", "peak_ns", "allocated_bytes"] {
+            assert!(v["heap"][key].is_number(), "heap.{key}");
+        }
+        assert!(v["sites"].as_array().is_some_and(Vec::is_empty));
+        assert!(v["window"].is_null() && v["complete"] == false);
+        // Without readings, the sections are null rather than zeros.
+        let v = summary(&Profile::default(), &[], GroupBy::Stack, &TopOptions::default());
+        assert!(v["rss"].is_null() && v["gap"].is_null() && v["ended"].is_null());
+    }
+}
