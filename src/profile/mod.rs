@@ -212,6 +212,17 @@ impl Profile {
         }
     }
 
+    /// Gives each reading by kind of mapping without the live heap of its moment (an
+    /// in-process recorder that streams and keeps no aggregates writes none) the live heap
+    /// of the series' bucket of that moment, after its last event.
+    pub(crate) fn fill_split_lives(&mut self) {
+        let s = &self.series;
+        for r in self.splits.iter_mut().filter(|r| !r.live_bytes.is_finite()) {
+            let i = (r.time_ns / s.bucket_ns.max(1)) as usize;
+            r.live_bytes = s.points.get(i).or(s.points.last()).map_or(0.0, |p| p.live_end);
+        }
+    }
+
     /// Estimated bytes `k` sample points stand for: `k × interval`.
     pub fn estimated_bytes(&self, k: u64) -> f64 {
         k as f64 * self.header.interval

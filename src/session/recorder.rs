@@ -84,6 +84,9 @@ pub struct Recorder {
     /// Leave symbols out at the end (see [`Recorder::offline_symbols`]).
     offline_symbols: bool,
     last_flush: Option<Instant>,
+    /// This process's memory files, read at periodic polls by a recorder that writes a
+    /// file of this process (opened at the first).
+    memory: Option<Box<crate::sys::smaps::Memory>>,
     error: Option<Error>,
     /// Recording another process (`memprof record`'s collector): its facts, and its
     /// modules come from [`Recorder::add_modules`] instead of this process's loader.
@@ -316,6 +319,14 @@ impl Recorder {
                 Err(e) => {
                     self.error.get_or_insert(e);
                 }
+            }
+            // This process's memory files, opened now with the profile (before `main`
+            // under the preload library), not later from the drain thread: a daemon that
+            // closes every descriptor and opens its own expecting the lowest numbers never
+            // finds one of ours opened in between.
+            if self.other.is_none() {
+                let memory = crate::sys::smaps::Memory::open(None, String::new());
+                self.memory = Some(Box::new(memory));
             }
         }
     }
@@ -676,6 +687,30 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Reads this process's resident memory, and now and then by kind of mapping, when
+    /// readings are due (as `memprof record`'s collector reads a recorded process's: see
+    /// [`crate::sys::smaps`]).
+    fn read_memory(&mut self) {
+        let Some(memory) = &mut self.memory else {
+            return;
+        };
+        let now = crate::engine::clock::monotonic_ns();
+        let time_ns = now.saturating_sub(crate::engine::clock::start_ns());
+        let resident = memory.resident(now, false);
+        let kinds = memory.kinds(now, false);
+        if let Some(bytes) = resident {
+            self.resident(Resident { time_ns, bytes });
+        }
+        if let Some(k) = kinds {
+            // A streaming recorder keeps no live heap: the reader gives the reading the
+            // live heap of its moment (`Profile::fill_split_lives`).
+            let live = if self.stream_only { f64::NAN } else { self.profile.live_bytes };
+            self.split(k.split(time_ns, crate::sys::rawmem::mapped(), live));
+        }
+    }
+}
+
 impl Tracker for Recorder {
     type Token = Held;
 
@@ -745,6 +780,9 @@ impl Tracker for Recorder {
         }
         if self.other.is_none() && loader_adds() != self.loader_adds {
             self.refresh_modules();
+        }
+        if self.other.is_none() {
+            self.read_memory();
         }
         if self.last_flush.is_none_or(|t| t.elapsed() >= FLUSH_EVERY) {
             self.flush();

@@ -17,4 +17,5 @@ pub(crate) mod private_dir;
 pub(crate) mod procfs;
 pub(crate) mod rawmem;
 pub(crate) mod signals;
+pub(crate) mod smaps;
 pub(crate) mod tls;

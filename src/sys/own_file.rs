@@ -49,6 +49,16 @@ impl OwnFile {
     }
 }
 
+impl OwnFile {
+    /// Reads at `offset`, once the descriptor is proven to be still ours: a descriptor the
+    /// program took over (a socket, a pipe) is never read, which would take its data.
+    pub(crate) fn read_at(&mut self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        self.check()?;
+        self.file.read_at(buf, offset)
+    }
+}
+
 impl Write for OwnFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.check()?;

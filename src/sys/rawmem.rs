@@ -35,6 +35,11 @@ pub(crate) unsafe fn copy_mapped_to(sink: *mut AtomicU64) {
     }
 }
 
+/// Bytes mapped by [`map`] and not unmapped.
+pub(crate) fn mapped() -> u64 {
+    MAPPED.load(Ordering::Relaxed)
+}
+
 /// Adds `delta` bytes (two's complement for a removal) to [`MAPPED`] and copies it.
 fn count_mapped(delta: u64) {
     let now = MAPPED.fetch_add(delta, Ordering::Relaxed).wrapping_add(delta);

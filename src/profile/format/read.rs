@@ -793,6 +793,7 @@ impl Profile {
         p.take_aggregates(agg);
         p.note_orphans();
         p.finish_timeline();
+        p.fill_split_lives();
         Ok(p)
     }
 }

@@ -60,7 +60,7 @@
 //! blocks may show as live); `record` says the same on stderr when anything was lost.
 //!
 //! # 6. Resident memory
-//! Every [`RESIDENT_EVERY_MS`] milliseconds the collector reads each process's resident
+//! Every [`crate::profile::RESIDENT_EVERY_MS`] milliseconds the collector reads each process's resident
 //! size from its `/proc/PID/statm` (opened when its ring was attached, so a pid reused
 //! later reads nothing) and records it in the profile ([`Profile::resident`]) with the
 //! time on the program's clock: nothing is added to the program's sample path. A process
@@ -68,10 +68,10 @@
 //!
 //! Now and then it also reads the process's `/proc/PID/smaps` (opened with `statm`) and
 //! records its resident memory by kind of mapping beside the live heap folded so far
-//! ([`ResidentSplit`], kinds in `smaps.rs`): what explains the gap between the two. The
+//! ([`crate::profile::ResidentSplit`], kinds in `sys::smaps`): what explains the gap between the two. The
 //! kernel walks the page tables to write that file, a few milliseconds for a few hundred
-//! megabytes, so the next reading waits [`SPLIT_EVERY_MS`] or the time the last one took
-//! divided by [`SPLIT_COST_SHARE`], whichever is longer. A process of
+//! megabytes, so the next reading waits [`crate::profile::SPLIT_EVERY_MS`] or the time the
+//! last one took divided by [`crate::profile::SPLIT_COST_SHARE`], whichever is longer. A process of
 //! [`ring::LOOK_WANTED_BYTES`] or more resident is asked for a last look: its exit handler
 //! sets `last_look` and waits (100 ms at most) until the collector, after draining its
 //! queue, has read both files once more; the split at the end is then the end's.
@@ -79,15 +79,13 @@
 use crate::config::Unwinder;
 use crate::engine::clock::Stable;
 use crate::engine::queue::{Event, EventKind, Queue};
-use crate::profile::{
-    Ended, EndedHow, GcCycle, Module, Profile, Resident, ResidentSplit, Stopped, RESIDENT_EVERY_MS,
-    SPLIT_COST_SHARE, SPLIT_EVERY_MS,
-};
+use crate::profile::{Ended, EndedHow, GcCycle, Module, Profile, Resident, Stopped};
 use crate::record::env;
 use crate::record::ring::{self, Ring};
 use crate::session::driver::MAX_WAITING_FREES;
 use crate::session::recorder::{Named, ProcessFacts, Recorder};
 use crate::session::{Allocation, Callstack, Poll, SessionInfo, Stats, Tracker};
+use crate::sys::smaps::Memory;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -269,14 +267,8 @@ struct Attached {
     /// A newer ring of the same pid was attached: this image was replaced.
     replaced: bool,
     done: bool,
-    /// The process's `/proc/PID/statm`, read every [`RESIDENT_EVERY_MS`] (§6).
-    statm: Option<File>,
-    /// When it was read last ([`crate::engine::clock::monotonic_ns`]).
-    resident_at: u64,
-    /// The process's `/proc/PID/smaps`, read now and then (§6).
-    smaps: Option<File>,
-    /// When it may be read next ([`crate::engine::clock::monotonic_ns`]).
-    split_next: u64,
+    /// The process's memory files (§6).
+    memory: Memory,
     /// The exit code of the process seen as a zombie (a wait status), when it was.
     zombie_status: Option<i32>,
     /// A pidfd of the process, opened while it ran: what tells its exit code after its
@@ -330,15 +322,10 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
             fullest = fullest.max(n as f64 / r.queue.capacity() as f64);
             // The exiting process waits for this one (`RingHeader::last_look`).
             let asked = r.ring.header().last_look.load(Ordering::Acquire) == ring::LOOK_ASKED;
-            if asked || now.saturating_sub(r.resident_at) >= RESIDENT_EVERY_MS * 1_000_000 {
-                r.resident_at = now;
-                read_resident(r);
-            }
-            if asked || now >= r.split_next {
-                read_split(r, &plan.dir);
-                if asked {
-                    r.ring.header().last_look.store(ring::LOOK_TAKEN, Ordering::Release);
-                }
+            read_resident(r, now, asked);
+            read_split(r, now, asked);
+            if asked {
+                r.ring.header().last_look.store(ring::LOOK_TAKEN, Ordering::Release);
             }
             let root = r.pid == plan.root_pid && r.image == 0;
             let mut gone = look
@@ -388,12 +375,13 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
     }
 }
 
-/// Reads the process's resident memory into its profile (§6).
-fn read_resident(r: &mut Attached) {
-    let (Some(statm), Some(out)) = (&r.statm, &mut r.out) else {
+/// Reads the process's resident memory into its profile when a reading is due at `now`
+/// or `force`d (§6).
+fn read_resident(r: &mut Attached, now: u64, force: bool) {
+    let Some(out) = &mut r.out else {
         return;
     };
-    let Some(bytes) = resident_bytes(statm) else {
+    let Some(bytes) = r.memory.resident(now, force) else {
         return;
     };
     let time_ns = out.clock.now_ns();
@@ -410,73 +398,20 @@ fn read_resident(r: &mut Attached) {
 }
 
 /// Reads the process's resident memory by kind of mapping into its profile, beside the
-/// live heap folded so far (§6), and sets when it may be read next.
-fn read_split(r: &mut Attached, ring_dir: &Path) {
-    let (Some(file), Some(out)) = (&r.smaps, &mut r.out) else {
-        r.split_next = u64::MAX;
+/// live heap folded so far, when a reading is due at `now` or `force`d (§6).
+fn read_split(r: &mut Attached, now: u64, force: bool) {
+    let Some(out) = &mut r.out else {
         return;
     };
-    let before = crate::engine::clock::monotonic_ns();
     // The reading's moment is its start: the kernel walks the mappings from there on.
     let time_ns = out.clock.now_ns();
-    let Some(text) = read_whole(file) else {
-        r.split_next = u64::MAX;
+    let Some(k) = r.memory.kinds(now, force) else {
         return;
     };
-    let k = super::smaps::parse(&text, &ring_dir.display().to_string());
-    let after = crate::engine::clock::monotonic_ns();
-    let took = after.saturating_sub(before) as f64;
-    r.split_next = after + ((took / SPLIT_COST_SHARE) as u64).max(SPLIT_EVERY_MS * 1_000_000);
-    if k.resident == 0 {
-        // The process is gone (its mappings with it).
-        return;
-    }
     // What memprof's library mapped in the process is anonymous memory, counted with the
     // allocator's by the mappings alone.
-    let mapped = r.ring.header().own_mapped.load(Ordering::Relaxed).min(k.allocator);
-    out.recorder.split(ResidentSplit {
-        time_ns,
-        resident: k.resident,
-        allocator: k.allocator - mapped,
-        stacks: k.stacks,
-        files: k.files,
-        own: k.own + mapped,
-        other: k.other,
-        live_bytes: out.recorder.profile().live_bytes,
-    });
-}
-
-/// The whole text of an open `/proc` file, read from its start. `None` when it cannot be
-/// read, or is not text.
-fn read_whole(file: &File) -> Option<String> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = Vec::with_capacity(64 << 10);
-    let mut chunk = vec![0u8; 64 << 10];
-    loop {
-        let n = file.read_at(&mut chunk, buf.len() as u64).ok()?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        // A process with a very large number of mappings: enough is enough.
-        if buf.len() > 256 << 20 {
-            return None;
-        }
-    }
-    String::from_utf8(buf).ok()
-}
-
-/// The resident bytes `statm` (an open `/proc/PID/statm`) says now: its second field, in
-/// pages. `None` when it cannot be read (the process is gone) or says nothing.
-fn resident_bytes(statm: &File) -> Option<u64> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = [0u8; 128];
-    let n = statm.read_at(&mut buf, 0).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
-    let pages: u64 = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    (pages > 0 && page > 0).then(|| pages.saturating_mul(page as u64))
+    let mapped = r.ring.header().own_mapped.load(Ordering::Relaxed);
+    out.recorder.split(k.split(time_ns, mapped, out.recorder.profile().live_bytes));
 }
 
 /// `/proc/<pid>/stat`'s exit code (field 52, counted from the state as
@@ -529,10 +464,7 @@ fn attach_new(
                     done: false,
                     // Opened now, the file is this process's: a pid reused later reads
                     // nothing through it.
-                    statm: File::open(format!("/proc/{pid}/statm")).ok(),
-                    resident_at: 0,
-                    smaps: File::open(format!("/proc/{pid}/smaps")).ok(),
-                    split_next: 0,
+                    memory: Memory::open(Some(pid), dir.display().to_string()),
                     zombie_status: None,
                     pidfd: open_pidfd(pid, proc_start),
                 });

@@ -13,7 +13,6 @@ mod oom;
 mod reach;
 pub(crate) mod request;
 pub(crate) mod run;
-mod smaps;
 
 use crate::error::Error;
 use bundled::Bundled;

@@ -15,8 +15,110 @@
 //! - the rest (shared memory, the vDSO, other special mappings) is **other**.
 //!
 //! The kernel walks every mapping's page tables to write the file, so its cost grows with
-//! the resident size: the collector reads it at a pace bounded by its cost
-//! ([`crate::profile::SPLIT_COST_SHARE`]).
+//! the resident size: [`Memory`] reads it at a pace bounded by its cost
+//! ([`crate::profile::SPLIT_COST_SHARE`]), and `/proc/PID/statm` (one number, a
+//! microsecond) every [`crate::profile::RESIDENT_EVERY_MS`]. `memprof record`'s collector
+//! reads the processes it records through it, and an in-process session's drain thread
+//! reads its own process.
+
+use crate::profile::{ResidentSplit, RESIDENT_EVERY_MS, SPLIT_COST_SHARE, SPLIT_EVERY_MS};
+use crate::sys::own_file::OwnFile;
+use std::fs::File;
+
+/// A process's memory files, opened once (so a pid reused later reads nothing through
+/// them), and when each may be read next. The descriptors are proven to be still the
+/// files opened before each read ([`OwnFile`]): in the profiled process itself, a daemon
+/// may close them and open its own under their numbers.
+#[derive(Debug)]
+pub(crate) struct Memory {
+    statm: Option<OwnFile>,
+    smaps: Option<OwnFile>,
+    /// When `statm` was read last ([`crate::engine::clock::monotonic_ns`]).
+    resident_at: u64,
+    /// When `smaps` may be read next.
+    split_next: u64,
+    /// A directory whose files mapped in the process are memprof's (the ring directory).
+    own_dir: String,
+}
+
+impl Memory {
+    /// Opens the memory files of process `pid` (`None`: this process); `own_dir` as
+    /// [`parse`] takes it.
+    pub(crate) fn open(pid: Option<u32>, own_dir: String) -> Memory {
+        let at = pid.map_or("self".to_owned(), |p| p.to_string());
+        let open = |name: &str| {
+            File::open(format!("/proc/{at}/{name}")).ok().and_then(|f| OwnFile::new(f).ok())
+        };
+        Memory {
+            statm: open("statm"),
+            smaps: open("smaps"),
+            resident_at: 0,
+            split_next: 0,
+            own_dir,
+        }
+    }
+
+    /// The resident bytes, when a reading is due at `now` or `force`d. `None` when not
+    /// due, or the process is gone.
+    pub(crate) fn resident(&mut self, now: u64, force: bool) -> Option<u64> {
+        if !force && now.saturating_sub(self.resident_at) < RESIDENT_EVERY_MS * 1_000_000 {
+            return None;
+        }
+        self.resident_at = now;
+        resident_bytes(self.statm.as_mut()?)
+    }
+
+    /// The resident bytes by kind, when a reading is due at `now` or `force`d (and sets
+    /// when the next one is: its cost bounds the pace). `None` when not due, or the
+    /// process is gone.
+    pub(crate) fn kinds(&mut self, now: u64, force: bool) -> Option<Kinds> {
+        if !force && now < self.split_next {
+            return None;
+        }
+        let before = crate::engine::clock::monotonic_ns();
+        let text = self.smaps.as_mut().and_then(read_whole);
+        let after = crate::engine::clock::monotonic_ns();
+        let took = after.saturating_sub(before) as f64;
+        self.split_next = match text {
+            Some(_) => after + ((took / SPLIT_COST_SHARE) as u64).max(SPLIT_EVERY_MS * 1_000_000),
+            None => u64::MAX,
+        };
+        let k = parse(&text?, &self.own_dir);
+        // Nothing resident: the process is gone (its mappings with it).
+        (k.resident > 0).then_some(k)
+    }
+}
+
+/// The resident bytes `statm` (an open `/proc/PID/statm`) says now: its second field, in
+/// pages. `None` when it cannot be read (the process is gone) or says nothing.
+fn resident_bytes(statm: &mut OwnFile) -> Option<u64> {
+    let mut buf = [0u8; 128];
+    let n = statm.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let pages: u64 = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    (pages > 0 && page > 0).then(|| pages.saturating_mul(page as u64))
+}
+
+/// The whole text of an open `/proc` file, read from its start. `None` when it cannot be
+/// read, or is not text.
+fn read_whole(file: &mut OwnFile) -> Option<String> {
+    let mut buf = Vec::with_capacity(64 << 10);
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = file.read_at(&mut chunk, buf.len() as u64).ok()?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        // A process with a very large number of mappings: enough is enough.
+        if buf.len() > 256 << 20 {
+            return None;
+        }
+    }
+    String::from_utf8(buf).ok()
+}
 
 /// Resident bytes by kind (see the module documentation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +129,25 @@ pub(crate) struct Kinds {
     pub(crate) files: u64,
     pub(crate) own: u64,
     pub(crate) other: u64,
+}
+
+impl Kinds {
+    /// The split at `time_ns` beside a live heap of `live_bytes`; `own_mapped` bytes that
+    /// memprof's library mapped for itself (anonymous, so among the allocator's by the
+    /// mappings alone) are moved to memprof's own.
+    pub(crate) fn split(&self, time_ns: u64, own_mapped: u64, live_bytes: f64) -> ResidentSplit {
+        let mapped = own_mapped.min(self.allocator);
+        ResidentSplit {
+            time_ns,
+            resident: self.resident,
+            allocator: self.allocator - mapped,
+            stacks: self.stacks,
+            files: self.files,
+            own: self.own + mapped,
+            other: self.other,
+            live_bytes,
+        }
+    }
 }
 
 /// The largest inaccessible mapping taken for a thread stack's guard.
