@@ -38,7 +38,8 @@
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`), a definer before the caller, the caller's own export, all without allocating |
 //! | `sys/mod.rs` | the folder's face: which primitives the layers above use |
 //! | `sys/alloc_count.rs` | the unit tests' counting global allocator (live bytes per test scope) |
-//! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each write |
+//! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each read and write |
+//! | `sys/smaps.rs` | a process's memory files read at a pace bounded by their cost: resident size (`statm`), and resident memory by kind of mapping (`smaps`: the allocator's, stacks, files, memprof's own) |
 //! | `sys/procfs.rs` | fields of `/proc/<pid>/stat` |
 //! | `sys/signals.rs` | signal masks and thread counts for the threads the profiler keeps in a program |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
@@ -116,12 +117,13 @@
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
 //! | `report/` | top table (with file:line and backtraces), folded stacks, flamegraph, pprof, diff, HTML |
-//! | `report/tree.rs` | a tree's table of processes |
+//! | `report/tree.rs` | a tree's table of processes (with each one's resident maximum and how it ended) |
+//! | `report/json.rs` | `memprof report --json`: the summary for tools (schema `memprof-report/1`, documented there) |
 //! | `report/text.rs` | [`report::text::printable`]: every name a terminal shows, escaped |
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
 //! | `report/mod.rs` | the folder's face: the formats' public paths |
 //! | `report/view.rs` | what every format shares: [`report::View`], grouping, per-stack totals, GC mark estimates, the sampling summary, units |
-//! | `report/top.rs` | the top-sites table (± intervals, peak, short-lived section, backtraces) |
+//! | `report/top.rs` | the top-sites table (± intervals, peak, resident memory and its gap explained, how the program ended, short-lived section, backtraces) |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
 //! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |
@@ -167,7 +169,7 @@
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
-//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms |
+//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms and its mappings by kind now and then (a last look at exit); records how each process ended |
 //! | `record/command/oom.rs` | whether the kernel's OOM killer ended the program: its memory cgroups' and the system's OOM-kill counts, before and after |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |

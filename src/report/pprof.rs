@@ -320,6 +320,8 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         None => comments.push("incomplete recording (no end record)".to_owned()),
     }
     comments.extend(super::top::resident_line(profile));
+    comments.extend(super::top::gap_lines(profile));
+    comments.extend(super::top::ended_line(profile));
     comments.extend(profile.warnings.iter().map(|w| format!("warning: {w}")));
     if !profile.lost.is_none() {
         comments.push(format!("lost: {}", profile.lost.describe()));

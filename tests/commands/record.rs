@@ -1389,6 +1389,7 @@ fn resident_memory_is_read_beside_the_live_heap() {
         "{table}"
     );
     assert!(table.lines().any(|l| l == "ended: exit status 0"), "{table}");
+    assert!(comments.contains(&gap) && comments.contains(&"ended: exit status 0"), "{comments:?}");
     // The same in the JSON summary, and the schema's fields.
     let json = Command::new(MEMPROF)
         .current_dir(&dir)

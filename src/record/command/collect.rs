@@ -31,7 +31,9 @@
 //! root's ring waits for it), else the zombie's exit code in `/proc/<pid>/stat`, else, once
 //! its parent reaped it, the exit code the kernel keeps for the pidfd the collector opened
 //! when it attached (`PIDFD_INFO_EXIT`, Linux 6.15 and later). A signal seen there wins over
-//! what the process said (it came after).
+//! what the process said (it came after). A child killed by a signal before the collector
+//! attached to its ring (in its first few milliseconds) and reaped before it looked leaves
+//! nothing to read: its way of ending stays unknown.
 //!
 //! # 4. Modules
 //! Module lists come from the side log, each at its place among the events. A new stack

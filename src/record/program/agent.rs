@@ -35,8 +35,8 @@
 //! lock held by a thread the child does not have.
 //!
 //! # 4. End
-//! An `atexit` handler registered at start (so it runs after the program's own handlers)
-//! stops the session: the drain thread writes what is left, symbols are resolved in this
+//! An exit handler registered at start with `on_exit` (so it runs after the program's own
+//! handlers, and is given `exit`'s status) stops the session: the drain thread writes what is left, symbols are resolved in this
 //! process and written with the end record. A process that dies another way (`_exit`, a
 //! signal, `abort`) leaves a file that reads back up to the drain thread's last flush, which
 //! is at most [`crate::session::recorder::FLUSH_EVERY`] old; a fatal signal whose
@@ -63,8 +63,13 @@
 //! it dies: the collector drains the queue after the process is gone, whatever killed it.
 //! The module list is written again, when it changed, around `dlclose` and at exit, each
 //! time with a side event that places it among the events; `exec` and `_exit` set the
-//! header's `ending`, so the collector ends the file as §4 describes for them. A forked
-//! child unmaps its parent's ring and, when following, creates its own.
+//! header's `ending`, so the collector ends the file as §4 describes for them, and the exit
+//! handler and `_exit` put their status there (the profile says how the process ended).
+//! What memprof's own code maps in the process (`sys::rawmem`) is counted in the header
+//! for the collector, which reads the process's memory from outside; a large process asks
+//! it for a last look at its mappings from the exit handler and waits for it (at most
+//! [`LAST_LOOK_WAIT_MS`]). A forked child unmaps its parent's ring and, when following,
+//! creates its own.
 //!
 //! # 8. Attached
 //! `memprof attach` loads the preload library into a running process (`dlopen`, from a
@@ -467,7 +472,7 @@ pub fn stop_attached() {
     }
 }
 
-/// Stops the session and finishes the file (the `atexit` handler). Safe to call more
+/// Stops the session and finishes the file (from the exit handler). Safe to call more
 /// than once; does nothing in a process that does not own a session.
 pub(crate) fn finish() {
     if OWNER.load(Ordering::Acquire) != pid() {
