@@ -88,9 +88,13 @@ pub const RESIDENT_EVERY_MS: u64 = 10;
 /// kernel walks the page tables of every mapping for it, so a large process costs more.
 pub const SPLIT_COST_SHARE: f64 = 0.002;
 
-/// The least time between two readings of `/proc/PID/smaps` ([`Profile::splits`]). A
-/// reading comes sooner than [`SPLIT_COST_SHARE`] allows neither, but the resident size
-/// moving by a quarter since the last one brings the next forward to this.
+/// The most of one core spent on readings of `/proc/PID/smaps` brought forward by a new
+/// peak of the heap ([`SPLIT_COST_SHARE`]'s rule with this share, and no floor): a split
+/// near the peak is worth more than a regular one.
+pub const SPLIT_PEAK_COST_SHARE: f64 = 0.01;
+
+/// The least time between two regular readings of `/proc/PID/smaps`
+/// ([`Profile::splits`]).
 pub const SPLIT_EVERY_MS: u64 = 100;
 
 /// A whole recording, as aggregates (see the [module documentation](self) §3).

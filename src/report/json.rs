@@ -12,6 +12,7 @@
 //! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ns`, `allocated_bytes`, `samples`, `frees` |
 //! | `rss` | object or null | `end_bytes`, `end_ns`, `peak_bytes`, `peak_ns`, `at_heap_peak_bytes`, `readings` (null without resident readings: not recorded by `memprof record`) |
 //! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `other_bytes` (all that is not the allocator's: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
+//! | `gap_at_peak` | object or null | the same fields (`hint` null) for the reading beside the largest live heap, when it is not the last and its heap was a quarter larger |
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
 //! | `sites` | array | the top sites by bytes allocated (`--top`): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
@@ -22,10 +23,10 @@
 //! the start of the recording. Strings are the program's, escaped only as JSON requires.
 
 use super::stats::ci95;
-use super::top::{allocator_name, gap_lines, last_split, resident_readings};
+use super::top::{allocator_name, gap_lines, last_split, peak_split, resident_readings};
 use super::{GroupBy, TopOptions};
 use crate::profile::load::Process;
-use crate::profile::{Ended, Profile};
+use crate::profile::{Ended, Profile, ResidentSplit};
 use serde_json::{json, Value};
 
 /// The name of the schema the summary follows.
@@ -72,28 +73,26 @@ pub fn summary(
         }
         _ => Value::Null,
     };
-    let gap = match last_split(profile) {
-        Some(r) => {
-            let hint = gap_lines(profile)
-                .into_iter()
-                .find_map(|l| l.strip_prefix("hint: ").map(str::to_owned));
-            json!({
-                "at_ns": r.time_ns,
-                "resident_bytes": r.resident,
-                "live_heap_bytes": r.live_bytes.min(r.allocator as f64),
-                "live_heap_ci95_bytes": ci95(r.live_bytes, interval),
-                "allocator_retained_bytes": r.allocator_free(),
-                "other_bytes": r.stacks + r.files + r.own + r.other,
-                "stacks_bytes": r.stacks,
-                "files_bytes": r.files,
-                "memprof_bytes": r.own,
-                "special_bytes": r.other,
-                "allocator": allocator_name(profile),
-                "hint": hint,
-            })
-        }
-        None => Value::Null,
+    let hint =
+        gap_lines(profile).into_iter().find_map(|l| l.strip_prefix("hint: ").map(str::to_owned));
+    let split = |r: &ResidentSplit, hint: Option<String>| {
+        json!({
+            "at_ns": r.time_ns,
+            "resident_bytes": r.resident,
+            "live_heap_bytes": r.live_bytes.min(r.allocator as f64),
+            "live_heap_ci95_bytes": ci95(r.live_bytes, interval),
+            "allocator_retained_bytes": r.allocator_free(),
+            "other_bytes": r.stacks + r.files + r.own + r.other,
+            "stacks_bytes": r.stacks,
+            "files_bytes": r.files,
+            "memprof_bytes": r.own,
+            "special_bytes": r.other,
+            "allocator": allocator_name(profile),
+            "hint": hint,
+        })
     };
+    let gap = last_split(profile).map_or(Value::Null, |r| split(r, hint));
+    let gap_at_peak = peak_split(profile).map_or(Value::Null, |r| split(r, None));
     let peak_known = profile.since_peak_known();
     let mut sites = super::top::site_totals_grouped(profile, group_by);
     sites.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes));
@@ -161,6 +160,7 @@ pub fn summary(
         },
         "rss": rss,
         "gap": gap,
+        "gap_at_peak": gap_at_peak,
         "ended": ended(profile.ended),
         "lost": {
             "events": profile.lost.events,
@@ -175,7 +175,7 @@ pub fn summary(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{EndedHow, Resident, ResidentSplit};
+    use crate::profile::{EndedHow, Resident};
 
     /// Every field the schema names is there, of its type, with the profile's numbers.
     #[test]
@@ -198,6 +198,11 @@ mod tests {
             other: 0,
             live_bytes: (1 << 20) as f64,
         }];
+        // An earlier reading beside a heap twice as large: the split near the peak.
+        let mut at_peak = p.splits[0];
+        at_peak.time_ns = 20;
+        at_peak.live_bytes = (2 << 20) as f64;
+        p.splits.insert(0, at_peak);
         p.ended = Some(Ended { how: EndedHow::OomKill, status: 9, limit_bytes: 100 << 20 });
         let v = summary(&p, &[], GroupBy::Stack, &TopOptions::default());
         // Through the text: what a tool reads.
@@ -211,6 +216,8 @@ mod tests {
         assert_eq!(v["gap"]["other_bytes"], (1 << 10) + (1 << 19) + (1 << 12));
         assert_eq!(v["gap"]["allocator"], "glibc");
         assert!(v["gap"]["hint"].as_str().is_some_and(|h| h.contains("malloc_trim")));
+        assert_eq!(v["gap_at_peak"]["at_ns"], 20);
+        assert_eq!(v["gap_at_peak"]["live_heap_bytes"], (2 << 20) as f64);
         assert_eq!(v["ended"]["how"], "oom-kill");
         assert_eq!(v["ended"]["status"], 9);
         assert_eq!(v["ended"]["limit_bytes"], 100 << 20);
@@ -222,5 +229,6 @@ mod tests {
         // Without readings, the sections are null rather than zeros.
         let v = summary(&Profile::default(), &[], GroupBy::Stack, &TopOptions::default());
         assert!(v["rss"].is_null() && v["gap"].is_null() && v["ended"].is_null());
+        assert!(v["gap_at_peak"].is_null());
     }
 }

@@ -308,40 +308,64 @@ fn allocator_hint(allocator: &str) -> &'static str {
     }
 }
 
-/// The header lines that explain the resident size by the last reading of the process's
-/// mappings: the live heap (± its 95 % interval when sampled), what the allocator holds
-/// free, stacks, files, memprof's own and the rest; then a hint when the allocator's free
-/// share dominates. Empty without such a reading.
-pub(crate) fn gap_lines(p: &Profile) -> Vec<String> {
-    let Some(r) = last_split(p) else {
-        return Vec::new();
-    };
+/// The reading of the process's mappings beside the largest live heap (in the window when
+/// there is one), when it is not the last one and its heap was a quarter larger: the split
+/// near the heap's peak.
+pub(crate) fn peak_split(p: &Profile) -> Option<&crate::profile::ResidentSplit> {
+    let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
+    let inside = || p.splits.iter().filter(|r| r.time_ns >= from && r.time_ns < to);
+    let last = last_split(p)?;
+    let most = inside().max_by(|a, b| a.live_bytes.total_cmp(&b.live_bytes))?;
+    (most.time_ns != last.time_ns && most.live_bytes > 1.25 * last.live_bytes).then_some(most)
+}
+
+/// `resident R at T s = live heap L ±I + free in the allocator F + …`: a reading of the
+/// process's mappings, beside its live heap then.
+fn split_line(p: &Profile, r: &crate::profile::ResidentSplit) -> String {
     let live = r.live_bytes.min(r.allocator as f64);
     let pm = if is_exact(p) {
         String::new()
     } else {
         format!(" ±{}", human_bytes(ci95(r.live_bytes, p.header.interval)))
     };
-    let free = r.allocator_free();
-    let mut lines = vec![format!(
+    format!(
         "resident {} at {:.3} s = live heap {}{pm} + free in the allocator {} + stacks {} + \
          files {} + memprof {} + other {}",
         human_bytes(r.resident as f64),
         r.time_ns as f64 / 1e9,
         human_bytes(live),
-        human_bytes(free),
+        human_bytes(r.allocator_free()),
         human_bytes(r.stacks as f64),
         human_bytes(r.files as f64),
         human_bytes(r.own as f64),
         human_bytes(r.other as f64),
-    )];
+    )
+}
+
+/// The header lines that explain the resident size by the readings of the process's
+/// mappings: the last one, and the one near the heap's peak when it differs ([`peak_split`]),
+/// each split into the live heap (± its 95 % interval when sampled), what the allocator
+/// holds free, stacks, files, memprof's own and the rest; then a hint when the allocator's
+/// free share dominates in either. Empty without such a reading.
+pub(crate) fn gap_lines(p: &Profile) -> Vec<String> {
+    let Some(last) = last_split(p) else {
+        return Vec::new();
+    };
+    let mut lines = vec![split_line(p, last)];
+    let peak = peak_split(p);
+    if let Some(r) = peak {
+        lines.push(format!("near the heap's peak: {}", split_line(p, r)));
+    }
     // Dominant: a third of the resident memory, and worth a look (8 MiB).
-    if free >= r.resident as f64 / 3.0 && free >= (8u64 << 20) as f64 {
-        let allocator = allocator_name(p);
+    let dominant = |r: &crate::profile::ResidentSplit| {
+        let free = r.allocator_free();
+        (free >= r.resident as f64 / 3.0 && free >= (8u64 << 20) as f64)
+            .then(|| 100.0 * free / r.resident as f64)
+    };
+    if let Some(share) = dominant(last).or_else(|| peak.and_then(dominant)) {
         lines.push(format!(
-            "hint: the allocator holds {:.0} % of the resident memory free; {}",
-            100.0 * free / r.resident as f64,
-            allocator_hint(allocator)
+            "hint: the allocator holds {share:.0} % of the resident memory free; {}",
+            allocator_hint(allocator_name(p))
         ));
     }
     lines

@@ -21,7 +21,9 @@
 //! reads the processes it records through it, and an in-process session's drain thread
 //! reads its own process.
 
-use crate::profile::{ResidentSplit, RESIDENT_EVERY_MS, SPLIT_COST_SHARE, SPLIT_EVERY_MS};
+use crate::profile::{
+    ResidentSplit, RESIDENT_EVERY_MS, SPLIT_COST_SHARE, SPLIT_EVERY_MS, SPLIT_PEAK_COST_SHARE,
+};
 use crate::sys::own_file::OwnFile;
 use std::fs::File;
 
@@ -37,6 +39,9 @@ pub(crate) struct Memory {
     resident_at: u64,
     /// When `smaps` may be read next.
     split_next: u64,
+    /// When its cost allows the next reading at a new peak of the heap
+    /// ([`SPLIT_PEAK_COST_SHARE`], without [`SPLIT_EVERY_MS`]'s floor).
+    cost_next: u64,
     /// A directory whose files mapped in the process are memprof's (the ring directory).
     own_dir: String,
 }
@@ -54,6 +59,7 @@ impl Memory {
             smaps: open("smaps"),
             resident_at: 0,
             split_next: 0,
+            cost_next: 0,
             own_dir,
         }
     }
@@ -75,14 +81,32 @@ impl Memory {
         if !force && now < self.split_next {
             return None;
         }
+        self.read_kinds()
+    }
+
+    /// The resident bytes by kind now, if the cost bound allows a reading now (sooner than
+    /// [`Memory::kinds`] would: for a moment worth it, a new peak of the heap).
+    pub(crate) fn kinds_if_affordable(&mut self, now: u64) -> Option<Kinds> {
+        if now < self.cost_next {
+            return None;
+        }
+        self.read_kinds()
+    }
+
+    fn read_kinds(&mut self) -> Option<Kinds> {
         let before = crate::engine::clock::monotonic_ns();
         let text = self.smaps.as_mut().and_then(read_whole);
         let after = crate::engine::clock::monotonic_ns();
         let took = after.saturating_sub(before) as f64;
-        self.split_next = match text {
-            Some(_) => after + ((took / SPLIT_COST_SHARE) as u64).max(SPLIT_EVERY_MS * 1_000_000),
-            None => u64::MAX,
+        let (regular, peak) = match text {
+            Some(_) => (
+                after + (took / SPLIT_COST_SHARE) as u64,
+                after + (took / SPLIT_PEAK_COST_SHARE) as u64,
+            ),
+            None => (u64::MAX, u64::MAX),
         };
+        self.cost_next = peak;
+        self.split_next = regular.max(after.saturating_add(SPLIT_EVERY_MS * 1_000_000));
         let k = parse(&text?, &self.own_dir);
         // Nothing resident: the process is gone (its mappings with it).
         (k.resident > 0).then_some(k)

@@ -1416,6 +1416,36 @@ fn resident_memory_is_read_beside_the_live_heap() {
     assert!(site["alloc_bytes"].as_f64().unwrap() > 190e6 && site["live_bytes"].is_number());
 }
 
+/// A heap that peaks and is then freed: a reading of the mappings near the peak explains
+/// the process at its largest (the live heap, nothing free), and the one at the end
+/// explains what the allocator kept (the freed blocks, next to no live heap).
+#[test]
+fn the_gap_is_read_near_the_peak_and_at_the_end() {
+    let dir = scratch("peak-gap");
+    let out = record(&dir, &["-o", "p.mprof"], &fixture("peak_then_free"), &[]);
+    assert_ok(&out, 0);
+    let json = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["report", "p.mprof", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let held = 150_000.0 * 1008.0;
+    let f = |a: &str, b: &str| v[a][b].as_f64().unwrap_or_else(|| panic!("{a}.{b} in {v:#}"));
+    // Sampled at the default interval: the live heap within its interval (and a margin for
+    // the blocks allocated while the mappings were read).
+    let live = f("gap_at_peak", "live_heap_bytes");
+    let ci = f("gap_at_peak", "live_heap_ci95_bytes");
+    assert!(live > 0.8 * held - ci && live < held + ci, "{v:#}");
+    assert!(f("gap_at_peak", "resident_bytes") > 0.8 * held, "{v:#}");
+    // At the end: one block live, the rest kept by glibc.
+    assert!(f("gap", "live_heap_bytes") < f("gap", "live_heap_ci95_bytes") + 1e6, "{v:#}");
+    let kept = f("gap", "allocator_retained_bytes");
+    assert!((kept - held).abs() < 0.1 * held, "{v:#}");
+    let table = text(&out.stderr);
+    assert!(table.lines().any(|l| l.starts_with("near the heap's peak: resident ")), "{table}");
+}
+
 /// How each process of a tree ended, in its profile: an exit status through the exit
 /// handler, `_exit`'s, a signal seen as a zombie's exit code; and the table of the tree's
 /// processes shows them beside their resident sizes.

@@ -76,7 +76,10 @@
 //! last one took divided by [`crate::profile::SPLIT_COST_SHARE`], whichever is longer. A process of
 //! [`ring::LOOK_WANTED_BYTES`] or more resident is asked for a last look: its exit handler
 //! sets `last_look` and waits (100 ms at most) until the collector, after draining its
-//! queue, has read both files once more; the split at the end is then the end's.
+//! queue, has read both files once more; the split at the end is then the end's. A live
+//! heap a tenth above the largest one a split was read beside (and 32 MiB or more) is
+//! read as soon as the cost bound allows, without waiting for [`crate::profile::SPLIT_EVERY_MS`]:
+//! so a split lies near the heap's peak, where the process was largest.
 
 use crate::config::Unwinder;
 use crate::engine::clock::Stable;
@@ -293,6 +296,8 @@ struct Output {
     interval: f64,
     /// Bytes of the side log read so far.
     log_read: u64,
+    /// The largest live heap a split was read beside (§6).
+    split_peak: f64,
 }
 
 fn run(plan: Plan, stop: &AtomicBool) -> Finished {
@@ -407,9 +412,20 @@ fn read_split(r: &mut Attached, now: u64, force: bool) {
     };
     // The reading's moment is its start: the kernel walks the mappings from there on.
     let time_ns = out.clock.now_ns();
-    let Some(k) = r.memory.kinds(now, force) else {
+    // A new peak of the heap (a tenth above the largest one read, and 32 MiB or more) is
+    // read as soon as the cost bound allows: the split at the heap's peak is what explains
+    // a process's largest size.
+    let live = out.recorder.profile().live_bytes;
+    let peak = live >= out.split_peak * 1.1 && live >= ring::LOOK_WANTED_BYTES as f64;
+    let read = if peak && !force {
+        r.memory.kinds_if_affordable(now).or_else(|| r.memory.kinds(now, false))
+    } else {
+        r.memory.kinds(now, force)
+    };
+    let Some(k) = read else {
         return;
     };
+    out.split_peak = out.split_peak.max(live);
     // What memprof's library mapped in the process is anonymous memory, counted with the
     // allocator's by the mappings alone.
     let mapped = r.ring.header().own_mapped.load(Ordering::Relaxed);
@@ -598,6 +614,7 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
         epoch: h.epoch.load(Ordering::Relaxed),
         interval,
         log_read: read,
+        split_peak: 0.0,
     });
     r.ring.log_consumed(read);
 }
