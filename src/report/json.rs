@@ -11,7 +11,7 @@
 //! | `complete` | bool | the file ended with its end record, or said why not |
 //! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ns`, `allocated_bytes`, `samples`, `frees` |
 //! | `rss` | object or null | `end_bytes`, `end_ns`, `peak_bytes`, `peak_ns`, `at_heap_peak_bytes`, `readings` (null without resident readings: not recorded by `memprof record`) |
-//! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `other_bytes` (all that is not the allocator's: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
+//! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `live_heap_resident_bytes` (at most the allocator's resident bytes: a block the program never touched all of is live but not all resident), `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `other_bytes` (all that is not the allocator's: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
 //! | `gap_at_peak` | object or null | the same fields (`hint` null) for the reading beside the largest live heap, when it is not the last and its heap was a quarter larger |
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
@@ -79,7 +79,8 @@ pub fn summary(
         json!({
             "at_ns": r.time_ns,
             "resident_bytes": r.resident,
-            "live_heap_bytes": r.live_bytes.min(r.allocator as f64),
+            "live_heap_bytes": r.live_bytes,
+            "live_heap_resident_bytes": r.live_bytes.min(r.allocator as f64),
             "live_heap_ci95_bytes": ci95(r.live_bytes, interval),
             "allocator_retained_bytes": r.allocator_free(),
             "other_bytes": r.stacks + r.files + r.own + r.other,

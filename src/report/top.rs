@@ -322,18 +322,27 @@ pub(crate) fn peak_split(p: &Profile) -> Option<&crate::profile::ResidentSplit> 
 /// `resident R at T s = live heap L ±I + free in the allocator F + …`: a reading of the
 /// process's mappings, beside its live heap then.
 fn split_line(p: &Profile, r: &crate::profile::ResidentSplit) -> String {
-    let live = r.live_bytes.min(r.allocator as f64);
     let pm = if is_exact(p) {
         String::new()
     } else {
         format!(" ±{}", human_bytes(ci95(r.live_bytes, p.header.interval)))
     };
+    // Blocks the program never touched all of (a large buffer) are live but not all
+    // resident: the live heap's resident part is at most the allocator's.
+    let live = if r.live_bytes > r.allocator as f64 {
+        format!(
+            "{}{pm} ({} of it resident)",
+            human_bytes(r.live_bytes),
+            human_bytes(r.allocator as f64)
+        )
+    } else {
+        format!("{}{pm}", human_bytes(r.live_bytes))
+    };
     format!(
-        "resident {} at {:.3} s = live heap {}{pm} + free in the allocator {} + stacks {} + \
+        "resident {} at {:.3} s = live heap {live} + free in the allocator {} + stacks {} + \
          files {} + memprof {} + other {}",
         human_bytes(r.resident as f64),
         r.time_ns as f64 / 1e9,
-        human_bytes(live),
         human_bytes(r.allocator_free()),
         human_bytes(r.stacks as f64),
         human_bytes(r.files as f64),

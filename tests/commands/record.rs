@@ -1407,7 +1407,7 @@ fn resident_memory_is_read_beside_the_live_heap() {
     let retained = num("gap", "allocator_retained_bytes");
     assert!((retained - freed).abs() < 0.05 * freed, "{v:#}");
     // The rest of what the program read: its files, stacks, and memprof's live table.
-    let rest = num("gap", "resident_bytes") - retained - num("gap", "live_heap_bytes");
+    let rest = num("gap", "resident_bytes") - retained - num("gap", "live_heap_resident_bytes");
     assert!((num("gap", "other_bytes") - rest).abs() < 0.01 * said, "{v:#}");
     assert_eq!(v["gap"]["allocator"], "glibc");
     assert_eq!((&v["ended"]["how"], &v["ended"]["status"]), (&"exit".into(), &0.into()));
