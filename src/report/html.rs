@@ -506,6 +506,15 @@ fn data_json(
     j.str(&sampling_summary(profile));
     j.key("whole");
     j.raw(if profile.lost.nothing_missing() { "true" } else { "false" });
+    // Resident memory beside the live heap, its gap explained, and how the program ended:
+    // the top table's header lines (`report::top`).
+    j.key("memory");
+    let memory: Vec<String> = super::top::resident_line(profile)
+        .into_iter()
+        .chain(super::top::gap_lines(profile))
+        .chain(super::top::ended_line(profile))
+        .collect();
+    j.strs(memory.iter().map(String::as_str));
     j.key("warnings");
     let w = warnings(profile);
     j.strs(w.iter().map(String::as_str));

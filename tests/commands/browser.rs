@@ -329,7 +329,8 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
          rects: f.querySelectorAll('rect').length, paths: document.querySelectorAll('#timeline path').length, \
          view: f.dataset.view, total: +f.dataset.total, ns: +document.getElementById('moment').dataset.ns, \
          rows: document.querySelectorAll('#sites tbody tr').length, \
-         rss: !document.getElementById('legend-rss').hidden }; })()",
+         rss: !document.getElementById('legend-rss').hidden, \
+         memory: [...document.querySelectorAll('#memory li')].map((l) => l.textContent) }; })()",
     );
     for (k, min) in [("tl", 100.0), ("fl", 30.0)] {
         let Json::Arr(wh) = shape.get(k) else { panic!("{shape:?}") };
@@ -340,6 +341,13 @@ fn the_html_report_renders_and_agrees_with_the_reports() {
     // `record` read the resident size: its line is drawn too, and named in the legend.
     assert!(shape.get("paths").num() >= 3.0, "the live heap, the rate, the RSS: {shape:?}");
     assert_eq!(shape.get("rss"), &Json::Bool(true), "{shape:?}");
+    // And the header says it in words, as the top table does: the resident size, the gap
+    // explained, how the program ended.
+    let Json::Arr(memory) = shape.get("memory") else { panic!("{shape:?}") };
+    let said: Vec<&str> = memory.iter().map(Json::str).collect();
+    assert!(said.iter().any(|l| l.starts_with("resident: ")), "{said:?}");
+    assert!(said.iter().any(|l| l.contains(" = live heap ")), "{said:?}");
+    assert!(said.contains(&"ended: exit status 0"), "{said:?}");
     assert!(shape.get("rows").num() >= 2.0, "{shape:?}");
 
     // The default view is the live set at the peak: exactly --view peak.
