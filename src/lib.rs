@@ -53,6 +53,7 @@
 //! | `engine/push.rs` | the session's queue and the pushes into it: backpressure, deaths |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
+//! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
 //! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, and its table of the frees it refused (replayed by the consumer) |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
@@ -155,6 +156,7 @@
 //! | `gc/compare.rs` | structural comparison and hashing of values |
 //! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
 //! | `gc/stats.rs` | per-cycle timing records and heap totals |
+//! | `testing.rs` | [`testing::measure`], [`testing::Stats`] (figures, then the sites by name), [`assert_no_alloc!`]: allocation assertions in ordinary `cargo test`s |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
 //! | `record/` | `memprof record`, split by the process each part runs in; the binary's entry points [`record::run`] and [`record::preload_path`] |
 //! | `record/mod.rs` | the folder's face: which part runs where, what the binary calls |
@@ -281,6 +283,7 @@ pub mod report;
 pub mod serve;
 mod session;
 mod sys;
+pub mod testing;
 #[cfg(feature = "tracing")]
 pub mod tracing;
 

@@ -76,8 +76,23 @@ pub fn on_alloc_slow_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, b
 fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
     if let Some(hit) = hit {
         if !addr.is_null() {
-            hot::record_alloc(addr as usize, size, hit);
+            if hit.measured {
+                record_measured(addr as usize, size, hit);
+            } else {
+                hot::record_alloc(addr as usize, size, hit);
+            }
         }
+    }
+}
+
+/// An allocation of a measuring thread (`engine::measure`): counted by its scope, and
+/// recorded as a sample when the session sampled it too.
+#[cold]
+#[inline(never)]
+fn record_measured(addr: usize, size: usize, hit: Hit) {
+    crate::engine::measure::on_alloc(addr, size);
+    if hit.k > 0 {
+        hot::record_alloc(addr, size, Hit { measured: false, ..hit });
     }
 }
 
@@ -85,7 +100,7 @@ fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
 /// returned, so a concurrent reuse of the address cannot be confused with this block.
 #[inline(always)]
 pub fn on_dealloc(addr: *mut u8) {
-    if let Some(entry) = live::remove(addr as usize) {
+    if let Some(entry) = live::remove_freed(addr as usize) {
         hot::record_free(entry);
     }
 }
@@ -156,7 +171,9 @@ fn kept(old: *mut u8, new: *mut u8, new_size: usize) {
 #[inline(always)]
 fn plan(old: *mut u8, hit: Option<Hit>) -> ReallocPlan {
     let old = match hit {
-        Some(_) if !old.is_null() => live::remove(old as usize),
+        // A hit of a measuring thread's scope alone (`k == 0`) is no sample: the old
+        // block keeps its own, as without a hit.
+        Some(h) if h.k > 0 && !old.is_null() => live::remove_freed(old as usize),
         _ => None,
     };
     ReallocPlan { hit, old }
@@ -197,10 +214,26 @@ fn finish_realloc(
         return;
     }
     match plan.hit {
+        // A measuring thread's reallocation that the session did not sample: the scope
+        // counts the free of the old block and the new one; a sampled old block keeps its
+        // sample (`engine::measure`).
+        Some(hit) if hit.k == 0 => {
+            if !old.is_null() {
+                crate::engine::measure::on_free_if_measuring(old as usize);
+            }
+            crate::engine::measure::on_alloc(new as usize, new_size);
+            if !old.is_null() && live::may_hold(old as usize) {
+                kept(old, new, new_size);
+            }
+        }
         Some(hit) => {
             if let Some(e) = plan.old {
                 hot::record_free(e);
             }
+            if hit.measured {
+                crate::engine::measure::on_alloc(new as usize, new_size);
+            }
+            let hit = Hit { measured: false, ..hit };
             match entry {
                 Some(_) => hot::record_alloc_at(new as usize, new_size, hit, entry),
                 None => hot::record_alloc(new as usize, new_size, hit),

@@ -596,6 +596,42 @@ fn remove_slow(addr: usize, fi: usize) -> Option<Entry> {
     remove_at(addr, fi)
 }
 
+/// [`remove`] for the block's free (the allocator's `dealloc`, or a reallocation that
+/// frees it): the same one load when its counter is 0; past it, a block that the freeing
+/// thread measures is counted free too (`engine::measure` §2). The profiler's own removals
+/// (a lost event's entry, a move) use [`remove`], which frees nothing.
+#[inline]
+pub fn remove_freed(addr: usize) -> Option<Entry> {
+    let fi = filter_index(addr);
+    if FILTER[fi].load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    remove_freed_slow(addr, fi)
+}
+
+#[cold]
+#[inline(never)]
+fn remove_freed_slow(addr: usize, fi: usize) -> Option<Entry> {
+    let found = remove_at(addr, fi);
+    // A block a measuring thread counts raised its counter too.
+    crate::engine::measure::on_free_if_measuring(addr);
+    found
+}
+
+/// Raises the filter counter of `addr` without a table entry: its free then reaches
+/// [`remove`]'s slow path (a measured block, `engine::measure` §2). `false` when this
+/// thread holds the block's shard already (a signal handler, §4).
+pub(crate) fn mark(addr: usize) -> bool {
+    let fi = filter_index(addr);
+    with_shard(shard_index(fi), |_| filter_inc(fi)).is_some()
+}
+
+/// Lowers the counter [`mark`] raised.
+pub(crate) fn unmark(addr: usize) {
+    let fi = filter_index(addr);
+    let _ = with_shard(shard_index(fi), |_| filter_dec(fi));
+}
+
 /// [`remove`] after its filter test: for a caller whose own fast path found the block's
 /// counter non-zero (the preload library's `free`). Inlined there.
 #[doc(hidden)]

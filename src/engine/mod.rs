@@ -23,6 +23,7 @@ pub(crate) mod hot;
 pub(crate) mod label;
 pub(crate) mod live;
 pub(crate) mod lost;
+pub(crate) mod measure;
 pub(crate) mod push;
 pub(crate) mod queue;
 pub(crate) mod sampler;

@@ -63,6 +63,9 @@ pub struct Hit {
     pub epoch: u64,
     /// The sample's id, unique within the session (see [`ID_BLOCK`]).
     pub id: u64,
+    /// The allocation is also counted by the thread's measuring scope
+    /// (`engine::measure`); with `k == 0`, only by it (the session did not sample it).
+    pub measured: bool,
 }
 
 /// Sample ids are handed to each thread in blocks of this many from a session-wide
@@ -180,7 +183,24 @@ pub fn skip_in(cd: &Countdown, size: usize) -> bool {
 #[cold]
 #[inline(never)]
 fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
+    // A thread that measures (`engine::measure` §1) keeps a countdown of 0 in the
+    // thread-local one, which sends every allocation here.
+    if let Some(m) = crate::engine::measure::current() {
+        if COUNTDOWN.with(|c| core::ptr::eq(c, cd)) {
+            return crate::engine::measure::slow(m, cd, size);
+        }
+    }
     sample_slow(cd, size as usize)
+}
+
+/// True while a session samples.
+pub(crate) fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Runs `f` with the calling thread's own countdown (the one [`sample`] uses).
+pub(crate) fn with_countdown<R>(f: impl FnOnce(&Countdown) -> R) -> R {
+    COUNTDOWN.with(f)
 }
 
 /// [`sample_in`]'s slow path, inlined: for an allocator whose own fast path already found
@@ -272,7 +292,7 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
         s.id_end.set(id + ID_BLOCK);
     }
     s.next_id.set(id + 1);
-    Some(Hit { k, thread: s.thread.get(), epoch, id })
+    Some(Hit { k, thread: s.thread.get(), epoch, id, measured: false })
 }
 
 /// The number of sample points in an allocation of `size` bytes whose first point is byte

@@ -1,0 +1,301 @@
+//! Allocation assertions in tests: what the calling thread allocates inside a closure,
+//! counted exactly, while every other thread (the other tests `cargo test` runs at the
+//! same time) runs at the ordinary sampled cost and is not counted.
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static GLOBAL: memprof::Sampled<std::alloc::System> = memprof::Sampled::new(std::alloc::System);
+//!
+//! let (v, stats) = memprof::testing::measure(|| vec![0u8; 1000]);
+//! assert_eq!((stats.blocks, stats.bytes, stats.live_bytes), (1, 1000, 1000));
+//! assert!(stats.bytes <= 4096, "{stats}"); // on failure: the figures, then the sites
+//! drop(v);
+//!
+//! let n = memprof::assert_no_alloc!(1 + 1); // panics, naming the sites, if it allocates
+//! # let _ = n;
+//! ```
+//!
+//! # What is counted
+//! [`measure`] counts the blocks the calling thread allocates inside `f` (`blocks`,
+//! `bytes`), those of them it frees inside `f` (`frees`, `freed_bytes`), the most of them
+//! live at once (`peak_bytes`) and what is still live when `f` returns (`live_bytes`: the
+//! scope's leak). A reallocation is the free of the old block and the allocation of the
+//! new one. Not counted: what other threads allocate, threads `f` spawns included (count
+//! inside them with a `measure` of their own); a block of the scope that another thread
+//! frees (it stays live in the figures). Scopes nest (four deep at most): an inner scope's
+//! blocks count in the outer ones too.
+//!
+//! # How
+//! `engine::measure`: entering a scope sends every allocation of the thread to the
+//! sampler's slow path, which counts it and captures its call stack; its block's counter
+//! in the live table's filter makes its free reach the table's slow path, which counts it.
+//! A running session keeps sampling the thread as it would have. Outside a scope, no path
+//! changes: the fast paths never look at the scope.
+//!
+//! It needs [`crate::Sampled`] as the program's `#[global_allocator]` (a test binary's
+//! own: `tests/*.rs` may each declare one); without it, `measure` panics saying so.
+
+use crate::engine::measure::{self, Counts, Left};
+use std::fmt;
+
+/// What the calling thread allocated inside a [`measure`]d closure, exactly.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Blocks allocated.
+    pub blocks: u64,
+    /// Bytes allocated (the sizes asked for).
+    pub bytes: u64,
+    /// Blocks of the scope freed inside it.
+    pub frees: u64,
+    /// Their bytes.
+    pub freed_bytes: u64,
+    /// The most bytes of the scope's blocks live at once.
+    pub peak_bytes: u64,
+    /// Bytes of the scope's blocks still live at its end: its leak.
+    pub live_bytes: u64,
+    /// Blocks whose free could not be followed (no memory for the scope's table): counted
+    /// as live.
+    pub untracked: u64,
+    /// The allocating sites, those still holding live bytes first, then by bytes.
+    pub sites: Vec<SiteStats>,
+}
+
+/// One allocation site of a scope (the innermost frame that is not allocation plumbing,
+/// as in `memprof report`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SiteStats {
+    /// The function.
+    pub site: String,
+    /// Where it allocates (`file:line`), when the debug information says.
+    pub location: Option<String>,
+    /// Blocks it allocated.
+    pub blocks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Its blocks still live at the scope's end.
+    pub live_blocks: u64,
+    /// Their bytes.
+    pub live_bytes: u64,
+}
+
+impl Stats {
+    /// The live blocks at the scope's end.
+    pub fn live_blocks(&self) -> u64 {
+        self.blocks - self.frees
+    }
+
+    /// Panics, with the figures and the sites ([`Stats`]'s `Display`), when the scope
+    /// allocated more than `blocks` blocks or `bytes` bytes.
+    #[track_caller]
+    pub fn assert_at_most(&self, blocks: u64, bytes: u64) {
+        if self.blocks > blocks || self.bytes > bytes {
+            panic!("allocated more than {blocks} blocks or {bytes} bytes: {self}");
+        }
+    }
+
+    /// Panics, with the figures and the sites, when the scope left bytes live (a leak).
+    #[track_caller]
+    pub fn assert_no_leak(&self) {
+        if self.live_bytes > 0 {
+            panic!("leaked {} bytes: {self}", self.live_bytes);
+        }
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} blocks, {} bytes allocated; {} freed ({} bytes); peak {} bytes; {} bytes live \
+             at the end in {} blocks",
+            self.blocks,
+            self.bytes,
+            self.frees,
+            self.freed_bytes,
+            self.peak_bytes,
+            self.live_bytes,
+            self.live_blocks()
+        )?;
+        if self.untracked > 0 {
+            write!(f, " ({} blocks untracked)", self.untracked)?;
+        }
+        for s in self.sites.iter().take(10) {
+            write!(f, "\n  {} bytes in {} blocks", s.bytes, s.blocks)?;
+            if s.live_bytes > 0 {
+                write!(f, ", {} bytes live in {} blocks", s.live_bytes, s.live_blocks)?;
+            }
+            write!(f, ": {}", s.site)?;
+            if let Some(at) = &s.location {
+                write!(f, " ({at})")?;
+            }
+        }
+        if self.sites.len() > 10 {
+            write!(f, "\n  … {} more sites", self.sites.len() - 10)?;
+        }
+        Ok(())
+    }
+}
+
+/// Closes the scope when `measure`'s closure returns or unwinds.
+struct Scope {
+    open: bool,
+}
+
+impl Scope {
+    /// Closes the scope (once) and returns what it counted.
+    fn close(&mut self) -> Left {
+        self.open = false;
+        crate::engine::sampler::with_countdown(measure::leave)
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        if self.open {
+            drop(self.close());
+        }
+    }
+}
+
+/// Opens a scope on the calling thread, or panics saying why not.
+fn open() -> Scope {
+    // With no session, the call stacks are walked as a session would walk them.
+    static SELECTED: std::sync::Once = std::sync::Once::new();
+    if !crate::engine::sampler::active() {
+        SELECTED.call_once(|| {
+            crate::engine::callstack::select(crate::Unwinder::Auto);
+        });
+    }
+    if !crate::engine::sampler::with_countdown(measure::enter) {
+        panic!(
+            "memprof::testing::measure: scopes nest {} deep at most (or no memory could be \
+             mapped for one)",
+            measure::MAX_LEVELS
+        );
+    }
+    Scope { open: true }
+}
+
+/// Runs `f` on the calling thread and returns its result with what the thread allocated
+/// inside it, exactly (see the [module documentation](self)). Panics when
+/// [`crate::Sampled`] is not the global allocator.
+pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Stats) {
+    check_sampled();
+    let mut scope = open();
+    let r = f();
+    let left = scope.close();
+    // Naming the sites allocates: the profiler's own, not an enclosing scope's.
+    let busy = crate::engine::busy::Busy::enter();
+    let stats = stats(left);
+    drop(busy);
+    (r, stats)
+}
+
+/// Panics unless allocations reach the sampler ([`crate::Sampled`] is the global
+/// allocator): a probe allocation in a scope of its own must be counted.
+fn check_sampled() {
+    static CHECKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let sampled = *CHECKED.get_or_init(|| {
+        let mut scope = open();
+        drop(std::hint::black_box(Box::new(std::hint::black_box(7u64))));
+        scope.close().counts.blocks > 0
+    });
+    if !sampled {
+        panic!(
+            "memprof::testing::measure needs memprof::Sampled as the global allocator: add \
+             `#[global_allocator] static GLOBAL: memprof::Sampled<std::alloc::System> = \
+             memprof::Sampled::new(std::alloc::System);` to the test binary"
+        );
+    }
+}
+
+/// The figures and the named sites of a closed scope.
+fn stats(left: Left) -> Stats {
+    let Counts { blocks, bytes, frees, freed_bytes, live, peak } = left.counts;
+    Stats {
+        blocks,
+        bytes,
+        frees,
+        freed_bytes,
+        peak_bytes: peak,
+        live_bytes: live,
+        untracked: left.untracked,
+        sites: sites(&left.stacks),
+    }
+}
+
+/// The sites of the scope's stacks, named as `memprof report` names them.
+#[cfg(feature = "report")]
+fn sites(stacks: &[(Vec<usize>, [u64; 4])]) -> Vec<SiteStats> {
+    use crate::profile::{Profile, Stack, Totals};
+    let mut p = Profile::default();
+    p.header.interval = 1.0;
+    p.modules = crate::profile::symbolize::current_modules();
+    let addrs: std::collections::BTreeSet<u64> =
+        stacks.iter().flat_map(|(f, _)| f.iter().map(|&a| a as u64)).collect();
+    p.symbols = crate::profile::symbolize::resolve_in_process(addrs);
+    for (i, (frames, [blocks, bytes, live_blocks, live])) in stacks.iter().enumerate() {
+        p.stacks.push(Stack {
+            frames: frames.iter().map(|&a| a as u64).collect(),
+            truncated: frames.len() == measure::STACK_FRAMES,
+            label: 0,
+        });
+        let id = i as crate::profile::StackId;
+        // One pair per stack, at the mean size: the exact mode's objects are bytes / size.
+        let size = (bytes / blocks.max(&1)).max(1);
+        p.allocated.insert((id, size), Totals { samples: *blocks, k: *bytes });
+        if *live_blocks > 0 {
+            p.live.insert((id, size), Totals { samples: *live_blocks, k: *live });
+        }
+    }
+    let mut sites: Vec<SiteStats> = crate::report::site_totals(&p)
+        .into_iter()
+        .map(|s| SiteStats {
+            site: s.site,
+            location: s.location,
+            blocks: s.alloc_objects.round() as u64,
+            bytes: s.alloc_bytes as u64,
+            live_blocks: s.live_objects.round() as u64,
+            live_bytes: s.live_bytes as u64,
+        })
+        .collect();
+    sites.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(b.bytes.cmp(&a.bytes)));
+    sites
+}
+
+/// Without the `report` feature, a site is its innermost frame's address.
+#[cfg(not(feature = "report"))]
+fn sites(stacks: &[(Vec<usize>, [u64; 4])]) -> Vec<SiteStats> {
+    let mut sites: Vec<SiteStats> = stacks
+        .iter()
+        .map(|(frames, [blocks, bytes, live_blocks, live])| SiteStats {
+            site: frames.first().map_or("?".into(), |a| format!("{a:#x}")),
+            location: None,
+            blocks: *blocks,
+            bytes: *bytes,
+            live_blocks: *live_blocks,
+            live_bytes: *live,
+        })
+        .collect();
+    sites.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(b.bytes.cmp(&a.bytes)));
+    sites
+}
+
+/// Evaluates `expr`, and panics (naming the sites) if the calling thread allocated inside
+/// it; returns its value otherwise. Needs [`crate::Sampled`] as the global allocator.
+///
+/// ```no_run
+/// let x = memprof::assert_no_alloc!(2 + 2);
+/// ```
+#[macro_export]
+macro_rules! assert_no_alloc {
+    ($e:expr) => {{
+        let (value, stats) = $crate::testing::measure(|| $e);
+        if stats.blocks != 0 {
+            panic!("`{}` allocated: {}", stringify!($e), stats);
+        }
+        value
+    }};
+}
