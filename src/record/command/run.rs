@@ -79,16 +79,31 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let mut warm = None;
     let publish = server.is_some().then(|| published.clone());
+    // The thread's id, for its priority back once the program has ended.
+    let warm_tid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let tid = warm_tid.clone();
     let run = launcher::record_publishing(&opts, preload.path(), publish, |pid| {
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
             .spawn(move || {
                 idle_priority();
+                // SAFETY: gettid has no preconditions.
+                let me = unsafe { libc::gettid() };
+                tid.store(me, std::sync::atomic::Ordering::Release);
+                // Published after the change: a program that ended before is seen here
+                // (`done` closed before `record` read the id), and the class undone.
+                if done_rx.try_recv() == Err(std::sync::mpsc::TryRecvError::Disconnected) {
+                    normal_priority(me);
+                }
                 warm_symbols(pid, &done_rx)
             })
             .ok();
     });
     drop(done_tx);
+    // The program has ended: the reading thread need not yield to anything any more. On a
+    // machine whose cores other work keeps busy, a SCHED_IDLE thread would not run at all,
+    // and `record` would wait for it until that work ended.
+    normal_priority(warm_tid.load(std::sync::atomic::Ordering::Acquire));
     if let Some(server) = server {
         server.stop();
     }
@@ -371,6 +386,19 @@ pub(super) fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Lo
 /// wants. `record`'s reading threads must not take CPU from the program and its drain
 /// thread (in the exact mode the drain thread is busy: the program waits for it when it
 /// falls behind); they catch up once the program has exited.
+/// Puts thread `tid` (of this process; 0: none) back in the normal class, from
+/// [`idle_priority`].
+fn normal_priority(tid: i32) {
+    if tid == 0 {
+        return;
+    }
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: changes the policy of a thread of this process; `param` is a valid
+    // sched_param for SCHED_OTHER (priority 0). A thread gone already makes it fail with
+    // ESRCH, which changes nothing.
+    unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
+}
+
 pub(super) fn idle_priority() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `sched_setscheduler(0, …)` changes only the calling thread's policy; `param`
