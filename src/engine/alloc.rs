@@ -76,23 +76,21 @@ pub fn on_alloc_slow_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, b
 fn record(addr: *mut u8, size: usize, hit: Option<Hit>) {
     if let Some(hit) = hit {
         if !addr.is_null() {
-            if hit.measured {
-                record_measured(addr as usize, size, hit);
-            } else {
-                hot::record_alloc(addr as usize, size, hit);
-            }
+            record_hit(addr as usize, size, hit);
         }
     }
 }
 
-/// An allocation of a measuring thread (`engine::measure`): counted by its scope, and
-/// recorded as a sample when the session sampled it too.
+/// A hit: a sample (`k > 0`), and an allocation a measuring thread counts
+/// (`engine::measure`), or both.
 #[cold]
 #[inline(never)]
-fn record_measured(addr: usize, size: usize, hit: Hit) {
-    crate::engine::measure::on_alloc(addr, size);
+fn record_hit(addr: usize, size: usize, hit: Hit) {
+    if crate::engine::measure::current().is_some() {
+        crate::engine::measure::on_alloc(addr, size);
+    }
     if hit.k > 0 {
-        hot::record_alloc(addr, size, Hit { measured: false, ..hit });
+        hot::record_alloc(addr, size, hit);
     }
 }
 
@@ -230,10 +228,9 @@ fn finish_realloc(
             if let Some(e) = plan.old {
                 hot::record_free(e);
             }
-            if hit.measured {
+            if crate::engine::measure::current().is_some() {
                 crate::engine::measure::on_alloc(new as usize, new_size);
             }
-            let hit = Hit { measured: false, ..hit };
             match entry {
                 Some(_) => hot::record_alloc_at(new as usize, new_size, hit, entry),
                 None => hot::record_alloc(new as usize, new_size, hit),

@@ -6,9 +6,9 @@
 //! place: a countdown of 0 sends every allocation of the thread to the sampler's slow path,
 //! where a thread-local pointer, read only there, finds the scope. The slow path then
 //! draws the session's own decision with the countdown kept aside (so the session samples
-//! the thread as if nothing happened), writes 0 again, and returns a hit marked
-//! `measured` (with `k == 0` when the session did not sample it). The allocation hook
-//! hands a measured hit here with the block's address. Outside a scope nothing changes on
+//! the thread as if nothing happened), writes 0 again, and returns a hit (with `k == 0`
+//! when the session did not sample it). The allocation hook, on its path for hits only,
+//! asks whether the thread measures and hands the block's address here. Outside a scope nothing changes on
 //! any path: the fast path never reads the pointer.
 //!
 //! # 2. How its frees reach it
@@ -226,8 +226,8 @@ pub(crate) fn leave(countdown: &Countdown) -> Left {
 }
 
 /// The sampler's slow path of the measuring thread (§1): the session's decision with the
-/// countdown kept aside, then a hit marked `measured`. `None` for the profiler's own
-/// allocations (the thread is busy): they are not the scope's.
+/// countdown kept aside, then a hit for every allocation (`k == 0`: not sampled). `None`
+/// for the profiler's own allocations (the thread is busy): they are not the scope's.
 pub(crate) fn slow(m: &mut Measure, cd: &Countdown, size: u64) -> Option<Hit> {
     cd.countdown.set(m.saved.0);
     cd.epoch.set(m.saved.1);
@@ -243,10 +243,9 @@ pub(crate) fn slow(m: &mut Measure, cd: &Countdown, size: u64) -> Option<Hit> {
     if crate::engine::busy::state() != crate::engine::busy::NOT_BUSY {
         return hit;
     }
-    Some(match hit {
-        Some(h) => Hit { measured: true, ..h },
-        None => Hit { k: 0, thread: 0, epoch: 0, id: 0, measured: true },
-    })
+    // Every allocation of the thread comes back as a hit (the hook then asks
+    // [`current`]); one the session did not sample has no points.
+    Some(hit.unwrap_or(Hit { k: 0, thread: 0, epoch: 0, id: 0 }))
 }
 
 /// A measured allocation of `size` bytes at `addr` (§1).

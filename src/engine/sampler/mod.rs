@@ -61,11 +61,10 @@ pub struct Hit {
     pub thread: u32,
     /// The session epoch the hit belongs to.
     pub epoch: u64,
-    /// The sample's id, unique within the session (see [`ID_BLOCK`]).
+    /// The sample's id, unique within the session (see [`ID_BLOCK`]). A hit with `k == 0`
+    /// is no sample: the allocation of a measuring thread that the session did not sample
+    /// (`engine::measure`).
     pub id: u64,
-    /// The allocation is also counted by the thread's measuring scope
-    /// (`engine::measure`); with `k == 0`, only by it (the session did not sample it).
-    pub measured: bool,
 }
 
 /// Sample ids are handed to each thread in blocks of this many from a session-wide
@@ -292,7 +291,7 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
         s.id_end.set(id + ID_BLOCK);
     }
     s.next_id.set(id + 1);
-    Some(Hit { k, thread: s.thread.get(), epoch, id, measured: false })
+    Some(Hit { k, thread: s.thread.get(), epoch, id })
 }
 
 /// The number of sample points in an allocation of `size` bytes whose first point is byte
