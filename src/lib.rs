@@ -53,7 +53,7 @@
 //! | `engine/push.rs` | the session's queue and the pushes into it: backpressure, deaths |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
-//! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages |
+//! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
 //! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, and its table of the frees it refused (replayed by the consumer) |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
@@ -129,6 +129,7 @@
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
 //! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |
 //! | `report/stats.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
+//! | `stats.rs` | what the reports and the tests' sampled scopes share: an estimate's error, the exact binomial tail |
 //! | `report/diff/` | `memprof diff`: per-site changes between two recordings, in four formats |
 //! | `report/diff/mod.rs` | the statistics of the comparison (its documentation) and the folder's face |
 //! | `report/diff/compare.rs` | per-site comparison: the changes, their standard errors and Holm-corrected flags |
@@ -157,6 +158,7 @@
 //! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
 //! | `gc/stats.rs` | per-cycle timing records and heap totals |
 //! | `testing.rs` | [`testing::measure`], [`testing::Stats`] (figures, then the sites by name), [`assert_no_alloc!`]: allocation assertions in ordinary `cargo test`s |
+//! | `testing/sampled.rs` | [`testing::measure_sampled`]: estimates with 95 % intervals, and assertions that fail at a stated false-failure rate (an exact binomial test) |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
 //! | `record/` | `memprof record`, split by the process each part runs in; the binary's entry points [`record::run`] and [`record::preload_path`] |
 //! | `record/mod.rs` | the folder's face: which part runs where, what the binary calls |
@@ -282,6 +284,7 @@ pub mod report;
 #[cfg(feature = "serve")]
 pub mod serve;
 mod session;
+mod stats;
 mod sys;
 pub mod testing;
 #[cfg(feature = "tracing")]

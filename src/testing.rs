@@ -32,11 +32,28 @@
 //! A running session keeps sampling the thread as it would have. Outside a scope, no path
 //! changes: the fast paths never look at the scope.
 //!
+//! # Sampled scopes
+//! For long runs, [`measure_sampled`] samples one byte in `R` of the thread's allocations
+//! instead, at about the cost of an ordinary session, and gives estimates with 95 %
+//! intervals; its assertions ([`SampledStats::assert_bytes_at_most`],
+//! [`SampledStats::assert_live_at_most`]) fail only when a bound is exceeded beyond
+//! sampling noise, at a stated false-failure rate ([`FALSE_FAILURE_RATE`]).
+//!
 //! It needs [`crate::Sampled`] as the program's `#[global_allocator]` (a test binary's
 //! own: `tests/*.rs` may each declare one); without it, `measure` panics saying so.
 
-use crate::engine::measure::{self, Counts, Left};
+use crate::engine::measure::{self, Counts, Left, LeftStack};
 use std::fmt;
+
+mod sampled;
+pub use sampled::{
+    measure_sampled, measure_sampled_seeded, Estimate, SampledSite, SampledStats,
+    FALSE_FAILURE_RATE,
+};
+#[cfg(feature = "budgets")]
+mod budget;
+#[cfg(feature = "budgets")]
+pub use budget::{BudgetMode, Budgets};
 
 /// What the calling thread allocated inside a [`measure`]d closure, exactly.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -170,8 +187,8 @@ fn open() -> Scope {
     }
     if !crate::engine::sampler::with_countdown(measure::enter) {
         panic!(
-            "memprof::testing::measure: scopes nest {} deep at most (or no memory could be \
-             mapped for one)",
+            "memprof::testing::measure: scopes nest {} deep at most, and not inside a \
+             sampled scope (or no memory could be mapped for one)",
             measure::MAX_LEVELS
         );
     }
@@ -226,61 +243,89 @@ fn stats(left: Left) -> Stats {
     }
 }
 
-/// The sites of the scope's stacks, named as `memprof report` names them.
+/// A site of a scope, named, with its figures (estimates in a sampled scope).
+struct Named {
+    site: String,
+    location: Option<String>,
+    blocks: f64,
+    bytes: f64,
+    live_blocks: f64,
+    live_bytes: f64,
+}
+
+/// The sites of the scope's stacks (`[blocks, weight, live blocks, live weight]` each, the
+/// weights bytes or, at `interval` > 1, sample points), named as `memprof report` names
+/// them, those still holding live bytes first, then by bytes.
 #[cfg(feature = "report")]
-fn sites(stacks: &[(Vec<usize>, [u64; 4])]) -> Vec<SiteStats> {
+fn named_sites(stacks: &[LeftStack], interval: f64) -> Vec<Named> {
     use crate::profile::{Profile, Stack, Totals};
     let mut p = Profile::default();
-    p.header.interval = 1.0;
+    p.header.interval = interval;
     p.modules = crate::profile::symbolize::current_modules();
     let addrs: std::collections::BTreeSet<u64> =
-        stacks.iter().flat_map(|(f, _)| f.iter().map(|&a| a as u64)).collect();
+        stacks.iter().flat_map(|(f, _, _)| f.iter().map(|&a| a as u64)).collect();
     p.symbols = crate::profile::symbolize::resolve_in_process(addrs);
-    for (i, (frames, [blocks, bytes, live_blocks, live])) in stacks.iter().enumerate() {
+    for (i, (frames, [blocks, weight, live_blocks, live], objects)) in stacks.iter().enumerate() {
         p.stacks.push(Stack {
             frames: frames.iter().map(|&a| a as u64).collect(),
             truncated: frames.len() == measure::STACK_FRAMES,
             label: 0,
         });
         let id = i as crate::profile::StackId;
-        // One pair per stack, at the mean size: the exact mode's objects are bytes / size.
-        let size = (bytes / blocks.max(&1)).max(1);
-        p.allocated.insert((id, size), Totals { samples: *blocks, k: *bytes });
+        // One pair per stack, at the size that makes its objects (estimated as bytes /
+        // size) the blocks it stands for.
+        let size = (*weight as f64 * interval / objects.max(1e-9)).round().max(1.0) as u64;
+        p.allocated.insert((id, size), Totals { samples: *blocks, k: *weight });
         if *live_blocks > 0 {
             p.live.insert((id, size), Totals { samples: *live_blocks, k: *live });
         }
     }
-    let mut sites: Vec<SiteStats> = crate::report::site_totals(&p)
+    let mut sites: Vec<Named> = crate::report::site_totals(&p)
         .into_iter()
-        .map(|s| SiteStats {
+        .map(|s| Named {
             site: s.site,
             location: s.location,
-            blocks: s.alloc_objects.round() as u64,
-            bytes: s.alloc_bytes as u64,
-            live_blocks: s.live_objects.round() as u64,
-            live_bytes: s.live_bytes as u64,
+            blocks: s.alloc_objects,
+            bytes: s.alloc_bytes,
+            live_blocks: s.live_objects,
+            live_bytes: s.live_bytes,
         })
         .collect();
-    sites.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(b.bytes.cmp(&a.bytes)));
+    sites.sort_by(|a, b| b.live_bytes.total_cmp(&a.live_bytes).then(b.bytes.total_cmp(&a.bytes)));
     sites
 }
 
 /// Without the `report` feature, a site is its innermost frame's address.
 #[cfg(not(feature = "report"))]
-fn sites(stacks: &[(Vec<usize>, [u64; 4])]) -> Vec<SiteStats> {
-    let mut sites: Vec<SiteStats> = stacks
+fn named_sites(stacks: &[LeftStack], interval: f64) -> Vec<Named> {
+    let mut sites: Vec<Named> = stacks
         .iter()
-        .map(|(frames, [blocks, bytes, live_blocks, live])| SiteStats {
+        .map(|(frames, [blocks, weight, live_blocks, live], objects)| Named {
             site: frames.first().map_or("?".into(), |a| format!("{a:#x}")),
             location: None,
-            blocks: *blocks,
-            bytes: *bytes,
-            live_blocks: *live_blocks,
-            live_bytes: *live,
+            blocks: *objects,
+            bytes: *weight as f64 * interval,
+            live_blocks: *live_blocks as f64 * objects / (*blocks).max(1) as f64,
+            live_bytes: *live as f64 * interval,
         })
         .collect();
-    sites.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes).then(b.bytes.cmp(&a.bytes)));
+    sites.sort_by(|a, b| b.live_bytes.total_cmp(&a.live_bytes).then(b.bytes.total_cmp(&a.bytes)));
     sites
+}
+
+/// The sites of an exact scope.
+fn sites(stacks: &[LeftStack]) -> Vec<SiteStats> {
+    named_sites(stacks, 1.0)
+        .into_iter()
+        .map(|s| SiteStats {
+            site: s.site,
+            location: s.location,
+            blocks: s.blocks.round() as u64,
+            bytes: s.bytes as u64,
+            live_blocks: s.live_blocks.round() as u64,
+            live_bytes: s.live_bytes as u64,
+        })
+        .collect()
 }
 
 /// Evaluates `expr`, and panics (naming the sites) if the calling thread allocated inside

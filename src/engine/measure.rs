@@ -1,4 +1,5 @@
 //! Exact counting of one thread's allocations inside a scope ([`crate::testing::measure`]),
+//! or sampling them at a rate of the scope's own ([`crate::testing::measure_sampled`], §4),
 //! while every other thread runs at the ordinary sampled cost.
 //!
 //! # 1. How the thread's allocations reach it
@@ -26,14 +27,29 @@
 //! distinct stacks share the last one) and the levels (nested scopes, [`MAX_LEVELS`] at
 //! most). The hooks never allocate, never block on a lock user code can hold, never panic,
 //! and keep errno.
+//!
+//! # 4. Sampled scopes
+//! A sampled scope ([`crate::testing::measure_sampled`]) counts only the blocks in which
+//! a Bernoulli process of its own (one byte in `R` a point, its own generator, drawn as the
+//! sampler draws: `sampler` §1–2) puts points, and weighs each by its points `k` instead of
+//! its bytes; `testing::sampled` turns the sums into estimates. Its first gap is drawn when
+//! it opens, so its first allocation is sampled no more often than any other. So that the
+//! thread keeps the fast path, the thread's countdown is *armed* with the nearer of the two
+//! next points, the session's and the scope's ([`Measure::arm`]); at the slow path, what
+//! the fast path charged since is taken off both ([`Measure::disarm`]), the session
+//! decides with its own countdown as in §1, then the scope with its own. Blocks estimate
+//! as `Σ k·R/n` (`n` the block's bytes), kept per level and per stack. A sampled scope
+//! neither nests nor holds an exact one: a thread has one countdown to arm.
 
 use crate::engine::busy::Busy;
 use crate::engine::callstack::{self, Captured};
 use crate::engine::live;
-use crate::engine::sampler::{Countdown, Hit};
+use crate::engine::sampler::{self, Countdown, Hit, Rate};
 use crate::sys::errno::SavedErrno;
 use crate::sys::rawmem;
 use core::cell::Cell;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 
 /// Nested scopes at most on one thread.
 pub(crate) const MAX_LEVELS: usize = 4;
@@ -63,6 +79,8 @@ pub(crate) struct StackRec {
     pub(crate) bytes: [u64; MAX_LEVELS],
     pub(crate) live_blocks: [u64; MAX_LEVELS],
     pub(crate) live: [u64; MAX_LEVELS],
+    /// The blocks it stands for (its blocks in an exact scope; `Σ k·R/n` in a sampled one).
+    pub(crate) objects: [f64; MAX_LEVELS],
 }
 
 /// A measured block.
@@ -70,7 +88,8 @@ pub(crate) struct StackRec {
 struct Block {
     /// 0: an empty slot.
     addr: usize,
-    size: u64,
+    /// Its bytes in an exact scope, its sample points in a sampled one (§4).
+    weight: u64,
     stack: u32,
     /// The levels open when it was allocated (it belongs to `levels[..open]` of that
     /// time), and the sequence number of the innermost one.
@@ -82,7 +101,23 @@ struct Block {
 #[derive(Clone, Copy, Default)]
 struct Level {
     counts: Counts,
+    /// A sampled scope's estimate of its blocks, `Σ k·R/n` over its sampled blocks (`k`
+    /// points in `n` bytes), and that estimate's variance estimate, `Σ k·R·(R−1)/n²` (§4).
+    objects: f64,
+    objects_var: f64,
     seq: u64,
+}
+
+/// A sampled scope's own Bernoulli process over the thread's bytes (§4).
+struct Own {
+    rate: Rate,
+    /// Its mean interval.
+    interval: f64,
+    rng: SmallRng,
+    /// Bytes to its next point, as of when the thread's countdown was last armed.
+    countdown: u64,
+    /// A draw runs (a signal handler's allocation that interrupts it draws nothing).
+    drawing: bool,
 }
 
 /// A thread's measuring state (one mapping; the tables are mappings of their own).
@@ -92,6 +127,14 @@ pub(crate) struct Measure {
     next_seq: u64,
     /// The thread's countdown kept aside: (countdown, epoch).
     saved: (u64, u64),
+    /// What was written in the thread's countdown when it was last armed: 0 in an exact
+    /// scope; the nearer of the session's and the scope's next points in a sampled one.
+    armed: u64,
+    /// A sampled scope's own process; `None` in an exact scope.
+    own: Option<Own>,
+    /// The slow path's word to the allocation hook that follows it: count the allocation,
+    /// with this weight (its size, or its points in a sampled scope).
+    pending: Option<u64>,
     blocks: *mut Block,
     cap: usize,
     len: usize,
@@ -122,74 +165,114 @@ fn map_array<T>(n: usize) -> *mut T {
     rawmem::map(n * core::mem::size_of::<T>()) as *mut T
 }
 
-/// Opens a level on the calling thread; `countdown` is the thread's sampler countdown.
-/// `false` when no memory could be had or [`MAX_LEVELS`] are open.
-pub(crate) fn enter(countdown: &Countdown) -> bool {
-    let m = match current() {
-        Some(m) => m,
-        None => {
-            let p = map_array::<Measure>(1);
-            let stacks = map_array::<StackRec>(MAX_STACKS);
-            let blocks = map_array::<Block>(1024);
-            if p.is_null() || stacks.is_null() || blocks.is_null() {
-                return false;
+/// The calling thread's state, mapped and installed (its countdown armed) when it measures
+/// nothing yet; `own` is a sampled scope's process. `None` when no memory could be had.
+fn install(countdown: &Countdown, own: Option<Own>) -> Option<&'static mut Measure> {
+    if let Some(m) = current() {
+        return Some(m);
+    }
+    let p = map_array::<Measure>(1);
+    let stacks = map_array::<StackRec>(MAX_STACKS);
+    let blocks = map_array::<Block>(1024);
+    if p.is_null() || stacks.is_null() || blocks.is_null() {
+        // SAFETY: each non-null one was mapped just above with that size, and is unused.
+        unsafe {
+            if !p.is_null() {
+                rawmem::unmap(p as *mut u8, core::mem::size_of::<Measure>());
             }
-            // SAFETY: `p` maps a Measure's bytes, zeroed (a valid all-zero state is
-            // written over it), used by this thread only.
-            unsafe {
-                p.write(Measure {
-                    depth: 0,
-                    levels: [Level::default(); MAX_LEVELS],
-                    next_seq: 1,
-                    saved: (countdown.countdown.get(), countdown.epoch.get()),
-                    blocks,
-                    cap: 1024,
-                    len: 0,
-                    stacks,
-                    nstacks: 0,
-                    untracked: 0,
-                })
-            };
-            // Every allocation of the thread takes the slow path from now on (§1).
-            countdown.countdown.set(0);
-            CURRENT.with(|c| c.set(p));
-            // SAFETY: just written.
-            unsafe { &mut *p }
+            if !stacks.is_null() {
+                rawmem::unmap(stacks as *mut u8, MAX_STACKS * core::mem::size_of::<StackRec>());
+            }
+            if !blocks.is_null() {
+                rawmem::unmap(blocks as *mut u8, 1024 * core::mem::size_of::<Block>());
+            }
         }
+        return None;
+    }
+    // SAFETY: `p` maps a Measure's bytes, used by this thread only; a whole value is
+    // written over them.
+    unsafe {
+        p.write(Measure {
+            depth: 0,
+            levels: [Level::default(); MAX_LEVELS],
+            next_seq: 1,
+            saved: (countdown.countdown.get(), countdown.epoch.get()),
+            armed: 0,
+            own,
+            pending: None,
+            blocks,
+            cap: 1024,
+            len: 0,
+            stacks,
+            nstacks: 0,
+            untracked: 0,
+        })
     };
-    if m.depth == MAX_LEVELS {
+    // SAFETY: just written.
+    let m = unsafe { &mut *p };
+    // From now on every allocation of the thread takes the slow path (§1), or, in a
+    // sampled scope, those in which the session's or the scope's next point falls (§4).
+    m.arm(countdown);
+    CURRENT.with(|c| c.set(p));
+    Some(m)
+}
+
+/// Opens a level on the calling thread; `countdown` is the thread's sampler countdown.
+/// `false` when no memory could be had, [`MAX_LEVELS`] are open, or a sampled scope is.
+pub(crate) fn enter(countdown: &Countdown) -> bool {
+    let Some(m) = install(countdown, None) else { return false };
+    if m.depth == MAX_LEVELS || m.own.is_some() {
         return false;
     }
-    let level = m.depth;
-    m.levels[level] = Level { counts: Counts::default(), seq: m.next_seq };
-    m.next_seq += 1;
-    for s in m.stacks_mut() {
-        s.blocks[level] = 0;
-        s.bytes[level] = 0;
-        s.live_blocks[level] = 0;
-        s.live[level] = 0;
-    }
-    m.depth += 1;
+    m.open_level();
     true
 }
+
+/// Opens a sampled scope (§4) at mean interval `interval` bytes, its generator seeded
+/// with `seed`. `false` when a scope is open on the thread or no memory could be had.
+pub(crate) fn enter_sampled(countdown: &Countdown, interval: f64, seed: u64) -> bool {
+    if current().is_some() {
+        return false;
+    }
+    let rate = Rate::new(interval);
+    let mut rng = SmallRng::seed_from_u64(sampler::mix(seed));
+    // A fresh gap: the scope's first allocation is sampled no more often than any other.
+    let countdown_own = rate.gap(&mut rng);
+    let own = Own { rate, interval, rng, countdown: countdown_own, drawing: false };
+    let Some(m) = install(countdown, Some(own)) else { return false };
+    m.open_level();
+    true
+}
+
+/// A stack's part of a level: its frames; its blocks, weight, live blocks and live
+/// weight; and the blocks it stands for.
+pub(crate) type LeftStack = (Vec<usize>, [u64; 4], f64);
 
 /// What a level leaves: its figures and, per stack, its blocks, bytes, live blocks and
 /// live bytes (stacks it allocated nothing from are left out).
 pub(crate) struct Left {
     pub(crate) counts: Counts,
+    /// A sampled scope's blocks estimate and its variance (§4); 0 in an exact one.
+    pub(crate) objects: (f64, f64),
     pub(crate) untracked: u64,
-    pub(crate) stacks: Vec<(Vec<usize>, [u64; 4])>,
+    pub(crate) stacks: Vec<LeftStack>,
 }
 
 /// Closes the innermost level of the calling thread and returns what it counted; the last
 /// level gives the thread's countdown back. Must follow a successful [`enter`].
 pub(crate) fn leave(countdown: &Countdown) -> Left {
     let Some(m) = current() else {
-        return Left { counts: Counts::default(), untracked: 0, stacks: Vec::new() };
+        return Left {
+            counts: Counts::default(),
+            objects: (0.0, 0.0),
+            untracked: 0,
+            stacks: Vec::new(),
+        };
     };
     m.depth -= 1;
     let level = m.depth;
     let counts = m.levels[level].counts;
+    let objects = (m.levels[level].objects, m.levels[level].objects_var);
     let untracked = m.untracked;
     // Copied out before anything is allocated (the copy's own allocations are the
     // profiler's, not the scope's: busy).
@@ -198,7 +281,7 @@ pub(crate) fn leave(countdown: &Countdown) -> Left {
     for s in m.stacks_mut() {
         if s.blocks[level] > 0 {
             let figures = [s.blocks[level], s.bytes[level], s.live_blocks[level], s.live[level]];
-            stacks.push((s.frames[..s.n].to_vec(), figures));
+            stacks.push((s.frames[..s.n].to_vec(), figures, s.objects[level]));
         }
     }
     if m.depth == 0 {
@@ -211,8 +294,7 @@ pub(crate) fn leave(countdown: &Countdown) -> Left {
                 live::unmark(b.addr);
             }
         }
-        countdown.countdown.set(m.saved.0);
-        countdown.epoch.set(m.saved.1);
+        m.disarm(countdown);
         CURRENT.with(|c| c.set(core::ptr::null_mut()));
         // SAFETY: the mappings were made by `enter`/`grow` with these sizes, and nothing
         // refers to them now that the thread's pointer is null.
@@ -222,30 +304,60 @@ pub(crate) fn leave(countdown: &Countdown) -> Left {
             rawmem::unmap(m as *mut Measure as *mut u8, core::mem::size_of::<Measure>());
         }
     }
-    Left { counts, untracked, stacks }
+    Left { counts, objects, untracked, stacks }
 }
 
-/// The sampler's slow path of the measuring thread (§1): the session's decision with the
-/// countdown kept aside, then a hit for every allocation (`k == 0`: not sampled). `None`
-/// for the profiler's own allocations (the thread is busy): they are not the scope's.
+/// The sampler's slow path of the measuring thread (§1, §4): the session's decision with
+/// the countdown kept aside, then the scope's (every allocation in an exact scope). A hit
+/// when either counts it (`k == 0`: the session did not sample it). `None` for the
+/// profiler's own allocations (the thread is busy): they are not the scope's.
 pub(crate) fn slow(m: &mut Measure, cd: &Countdown, size: u64) -> Option<Hit> {
-    cd.countdown.set(m.saved.0);
-    cd.epoch.set(m.saved.1);
+    m.disarm(cd);
     // The sampler's own fast path and slow path, with the kept countdown (not
     // `sample_in`, whose slow path would come back here).
-    let hit = if crate::engine::sampler::skip_in(cd, size as usize) {
+    let hit = if sampler::skip_in(cd, size as usize) {
         None
     } else {
-        crate::engine::sampler::sample_slow(cd, size as usize)
+        sampler::sample_slow(cd, size as usize)
     };
     m.saved = (cd.countdown.get(), cd.epoch.get());
-    cd.countdown.set(0);
+    let weight = match &mut m.own {
+        None => Some(size),
+        Some(own) => own.points(size),
+    };
+    m.arm(cd);
     if crate::engine::busy::state() != crate::engine::busy::NOT_BUSY {
+        m.pending = None;
         return hit;
     }
-    // Every allocation of the thread comes back as a hit (the hook then asks
-    // [`current`]); one the session did not sample has no points.
+    m.pending = weight;
+    if weight.is_none() {
+        return hit;
+    }
+    // The hook then asks [`current`]; an allocation the session did not sample has no
+    // points of the session's.
     Some(hit.unwrap_or(Hit { k: 0, thread: 0, epoch: 0, id: 0 }))
+}
+
+impl Own {
+    /// The scope's points in an allocation of `size` bytes (its countdown already charged
+    /// with what went by on the fast path). `None` when it has none.
+    fn points(&mut self, size: u64) -> Option<u64> {
+        if self.drawing {
+            // A signal handler's allocation interrupted a draw: it is not the scope's.
+            return None;
+        }
+        let left = self.countdown;
+        if size < left {
+            self.countdown = left - size;
+            return None;
+        }
+        self.drawing = true;
+        let (k, next) = sampler::points_in(&self.rate, &mut self.rng, size, left);
+        self.countdown = next;
+        self.drawing = false;
+        Some(k)
+    }
 }
 
 /// A measured allocation of `size` bytes at `addr` (§1).
@@ -253,30 +365,42 @@ pub(crate) fn slow(m: &mut Measure, cd: &Countdown, size: u64) -> Option<Hit> {
 #[inline(never)]
 pub(crate) fn on_alloc(addr: usize, size: usize) {
     let Some(m) = current() else { return };
+    // The slow path said whether the allocation is the scope's, and its weight.
+    let Some(weight) = m.pending.take() else { return };
     let Some(_busy) = Busy::enter_sampling() else { return };
     let saved = SavedErrno::save();
     let mut frames = Captured::new();
     callstack::capture(&mut frames, STACK_FRAMES, on_alloc as *const () as usize);
     let stack = m.intern(frames.frames());
-    let size = size as u64;
     let open = m.depth;
+    // A sampled block of `n` bytes with `k` points stands for `k·R/n` blocks (§4).
+    let (objects, objects_var) = match &m.own {
+        Some(own) => {
+            let (r, n) = (own.interval, size.max(1) as f64);
+            (weight as f64 * r / n, weight as f64 * r * (r - 1.0) / (n * n))
+        }
+        None => (1.0, 0.0),
+    };
     for level in &mut m.levels[..open] {
         let c = &mut level.counts;
         c.blocks += 1;
-        c.bytes += size;
-        c.live += size;
+        c.bytes += weight;
+        c.live += weight;
         c.peak = c.peak.max(c.live);
+        level.objects += objects;
+        level.objects_var += objects_var;
     }
     // SAFETY: `stack` is an index below `nstacks` (intern's result).
     let s = unsafe { &mut *m.stacks.add(stack) };
     for level in 0..open {
         s.blocks[level] += 1;
-        s.bytes[level] += size;
+        s.bytes[level] += weight;
         s.live_blocks[level] += 1;
-        s.live[level] += size;
+        s.live[level] += weight;
+        s.objects[level] += objects;
     }
     let seq = m.levels[open - 1].seq;
-    let block = Block { addr, size, stack: stack as u32, open: open as u32, seq };
+    let block = Block { addr, weight, stack: stack as u32, open: open as u32, seq };
     match m.insert(block) {
         // A block of this address was there: its free was not seen (another thread freed
         // it), and its counter is raised already.
@@ -315,14 +439,53 @@ fn on_free(m: &mut Measure, addr: usize) {
         }
         let c = &mut m.levels[level].counts;
         c.frees += 1;
-        c.freed_bytes += b.size;
-        c.live = c.live.saturating_sub(b.size);
+        c.freed_bytes += b.weight;
+        c.live = c.live.saturating_sub(b.weight);
         s.live_blocks[level] = s.live_blocks[level].saturating_sub(1);
-        s.live[level] = s.live[level].saturating_sub(b.size);
+        s.live[level] = s.live[level].saturating_sub(b.weight);
     }
 }
 
 impl Measure {
+    /// Opens the next level (below [`MAX_LEVELS`]).
+    fn open_level(&mut self) {
+        let level = self.depth;
+        self.levels[level] = Level { seq: self.next_seq, ..Level::default() };
+        self.next_seq += 1;
+        for s in self.stacks_mut() {
+            s.blocks[level] = 0;
+            s.bytes[level] = 0;
+            s.live_blocks[level] = 0;
+            s.live[level] = 0;
+            s.objects[level] = 0.0;
+        }
+        self.depth += 1;
+    }
+
+    /// Writes the thread's countdown for the scope: 0 in an exact scope (every
+    /// allocation comes to [`slow`]); the nearer of the session's and the scope's next
+    /// points in a sampled one (§4).
+    fn arm(&mut self, cd: &Countdown) {
+        self.armed = match &self.own {
+            None => 0,
+            Some(own) => own.countdown.min(self.saved.0),
+        };
+        cd.countdown.set(self.armed);
+        cd.epoch.set(self.saved.1);
+    }
+
+    /// Gives the session its countdown back, less what the fast path charged since
+    /// [`arm`](Self::arm); a sampled scope's process is charged the same bytes.
+    fn disarm(&mut self, cd: &Countdown) {
+        let charged = self.armed.saturating_sub(cd.countdown.get());
+        cd.countdown.set(self.saved.0.saturating_sub(charged));
+        cd.epoch.set(self.saved.1);
+        if let Some(own) = &mut self.own {
+            own.countdown = own.countdown.saturating_sub(charged).max(1);
+        }
+        self.armed = 0;
+    }
+
     fn stacks_mut(&mut self) -> &mut [StackRec] {
         // SAFETY: `stacks` maps MAX_STACKS records, of which `nstacks` are written.
         unsafe { core::slice::from_raw_parts_mut(self.stacks, self.nstacks) }
@@ -353,6 +516,7 @@ impl Measure {
             bytes: [0; MAX_LEVELS],
             live_blocks: [0; MAX_LEVELS],
             live: [0; MAX_LEVELS],
+            objects: [0.0; MAX_LEVELS],
         };
         rec.frames[..n].copy_from_slice(frames);
         // SAFETY: `nstacks` < MAX_STACKS: a slot of the mapping.

@@ -30,20 +30,7 @@
 //! (the family-wise false-positive rate) stays at most α, however many sites are compared.
 //! Where both sides are exact (SE = 0), any difference is significant.
 
-/// The standard normal quantile of 0.975: a 95 % two-sided interval is ± this many standard
-/// errors.
-pub const Z95: f64 = 1.959_963_984_540_054;
-
-/// The standard error of an estimate of `bytes` at mean interval `interval`:
-/// `√(bytes·(interval − 1))`, 0 in the exact mode (see the [module documentation](self) §1).
-pub fn std_error(bytes: f64, interval: f64) -> f64 {
-    (bytes.abs() * (interval - 1.0).max(0.0)).sqrt()
-}
-
-/// Half the width of the 95 % interval of an estimate of `bytes` at `interval`.
-pub fn ci95(bytes: f64, interval: f64) -> f64 {
-    Z95 * std_error(bytes, interval)
-}
+pub use crate::stats::{ci95, std_error, Z95};
 
 /// The standard error of `new − base` for two independent estimates, `base` at interval
 /// `base_interval` and `new` at `new_interval`.

@@ -241,12 +241,10 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
         let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
         let thread = THREADS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         s.thread.set(thread);
-        let p = 1.0 / interval;
-        s.p.set(p);
-        s.gap_scale.set(if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() });
-        // `rest × p > MANY_POINTS` as an integer compare on the sample path (the
-        // conversion saturates where `p` is tiny).
-        s.many.set((MANY_POINTS / p) as u64);
+        let rate = Rate::new(interval);
+        s.p.set(rate.p);
+        s.gap_scale.set(rate.scale);
+        s.many.set(rate.many);
         let seed = mix(SEED.load(Ordering::Relaxed) ^ mix(u64::from(thread)));
         if !s.seed(seed) {
             cd.countdown.set(u64::MAX);
@@ -298,25 +296,59 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
 /// `c` of it, drawn with `rng`; sets the countdown to the next point after the allocation.
 #[inline(always)]
 fn points(s: &ThreadState, rng: &mut SmallRng, cd: &Countdown, size: u64, c: u64) -> u64 {
-    let scale = s.gap_scale.get();
+    let rate = Rate { p: s.p.get(), scale: s.gap_scale.get(), many: s.many.get() };
+    let (k, next) = points_in(&rate, rng, size, c);
+    cd.countdown.set(next);
+    k
+}
+
+/// A Bernoulli process over bytes at mean interval `R` (§1): what a draw needs of it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rate {
+    /// `p = 1/R`.
+    p: f64,
+    /// `-1 / ln(1 - p)`: a gap is `1 + ⌊E·scale⌋` (§2); 0 in the exact mode.
+    scale: f64,
+    /// `MANY_POINTS / p`: `rest × p > MANY_POINTS` as an integer compare on the sample
+    /// path (the conversion saturates where `p` is tiny).
+    many: u64,
+}
+
+impl Rate {
+    /// The process at mean interval `interval` bytes (≥ 1).
+    pub(crate) fn new(interval: f64) -> Rate {
+        let p = 1.0 / interval;
+        let scale = if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() };
+        Rate { p, scale, many: (MANY_POINTS / p) as u64 }
+    }
+
+    /// A fresh gap: the countdown to the first point.
+    pub(crate) fn gap(&self, rng: &mut SmallRng) -> u64 {
+        gap(rng, self.scale)
+    }
+}
+
+/// The number of sample points in an allocation of `size` bytes whose first point is byte
+/// `c` of it (`1 ≤ c ≤ size`), and the countdown to the next point after the allocation.
+#[inline(always)]
+pub(crate) fn points_in(rate: &Rate, rng: &mut SmallRng, size: u64, c: u64) -> (u64, u64) {
+    let scale = rate.scale;
     // `rest` bytes follow the first point inside the allocation.
     let rest = size - c;
-    let mut k = 1u64;
     if scale == 0.0 {
         // Exact mode: every byte is a point.
-        k = size;
-        cd.countdown.set(1);
-    } else if rest > s.many.get() {
+        (size, 1)
+    } else if rest > rate.many {
         // Many points expected: one binomial draw for the rest, then a fresh gap.
-        let p = s.p.get();
+        let p = rate.p;
         let extra = match Binomial::new(rest, p) {
             Ok(b) => b.sample(rng),
             Err(_) => (rest as f64 * p) as u64,
         };
-        k += extra;
-        cd.countdown.set(gap(rng, scale));
+        (1 + extra, gap(rng, scale))
     } else {
         // Few points: walk the gaps; the overshoot is the next countdown.
+        let mut k = 1u64;
         let mut pos = c;
         loop {
             let g = gap(rng, scale);
@@ -325,18 +357,11 @@ fn points(s: &ThreadState, rng: &mut SmallRng, cd: &Countdown, size: u64, c: u64
                     pos = next;
                     k += 1;
                 }
-                Some(next) => {
-                    cd.countdown.set(next - size);
-                    break;
-                }
-                None => {
-                    cd.countdown.set(u64::MAX);
-                    break;
-                }
+                Some(next) => return (k, next - size),
+                None => return (k, u64::MAX),
             }
         }
     }
-    k
 }
 
 /// Above this many expected points in the rest of one allocation, they are counted by one
@@ -392,9 +417,8 @@ pub(crate) fn next_id() -> u64 {
 #[cfg(test)]
 fn gaps(seed: u64, interval: f64, n: usize) -> Vec<u64> {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let p = 1.0 / interval;
-    let scale = if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() };
-    (0..n).map(|_| gap(&mut rng, scale)).collect()
+    let rate = Rate::new(interval);
+    (0..n).map(|_| rate.gap(&mut rng)).collect()
 }
 
 #[cfg(test)]
