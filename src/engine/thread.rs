@@ -32,8 +32,8 @@
 //! The DWARF unwinder's first walk through an address hands the frame to framehop, whose
 //! gimli unwind-table rows take ~6 KB of stack: on the program's stack, a sampled `malloc`
 //! needed ~7.3 KB, too much for a thread on a `PTHREAD_STACK_MIN` stack or a handler on an
-//! 8 KiB `sigaltstack`. The block starts with a 16 KiB stack (above a `PROT_NONE` guard
-//! page), and [`on_walk_stack`] runs such calls there: they read the program's stack only
+//! 8 KiB `sigaltstack`. The block starts with a 16 KiB stack (256 KiB in an unoptimised
+//! build: [`WALK_STACK`]), above a `PROT_NONE` guard page, and [`on_walk_stack`] runs such calls there: they read the program's stack only
 //! through the bounds the capture passes them, so which stack they run on does not change
 //! their result. Signals are blocked meanwhile (two `rt_sigprocmask` calls, only when
 //! framehop runs: a return address seen for the first time, or a frame whose rule is a
@@ -47,8 +47,12 @@ use core::cell::Cell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-/// The size of the stack the unwinder's framehop calls run on ([`on_walk_stack`]).
-const WALK_STACK: usize = 16 * 1024;
+/// The size of the stack the unwinder's framehop calls run on ([`on_walk_stack`]). An
+/// unoptimised build (a `cargo test` of a crate that uses `memprof::testing`, whose
+/// binaries keep no frame pointers, so the DWARF unwinder runs) takes several times the
+/// stack of an optimised one: the same unwinding overflowed 16 KiB there. Untouched pages
+/// cost nothing (§3).
+const WALK_STACK: usize = if cfg!(debug_assertions) { 256 * 1024 } else { 16 * 1024 };
 
 /// A thread's state beyond its countdown and busy flag. `repr(C)`: the walk stack comes
 /// first, right above the guard page below the block, so that an overflow faults.
