@@ -158,6 +158,7 @@
 //! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
 //! | `gc/stats.rs` | per-cycle timing records and heap totals |
 //! | `testing.rs` | [`testing::measure`], [`testing::Stats`] (figures, then the sites by name), [`assert_no_alloc!`]: allocation assertions in ordinary `cargo test`s |
+//! | `testing/budget.rs` | [`testing::Budgets`], [`assert_budget!`]: a test's figures against ceilings in `tests/alloc-budgets.toml` (feature `budgets`), written by `MEMPROF_BUDGETS=accept`; read-modify-write under a `flock`, replaced atomically |
 //! | `testing/sampled.rs` | [`testing::measure_sampled`]: estimates with 95 % intervals, and assertions that fail at a stated false-failure rate (an exact binomial test) |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
 //! | `record/` | `memprof record`, split by the process each part runs in; the binary's entry points [`record::run`] and [`record::preload_path`] |

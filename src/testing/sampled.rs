@@ -2,26 +2,7 @@
 //! allocates inside a closure from a sample of its bytes, at about the cost of an ordinary
 //! session, and the assertions fail only when a bound is exceeded beyond sampling noise.
 //!
-//! # 1. The estimates
-//! Inside the scope every byte the thread allocates is a sample point with probability
-//! `1/R`, drawn by a process of the scope's own (`engine::measure` §4), separate from any
-//! running session's. A set of blocks of `B` bytes gets `K ~ Binomial(B, 1/R)` points and
-//! is estimated as `R·K` bytes, with the 95 % interval `R·K ± 1.96·√(R·K·(R − 1))` that
-//! `memprof report` prints (`report::stats` §1). Blocks are estimated as `Σ k·R/n` over the
-//! sampled blocks (`k` points in `n` bytes: unbiased, since a block's expected points are
-//! `n/R`), with the variance estimate `Σ k·R·(R − 1)/n²`. The same holds for the bytes
-//! still live at the end, and for the bytes live at any moment; the peak is the largest of
-//! those estimates, which sampling noise pushes up a little (the interval printed is that
-//! moment's).
-//!
-//! # 2. The assertions
-//! [`SampledStats::assert_bytes_at_most`] fails when `P(Binomial(L, 1/R) ≥ K) <`
-//! [`FALSE_FAILURE_RATE`]: the chance of that many points, or more, if the scope had
-//! allocated the limit `L`. When it allocated `L` bytes or fewer, it fails at most that
-//! often, whatever the sizes of its blocks (`crate::stats`). The test of this module's
-//! assertion (`tests/testing.rs`) checks the rate by running a scope of exactly `L` bytes
-//! thousands of times. [`SampledStats::assert_live_at_most`] is the same for the scope's
-//! leak.
+//! How the estimates and the assertions are made: [`measure_sampled`]'s documentation.
 
 use super::{check_sampled, named_sites, Scope};
 use crate::engine::measure::{self, Left};
@@ -29,7 +10,7 @@ use crate::stats::{binomial_upper_tail, ci95};
 use std::fmt;
 
 /// How often an assertion of a sampled scope fails when the scope is within its bound: at
-/// most once in 1 000 runs ([module documentation](self) §2).
+/// most once in 1 000 runs ([`measure_sampled`] §2).
 pub const FALSE_FAILURE_RATE: f64 = 0.001;
 
 /// An estimate and its 95 % interval.
@@ -86,8 +67,7 @@ pub struct SampledStats {
     pub bytes: Estimate,
     /// Bytes of the scope's blocks freed inside it.
     pub freed_bytes: Estimate,
-    /// The most bytes of the scope's blocks live at once (see the [module
-    /// documentation](self) §1).
+    /// The most bytes of the scope's blocks live at once (see [`measure_sampled`] §1).
     pub peak_bytes: Estimate,
     /// Bytes of the scope's blocks still live at its end: its leak.
     pub live_bytes: Estimate,
@@ -202,9 +182,29 @@ impl fmt::Display for SampledStats {
 }
 
 /// Runs `f` on the calling thread and returns its result with estimates of what the
-/// thread allocated inside it, sampling one byte in `interval` on average (see the [module
-/// documentation](self)); the generator is seeded afresh. Panics when [`crate::Sampled`]
-/// is not the global allocator, when `interval` is 0, or inside another scope.
+/// thread allocated inside it, sampling one byte in `interval` on average; the generator
+/// is seeded afresh. Panics when [`crate::Sampled`] is not the global allocator, when
+/// `interval` is 0, or inside another scope.
+///
+/// # 1. The estimates
+/// Inside the scope every byte the thread allocates is a sample point with probability
+/// `1/R`, drawn by a process of the scope's own (`engine::measure` §4), separate from any
+/// running session's. A set of blocks of `B` bytes gets `K ~ Binomial(B, 1/R)` points and
+/// is estimated as `R·K` bytes, with the 95 % interval `R·K ± 1.96·√(R·K·(R − 1))` that
+/// `memprof report` prints (`report::stats` §1). Blocks are estimated as `Σ k·R/n` over the
+/// sampled blocks (`k` points in `n` bytes: unbiased, since a block's expected points are
+/// `n/R`), with the variance estimate `Σ k·R·(R − 1)/n²`. The same holds for the bytes
+/// still live at the end, and for the bytes live at any moment; the peak is the largest of
+/// those estimates, which sampling noise pushes up a little (the interval printed is that
+/// moment's).
+///
+/// # 2. The assertions
+/// [`SampledStats::assert_bytes_at_most`] fails when `P(Binomial(L, 1/R) ≥ K) <`
+/// [`FALSE_FAILURE_RATE`]: the chance of that many points, or more, if the scope had
+/// allocated the limit `L`. When it allocated `L` bytes or fewer, it fails at most that
+/// often, whatever the sizes of its blocks (`crate::stats`). `tests/testing.rs` checks the
+/// rate by running a scope of exactly `L` bytes thousands of times. [`SampledStats::assert_live_at_most`] is the same for the scope's
+/// leak.
 pub fn measure_sampled<R>(interval: u64, f: impl FnOnce() -> R) -> (R, SampledStats) {
     measure_sampled_seeded(interval, crate::engine::sampler::entropy_seed(), f)
 }
