@@ -273,6 +273,7 @@ fn sampled_intervals_cover_the_truth() {
         sum_truth += bytes as f64;
     }
     let rates = [bytes_in, blocks_in, live_in].map(|n| n as f64 / runs as f64);
+    eprintln!("coverage: bytes {}, blocks {}, live bytes {}", rates[0], rates[1], rates[2]);
     for (what, rate) in [("bytes", rates[0]), ("live bytes", rates[2])] {
         assert!((0.925..=0.975).contains(&rate), "{what}: coverage {rate}");
     }
@@ -302,6 +303,7 @@ fn one_allocation_is_sampled_without_bias() {
         sum += s.bytes.value;
     }
     let rate = sampled as f64 / runs as f64;
+    eprintln!("sampled in {rate} of the runs");
     let want = 1.0 - (1.0 - 1.0 / 4096.0f64).powi(1000);
     assert!((rate - want).abs() < 4.5 * 0.0029, "sampled in {rate}, expected {want}");
     let mean = sum / runs as f64;
@@ -332,6 +334,7 @@ fn the_bytes_assertion_fails_at_its_stated_rate() {
             / runs as f64
     };
     let at_limit = failures(limit, 4000);
+    eprintln!("false-failure rate at the limit: {at_limit}");
     assert!((0.025..=0.065).contains(&at_limit), "false-failure rate {at_limit}");
     let twice = failures(2 * limit, 500);
     assert!(twice >= 0.99, "failed only {twice} of the runs at twice the limit");
@@ -366,6 +369,7 @@ fn the_leak_assertion_fails_at_its_stated_rate() {
             std::panic::catch_unwind(|| s.assert_live_at_most_with(limit, 0.05)).is_err() as u32;
     }
     let rate = f64::from(failed) / 2000.0;
+    eprintln!("false-failure rate at the limit: {rate}");
     assert!(rate <= 0.07, "false-failure rate {rate}");
     let s = run(80, 1);
     let err = std::panic::catch_unwind(|| s.assert_live_at_most(limit)).unwrap_err();
