@@ -4,7 +4,18 @@
 //!
 //! ```text
 //! cargo run --release --example markbench -- [--heap-mb 800] [--gcs 5] [--budget 200000] [--seed 1]
+//!     [--huge-pages on|off]
 //! ```
+//!
+//! In the same run, on memory of the heap's size, it measures what the machine allows
+//! (`limit`): random visits of 64-byte nodes along 1 to 32 independent pointer chains
+//! interleaved (each chain's next node is known only once its current one is read, as a
+//! marker's child is known only once its parent is scanned; more chains keep more misses in
+//! flight). The fastest is the limit a marker can reach, and each marker's time per block
+//! is printed as a multiple of it. Sweep gets the same: its time per block beside a
+//! sequential pass that reads and writes one word per block over the chunks' size.
+//! `--huge-pages` asks for transparent huge pages for the heap's chunks and the probe's
+//! memory alike (`HeapConfig::huge_pages`), so the two are compared on the same pages.
 //!
 //! The graph: blocks of three fields (two pointers to random blocks, one integer), every
 //! block also referenced from root arrays in shuffled order, so all blocks are live and
@@ -29,10 +40,17 @@ struct Args {
     gcs: usize,
     budget: usize,
     seed: u64,
+    huge: bool,
 }
 
 fn parse() -> Args {
-    let mut a = Args { heap_mb: 800, gcs: 5, budget: 200_000, seed: 1 };
+    let mut a = Args {
+        heap_mb: 800,
+        gcs: 5,
+        budget: 200_000,
+        seed: 1,
+        huge: HeapConfig::default().huge_pages,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut num = |name: &str| -> usize {
@@ -46,8 +64,21 @@ fn parse() -> Args {
             "--gcs" => a.gcs = num("--gcs").max(1),
             "--budget" => a.budget = num("--budget").max(1),
             "--seed" => a.seed = num("--seed") as u64,
+            "--huge-pages" => {
+                a.huge = match it.next().as_deref() {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => {
+                        eprintln!("markbench: --huge-pages needs on or off");
+                        std::process::exit(2)
+                    }
+                }
+            }
             _ => {
-                eprintln!("usage: markbench [--heap-mb N] [--gcs K] [--budget WORDS] [--seed S]");
+                eprintln!(
+                    "usage: markbench [--heap-mb N] [--gcs K] [--budget WORDS] [--seed S] \
+                     [--huge-pages on|off]"
+                );
                 std::process::exit(2)
             }
         }
@@ -120,7 +151,7 @@ fn summary(name: &str, cs: &[CycleStats]) -> f64 {
 fn main() {
     let args = parse();
     let mut rng = SmallRng::seed_from_u64(args.seed);
-    let mut heap = Heap::new(HeapConfig::default());
+    let mut heap = Heap::new(HeapConfig { huge_pages: args.huge, ..HeapConfig::default() });
     let t = Instant::now();
     let n = build(&mut heap, args.heap_mb, &mut rng);
     let st = heap.stats();
@@ -172,5 +203,140 @@ fn main() {
             c.ns_per_word
         );
     }
+    // The limit, on memory of the heap's size, after the markers (their heap stays
+    // allocated: the probe's memory is as far from the caches as the heap was).
+    let heap_bytes = st.heap_words * 8;
+    let (limit, per_chain) = limit(heap_bytes, args.huge, &mut rng);
+    let chains: Vec<String> =
+        per_chain.iter().map(|(k, ns)| format!("{k}: {ns:.1}")).collect();
+    println!(
+        "limit (random 64-byte visits, ns per visit by chains interleaved): {}",
+        chains.join(", ")
+    );
+    let blocks = (n + st.large_blocks) as f64;
+    let (p_block, d_block) = (p * 1e9 / blocks, d * 1e9 / blocks);
+    println!(
+        "per marked block: prefetch {p_block:.1} ns = {:.2}× the limit {limit:.1} ns; \
+         depth-first {d_block:.1} ns = {:.2}×",
+        p_block / limit,
+        d_block / limit
+    );
+    let sweep: Vec<f64> = pf.iter().chain(&dfs).map(|c| c.sweep_ns as f64 / n as f64).collect();
+    let seq = sequential(n * 32, args.huge, n);
+    println!(
+        "sweep per block: {:.2} ns = {:.2}× a sequential pass over the chunks ({seq:.2} ns \
+         a block: read and write one word per block)",
+        median(&sweep),
+        median(&sweep) / seq
+    );
+    // A marker reads the header of every block a pointer reaches, marked already or not:
+    // here each block is reached by two fields and one root-array entry.
+    let reads = (3 * n) as f64;
+    let p_read = p * 1e9 / reads;
+    println!(
+        "per pointer followed (3 per marked block here: 2 fields and a root entry): prefetch \
+         {p_read:.1} ns = {:.2}× the limit",
+        p_read / limit
+    );
+    println!("huge pages: {}", if args.huge { "asked for" } else { "not asked for" });
     println!("prefetch speedup: {:.2}", d / p);
+}
+
+/// Anonymous memory for the probes, 2 MiB-aligned, with or without transparent huge pages
+/// asked for (as `HeapConfig::huge_pages` asks for the heap's chunks).
+struct Region {
+    base: *mut u8,
+    len: usize,
+}
+
+const HUGE: usize = 2 << 20;
+
+impl Region {
+    fn new(bytes: usize, huge: bool) -> Region {
+        let len = (bytes + HUGE - 1) & !(HUGE - 1);
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len + HUGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(p != libc::MAP_FAILED, "markbench: no memory for the probe");
+        let base = ((p as usize + HUGE - 1) & !(HUGE - 1)) as *mut u8;
+        let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+        // SAFETY: [base, base + len) lies inside the mapping (HUGE bytes were added for
+        // the alignment); advice changes no content.
+        unsafe { libc::madvise(base.cast(), len, advice) };
+        Region { base, len }
+    }
+}
+
+/// The machine's limit for a marker's random visits: `bytes / 64` nodes of 64 bytes, one
+/// random cycle through all of them, walked by k chains interleaved (k = 1, 2, …, 32; each
+/// chain starts `nodes / k` places after the last along the cycle, so no two meet). Returns
+/// the fastest time per visit and each k's.
+fn limit(bytes: usize, huge: bool, rng: &mut SmallRng) -> (f64, Vec<(usize, f64)>) {
+    let region = Region::new(bytes, huge);
+    let nodes = region.len / 64;
+    let next = region.base as *mut u64;
+    // The cycle's order: a shuffled permutation; each node's first word names the next.
+    let mut order: Vec<u32> = (0..nodes as u32).collect();
+    for i in (1..nodes).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    for i in 0..nodes {
+        let (a, b) = (order[i] as usize, order[(i + 1) % nodes] as usize);
+        // SAFETY: node `a` is inside the region (a < nodes); its first word.
+        unsafe { *next.add(a * 8) = b as u64 };
+    }
+    let visits = nodes.min(8 << 20);
+    let mut out = Vec::new();
+    for k in [1usize, 2, 4, 8, 16, 32] {
+        let mut at: Vec<usize> = (0..k).map(|j| order[j * nodes / k] as usize).collect();
+        let steps = visits / k;
+        let t = Instant::now();
+        for _ in 0..steps {
+            for a in at.iter_mut() {
+                // SAFETY: every node's first word names a node below `nodes`.
+                *a = unsafe { *next.add(*a * 8) } as usize;
+            }
+        }
+        let ns = t.elapsed().as_secs_f64() * 1e9 / (steps * k) as f64;
+        std::hint::black_box(&at);
+        out.push((k, ns));
+    }
+    // SAFETY: the mapping is the probe's own and no longer used.
+    unsafe { libc::munmap(region.base.cast(), region.len) };
+    let best = out.iter().map(|&(_, ns)| ns).fold(f64::INFINITY, f64::min);
+    (best, out)
+}
+
+/// A sequential pass over `bytes` that reads and writes one word per 32-byte block (the
+/// benchmark's blocks: a header and three fields), as sweep reads and rewrites each
+/// header: the median of three passes, per block of the `blocks` the chunks hold.
+fn sequential(bytes: usize, huge: bool, blocks: usize) -> f64 {
+    let region = Region::new(bytes, huge);
+    let words = region.len / 8;
+    let w = region.base as *mut u64;
+    // Touched once first: the chunks' pages are resident when sweep runs.
+    // SAFETY: every index is below the region's words.
+    (0..words).step_by(512).for_each(|i| unsafe { *w.add(i) = 1 });
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let mut i = 0;
+        while i < words {
+            // SAFETY: as above.
+            unsafe { *w.add(i) = std::hint::black_box(*w.add(i)) & !3 };
+            i += 4;
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e9 / blocks as f64);
+    }
+    // SAFETY: the mapping is the probe's own and no longer used.
+    unsafe { libc::munmap(region.base.cast(), region.len) };
+    median(&times)
 }

@@ -152,6 +152,20 @@ pub(crate) fn system_alloc(words: usize) -> *mut u64 {
     unsafe { System.alloc(layout) as *mut u64 }
 }
 
+/// Asks for transparent huge pages (`MADV_HUGEPAGE`) for the 2 MiB-aligned part of the
+/// `words` words at `base`, a chunk fresh from [`system_alloc`]. Only advice: where the
+/// kernel has none to give (or transparent huge pages are off), the chunk keeps 4 KiB pages.
+pub(crate) fn advise_huge_pages(base: *mut u64, words: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = (base as usize).next_multiple_of(HUGE);
+    let end = (base as usize + words * 8) & !(HUGE - 1);
+    if end > start {
+        // SAFETY: [start, end) lies inside the chunk's allocation, which the heap owns;
+        // the advice changes no content and no mapping's extent.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
 /// Frees memory from [`system_alloc`].
 ///
 /// # Safety
