@@ -207,8 +207,7 @@ fn main() {
     // allocated: the probe's memory is as far from the caches as the heap was).
     let heap_bytes = st.heap_words * 8;
     let (limit, per_chain) = limit(heap_bytes, args.huge, &mut rng);
-    let chains: Vec<String> =
-        per_chain.iter().map(|(k, ns)| format!("{k}: {ns:.1}")).collect();
+    let chains: Vec<String> = per_chain.iter().map(|(k, ns)| format!("{k}: {ns:.1}")).collect();
     println!(
         "limit (random 64-byte visits, ns per visit by chains interleaved): {}",
         chains.join(", ")
