@@ -138,21 +138,34 @@ impl fmt::Display for Stats {
         if self.untracked > 0 {
             write!(f, " ({} blocks untracked)", self.untracked)?;
         }
-        for s in self.sites.iter().take(10) {
-            write!(f, "\n  {} bytes in {} blocks", s.bytes, s.blocks)?;
+        let sites = self.sites.iter().map(|s| {
+            let mut figures = format!("{} bytes in {} blocks", s.bytes, s.blocks);
             if s.live_bytes > 0 {
-                write!(f, ", {} bytes live in {} blocks", s.live_bytes, s.live_blocks)?;
+                figures += &format!(", {} bytes live in {} blocks", s.live_bytes, s.live_blocks);
             }
-            write!(f, ": {}", s.site)?;
-            if let Some(at) = &s.location {
-                write!(f, " ({at})")?;
-            }
-        }
-        if self.sites.len() > 10 {
-            write!(f, "\n  … {} more sites", self.sites.len() - 10)?;
-        }
-        Ok(())
+            (figures, s.site.as_str(), s.location.as_deref())
+        });
+        write_sites(f, sites)
     }
+}
+
+/// Writes a scope's sites after its figures, one a line: the first ten, each as its
+/// figures then `: site (file:line)`, and how many more there are.
+fn write_sites<'a>(
+    f: &mut fmt::Formatter<'_>,
+    sites: impl ExactSizeIterator<Item = (String, &'a str, Option<&'a str>)>,
+) -> fmt::Result {
+    let n = sites.len();
+    for (figures, site, location) in sites.take(10) {
+        write!(f, "\n  {figures}: {site}")?;
+        if let Some(at) = location {
+            write!(f, " ({at})")?;
+        }
+    }
+    if n > 10 {
+        write!(f, "\n  … {} more sites", n - 10)?;
+    }
+    Ok(())
 }
 
 /// Closes the scope when `measure`'s closure returns or unwinds.

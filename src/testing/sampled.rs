@@ -4,7 +4,7 @@
 //!
 //! How the estimates and the assertions are made: [`measure_sampled`]'s documentation.
 
-use super::{check_sampled, named_sites, Scope};
+use super::{check_sampled, named_sites, write_sites, Scope};
 use crate::engine::measure::{self, Left};
 use crate::stats::{binomial_upper_tail, ci95};
 use std::fmt;
@@ -164,20 +164,14 @@ impl fmt::Display for SampledStats {
         if self.untracked > 0 {
             write!(f, " ({} sampled blocks untracked)", self.untracked)?;
         }
-        for s in self.sites.iter().take(10) {
-            write!(f, "\n  {} bytes in ≈{:.0} blocks", s.bytes, s.blocks)?;
+        let sites = self.sites.iter().map(|s| {
+            let mut figures = format!("{} bytes in ≈{:.0} blocks", s.bytes, s.blocks);
             if s.live_bytes.value > 0.0 {
-                write!(f, ", {} bytes live", s.live_bytes)?;
+                figures += &format!(", {} bytes live", s.live_bytes);
             }
-            write!(f, ": {}", s.site)?;
-            if let Some(at) = &s.location {
-                write!(f, " ({at})")?;
-            }
-        }
-        if self.sites.len() > 10 {
-            write!(f, "\n  … {} more sites", self.sites.len() - 10)?;
-        }
-        Ok(())
+            (figures, s.site.as_str(), s.location.as_deref())
+        });
+        write_sites(f, sites)
     }
 }
 
