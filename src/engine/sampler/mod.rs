@@ -241,10 +241,7 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
         let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
         let thread = THREADS.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         s.thread.set(thread);
-        let rate = Rate::new(interval);
-        s.p.set(rate.p);
-        s.gap_scale.set(rate.scale);
-        s.many.set(rate.many);
+        s.rate.set(Rate::new(interval));
         let seed = mix(SEED.load(Ordering::Relaxed) ^ mix(u64::from(thread)));
         if !s.seed(seed) {
             cd.countdown.set(u64::MAX);
@@ -253,8 +250,8 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
     }
     if fresh {
         // A countdown drawn in another session: its first gap in this one.
-        let scale = s.gap_scale.get();
-        let Some(g) = s.draw(|rng| gap(rng, scale)) else {
+        let rate = s.rate.get();
+        let Some(g) = s.draw(|rng| rate.gap(rng)) else {
             cd.countdown.set(u64::MAX);
             return None;
         };
@@ -296,8 +293,7 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
 /// `c` of it, drawn with `rng`; sets the countdown to the next point after the allocation.
 #[inline(always)]
 fn points(s: &ThreadState, rng: &mut SmallRng, cd: &Countdown, size: u64, c: u64) -> u64 {
-    let rate = Rate { p: s.p.get(), scale: s.gap_scale.get(), many: s.many.get() };
-    let (k, next) = points_in(&rate, rng, size, c);
+    let (k, next) = points_in(&s.rate.get(), rng, size, c);
     cd.countdown.set(next);
     k
 }

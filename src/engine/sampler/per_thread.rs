@@ -18,13 +18,9 @@ pub(crate) struct ThreadState {
     pub(super) id_end: Cell<u64>,
     /// Thread number within the current epoch's session.
     pub(super) thread: Cell<u32>,
-    /// `-1 / ln(1 - p)`, cached per epoch.
-    pub(super) gap_scale: Cell<f64>,
-    /// `p = 1 / R`, cached per epoch.
-    pub(super) p: Cell<f64>,
-    /// `MANY_POINTS / p`, cached per epoch: more bytes than this after the first point
-    /// hold more than `MANY_POINTS` points on average.
-    pub(super) many: Cell<u64>,
+    /// The session's rate (`p`, the gap scale, the many-points threshold), cached per
+    /// epoch (all-zero in a fresh block: written before it is read).
+    pub(super) rate: Cell<super::Rate>,
     /// The generator holds a value (seeded in some session).
     seeded: Cell<bool>,
     /// A draw is running on this thread (a signal handler's allocation may interrupt it).
