@@ -118,12 +118,7 @@ impl SampledStats {
     #[track_caller]
     pub fn assert_bytes_at_most_with(&self, limit: u64, false_failure_rate: f64) {
         let p = self.p_bytes_above(limit);
-        if p < false_failure_rate {
-            panic!(
-                "allocated more than {limit} bytes (p = {p:.2e}, false-failure rate \
-                 {false_failure_rate}): {self}"
-            );
-        }
+        self.fail_below(p, false_failure_rate, || format!("allocated more than {limit} bytes"));
     }
 
     /// Panics, with the estimates and the sites, when the scope left more than `limit`
@@ -138,11 +133,15 @@ impl SampledStats {
     #[track_caller]
     pub fn assert_live_at_most_with(&self, limit: u64, false_failure_rate: f64) {
         let p = self.p_live_above(limit);
+        self.fail_below(p, false_failure_rate, || format!("left more than {limit} bytes live"));
+    }
+
+    /// Panics with `what`, the p-value, the rate and the estimates when `p` is below the
+    /// false-failure rate.
+    #[track_caller]
+    fn fail_below(&self, p: f64, false_failure_rate: f64, what: impl FnOnce() -> String) {
         if p < false_failure_rate {
-            panic!(
-                "left more than {limit} bytes live (p = {p:.2e}, false-failure rate \
-                 {false_failure_rate}): {self}"
-            );
+            panic!("{} (p = {p:.2e}, false-failure rate {false_failure_rate}): {self}", what());
         }
     }
 }
