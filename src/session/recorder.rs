@@ -281,7 +281,7 @@ impl Recorder {
     }
 
     /// Opens the output now if it was deferred (see [`Recorder::streaming_deferred`]):
-    /// writes the header and the modules known so far.
+    /// writes the header, the modules known so far and the readings taken before.
     fn open_deferred(&mut self) {
         let Some(open) = self.deferred.take() else {
             return;
@@ -293,6 +293,12 @@ impl Recorder {
                 self.open_output();
                 let modules = self.profile.modules.clone();
                 self.write(|w| modules.iter().try_for_each(|m| w.write_module(m)));
+                // Readings of the process taken before its first sample (a forked child
+                // read before it allocates): in the file as in the profile, in their order.
+                let (resident, splits) =
+                    (self.profile.resident.clone(), self.profile.splits.clone());
+                self.write(|w| resident.iter().try_for_each(|r| w.write_resident(r)));
+                self.write(|w| splits.iter().try_for_each(|r| w.write_split(r)));
                 self.flush();
             }
             Err(e) => {
@@ -1023,5 +1029,47 @@ mod tests {
         let p = r.profile();
         assert_eq!((p.counts.frees, p.counts.orphans), (2, 0));
         assert!(p.live.values().all(|t| t.samples == 0), "both ended: {:?}", p.live);
+    }
+
+    /// A forked child's file is opened at its first sample; the readings of its resident
+    /// memory taken before that are in the file all the same, as they are in the profile
+    /// `record` prints from (a reading lost this way showed as `-` in `memprof report`'s
+    /// table of processes, beside the figure `record` had printed).
+    #[test]
+    fn readings_before_the_first_sample_reach_a_deferred_file() {
+        let dir = std::env::temp_dir().join(format!("memprof-deferred-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("child.mprof");
+        let at = path.clone();
+        let facts = ProcessFacts { pid: 9, executable: "/bin/child".into(), ..Default::default() };
+        let mut r = Recorder::streaming_deferred(Box::new(move || {
+            Ok((at.clone(), File::create(&at).map_err(|e| Error::io("creating", e))?))
+        }))
+        .offline_symbols()
+        .of_process(facts)
+        .folding();
+        let info =
+            SessionInfo { interval: 1.0, depth: 64, unwinder: Unwinder::Auto, start_unix_ns: 1 };
+        r.started(&info);
+        let early = Resident { time_ns: 5, bytes: 3 << 20 };
+        let split = ResidentSplit {
+            time_ns: 6,
+            resident: 3 << 20,
+            allocator: 1 << 20,
+            ..Default::default()
+        };
+        r.resident(early);
+        r.split(split);
+        assert!(!path.exists(), "no file before the first sample");
+        r.collected_alloc(&allocation(1, &[0x1000, 0x2000], 100, 100, 10));
+        let later = Resident { time_ns: 20, bytes: 4 << 20 };
+        r.resident(later);
+        r.stopped(&Stats::default());
+        let p = Profile::read_file(&path).unwrap();
+        assert_eq!(p.resident, [early, later]);
+        assert_eq!(p.splits, [split]);
+        assert_eq!(p.counts.samples, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
