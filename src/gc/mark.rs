@@ -31,6 +31,14 @@
 //! ring overflows. If the stack is full too, the pointer is marked on the spot and its
 //! range overflows as in §5.
 //!
+//! Two things keep the loop's own instructions and the spills down. A block whose fields
+//! all fit in the ring's free entries (nearly every small block) is scanned without a room
+//! test per pointer. A range popped from the stack (a root array, the rest of a large
+//! block) is scanned only as far as the ring has room, less `RANGE_MARGIN` entries for
+//! the blocks it reaches, and the rest goes back on the stack: a long range fills the ring
+//! instead of spilling most of its pointers one entry each. (Pushing back the rest of a
+//! *fresh* block instead of spilling is slower: its line is cold when the range returns.)
+//!
 //! # 4. Ranges and large blocks
 //! Stack entries are `(start, end)` field ranges, so finishing the tail of a long block
 //! needs no header read. A range longer than `SCAN_CHUNK` words is scanned `SCAN_CHUNK`
@@ -69,6 +77,9 @@ const PB_MASK: usize = PB_SIZE - 1;
 pub(crate) const PB_MIN: usize = 64;
 /// Longest run of fields scanned in one step; longer ranges are split.
 pub(crate) const SCAN_CHUNK: usize = 512;
+/// Ring entries a range popped from the stack leaves free, for the pointers of the blocks
+/// its words reach (§3).
+const RANGE_MARGIN: usize = 64;
 
 /// A range of fields still to scan.
 #[derive(Clone, Copy)]
@@ -291,6 +302,8 @@ impl MarkState {
         done
     }
 
+    // Never inlined: a slice's loop, called once a slice (and named in profiles).
+    #[inline(never)]
     fn run_prefetch(&mut self, chunks: &mut [Chunk], mut work: isize) -> bool {
         // Locals, so the loop keeps them in registers.
         let pb: *mut usize = self.pb.as_mut_ptr();
@@ -318,10 +331,30 @@ impl MarkState {
                 unsafe { *hp = hd | BLACK };
                 let wosz = wosize(hd);
                 marked += wosz as u64 + 1;
-                if tag(hd) >= NO_SCAN_TAG || wosz == 0 {
+                if tag(hd) >= NO_SCAN_TAG {
                     continue;
                 }
                 p = v as *mut u64;
+                if wosz <= PB_SIZE - (enq - deq) {
+                    // The common case (§3): every field fits in the ring, so the scan
+                    // needs no room test and nothing spills. A block this small is at most
+                    // one ring's worth of words, below `SCAN_CHUNK`.
+                    work -= wosz as isize;
+                    for i in 0..wosz {
+                        // SAFETY: i < wosz: a field of this black block.
+                        let w = unsafe { *p.add(i) } as usize;
+                        if w & 1 == 0 {
+                            prefetch(w - 8);
+                            // SAFETY: masked index; the ring had room for every field.
+                            unsafe { *pb.add(enq & PB_MASK) = w };
+                            enq += 1;
+                        }
+                    }
+                    // Back to fill mode once the ring is above its minimum (a move, not a
+                    // branch: this runs for nearly every block).
+                    waterline = if enq - deq > PB_MIN { PB_MIN } else { waterline };
+                    continue;
+                }
                 if wosz > SCAN_CHUNK {
                     if self.stack.len() >= self.limit {
                         // SAFETY: hp is black; it will be rescanned whole.
@@ -350,10 +383,16 @@ impl MarkState {
                     continue;
                 }
                 p = r.start;
+                // A range is scanned as far as the ring can take its words, less a
+                // margin for the blocks they reach, so a long range (a root array) fills
+                // the ring instead of spilling most of its pointers; the rest goes back.
+                // The ring is at or below its waterline here, so `take` is at least
+                // `PB_SIZE - PB_MIN - RANGE_MARGIN`.
+                let take = (PB_SIZE - (enq - deq)).saturating_sub(RANGE_MARGIN).max(1);
                 // SAFETY: start and end bound one block's fields.
-                if unsafe { r.end.offset_from(r.start) } as usize > SCAN_CHUNK {
-                    // SAFETY: start + SCAN_CHUNK < end, inside the block.
-                    let mid = unsafe { r.start.add(SCAN_CHUNK) };
+                if unsafe { r.end.offset_from(r.start) } as usize > take {
+                    // SAFETY: start + take < end, inside the block.
+                    let mid = unsafe { r.start.add(take) };
                     self.stack.push(Range { start: mid, end: r.end });
                     end = mid;
                 } else {
@@ -384,6 +423,7 @@ impl MarkState {
                     } else if self.stack.len() < self.limit {
                         // Ring full: spill the pointer, unread, to the stack.
                         self.stack.push(Range { start: w as *mut u64, end: core::ptr::null_mut() });
+                        self.max_stack = self.max_stack.max(self.stack.len());
                     } else {
                         // Both full: mark it now; its range overflows to gray (§5).
                         // SAFETY: w is a live block value (§1).
@@ -394,9 +434,6 @@ impl MarkState {
             if enq - deq > PB_MIN {
                 waterline = PB_MIN; // fill mode
             }
-            if self.stack.len() > self.max_stack {
-                self.max_stack = self.stack.len();
-            }
         };
         self.enq = enq;
         self.deq = deq;
@@ -405,6 +442,7 @@ impl MarkState {
         done
     }
 
+    #[inline(never)]
     fn run_dfs(&mut self, chunks: &mut [Chunk], mut work: isize) -> bool {
         debug_assert!(self.enq == self.deq);
         loop {

@@ -60,7 +60,13 @@ impl World {
             self.nodes.push(Node { val, tag: STRING_TAG, fields: Vec::new(), bytes });
             return id;
         }
-        let n = if r < 13 { self.rng.random_range(300..700) } else { self.rng.random_range(1..7) };
+        // Large blocks past `SCAN_CHUNK`, mid-sized ones that fit the prefetch ring only
+        // when it is nearly empty, and small ones.
+        let n = match r {
+            ..13 => self.rng.random_range(300..700),
+            13..16 => self.rng.random_range(60..=256),
+            _ => self.rng.random_range(1..7),
+        };
         let tag = self.rng.random_range(0..4u8);
         let val = self.heap.alloc(tag, n);
         let mut fields = vec![F::Int(0); n];
@@ -122,6 +128,17 @@ impl World {
         live.iter().copied().filter(|&i| self.nodes[i].tag < NO_SCAN_TAG).collect()
     }
 
+    /// A field of node `a` (which has more than one) for a pointer: often its last, where
+    /// an off-by-one at the end of a scanned range would miss it, else any but field 0.
+    fn field_of(&mut self, a: usize) -> usize {
+        let n = self.nodes[a].fields.len();
+        if self.rng.random_bool(0.3) {
+            n - 1
+        } else {
+            self.rng.random_range(1..n)
+        }
+    }
+
     /// One random mutation among reachable nodes.
     fn mutate(&mut self) {
         let live = self.live_list();
@@ -136,7 +153,7 @@ impl World {
                 }
                 if let Some(&a) = pick(&mut self.rng, &scanned) {
                     if self.nodes[a].fields.len() > 1 {
-                        let i = self.rng.random_range(1..self.nodes[a].fields.len());
+                        let i = self.field_of(a);
                         self.set(a, i, F::Ptr(n));
                         return;
                     }
@@ -149,7 +166,7 @@ impl World {
                     (pick(&mut self.rng, &scanned), pick(&mut self.rng, &live))
                 {
                     if self.nodes[a].fields.len() > 1 {
-                        let i = self.rng.random_range(1..self.nodes[a].fields.len());
+                        let i = self.field_of(a);
                         self.set(a, i, F::Ptr(b));
                     }
                 }
