@@ -1,10 +1,11 @@
 //! The marking microbenchmark of ocaml/ocaml#10195: a random pointer graph of small blocks, collected
-//! with the prefetching and the depth-first marker side by side (alternating, several full
-//! major GCs each), then once incrementally with a slice budget.
+//! with the prefetching marker (with and without its reached bits, `HeapConfig::reached_bits`)
+//! and the depth-first marker side by side (alternating, several full major GCs each), then
+//! once incrementally with a slice budget.
 //!
 //! ```text
 //! cargo run --release --example markbench -- [--heap-mb 800] [--gcs 5] [--budget 200000] [--seed 1]
-//!     [--huge-pages on|off]
+//!     [--huge-pages on|off] [--reached-bits auto|on|off]
 //! ```
 //!
 //! In the same run, on memory of the heap's size, it measures what the machine allows
@@ -19,13 +20,15 @@
 //!
 //! The graph: blocks of three fields (two pointers to random blocks, one integer), every
 //! block also referenced from root arrays in shuffled order, so all blocks are live and
-//! every visit is a random access. The last line is `prefetch speedup: R`, the depth-first
-//! marker's median mark time over the prefetching marker's (medians: a collection that a
-//! neighbour on a shared machine slowed down does not move them).
+//! every visit is a random access. The last lines are the reached bits' speedup (the
+//! prefetching marker's median mark time without them over with them, as `--reached-bits`
+//! sets them: `auto`, the default, uses them only for heap sizes where they pay) and
+//! `prefetch speedup: R`, the depth-first marker's over the prefetching marker's (medians: a
+//! collection that a neighbour on a shared machine slowed down does not move them).
 
 use std::time::Instant;
 
-use memprof::gc::{CycleStats, Heap, HeapConfig, Marker, Value};
+use memprof::gc::{CycleStats, Heap, HeapConfig, Marker, ReachedBits, Value};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -41,6 +44,7 @@ struct Args {
     budget: usize,
     seed: u64,
     huge: bool,
+    bits: ReachedBits,
 }
 
 fn parse() -> Args {
@@ -50,6 +54,7 @@ fn parse() -> Args {
         budget: 200_000,
         seed: 1,
         huge: HeapConfig::default().huge_pages,
+        bits: HeapConfig::default().reached_bits,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -64,6 +69,17 @@ fn parse() -> Args {
             "--gcs" => a.gcs = num("--gcs").max(1),
             "--budget" => a.budget = num("--budget").max(1),
             "--seed" => a.seed = num("--seed") as u64,
+            "--reached-bits" => {
+                a.bits = match it.next().as_deref() {
+                    Some("auto") => ReachedBits::Auto,
+                    Some("on") => ReachedBits::On,
+                    Some("off") => ReachedBits::Off,
+                    _ => {
+                        eprintln!("markbench: --reached-bits needs auto, on or off");
+                        std::process::exit(2)
+                    }
+                }
+            }
             "--huge-pages" => {
                 a.huge = match it.next().as_deref() {
                     Some("on") => true,
@@ -77,7 +93,7 @@ fn parse() -> Args {
             _ => {
                 eprintln!(
                     "usage: markbench [--heap-mb N] [--gcs K] [--budget WORDS] [--seed S] \
-                     [--huge-pages on|off]"
+                     [--huge-pages on|off] [--reached-bits auto|on|off]"
                 );
                 std::process::exit(2)
             }
@@ -162,35 +178,40 @@ fn main() {
         st.large_blocks,
         t.elapsed().as_secs_f64()
     );
-    // Warm-up: one cycle of each (first-touch effects, free-list rebuild).
-    for m in [Marker::Prefetch, Marker::DepthFirst] {
+    // The three ways of marking compared: the prefetching marker with its reached bits
+    // (the default), without them, and depth-first.
+    let ways = [
+        (Marker::Prefetch, args.bits),
+        (Marker::Prefetch, ReachedBits::Off),
+        (Marker::DepthFirst, ReachedBits::Off),
+    ];
+    let set = |heap: &mut Heap, (m, bits): (Marker, ReachedBits)| {
         heap.set_marker(m);
+        heap.set_reached_bits(bits);
+    };
+    // Warm-up: one cycle of each (first-touch effects, free-list rebuild).
+    for way in ways {
+        set(&mut heap, way);
         heap.major_cycle();
     }
-    let mut pf = Vec::new();
-    let mut dfs = Vec::new();
+    let mut runs: [Vec<CycleStats>; 3] = Default::default();
     for round in 0..args.gcs {
-        let order = if round % 2 == 0 {
-            [Marker::Prefetch, Marker::DepthFirst]
-        } else {
-            [Marker::DepthFirst, Marker::Prefetch]
-        };
-        for m in order {
-            heap.set_marker(m);
+        // A different order each round: a neighbour slowing the machine for a while
+        // slows all three alike.
+        for k in 0..3 {
+            let i = (round + k) % 3;
+            set(&mut heap, ways[i]);
             heap.major_cycle();
-            let c = heap.cycles().last().expect("a cycle").clone();
-            match m {
-                Marker::Prefetch => pf.push(c),
-                Marker::DepthFirst => dfs.push(c),
-            }
+            runs[i].push(heap.cycles().last().expect("a cycle").clone());
         }
     }
     println!("full major GCs, {} each, alternating:", args.gcs);
-    let p = summary("prefetch", &pf);
-    let d = summary("depth-first", &dfs);
+    let p = summary("prefetch", &runs[0]);
+    let nb = summary("  no bits", &runs[1]);
+    let d = summary("depth-first", &runs[2]);
     println!("max mark stack {} entries", heap.stats().max_mark_stack);
     for m in [Marker::Prefetch, Marker::DepthFirst] {
-        heap.set_marker(m);
+        set(&mut heap, (m, args.bits));
         while !heap.major_slice(args.budget) {}
         let c = heap.cycles().last().expect("a cycle");
         println!(
@@ -214,13 +235,15 @@ fn main() {
     );
     let blocks = (n + st.large_blocks) as f64;
     let (p_block, d_block) = (p * 1e9 / blocks, d * 1e9 / blocks);
+    let nb_block = nb * 1e9 / blocks;
     println!(
         "per marked block: prefetch {p_block:.1} ns = {:.2}× the limit {limit:.1} ns; \
-         depth-first {d_block:.1} ns = {:.2}×",
+         without reached bits {nb_block:.1} ns = {:.2}×; depth-first {d_block:.1} ns = {:.2}×",
         p_block / limit,
+        nb_block / limit,
         d_block / limit
     );
-    let sweep: Vec<f64> = pf.iter().chain(&dfs).map(|c| c.sweep_ns as f64 / n as f64).collect();
+    let sweep: Vec<f64> = runs.iter().flatten().map(|c| c.sweep_ns as f64 / n as f64).collect();
     let seq = sequential(n * 32, args.huge, n);
     println!(
         "sweep per block: {:.2} ns = {:.2}× a sequential pass over the chunks ({seq:.2} ns \
@@ -231,13 +254,22 @@ fn main() {
     // A marker reads the header of every block a pointer reaches, marked already or not:
     // here each block is reached by two fields and one root-array entry.
     let reads = (3 * n) as f64;
-    let p_read = p * 1e9 / reads;
+    let (p_read, nb_read) = (p * 1e9 / reads, nb * 1e9 / reads);
     println!(
         "per pointer followed (3 per marked block here: 2 fields and a root entry): prefetch \
-         {p_read:.1} ns = {:.2}× the limit",
-        p_read / limit
+         {p_read:.1} ns = {:.2}× the limit; without reached bits {nb_read:.1} ns = {:.2}×",
+        p_read / limit,
+        nb_read / limit
     );
     println!("huge pages: {}", if args.huge { "asked for" } else { "not asked for" });
+    let used = runs[0].iter().filter(|c| c.reached_bits).count();
+    println!(
+        "reached bits ({:?}): used in {used} of {} cycles; speedup {:.2} (mark time without \
+         them over with them)",
+        args.bits,
+        runs[0].len(),
+        nb / p
+    );
     println!("prefetch speedup: {:.2}", d / p);
 }
 

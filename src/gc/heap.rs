@@ -17,7 +17,10 @@
 //! twice). Every word of a chunk belongs to exactly one block, allocated or free, so a
 //! chunk can be walked header to header (sweep, overflow recovery). Large blocks (more than
 //! [`MAX_SMALL_WOSIZE`] fields) get their own `System` allocation and are freed by sweep.
-//! Nothing ever moves.
+//! Nothing ever moves. A block of no field is followed by a padding word (a blue fragment
+//! of no field) that sweep keeps with it while it lives, so the headers of live blocks are
+//! always at least 16 bytes apart (the marker's reached bits, `gc::mark` §3, tell blocks
+//! apart by their header's 16-byte granule).
 
 use core::fmt;
 

@@ -14,7 +14,7 @@
 //! being scanned). Gray: reached, but its scan was dropped because the mark stack was full
 //! (§5). A block's `whsize` is added to `words_marked` exactly once, when it leaves white,
 //! so rescans after an overflow never count twice. The slice budget counts work done
-//! (fields scanned plus one per block taken from the ring), which can include rescans.
+//! (fields scanned plus one per entry taken from the ring), which can include rescans.
 //!
 //! # 3. The prefetching loop
 //! A 256-entry ring (the prefetch buffer) sits in front of the mark stack. Each step takes
@@ -31,14 +31,38 @@
 //! ring overflows. If the stack is full too, the pointer is marked on the spot and its
 //! range overflows as in §5.
 //!
-//! Two things keep the loop's own instructions and the spills down. A block whose fields
-//! all fit in the ring's free entries (nearly every small block) is scanned without a room
-//! test per pointer. A range popped from the stack (a root array, the rest of a large
-//! block) is scanned only as far as the ring has room, less `RANGE_MARGIN` entries for
-//! the blocks it reaches, and the rest goes back on the stack: a long range fills the ring
-//! instead of spilling most of its pointers one entry each. (Pushing back the rest of a
-//! *fresh* block instead of spilling is slower: its line is cold when the range returns.)
+//! **Reached bits: two passes through the ring.** In a heap past the caches, most pointers
+//! a marker follows lead to blocks it reached already (in `examples/markbench`'s graph,
+//! two of every three), and reading such a block's header to learn so costs a miss to
+//! main memory. So the marker keeps a side bitmap, one bit per 16 bytes of the span of the
+//! chunks (a 128th of its size: it stays in the last-level cache where the heap does not),
+//! cleared when a cycle begins. A pointer into that span enters the ring as itself, its
+//! bit's word prefetched; when it comes out (the first pass), its bit is tested and set.
+//! A block whose bit was set already is dropped there, without touching its header. Any
+//! other goes back into the ring tagged (`v | 1`), its header prefetched now; when it comes
+//! out again (the second pass) it is marked and scanned as above. A pointer outside the
+//! span (a large block, a chunk added during marking) enters tagged, its header prefetched.
+//! The bit is a filter in front of the header, never the other way round: *bit set ⇒ the
+//! block is queued for its second pass, or marked*. A clear bit says nothing, and the
+//! header decides (a root, a write-barrier shade, a block allocated black). One bit per 16
+//! bytes tells blocks apart because live headers are at least 16 bytes apart: every block
+//! has a field, or, with none, a padding word that sweep keeps with it (`Heap::alloc`).
+//! The first pass writes its second-pass entry whether the bit was set or not and keeps it
+//! only if it was clear, and prefetches the ring's own line for a block reached before:
+//! no branch on a bit that is as often set as not. When the chunks are scattered over more
+//! than four times their size of address space, there are no bits and every pointer takes
+//! the second pass at once.
 //!
+//! Two more things keep the loop's own instructions and the spills down. A block whose
+//! fields all fit in the ring's free entries (nearly every small block) is scanned without
+//! a room test per pointer. A range popped from the stack (a root array, the rest of a
+//! large block) is scanned only as far as the ring has room, less `RANGE_MARGIN` entries
+//! for the blocks it reaches, and the rest goes back on the stack: a long range fills the
+//! ring instead of spilling most of its pointers one entry each. (Pushing back the rest of
+//! a *fresh* block instead of spilling is slower: its line is cold when the range
+//! returns. Testing the bit when a pointer is scanned, rather than in a first pass, is
+//! slower still: the scan waits for the bitmap's line.)
+
 //! # 4. Ranges and large blocks
 //! Stack entries are `(start, end)` field ranges, so finishing the tail of a long block
 //! needs no header read. A range longer than `SCAN_CHUNK` words is scanned `SCAN_CHUNK`
@@ -69,6 +93,7 @@
 use super::heap::{
     tag, wosize, Chunk, BLACK, COLOUR_MASK, GRAY, MAX_SMALL_WOSIZE, NO_SCAN_TAG, WHITE,
 };
+use super::ReachedBits;
 
 /// Entries in the prefetch ring.
 pub(crate) const PB_SIZE: usize = 256;
@@ -117,6 +142,52 @@ fn prefetch(p: usize) {
     }
 }
 
+/// True when reached bits pay for a heap spanning `span` bytes beside a last-level cache
+/// of `llc` bytes (`ReachedBits::Auto`): the heap is more than twice the cache, and its
+/// bitmap (a 128th) at most a quarter of it.
+fn bits_pay(span: usize, llc: usize) -> bool {
+    span > 2 * llc && span / 128 <= llc / 4
+}
+
+/// The size in bytes of the CPU's last-level cache (the largest level that `sysfs` lists
+/// for CPU 0), read once; `None` when it does not say.
+fn last_level_cache() -> Option<usize> {
+    static SIZE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+        let mut best: Option<(u32, usize)> = None;
+        for entry in dir.flatten() {
+            let read = |name: &str| std::fs::read_to_string(entry.path().join(name)).ok();
+            let (Some(level), Some(size)) = (read("level"), read("size")) else {
+                continue;
+            };
+            let Ok(level) = level.trim().parse::<u32>() else {
+                continue;
+            };
+            let size = size.trim();
+            let (digits, unit) = match size.find(|c: char| !c.is_ascii_digit()) {
+                Some(at) => size.split_at(at),
+                None => (size, ""),
+            };
+            let scale = match unit {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                _ => continue,
+            };
+            let Some(bytes) = digits.parse::<usize>().ok().and_then(|n| n.checked_mul(scale))
+            else {
+                continue;
+            };
+            if best.is_none_or(|(l, _)| level > l) {
+                best = Some((level, bytes));
+            }
+        }
+        best.map(|(_, bytes)| bytes).filter(|&b| b > 0)
+    })
+}
+
 /// The state of the marker; lives across slices.
 pub(crate) struct MarkState {
     stack: Vec<Range>,
@@ -134,6 +205,12 @@ pub(crate) struct MarkState {
     pub overflows: u64,
     /// Deepest the stack has been (all cycles).
     pub max_stack: usize,
+    /// The reached bits (§3): one per 16 bytes of the chunks' span, by header address.
+    bits: Vec<u64>,
+    /// The span's start plus 8: a block value minus this is its header's offset in it.
+    lo8: usize,
+    /// Bytes covered by `bits` (0: none; every block goes by its header).
+    span: usize,
 }
 
 impl MarkState {
@@ -150,15 +227,86 @@ impl MarkState {
             pending_large: Vec::new(),
             overflows: 0,
             max_stack: 0,
+            bits: Vec::new(),
+            lo8: 8,
+            span: 0,
         }
     }
 
-    /// Resets the per-cycle counters (the stack and ring are empty between cycles).
-    pub(crate) fn begin_cycle(&mut self, limit: usize) {
+    /// Resets the per-cycle counters (the stack and ring are empty between cycles), and
+    /// the reached bits when `bits` (§3).
+    pub(crate) fn begin_cycle(
+        &mut self,
+        limit: usize,
+        chunks: &[Chunk],
+        bits: ReachedBits,
+        huge_pages: bool,
+    ) {
         debug_assert!(self.stack.is_empty() && self.enq == self.deq && self.grays == 0);
         self.limit = limit.max(1);
         self.words_marked = 0;
         self.waterline = PB_MIN;
+        self.cover(chunks, bits, huge_pages);
+    }
+
+    /// Clears the reached bits and sizes them to cover the chunks' span, or drops them
+    /// (§3).
+    fn cover(&mut self, chunks: &[Chunk], when: ReachedBits, huge_pages: bool) {
+        self.span = 0;
+        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+            return;
+        };
+        let lo = first.base as usize & !1023;
+        let hi = (last.base as usize + last.words * 8).next_multiple_of(1024);
+        let words: usize = chunks.iter().map(|c| c.words).sum();
+        // The bits pay only in a window of heap sizes (`ReachedBits::Auto`, measured with
+        // `examples/markbench`): in a heap that the last-level cache holds, headers are
+        // cache hits and the first pass only adds work; once the bitmap is more than a
+        // quarter of that cache, its own misses cost more than the header misses it saves.
+        // Chunks scattered over the address space would make the bitmap larger than the
+        // heap's 128th. Without bits, every block goes by its header.
+        let pays = match when {
+            ReachedBits::Off => false,
+            ReachedBits::On => true,
+            ReachedBits::Auto => last_level_cache().is_some_and(|c| bits_pay(hi - lo, c)),
+        };
+        if !pays || hi - lo > words * 8 * 4 {
+            self.bits = Vec::new();
+            return;
+        }
+        let n = (hi - lo) / 1024;
+        if self.bits.capacity() < n {
+            // Fresh memory, advised before its first touch: the bits are read at random,
+            // so huge pages spare their TLB misses as they do the heap's.
+            self.bits = Vec::with_capacity(n + n / 4);
+            if huge_pages {
+                super::heap::advise_huge_pages(self.bits.as_mut_ptr(), self.bits.capacity());
+            }
+        }
+        self.bits.clear();
+        self.bits.resize(n, 0);
+        self.lo8 = lo + 8;
+        self.span = hi - lo;
+    }
+
+    /// True when this cycle marks with reached bits (§3).
+    pub(crate) fn has_bits(&self) -> bool {
+        self.span > 0
+    }
+
+    /// The ring entry of block value `v`, with what it needs next prefetched: its reached
+    /// bit's word for a block the bitmap covers (`v`, the first pass), else its header
+    /// (`v | 1`, the second pass at once).
+    #[inline(always)]
+    fn entry(bits: *const u64, lo8: usize, span: usize, v: usize) -> usize {
+        let off = v.wrapping_sub(lo8);
+        if off < span {
+            prefetch(bits.wrapping_add(off >> 10) as usize);
+            v
+        } else {
+            prefetch(v - 8);
+            v | 1
+        }
     }
 
     /// Colours the block at `hp` gray and records it for redarkening.
@@ -311,6 +459,8 @@ impl MarkState {
         let mut deq = self.deq;
         let mut waterline = self.waterline;
         let mut marked = 0u64;
+        let bits = self.bits.as_mut_ptr();
+        let (lo8, span) = (self.lo8, self.span);
         let done = loop {
             if work <= 0 {
                 break false;
@@ -318,9 +468,33 @@ impl MarkState {
             let (mut p, end): (*mut u64, *mut u64);
             if enq - deq > waterline {
                 // SAFETY: the index is masked into the ring.
-                let v = unsafe { *pb.add(deq & PB_MASK) };
+                let e = unsafe { *pb.add(deq & PB_MASK) };
                 deq += 1;
                 work -= 1;
+                if e & 1 == 0 {
+                    // First pass: the block's reached bit, prefetched when it was queued.
+                    let off = e - lo8;
+                    let (i, b) = (off >> 10, (off >> 4) & 63);
+                    // SAFETY: first-pass entries are covered (`entry`): off < span, so i
+                    // is inside `bits`.
+                    let word = unsafe { *bits.add(i) };
+                    // SAFETY: as above.
+                    unsafe { *bits.add(i) = word | (1 << b) };
+                    // Second pass, for a block not reached before: its header, prefetched
+                    // now. Without a branch on the bit, which is as often set as not: the
+                    // entry is written either way and kept only if the bit was clear, and
+                    // the prefetch of a block reached before goes to the ring's own line.
+                    // The ring has room: an entry was just taken.
+                    let new = usize::from((word >> b) & 1 == 0);
+                    // A mask select (all ones when new), which compiles to no branch.
+                    let own = pb as usize;
+                    prefetch(own ^ (((e - 8) ^ own) & new.wrapping_neg()));
+                    // SAFETY: masked index.
+                    unsafe { *pb.add(enq & PB_MASK) = e | 1 };
+                    enq += new;
+                    continue;
+                }
+                let v = e & !1;
                 let hp = (v as *mut u64).wrapping_sub(1);
                 // SAFETY: ring entries are block values read from scanned fields (§1).
                 let hd = unsafe { *hp };
@@ -344,9 +518,8 @@ impl MarkState {
                         // SAFETY: i < wosz: a field of this black block.
                         let w = unsafe { *p.add(i) } as usize;
                         if w & 1 == 0 {
-                            prefetch(w - 8);
                             // SAFETY: masked index; the ring had room for every field.
-                            unsafe { *pb.add(enq & PB_MASK) = w };
+                            unsafe { *pb.add(enq & PB_MASK) = Self::entry(bits, lo8, span, w) };
                             enq += 1;
                         }
                     }
@@ -376,9 +549,8 @@ impl MarkState {
                     // at least PB_MIN steps from now. The ring is at or below its
                     // waterline, so it has room.
                     let v = r.start as usize;
-                    prefetch(v - 8);
                     // SAFETY: masked index.
-                    unsafe { *pb.add(enq & PB_MASK) = v };
+                    unsafe { *pb.add(enq & PB_MASK) = Self::entry(bits, lo8, span, v) };
                     enq += 1;
                     continue;
                 }
@@ -416,9 +588,8 @@ impl MarkState {
                 p = unsafe { p.add(1) };
                 if w & 1 == 0 {
                     if enq - deq < PB_SIZE {
-                        prefetch(w - 8);
                         // SAFETY: masked index.
-                        unsafe { *pb.add(enq & PB_MASK) = w };
+                        unsafe { *pb.add(enq & PB_MASK) = Self::entry(bits, lo8, span, w) };
                         enq += 1;
                     } else if self.stack.len() < self.limit {
                         // Ring full: spill the pointer, unread, to the stack.
@@ -477,5 +648,33 @@ impl MarkState {
     /// True when no marking work is queued (ring, stack, gray blocks).
     pub(crate) fn is_empty(&self) -> bool {
         self.enq == self.deq && self.stack.is_empty() && self.grays == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The window where reached bits pay, on this repository's VM's 32 MiB cache: past
+    /// 64 MiB of heap, up to 1 GiB (a bitmap of 8 MiB).
+    #[test]
+    fn reached_bits_pay_in_a_window_of_heap_sizes() {
+        let llc = 32 << 20;
+        assert!(!bits_pay(8 << 20, llc));
+        assert!(!bits_pay(64 << 20, llc));
+        assert!(bits_pay(65 << 20, llc));
+        assert!(bits_pay(800 << 20, llc));
+        assert!(bits_pay(1 << 30, llc));
+        assert!(!bits_pay((1 << 30) + (1 << 20), llc));
+        assert!(!bits_pay(2500 << 20, llc));
+    }
+
+    /// The machine's cache is read from sysfs when it lists one.
+    #[test]
+    fn the_last_level_cache_is_read_when_listed() {
+        if std::path::Path::new("/sys/devices/system/cpu/cpu0/cache/index0/size").exists() {
+            let llc = last_level_cache().expect("a cache size");
+            assert!(llc >= 32 << 10, "{llc}");
+        }
     }
 }

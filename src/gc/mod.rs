@@ -29,7 +29,8 @@
 //! twice. Each block allocation calls [`crate::engine::alloc::on_alloc`] with the block's header
 //! address and its size in bytes (header included); sweep calls
 //! [`crate::engine::alloc::on_dealloc`] for every dead block before its memory can be reused. The
-//! marker's stack, the root table and the cycle records are ordinary Rust collections.
+//! marker's stack and reached bits, the root table and the cycle records are ordinary Rust
+//! collections.
 //!
 //! # 4. Timing
 //! Each cycle yields a [`CycleStats`]: mark time summed over slices, slice count, longest
@@ -79,6 +80,26 @@ pub struct HeapConfig {
     /// settings, and the machine's limit under each). The cost is resident memory: a chunk's
     /// first touch of a 2 MiB range makes all of it resident.
     pub huge_pages: bool,
+    /// The prefetching marker's reached bits (`gc::mark` §3): a side bitmap of one bit per
+    /// 16 bytes of the chunks' span (a 128th of the heap), so that a pointer to a block
+    /// marked already costs a bit in cache instead of a header read from memory.
+    pub reached_bits: ReachedBits,
+}
+
+/// When the prefetching marker keeps its reached bits ([`HeapConfig::reached_bits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReachedBits {
+    /// In the window of heap sizes where they pay (`examples/markbench.rs` measures it):
+    /// a heap more than twice the last-level cache, whose bitmap is at most a quarter of
+    /// it. A heap the cache holds has its headers in cache already; a larger bitmap misses
+    /// the cache itself. Off when the cache's size is unknown.
+    #[default]
+    Auto,
+    /// Whatever the heap's size (unless its chunks are scattered over more than four times
+    /// their size of address space).
+    On,
+    /// Never: saves the bitmap's memory.
+    Off,
 }
 
 impl Default for HeapConfig {
@@ -89,6 +110,7 @@ impl Default for HeapConfig {
             free_list_heuristic: true,
             mark_stack_limit: 0,
             huge_pages: true,
+            reached_bits: ReachedBits::Auto,
         }
     }
 }
@@ -201,6 +223,12 @@ impl Heap {
         self.config.marker = marker;
     }
 
+    /// Sets when the prefetching marker keeps its reached bits, from the next cycle
+    /// ([`HeapConfig::reached_bits`]).
+    pub fn set_reached_bits(&mut self, when: ReachedBits) {
+        self.config.reached_bits = when;
+    }
+
     /// True while a cycle is marking (between slices).
     pub fn is_marking(&self) -> bool {
         self.phase == Phase::Mark
@@ -260,12 +288,11 @@ impl Heap {
                 debug_assert!(!hp.is_null());
             }
             if wosize == 0 {
-                // A 0-field block in a 2-word run: the first word stays a free fragment.
+                // A 0-field block in a 2-word run: the second word stays a free fragment,
+                // so that headers of blocks are at least 16 bytes apart (the marker's
+                // reached bits are one per 16 bytes, `mark` §3).
                 // SAFETY: hp is a fresh 2-word run.
-                unsafe {
-                    *hp = make_header(0, heap::BLUE, 0);
-                    hp = hp.add(1);
-                }
+                unsafe { *hp.add(1) = make_header(0, heap::BLUE, 0) };
             }
             hp
         };
@@ -472,11 +499,17 @@ impl Heap {
             0 => ((self.chunk_words + self.large_words) / 16).max(1 << 16),
             n => n,
         };
-        self.mark.begin_cycle(limit);
+        let bits = match self.marker {
+            Marker::Prefetch => self.config.reached_bits,
+            Marker::DepthFirst => ReachedBits::Off,
+        };
+        self.mark.begin_cycle(limit, &self.chunks, bits, self.config.huge_pages);
+        let reached_bits = self.mark.has_bits();
         self.current = CycleStats {
             start_ns: monotonic_ns(),
             marker: self.marker,
             overflows: self.mark.overflows,
+            reached_bits,
             ..CycleStats::default()
         };
         for i in 0..self.roots.len() {

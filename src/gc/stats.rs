@@ -30,6 +30,10 @@ pub struct CycleStats {
     pub marker: Marker,
     /// Blocks grayed by mark-stack overflow during the cycle.
     pub overflows: u64,
+    /// Whether the prefetching marker kept its reached bits this cycle
+    /// ([`HeapConfig::reached_bits`](crate::gc::HeapConfig::reached_bits), and a heap of a size
+    /// where they pay).
+    pub reached_bits: bool,
 }
 
 /// Heap totals at a point in time.

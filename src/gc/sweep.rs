@@ -71,6 +71,14 @@ pub(crate) unsafe fn sweep(
                     // SAFETY: p is a live header.
                     unsafe { *p = hd & !COLOUR_MASK };
                     s.live_words += wh;
+                    if wh == 1 {
+                        // A 0-field block's second word is its padding (`Heap::alloc`),
+                        // kept out of the free lists while the block lives: a block
+                        // allocated there would have its header 8 bytes from this one,
+                        // within one of the marker's reached bits (`mark` §3).
+                        // SAFETY: the padding word is inside the chunk, after p.
+                        p = unsafe { p.add(1) };
+                    }
                 }
             }
             // SAFETY: the next block starts right after this one (or at `end`).
