@@ -152,7 +152,7 @@
 //! | `gc/mod.rs` | the managed heap's face: [`gc::Heap`], collection cycles and their timing |
 //! | `gc/heap.rs` | blocks, headers, values, chunks and large blocks: the heap's memory layout |
 //! | `gc/alloc.rs` | size-classed free lists with the last-known-free-index heuristic |
-//! | `gc/mark.rs` | incremental marking: the prefetching marker and a plain depth-first one |
+//! | `gc/mark.rs` | incremental marking: the prefetching marker (with its reached bits) and a plain depth-first one |
 //! | `gc/sweep.rs` | sweep: dead blocks back to the free lists, each death reported first |
 //! | `gc/compare.rs` | structural comparison and hashing of values |
 //! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
