@@ -398,3 +398,47 @@ fn sampled_scopes_do_not_nest() {
     let (_, s) = measure(|| black_box(vec![0u8; 8]));
     assert_eq!((s.blocks, s.bytes), (1, 8), "{s}");
 }
+
+/// A session that ends while a scope is open on another thread leaves the scope's blocks
+/// counted: its free is still seen. The live table's filter counters hold the scope's
+/// marks beside the session's blocks, and when a counter has saturated (255 sampled blocks
+/// 32 MiB apart share one), the end of the session sweeps the filter: that sweep used to
+/// zero the scope's mark too, so the block's free went unseen and it stayed live.
+#[test]
+fn a_session_ending_beside_an_open_scope_keeps_its_frees_seen() {
+    // Barriers wait without allocating, so the scope counts the box alone.
+    let (opened, ended) =
+        (Arc::new(std::sync::Barrier::new(2)), Arc::new(std::sync::Barrier::new(2)));
+    let (scope_open, session_ended) = (opened.clone(), ended.clone());
+    let scope = std::thread::spawn(move || {
+        measure(|| {
+            let b = black_box(Box::new([7u8; 100]));
+            scope_open.wait();
+            session_ended.wait();
+            drop(b);
+        })
+        .1
+    });
+    opened.wait();
+    // Sessions are one at a time in a process, and other tests here run theirs.
+    let config = memprof::Config { interval: 1.0, ..Default::default() };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let session = loop {
+        match memprof::start(config.clone(), memprof::Recorder::new()) {
+            Ok(s) => break s,
+            Err(e) if std::time::Instant::now() > deadline => panic!("no session: {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    };
+    // 255 sampled blocks that share one filter counter saturate it. The addresses are
+    // only keys of the live table: nothing is read or written there.
+    let base = 0x6000_0000_0000usize;
+    let stride = (memprof::__private::FILTER_MASK + 1) << memprof::__private::FILTER_SHIFT;
+    for k in 0..255 {
+        memprof::__private::on_alloc((base + k * stride) as *mut u8, 64);
+    }
+    session.stop().unwrap();
+    ended.wait();
+    let s = scope.join().unwrap();
+    assert_eq!(figures(&s), (1, 100, 1, 100, 0), "{s}");
+}

@@ -217,6 +217,9 @@ struct Table {
     slots: *mut Slot,
     cap: usize,
     len: usize,
+    /// Marks ([`mark`]) outstanding on this shard's counters: while there are any, a
+    /// counter of the shard may hold a measuring scope's block, and `clear` leaves it.
+    marks: usize,
 }
 
 /// A free deferred by a signal handler (§4): the block's address (0: the slot is free) and
@@ -246,7 +249,7 @@ static TABLE: [Shard; SHARDS] = [const {
     Shard {
         lock: AtomicUsize::new(0),
         pending: AtomicBool::new(false),
-        table: UnsafeCell::new(Table { slots: core::ptr::null_mut(), cap: 0, len: 0 }),
+        table: UnsafeCell::new(Table { slots: core::ptr::null_mut(), cap: 0, len: 0, marks: 0 }),
         deferred: [const { Deferred { addr: AtomicUsize::new(0), time: AtomicU64::new(0) } };
             DEFERRED],
     }
@@ -379,7 +382,8 @@ impl Table {
         if new.is_null() {
             return false;
         }
-        let old = core::mem::replace(self, Table { slots: new, cap: new_cap, len: 0 });
+        let marks = self.marks;
+        let old = core::mem::replace(self, Table { slots: new, cap: new_cap, len: 0, marks });
         for i in 0..old.cap {
             // SAFETY: i < old.cap.
             let s = unsafe { *old.slot(i) };
@@ -623,13 +627,20 @@ fn remove_freed_slow(addr: usize, fi: usize) -> Option<Entry> {
 /// thread holds the block's shard already (a signal handler, §4).
 pub(crate) fn mark(addr: usize) -> bool {
     let fi = filter_index(addr);
-    with_shard(shard_index(fi), |_| filter_inc(fi)).is_some()
+    with_shard(shard_index(fi), |t| {
+        filter_inc(fi);
+        t.marks += 1;
+    })
+    .is_some()
 }
 
 /// Lowers the counter [`mark`] raised.
 pub(crate) fn unmark(addr: usize) {
     let fi = filter_index(addr);
-    let _ = with_shard(shard_index(fi), |_| filter_dec(fi));
+    let _ = with_shard(shard_index(fi), |t| {
+        filter_dec(fi);
+        t.marks = t.marks.saturating_sub(1);
+    });
 }
 
 /// [`remove`] after its filter test: for a caller whose own fast path found the block's
@@ -687,15 +698,29 @@ pub(crate) fn clear() {
             t.len = 0;
         });
     }
-    // Every entry decremented its own counter above; only saturated counters (which never
-    // decrement) can be left, so the whole filter is swept only if one ever saturated.
+    // Every entry decremented its own counter above; what is left is saturated counters
+    // (which never decrement) and the marks of scopes measuring on other threads, which
+    // outlive sessions. The filter is swept only if a counter ever saturated, and a
+    // counter is zeroed only under its shard's lock, when the shard holds no mark: a
+    // scope's block keeps its counter, so its free is still seen. A counter left is swept
+    // by a later `clear`.
     if SATURATED.swap(false, Ordering::Relaxed) {
-        for c in FILTER.iter() {
+        let mut left = false;
+        for (fi, c) in FILTER.iter().enumerate() {
             // Reading an untouched page maps the shared zero page; only dirty counters are
             // written.
             if c.load(Ordering::Relaxed) != 0 {
-                c.store(0, Ordering::Relaxed);
+                let zeroed = with_shard(shard_index(fi), |t| {
+                    if t.marks == 0 {
+                        c.store(0, Ordering::Relaxed);
+                    }
+                    t.marks == 0
+                });
+                left |= zeroed != Some(true);
             }
+        }
+        if left {
+            SATURATED.store(true, Ordering::Relaxed);
         }
     }
 }

@@ -18,7 +18,9 @@
 //! slow removal, which asks here (a thread-local read, on that slow path only) whether
 //! the freeing thread measures and the block is one of its scope's. Frees by other
 //! threads are not counted: a block handed to another thread and freed there stays live
-//! in the scope's figures.
+//! in the scope's figures. The raised counters outlive sessions: a session that starts or
+//! ends while a scope is open leaves them (`live::clear` zeroes no counter of a shard
+//! holding a scope's mark).
 //!
 //! # 3. Memory
 //! Everything here lives in pages from `mmap` ([`crate::sys::rawmem::map`]), never in the
