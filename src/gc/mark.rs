@@ -261,7 +261,7 @@ impl MarkState {
         let words: usize = chunks.iter().map(|c| c.words).sum();
         // The bits pay only in a window of heap sizes (`ReachedBits::Auto`, measured with
         // `examples/markbench`): in a heap that the last-level cache holds, headers are
-        // cache hits and the first pass only adds work; once the bitmap is more than a
+        // cache hits and the first pass gains nothing; once the bitmap is more than a
         // quarter of that cache, its own misses cost more than the header misses it saves.
         // Chunks scattered over the address space would make the bitmap larger than the
         // heap's 128th. Without bits, every block goes by its header.
