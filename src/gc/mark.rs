@@ -427,15 +427,21 @@ impl MarkState {
     #[inline(always)]
     fn pop_range(&mut self) -> Option<Range> {
         let r = self.stack.pop()?;
+        Some(self.front(r, SCAN_CHUNK))
+    }
+
+    /// The first `most` fields of `r`, a range just popped, the rest pushed back (it fits).
+    #[inline(always)]
+    fn front(&mut self, r: Range, most: usize) -> Range {
         // SAFETY: start and end bound one block's fields.
         let len = unsafe { r.end.offset_from(r.start) } as usize;
-        if len > SCAN_CHUNK {
-            // SAFETY: start + SCAN_CHUNK < end, inside the block.
-            let mid = unsafe { r.start.add(SCAN_CHUNK) };
+        if len > most {
+            // SAFETY: start + most < end, inside the block.
+            let mid = unsafe { r.start.add(most) };
             self.stack.push(Range { start: mid, end: r.end });
-            return Some(Range { start: r.start, end: mid });
+            return Range { start: r.start, end: mid };
         }
-        Some(r)
+        r
     }
 
     /// Runs one slice of marking with `budget` units of work. Returns true when marking
@@ -561,15 +567,8 @@ impl MarkState {
                 // The ring is at or below its waterline here, so `take` is at least
                 // `PB_SIZE - PB_MIN - RANGE_MARGIN`.
                 let take = (PB_SIZE - (enq - deq)).saturating_sub(RANGE_MARGIN).max(1);
-                // SAFETY: start and end bound one block's fields.
-                if unsafe { r.end.offset_from(r.start) } as usize > take {
-                    // SAFETY: start + take < end, inside the block.
-                    let mid = unsafe { r.start.add(take) };
-                    self.stack.push(Range { start: mid, end: r.end });
-                    end = mid;
-                } else {
-                    end = r.end;
-                }
+                let r = self.front(r, take);
+                end = r.end;
             } else if enq != deq {
                 waterline = 0; // drain mode
                 continue;
