@@ -18,6 +18,12 @@
 //! `--huge-pages` asks for transparent huge pages for the heap's chunks and the probe's
 //! memory alike (`HeapConfig::huge_pages`), so the two are compared on the same pages.
 //!
+//! `own work` separates a marker's loop from the memory system: the same graph in a
+//! 256 KiB heap, which the caches hold, marked the same ways (the prefetching marker with
+//! reached bits forced on and with none, and depth-first), each time per block beside the
+//! large heap's limit. A marker is no faster on the large heap than on this one, so its
+//! own work is a floor for its time on the large heap.
+//!
 //! The graph: blocks of three fields (two pointers to random blocks, one integer), every
 //! block also referenced from root arrays in shuffled order, so all blocks are live and
 //! every visit is a random access. The last lines are the reached bits' speedup (the
@@ -103,9 +109,9 @@ fn parse() -> Args {
 }
 
 /// Builds the graph; returns the number of blocks.
-fn build(heap: &mut Heap, heap_mb: usize, rng: &mut SmallRng) -> usize {
+fn build(heap: &mut Heap, bytes: usize, rng: &mut SmallRng) -> usize {
     // 4 words per block + 1 root-array slot.
-    let n = heap_mb * (1 << 20) / (5 * 8);
+    let n = bytes / (5 * 8);
     let mut blocks: Vec<Value> = Vec::with_capacity(n);
     for i in 0..n {
         let b = heap.alloc(0, 3);
@@ -135,6 +141,39 @@ fn build(heap: &mut Heap, heap_mb: usize, rng: &mut SmallRng) -> usize {
         unsafe { heap.register_root(arr) };
     }
     n
+}
+
+/// The heap size of `own_work`, in KiB: half this VM's L2 cache per core, so that the
+/// heap, its bitmap and the marker's ring and stack stay in it.
+const OWN_KIB: usize = 256;
+
+/// The time per marked block on the benchmark's graph in an `OWN_KIB` heap of the
+/// prefetching marker with reached bits and without, and of the depth-first marker
+/// (medians of 101 alternating cycles each): what each loop costs when no visit misses to
+/// main memory.
+fn own_work(huge: bool, rng: &mut SmallRng) -> [f64; 3] {
+    let mut heap = Heap::new(HeapConfig { huge_pages: huge, ..HeapConfig::default() });
+    let n = build(&mut heap, OWN_KIB << 10, rng);
+    let blocks = (n + heap.stats().large_blocks) as f64;
+    let ways = [
+        (Marker::Prefetch, ReachedBits::On),
+        (Marker::Prefetch, ReachedBits::Off),
+        (Marker::DepthFirst, ReachedBits::Off),
+    ];
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for round in 0..=101 {
+        for (i, (marker, bits)) in ways.into_iter().enumerate() {
+            heap.set_marker(marker);
+            heap.set_reached_bits(bits);
+            heap.major_cycle();
+            let c = heap.cycles().last().expect("a cycle");
+            // Round 0 warms the caches up.
+            if round > 0 {
+                times[i].push(c.mark_ns as f64 / blocks);
+            }
+        }
+    }
+    times.map(|t| median(&t))
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -169,7 +208,7 @@ fn main() {
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let mut heap = Heap::new(HeapConfig { huge_pages: args.huge, ..HeapConfig::default() });
     let t = Instant::now();
-    let n = build(&mut heap, args.heap_mb, &mut rng);
+    let n = build(&mut heap, args.heap_mb << 20, &mut rng);
     let st = heap.stats();
     println!(
         "built {n} blocks: heap {:.0} MB in {} chunks + {} root arrays, {:.1} s",
@@ -260,6 +299,17 @@ fn main() {
          {p_read:.1} ns = {:.2}× the limit; without reached bits {nb_read:.1} ns = {:.2}×",
         p_read / limit,
         nb_read / limit
+    );
+    // The loops' own work, apart from the memory system: the same graph in a heap the
+    // caches hold.
+    let [own_bits, own_plain, own_dfs] = own_work(args.huge, &mut rng);
+    println!(
+        "own work (the same graph in a {OWN_KIB} KiB heap, which the caches hold): prefetch \
+         {own_bits:.1} ns per marked block with reached bits = {:.2}× the limit; without \
+         them {own_plain:.1} ns = {:.2}×; depth-first {own_dfs:.1} ns = {:.2}×",
+        own_bits / limit,
+        own_plain / limit,
+        own_dfs / limit
     );
     println!("huge pages: {}", if args.huge { "asked for" } else { "not asked for" });
     let used = runs[0].iter().filter(|c| c.reached_bits).count();
