@@ -147,33 +147,48 @@ fn build(heap: &mut Heap, bytes: usize, rng: &mut SmallRng) -> usize {
 /// heap, its bitmap and the marker's ring and stack stay in it.
 const OWN_KIB: usize = 256;
 
-/// The time per marked block on the benchmark's graph in an `OWN_KIB` heap of the
-/// prefetching marker with reached bits and without, and of the depth-first marker
-/// (medians of 101 alternating cycles each): what each loop costs when no visit misses to
-/// main memory.
-fn own_work(huge: bool, rng: &mut SmallRng) -> [f64; 3] {
+/// A way of marking: the marker, and when it keeps reached bits.
+type Way = (Marker, ReachedBits);
+
+fn set(heap: &mut Heap, (m, bits): Way) {
+    heap.set_marker(m);
+    heap.set_reached_bits(bits);
+}
+
+/// Full major cycles of `heap` in each of `ways`: one of each to warm up (first-touch
+/// effects, free-list rebuild), then `rounds` of each, alternating in a different order
+/// each round (a neighbour slowing the machine for a while slows all three alike).
+/// Returns each way's cycles.
+fn alternate(heap: &mut Heap, ways: [Way; 3], rounds: usize) -> [Vec<CycleStats>; 3] {
+    for way in ways {
+        set(heap, way);
+        heap.major_cycle();
+    }
+    let mut runs: [Vec<CycleStats>; 3] = Default::default();
+    for round in 0..rounds {
+        for k in 0..3 {
+            let i = (round + k) % 3;
+            set(heap, ways[i]);
+            heap.major_cycle();
+            runs[i].push(heap.cycles().last().expect("a cycle").clone());
+        }
+    }
+    runs
+}
+
+/// The time per marked block of each of `ways` on the benchmark's graph in an `OWN_KIB`
+/// heap (medians of 101 alternating cycles each), the first with reached bits forced on:
+/// what each loop costs when no visit misses to main memory.
+fn own_work(huge: bool, mut ways: [Way; 3], rng: &mut SmallRng) -> [f64; 3] {
     let mut heap = Heap::new(HeapConfig { huge_pages: huge, ..HeapConfig::default() });
     let n = build(&mut heap, OWN_KIB << 10, rng);
     let blocks = (n + heap.stats().large_blocks) as f64;
-    let ways = [
-        (Marker::Prefetch, ReachedBits::On),
-        (Marker::Prefetch, ReachedBits::Off),
-        (Marker::DepthFirst, ReachedBits::Off),
-    ];
-    let mut times: [Vec<f64>; 3] = Default::default();
-    for round in 0..=101 {
-        for (i, (marker, bits)) in ways.into_iter().enumerate() {
-            heap.set_marker(marker);
-            heap.set_reached_bits(bits);
-            heap.major_cycle();
-            let c = heap.cycles().last().expect("a cycle");
-            // Round 0 warms the caches up.
-            if round > 0 {
-                times[i].push(c.mark_ns as f64 / blocks);
-            }
-        }
-    }
-    times.map(|t| median(&t))
+    // `Auto` would leave the bits off in a heap this small.
+    ways[0].1 = ReachedBits::On;
+    alternate(&mut heap, ways, 101).map(|cs| {
+        let per_block: Vec<f64> = cs.iter().map(|c| c.mark_ns as f64 / blocks).collect();
+        median(&per_block)
+    })
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -224,26 +239,7 @@ fn main() {
         (Marker::Prefetch, ReachedBits::Off),
         (Marker::DepthFirst, ReachedBits::Off),
     ];
-    let set = |heap: &mut Heap, (m, bits): (Marker, ReachedBits)| {
-        heap.set_marker(m);
-        heap.set_reached_bits(bits);
-    };
-    // Warm-up: one cycle of each (first-touch effects, free-list rebuild).
-    for way in ways {
-        set(&mut heap, way);
-        heap.major_cycle();
-    }
-    let mut runs: [Vec<CycleStats>; 3] = Default::default();
-    for round in 0..args.gcs {
-        // A different order each round: a neighbour slowing the machine for a while
-        // slows all three alike.
-        for k in 0..3 {
-            let i = (round + k) % 3;
-            set(&mut heap, ways[i]);
-            heap.major_cycle();
-            runs[i].push(heap.cycles().last().expect("a cycle").clone());
-        }
-    }
+    let runs = alternate(&mut heap, ways, args.gcs);
     println!("full major GCs, {} each, alternating:", args.gcs);
     let p = summary("prefetch", &runs[0]);
     let nb = summary("  no bits", &runs[1]);
@@ -302,7 +298,7 @@ fn main() {
     );
     // The loops' own work, apart from the memory system: the same graph in a heap the
     // caches hold.
-    let [own_bits, own_plain, own_dfs] = own_work(args.huge, &mut rng);
+    let [own_bits, own_plain, own_dfs] = own_work(args.huge, ways, &mut rng);
     println!(
         "own work (the same graph in a {OWN_KIB} KiB heap, which the caches hold): prefetch \
          {own_bits:.1} ns per marked block with reached bits = {:.2}× the limit; without \
