@@ -23,10 +23,11 @@ pub struct ReportRequest {
     /// directory (app.mprof.d/).
     #[arg(required = true, value_name = "FILE|DIR")]
     files: Vec<PathBuf>,
-    /// What to count in the flamegraph, folded and pprof output: alloc (every sampled
-    /// allocation), live (blocks still allocated at the end), peak (blocks allocated when
-    /// the live heap peaked; one process at a time) or gc (estimated GC mark time by
-    /// allocation site, for profiles of a managed heap).
+    /// What to count, and what the top table and the JSON's sites are ordered by: alloc
+    /// (every sampled allocation), live (blocks still allocated at the end), peak (blocks
+    /// live when the heap peaked; one process at a time), short-lived (blocks freed within
+    /// --short-lived) or gc (estimated GC mark time by allocation site, for profiles of a
+    /// managed heap; the table stays ordered by allocated bytes).
     #[arg(long, default_value = "alloc")]
     view: View,
     /// Print a machine-readable summary (JSON, schema memprof-report/1: the live heap and
@@ -170,6 +171,7 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
     let (mut profile, _, processes) =
         read_profiles_folded(&files, options, &mut Loaders::default(), Vec::new())?;
     profile.site_skip = skip;
+    check_view(&profile, args.view)?;
     let window = report_window(args, &profile)?;
     let threshold = args.short_lived.as_deref().map(parse_duration).transpose()?;
     if window.is_some() || threshold.is_some() {
@@ -199,6 +201,7 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
         limit: args.top,
         group_by: args.group_by,
         backtrace: args.sites.backtrace,
+        view: args.view,
         ..Default::default()
     };
     if args.json {
@@ -219,6 +222,24 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
         eprintln!("memprof: note: {note}");
     }
     write_outputs(&profile, args.view, args.group_by, outputs, true)
+}
+
+/// Why `view` has nothing to count in `profile`, if so: `--view gc` of a recording without
+/// garbage-collection cycles (only a managed heap, `memprof::gc`, records them) would print
+/// an empty flamegraph and no reason.
+pub(crate) fn view_unavailable(profile: &Profile, view: View) -> Option<&'static str> {
+    (view == View::Gc && profile.gc_cycles.is_empty()).then_some(
+        "--view gc: this recording has no garbage-collection cycles (only programs that use \
+         memprof::gc's managed heap record them); try --view alloc, live or peak",
+    )
+}
+
+/// [`view_unavailable`] as an error, before any output is written.
+fn check_view(profile: &Profile, view: View) -> Result<(), Error> {
+    match view_unavailable(profile, view) {
+        Some(why) => Err(Error::Config(why.into())),
+        None => Ok(()),
+    }
 }
 
 /// The files `memprof report` reads for `paths`: one path may name a process tree (its

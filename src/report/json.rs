@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `schema` | string | [`SCHEMA`] |
 //! | `program` | object | `executable` (string), `pid` (int), `command` (strings) |
-//! | `sampling` | object | `interval_bytes` (number), `exact` (bool) |
+//! | `sampling` | object | `interval_bytes` (number), `exact` (bool), `complete_data` (bool: nothing was lost that the figures miss; when false, estimates are low by what `lost` counts, beyond their intervals) |
 //! | `window` | object or null | `from_ns`, `to_ns` (ints; `to_ns` null when open) |
 //! | `complete` | bool | the file ended with its end record, or said why not |
 //! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ns`, `allocated_bytes`, `samples`, `frees` |
@@ -15,7 +15,7 @@
 //! | `gap_at_peak` | object or null | the same fields (`hint` null) for the reading beside the largest live heap, when it is not the last and its heap was a quarter larger |
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
-//! | `sites` | array | the top sites by bytes allocated (`--top`): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
+//! | `sites` | array | the top sites (`--top`) by the bytes of `--view` (allocated by default; live, peak, short-lived): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
 //! | `processes` | array | one per process of a tree (`--follow-forks`), the program's first: `pid`, `ppid`, `executable`, `file`, `allocated_bytes`, `peak_bytes`, `live_end_bytes`, `rss_end_bytes`, `rss_peak_bytes`, `allocator_retained_bytes` (null when not read), `ended` (as above) |
 //!
 //! Byte counts are estimates in the sampled mode (with their 95 % intervals beside them,
@@ -96,7 +96,7 @@ pub fn summary(
     let gap_at_peak = peak_split(profile).map_or(Value::Null, |r| split(r, None));
     let peak_known = profile.since_peak_known();
     let mut sites = super::top::site_totals_grouped(profile, group_by);
-    sites.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes));
+    super::top::sort_sites(&mut sites, options.view);
     sites.truncate(options.limit);
     let sites: Vec<Value> = sites
         .iter()
@@ -144,7 +144,11 @@ pub fn summary(
             "pid": h.pid,
             "command": h.cmdline,
         },
-        "sampling": { "interval_bytes": interval, "exact": exact },
+        "sampling": {
+            "interval_bytes": interval,
+            "exact": exact,
+            "complete_data": profile.lost.nothing_missing(),
+        },
         "window": profile.window.map(|w| json!({
             "from_ns": w.from_ns,
             "to_ns": (w.to_ns != u64::MAX).then_some(w.to_ns),

@@ -40,7 +40,8 @@ pub use folded::{
 };
 pub use pprof::{pprof, write_pprof, PprofOptions};
 pub use top::{
-    gc_table, short_lived_table, site_totals, site_totals_grouped, top_table, SiteTotal, TopOptions,
+    gc_table, short_lived_table, site_totals, site_totals_grouped, sort_sites, top_table,
+    view_bytes, SiteTotal, TopOptions,
 };
 pub use tree::{process_table, TreeOptions};
 pub use unwinding::shallow_stacks_note;

@@ -2,8 +2,10 @@
 //!
 //! Samples are grouped by allocation site ([`Profile::site`]: the innermost frame of the
 //! program itself, below the allocation plumbing of the runtimes, the standard libraries and
-//! known wrappers, see [`crate::profile::site`]). Sites are ordered by allocated bytes,
-//! largest first, then by name. A site's row shows where in its source it allocates
+//! known wrappers, see [`crate::profile::site`]). Sites are ordered by the quantity of the
+//! report's [`View`] ([`TopOptions::view`]: allocated bytes by default; live, peak or
+//! short-lived bytes), largest first, then by allocated bytes and name, so that the sites a
+//! view asks about are the ones a short table keeps. A site's row shows where in its source it allocates
 //! (`fill(int)  (map.cpp:12)`: the lines of its file that allocated most, up to three) and,
 //! with [`TopOptions::backtrace`], each shown site's largest stack follows the table.
 
@@ -34,12 +36,43 @@ pub struct TopOptions {
     /// many frames from the site outwards (the site first, as heaptrack_print does); 0 for
     /// none.
     pub backtrace: usize,
+    /// The quantity the sites are ordered by ([`sort_sites`]): `--view`.
+    pub view: View,
 }
 
 impl Default for TopOptions {
     fn default() -> Self {
-        TopOptions { limit: 20, human_bytes: true, group_by: GroupBy::Stack, backtrace: 0 }
+        TopOptions {
+            limit: 20,
+            human_bytes: true,
+            group_by: GroupBy::Stack,
+            backtrace: 0,
+            view: View::Alloc,
+        }
     }
+}
+
+/// The bytes of `s` that `view` orders by: allocated, live at the end, live at the peak or
+/// short-lived (the GC view, whose mark time is not a site column, orders by allocated
+/// bytes: the GC section that follows the table is its own).
+pub fn view_bytes(s: &SiteTotal, view: View) -> f64 {
+    match view {
+        View::Alloc | View::Gc => s.alloc_bytes,
+        View::Live => s.live_bytes,
+        View::Peak => s.peak_bytes,
+        View::ShortLived => s.short_bytes,
+    }
+}
+
+/// Orders `sites` by `view`'s bytes ([`view_bytes`]), largest first, then by allocated
+/// bytes, then by name (a stable order for equal figures).
+pub fn sort_sites(sites: &mut [SiteTotal], view: View) {
+    sites.sort_by(|a, b| {
+        view_bytes(b, view)
+            .total_cmp(&view_bytes(a, view))
+            .then_with(|| b.alloc_bytes.total_cmp(&a.alloc_bytes))
+            .then_with(|| a.site.cmp(&b.site))
+    });
 }
 
 /// Estimated totals of one allocation site.
@@ -464,9 +497,19 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     for w in &profile.warnings {
         let _ = writeln!(out, "warning: {}", printable(w));
     }
+    let order = match options.view {
+        View::Live => Some("live bytes at the end"),
+        View::Peak => Some("bytes live at the peak"),
+        View::ShortLived => Some("short-lived bytes"),
+        View::Alloc | View::Gc => None,
+    };
+    if let Some(order) = order {
+        let _ = writeln!(out, "sites ordered by {order} (--view {})", options.view.name());
+    }
     out.push('\n');
 
-    let sites = site_totals_grouped(profile, options.group_by);
+    let mut sites = site_totals_grouped(profile, options.group_by);
+    sort_sites(&mut sites, options.view);
     if sites.is_empty() {
         out.push_str("no samples\n");
         return out;

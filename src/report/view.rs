@@ -207,7 +207,8 @@ pub(crate) fn is_exact(profile: &Profile) -> bool {
 /// How the profile sampled, and what it lost, in one line (a report's `sampling:` header,
 /// the HTML page's summary): `exact (every allocation recorded)` only when nothing is
 /// missing from the numbers; `exact, but 12 events lost (…)` otherwise; a sampled profile's
-/// interval, then what it lost.
+/// interval, and `numbers are unbiased estimates` only when nothing is missing from them
+/// (what was lost said instead otherwise).
 pub fn sampling_summary(profile: &Profile) -> String {
     let lost = &profile.lost;
     let said = lost.describe();
@@ -219,7 +220,7 @@ pub fn sampling_summary(profile: &Profile) -> String {
         } else {
             format!("exact, but {said}")
         }
-    } else {
+    } else if lost.nothing_missing() {
         let mut s = format!(
             "mean interval {} (numbers are unbiased estimates)",
             human_bytes(profile.header.interval)
@@ -229,6 +230,15 @@ pub fn sampling_summary(profile: &Profile) -> String {
             s.push_str(&said);
         }
         s
+    } else {
+        // Events that never reached the profile are missing from its sums: the estimates
+        // are low by what they stood for, which the ± intervals (sampling noise alone) do
+        // not cover. Never called unbiased then.
+        format!(
+            "mean interval {}, but {said}: estimates are low by what was lost, beyond their \
+             ± intervals",
+            human_bytes(profile.header.interval)
+        )
     }
 }
 

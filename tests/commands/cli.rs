@@ -103,6 +103,27 @@ fn bad_input_gets_one_line_errors() {
     assert!(text(&out.stderr).contains("sideways"));
     let out = memprof(&["report", "--bogus"]);
     assert_eq!(out.status.code(), Some(2));
+    // A view with nothing to count says why, and writes nothing.
+    let svg = dir.join("gc.svg");
+    let out = memprof(&[
+        "report",
+        &fixture_file("small.mprof"),
+        "--view",
+        "gc",
+        "--flamegraph",
+        svg.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, Some(1), "no garbage-collection cycles");
+    assert!(!svg.exists());
+}
+
+/// `--view` orders the table: live puts the site holding the most at the end first.
+#[test]
+fn report_view_orders_the_table() {
+    let out = memprof(&["report", &fixture_file("small.mprof"), "--view", "live"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("sites ordered by live bytes at the end (--view live)"), "{s}");
 }
 
 #[test]

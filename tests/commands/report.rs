@@ -357,6 +357,58 @@ fn out_path(name: &str) -> PathBuf {
 mod top {
     use super::*;
 
+    /// `--view` orders the table (and the JSON's sites) by its own bytes: with one row
+    /// shown, the row is the site with the most of them, and the JSON's sites never rise.
+    #[test]
+    fn views_order_the_sites() {
+        for exact in [true, false] {
+            let p = three_sites(exact);
+            let sites = report::site_totals(&p);
+            for view in [View::Alloc, View::Live, View::Peak, View::ShortLived] {
+                let bytes = |s: &SiteTotal| report::view_bytes(s, view);
+                let most = sites.iter().map(bytes).fold(0.0, f64::max);
+                let options = TopOptions { limit: 1, view, ..TopOptions::default() };
+                let text = report::top_table(&p, &options);
+                // The one row shown: the line after the table's header.
+                let mut lines = text.lines().skip_while(|l| !l.starts_with("alloc bytes"));
+                let row = lines.nth(1).unwrap();
+                let shown = sites.iter().find(|s| row.contains(s.site.as_str())).unwrap();
+                assert_eq!(bytes(shown), most, "{view:?}: {}\n{text}", shown.site);
+                if view != View::Alloc {
+                    assert!(text.contains(&format!("(--view {})", view.name())), "{text}");
+                }
+                let options = TopOptions { view, ..TopOptions::default() };
+                let v = report::json::summary(&p, &[], Default::default(), &options);
+                let key = match view {
+                    View::Alloc => "alloc_bytes",
+                    View::Live => "live_bytes",
+                    View::Peak => "peak_bytes",
+                    _ => continue,
+                };
+                let got: Vec<f64> = v["sites"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s[key].as_f64().unwrap())
+                    .collect();
+                assert!(got.windows(2).all(|w| w[0] >= w[1]), "{view:?}: {got:?}");
+            }
+        }
+    }
+
+    /// The view orders differ on this profile (the test above would pass with any one order
+    /// otherwise).
+    #[test]
+    fn the_views_disagree_on_three_sites() {
+        let sites = report::site_totals(&three_sites(false));
+        let first = |view| {
+            let mut s = sites.clone();
+            report::sort_sites(&mut s, view);
+            s[0].site.clone()
+        };
+        assert_ne!(first(View::Alloc), first(View::Live));
+    }
+
     #[test]
     fn exact_totals_are_exact() {
         let p = three_sites(true);
@@ -413,7 +465,14 @@ mod top {
         assert!(text.contains("warning: profile was cut at byte 999"));
         // What was lost is said on the sampling line and on the totals line.
         let header = text.lines().find(|l| l.starts_with("sampling: ")).unwrap();
-        assert!(header.ends_with("(numbers are unbiased estimates); 4 events lost"), "{text}");
+        // Numbers short of what was lost are never called unbiased.
+        assert!(!header.contains("unbiased"), "{text}");
+        assert!(
+            header.ends_with(
+                "but 4 events lost: estimates are low by what was lost, beyond their ± intervals"
+            ),
+            "{text}"
+        );
         assert!(text.contains("total (3 sites, 2 shown; 4 events lost)"), "{text}");
         assert!(!text.contains(CONFIG_LOAD), "the smallest site is past the limit");
         golden("expected/three_sites.sampled.top.txt", text.as_bytes());

@@ -38,6 +38,10 @@ pub struct RecordRequest {
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     pub(crate) top: usize,
+    /// What the summary's table is ordered by and its flamegraph counts: alloc, live,
+    /// peak, short-lived or gc (as `memprof report --view`).
+    #[arg(long, default_value = "alloc")]
+    pub(crate) view: crate::report::View,
     #[command(flatten)]
     pub(crate) sites: SiteArgs,
     /// While the program runs, serve its profile so far over HTTP on ADDR, in Go's

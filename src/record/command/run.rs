@@ -228,11 +228,17 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     if tree {
         eprint!("{}", crate::report::process_table(&processes, &Default::default()));
     }
+    let view = summary_view(&profile, args.view);
     eprint!(
         "{}",
         crate::report::top_table(
             &profile,
-            &TopOptions { limit: args.top, backtrace: args.sites.backtrace, ..Default::default() }
+            &TopOptions {
+                limit: args.top,
+                backtrace: args.sites.backtrace,
+                view,
+                ..Default::default()
+            }
         )
     );
     if let Some(note) = crate::report::shallow_stacks_note(&profile) {
@@ -242,7 +248,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // The companions follow `-o`'s rule: new files, or with --force this user's regular
     // files replaced; a symlink, a FIFO or another user's file is left alone with an error.
     let companion = Outputs { flamegraph: Some(&svg), ..Default::default() };
-    if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, companion, args.force) {
+    if let Err(e) = write_outputs(&profile, view, GroupBy::Stack, companion, args.force) {
         eprintln!("memprof: error: {e}");
     }
     // The page replays each file by its stack ids (a tree's files into the merged
@@ -404,4 +410,17 @@ pub(super) fn idle_priority() {
     // SAFETY: `sched_setscheduler(0, …)` changes only the calling thread's policy; `param`
     // is a valid sched_param for SCHED_IDLE (priority 0). Failure leaves it as it was.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+}
+
+/// The view of `record`'s and `attach`'s summary: `--view`, but the allocations' when it asks
+/// for GC mark time of a recording without GC cycles (said in a note: the profile is written,
+/// and `report --view` reads it again in any view).
+pub(crate) fn summary_view(profile: &crate::profile::Profile, view: View) -> View {
+    match crate::report::command::view_unavailable(profile, view) {
+        None => view,
+        Some(why) => {
+            eprintln!("memprof: note: {why}; the summary counts allocations");
+            View::Alloc
+        }
+    }
 }

@@ -50,7 +50,7 @@ use crate::record::attach_abi::encode_settings;
 use crate::report::command::read_profiles_folded;
 use crate::report::text::{printable, printable_os};
 use crate::report::write::{write_html_of, write_outputs, Outputs};
-use crate::report::{GroupBy, TopOptions, View};
+use crate::report::{GroupBy, TopOptions};
 use request::AttachRequest;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -305,6 +305,7 @@ fn report(
             profile.header.interval
         );
     } else {
+        let view = crate::record::command::run::summary_view(&profile, args.view);
         eprint!(
             "{}",
             crate::report::top_table(
@@ -312,14 +313,14 @@ fn report(
                 &TopOptions {
                     limit: args.top,
                     backtrace: args.sites.backtrace,
+                    view,
                     ..Default::default()
                 }
             )
         );
         let svg = PathBuf::from(format!("{}.svg", output.display()));
         let companion = Outputs { flamegraph: Some(&svg), ..Default::default() };
-        if let Err(e) = write_outputs(&profile, View::Alloc, GroupBy::Stack, companion, args.force)
-        {
+        if let Err(e) = write_outputs(&profile, view, GroupBy::Stack, companion, args.force) {
             eprintln!("memprof: error: {e}");
         }
         let html = PathBuf::from(format!("{}.html", output.display()));
