@@ -65,7 +65,7 @@ fn rows(table: &str) -> Vec<(String, String)> {
     out
 }
 
-fn flagged(table: &str) -> BTreeSet<String> {
+pub(crate) fn flagged(table: &str) -> BTreeSet<String> {
     rows(table).into_iter().filter(|(_, l)| l.contains(" *")).map(|(s, _)| s).collect()
 }
 

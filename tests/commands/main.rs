@@ -3,6 +3,8 @@
 //! under the preload library, their profiles checked against what they allocate),
 //! `report` (every output format against golden files and an independent pprof decoder),
 //! `diff` (`memprof diff` of real recordings: its flags, its exact numbers, its exports),
+//! `calibration` (every estimate against the truth programs print, for each allocation
+//! pattern, over seeds: intervals' coverage, nothing lost, A/A diffs),
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
 //! allocator, allocations before the preload library is ready, small stacks), `children`
@@ -23,6 +25,7 @@
 mod allocators;
 mod attach;
 mod browser;
+mod calibration;
 mod children;
 mod cli;
 #[path = "../common/mod.rs"]
