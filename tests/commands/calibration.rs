@@ -143,6 +143,10 @@ fn coverage_floor_is_the_binomial_tail() {
     assert_eq!(coverage_floor(1), 0);
 }
 
+/// 500 threads churning 200 000 blocks each (100 GiB allocated in all): enough that a
+/// collector starved by waiting threads used to lose events.
+const CHURN: [&str; 3] = ["churn", "500", "200000"];
+
 /// Every pattern over five seeds at the default interval, then the exact mode once.
 #[test]
 fn estimates_cover_what_the_programs_did() {
@@ -157,7 +161,7 @@ fn estimates_cover_what_the_programs_did() {
             let name = format!("{pattern}-{seed}");
             runs.push(run(&dir, &name, &calibrate, &[pattern], &opts, 1));
         }
-        runs.push(run(&dir, &format!("churn-{seed}"), &calibrate, &["churn", "500"], &opts, 500));
+        runs.push(run(&dir, &format!("churn-{seed}"), &calibrate, &CHURN, &opts, 500));
         runs.push(run(&dir, &format!("vec-{seed}"), &rust, &[], &opts, 1));
     }
     let mut report = String::new();
