@@ -143,7 +143,7 @@ fn coverage_floor_is_the_binomial_tail() {
     assert_eq!(coverage_floor(1), 0);
 }
 
-/// 500 threads churning 200 000 blocks each (100 GiB allocated in all): enough that a
+/// 500 threads churning 200 000 blocks each (54 GB allocated in all): enough that a
 /// collector starved by waiting threads used to lose events.
 const CHURN: [&str; 3] = ["churn", "500", "200000"];
 
