@@ -8,6 +8,7 @@ pub(crate) mod alloc_count;
 pub(crate) mod elf_lookup;
 pub(crate) mod errno;
 pub mod files;
+pub(crate) mod futex;
 pub mod got;
 pub(crate) mod hash;
 pub(crate) mod loader;

@@ -321,7 +321,7 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
         }
         let mut fullest = 0f64;
         for r in rings.iter_mut().filter(|r| !r.done) {
-            r.ring.header().heartbeat_ns.store(now, Ordering::Relaxed);
+            r.ring.header().consumer.heartbeat_ns.store(now, Ordering::Relaxed);
             if r.out.is_none() {
                 open_output(r, &plan, &stem, messages);
             }
