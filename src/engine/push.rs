@@ -31,7 +31,7 @@ use crate::engine::clock::{self, monotonic_ns};
 use crate::engine::live::Entry;
 use crate::engine::queue::{Event, EventKind, Queue};
 use crate::sys::errno::{errno, SavedErrno};
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The session's queue (null: none yet). Queues are leaked, never freed.
 pub(crate) static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
@@ -324,6 +324,11 @@ fn wait_for_room(
     waiting: impl Fn() -> bool,
 ) -> Option<u64> {
     let mut head = q.head();
+    // A consumer another wait found stuck at this very event is not waited for again
+    // (each push would otherwise wait its bound anew).
+    if STUCK_AT.load(Ordering::Relaxed) == stuck_key(q, head) {
+        return None;
+    }
     let mut since = monotonic_ns();
     loop {
         // Registered before the last try: a drain that makes room after the word was read
@@ -335,14 +340,17 @@ fn wait_for_room(
             q.end_wait();
             return Some(e.time_ns);
         }
+        // Looked at before each sleep, not after: once the consumer is gone every push
+        // into the full queue comes here, and must not sleep first.
+        if !waiting() {
+            q.end_wait();
+            return None;
+        }
         q.sleep_for_room(seen, wait.look_ns);
         q.end_wait();
         let e = retimed(event);
         if q.try_push(e, frames) {
             return Some(e.time_ns);
-        }
-        if !waiting() {
-            return None;
         }
         let now = monotonic_ns();
         let moved = q.head();
@@ -350,9 +358,19 @@ fn wait_for_room(
             head = moved;
             since = now;
         } else if now.saturating_sub(since) >= wait.stuck_ns && (wait.local || q.held_up()) {
+            STUCK_AT.store(stuck_key(q, head), Ordering::Relaxed);
             return None;
         }
     }
+}
+
+/// The queue and consumer's position where a wait found it stuck ([`stuck_key`], §1; 0:
+/// none): pushes into that full queue drop at once while it stays there.
+static STUCK_AT: AtomicUsize = AtomicUsize::new(0);
+
+/// A queue and a position of its consumer in one word (never 0).
+fn stuck_key(q: &Queue, head: usize) -> usize {
+    (q as *const Queue as usize ^ head.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)) | 1
 }
 
 /// Queues the death, at clock reading `time`, of the sampled block of live-table entry
@@ -376,7 +394,6 @@ pub(crate) fn push_frameless(q: &Queue, event: Event) {
 mod tests {
     use super::*;
     use crate::engine::queue::tests::ev;
-    use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
 
     /// A wait as a producer under `memprof record` waits: no bound on a consumer that is
@@ -454,6 +471,12 @@ mod tests {
             );
             let waited = t0.elapsed();
             assert!(waited >= Duration::from_millis(100) && waited < Duration::from_secs(5));
+            // Gone: the next push into the full queue does not sleep at all.
+            let t1 = Instant::now();
+            assert!(
+                wait_for_room(&q, &ev(10), &[], &wait, || !gone.load(Ordering::Relaxed)).is_none()
+            );
+            assert!(t1.elapsed() < Duration::from_millis(15), "{:?}", t1.elapsed());
         });
         assert_eq!(q.waiting(), 0);
     }
@@ -514,6 +537,10 @@ mod tests {
         let t0 = Instant::now();
         assert!(wait_for_room(&q, &ev(3), &[], &wait, || true).is_none());
         assert!(t0.elapsed() >= Duration::from_millis(100));
+        // Found stuck there: the next push does not wait its bound again.
+        let t1 = Instant::now();
+        assert!(wait_for_room(&q, &ev(4), &[], &wait, || true).is_none());
+        assert!(t1.elapsed() < Duration::from_millis(100), "{:?}", t1.elapsed());
         // Published and full: a slow consumer, waited for.
         let p = full(2);
         assert!(!p.held_up());
