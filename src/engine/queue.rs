@@ -24,7 +24,8 @@
 //! producer that finds the queue full must not wait for room when the slot the consumer
 //! waits for is its own thread's: each slot names the thread that claimed it (one store
 //! into a line the push writes anyway), and [`Queue::waits_for_me`] tells. (A handler that
-//! lands between the claim and that store, one instruction, still waits its bounded time.)
+//! lands between the claim and that store, one instruction, still waits, until the
+//! consumer has been held up by that slot for `BACKPRESSURE_WAIT_MS`: `push` §1.)
 //!
 //! # 3. Frees that do not fit
 //! A refused allocation costs its sample only (the sample path forgets the block, so no

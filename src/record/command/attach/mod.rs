@@ -32,8 +32,9 @@
 //! through `rt_sigreturn` to where it was (`tracee` §4), with the library loaded and,
 //! after the start, a session whose calls are not rerouted yet; once the writes are made
 //! (attached), the calls stay rerouted and the session samples into a ring nobody drains
-//! (its heartbeat stops, so nothing waits for it; what cannot be queued is dropped) until
-//! a later `memprof attach` takes over and detaches; before the first call, nothing.
+//! (the collector's process is gone, so nothing waits for it, `engine::push` §1; what
+//! cannot be queued is dropped) until a later `memprof attach` takes over and detaches;
+//! before the first call, nothing.
 
 mod inject;
 pub(crate) mod request;
