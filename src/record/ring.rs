@@ -50,8 +50,11 @@
 //! there is room, for as long as the collector exists: a fresh heartbeat says so at once,
 //! and past it the process is looked up (`engine::push` §1), so a collector that is merely
 //! slow, starved of CPU or stopped is waited for, and one whose process is gone (killed,
-//! or a zombie) ends every wait within a look. Before the collector attaches, the
-//! heartbeat set when the ring was made gives it half a second to. A wait also ends when
+//! or a zombie) ends every wait within a look. `memprof record` and `attach` name the
+//! collector's process to the program (`MEMPROF_COLLECTOR`), so a ring names it from its
+//! creation on; a ring made without (a program that cleared its environment before an
+//! `exec`) gives the collector half a second, the heartbeat set when it was made, to
+//! attach. A wait also ends when
 //! the collector has taken nothing for [`crate::config::BACKPRESSURE_WAIT_MS`] because a
 //! push never finished (a slot claimed and not published ahead of it). A free lost so is
 //! kept in the queue's table of lost frees, which the collector reads after each drain
@@ -192,12 +195,13 @@ impl Ring {
     }
 
     /// Creates this process's ring in `dir` (see §2) with a queue of `capacity` events of
-    /// `depth` frames, and returns it with the queue (set up, consumed elsewhere). Leaves
+    /// `depth` frames, naming `collector` (pid, start time) when it is known (§4), and returns it with the queue (set up, consumed elsewhere). Leaves
     /// no descriptor open. The error is a message for stderr.
     pub(crate) fn create(
         dir: &str,
         capacity: usize,
         depth: usize,
+        collector: Option<(u32, u64)>,
     ) -> Result<(Ring, Queue), String> {
         let depth = depth.max(MIN_DEPTH);
         let len = Ring::bytes(capacity, depth).ok_or("the event queue is too large")?;
@@ -297,6 +301,10 @@ impl Ring {
                 queue_bytes: (len - HEADER_BYTES - LOG_BYTES) as u64,
             })
         };
+        if let Some((pid, start)) = collector {
+            // Known from the start (`MEMPROF_COLLECTOR`): waited for before it attaches.
+            ring.consumer().attach(pid, start);
+        }
         let qlen = len - HEADER_BYTES - LOG_BYTES;
         // SAFETY: the queue's part of the mapping is zeroed, 4 KiB-aligned, lives as long as
         // the process (never unmapped while sampling may push) and used by nothing else.
@@ -341,7 +349,8 @@ impl Ring {
             Some(queue) => {
                 // From now on the process's waits for room last while this process lives
                 // (§4).
-                h.consumer.attach(std::process::id(), own_start_time());
+                let (pid, start) = this_process();
+                h.consumer.attach(pid, start);
                 Some((ring, queue))
             }
             None => {
@@ -507,6 +516,12 @@ fn own_start_time() -> u64 {
         .unwrap_or(0)
 }
 
+/// This process as a collector names itself (§4, `MEMPROF_COLLECTOR`): its pid and start
+/// time.
+pub(crate) fn this_process() -> (u32, u64) {
+    (std::process::id(), own_start_time())
+}
+
 impl Ring {
     /// Frees the ring's memory for every process that maps it (`MADV_REMOVE` punches a hole
     /// in the shared file): the collector's last act on the ring of a process that `memprof
@@ -657,7 +672,7 @@ mod tests {
     fn the_side_log_wraps_over_what_was_read() {
         let dir = std::env::temp_dir().join(format!("memprof-ring-wrap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (ring, _queue) = Ring::create(dir.to_str().unwrap(), 64, MIN_DEPTH).unwrap();
+        let (ring, _queue) = Ring::create(dir.to_str().unwrap(), 64, MIN_DEPTH, None).unwrap();
         let payload = |i: usize| vec![(i % 251) as u8; 1000 + i % 7];
         let mut read = 0u64;
         for i in 0..3 * LOG_BYTES / 1000 {
@@ -684,7 +699,8 @@ mod tests {
         assert_eq!(records, vec![(LOG_MODULES, big.clone())]);
         // A collector that has attached (this process) and is slow: the writer sleeps,
         // heartbeat stale, until it reads, and then writes.
-        ring.consumer().attach(std::process::id(), own_start_time());
+        let (pid, start) = this_process();
+        ring.consumer().attach(pid, start);
         let t0 = std::time::Instant::now();
         std::thread::scope(|s| {
             s.spawn(|| {

@@ -228,8 +228,9 @@ fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate
 fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
     let mut config = settings.config.clone();
     config.drain_thread = false;
-    let (ring, mut queue) = Ring::create(dir, config.queue_capacity, config.depth)
-        .map_err(|e| format!("cannot share the profile with memprof record: {e}"))?;
+    let (ring, mut queue) =
+        Ring::create(dir, config.queue_capacity, config.depth, settings.collector)
+            .map_err(|e| format!("cannot share the profile with memprof record: {e}"))?;
     queue.set_external();
     let exe =
         std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();

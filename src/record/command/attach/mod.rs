@@ -173,6 +173,8 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
         Collector::start(plan).map_err(|e| Error::io("cannot start collecting the profile", e))?;
     let mut vars = settings.to_env();
     vars.push((crate::record::env::ENV_RINGS, rings.0.display().to_string()));
+    let (me, started) = crate::record::ring::this_process();
+    vars.push((crate::record::env::ENV_COLLECTOR, format!("{me}:{started}")));
     let began = Instant::now();
     let attached = match inject::attach(pid, &lib, &encode_settings(&vars)) {
         Ok(a) => a,
