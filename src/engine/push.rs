@@ -15,17 +15,23 @@
 //!   collector) and that process no longer exists: a heartbeat it renews every few
 //!   milliseconds is a sign of life, and a stale one is not a sign of death (a collector
 //!   stopped, or starved of CPU, is still coming back); the collector's pid and start time
-//!   (written when it attaches) are then looked up, at most every [`LOOK_EVERY_NS`] for
-//!   the whole process: no such process, a zombie, or a pid reused by a process that
-//!   started at another time ends every wait at once, and for good. Before a collector
-//!   has attached only its heartbeat (set when the ring was made) speaks for it;
+//!   (written when the ring is made, from `MEMPROF_COLLECTOR`, and when it attaches) are
+//!   then looked up, at most every [`LOOK_EVERY_NS`] for the whole process: no such
+//!   process, a zombie, or a pid reused by a process that started at another time ends
+//!   every wait at once, and for good. A ring that names no collector yet has only its
+//!   heartbeat (set when the ring was made) to speak for it;
 //! - the consumer has taken nothing for [`crate::config::BACKPRESSURE_WAIT_MS`] while
 //!   the event it takes next is claimed and not published (a producer stuck inside its
 //!   push: a signal handler that interrupted its own thread's push in the one instruction
 //!   before the slot names its thread, `queue` §2), or, for a consumer in this process (the
 //!   drain thread), whatever holds it up: it may wait for a lock the waiting thread holds
 //!   (a tracker's callback, the loader's lock), which no wait ends. A collector in another
-//!   process takes no lock of the program's, so only the first case applies to it.
+//!   process takes no lock of the program's, so only the first case applies to it. A
+//!   consumer found stuck so is remembered ([`STUCK_AT`]): later pushes into that queue
+//!   drop at once while it stays where it was, instead of each waiting the bound anew.
+//!
+//! The consumer is looked at before each sleep, not only after: once it is gone, every
+//! push into the full queue comes this way and must drop without sleeping.
 
 use crate::engine::clock::{self, monotonic_ns};
 use crate::engine::live::Entry;
