@@ -417,29 +417,31 @@ mod tests {
 
     /// A consumer that drains only after a long pause (a collector stopped, or starved):
     /// every producer sleeps until then, nothing is lost, and the sleepers used no CPU to
-    /// speak of while they waited.
+    /// speak of while they waited (each thread's first push waits the whole pause; its
+    /// own CPU clock is read around it, so other tests running meanwhile do not count).
     #[test]
     fn a_consumer_that_drains_late_loses_nothing() {
         let q = full(4);
         let (threads, each) = (16u64, 50u64);
         let got = AtomicUsize::new(0);
+        let first_waits = AtomicU64::new(0);
         std::thread::scope(|s| {
             let producers: Vec<_> = (0..threads)
                 .map(|t| {
-                    let q = &q;
+                    let (q, first_waits) = (&q, &first_waits);
                     s.spawn(move || {
                         for i in 0..each {
                             let id = 1000 + t * each + i;
+                            let cpu0 = thread_cpu_ns();
                             assert!(wait_for_room(q, &ev(id), &[], &PATIENT, || true).is_some());
+                            if i == 0 {
+                                first_waits.fetch_add(thread_cpu_ns() - cpu0, Ordering::Relaxed);
+                            }
                         }
                     })
                 })
                 .collect();
-            let cpu0 = cpu_ns();
             std::thread::sleep(Duration::from_millis(300));
-            let spent = cpu_ns() - cpu0;
-            // Sixteen threads polling every 50 µs for 300 ms took far more than this.
-            assert!(spent < 100_000_000, "the waiters used {spent} ns of CPU while asleep");
             while !producers.iter().all(|p| p.is_finished()) || q.has_unpublished() {
                 q.drain(|_, _| {
                     got.fetch_add(1, Ordering::Relaxed);
@@ -449,13 +451,16 @@ mod tests {
         });
         assert_eq!(got.load(Ordering::Relaxed) as u64, 4 + threads * each);
         assert_eq!((q.lost(), q.waiting()), (0, 0));
+        // Sixteen threads polling every 50 µs for 300 ms took hundreds of milliseconds.
+        let spent = first_waits.load(Ordering::Relaxed);
+        assert!(spent < 50_000_000, "the waiters used {spent} ns of CPU while they waited");
     }
 
-    /// The process's CPU time so far.
-    fn cpu_ns() -> u64 {
+    /// The calling thread's CPU time so far.
+    fn thread_cpu_ns() -> u64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid out pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
@@ -465,7 +470,7 @@ mod tests {
     fn a_consumer_gone_ends_the_wait() {
         let q = full(2);
         let gone = AtomicBool::new(false);
-        let wait = Wait { look_ns: 20_000_000, ..PATIENT };
+        let wait = Wait { look_ns: 200_000_000, ..PATIENT };
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(100));
@@ -482,7 +487,7 @@ mod tests {
             assert!(
                 wait_for_room(&q, &ev(10), &[], &wait, || !gone.load(Ordering::Relaxed)).is_none()
             );
-            assert!(t1.elapsed() < Duration::from_millis(15), "{:?}", t1.elapsed());
+            assert!(t1.elapsed() < Duration::from_millis(100), "{:?}", t1.elapsed());
         });
         assert_eq!(q.waiting(), 0);
     }
@@ -539,14 +544,14 @@ mod tests {
         assert!(q.push(&ev(1), &[]));
         assert!(!q.try_push(ev(2), &[]), "full");
         assert!(q.held_up());
-        let wait = Wait { look_ns: 10_000_000, stuck_ns: 100_000_000, local: false };
+        let wait = Wait { look_ns: 10_000_000, stuck_ns: 300_000_000, local: false };
         let t0 = Instant::now();
         assert!(wait_for_room(&q, &ev(3), &[], &wait, || true).is_none());
-        assert!(t0.elapsed() >= Duration::from_millis(100));
+        assert!(t0.elapsed() >= Duration::from_millis(300));
         // Found stuck there: the next push does not wait its bound again.
         let t1 = Instant::now();
         assert!(wait_for_room(&q, &ev(4), &[], &wait, || true).is_none());
-        assert!(t1.elapsed() < Duration::from_millis(100), "{:?}", t1.elapsed());
+        assert!(t1.elapsed() < Duration::from_millis(150), "{:?}", t1.elapsed());
         // Published and full: a slow consumer, waited for.
         let p = full(2);
         assert!(!p.held_up());
