@@ -47,15 +47,21 @@ pub struct Config {
     pub drain_thread: bool,
     /// How call stacks are captured.
     pub unwinder: Unwinder,
-    /// When the queue is full, a sampling thread waits (a bounded time, [`BACKPRESSURE_WAIT_MS`])
-    /// for the consumer instead of dropping the event. Meant for processes with a drain
-    /// thread (the preload library): it keeps the exact mode lossless under load.
+    /// When the queue is full, a sampling thread sleeps until the consumer has made room
+    /// instead of dropping the event, for as long as the consumer is there (the drain
+    /// thread, or `memprof record`'s collector while its process lives; see
+    /// [`BACKPRESSURE_WAIT_MS`] for the one bound). Meant for processes with a drain thread
+    /// (the preload library): it keeps the exact mode lossless under load.
     pub backpressure: bool,
 }
 
-/// Longest a sampling thread waits for room in a full queue when `backpressure` is on and
-/// the consumer makes no progress (the wait restarts whenever it takes an event); after
-/// that the event is counted as lost.
+/// How long a sampling thread waiting for room in a full queue (with `backpressure` on)
+/// lets the consumer take nothing while it is held up, before the event is counted as
+/// lost: by a push that never finishes (the slot the consumer takes next claimed and not
+/// published), or, for the in-process drain thread, by anything (a tracker's callback
+/// that waits for a lock the sleeping thread holds). A consumer that is merely slow,
+/// starved or stopped with the event it takes next published is waited for without bound
+/// while it exists.
 pub const BACKPRESSURE_WAIT_MS: u64 = 2000;
 
 impl Default for Config {

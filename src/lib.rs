@@ -30,6 +30,7 @@
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
+//! | `sys/futex.rs` | futex waits and wakes (the shared kind: a word may be in another process's mapping), and a lock whose waiters sleep |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
@@ -50,12 +51,12 @@
 //! | `engine/busy.rs` | the reentrancy guard: a thread's busy flag and `Busy` |
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
 //! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
-//! | `engine/push.rs` | the session's queue and the pushes into it: backpressure, deaths |
+//! | `engine/push.rs` | the session's queue and the pushes into it: backpressure (a sleep until the consumer drains, for as long as it exists: the collector's process looked up), deaths |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
-//! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, and its table of the frees it refused (replayed by the consumer) |
+//! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, its table of the frees it refused (replayed by the consumer), and the futex word full-queue waiters sleep on |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
 //! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
 //! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
@@ -164,7 +165,7 @@
 //! | `record/` | `memprof record`, split by the process each part runs in; the binary's entry points [`record::run`] and [`record::preload_path`] |
 //! | `record/mod.rs` | the folder's face: which part runs where, what the binary calls |
 //! | `record/env.rs` | the `MEMPROF_*` contract between the two processes |
-//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header, side log (module lists, `dlclose` records), queue; the producer side runs in the program, the consumer side in `memprof` |
+//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header (with the collector's pid, start time and heartbeat), side log (module lists, `dlclose` records), queue; the producer side runs in the program, the consumer side in `memprof` |
 //! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
 //! | `record/program/` | runs inside the profiled program, called by the preload library |
 //! | `record/program/mod.rs` | the folder's face |

@@ -455,11 +455,11 @@ impl Tracker for Lives {
 }
 
 /// With backpressure, an allocation that finds the queue full waits for room inside
-/// `malloc` (50 µs naps); its block is not the program's before `malloc` returns, so the
-/// wait is not part of its life: a block freed right after its allocation is told with a
-/// lifetime of microseconds, not of the wait. A queue of 2 slots is full at nearly every
-/// allocation, so were the wait counted, nearly every block would seem to live a 50 µs
-/// nap or more. The bound is on the median: fewer than half of 400 such blocks may live
+/// `malloc` (asleep until the drain thread drains, every millisecond or so); its block is
+/// not the program's before `malloc` returns, so the wait is not part of its life: a block
+/// freed right after its allocation is told with a lifetime of microseconds, not of the
+/// wait. A queue of 2 slots is full at nearly every allocation, so were the wait counted,
+/// nearly every block would seem to live a wait or more. The bound is on the median: fewer than half of 400 such blocks may live
 /// 40 µs or more. (When other sessions ran in the process before, up to a third of the
 /// blocks have been seen at 10–55 µs on a 2-vCPU VM, uniformly spread; a bound on the 95th
 /// percentile failed there most runs, so it would not tell that regression from this.)

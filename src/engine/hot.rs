@@ -13,10 +13,12 @@
 //! wait for room when the consumer waits for a slot its own thread claimed (a handler that
 //! interrupted a push: see `queue`). A sample refused for reentrancy is counted
 //! as a lost event ([`skipped`]); nothing ever waits for
-//! its own thread. A wait for room ends after [`crate::config::BACKPRESSURE_WAIT_MS`]
-//! without the consumer taking an event (it restarts whenever the consumer's head moves),
-//! or at once when the consumer is gone; a free refused then is kept in the queue's table
-//! of lost frees for the consumer to replay (`queue` §3).
+//! its own thread. A wait for room sleeps on a futex the consumer's drain wakes (`queue`
+//! §5) and ends only when nobody will make room (`push` §1): the session stopped, the
+//! collector's process no longer exists, or the consumer has been held up for
+//! [`crate::config::BACKPRESSURE_WAIT_MS`] by a push that never ends (or, in process, by
+//! anything); a free refused then is kept in the queue's table of lost frees for the
+//! consumer to replay (`queue` §3).
 //!
 //! # 2. Moves are coalesced
 //! A block that keeps its sample through `realloc` used to cost one queued event, and two
@@ -49,7 +51,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 // What the session sets and reads at its start and stop, from the files below that hold it.
 pub(crate) use crate::engine::lost::UNTRACKED;
 pub(crate) use crate::engine::push::{
-    consumer_alive, queue, HEARTBEAT, QUEUE, STALE_NS, WAIT_WHEN_FULL,
+    queue, stop_waiting, Consumer, CONSUMER, LOOK_EVERY_NS, QUEUE, WAIT_WHEN_FULL,
 };
 
 /// The session's call-stack depth.

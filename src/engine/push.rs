@@ -1,36 +1,223 @@
 //! The sample path's way out: the session's queue and the pushes into it. A push that finds
-//! the queue full waits, with backpressure on, a bounded time for room (see `hot` §1 for
-//! when it does not wait at all); a free that still does not fit is kept in the queue's
-//! table of lost frees for the consumer to replay (`queue` §3). Never allocates, never
-//! panics, keeps errno. Below the live table, which reports the deaths of the frees a
-//! signal handler deferred through [`push_death`] (`live` §4).
+//! the queue full waits, with backpressure on, for room while the consumer is there (see
+//! `hot` §1 for when it does not wait at all); a free that still does not fit is kept in
+//! the queue's table of lost frees for the consumer to replay (`queue` §3). Never
+//! allocates, never panics, keeps errno. Below the live table, which reports the deaths of
+//! the frees a signal handler deferred through [`push_death`] (`live` §4).
+//!
+//! # 1. Waiting for room
+//! A waiting producer sleeps on the queue's room word (a futex, `queue` §5), never polls,
+//! and wakes when the consumer has drained, or every [`LOOK_EVERY_NS`] to look at the
+//! consumer. It gives up only when nobody will make room:
+//! - the session stopped, or backpressure is off ([`WAIT_WHEN_FULL`], cleared by
+//!   [`stop_waiting`], which wakes every sleeper);
+//! - the consumer is another process ([`CONSUMER`], `memprof record`'s or `attach`'s
+//!   collector) and that process no longer exists: a heartbeat it renews every few
+//!   milliseconds is a sign of life, and a stale one is not a sign of death (a collector
+//!   stopped, or starved of CPU, is still coming back); the collector's pid and start time
+//!   (written when the ring is made, from `MEMPROF_COLLECTOR`, and when it attaches) are
+//!   then looked up, at most every [`LOOK_EVERY_NS`] for the whole process: no such
+//!   process, a zombie, or a pid reused by a process that started at another time ends
+//!   every wait at once, and for good. A ring that names no collector yet has only its
+//!   heartbeat (set when the ring was made) to speak for it;
+//! - the consumer has taken nothing for [`crate::config::BACKPRESSURE_WAIT_MS`] while
+//!   the event it takes next is claimed and not published (a producer stuck inside its
+//!   push: a signal handler that interrupted its own thread's push in the one instruction
+//!   before the slot names its thread, `queue` §2), or, for a consumer in this process (the
+//!   drain thread), whatever holds it up: it may wait for a lock the waiting thread holds
+//!   (a tracker's callback, the loader's lock), which no wait ends. A collector in another
+//!   process takes no lock of the program's, so only the first case applies to it. A
+//!   consumer found stuck so is remembered ([`STUCK_AT`]): later pushes into that queue
+//!   drop at once while it stays where it was, instead of each waiting the bound anew.
+//!
+//! The consumer is looked at before each sleep, not only after: once it is gone, every
+//! push into the full queue comes this way and must drop without sleeping.
 
 use crate::engine::clock::{self, monotonic_ns};
 use crate::engine::live::Entry;
 use crate::engine::queue::{Event, EventKind, Queue};
-use crate::sys::errno::SavedErrno;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use crate::sys::errno::{errno, SavedErrno};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The session's queue (null: none yet). Queues are leaked, never freed.
 pub(crate) static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
-/// Backpressure is on and a drain thread runs: a full queue is worth waiting for.
+/// Backpressure is on and a consumer runs: a full queue is worth waiting for (§1).
 pub(crate) static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);
-/// When another process consumes the queue (`memprof record`'s collector): its heartbeat
-/// (a [`monotonic_ns`] reading it renews every few milliseconds), so that a full queue is
-/// waited for only while it lives. Null: the consumer is in this process.
-pub(crate) static HEARTBEAT: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
-/// A heartbeat older than this: the consumer is gone (see `record/ring.rs` §4).
+/// When another process consumes the queue (`memprof record`'s collector): who it is, in
+/// the shared ring's header, so that a full queue is waited for while it lives (§1).
+/// Null: the consumer is in this process.
+pub(crate) static CONSUMER: AtomicPtr<Consumer> = AtomicPtr::new(core::ptr::null_mut());
+/// A heartbeat younger than this: the consumer is alive (see `record/ring.rs` §4).
 pub(crate) const STALE_NS: u64 = 500_000_000;
+/// How often a waiting producer wakes to look at the consumer, and how often the process
+/// looks the collector up (§1).
+pub(crate) const LOOK_EVERY_NS: u64 = 100_000_000;
 
-/// True unless the queue's consumer is in another process that has stopped renewing its
-/// heartbeat.
+/// A consumer in another process, as the producers see it (in a shared mapping: atomics
+/// only, `repr(C)`, zero when unknown).
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    /// Its last sign of life: a [`monotonic_ns`] reading it renews every few milliseconds.
+    pub(crate) heartbeat_ns: AtomicU64,
+    /// Its process id, once it has attached (0: not yet).
+    pub(crate) pid: AtomicU32,
+    pad: u32,
+    /// Its process's start time (`/proc/<pid>/stat` field 22), to tell a reused pid.
+    pub(crate) start: AtomicU64,
+}
+
+impl Consumer {
+    /// A consumer not attached yet, with a heartbeat at `now` (a new ring's: the collector
+    /// is given [`STALE_NS`] to attach before a full queue stops being waited for).
+    pub(crate) fn new(now: u64) -> Consumer {
+        Consumer {
+            heartbeat_ns: AtomicU64::new(now),
+            pid: AtomicU32::new(0),
+            pad: 0,
+            start: AtomicU64::new(0),
+        }
+    }
+
+    /// Says that process `pid`, started at `start`, consumes the queue now.
+    pub(crate) fn attach(&self, pid: u32, start: u64) {
+        self.start.store(start, Ordering::Relaxed);
+        self.pid.store(pid, Ordering::Release);
+    }
+}
+
+/// The last consumer process seen alive ([`identity`]) and when ([`monotonic_ns`]); the one
+/// found gone (for good).
+static SEEN_ALIVE: AtomicU64 = AtomicU64::new(0);
+static SEEN_ALIVE_AT: AtomicU64 = AtomicU64::new(0);
+static SEEN_GONE: AtomicU64 = AtomicU64::new(0);
+
+/// A process's pid and start time in one word (never 0 for a real pid).
+fn identity(pid: u32, start: u64) -> u64 {
+    u64::from(pid) | start.wrapping_mul(0x9e37_79b9_7f4a_7c15) << 32 | 1 << 63
+}
+
+/// True unless the queue's consumer is in another process that no longer exists (§1).
+/// No allocation; may set errno.
 pub(crate) fn consumer_alive() -> bool {
-    let beat = HEARTBEAT.load(Ordering::Relaxed);
-    // SAFETY: a non-null heartbeat points into a shared mapping that is never unmapped
+    let c = CONSUMER.load(Ordering::Acquire);
+    // SAFETY: a non-null consumer points into a shared mapping that is never unmapped
     // while sampling may push (see `record/ring.rs`).
-    match unsafe { beat.as_ref() } {
-        None => true,
-        Some(b) => monotonic_ns().saturating_sub(b.load(Ordering::Relaxed)) < STALE_NS,
+    unsafe { c.as_ref() }.is_none_or(Consumer::alive)
+}
+
+impl Consumer {
+    /// True unless this consumer's process no longer exists (§1). A fresh heartbeat
+    /// answers at once; past it, the process is looked up at most every
+    /// [`LOOK_EVERY_NS`] (the answer is shared by every thread). No allocation; may set
+    /// errno.
+    pub(crate) fn alive(&self) -> bool {
+        let now = monotonic_ns();
+        if now.saturating_sub(self.heartbeat_ns.load(Ordering::Relaxed)) < STALE_NS {
+            return true;
+        }
+        let pid = self.pid.load(Ordering::Acquire);
+        if pid == 0 {
+            // No collector has attached, and the ring is older than the time given it to.
+            return false;
+        }
+        let start = self.start.load(Ordering::Relaxed);
+        let me = identity(pid, start);
+        if SEEN_GONE.load(Ordering::Relaxed) == me {
+            return false;
+        }
+        if SEEN_ALIVE.load(Ordering::Acquire) == me
+            && now.saturating_sub(SEEN_ALIVE_AT.load(Ordering::Relaxed)) < LOOK_EVERY_NS
+        {
+            return true;
+        }
+        if process_alive(pid, start) {
+            SEEN_ALIVE_AT.store(now, Ordering::Relaxed);
+            SEEN_ALIVE.store(me, Ordering::Release);
+            true
+        } else {
+            SEEN_GONE.store(me, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+/// Whether process `pid`, started at `start` (0: any start), exists and has not ended (a
+/// zombie has). `kill(pid, 0)` first, then its `/proc/<pid>/stat`, read into the stack.
+/// A process that cannot be told gone (`/proc` unreadable for another reason) is taken as
+/// alive. No allocation; may set errno.
+fn process_alive(pid: u32, start: u64) -> bool {
+    // SAFETY: signal 0 sends nothing; the call only checks that the process exists.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 && errno() == libc::ESRCH {
+        return false;
+    }
+    let mut path = [0u8; 32];
+    let mut at = 0;
+    for b in b"/proc/" {
+        path[at] = *b;
+        at += 1;
+    }
+    let mut digits = [0u8; 10];
+    let (mut n, mut v) = (0, pid);
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in (0..n).rev() {
+        path[at] = digits[i];
+        at += 1;
+    }
+    for b in b"/stat" {
+        path[at] = *b;
+        at += 1;
+    }
+    // `path` ends with the NUL its zeroes left after `at` (at most 21 bytes are written).
+    // SAFETY: `path` is NUL-terminated; the flags need no mode.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return !matches!(errno(), libc::ENOENT | libc::ESRCH);
+    }
+    let mut buf = [0u8; 512];
+    // SAFETY: reads at most `buf.len()` bytes into `buf`, from the descriptor opened above.
+    let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let read_errno = errno();
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+    if got <= 0 {
+        return got == 0 || read_errno != libc::ESRCH;
+    }
+    let text = &buf[..got as usize];
+    // The command name (field 2, in parentheses) may hold anything: the fields after it
+    // start past its last ')'.
+    let Some(close) = text.iter().rposition(|&b| b == b')') else {
+        return true;
+    };
+    let mut fields = text[close + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
+    if matches!(fields.next(), Some([b'Z' | b'X', ..])) {
+        return false;
+    }
+    // Field 22 is the 19th after the state (field 3).
+    let started = fields.nth(18).and_then(|f| {
+        f.iter().try_fold(0u64, |v, &d| {
+            d.is_ascii_digit().then(|| v.wrapping_mul(10).wrapping_add(u64::from(d - b'0')))
+        })
+    });
+    match started {
+        Some(s) if start != 0 => s == start,
+        _ => true,
+    }
+}
+
+/// Ends every wait for room (§1): the session stops, or its consumer goes. Sleepers are
+/// woken and give up; later pushes into a full queue do not wait.
+pub(crate) fn stop_waiting() {
+    WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
+    if let Some(q) = queue() {
+        q.wake_waiters();
     }
 }
 
@@ -86,9 +273,11 @@ fn retimed(e: &Event) -> Event {
 fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
     // A signal handler whose thread's own push holds the consumer up: no wait frees room.
     if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
-        let wait_ns = crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000);
+        let local = CONSUMER.load(Ordering::Relaxed).is_null();
+        let stuck_ns = crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000);
         let waiting = || WAIT_WHEN_FULL.load(Ordering::Relaxed) && consumer_alive();
-        if let Some(time) = wait_for_room(q, event, frames, wait_ns, waiting) {
+        let wait = Wait { look_ns: LOOK_EVERY_NS, stuck_ns, local };
+        if let Some(time) = wait_for_room(q, event, frames, &wait, waiting) {
             return Some(time);
         }
     }
@@ -104,38 +293,90 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
     None
 }
 
-/// Retries the push into a full queue every 50 µs while `waiting()` holds, until the
-/// consumer has made no progress for `wait_ns`: the deadline restarts whenever the
-/// consumer's head moves, so a thread that other producers beat to the room a busy
-/// consumer frees is not taken for one facing a stuck consumer. The event's time once
-/// pushed.
+/// Pushes an event from outside the allocator (a side event of the agent's, for the
+/// collector), waiting for room while the consumer lives, backpressure or not (§1). False
+/// when it was dropped (counted as lost).
+pub(crate) fn push_patiently(q: &Queue, event: &Event, frames: &[usize]) -> bool {
+    if q.try_push(*event, frames) {
+        return true;
+    }
+    let stuck_ns = crate::config::BACKPRESSURE_WAIT_MS.saturating_mul(1_000_000);
+    let local = CONSUMER.load(Ordering::Relaxed).is_null();
+    let wait = Wait { look_ns: LOOK_EVERY_NS, stuck_ns, local };
+    if !q.waits_for_me() && wait_for_room(q, event, frames, &wait, consumer_alive).is_some() {
+        return true;
+    }
+    q.push(event, frames)
+}
+
+/// How a producer waits for room (§1).
+struct Wait {
+    /// The longest sleep before it looks at the consumer again (0: no limit).
+    look_ns: u64,
+    /// How long the consumer may take nothing while held up before the wait ends.
+    stuck_ns: u64,
+    /// The consumer is in this process: held up by anything, it may be held up for good.
+    local: bool,
+}
+
+/// Sleeps on the queue's room word (`queue` §5) and retries the push each time the
+/// consumer has drained, while `waiting()` holds and the consumer is not stuck (§1). The
+/// event's time once pushed.
 fn wait_for_room(
     q: &Queue,
     event: &Event,
     frames: &[usize],
-    wait_ns: u64,
+    wait: &Wait,
     waiting: impl Fn() -> bool,
 ) -> Option<u64> {
     let mut head = q.head();
-    let mut deadline = monotonic_ns().saturating_add(wait_ns);
-    while waiting() {
-        let now = monotonic_ns();
-        let moved = q.head();
-        if moved != head {
-            head = moved;
-            deadline = now.saturating_add(wait_ns);
-        } else if now >= deadline {
+    // A consumer another wait found stuck at this very event is not waited for again
+    // (each push would otherwise wait its bound anew).
+    if STUCK_AT.load(Ordering::Relaxed) == stuck_key(q, head) {
+        return None;
+    }
+    let mut since = monotonic_ns();
+    loop {
+        // Registered before the last try: a drain that makes room after the word was read
+        // moves it or wakes this thread (`queue` §5).
+        let seen = q.room();
+        q.begin_wait();
+        let e = retimed(event);
+        if q.try_push(e, frames) {
+            q.end_wait();
+            return Some(e.time_ns);
+        }
+        // Looked at before each sleep, not after: once the consumer is gone every push
+        // into the full queue comes here, and must not sleep first.
+        if !waiting() {
+            q.end_wait();
             return None;
         }
-        let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
-        // SAFETY: `pause` is a valid timespec; a null remainder is allowed.
-        unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+        q.sleep_for_room(seen, wait.look_ns);
+        q.end_wait();
         let e = retimed(event);
         if q.try_push(e, frames) {
             return Some(e.time_ns);
         }
+        let now = monotonic_ns();
+        let moved = q.head();
+        if moved != head {
+            head = moved;
+            since = now;
+        } else if now.saturating_sub(since) >= wait.stuck_ns && (wait.local || q.held_up()) {
+            STUCK_AT.store(stuck_key(q, head), Ordering::Relaxed);
+            return None;
+        }
     }
-    None
+}
+
+/// The queue and consumer's position where a wait found it stuck ([`stuck_key`], §1; 0:
+/// none): pushes into that full queue drop at once while it stays there.
+static STUCK_AT: AtomicUsize = AtomicUsize::new(0);
+
+/// A queue and a position of its consumer in one word (never 0).
+fn stuck_key(q: &Queue, head: usize) -> usize {
+    (q as *const Queue as usize ^ head.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)) | 1
 }
 
 /// Queues the death, at clock reading `time`, of the sampled block of live-table entry
@@ -159,46 +400,185 @@ pub(crate) fn push_frameless(q: &Queue, event: Event) {
 mod tests {
     use super::*;
     use crate::engine::queue::tests::ev;
+    use std::time::{Duration, Instant};
 
-    /// A consumer that drains every 20 ms, and for the first second refills each slot it
-    /// frees at once (from its callback, before the waiting thread, which retries every
-    /// 50 µs, can see it): the waiting thread waits on for 1 s, five times its deadline,
-    /// because the consumer moves, and gets its slot once the refilling stops. A deadline
-    /// that never restarts gives up at 200 ms. A false failure needs the consumer to pause
-    /// for 200 ms between two drains.
+    /// A wait as a producer under `memprof record` waits: no bound on a consumer that is
+    /// merely slow, and (`look_ns` 0) no timeout that would hide a lost wake-up.
+    const PATIENT: Wait = Wait { look_ns: 0, stuck_ns: u64::MAX, local: false };
+
+    /// A full queue.
+    fn full(capacity: usize) -> Queue {
+        let q = Queue::new(capacity, 1).unwrap();
+        for i in 0..capacity as u64 {
+            assert!(q.push(&ev(i), &[]));
+        }
+        q
+    }
+
+    /// A consumer that drains only after a long pause (a collector stopped, or starved):
+    /// every producer sleeps until then, nothing is lost, and the sleepers used no CPU to
+    /// speak of while they waited (each thread's first push waits the whole pause; its
+    /// own CPU clock is read around it, so other tests running meanwhile do not count).
     #[test]
-    fn a_busy_consumer_restarts_the_deadline() {
-        let q = Queue::new(2, 1).unwrap();
-        assert!(q.push(&ev(0), &[]) && q.push(&ev(1), &[]));
-        let stop = AtomicBool::new(false);
+    fn a_consumer_that_drains_late_loses_nothing() {
+        let q = full(4);
+        let (threads, each) = (16u64, 50u64);
+        let got = AtomicUsize::new(0);
+        let first_waits = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let producers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (q, first_waits) = (&q, &first_waits);
+                    s.spawn(move || {
+                        for i in 0..each {
+                            let id = 1000 + t * each + i;
+                            let cpu0 = thread_cpu_ns();
+                            assert!(wait_for_room(q, &ev(id), &[], &PATIENT, || true).is_some());
+                            if i == 0 {
+                                first_waits.fetch_add(thread_cpu_ns() - cpu0, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(300));
+            while !producers.iter().all(|p| p.is_finished()) || q.has_unpublished() {
+                q.drain(|_, _| {
+                    got.fetch_add(1, Ordering::Relaxed);
+                });
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        assert_eq!(got.load(Ordering::Relaxed) as u64, 4 + threads * each);
+        assert_eq!((q.lost(), q.waiting()), (0, 0));
+        // Sixteen threads polling every 50 µs for 300 ms took hundreds of milliseconds.
+        let spent = first_waits.load(Ordering::Relaxed);
+        assert!(spent < 50_000_000, "the waiters used {spent} ns of CPU while they waited");
+    }
+
+    /// The calling thread's CPU time so far.
+    fn thread_cpu_ns() -> u64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// A consumer that goes away (`waiting` turns false, as when the collector's process
+    /// is found gone or the session stops): the waiter returns at its next look.
+    #[test]
+    fn a_consumer_gone_ends_the_wait() {
+        let q = full(2);
+        let gone = AtomicBool::new(false);
+        let wait = Wait { look_ns: 200_000_000, ..PATIENT };
         std::thread::scope(|s| {
             s.spawn(|| {
-                let t0 = std::time::Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    let refill = t0.elapsed() < std::time::Duration::from_secs(1);
-                    q.drain(|_, _| {
-                        if refill {
-                            let _ = q.try_push(ev(2), &[]);
-                        }
-                    });
-                }
+                std::thread::sleep(Duration::from_millis(100));
+                gone.store(true, Ordering::Relaxed);
             });
-            let t0 = std::time::Instant::now();
-            let pushed = wait_for_room(&q, &ev(3), &[], 200_000_000, || true);
+            let t0 = Instant::now();
+            assert!(
+                wait_for_room(&q, &ev(9), &[], &wait, || !gone.load(Ordering::Relaxed)).is_none()
+            );
             let waited = t0.elapsed();
-            stop.store(true, Ordering::Relaxed);
-            assert!(pushed.is_some(), "gave up after {waited:?}");
+            assert!(waited >= Duration::from_millis(100) && waited < Duration::from_secs(5));
+            // Gone: the next push into the full queue does not sleep at all.
+            let t1 = Instant::now();
+            assert!(
+                wait_for_room(&q, &ev(10), &[], &wait, || !gone.load(Ordering::Relaxed)).is_none()
+            );
+            assert!(t1.elapsed() < Duration::from_millis(100), "{:?}", t1.elapsed());
+        });
+        assert_eq!(q.waiting(), 0);
+    }
+
+    /// Many producers, a queue of two slots and a consumer that drains as fast as it can:
+    /// every push goes through, and none sleeps for good (the sleeps have no timeout, so a
+    /// lost wake-up would hang a producer: the test fails after a minute instead).
+    #[test]
+    fn no_wake_up_is_lost_under_many_threads() {
+        let q: &'static Queue = Box::leak(Box::new(Queue::new(2, 1).unwrap()));
+        let (threads, each) = (32u64, 2_000u64);
+        let done = std::sync::Arc::new(AtomicUsize::new(0));
+        let got: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+        for t in 0..threads {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                for i in 0..each {
+                    let id = t * each + i;
+                    assert!(wait_for_room(q, &ev(id), &[], &PATIENT, || true).is_some());
+                }
+                done.fetch_add(1, Ordering::Release);
+            });
+        }
+        let t0 = Instant::now();
+        while (got.load(Ordering::Relaxed) as u64) < threads * each {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{} of {} producers done, {} waiting: a wake-up was lost",
+                done.load(Ordering::Acquire),
+                threads,
+                q.waiting()
+            );
+            if q.drain(|_, _| {
+                got.fetch_add(1, Ordering::Relaxed);
+            }) == Some(0)
+            {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(q.lost(), 0);
+    }
+
+    /// A consumer held up by a slot claimed and never published (a producer stuck inside
+    /// its push) is waited for `stuck_ns`, not for ever; one that is merely slow, with the
+    /// event it takes next published, is waited for.
+    #[test]
+    fn a_consumer_held_up_by_an_unpublished_slot_ends_the_wait() {
+        let q = Queue::new(4, 1).unwrap();
+        q.set_limit(2);
+        // A claim never published, at the head: the consumer stops there.
+        assert!(q.push(&ev(0), &[]));
+        q.drain(|_, _| {}).unwrap();
+        crate::engine::queue::tests::claim_without_publishing(&q);
+        assert!(q.push(&ev(1), &[]));
+        assert!(!q.try_push(ev(2), &[]), "full");
+        assert!(q.held_up());
+        let wait = Wait { look_ns: 10_000_000, stuck_ns: 300_000_000, local: false };
+        let t0 = Instant::now();
+        assert!(wait_for_room(&q, &ev(3), &[], &wait, || true).is_none());
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        // Found stuck there: the next push does not wait its bound again.
+        let t1 = Instant::now();
+        assert!(wait_for_room(&q, &ev(4), &[], &wait, || true).is_none());
+        assert!(t1.elapsed() < Duration::from_millis(150), "{:?}", t1.elapsed());
+        // Published and full: a slow consumer, waited for.
+        let p = full(2);
+        assert!(!p.held_up());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                p.drain(|_, _| {});
+            });
+            assert!(wait_for_room(&p, &ev(3), &[], &wait, || true).is_some());
         });
     }
 
-    /// Without a consumer, the wait ends at the deadline.
+    /// The collector's process is looked up: this process is alive (with its own start
+    /// time, or any), a pid with another start time is not the same process, a reaped
+    /// child is gone.
     #[test]
-    fn a_stuck_consumer_ends_the_wait() {
-        let q = Queue::new(2, 1).unwrap();
-        assert!(q.push(&ev(0), &[]) && q.push(&ev(1), &[]));
-        let t0 = std::time::Instant::now();
-        assert!(wait_for_room(&q, &ev(3), &[], 50_000_000, || true).is_none());
-        assert!(t0.elapsed().as_millis() >= 50);
+    fn a_collector_is_alive_while_its_process_is() {
+        let me = std::process::id();
+        let start =
+            crate::sys::procfs::stat_field("/proc/self/stat", crate::sys::procfs::START_TIME)
+                .and_then(|s| s.parse().ok())
+                .unwrap();
+        assert!(process_alive(me, start) && process_alive(me, 0));
+        assert!(!process_alive(me, start + 1), "a reused pid");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!process_alive(pid, 0), "reaped");
     }
 }

@@ -24,7 +24,8 @@
 //! producer that finds the queue full must not wait for room when the slot the consumer
 //! waits for is its own thread's: each slot names the thread that claimed it (one store
 //! into a line the push writes anyway), and [`Queue::waits_for_me`] tells. (A handler that
-//! lands between the claim and that store, one instruction, still waits its bounded time.)
+//! lands between the claim and that store, one instruction, still waits, until the
+//! consumer has been held up by that slot for `BACKPRESSURE_WAIT_MS`: `push` §1.)
 //!
 //! # 3. Frees that do not fit
 //! A refused allocation costs its sample only (the sample path forgets the block, so no
@@ -46,11 +47,26 @@
 //! retired (left allocated) otherwise. Events carry the session epoch; the consumer drops
 //! those of other sessions. One consumer drains at a time (a try-lock, so a callback that
 //! calls `poll` does not deadlock).
+//!
+//! # 5. Waiting for room
+//! A producer that waits for room in a full queue (`push`) sleeps on a futex, never
+//! polls: thousands of threads polling a full queue took the CPU the consumer needed to
+//! empty it. The word is [`Queue::room`], in the block (so a consumer in another process
+//! reaches it: the futex is the shared kind), and the consumer advances it after every
+//! drain that took events, then wakes the sleepers, but only when the count of registered
+//! waiters says there are some: a consumer nobody waits for makes no system call, and a
+//! producer makes one only when the queue is full. A waiter reads the word, registers
+//! ([`Queue::begin_wait`]), tries its push again and only then sleeps, on the value it
+//! read: a drain that made room after that read either moved the word (the sleep returns
+//! at once) or saw the registration (a full fence on each side between the registration
+//! or the slots handed back and the other side's read) and wakes it. Room another producer
+//! took first is waited for again. The consumer wakes every sleeper: each takes one slot,
+//! and a drain of a full queue frees more slots than there are threads.
 
 use crate::engine::live::Entry;
 use crate::sys::padded::Padded;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// What happened to a sampled block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +205,12 @@ struct Ctl {
     /// Frees refused while the table was full, since the queue was made: the ends of that
     /// many blocks are unknown.
     frees_unknown: AtomicU64,
+    /// The word producers waiting for room sleep on (§5): the consumer advances it after a
+    /// drain that took events.
+    room: AtomicU32,
+    /// Producers registered as waiting for room (§5): the consumer wakes them only when
+    /// some are.
+    waiters: AtomicU32,
     tail: Padded<AtomicUsize>,
     head: Padded<AtomicUsize>,
 }
@@ -202,9 +224,9 @@ fn owner_tag(pos: usize) -> usize {
     crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
 }
 
-/// [`Ctl::magic`] of an initialised block ("mpq3": the lost-free table follows the counters,
-/// its entries whole deaths).
-const CTL_MAGIC: u64 = 0x6d70_7133_0000_0001;
+/// [`Ctl::magic`] of an initialised block ("mpq4": the lost-free table follows the counters,
+/// its entries whole deaths; the counters hold the word waiting producers sleep on, §5).
+const CTL_MAGIC: u64 = 0x6d70_7134_0000_0001;
 
 /// Entries of the lost-free table (§3), a power of two. At 64 bytes each the table takes
 /// 64 KiB of the block, touched only when frees are lost; it holds the frees refused
@@ -336,6 +358,8 @@ impl Queue {
                 lost_frees_waiting: AtomicUsize::new(0),
                 lost_frees_hint: AtomicUsize::new(0),
                 frees_unknown: AtomicU64::new(0),
+                room: AtomicU32::new(0),
+                waiters: AtomicU32::new(0),
                 tail: Padded(AtomicUsize::new(0)),
                 head: Padded(AtomicUsize::new(0)),
             });
@@ -663,6 +687,63 @@ impl Queue {
         self.ctl().head.load(Ordering::Relaxed)
     }
 
+    /// True when the consumer is held up by a producer: the event it takes next is claimed
+    /// and not yet published (a push under way, or one a signal handler interrupted, §2).
+    pub fn held_up(&self) -> bool {
+        let pos = self.ctl().head.load(Ordering::Acquire);
+        if self.ctl().tail.load(Ordering::Acquire) == pos {
+            return false;
+        }
+        // SAFETY: slot points at an initialised SlotHead; only an atomic is read.
+        let seq = unsafe { (*self.slot(pos)).seq.load(Ordering::Acquire) };
+        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1)
+    }
+
+    /// The word producers waiting for room sleep on (§5): read before [`Queue::begin_wait`].
+    pub fn room(&self) -> u32 {
+        self.ctl().room.load(Ordering::Acquire)
+    }
+
+    /// Registers the calling producer as waiting for room (§5). Followed by a last try of
+    /// its push, then [`Queue::sleep_for_room`], then [`Queue::end_wait`].
+    pub fn begin_wait(&self) {
+        self.ctl().waiters.fetch_add(1, Ordering::SeqCst);
+        // The registration is seen by a consumer that hands slots back after this fence,
+        // or this producer's next try sees the slots handed back before it (§5).
+        fence(Ordering::SeqCst);
+    }
+
+    /// Sleeps until the consumer advances [`Queue::room`] past `seen` (at once when it
+    /// already has), at most `timeout_ns`. Between [`Queue::begin_wait`] and
+    /// [`Queue::end_wait`] only. No allocation; may set errno.
+    pub fn sleep_for_room(&self, seen: u32, timeout_ns: u64) {
+        crate::sys::futex::wait(&self.ctl().room, seen, timeout_ns);
+    }
+
+    /// The calling producer no longer waits (§5).
+    pub fn end_wait(&self) {
+        self.ctl().waiters.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Producers registered as waiting for room now.
+    #[cfg(test)]
+    pub fn waiting(&self) -> u32 {
+        self.ctl().waiters.load(Ordering::Relaxed)
+    }
+
+    /// Advances [`Queue::room`] and wakes every producer sleeping on it, when one is
+    /// registered (§5): after a drain that took events, and when waiting ends (a session
+    /// stops).
+    pub fn wake_waiters(&self) {
+        let c = self.ctl();
+        c.room.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence in `begin_wait` (§5).
+        fence(Ordering::SeqCst);
+        if c.waiters.load(Ordering::Relaxed) != 0 {
+            crate::sys::futex::wake(&c.room, u32::MAX);
+        }
+    }
+
     /// Runs `f` on each published event in order, until the queue is empty or an event is
     /// claimed but not yet published. Events claimed after the call began are left for the
     /// next one. Returns the number handled, or `None` when another thread is draining.
@@ -689,13 +770,13 @@ impl Queue {
         loop {
             let pos = self.ctl().head.load(Ordering::Relaxed);
             if pos == end {
-                return Some(n);
+                break;
             }
             let slot = self.slot(pos);
             // SAFETY: slot points at an initialised SlotHead.
             let seq = unsafe { (*slot).seq.load(Ordering::Acquire) }.wrapping_add(pos & self.mask);
             if seq != pos.wrapping_add(1) {
-                return Some(n);
+                break;
             }
             // SAFETY: the Acquire load saw the producer's Release store, so the event and
             // frames are fully written; nobody writes the slot until we release it below.
@@ -729,6 +810,11 @@ impl Queue {
             }
             n += 1;
         }
+        // Room was made: producers waiting for it are woken (§5).
+        if n != 0 {
+            self.wake_waiters();
+        }
+        Some(n)
     }
 
     /// Runs `f` on every event left in a queue whose producers are all gone (their process
@@ -807,6 +893,12 @@ pub(crate) mod tests {
             (e.stack, e.time as usize, e.size as usize, e.k)
         );
         d
+    }
+
+    /// Claims the next position of `q` and never publishes it, as a producer stuck inside
+    /// its push would.
+    pub(crate) fn claim_without_publishing(q: &Queue) {
+        q.ctl().tail.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn ev(id: u64) -> Event {

@@ -32,6 +32,15 @@ pub const ENV_PRELOAD: &str = "MEMPROF_PRELOAD";
 /// The directory where each profiled process creates its shared ring for `memprof record`'s
 /// collector (see `record/ring.rs`); unset: the process writes its own file.
 pub const ENV_RINGS: &str = "MEMPROF_RINGS";
+/// The collector's process, `<pid>:<start time>` (`/proc/<pid>/stat` field 22), set by
+/// `memprof record` and `memprof attach`: a process's ring names it from its creation on,
+/// so its threads wait for room while that process exists even before the collector has
+/// attached to the ring (`record/ring.rs` §4).
+pub const ENV_COLLECTOR: &str = "MEMPROF_COLLECTOR";
+/// `0`: a full queue is not waited for (its events are dropped and counted as lost), so
+/// the program never waits for the collector; unset or `1`: it is, while the collector
+/// lives (the default).
+pub const ENV_BACKPRESSURE: &str = "MEMPROF_BACKPRESSURE";
 /// Set to 1: every cached DWARF walk is checked against framehop alone, and the count of
 /// disagreements is printed at exit (a self-check for tests; it doubles the unwinding cost).
 pub const ENV_UNWIND_CHECK: &str = "MEMPROF_UNWIND_CHECK";
@@ -43,7 +52,8 @@ pub const DEFAULT_OUTPUT: &str = "memprof.%p.mprof";
 /// `MEMPROF_*` environment variables.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EnvSettings {
-    /// Session settings (with `drain_thread` and `backpressure` on, as the preload runs them).
+    /// Session settings (with `drain_thread` on, as the preload runs them, and `backpressure`
+    /// unless [`ENV_BACKPRESSURE`] is `0`).
     pub config: Config,
     /// Output path template (`%p` = pid).
     pub output: String,
@@ -54,6 +64,8 @@ pub struct EnvSettings {
     /// The directory of the shared rings `memprof record` collects (`MEMPROF_RINGS`); none:
     /// the process writes its own file.
     pub rings: Option<String>,
+    /// The collector's pid and start time ([`ENV_COLLECTOR`]).
+    pub collector: Option<(u32, u64)>,
 }
 
 impl EnvSettings {
@@ -92,6 +104,15 @@ impl EnvSettings {
                     .map_err(|_| Error::Config(format!("{ENV_SEED}: not a number: {v:?}")))?,
             );
         }
+        config.backpressure = match get(ENV_BACKPRESSURE).map(str::trim) {
+            None | Some("") | Some("1") | Some("yes") | Some("true") => true,
+            Some("0") | Some("no") | Some("false") => false,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "{ENV_BACKPRESSURE}: expected 1 or 0, got {other:?}"
+                )))
+            }
+        };
         config.validate()?;
         let follow_forks = match get(ENV_FOLLOW_FORKS).map(str::trim) {
             None | Some("") | Some("0") | Some("no") | Some("false") => false,
@@ -105,7 +126,17 @@ impl EnvSettings {
         let output = get(ENV_OUTPUT).filter(|v| !v.is_empty()).unwrap_or(DEFAULT_OUTPUT);
         let stem = get(ENV_STEM).filter(|v| !v.is_empty()).map(str::to_owned);
         let rings = get(ENV_RINGS).filter(|v| !v.is_empty()).map(str::to_owned);
-        Ok(EnvSettings { config, output: output.to_owned(), follow_forks, stem, rings })
+        let collector = match get(ENV_COLLECTOR).map(str::trim).filter(|v| !v.is_empty()) {
+            None => None,
+            Some(v) => Some(
+                v.split_once(':')
+                    .and_then(|(pid, start)| Some((pid.parse().ok()?, start.parse().ok()?)))
+                    .ok_or_else(|| {
+                        Error::Config(format!("{ENV_COLLECTOR}: expected PID:START, got {v:?}"))
+                    })?,
+            ),
+        };
+        Ok(EnvSettings { config, output: output.to_owned(), follow_forks, stem, rings, collector })
     }
 
     /// The variables that carry these settings to a child process (all but the stem).
@@ -128,6 +159,12 @@ impl EnvSettings {
         }
         if let Some(dir) = &self.rings {
             v.push((ENV_RINGS, dir.clone()));
+        }
+        if let Some((pid, start)) = self.collector {
+            v.push((ENV_COLLECTOR, format!("{pid}:{start}")));
+        }
+        if !self.config.backpressure {
+            v.push((ENV_BACKPRESSURE, "0".to_owned()));
         }
         v
     }
@@ -193,6 +230,16 @@ mod tests {
         assert_eq!((d.output.as_str(), d.config.unwinder), (DEFAULT_OUTPUT, Unwinder::Dwarf));
         assert!(EnvSettings::from_lookup(|k| (k == ENV_DEPTH).then_some("x")).is_err());
         assert!(EnvSettings::from_lookup(|k| (k == ENV_RATE).then_some("0.01")).is_ok());
+        let off = EnvSettings::from_lookup(|k| (k == ENV_BACKPRESSURE).then_some("0")).unwrap();
+        assert!(!off.config.backpressure);
+        let env: std::collections::HashMap<&str, String> = off.to_env().into_iter().collect();
+        assert_eq!(EnvSettings::from_lookup(|k| env.get(k).map(String::as_str)).unwrap(), off);
+        assert!(EnvSettings::from_lookup(|k| (k == ENV_BACKPRESSURE).then_some("x")).is_err());
+        let named = EnvSettings::from_lookup(|k| (k == ENV_COLLECTOR).then_some("42:7")).unwrap();
+        assert_eq!(named.collector, Some((42, 7)));
+        let env: std::collections::HashMap<&str, String> = named.to_env().into_iter().collect();
+        assert_eq!(EnvSettings::from_lookup(|k| env.get(k).map(String::as_str)).unwrap(), named);
+        assert!(EnvSettings::from_lookup(|k| (k == ENV_COLLECTOR).then_some("42")).is_err());
     }
 
     #[test]

@@ -38,22 +38,34 @@
 //! `session/recorder.rs`, `Generations`). GC cycles travel as side events
 //! ([`SIDE_GC`]). Log positions only grow; the log is a ring of [`LOG_BYTES`] over them:
 //! the collector publishes how far it has read (`log_read`), and a writer whose record
-//! would overwrite what is unread waits for it while the collector is alive (a program
-//! that loads and unloads a library thousands of times writes a list at each `dlclose`).
+//! would overwrite what is unread sleeps until it has read more, while the collector is
+//! alive (§4; a program that loads and unloads a library thousands of times writes a list
+//! at each `dlclose`). Writers of one process take turns under a lock whose waiters sleep.
 //!
 //! # 4. A collector that goes away
-//! The collector stores the time into the header's heartbeat every few milliseconds. A
-//! sampling thread that finds the queue full waits for room (the exact mode's
-//! backpressure) only while the heartbeat is fresh (half a second), and at most
-//! [`crate::config::BACKPRESSURE_WAIT_MS`] without the collector taking an event (a busy
-//! collector that other threads beat this one to restarts the wait): a program whose
-//! `record` was killed, or whose collector is stuck, runs on at full speed, its events
-//! counted as lost. A free lost so is kept in the queue's table of lost frees, which the
-//! collector reads after each drain and replays (`engine::queue` §3): its block does not
-//! stay live in the profile.
+//! When it attaches, the collector writes its pid and start time into the header, and
+//! every few milliseconds it stores the time into the heartbeat beside them
+//! ([`Consumer`]). A sampling thread that finds the queue full sleeps (a futex on the
+//! queue's room word, which the collector's drain advances: `engine::queue` §5) until
+//! there is room, for as long as the collector exists: a fresh heartbeat says so at once,
+//! and past it the process is looked up (`engine::push` §1), so a collector that is merely
+//! slow, starved of CPU or stopped is waited for, and one whose process is gone (killed,
+//! or a zombie) ends every wait within a look. `memprof record` and `attach` name the
+//! collector's process to the program (`MEMPROF_COLLECTOR`), so a ring names it from its
+//! creation on; a ring made without (a program that cleared its environment before an
+//! `exec`) gives the collector half a second, the heartbeat set when it was made, to
+//! attach. A wait also ends when
+//! the collector has taken nothing for [`crate::config::BACKPRESSURE_WAIT_MS`] because a
+//! push never finished (a slot claimed and not published ahead of it). A free lost so is
+//! kept in the queue's table of lost frees, which the collector reads after each drain
+//! and replays (`engine::queue` §3): its block does not stay live in the profile. The side
+//! log's writer waits the same way, on a word of the header the collector advances with
+//! `log_read` (§3).
 
+use crate::engine::hot::Consumer;
 use crate::engine::queue::Queue;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::sys::futex;
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of the side log.
 pub(crate) const LOG_BYTES: usize = 1 << 20;
@@ -64,8 +76,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// The layout's version (2: a queue slot names the thread that claimed it; 3: the side
 /// log is a ring, with the collector's `log_read`; 4: the queue's block holds its table of
 /// lost frees, see `engine::queue` §3; 5: the exit status, memprof's own mapped bytes and
-/// the last look at exit).
-const VERSION: u32 = 5;
+/// the last look at exit; 6: the collector's pid and start time beside its heartbeat, the
+/// futex words of the queue's waiters and of the side log's, §4).
+const VERSION: u32 = 6;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;
@@ -106,7 +119,8 @@ pub(crate) const LOG_CLOSING: u8 = 3;
 /// objects loaded (`u64`) when the record was placed among the events.
 pub(crate) const LOG_CLOSED: u8 = 4;
 
-/// The ring's header, written by the process (the collector writes only `heartbeat_ns`).
+/// The ring's header, written by the process (the collector writes `consumer`, `log_read`,
+/// `log_room` and its side of `last_look`).
 #[repr(C)]
 pub(crate) struct RingHeader {
     magic: u64,
@@ -124,14 +138,20 @@ pub(crate) struct RingHeader {
     pub(crate) tsc0: AtomicU64,
     pub(crate) start_ns: AtomicU64,
     pub(crate) start_unix_ns: AtomicU64,
-    /// The collector's last sign of life ([`crate::engine::clock::monotonic_ns`]).
-    pub(crate) heartbeat_ns: AtomicU64,
+    /// The collector: its last sign of life ([`crate::engine::clock::monotonic_ns`]), and
+    /// which process it is once it has attached (§4).
+    pub(crate) consumer: Consumer,
     /// Sampled blocks the live table could not take (copied at exit).
     pub(crate) untracked: AtomicU64,
     /// Bytes of the side log written and published (a position: the log wraps, §3).
     pub(crate) log_len: AtomicU64,
     /// The position up to which the collector has read the side log (written by it).
     pub(crate) log_read: AtomicU64,
+    /// Advanced by the collector when `log_read` moves: the futex word a writer waiting
+    /// for room in the log sleeps on (§3).
+    log_room: AtomicU32,
+    /// Writers sleeping on `log_room`: the collector wakes them only when some are.
+    log_waiters: AtomicU32,
     /// How the image is ending without exit handlers, when it says so: [`ENDING_EXEC`]
     /// (before `exec`), [`ENDING_QUICK`] (`_exit`, `quick_exit`); 0 otherwise (a normal
     /// exit clears it: an `exec` that failed is followed by more).
@@ -164,8 +184,9 @@ unsafe impl Send for Ring {}
 // SAFETY: as above.
 unsafe impl Sync for Ring {}
 
-/// Serialises writers of the side log within a process.
-static LOG_LOCK: AtomicBool = AtomicBool::new(false);
+/// Serialises writers of the side log within a process (one may wait long for the
+/// collector while holding it: the others sleep).
+static LOG_LOCK: futex::Lock = futex::Lock::new();
 
 impl Ring {
     /// Total bytes of a ring whose queue holds `capacity` events of `depth` frames.
@@ -174,12 +195,13 @@ impl Ring {
     }
 
     /// Creates this process's ring in `dir` (see §2) with a queue of `capacity` events of
-    /// `depth` frames, and returns it with the queue (set up, consumed elsewhere). Leaves
+    /// `depth` frames, naming `collector` (pid, start time) when it is known (§4), and returns it with the queue (set up, consumed elsewhere). Leaves
     /// no descriptor open. The error is a message for stderr.
     pub(crate) fn create(
         dir: &str,
         capacity: usize,
         depth: usize,
+        collector: Option<(u32, u64)>,
     ) -> Result<(Ring, Queue), String> {
         let depth = depth.max(MIN_DEPTH);
         let len = Ring::bytes(capacity, depth).ok_or("the event queue is too large")?;
@@ -247,10 +269,7 @@ impl Ring {
         }
         let base = base as *mut u8;
         let ring = Ring { base, len };
-        let proc_start =
-            crate::sys::procfs::stat_field("/proc/self/stat", crate::sys::procfs::START_TIME)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
+        let proc_start = own_start_time();
         // SAFETY: the mapping is `len` ≥ HEADER_BYTES bytes, page-aligned, zeroed (a new
         // file) and not yet read by anyone (the state says "starting").
         unsafe {
@@ -269,10 +288,12 @@ impl Ring {
                 tsc0: AtomicU64::new(0),
                 start_ns: AtomicU64::new(0),
                 start_unix_ns: AtomicU64::new(0),
-                heartbeat_ns: AtomicU64::new(crate::engine::clock::monotonic_ns()),
+                consumer: Consumer::new(crate::engine::clock::monotonic_ns()),
                 untracked: AtomicU64::new(0),
                 log_len: AtomicU64::new(0),
                 log_read: AtomicU64::new(0),
+                log_room: AtomicU32::new(0),
+                log_waiters: AtomicU32::new(0),
                 ending: AtomicU32::new(0),
                 last_look: AtomicU32::new(0),
                 exit_status: AtomicU64::new(0),
@@ -280,6 +301,10 @@ impl Ring {
                 queue_bytes: (len - HEADER_BYTES - LOG_BYTES) as u64,
             })
         };
+        if let Some((pid, start)) = collector {
+            // Known from the start (`MEMPROF_COLLECTOR`): waited for before it attaches.
+            ring.consumer().attach(pid, start);
+        }
         let qlen = len - HEADER_BYTES - LOG_BYTES;
         // SAFETY: the queue's part of the mapping is zeroed, 4 KiB-aligned, lives as long as
         // the process (never unmapped while sampling may push) and used by nothing else.
@@ -321,7 +346,13 @@ impl Ring {
         }
         // SAFETY: the queue's part lies inside the mapping (checked above).
         match unsafe { Queue::attach(ring.queue_mem(), qlen) } {
-            Some(queue) => Some((ring, queue)),
+            Some(queue) => {
+                // From now on the process's waits for room last while this process lives
+                // (§4).
+                let (pid, start) = this_process();
+                h.consumer.attach(pid, start);
+                Some((ring, queue))
+            }
             None => {
                 core::mem::forget(ring);
                 None
@@ -371,37 +402,42 @@ impl Ring {
         }
     }
 
-    /// The collector's heartbeat, for the sample path (see `engine::hot::HEARTBEAT`).
-    pub(crate) fn heartbeat(&self) -> &AtomicU64 {
-        &self.header().heartbeat_ns
+    /// The collector as the sample path sees it (see `engine::push` §1).
+    pub(crate) fn consumer(&self) -> &Consumer {
+        &self.header().consumer
     }
 
     /// Appends a record to the side log and returns the log's position after it (the side
     /// event's `addr`), or `None` when it cannot: a record larger than the log, or no room
-    /// while the collector has not read what is there (waited for while its heartbeat is
-    /// fresh, §4).
+    /// once the collector is gone (§4; while it lives, the writer sleeps until it has read
+    /// enough).
     pub(crate) fn log_append(&self, kind: u8, payload: &[u8]) -> Option<u64> {
         let need = 5 + payload.len();
         if need > LOG_BYTES {
             return None;
         }
-        while LOG_LOCK.swap(true, Ordering::Acquire) {
-            std::thread::yield_now();
-        }
+        let _lock = LOG_LOCK.lock();
         let h = self.header();
         let at = h.log_len.load(Ordering::Relaxed);
         let room = |h: &RingHeader| {
             at + need as u64 - h.log_read.load(Ordering::Acquire).min(at) <= LOG_BYTES as u64
         };
         while !room(h) {
-            let beat = h.heartbeat_ns.load(Ordering::Relaxed);
-            if crate::engine::clock::monotonic_ns().saturating_sub(beat)
-                > crate::engine::hot::STALE_NS
-            {
-                LOG_LOCK.store(false, Ordering::Release);
+            // As a producer waits for room in the queue (`engine::queue` §5): registered,
+            // then a last look, then a sleep on the value read before registering.
+            let seen = h.log_room.load(Ordering::Acquire);
+            h.log_waiters.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if room(h) {
+                h.log_waiters.fetch_sub(1, Ordering::Relaxed);
+                break;
+            }
+            if !h.consumer.alive() {
+                h.log_waiters.fetch_sub(1, Ordering::Relaxed);
                 return None;
             }
-            std::thread::sleep(std::time::Duration::from_micros(200));
+            futex::wait(&h.log_room, seen, crate::engine::hot::LOOK_EVERY_NS);
+            h.log_waiters.fetch_sub(1, Ordering::Relaxed);
         }
         let mut rec = Vec::with_capacity(need);
         rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -419,14 +455,22 @@ impl Ring {
         }
         let end = at + need as u64;
         h.log_len.store(end, Ordering::Release);
-        LOG_LOCK.store(false, Ordering::Release);
         Some(end)
     }
 
     /// Says that the collector has read the side log up to `pos`: its room may be
     /// written again.
     pub(crate) fn log_consumed(&self, pos: u64) {
-        self.header().log_read.fetch_max(pos, Ordering::AcqRel);
+        let h = self.header();
+        if h.log_read.fetch_max(pos, Ordering::AcqRel) >= pos {
+            return;
+        }
+        h.log_room.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the writer's fence after it registers (`log_append`).
+        fence(Ordering::SeqCst);
+        if h.log_waiters.load(Ordering::Relaxed) != 0 {
+            futex::wake(&h.log_room, u32::MAX);
+        }
     }
 
     /// The side log's records in bytes `from..to` (clamped to what is published): (kind,
@@ -465,12 +509,25 @@ impl Ring {
     }
 }
 
+/// This process's start time (`/proc/self/stat` field 22; 0 when unreadable: any start).
+fn own_start_time() -> u64 {
+    crate::sys::procfs::stat_field("/proc/self/stat", crate::sys::procfs::START_TIME)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// This process as a collector names itself (§4, `MEMPROF_COLLECTOR`): its pid and start
+/// time.
+pub(crate) fn this_process() -> (u32, u64) {
+    (std::process::id(), own_start_time())
+}
+
 impl Ring {
     /// Frees the ring's memory for every process that maps it (`MADV_REMOVE` punches a hole
     /// in the shared file): the collector's last act on the ring of a process that `memprof
     /// attach` detached from, which keeps its mapping (a thread may still be inside a push)
     /// but need not keep the memory. A late push faults in a zeroed page, where it finds a
-    /// full queue and a stale heartbeat: nothing waits, nothing breaks.
+    /// full queue, a stale heartbeat and no collector: nothing waits, nothing breaks.
     pub(crate) fn release_pages(&self) {
         // SAFETY: advice on this ring's own mapping; the caller reads nothing of it again.
         unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_REMOVE) };
@@ -609,16 +666,18 @@ mod tests {
 
     /// The side log wraps: records written past its size, each read before the next ones
     /// need its room, come back whole (a record straddling the end included); unread ones
-    /// are never overwritten (with the collector's heartbeat stale, the writer gives up).
+    /// are never overwritten (with no collector attached and its heartbeat stale, the writer
+    /// gives up; with one whose process lives, it waits until it has read).
     #[test]
     fn the_side_log_wraps_over_what_was_read() {
         let dir = std::env::temp_dir().join(format!("memprof-ring-wrap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (ring, _queue) = Ring::create(dir.to_str().unwrap(), 64, MIN_DEPTH).unwrap();
+        let (ring, _queue) = Ring::create(dir.to_str().unwrap(), 64, MIN_DEPTH, None).unwrap();
         let payload = |i: usize| vec![(i % 251) as u8; 1000 + i % 7];
         let mut read = 0u64;
         for i in 0..3 * LOG_BYTES / 1000 {
             ring.header()
+                .consumer
                 .heartbeat_ns
                 .store(crate::engine::clock::monotonic_ns(), Ordering::Relaxed);
             let end = ring.log_append(LOG_MODULES, &payload(i)).expect("room after reading");
@@ -631,13 +690,27 @@ mod tests {
         assert!(read > 2 * LOG_BYTES as u64, "wrapped twice");
         // Unread: the log fills, then refuses once the collector looks gone.
         let stale =
-            crate::engine::clock::monotonic_ns().saturating_sub(2 * crate::engine::hot::STALE_NS);
-        ring.header().heartbeat_ns.store(stale, Ordering::Relaxed);
+            crate::engine::clock::monotonic_ns().saturating_sub(2 * crate::engine::push::STALE_NS);
+        ring.header().consumer.heartbeat_ns.store(stale, Ordering::Relaxed);
         let big = vec![7u8; LOG_BYTES / 2];
         assert!(ring.log_append(LOG_MODULES, &big).is_some());
         assert!(ring.log_append(LOG_MODULES, &big).is_none(), "would overwrite unread bytes");
         let (records, _) = ring.log_records(read, u64::MAX);
-        assert_eq!(records, vec![(LOG_MODULES, big)]);
+        assert_eq!(records, vec![(LOG_MODULES, big.clone())]);
+        // A collector that has attached (this process) and is slow: the writer sleeps,
+        // heartbeat stale, until it reads, and then writes.
+        let (pid, start) = this_process();
+        ring.consumer().attach(pid, start);
+        let t0 = std::time::Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let (_, at) = ring.log_records(read, u64::MAX);
+                ring.log_consumed(at);
+            });
+            assert!(ring.log_append(LOG_MODULES, &big).is_some(), "written once read");
+        });
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(200));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

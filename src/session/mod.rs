@@ -24,12 +24,16 @@
 //! finish: the preload library calls it before `dlclose`, while the library is still mapped.
 //!
 //! # 4. Backpressure
-//! With [`Config::backpressure`] a sampling thread that finds the queue full waits (at most
-//! [`BACKPRESSURE_WAIT_MS`](crate::config::BACKPRESSURE_WAIT_MS), sleeping 50 µs at a time)
-//! for the drain thread instead of dropping the event, so the exact mode stays lossless
-//! under load. It only waits while a drain thread runs, holds no lock while waiting, and the
-//! drain thread itself never waits (its allocations are not sampled).
-//!
+//! With [`Config::backpressure`] a sampling thread that finds the queue full sleeps (a
+//! futex the drain wakes, `engine::queue` §5) until the drain thread has made room,
+//! instead of dropping the event, so the exact mode stays lossless under load. It only
+//! waits while a drain thread runs, holds no lock while waiting, and the drain thread
+//! itself never waits (its allocations are not sampled). Stopping the session wakes every
+//! sleeper. A drain thread held up for [`BACKPRESSURE_WAIT_MS`](crate::config::BACKPRESSURE_WAIT_MS)
+//! without taking an event (a tracker's callback that waits for a lock a sleeping thread
+//! holds) is not waited for longer (`engine::push` §1): a tracker's callbacks should not
+//! wait for the program's threads.
+
 //! # 5. fork
 //! [`fork_prepare`], [`fork_parent`] and [`fork_child`] are `pthread_atfork` handlers: the
 //! first takes the session's locks (control, driver, live table) so that no other thread
@@ -279,9 +283,9 @@ pub(crate) const SIDE_MODULES: u64 = 1;
 pub(crate) const SIDE_GC: u64 = 2;
 
 /// Queues a side event (`EventKind::Side`: `what`, `addr`, the words as its frames) for
-/// the consumer of a shared queue, waiting for room while the consumer lives (at most
-/// a second: this runs outside the allocator, at a call of the program's). Returns false
-/// when it was dropped (counted as lost).
+/// the consumer of a shared queue, waiting for room while the consumer lives (as the
+/// sample path does, `engine::push` §1). Returns false when it was dropped (counted as
+/// lost).
 pub(crate) fn push_side(q: &Queue, epoch: u64, what: u64, addr: usize, words: &[u64]) -> bool {
     let frames: Vec<usize> = words.iter().map(|&w| w as usize).collect();
     let e = Event {
@@ -296,14 +300,7 @@ pub(crate) fn push_side(q: &Queue, epoch: u64, what: u64, addr: usize, words: &[
         k: 0,
         truncated: false,
     };
-    let deadline = clock::monotonic_ns() + 1_000_000_000;
-    while clock::monotonic_ns() < deadline && hot::consumer_alive() {
-        if q.try_push(e, &frames) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    q.push(&e, &frames)
+    crate::engine::push::push_patiently(q, &e, &frames)
 }
 
 /// For a thread dying of a fatal signal (the preload library's handler): asks the drain
@@ -402,7 +399,9 @@ impl<T: Tracker> Session<T> {
             return Err(Error::Other("this session is not running".into()));
         };
         sampler::end();
-        hot::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
+        // Threads asleep waiting for room are woken and drop their events: nobody drains
+        // for this session any more.
+        hot::stop_waiting();
         if let Some((flag, handle)) = c.drain {
             flag.store(true, Ordering::Release);
             // Stopped from the drain thread itself (its `exit` when it is the last thread

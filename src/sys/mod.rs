@@ -1,5 +1,5 @@
 //! Process primitives the engine is built on: memory from glibc's own entry points,
-//! per-thread blocks without destructors, cache-line padding, errno, hashing, the loader's
+//! per-thread blocks without destructors, cache-line padding, errno, futexes, hashing, the loader's
 //! list of objects, the next definition of a symbol in it, and the one policy for the files the
 //! profiler opens or writes (`files.rs`). Nothing here knows about sampling.
 
@@ -8,6 +8,7 @@ pub(crate) mod alloc_count;
 pub(crate) mod elf_lookup;
 pub(crate) mod errno;
 pub mod files;
+pub(crate) mod futex;
 pub mod got;
 pub(crate) mod hash;
 pub(crate) mod loader;

@@ -4,7 +4,9 @@
 //! # 1. The loop
 //! One thread, at normal priority (it is the consumer the exact mode's backpressure waits
 //! for). Every pass it lists the ring directory and attaches to new rings (mapping the file,
-//! then unlinking it), renews each ring's heartbeat, drains each queue into a streaming
+//! writing its own pid and start time into the header, then unlinking it: from then on the
+//! program's threads wait for room while this process exists, `ring` §4), renews each
+//! ring's heartbeat, drains each queue into a streaming
 //! [`Recorder`] (the tracker the in-process drain thread would run: the same interning,
 //! the same file, flushed at least every 50 ms) and checks whether its process is gone. A
 //! pass that found little to do sleeps 2 ms.
@@ -321,7 +323,7 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
         }
         let mut fullest = 0f64;
         for r in rings.iter_mut().filter(|r| !r.done) {
-            r.ring.header().heartbeat_ns.store(now, Ordering::Relaxed);
+            r.ring.header().consumer.heartbeat_ns.store(now, Ordering::Relaxed);
             if r.out.is_none() {
                 open_output(r, &plan, &stem, messages);
             }

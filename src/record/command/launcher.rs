@@ -512,6 +512,10 @@ pub(crate) fn record_publishing(
         cmd.env(k, v);
     }
     cmd.env_remove(config::ENV_STEM);
+    // The collector is this process: the program's threads wait for room while it exists
+    // (`record/ring.rs` §4).
+    let (collector, since) = crate::record::ring::this_process();
+    cmd.env(config::ENV_COLLECTOR, format!("{collector}:{since}"));
     // Harmless to any other program, and it must be there before an interpreter that the
     // program starts (a script's, a wrapper's) reads it.
     let pymalloc_bypassed = !opts.keep_pymalloc && std::env::var_os(PYTHONMALLOC).is_none();

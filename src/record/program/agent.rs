@@ -228,21 +228,24 @@ fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate
 fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
     let mut config = settings.config.clone();
     config.drain_thread = false;
-    let (ring, mut queue) = Ring::create(dir, config.queue_capacity, config.depth)
-        .map_err(|e| format!("cannot share the profile with memprof record: {e}"))?;
+    let (ring, mut queue) =
+        Ring::create(dir, config.queue_capacity, config.depth, settings.collector)
+            .map_err(|e| format!("cannot share the profile with memprof record: {e}"))?;
     queue.set_external();
     let exe =
         std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
     let cmdline = crate::session::recorder::command_line();
     ring.log_append(ring::LOG_PROCESS, &ring::encode_process(&exe, &cmdline));
-    crate::engine::hot::HEARTBEAT
-        .store(ring.heartbeat() as *const AtomicU64 as *mut AtomicU64, Ordering::Release);
+    crate::engine::hot::CONSUMER.store(
+        ring.consumer() as *const crate::engine::hot::Consumer as *mut crate::engine::hot::Consumer,
+        Ordering::Release,
+    );
     // The tracker is never fed (the queue's events go to the collector): it only sees the
     // session start and stop.
     let session = match crate::session::start_on(config.clone(), Recorder::new(), Some(queue)) {
         Ok(s) => s,
         Err(e) => {
-            crate::engine::hot::HEARTBEAT.store(core::ptr::null_mut(), Ordering::Release);
+            crate::engine::hot::CONSUMER.store(core::ptr::null_mut(), Ordering::Release);
             return Err(format!("cannot start profiling: {e}"));
         }
     };
@@ -465,8 +468,8 @@ pub fn stop_attached() {
         if let Some(s) = a.session.take() {
             core::mem::forget(s.stop());
         }
-        // The heartbeat stays the ring's: once the collector stops renewing it, a push
-        // into a full queue stops waiting at once.
+        // The consumer stays the ring's. The stop ended every wait for room: a push still
+        // under way into a full queue drops its event.
         core::mem::forget(a.ring.take());
         core::mem::forget(a);
     }
@@ -744,7 +747,7 @@ const LAST_LOOK_WAIT_MS: u64 = 100;
 /// shows signs of life.
 fn last_look(h: &ring::RingHeader) {
     let now = crate::engine::clock::monotonic_ns();
-    let beat = h.heartbeat_ns.load(Ordering::Relaxed);
+    let beat = h.consumer.heartbeat_ns.load(Ordering::Relaxed);
     if now.saturating_sub(beat) > 500_000_000 {
         return;
     }
@@ -868,7 +871,7 @@ extern "C" fn fork_child() {
             core::mem::forget(a.session.take());
             // The parent's ring: the session's queue pointer is gone (`session::fork_child`),
             // so nothing of this process reaches it any more; unmapped.
-            crate::engine::hot::HEARTBEAT.store(core::ptr::null_mut(), Ordering::Release);
+            crate::engine::hot::CONSUMER.store(core::ptr::null_mut(), Ordering::Release);
             COLLECTED.store(false, Ordering::Release);
             RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
             // SAFETY: null: nothing is written through the sink from now on.

@@ -32,8 +32,9 @@
 //! through `rt_sigreturn` to where it was (`tracee` §4), with the library loaded and,
 //! after the start, a session whose calls are not rerouted yet; once the writes are made
 //! (attached), the calls stay rerouted and the session samples into a ring nobody drains
-//! (its heartbeat stops, so nothing waits for it; what cannot be queued is dropped) until
-//! a later `memprof attach` takes over and detaches; before the first call, nothing.
+//! (the collector's process is gone, so nothing waits for it, `engine::push` §1; what
+//! cannot be queued is dropped) until a later `memprof attach` takes over and detaches;
+//! before the first call, nothing.
 
 mod inject;
 pub(crate) mod request;
@@ -172,6 +173,8 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
         Collector::start(plan).map_err(|e| Error::io("cannot start collecting the profile", e))?;
     let mut vars = settings.to_env();
     vars.push((crate::record::env::ENV_RINGS, rings.0.display().to_string()));
+    let (me, started) = crate::record::ring::this_process();
+    vars.push((crate::record::env::ENV_COLLECTOR, format!("{me}:{started}")));
     let began = Instant::now();
     let attached = match inject::attach(pid, &lib, &encode_settings(&vars)) {
         Ok(a) => a,
