@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::aggregate::{GcMarked, IdHash, Totals};
+use super::aggregate::{split_points, GcMarked, IdHash, Totals};
 use super::events::{Free, GcCycle, Move, Sample};
 use super::format;
 use super::series::Peak;
@@ -70,9 +70,58 @@ impl Profile {
         if let Some(tl) = &mut self.timeline {
             tl.sample(s.time_ns, bytes, self.live_bytes);
         }
-        if !self.note(s.time_ns, bytes, 0.0) {
-            self.since_peak.change((s.stack, s.size), 1, s.k);
+        if self.exact() {
+            if !self.note(s.time_ns, bytes, 0.0) {
+                self.since_peak.change((s.stack, s.size), 1, s.k);
+            }
+        } else {
+            self.note(s.time_ns, bytes, 0.0);
+            self.halves_change((s.stack, s.size), unit, s.k, s.time_ns, false);
         }
+    }
+
+    /// True in the exact mode (interval 1), whose peak is the exact maximum.
+    fn exact(&self) -> bool {
+        self.header.interval <= 1.0
+    }
+
+    /// A sampled block of `pair`, allocated in time unit `unit` with `k` points, joins the
+    /// live halves at `t` (or `leaves` them): the cross-fitted peak (§3 of the module
+    /// documentation, `report::stats` §1).
+    fn halves_change(&mut self, pair: (StackId, u64), unit: u64, k: u64, t: u64, leaves: bool) {
+        let a = split_points(pair.0, pair.1, unit, k);
+        let b = k - a;
+        let h = &mut self.halves;
+        let live_a = h.live_a.entry(pair).or_default();
+        // Saturating: a damaged file's free may name points its sample did not bring.
+        let neg = |x: u64| if leaves { x.wrapping_neg() } else { x };
+        if leaves {
+            *live_a = live_a.saturating_sub(a);
+            h.total[0] = h.total[0].saturating_sub(a);
+            h.total[1] = h.total[1].saturating_sub(b);
+        } else {
+            *live_a = live_a.saturating_add(a);
+            h.total[0] = h.total[0].saturating_add(a);
+            h.total[1] = h.total[1].saturating_add(b);
+        }
+        // Since t_A the other half's points (B) are what matters, since t_B half A's.
+        h.since[0].change(pair, neg(1), neg(b));
+        h.since[1].change(pair, neg(1), neg(a));
+        for half in 0..2 {
+            // A new peak of a half (only an allocation makes one): the live sets now are
+            // those at the new moment, so the changes just noted go stale with the rest.
+            if h.total[half] > h.best[half] {
+                h.best[half] = h.total[half];
+                h.at_ns[half] = t;
+                h.held_out[half] = h.total[1 - half];
+                h.since[half].generation += 1;
+            }
+        }
+        // Each half's held-out count doubled, the two averaged: R·(K_B(t_A) + K_A(t_B)).
+        let [ka, kb] = h.held_out;
+        let bytes = self.header.interval * (ka as f64 + kb as f64);
+        let time_ns = if ka >= kb { h.at_ns[0] } else { h.at_ns[1] };
+        self.peak = Peak { bytes, time_ns, moments_ns: h.at_ns };
     }
 
     /// Takes one block of `(stack, size)` allocated at `alloc_ns` with `k` points out of
@@ -131,7 +180,12 @@ impl Profile {
         }
         self.counts.frees += 1;
         self.lifetimes.add(f);
-        self.since_peak.change((f.stack, f.size), 1u64.wrapping_neg(), f.k.wrapping_neg());
+        if self.exact() {
+            self.since_peak.change((f.stack, f.size), 1u64.wrapping_neg(), f.k.wrapping_neg());
+        } else {
+            let unit = f.alloc_ns / self.header.time_unit_ns.max(1);
+            self.halves_change((f.stack, f.size), unit, f.k, f.time_ns, true);
+        }
         let bytes = self.estimated_bytes(f.k);
         self.live_bytes -= bytes;
         if let Some(tl) = &mut self.timeline {
@@ -184,12 +238,13 @@ impl Profile {
         self.gc_marked.push(marked);
     }
 
-    /// Notes an event at `t` in the series and the peak; true when it made a new peak.
+    /// Notes an event at `t` in the series and, in the exact mode, the peak; true when it
+    /// made a new peak.
     fn note(&mut self, t: u64, alloc: f64, freed: f64) -> bool {
         self.end_ns = self.end_ns.max(t);
         self.series.record(t, alloc, freed, self.live_bytes);
-        if self.live_bytes > self.peak.bytes {
-            self.peak = Peak { bytes: self.live_bytes, time_ns: t };
+        if self.exact() && self.live_bytes > self.peak.bytes {
+            self.peak = Peak { bytes: self.live_bytes, time_ns: t, moments_ns: [t; 2] };
             self.since_peak.generation += 1;
             return true;
         }
@@ -202,14 +257,21 @@ impl Profile {
     }
 
     /// The sampled blocks live at [`Profile::peak`], per (stack, size) as in
-    /// [`Profile::live`] (pairs with none left out): the live set right after the event that
-    /// made the peak, in stream order, so in the exact mode the program's true live heap at
-    /// its peak. `None` for a merged profile (its processes peak each on their own).
+    /// [`Profile::live`] (pairs with none left out). In the exact mode, the live set right
+    /// after the event that made the peak, in stream order: the program's true live heap at
+    /// its peak. Sampled, each pair's share of the cross-fitted peak (§3 of the module
+    /// documentation): `k` is half B's points live at `t_A` plus half A's live at `t_B`, so
+    /// that `k × interval` is the pair's peak estimate and the pairs sum to the peak;
+    /// `samples` is the mean of the blocks live at the two moments, rounded up. `None` for
+    /// a merged profile (its processes peak each on their own).
     pub fn peak_live(&self) -> Option<HashMap<(StackId, u64), Totals, IdHash>> {
-        let sp = &self.since_peak;
-        if sp.unknown {
+        if self.since_peak.unknown {
             return None;
         }
+        if !self.exact() {
+            return Some(self.crossfit_live());
+        }
+        let sp = &self.since_peak;
         let mut out: HashMap<(StackId, u64), Totals, IdHash> = HashMap::default();
         for (&pair, t) in &self.live {
             let mut t = *t;
@@ -224,6 +286,35 @@ impl Profile {
             }
         }
         Some(out)
+    }
+
+    /// [`Profile::peak_live`] of a sampled profile: `live at t_A = live now − changes since
+    /// t_A` for half B's points, the same at `t_B` for half A's.
+    fn crossfit_live(&self) -> HashMap<(StackId, u64), Totals, IdHash> {
+        let h = &self.halves;
+        let mut out: HashMap<(StackId, u64), Totals, IdHash> = HashMap::default();
+        for (&pair, t) in &self.live {
+            let ka = h.live_a.get(&pair).copied().unwrap_or(0);
+            let now = [(t.samples, t.k.wrapping_sub(ka)), (t.samples, ka)];
+            let mut at = [(0u64, 0u64); 2];
+            for half in 0..2 {
+                let sp = &h.since[half];
+                let (mut samples, mut k) = now[half];
+                if let Some((g, d)) = sp.changes.get(&pair) {
+                    if *g == sp.generation {
+                        samples = samples.wrapping_sub(d.samples);
+                        k = k.wrapping_sub(d.k);
+                    }
+                }
+                at[half] = (samples, k);
+            }
+            let k = at[0].1.wrapping_add(at[1].1);
+            if k > 0 {
+                let samples = at[0].0.wrapping_add(at[1].0).div_ceil(2);
+                out.insert(pair, Totals { samples, k });
+            }
+        }
+        out
     }
 
     /// Moves the aggregates of `agg` (folded in by another thread) into this profile, whose
@@ -241,6 +332,7 @@ impl Profile {
         self.live_bytes = agg.live_bytes;
         self.lifetimes = agg.lifetimes;
         self.since_peak = agg.since_peak;
+        self.halves = agg.halves;
         // A second fold (a window) keeps no timeline: the page is of the whole run.
         self.timeline = agg.timeline.or(self.timeline.take());
     }
@@ -256,6 +348,7 @@ impl Profile {
         self.series.clone_from(&from.series);
         self.peak = from.peak;
         self.since_peak.clone_from(&from.since_peak);
+        self.halves.clone_from(&from.halves);
         self.lifetimes.clone_from(&from.lifetimes);
         self.end_ns = from.end_ns;
         self.counts = from.counts;

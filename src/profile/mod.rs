@@ -69,7 +69,7 @@ pub(crate) mod timeline;
 use std::collections::HashMap;
 
 pub use aggregate::{Counts, GcMarked, IdHash, IdHasher, Totals};
-pub(crate) use aggregate::{LiveByTime, SincePeak};
+pub(crate) use aggregate::{Halves, LiveByTime, SincePeak};
 pub(crate) use events::expected_k;
 pub use events::{Ended, EndedHow, Free, GcCycle, Move, Resident, ResidentSplit, Sample};
 pub use header::{Header, Lost, Stopped, RECORD_STOPPED};
@@ -158,8 +158,11 @@ pub struct Profile {
     pub series: Series,
     /// The largest estimated live heap.
     pub peak: Peak,
-    /// What changed in `live` since the peak ([`Profile::peak_live`]).
+    /// What changed in `live` since the peak ([`Profile::peak_live`]; the exact mode).
     pub(crate) since_peak: SincePeak,
+    /// The halves of a sampled profile's points, their peaks and the live sets there
+    /// (§3: the cross-fitted peak).
+    pub(crate) halves: Halves,
     /// How long the freed sampled blocks lived.
     pub lifetimes: Lifetimes,
     /// Set when the aggregates are those of a range of the recording rather than all of it
