@@ -111,7 +111,7 @@ pub(crate) struct Halves {
 /// coins gives two independent processes at half the rate: a block's split depends only on
 /// its own fields, and blocks that share all of them (the same site, size, `k` and time
 /// unit: rare once sampled) share a split, the one correlation left.
-pub(crate) fn split_points(stack: StackId, size: u64, unit: u64, k: u64) -> u64 {
+pub fn split_points(stack: StackId, size: u64, unit: u64, k: u64) -> u64 {
     // SplitMix64's finalizer: every bit of the input moves every bit of the output.
     fn mix(mut z: u64) -> u64 {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

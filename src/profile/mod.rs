@@ -80,7 +80,7 @@ pub(crate) mod timeline;
 
 use std::collections::HashMap;
 
-pub use aggregate::{Counts, GcMarked, IdHash, IdHasher, Totals};
+pub use aggregate::{split_points, Counts, GcMarked, IdHash, IdHasher, Totals};
 pub(crate) use aggregate::{Halves, LiveByTime, SincePeak};
 pub(crate) use events::expected_k;
 pub use events::{Ended, EndedHow, Free, GcCycle, Move, Resident, ResidentSplit, Sample};

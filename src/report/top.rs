@@ -38,14 +38,14 @@ pub(crate) fn peak_text(p: &Profile) -> String {
     if is_exact(p) {
         return format!("{} live at {}", human_bytes(peak.bytes), secs(peak.time_ns));
     }
-    let [a, b] = peak.moments_ns;
+    let (a, b) = (secs(peak.moments_ns[0]), secs(peak.moments_ns[1]));
     let when = if a == b {
-        secs(a)
+        format!("(estimated) at {a}")
     } else {
-        format!("{} (the mean of the heap at {} and {})", secs(peak.time_ns), secs(a), secs(b))
+        format!("(estimated: the mean of the heap at {a} and {b})")
     };
     format!(
-        "{} ± {} live (estimated) at {when}",
+        "{} ± {} live {when}",
         human_bytes(peak.bytes),
         human_bytes(ci95(peak.bytes, p.header.interval))
     )
