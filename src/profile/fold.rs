@@ -553,7 +553,8 @@ mod tests {
         let tail = |c: u64| 1.0 - crate::stats::binomial_upper_tail(n, 0.95, c);
         let need = (0..=n).take_while(|&c| tail(c) <= 1e-3).last().unwrap();
         assert_eq!(need, 87, "P(X < 87) = {}", tail(87));
-        let programs: [(&str, fn(&mut Sim)); 4] =
+        type Program = fn(&mut Sim);
+        let programs: [(&str, Program); 4] =
             [("steady", steady), ("grow-shrink", grow_shrink), ("spike", spike), ("huge", huge)];
         for (pi, (name, program)) in programs.iter().enumerate() {
             let (mut covered, mut old_covered, mut z2) = (0, 0, 0.0);

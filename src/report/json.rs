@@ -16,7 +16,7 @@
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
 //! | `sites` | array | the top sites (`--top`) by the bytes of `--view` (allocated by default; live, peak, short-lived): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
-//! | `processes` | array | one per process of a tree (`--follow-forks`), the program's first: `pid`, `ppid`, `executable`, `file`, `allocated_bytes`, `peak_bytes`, `live_end_bytes`, `rss_end_bytes`, `rss_peak_bytes`, `allocator_retained_bytes` (null when not read), `ended` (as above) |
+//! | `processes` | array | one per process of a tree (`--follow-forks`), the program's first: `pid`, `ppid`, `executable`, `file`, `allocated_bytes`, `peak_bytes`, `peak_ci95_bytes`, `live_end_bytes`, `rss_end_bytes`, `rss_peak_bytes`, `allocator_retained_bytes` (null when not read), `ended` (as above) |
 //!
 //! The heap's peak: in the exact mode the largest live heap, at `peak_ns` (`peak_moments_ns`
 //! is `[peak_ns, peak_ns]`). Sampled, `peak_bytes` is the cross-fitted estimate
@@ -136,6 +136,7 @@ pub fn summary(
                     "file": p.file.display().to_string(),
                     "allocated_bytes": p.allocated,
                     "peak_bytes": p.peak,
+                    "peak_ci95_bytes": ci95(p.peak, interval),
                     "live_end_bytes": p.live,
                     "rss_end_bytes": p.resident.map(|r| r.0),
                     "rss_peak_bytes": p.resident.map(|r| r.1),
