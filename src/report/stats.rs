@@ -44,12 +44,17 @@
 //! `P̂` is then the heap at the moments the halves chose). Its variance is about
 //! `(2R·B + 2R·B)/4 = R·B`, so its standard error is `√(P̂·(R − 1))`, as for any live
 //! estimate, and a site's share of it, `R·(K_B,site(t_A) + K_A,site(t_B))`, has the
-//! same error as any site's live bytes. The two terms are not quite independent (a half
-//! that is high at the other's moment draws its own moment near it): on the simulated
-//! programs of `profile::fold`'s coverage test the mean squared error is 10–20 % above
-//! `R·B`, and the 95 % interval covers the true peak 89–95 % of the time. In the exact mode
-//! (R = 1) the peak is the exact maximum, and a merged tree's peak (`profile::merge`) is
-//! an upper bound, without an interval.
+//! same error as any site's live bytes. The two terms are not quite independent: where
+//! the heap is flat, a half that is high at the other half's moment draws its own moment
+//! near it, where the other is high too (on the simulated steady state of
+//! `profile::fold`'s coverage test the terms' correlation is about 0.2, and the variance
+//! about a fifth above `R·B`; on a heap with a clear peak it is `R·B`). And the moments
+//! fall a little short of the peak (a fraction of a standard error on the simulated
+//! programs). So the 95 % interval covers the true peak somewhat less than 95 % of the
+//! time (about 90–95 % on those programs), where the largest live estimate's interval,
+//! on the steady state, nearly never did. In the exact mode (R = 1) the peak is the exact
+//! maximum, and a merged tree's peak (`profile::merge`) is an upper bound, without an
+//! interval.
 //!
 //! # 2. The difference of two estimates
 //! Two independent profiles (different runs, possibly different intervals) estimate a
