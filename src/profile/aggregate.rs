@@ -1,5 +1,6 @@
 //! The totals a profile keeps per stack and size, and the indexes its bookkeeping needs
-//! (by allocation time, since the peak).
+//! (by allocation time, since the peak, and a sampled profile's two halves of points for
+//! its cross-fitted peak).
 
 use std::collections::HashMap;
 
