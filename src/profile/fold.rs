@@ -93,8 +93,8 @@ impl Profile {
         let b = k - a;
         let h = &mut self.halves;
         let live_a = h.live_a.entry(pair).or_default();
-        // Saturating: a damaged file's free may name points its sample did not bring.
         let neg = |x: u64| if leaves { x.wrapping_neg() } else { x };
+        // Saturating: a damaged file's free may name points its sample did not bring.
         if leaves {
             *live_a = live_a.saturating_sub(a);
             h.total[0] = h.total[0].saturating_sub(a);
@@ -118,9 +118,10 @@ impl Profile {
             }
         }
         // Each half's held-out count doubled, the two averaged: R·(K_B(t_A) + K_A(t_B)).
-        let [ka, kb] = h.held_out;
-        let bytes = self.header.interval * (ka as f64 + kb as f64);
-        let time_ns = if ka >= kb { h.at_ns[0] } else { h.at_ns[1] };
+        let [b_at_ta, a_at_tb] = h.held_out;
+        let bytes = self.header.interval * (b_at_ta as f64 + a_at_tb as f64);
+        // The moment said first is the one whose held-out estimate weighs more.
+        let time_ns = if b_at_ta >= a_at_tb { h.at_ns[0] } else { h.at_ns[1] };
         self.peak = Peak { bytes, time_ns, moments_ns: h.at_ns };
     }
 
