@@ -80,11 +80,11 @@
 //! | `profile/tables.rs` | the interned tables: modules, stacks, symbols |
 //! | `profile/header.rs` | what a recording says of its run: [`profile::Header`], losses, an early stop |
 //! | `profile/events.rs` | the events a profile folds in: samples, frees, moves, GC cycles |
-//! | `profile/aggregate.rs` | per (stack, size) totals, counts, the indexes by allocation time and since the peak |
+//! | `profile/aggregate.rs` | per (stack, size) totals, counts, the indexes by allocation time and since the peak, the halves of a sampled profile's points (the cross-fitted peak) and their split |
 //! | `profile/lifetime.rs` | how long sampled blocks lived: short-lived totals, the lifetime histogram |
 //! | `profile/series.rs` | the heap over time in bounded buckets, and its peak |
 //! | `profile/timeline.rs` | the heap over time by stack, folded in on a grid that widens as the run goes: what the HTML page reads |
-//! | `profile/fold.rs` | events folded into the aggregates: live sets, lifetimes, GC attribution, the peak |
+//! | `profile/fold.rs` | events folded into the aggregates: live sets, lifetimes, GC attribution, the peak (exact, or cross-fitted), and the peak's coverage tested on simulated programs |
 //! | `profile/frame.rs` | frames as reports name them: inline chains, the profiler's frames trimmed, `module+0xoffset` |
 //! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
 //! | `profile/symbolize/` | [`profile::symbolize`]: modules and addresses to inline chains, in process and offline |

@@ -1,5 +1,6 @@
 //! The totals a profile keeps per stack and size, and the indexes its bookkeeping needs
-//! (by allocation time, since the peak).
+//! (by allocation time, since the peak, and a sampled profile's two halves of points for
+//! its cross-fitted peak).
 
 use std::collections::HashMap;
 
@@ -79,5 +80,72 @@ impl SincePeak {
         }
         t.samples = t.samples.wrapping_add(samples);
         t.k = t.k.wrapping_add(k);
+    }
+}
+
+/// The cross-fitted peak of a sampled profile (module documentation §3 of
+/// [`profile`](crate::profile), and `report::stats` §1): each block's `k` points split into
+/// two halves, A and B ([`split_points`]), each half's live points followed apart, and the
+/// live sets at the two halves' own peaks kept as [`SincePeak`] keeps the exact mode's.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Halves {
+    /// Half A's live points per (stack, size) (half B's are the rest of
+    /// [`Profile::live`](crate::profile::Profile::live)'s).
+    pub(super) live_a: HashMap<(StackId, u64), u64, IdHash>,
+    /// Half A's and half B's live points in all.
+    pub(super) total: [u64; 2],
+    /// The largest of each half's live points: at `t_A` for half A, `t_B` for half B.
+    pub(super) best: [u64; 2],
+    /// `t_A`, `t_B`.
+    pub(super) at_ns: [u64; 2],
+    /// The other half's live points at each half's peak: `K_B(t_A)`, `K_A(t_B)`.
+    pub(super) held_out: [u64; 2],
+    /// Changes since `t_A` of the samples and of half B's points, per pair; since `t_B` of
+    /// the samples and of half A's points.
+    pub(super) since: [SincePeak; 2],
+}
+
+/// How many of a sampled block's `k` points fall in half A: `Binomial(k, 1/2)`, drawn from
+/// a generator seeded by what both the block's sample and its free name (its stack, size,
+/// allocation time unit and `k`; a version-2 free has no sample id), so the free takes out
+/// of each half what the sample put in. Thinning a Bernoulli process by independent fair
+/// coins gives two independent processes at half the rate: a block's split depends only on
+/// its own fields, and blocks that share all of them (the same site, size, `k` and time
+/// unit: rare once sampled) share a split, the one correlation left.
+pub fn split_points(stack: StackId, size: u64, unit: u64, k: u64) -> u64 {
+    // SplitMix64's finalizer: every bit of the input moves every bit of the output.
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut state = mix(mix(mix(u64::from(stack).wrapping_add(GOLDEN)) ^ size) ^ unit) ^ k;
+    // SplitMix64: a full-period generator whose outputs pass BigCrush.
+    let mut next = || {
+        state = state.wrapping_add(GOLDEN);
+        mix(state)
+    };
+    if k <= 1 << 12 {
+        // One fair coin per point: the bits of the generator's words.
+        let mut a = 0;
+        let mut left = k;
+        while left >= 64 {
+            a += u64::from(next().count_ones());
+            left -= 64;
+        }
+        if left > 0 {
+            a += u64::from((next() & ((1u64 << left) - 1)).count_ones());
+        }
+        a
+    } else {
+        // A block of more than 4 096 points (2 GiB at the default interval; any `k` a
+        // damaged file names): the normal approximation of the binomial (its error in
+        // probability below 1 %), from two uniforms by Box-Muller.
+        let u1 = ((next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let u2 = (next() >> 11) as f64 / (1u64 << 53) as f64;
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        let a = k as f64 / 2.0 + z * (k as f64).sqrt() / 2.0;
+        (a.round().max(0.0) as u64).min(k)
     }
 }

@@ -34,8 +34,20 @@
 //!   out of that cycle;
 //! - [`Profile::series`]: the estimated live heap and the bytes allocated and freed over time,
 //!   in at most [`SERIES_POINTS`] buckets (their width doubles as the run grows);
-//! - [`Profile::peak`]: the largest estimated live heap after any event, and when (in the
-//!   exact mode, the true peak of live heap bytes in the order the events were recorded).
+//! - [`Profile::peak`]: in the exact mode, the true peak of live heap bytes (in the order
+//!   the events were recorded) and when; sampled, the *cross-fitted* peak: each sampled
+//!   block's points split into two halves A and B (`aggregate::split_points`: fair coins
+//!   seeded by what its sample and its free both name), each half's live points followed
+//!   apart, `t_A` and `t_B` the moments each half is largest, and the peak
+//!   `R·(K_B(t_A) + K_A(t_B))`: each moment measured by the half that did not choose it,
+//!   unbiased for the mean of the true heap at the two moments (`report::stats` §1
+//!   derives it and its interval). The largest live estimate, a maximum of noise, is
+//!   biased upward; the series keeps it per bucket ([`SeriesPoint::live_max`]);
+//! - [`Profile::peak_live`]: the live set at the peak, per (stack, size): exact; sampled,
+//!   each pair's share of the cross-fitted peak (half B's points of it live at `t_A`, half
+//!   A's at `t_B`), the shares summing to the peak. Both kept without a second pass: the
+//!   changes since each moment (`SincePeak`, one for the exact peak, one for each of
+//!   `t_A` and `t_B`), and half A's live points per pair (`Halves`).
 //!
 //! # 4. Files
 //! `tables.rs` (modules, stacks, symbols), `header.rs` (the run: header, losses, an early
@@ -68,8 +80,8 @@ pub(crate) mod timeline;
 
 use std::collections::HashMap;
 
-pub use aggregate::{Counts, GcMarked, IdHash, IdHasher, Totals};
-pub(crate) use aggregate::{LiveByTime, SincePeak};
+pub use aggregate::{split_points, Counts, GcMarked, IdHash, IdHasher, Totals};
+pub(crate) use aggregate::{Halves, LiveByTime, SincePeak};
 pub(crate) use events::expected_k;
 pub use events::{Ended, EndedHow, Free, GcCycle, Move, Resident, ResidentSplit, Sample};
 pub use header::{Header, Lost, Stopped, RECORD_STOPPED};
@@ -111,9 +123,10 @@ pub const SPLIT_EVERY_MS: u64 = 100;
 /// - [`Profile::gc_marked`] has one entry per [`Profile::gc_cycles`], in the same order;
 /// - [`Profile::counts`] counts every event folded in, and [`Profile::end_ns`] is the
 ///   latest of their times;
-/// - [`Profile::peak`] is the largest [`Profile::live_bytes`] after any event (for a
-///   merged profile, the largest of the summed series), and [`Profile::series`] has at
-///   most [`SERIES_POINTS`] buckets.
+/// - [`Profile::peak`] is, in the exact mode, the largest [`Profile::live_bytes`] after any
+///   event; sampled, `interval × (K_B(t_A) + K_A(t_B))` (§3), which the `k`s of
+///   [`Profile::peak_live`] sum to; for a merged profile, the largest of the summed series
+///   (an upper bound); and [`Profile::series`] has at most [`SERIES_POINTS`] buckets.
 ///
 /// The struct is `#[non_exhaustive]`: a profile is made with [`Profile::default`], then
 /// [`Profile::with_events`] or [`Profile::add`], never by a struct expression outside the
@@ -156,10 +169,13 @@ pub struct Profile {
     pub gc_marked: Vec<HashMap<StackId, GcMarked, IdHash>>,
     /// The heap over time.
     pub series: Series,
-    /// The largest estimated live heap.
+    /// The peak of the live heap: exact, or the cross-fitted estimate (§3).
     pub peak: Peak,
-    /// What changed in `live` since the peak ([`Profile::peak_live`]).
+    /// What changed in `live` since the peak ([`Profile::peak_live`]; the exact mode).
     pub(crate) since_peak: SincePeak,
+    /// The halves of a sampled profile's points, their peaks and the live sets there
+    /// (§3: the cross-fitted peak).
+    pub(crate) halves: Halves,
     /// How long the freed sampled blocks lived.
     pub lifetimes: Lifetimes,
     /// Set when the aggregates are those of a range of the recording rather than all of it

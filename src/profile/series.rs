@@ -108,7 +108,8 @@ impl Series {
         let mut best = Peak::default();
         for (i, p) in self.points.iter().enumerate() {
             if p.live_max > best.bytes {
-                best = Peak { bytes: p.live_max, time_ns: i as u64 * self.bucket_ns };
+                let time_ns = i as u64 * self.bucket_ns;
+                best = Peak { bytes: p.live_max, time_ns, moments_ns: [time_ns; 2] };
             }
         }
         best
@@ -124,11 +125,21 @@ impl Series {
     }
 }
 
-/// The largest estimated live heap seen, and when.
+/// The peak of the live heap, and when: exact in the exact mode; sampled, the
+/// cross-fitted estimate ([`Profile::peak`](crate::profile::Profile::peak)).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Peak {
-    /// Estimated live bytes at the peak.
+    /// Estimated live bytes at the peak: in the exact mode the largest live heap after any
+    /// event; sampled, `R·(K_B(t_A) + K_A(t_B))`, an unbiased estimate of the mean of the
+    /// true live heap at the two moments of [`Peak::moments_ns`] (its 95 % interval is that
+    /// of any live estimate, `report::stats` §1); for a merged profile, an upper bound.
     pub bytes: f64,
-    /// When, in nanoseconds since the start of the recording.
+    /// When, in nanoseconds since the start of the recording: the moment of the peak in
+    /// the exact mode; sampled, whichever of the two moments has the larger held-out
+    /// estimate.
     pub time_ns: u64,
+    /// Sampled: `t_A` and `t_B`, the moments when half A's and half B's live points were
+    /// largest (the first such moments), whose true live heaps the estimate averages. Both
+    /// [`Peak::time_ns`] in the exact mode.
+    pub moments_ns: [u64; 2],
 }

@@ -39,11 +39,9 @@ pub fn default_title(profile: &Profile, view: View) -> String {
     match view {
         View::Alloc => format!("memprof: allocated bytes ({kind})"),
         View::Live => format!("memprof: live bytes at end ({kind})"),
-        View::Peak => format!(
-            "memprof: live bytes at the peak, {} at {:.3} s ({kind})",
-            human_bytes(profile.peak.bytes),
-            profile.peak.time_ns as f64 / 1e9
-        ),
+        View::Peak => {
+            format!("memprof: live bytes at the peak, {}", super::top::peak_text(profile))
+        }
         View::ShortLived => format!(
             "memprof: short-lived bytes, freed within {} ({kind})",
             super::view::human_duration(profile.lifetimes.short_lived_ns as f64)

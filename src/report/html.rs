@@ -21,7 +21,10 @@
 //!
 //! Frees of blocks the stream never sampled (orphans) are left out as [`Profile::add`]
 //! leaves them out. The other views are per node, computed here: the live set at the peak
-//! ([`Profile::peak_live`], exact), the short-lived blocks (freed less than
+//! ([`Profile::peak_live`]: exact, or sampled each node's share of the cross-fitted peak, at
+//! the two moments its estimate averages; the timeline marks the peak at
+//! [`Peak::time_ns`](crate::profile::Peak::time_ns) with its 95 % interval, below the
+//! noisy maximum of the live curve), the short-lived blocks (freed less than
 //! [`DEFAULT_SHORT_LIVED_NS`] after their allocation) and the GC mark time
 //! ([`stack_totals`] of [`View::Gc`]). `memprof record` writes the page from its
 //! collector's fold, `memprof report` from its reading of the file: the same page.
@@ -367,7 +370,8 @@ pub fn write_tree_html(
         procs.key("allocated");
         procs.num(pr.allocated);
         procs.key("peak");
-        procs.nums([own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64]);
+        let ci = stats::ci95(own.peak.bytes, profile.header.interval);
+        procs.nums([own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64, ci]);
         // Its own timeline, on the tree's buckets.
         let n = grid.buckets as usize;
         procs.key("max");
@@ -496,8 +500,11 @@ fn data_json(
     j.num(profile.counts.samples as f64);
     j.key("frees");
     j.num(profile.counts.frees as f64);
+    // The peak, when, and its 95 % half width (0 when exact, or an upper bound: a tree's).
     j.key("peak");
-    j.nums([profile.peak.bytes, profile.peak.time_ns as f64]);
+    let ci =
+        if profile.since_peak_known() { stats::ci95(profile.peak.bytes, h.interval) } else { 0.0 };
+    j.nums([profile.peak.bytes, profile.peak.time_ns as f64, ci]);
     j.key("short_ns");
     j.num(DEFAULT_SHORT_LIVED_NS as f64);
     // The summary's first fact: how it sampled and what it lost (`report::sampling_summary`),

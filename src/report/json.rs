@@ -9,14 +9,24 @@
 //! | `sampling` | object | `interval_bytes` (number), `exact` (bool), `complete_data` (bool: nothing was lost that the figures miss; when false, estimates are low by what `lost` counts, beyond their intervals) |
 //! | `window` | object or null | `from_ns`, `to_ns` (ints; `to_ns` null when open) |
 //! | `complete` | bool | the file ended with its end record, or said why not |
-//! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ns`, `allocated_bytes`, `samples`, `frees` |
+//! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ci95_bytes`, `peak_ns`, `peak_moments_ns`, `allocated_bytes`, `allocated_ci95_bytes`, `samples`, `frees` (below) |
 //! | `rss` | object or null | `end_bytes`, `end_ns`, `peak_bytes`, `peak_ns`, `at_heap_peak_bytes`, `readings` (null without resident readings: not recorded by `memprof record`) |
 //! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `live_heap_resident_bytes` (at most the allocator's resident bytes: a block the program never touched all of is live but not all resident), `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `other_bytes` (all that is not the allocator's: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
 //! | `gap_at_peak` | object or null | the same fields (`hint` null) for the reading beside the largest live heap, when it is not the last and its heap was a quarter larger |
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
 //! | `sites` | array | the top sites (`--top`) by the bytes of `--view` (allocated by default; live, peak, short-lived): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
-//! | `processes` | array | one per process of a tree (`--follow-forks`), the program's first: `pid`, `ppid`, `executable`, `file`, `allocated_bytes`, `peak_bytes`, `live_end_bytes`, `rss_end_bytes`, `rss_peak_bytes`, `allocator_retained_bytes` (null when not read), `ended` (as above) |
+//! | `processes` | array | one per process of a tree (`--follow-forks`), the program's first: `pid`, `ppid`, `executable`, `file`, `allocated_bytes`, `peak_bytes`, `peak_ci95_bytes`, `live_end_bytes`, `rss_end_bytes`, `rss_peak_bytes`, `allocator_retained_bytes` (null when not read), `ended` (as above) |
+//!
+//! The heap's peak: in the exact mode the largest live heap, at `peak_ns` (`peak_moments_ns`
+//! is `[peak_ns, peak_ns]`). Sampled, `peak_bytes` is the cross-fitted estimate
+//! ([`crate::profile::Peak`], `report::stats` §1): an unbiased estimate of the mean of the
+//! true live heap at the two moments `peak_moments_ns` (the peaks of the two halves of the
+//! sample points), so at most the true peak and close to it, with `peak_ci95_bytes` its
+//! 95 % interval; `peak_ns` is whichever of the two weighs more. For a tree of processes
+//! `peak_bytes` is an upper bound (the processes' largest heaps added) and
+//! `peak_ci95_bytes` is null. A site's `peak_bytes` is its share of the heap's peak (the
+//! sites' shares sum to it), `peak_ci95_bytes` its interval.
 //!
 //! Byte counts are estimates in the sampled mode (with their 95 % intervals beside them,
 //! `report::stats`) and exact in the exact mode (intervals 0). Times are nanoseconds since
@@ -126,6 +136,7 @@ pub fn summary(
                     "file": p.file.display().to_string(),
                     "allocated_bytes": p.allocated,
                     "peak_bytes": p.peak,
+                    "peak_ci95_bytes": ci95(p.peak, interval),
                     "live_end_bytes": p.live,
                     "rss_end_bytes": p.resident.map(|r| r.0),
                     "rss_peak_bytes": p.resident.map(|r| r.1),
@@ -158,8 +169,11 @@ pub fn summary(
             "live_end_bytes": profile.live_bytes,
             "live_end_ci95_bytes": ci95(profile.live_bytes, interval),
             "peak_bytes": profile.peak.bytes,
+            "peak_ci95_bytes": peak_known.then(|| ci95(profile.peak.bytes, interval)),
             "peak_ns": profile.peak.time_ns,
+            "peak_moments_ns": profile.peak.moments_ns,
             "allocated_bytes": allocated,
+            "allocated_ci95_bytes": ci95(allocated, interval),
             "samples": profile.counts.samples,
             "frees": profile.counts.frees,
         },
@@ -226,7 +240,14 @@ mod tests {
         assert_eq!(v["ended"]["how"], "oom-kill");
         assert_eq!(v["ended"]["status"], 9);
         assert_eq!(v["ended"]["limit_bytes"], 100 << 20);
-        for key in ["live_end_bytes", "peak_bytes", "peak_ns", "allocated_bytes"] {
+        for key in [
+            "live_end_bytes",
+            "peak_bytes",
+            "peak_ci95_bytes",
+            "peak_ns",
+            "allocated_bytes",
+            "allocated_ci95_bytes",
+        ] {
             assert!(v["heap"][key].is_number(), "heap.{key}");
         }
         assert!(v["sites"].as_array().is_some_and(Vec::is_empty));
@@ -235,5 +256,26 @@ mod tests {
         let v = summary(&Profile::default(), &[], GroupBy::Stack, &TopOptions::default());
         assert!(v["rss"].is_null() && v["gap"].is_null() && v["ended"].is_null());
         assert!(v["gap_at_peak"].is_null());
+    }
+
+    /// A sampled profile's peak has its interval and its two moments.
+    #[test]
+    fn the_sampled_peak_has_an_interval() {
+        use crate::profile::{Free, Sample};
+        let mut p = Profile::default();
+        p.header.interval = 1024.0;
+        let s = |t, k| Sample { id: 0, stack: 0, time_ns: t, thread: 1, addr: 0, size: 1 << 20, k };
+        let (a, b) = (s(1 << 10, 1000), s(2 << 10, 1000));
+        p.add_sample(&a);
+        p.add_sample(&b);
+        p.add_free(&Free::of(&a, 3 << 10));
+        let v = summary(&p, &[], GroupBy::Stack, &TopOptions::default());
+        let heap = &v["heap"];
+        let peak = heap["peak_bytes"].as_f64().unwrap();
+        // Both blocks live at both moments: every point of theirs counts, once.
+        assert_eq!(peak, 2000.0 * 1024.0);
+        assert_eq!(heap["peak_ci95_bytes"].as_f64().unwrap(), ci95(peak, 1024.0));
+        assert_eq!(heap["peak_moments_ns"], json!([2 << 10, 2 << 10]));
+        assert_eq!(heap["allocated_ci95_bytes"].as_f64().unwrap(), ci95(peak, 1024.0));
     }
 }

@@ -22,6 +22,35 @@ use crate::profile::site::Site;
 use crate::profile::symbolize::UNKNOWN_STACK;
 use crate::profile::{lifetime_bucket_range, Profile};
 
+/// The peak as every report states it: exact, with its moment; sampled, the cross-fitted
+/// estimate with its 95 % interval and the two moments whose live heaps it averages
+/// ([`crate::profile::Peak`]); for a tree of processes, an upper bound.
+pub(crate) fn peak_text(p: &Profile) -> String {
+    let (peak, secs) = (&p.peak, |t: u64| format!("{:.3} s", t as f64 / 1e9));
+    if !p.since_peak_known() {
+        let kind = if is_exact(p) { "" } else { ", estimated" };
+        return format!(
+            "at most {} live (the processes' largest heaps added{kind}) at {}",
+            human_bytes(peak.bytes),
+            secs(peak.time_ns)
+        );
+    }
+    if is_exact(p) {
+        return format!("{} live at {}", human_bytes(peak.bytes), secs(peak.time_ns));
+    }
+    let (a, b) = (secs(peak.moments_ns[0]), secs(peak.moments_ns[1]));
+    let when = if a == b {
+        format!("(estimated) at {a}")
+    } else {
+        format!("(estimated: the mean of the heap at {a} and {b})")
+    };
+    format!(
+        "{} ± {} live {when}",
+        human_bytes(peak.bytes),
+        human_bytes(ci95(peak.bytes, p.header.interval))
+    )
+}
+
 /// Options of [`top_table`].
 #[derive(Clone, Debug)]
 pub struct TopOptions {
@@ -462,11 +491,9 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     if profile.peak.bytes > 0.0 {
         let _ = writeln!(
             out,
-            "{}: {} live{} at {:.3} s",
+            "{}: {}",
             if profile.window.is_some() { "peak in the window" } else { "peak" },
-            human_bytes(profile.peak.bytes),
-            if is_exact(profile) { "" } else { " (estimated)" },
-            profile.peak.time_ns as f64 / 1e9
+            peak_text(profile)
         );
     }
     if let Some(line) = resident_line(profile) {

@@ -13,8 +13,9 @@ pub enum View {
     Alloc,
     /// Samples whose block was still allocated at the end of the recording.
     Live,
-    /// Samples whose block was allocated at the heap's peak ([`Profile::peak_live`];
-    /// nothing is counted for a merged profile, which has none).
+    /// Samples whose block was allocated at the heap's peak ([`Profile::peak_live`]: exact,
+    /// or each site's share of the cross-fitted peak in a sampled profile; nothing is
+    /// counted for a merged profile, which has none).
     Peak,
     /// Samples whose block was freed soon after it was allocated (within
     /// [`Lifetimes::short_lived_ns`](crate::profile::Lifetimes::short_lived_ns), 1 ms by

@@ -113,9 +113,10 @@ fn rustc_compiling_a_small_program_is_profiled() {
             .iter()
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum();
-        // The exact run shows the true peak, several MiB; sampled at 512 KiB, the estimate
-        // falls under 1 MiB only with two samples or fewer at the peak, where a peak of
-        // several MiB holds a dozen or more on average: that chance is negligible.
+        // The exact run shows the true peak, several MiB; sampled at 512 KiB, the
+        // cross-fitted estimate (R × the points each half holds at the other half's peak)
+        // falls under 1 MiB only with one such point or none, where a peak of several MiB
+        // holds a dozen or more on average: that chance is negligible.
         let floor = if label.ends_with("exact") { 4.0 } else { 1.0 } * 1024.0 * 1024.0;
         assert!(peak > floor, "{label}: peak {peak} B");
         let stacks = memprof::report::collapsed(&prof, memprof::report::View::Alloc);

@@ -62,11 +62,36 @@ fn expected(exact: bool) -> Vec<SiteTotal> {
     };
     let mut by: HashMap<&str, SiteTotal> = HashMap::new();
     // The live heap after each sample (each free comes right after its sample, 500 ns
-    // later): the peak is the first largest, and what was live then per site.
+    // later): exact, the peak is the first largest, and what was live then per site.
     let (mut live, mut peak) = (0.0, 0.0);
     let mut live_by_site: HashMap<&str, f64> = HashMap::new();
     let mut at_peak: HashMap<&str, f64> = HashMap::new();
-    for a in allocations() {
+    // Sampled, the cross-fitted peak (`report::stats` §1): each block's points split into
+    // halves A and B as the profile splits them (time unit 1 ns), each half's live points
+    // per site followed; at half A's first largest total, half B's per site, and at half
+    // B's, half A's; a site's peak is R × their sum.
+    let mut halves: [HashMap<&str, u64>; 2] = Default::default();
+    let (mut totals, mut best) = ([0u64; 2], [0u64; 2]);
+    let mut held_out: [HashMap<&str, u64>; 2] = Default::default();
+    for (i, a) in allocations().into_iter().enumerate() {
+        let ka = memprof::profile::split_points(a.stack, a.size, 1000 * i as u64, a.k_sampled);
+        let split = [ka, a.k_sampled - ka];
+        for h in 0..2 {
+            *halves[h].entry(site(a.stack)).or_default() += split[h];
+            totals[h] += split[h];
+        }
+        for h in 0..2 {
+            if totals[h] > best[h] {
+                best[h] = totals[h];
+                held_out[h] = halves[1 - h].clone();
+            }
+        }
+        if a.freed {
+            for h in 0..2 {
+                *halves[h].entry(site(a.stack)).or_default() -= split[h];
+                totals[h] -= split[h];
+            }
+        }
         let (bytes, objects) = if exact {
             (a.size as f64, 1.0)
         } else {
@@ -106,7 +131,12 @@ fn expected(exact: bool) -> Vec<SiteTotal> {
             if exact { a.size as f64 } else { a.k_sampled as f64 * INTERVAL_SAMPLED };
     }
     for (name, t) in by.iter_mut() {
-        t.peak_bytes = at_peak.get(name).copied().unwrap_or(0.0);
+        t.peak_bytes = if exact {
+            at_peak.get(name).copied().unwrap_or(0.0)
+        } else {
+            let k = |h: usize| held_out[h].get(name).copied().unwrap_or(0);
+            (k(0) + k(1)) as f64 * INTERVAL_SAMPLED
+        };
         let mut stacks: Vec<(u32, f64)> =
             by_stack.iter().filter(|(s, _)| site(**s) == *name).map(|(&s, &b)| (s, b)).collect();
         stacks.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -47,13 +47,12 @@
 //! tests needs z ≳ 4–5, so `K ≳ 25·(2 + c)/c²` points (about 600 for `c` = 30 %, 5 000
 //! for 10 %), or a smaller interval.
 //!
-//! The peak is a moment chosen by the data (the largest *estimated* live heap), so its
-//! per-site test is approximate: two recordings whose live heap has a plateau may be
-//! compared at different moments of it, and a short-lived block that happened to get
-//! several sample points is more likely than others to be in the live set of a sampled
-//! recording's peak (it raised the estimate there). Against an exact recording, the test's
-//! error is then the interval's (the larger of the two), which such a block stays within
-//! unless it got many more points than its size warrants.
+//! A sampled recording's peak is cross-fitted (`report::stats` §1): each site's peak is
+//! measured, at the moments the other half of the points chose, by points that did not
+//! choose them, so it is unbiased for the site's bytes at those moments and its error is
+//! that of any live estimate. The per-site test is still approximate: two recordings whose
+//! live heap has a plateau may be compared at different moments of it, and a sampled
+//! recording's site is its mean over two moments of the plateau.
 //!
 //! # 4. Differential outputs
 //! [`diff_collapsed`] writes the differential folded format `stack BASE NEW` (estimated

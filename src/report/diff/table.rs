@@ -46,13 +46,7 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
     };
     let _ = write!(out, "{pad}sampling: {sampling}, samples: {}", p.counts.samples);
     if p.peak.bytes > 0.0 {
-        let _ = write!(
-            out,
-            ", peak: {} live{} at {:.3} s",
-            human_bytes(p.peak.bytes),
-            if is_exact(p) { "" } else { " (estimated)" },
-            p.peak.time_ns as f64 / 1e9
-        );
+        let _ = write!(out, ", peak: {}", crate::report::top::peak_text(p));
     }
     out.push('\n');
     if let Some(line) = crate::report::top::resident_line(p) {

@@ -23,6 +23,8 @@
     return Math.round(n) + ' ns';
   }
   const secs = (t) => (t / 1e9).toFixed(3) + ' s';
+  // A peak [bytes, time, 95 % half width]: sampled, the cross-fitted estimate and its interval.
+  const peakBytes = (p) => bytes(p[0]) + (p[2] > 0 ? ' ± ' + bytes(p[2]) : '');
   const grouped = (n) => Math.round(n).toLocaleString('en-US').replace(/,/g, '\u2009');
   const pct = (a, b) => (b > 0 ? (100 * a / b).toFixed(1) : '0.0') + ' %';
   const esc = (s) => s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
@@ -121,7 +123,7 @@
         : '<b class="lost">sampling: ' + esc(D.sampling) + '</b>',
       '<b>' + grouped(D.samples) + '</b> ' + (EXACT ? 'allocations' : 'samples') + ', <b>' + grouped(D.frees) + '</b> frees',
       'run: <b>' + secs(D.end) + '</b>',
-      'peak: <b>' + bytes(D.peak[0]) + '</b> live at ' + secs(D.peak[1]),
+      'peak: <b>' + peakBytes(D.peak) + '</b> live at ' + secs(D.peak[1]),
       'timeline resolution: ' + ns(W),
     ];
     if (D.start) facts.push('recorded ' + new Date(D.start / 1e6).toISOString().replace('T', ' ').slice(0, 19) + ' UTC');
@@ -208,7 +210,7 @@
     const px = tx(S.peak[1]), py = ly(S.peak[0]);
     svg.append(el('circle', { cx: px, cy: py, r: 4.5, fill: 'var(--peak)', stroke: '#fff', 'stroke-width': 1.5 }));
     const right = px > tl.w * 0.7;
-    svg.append(el('text', { x: px + (right ? -8 : 8), y: Math.max(tl.mt + 10, py - 6), 'text-anchor': right ? 'end' : 'start', class: 'peak-label' }, 'peak ' + bytes(S.peak[0]) + ' at ' + secs(S.peak[1])));
+    svg.append(el('text', { x: px + (right ? -8 : 8), y: Math.max(tl.mt + 10, py - 6), 'text-anchor': right ? 'end' : 'start', class: 'peak-label' }, 'peak ' + peakBytes(S.peak) + ' at ' + secs(S.peak[1])));
     // The selection: a moment (live, peak) or a range (allocated).
     const v = state.view;
     if (v === 'alloc' && (state.from > 0 || state.to < N)) {
