@@ -101,10 +101,15 @@ fn buffers() -> Vec<Buffer> {
     all
 }
 
+/// (allocated, live at the end) true bytes of each site of [`SITES`].
+type Truth = [(f64, f64); 4];
+/// A block the workload still holds, and its size.
+type Block = (*mut u8, usize);
+
 /// Runs the workload round-robin (step `s` of every buffer, then step `s + 1`: glibc
 /// then moves many blocks, and resizes others in place), and returns the true bytes
 /// (allocated, live at the end) of every site of [`SITES`] and the blocks still held.
-fn run(bufs: &[Buffer]) -> ([(f64, f64); 4], Vec<(*mut u8, usize)>) {
+fn run(bufs: &[Buffer]) -> (Truth, Vec<Block>) {
     let mut truth = [(0f64, 0f64); 4];
     let mut held: Vec<(*mut u8, usize, usize)> = Vec::with_capacity(bufs.len());
     for b in bufs {
