@@ -29,7 +29,11 @@
 //! sample it and insert it into the table: `live` §3), and goes back if `realloc` fails.
 //! The removal is [`live::remove_freed`], one load of the block's filter counter when it is
 //! 0, so an ordinary reallocation costs the countdown and that load; only a block whose
-//! counter is set takes the table's lock.
+//! counter is set takes the table's lock. A measuring thread (`engine::measure`) hears of
+//! the same two things: the removal counts its scope's old block free (the block's counter
+//! is raised: `measure` §2), and a hit, `k == 0` when the session did not sample the new
+//! size, hands it the new block. (A `realloc` that fails puts a sampled block back in the
+//! table, but leaves a measured one counted free: the scope's figures say it ended there.)
 
 use crate::engine::hot;
 use crate::engine::live::{self, Entry};
