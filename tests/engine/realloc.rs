@@ -223,3 +223,31 @@ fn grown_buffers_are_exact_in_the_exact_mode() {
         assert_eq!((s.alloc_bytes, s.live_bytes), t, "{name}");
     }
 }
+
+/// A measuring scope (`memprof::testing::measure`) inside a sampled session: the scope
+/// counts every reallocation exactly, as the free of the old block and an allocation of the
+/// new size (a hit with `k == 0` when the session did not sample it, or a sample), while
+/// the session's own samples end at the reallocations as outside a scope.
+#[test]
+fn a_measuring_scope_counts_reallocations_under_a_session() {
+    let _g = serial();
+    let bufs: Vec<Buffer> = buffers().into_iter().take(600).collect();
+    let mut out = None;
+    let profile = record(config(41, R as f64), || {
+        out = Some(memprof::testing::measure(|| run(&bufs)));
+    });
+    let ((truth, kept), stats) = out.unwrap();
+    for (p, size) in kept {
+        // SAFETY: `p` is live, of `layout(size)`.
+        unsafe { dealloc(p, layout(size)) };
+    }
+    assert_eq!(profile.lost, Default::default());
+    for (name, t) in SITES.iter().zip(truth) {
+        let short = name.rsplit("::").next().unwrap();
+        let s = stats.sites.iter().find(|s| s.site.ends_with(short));
+        let s = s.unwrap_or_else(|| panic!("no {short} in {stats}"));
+        assert_eq!((s.bytes as f64, s.live_bytes as f64), t, "{name}: {stats}");
+    }
+    assert_eq!(site(&profile, SITES[0]).live_bytes, 0.0, "first blocks still live");
+    assert_eq!(site(&profile, SITES[2]).live_bytes, 0.0, "freed buffers still live");
+}
