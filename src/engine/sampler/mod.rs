@@ -46,8 +46,9 @@
 //! `n` and, when points fall in it, is a new sample at the new address with the realloc's
 //! call stack. Whether or not it is sampled, the old block ends there: a sampled old block
 //! dies at the realloc (its lifetime ends, its bytes leave the live set), exactly as if the
-//! program had freed it and allocated afresh. tcmalloc and Go's runtime sample
-//! reallocations the same way, and the exact mode (`R = 1`, every realloc a new sample)
+//! program had freed it and allocated afresh. tcmalloc does the same for a `realloc` that
+//! changes the block (a new allocation, sampled as any, and a free), Go's runtime has no
+//! other way to grow a slice, and the exact mode (`R = 1`, every realloc a new sample)
 //! always did.
 //!
 //! The rule is what makes every estimate unbiased. A sample's weight `k × R` is unbiased
