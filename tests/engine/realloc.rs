@@ -15,7 +15,7 @@
 //! The rule the test is for is also checked exactly: the first allocations and the buffers
 //! freed before the end hold no live sample (every first block ended at its first
 //! reallocation). A rule that carries a sample across reallocations fails that for all but
-//! a vanishing share of seeds (some 60 of the 3000 first blocks are sampled, and each
+//! a vanishing share of seeds (some 55 of the 3000 first blocks are sampled, and each
 //! keeps its sample unless its next size draws a point), and its live estimate was off by
 //! several times the interval (a buffer grown in steps of sizes below R was counted near R
 //! whatever its size).
