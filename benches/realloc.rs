@@ -14,11 +14,11 @@
 //! the bench in `target/release`), in interleaved rounds, and the median of each pair's
 //! ratio (this machine's speed drifts; a pair runs back to back). With `--baseline DIR`
 //! the `memprof` of an earlier build runs in the same rounds, for a before/after
-//! comparison. Each profile's size and its sample and move counts are printed
-//! beside: a move costs at most one event per block between two samples of its thread
-//! (`src/engine/hot.rs` §2),
-//! where it used to cost one per call. Target: the ratio of a loop of unsampled blocks at
-//! the default interval (≤ 1.05×).
+//! comparison. Each profile's size and its sample and move counts are printed beside:
+//! a reallocation ends its old block (`src/engine/sampler/mod.rs` §5), so a sample of the
+//! loop's block costs its alloc event and its death at the next realloc, and no call costs
+//! more; moves are counted for a baseline whose older build still wrote them. Target: the
+//! ratio of a loop of unsampled blocks at the default interval (≤ 1.05×).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

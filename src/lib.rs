@@ -46,11 +46,11 @@
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
 //! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
-//! | `engine/sampler/mod.rs` | Poisson sampling over allocated bytes: the countdown, `k`, the draws |
+//! | `engine/sampler/mod.rs` | Poisson sampling over allocated bytes: the countdown, `k`, the draws, a reallocation as a free and a new allocation |
 //! | `engine/sampler/per_thread.rs` | a thread's sampler state (number, ids, generator), in its block |
 //! | `engine/busy.rs` | the reentrancy guard: a thread's busy flag and `Busy` |
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
-//! | `engine/hot.rs` | a sampled allocation, death or move: capture, live entry, event |
+//! | `engine/hot.rs` | a sampled allocation or death: capture, live entry, event |
 //! | `engine/push.rs` | the session's queue and the pushes into it: backpressure (a sleep until the consumer drains, for as long as it exists: the collector's process looked up), deaths |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
@@ -298,8 +298,8 @@ pub use engine::clock::monotonic_ns;
 pub use error::{Error, LaunchError};
 pub use session::recorder::{Held, Recorder};
 pub use session::{
-    live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll,
-    Reallocation, Session, SessionInfo, Stats, Tracker,
+    live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Session,
+    SessionInfo, Stats, Tracker,
 };
 pub use sys::files;
 
@@ -312,9 +312,9 @@ pub use sys::files;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::engine::alloc::{
-        before_realloc, before_realloc_in, before_realloc_slow_in, on_alloc, on_alloc_at,
-        on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted, on_realloc, on_realloc_at,
-        on_realloc_unsampled, ReallocPlan,
+        before_realloc, before_realloc_in, before_realloc_slow_in, before_realloc_unsampled,
+        on_alloc, on_alloc_at, on_alloc_in, on_alloc_slow_at, on_dealloc, on_dealloc_counted,
+        on_realloc, on_realloc_at, ReallocPlan,
     };
     pub use crate::engine::busy::Busy;
     pub use crate::engine::callstack::dwarf_fallbacks;

@@ -6,8 +6,8 @@ use crate::fast::countdown;
 use crate::next;
 use core::ffi::{c_int, c_void};
 use memprof::__private::{
-    before_realloc_slow_in, on_alloc_at, on_alloc_in, on_dealloc, on_realloc, on_realloc_at,
-    on_realloc_unsampled, skip_in, Busy,
+    before_realloc_slow_in, before_realloc_unsampled, on_alloc_at, on_alloc_in, on_dealloc,
+    on_realloc, on_realloc_at, skip_in, Busy,
 };
 
 /// The other allocating entry points. Each is a Rust function `*_at` taking the entry
@@ -160,7 +160,8 @@ unsafe extern "C" fn realloc_at(
 
 /// A reallocation of `ptr` to `size` bytes by `f` (`realloc` or `reallocarray`), reported:
 /// `ptr` null is an allocation, `size` 0 a free (glibc's `realloc(p, 0)` frees `p`), and
-/// otherwise a move or a resize.
+/// otherwise the free of the old block and an allocation of `size` bytes (the engine's
+/// `alloc` §4).
 ///
 /// # Safety
 /// As C's `realloc`, and `f(ptr)` is such a reallocation.
@@ -184,10 +185,12 @@ pub(crate) unsafe fn realloc_by(
         crate::early_start();
     }
     if skip_in(countdown(), size) {
-        // The common case, kept short: no sample point in the new size (the old block, if
-        // sampled, keeps its sample: see the engine's `alloc` §4).
+        // The common case, kept short: no sample point in the new size. A sampled old block
+        // still ends here, and leaves the live table before the real realloc can give its
+        // address to another thread (one filter load when it is not sampled).
+        let plan = before_realloc_unsampled(ptr.cast());
         let new = inside(|| f(ptr));
-        on_realloc_unsampled(ptr.cast(), new.cast(), size);
+        on_realloc(ptr.cast(), plan, new.cast(), size);
         return new;
     }
     // SAFETY: as above.

@@ -18,16 +18,22 @@
 //! reported, so the profiler never profiles itself and never recurses.
 //!
 //! # 4. Realloc
-//! A reallocation is an allocation of the new size as far as sampling goes (heaptrack and
-//! jemalloc count it the same way), decided before the real `realloc` runs
-//! ([`before_realloc`]). If the new size is sampled, the old sample (if any) dies and a new
-//! one is born: the old block leaves the live table before the real `realloc` can free it,
-//! and goes back if `realloc` fails. Otherwise a sampled old block *moves*, keeping its
-//! sample and token. That is the common case of a loop that resizes one long-lived block,
-//! and it touches the live table only when the block really moved: a block resized in place
-//! keeps its address, so its entry stays right, and a block whose filter counter is 0 was
-//! not sampled at all. The tracker's `realloc` callback hears of a move at most once per
-//! block between two samples of its thread (moves are coalesced: see [`hot`] §2).
+//! A reallocation ends the old block and allocates the new size (the sampler's §5 says why
+//! this is the only unbiased rule). For sampling it is an allocation of `new_size` bytes
+//! (heaptrack and jemalloc count it the same way, and so does the exact mode), decided
+//! before the real `realloc` runs ([`before_realloc`]); if the new size holds points, it is
+//! a new sample at the new address with the realloc's call stack. Whatever the new size
+//! draws, a sampled old block dies at the realloc: its death is queued once the real
+//! `realloc` returned, with that time. It leaves the live table *before* the real
+//! `realloc` runs, which may hand its address to another thread at once (that thread may
+//! sample it and insert it into the table: `live` §3), and goes back if `realloc` fails.
+//! The removal is [`live::remove_freed`], one load of the block's filter counter when it is
+//! 0, so an ordinary reallocation costs the countdown and that load; only a block whose
+//! counter is set takes the table's lock. A measuring thread (`engine::measure`) hears of
+//! the same two things: the removal counts its scope's old block free (the block's counter
+//! is raised: `measure` §2), and a hit, `k == 0` when the session did not sample the new
+//! size, hands it the new block. (A `realloc` that fails puts a sampled block back in the
+//! table, but leaves a measured one counted free: the scope's figures say it ended there.)
 
 use crate::engine::hot;
 use crate::engine::live::{self, Entry};
@@ -115,15 +121,16 @@ pub fn on_dealloc_counted(addr: *mut u8) {
 /// What [`before_realloc`] decided, for [`on_realloc`] once the real reallocation returned.
 #[derive(Clone, Copy, Debug)]
 pub struct ReallocPlan {
-    /// The new size is sampled: the old block's sample (if any) dies, a new one is born.
+    /// The sampler's hit for the new size, if any (a sample when `k > 0`; `k == 0` is a
+    /// measuring thread's allocation that the session did not sample, `engine::measure`).
     hit: Option<Hit>,
-    /// The old block's sample, taken out of the live table (only when `hit`).
+    /// The old block's sample, taken out of the live table: it dies at the realloc (§4).
     old: Option<Entry>,
 }
 
-/// The first half of a reallocation to `new_size` bytes: decides whether the new size is
-/// sampled, and if so takes the old block out of the live table (see §4). Pass the result
-/// to [`on_realloc`] once the real reallocation has returned.
+/// The first half of a reallocation to `new_size` bytes: charges the countdown with
+/// `new_size` bytes, and takes a sampled old block out of the live table (§4). Pass the
+/// result to [`on_realloc`] once the real reallocation has returned.
 #[inline(always)]
 pub fn before_realloc(old: *mut u8, new_size: usize) -> ReallocPlan {
     plan(old, sampler::sample(new_size))
@@ -144,35 +151,23 @@ pub fn before_realloc_slow_in(cd: &Countdown, old: *mut u8, new_size: usize) -> 
     plan(old, sampler::sample_slow(cd, new_size))
 }
 
-/// [`on_realloc`] after a reallocation whose new size holds no sample point (the preload
-/// library's `realloc` when [`sampler::skip_in`] said so): a sampled old block keeps its
-/// sample (§4).
+/// [`before_realloc_in`] for an allocator whose own fast path found, and charged, a new
+/// size that holds no sample point ([`sampler::skip_in`] said true; the preload library's
+/// `realloc`): only a sampled old block is taken out of the table, at the cost of one
+/// filter load when there is none (§4).
 #[inline(always)]
-pub fn on_realloc_unsampled(old: *mut u8, new: *mut u8, new_size: usize) {
-    if !new.is_null() && !old.is_null() && live::may_hold(old as usize) {
-        kept(old, new, new_size);
-    }
-}
-
-/// A block that may be sampled was reallocated without a new sample.
-#[inline(always)]
-fn kept(old: *mut u8, new: *mut u8, new_size: usize) {
-    if new == old {
-        if !hot::move_queued_here(old as usize) {
-            hot::moved_in_place(old as usize, new_size);
-        }
-    } else {
-        hot::moved(old as usize, new as usize, new_size);
-    }
+pub fn before_realloc_unsampled(old: *mut u8) -> ReallocPlan {
+    plan(old, None)
 }
 
 #[inline(always)]
 fn plan(old: *mut u8, hit: Option<Hit>) -> ReallocPlan {
-    let old = match hit {
-        // A hit of a measuring thread's scope alone (`k == 0`) is no sample: the old
-        // block keeps its own, as without a hit.
-        Some(h) if h.k > 0 && !old.is_null() => live::remove_freed(old as usize),
-        _ => None,
+    // The old block ends here whatever the new size drew (§4). Out of the table before
+    // the real realloc can give its address to another thread (`live` §3); the removal
+    // also counts its free for a measuring thread (`engine::measure` §2).
+    let old = match old.is_null() {
+        true => None,
+        false => live::remove_freed(old as usize),
     };
     ReallocPlan { hit, old }
 }
@@ -211,35 +206,29 @@ fn finish_realloc(
         }
         return;
     }
-    match plan.hit {
-        // A measuring thread's reallocation that the session did not sample: the scope
-        // counts the free of the old block and the new one; a sampled old block keeps its
-        // sample (`engine::measure`).
-        Some(hit) if hit.k == 0 => {
-            if !old.is_null() {
-                crate::engine::measure::on_free_if_measuring(old as usize);
-            }
-            crate::engine::measure::on_alloc(new as usize, new_size);
-            if !old.is_null() && live::may_hold(old as usize) {
-                kept(old, new, new_size);
-            }
+    // The old block's sample dies now, before the new block's can be born (its event
+    // then follows the death in the queue, also when the address is the same).
+    if let Some(e) = plan.old {
+        hot::record_free(e);
+    }
+    if let Some(hit) = plan.hit {
+        realloc_hit(new as usize, new_size, hit, entry);
+    }
+}
+
+/// The new block of a reallocation is a hit: a sample (`k > 0`), an allocation a measuring
+/// thread counts, or both (see [`record_hit`]).
+#[cold]
+#[inline(never)]
+fn realloc_hit(addr: usize, size: usize, hit: Hit, entry: Option<(usize, usize)>) {
+    if crate::engine::measure::current().is_some() {
+        crate::engine::measure::on_alloc(addr, size);
+    }
+    if hit.k > 0 {
+        match entry {
+            Some(_) => hot::record_alloc_at(addr, size, hit, entry),
+            None => hot::record_alloc(addr, size, hit),
         }
-        Some(hit) => {
-            if let Some(e) = plan.old {
-                hot::record_free(e);
-            }
-            if crate::engine::measure::current().is_some() {
-                crate::engine::measure::on_alloc(new as usize, new_size);
-            }
-            match entry {
-                Some(_) => hot::record_alloc_at(new as usize, new_size, hit, entry),
-                None => hot::record_alloc(new as usize, new_size, hit),
-            }
-        }
-        // Not sampled: a sampled old block keeps its sample. Only a block whose filter
-        // counter is set can be one (§4, and the live table's §1).
-        None if !old.is_null() && live::may_hold(old as usize) => kept(old, new, new_size),
-        None => {}
     }
 }
 

@@ -23,17 +23,14 @@
 //! # 3. Address reuse
 //! A block is removed from the table *before* the real free returns its memory, so when
 //! another thread gets the same address back immediately, its insertion finds the slot free
-//! and the two samples never mix. One path cannot do that: a `realloc` that keeps its
-//! sample leaves the entry in the table while glibc runs (a resize in place, the common
-//! case, then needs no table work at all; see `alloc` §4), and when glibc moved the block
-//! instead, it re-keys the entry afterwards, by which time another thread may have got the
-//! old address back and inserted a sample of its own there. So an address may have two
-//! entries for a moment, and the table keeps both in insertion order: an insertion never
-//! overwrites, it goes after any entry of its address (linear probing puts it further along
-//! the same run, and backward-shift deletion never reorders a run), and a removal takes the
-//! oldest. The re-keying realloc thus takes its own entry, and the newcomer's stays. (A
-//! stale entry, whose free was never seen, is taken by the next free of its address in the
-//! same way: one sample stays live in either order.)
+//! and the two samples never mix. A `realloc` does the same with its old block, sampled or
+//! not (`alloc` §4): it ends there, and only a failed `realloc` puts it back. Still, an
+//! address may have two entries for a moment (a stale entry, whose free was never seen,
+//! and a new sample of a block glibc gave back at that address), and the table keeps both
+//! in insertion order: an insertion never overwrites, it goes after any entry of its
+//! address (linear probing puts it further along the same run, and backward-shift deletion
+//! never reorders a run), and a removal takes the oldest. The stale entry is taken by the
+//! next free of its address: one sample stays live in either order.
 //!
 //! # 4. Signal handlers: a lock is never waited for by its own thread
 //! A signal handler may allocate and free (programs do, with care for glibc's per-thread
@@ -42,7 +39,7 @@
 //! owner, the thread pointer ([`thread_id`](crate::sys::tls::thread_id): unique among live
 //! threads, the same in a handler as in the code it interrupted), and a thread that finds
 //! the lock held by itself never spins:
-//! - an insertion (a sample, or a block put back after a move) is refused
+//! - an insertion (a sample, or a block put back after a failed `realloc`) is refused
 //!   ([`Insert::Reentrant`]): the caller skips the sample and counts it as lost;
 //! - a removal (the handler frees a sampled block) is *deferred*: the address and the time
 //!   go into one of the shard's [`DEFERRED`] slots, and the shard's `pending` flag is set.
@@ -64,7 +61,7 @@
 //! plain store, after the handler's writes in program order, so the next owner sees them.
 //!
 //! # 5. What a free names
-//! An entry holds, besides the sample's id and epoch, what the block's free (or move) must
+//! An entry holds, besides the sample's id and epoch, what the block's free must
 //! say for a consumer to take it out of its aggregates: the key of the allocating stack,
 //! the allocation's clock reading, the sampled size and the sample points. They travel
 //! with the death's event ([`Event::death`](crate::engine::queue::Event::death)), so
@@ -98,8 +95,8 @@ pub(crate) const DEFERRED: usize = 8;
 #[doc(hidden)]
 pub static FILTER: [AtomicU8; FILTER_LEN] = [const { AtomicU8::new(0) }; FILTER_LEN];
 
-/// What the table keeps for a sampled block: its sample, and what its free or move must
-/// name (§5).
+/// What the table keeps for a sampled block: its sample, and what its free must name
+/// (§5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// Sample id.
@@ -112,7 +109,7 @@ pub struct Entry {
     pub stack: u64,
     /// The clock reading of the allocation, as its event carried it.
     pub time: u64,
-    /// The size the block was sampled at (a move keeps it: the sample's size).
+    /// The size the block was sampled at.
     pub size: u64,
     /// Sample points in the block.
     pub k: u64,
@@ -546,26 +543,6 @@ pub fn insert(addr: usize, entry: Entry) -> Insert {
     done.unwrap_or(Insert::Reentrant)
 }
 
-/// False when the block at `addr` is certainly not sampled (its filter counter is 0): one
-/// load.
-#[inline(always)]
-pub fn may_hold(addr: usize) -> bool {
-    FILTER[filter_index(addr)].load(Ordering::Relaxed) != 0
-}
-
-/// The sample of the block at `addr`, left in the table; `None` when it is not a sampled
-/// block, or when this thread holds the block's shard already (a signal handler, §4).
-pub(crate) fn get(addr: usize) -> Option<Entry> {
-    let fi = filter_index(addr);
-    with_shard(shard_index(fi), |t| {
-        t.find(addr).map(|i| {
-            // SAFETY: `find` returns an index below cap.
-            unsafe { (*t.slot(i)).packed }.entry()
-        })
-    })
-    .flatten()
-}
-
 /// Sets the allocation time of sample `id`'s entry at `addr` to `time`: its event waited
 /// for room in a full queue and was pushed with a later reading (`push::retimed`), which
 /// the block's free must name. Nothing happens when this thread holds the shard (a signal
@@ -603,7 +580,7 @@ fn remove_slow(addr: usize, fi: usize) -> Option<Entry> {
 /// [`remove`] for the block's free (the allocator's `dealloc`, or a reallocation that
 /// frees it): the same one load when its counter is 0; past it, a block that the freeing
 /// thread measures is counted free too (`engine::measure` §2). The profiler's own removals
-/// (a lost event's entry, a move) use [`remove`], which frees nothing.
+/// (a lost event's entry) use [`remove`], which frees nothing.
 #[inline]
 pub fn remove_freed(addr: usize) -> Option<Entry> {
     let fi = filter_index(addr);

@@ -6,7 +6,7 @@ use crate::engine::push::queue;
 use core::sync::atomic::AtomicU64;
 
 /// Sampled blocks that the live table could not follow: no memory for them, or a signal
-/// handler's free or move of a block whose shard its own thread held (its death is then
+/// handler's free or realloc of a block whose shard its own thread held (its death is then
 /// never seen, or reported early).
 pub(crate) static UNTRACKED: AtomicU64 = AtomicU64::new(0);
 

@@ -390,7 +390,7 @@ pub(crate) fn push_death(entry: &Entry, time: u64) {
     push_frameless(q, Event::death(entry, time));
 }
 
-/// Pushes an event without frames (a death or a move).
+/// Pushes an event without frames (a death).
 #[inline(always)]
 pub(crate) fn push_frameless(q: &Queue, event: Event) {
     push(q, event, &[]);

@@ -74,13 +74,12 @@ use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, O
 pub enum EventKind {
     /// A sampled allocation (carries a call stack).
     Alloc,
-    /// A sampled block was freed.
+    /// A sampled block was freed (or reallocated: `alloc` §4).
     Dealloc,
-    /// A sampled block was reallocated and kept its sample (new address and size).
-    Move,
     /// Not a block's event: a record for a collector in another process (see
-    /// [`crate::record::ring`]): `id` says which, the frames carry its words.
-    Side,
+    /// [`crate::record::ring`]): `id` says which, the frames carry its words. Its byte in
+    /// a slot stays 3, as when 2 named a move (no longer queued: `alloc` §4).
+    Side = 3,
 }
 
 impl EventKind {
@@ -88,7 +87,6 @@ impl EventKind {
         Some(match b {
             0 => EventKind::Alloc,
             1 => EventKind::Dealloc,
-            2 => EventKind::Move,
             3 => EventKind::Side,
             _ => return None,
         })
@@ -98,11 +96,10 @@ impl EventKind {
 /// One queued event. Plain data: `Copy`, no heap, `repr(C)` (a queue in shared memory is
 /// read by another build of this crate: the collector in `memprof record`).
 ///
-/// A `Dealloc` or `Move` names its block as the live table holds it ([`live`] §5), in
-/// fields an allocation uses for itself: `thread` and `label` are the low and high halves
-/// of its stack key ([`Event::stack_key`]), `k` its sample points; a `Dealloc`'s `addr` is
-/// its allocation's clock reading and its `size` the sampled size; a `Move`'s two frames
-/// are those two ([`Event::moved`]).
+/// A `Dealloc` names its block as the live table holds it ([`live`] §5), in fields an
+/// allocation uses for itself: `thread` and `label` are the low and high halves of its
+/// stack key ([`Event::stack_key`]), `k` its sample points, `addr` its allocation's clock
+/// reading and `size` the sampled size.
 ///
 /// [`live`]: crate::engine::live
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,9 +119,9 @@ pub struct Event {
     /// When it happened: a raw reading of the sample path's clock in the queue (TSC ticks
     /// or monotonic ns), nanoseconds since the session started once handed to a tracker.
     pub time_ns: u64,
-    /// Block address (the new address for `Move`).
+    /// Block address.
     pub addr: usize,
-    /// Block size in bytes (the new size for `Move`).
+    /// Block size in bytes.
     pub size: usize,
     /// Sample points inside the block (`Alloc` only).
     pub k: u64,
@@ -150,15 +147,7 @@ impl Event {
         }
     }
 
-    /// The move, at clock reading `time`, of the block of entry `e` to `addr` (now `size`
-    /// bytes), with the two words its frames carry.
-    #[inline(always)]
-    pub(crate) fn moved(e: &Entry, addr: usize, size: usize, time: u64) -> (Event, [usize; 2]) {
-        let event = Event { kind: EventKind::Move, addr, size, ..Event::death(e, time) };
-        (event, [e.size as usize, e.time as usize])
-    }
-
-    /// The stack key of a `Dealloc`'s or `Move`'s block (see [`Event`]).
+    /// The stack key of a `Dealloc`'s block (see [`Event`]).
     pub fn stack_key(&self) -> u64 {
         u64::from(self.thread) | u64::from(self.label) << 32
     }

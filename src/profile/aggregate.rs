@@ -39,7 +39,8 @@ pub struct Counts {
     pub samples: u64,
     /// Frees of sampled blocks.
     pub frees: u64,
-    /// Reallocations of sampled blocks that kept their sample.
+    /// Reallocations of sampled blocks that kept their sample (older recordings only: a
+    /// reallocation now ends its old block, see [`crate::profile::Move`]).
     pub moves: u64,
     /// Frees and moves of samples that were never recorded (dropped).
     pub orphans: u64,

@@ -68,7 +68,9 @@ impl Free {
 }
 
 /// The sampled block `id` was reallocated in place or moved, keeping its sample (named as
-/// a [`Free`] names it).
+/// a [`Free`] names it). Only older recordings hold moves: a reallocation now ends its old
+/// block, whose sample dies there (a [`Free`]), and its new size is sampled as a new
+/// allocation (`engine::sampler` §5). Read, folded and written again for those files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Move {
     /// The sample whose block moved (0 in version-2 streams).

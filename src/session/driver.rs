@@ -1,7 +1,7 @@
 //! The type-erased consumer side of a session: events from the queue become [`Tracker`]
 //! callbacks, each behind `catch_unwind`, with the tokens the tracker returned.
 
-use super::tracker::{Allocation, Callstack, Deallocation, Poll, Reallocation, Stats, Tracker};
+use super::tracker::{Allocation, Callstack, Deallocation, Poll, Stats, Tracker};
 use crate::engine::queue::{Event, EventKind};
 use crate::profile::GcCycle;
 use crate::sys::hash::FastHash;
@@ -83,25 +83,11 @@ impl<T: Tracker> Drive for Driver<T> {
                     Err(_) => count(&CALLBACK_PANICS),
                 }
             }
-            EventKind::Move => {
-                if let Some(token) = self.tokens.get_mut(&e.id) {
-                    // A move's `thread` and `label` carry its block's stack key (`queue`).
-                    let r = Reallocation {
-                        id: e.id,
-                        thread: 0,
-                        time_ns: e.time_ns,
-                        new_addr: e.addr,
-                        new_size: e.size,
-                    };
-                    if catch_unwind(AssertUnwindSafe(|| tracker.realloc(token, &r))).is_err() {
-                        count(&CALLBACK_PANICS);
-                    }
-                }
-            }
             EventKind::Dealloc => {
                 if let Some(token) = self.tokens.remove(&e.id) {
                     count(&DELIVERED_FREES);
-                    // As for a move: `thread` is not the freeing thread's.
+                    // A death's `thread` and `label` carry its block's stack key (`queue`),
+                    // not the freeing thread's number.
                     let d = Deallocation { id: e.id, thread: 0, time_ns: e.time_ns };
                     if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
                         count(&CALLBACK_PANICS);
@@ -198,11 +184,6 @@ mod tests {
             (a.size != 7).then_some(a.id * 10)
         }
 
-        fn realloc(&mut self, token: &mut u64, r: &Reallocation) {
-            self.seen.push(format!("move {token} {:#x}", r.new_addr));
-            *token += 1;
-        }
-
         fn dealloc(&mut self, token: u64, d: &Deallocation) {
             self.seen.push(format!("free {token} {}", d.id));
         }
@@ -258,10 +239,8 @@ mod tests {
         let mut d = Driver::new(Log::default());
         let panics = CALLBACK_PANICS.load(Ordering::Relaxed);
         d.event(&event(EventKind::Alloc, 1, 100, 0x10), &[0xa, 0xb], 8.0);
-        d.event(&event(EventKind::Move, 1, 200, 0x20), &[], 8.0);
-        // Not tracked (the tracker returned None): its move and free are not delivered.
+        // Not tracked (the tracker returned None): its free is not delivered.
         d.event(&event(EventKind::Alloc, 2, 7, 0x30), &[], 8.0);
-        d.event(&event(EventKind::Move, 2, 8, 0x40), &[], 8.0);
         d.event(&event(EventKind::Dealloc, 2, 0, 0), &[], 8.0);
         // A panicking callback is caught and counted; the block is not tracked.
         d.event(&event(EventKind::Alloc, 3, 13, 0x50), &[], 8.0);
@@ -272,7 +251,7 @@ mod tests {
         assert!(d.tokens.is_empty());
         assert_eq!(
             d.tracker.seen,
-            ["alloc 1 [10, 11] 2", "move 10 0x20", "alloc 2 [] 2", "free 11 1", "BeforeExec",]
+            ["alloc 1 [10, 11] 2", "alloc 2 [] 2", "free 10 1", "BeforeExec",]
         );
     }
 

@@ -3,12 +3,14 @@
 //! # 1. The contract
 //! [`start`] begins a session with a [`Config`] and a [`Tracker`]; from then on the sampler
 //! picks allocations (see [`crate::engine::sampler`]) and queues an event for each sampled
-//! allocation, each free of a sampled block and each reallocation that keeps its sample.
+//! allocation and each free of a sampled block. A reallocation is a free of its old block
+//! and an allocation of its new size (`engine::sampler` §5): a sampled old block's death, and
+//! a sample when the new size holds sample points, with nothing that carries a sample across.
 //! The tracker's callbacks run only at safe points — [`poll`], [`Session::stop`] and the
 //! optional drain thread — never inside the allocator. They may allocate (their own
 //! allocations are not sampled) and may panic (the panic is caught, counted and the event
 //! dropped). The value [`Tracker::alloc`] returns is the sample's token: it is handed back
-//! to [`Tracker::realloc`] and, exactly once, to [`Tracker::dealloc`] when the block dies.
+//! to [`Tracker::dealloc`], exactly once, when the block dies (freed or reallocated).
 //! Returning `None` stops tracking that block.
 //!
 //! # 2. One session at a time
@@ -57,9 +59,7 @@ pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
 pub use live::live_profile;
 #[cfg(feature = "report")] // its one user outside the folder is `Session::pprof`
 pub(crate) use live::with_live_profile;
-pub use tracker::{
-    Allocation, Callstack, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker,
-};
+pub use tracker::{Allocation, Callstack, Deallocation, Poll, SessionInfo, Stats, Tracker};
 
 use crate::config::Config;
 use crate::engine::busy::Busy;

@@ -26,12 +26,12 @@
 //! decoded again by `record`.
 
 use super::generations::{Generations, Piece};
-use super::tracker::{Allocation, Deallocation, Poll, Reallocation, SessionInfo, Stats, Tracker};
+use super::tracker::{Allocation, Deallocation, Poll, SessionInfo, Stats, Tracker};
 use crate::engine::callstack::frames::key;
 use crate::error::Error;
 use crate::profile::format::{spec, Writer};
 use crate::profile::{
-    symbolize, Ended, Free, GcCycle, Header, Lost, Module, Move, Profile, Resident, ResidentSplit,
+    symbolize, Ended, Free, GcCycle, Header, Lost, Module, Profile, Resident, ResidentSplit,
     Sample, Stack, StackId, Stopped,
 };
 use crate::sys::own_file::OwnFile;
@@ -594,7 +594,7 @@ impl Recorder {
     }
 }
 
-/// Another process's sampled block as its free or move names it (`live` §5): its sample
+/// Another process's sampled block as its free names it (`live` §5): its sample
 /// id, the key of its stack, its sampled size and points, and its allocation's time in
 /// session nanoseconds.
 #[derive(Clone, Copy, Debug)]
@@ -635,7 +635,7 @@ impl Recorder {
         self.sample(a);
     }
 
-    /// The stack a free or move of another process names by `key` (`live` §5), of a
+    /// The stack a free of another process names by `key` (`live` §5), of a
     /// block of `size` bytes with `k` points allocated at `alloc_ns` that is live, newest
     /// stack first: several stacks share a key only when their raw frames are the same
     /// under two module generations (a library unloaded and another mapped at its place),
@@ -671,25 +671,6 @@ impl Recorder {
             self.write(|w| w.write_free(&f));
         }
         folded
-    }
-
-    /// Folds and writes the move of another process's block to `new_addr`, now `new_size`
-    /// bytes (named as [`Recorder::collected_free`] names a block). Ignored when no such
-    /// block is live.
-    pub(crate) fn collected_move(&mut self, b: &Named, time_ns: u64, new_addr: u64, new_size: u64) {
-        let Named { id, key, size, k, alloc_ns } = *b;
-        let Some(stack) = self.collected_stack(key, size, k, alloc_ns) else {
-            return;
-        };
-        let m = Move { id, time_ns, new_addr, new_size, stack, size, k, alloc_ns };
-        let stored = match self.stored_unit {
-            Some(unit) => spec::move_as_stored(&m, unit),
-            None => m,
-        };
-        if self.profile.holds(stack, size, k, stored.alloc_ns) {
-            self.profile.add_move(&stored);
-            self.write(|w| w.write_move(&m));
-        }
     }
 }
 
@@ -800,18 +781,6 @@ impl Tracker for Recorder {
         Some(self.held(&sample))
     }
 
-    fn realloc(&mut self, h: &mut Held, r: &Reallocation) {
-        let s = self.sample_of(h, r.id);
-        let m = Move { new_addr: r.new_addr as u64, ..Move::of(&s, r.time_ns, r.new_size as u64) };
-        self.write(|w| w.write_move(&m));
-        if !self.stream_only {
-            match self.stored_unit {
-                Some(unit) => self.profile.add_move(&spec::move_as_stored(&m, unit)),
-                None => self.profile.add_move(&m),
-            }
-        }
-    }
-
     fn dealloc(&mut self, h: Held, d: &Deallocation) {
         let f = Free::of(&self.sample_of(&h, d.id), d.time_ns);
         self.write(|w| w.write_free(&f));
@@ -912,8 +881,8 @@ mod tests {
     }
 
     /// The collector's way (a free names its block: stack key, size, points, allocation
-    /// time) folds what the token's way folds, event for event: 30,000 random allocations,
-    /// frees and moves over 60 stacks, many of which share their 16 innermost frames (an
+    /// time) folds what the token's way folds, event for event: 30,000 random allocations
+    /// and frees over 60 stacks, many of which share their 16 innermost frames (an
     /// interpreter's), exact and sampled.
     #[test]
     fn frees_that_name_their_block_fold_as_tokens_do() {
@@ -943,29 +912,15 @@ mod tests {
                     live.push((id, s, size, k, t, held));
                 } else {
                     let i = rng.random_range(0..live.len());
-                    let (bid, s, size, k, at, mut held) = live[i];
+                    let (bid, s, size, k, at, held) = live.swap_remove(i);
                     let (size, alloc_ns) = (size as u64, at);
                     let b = Named { id: bid, key: key(&stacks[s], false), size, k, alloc_ns };
-                    if rng.random_bool(0.2) {
-                        let new_size = size + 8;
-                        keyed.collected_move(&b, t, 0x99, new_size);
-                        let r = Reallocation {
-                            id: bid,
-                            thread: 0,
-                            time_ns: t,
-                            new_addr: 0x99,
-                            new_size: new_size as usize,
-                        };
-                        tokens.realloc(&mut held, &r);
-                    } else {
-                        assert!(keyed.collected_free(&b, t), "free {bid}");
-                        tokens.dealloc(held, &Deallocation { id: bid, thread: 0, time_ns: t });
-                        live.swap_remove(i);
-                    }
+                    assert!(keyed.collected_free(&b, t), "free {bid}");
+                    tokens.dealloc(held, &Deallocation { id: bid, thread: 0, time_ns: t });
                 }
             }
             assert_eq!(folded(keyed.profile()), folded(tokens.profile()), "interval {interval}");
-            assert!(keyed.profile().counts.moves > 0 && keyed.profile().counts.orphans == 0);
+            assert_eq!(keyed.profile().counts.orphans, 0);
         }
     }
 

@@ -5,7 +5,6 @@
 
 use super::driver::Drive;
 use crate::engine::clock;
-use crate::engine::hot;
 use crate::engine::queue::{Event, Queue};
 use crate::profile::GcCycle;
 use crate::sys::padded::Padded;
@@ -47,10 +46,8 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// queued before them. Returns the number delivered.
 pub(super) fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize {
     let interval = f64::from_bits(INTERVAL_BITS.load(Ordering::Relaxed));
-    // Deaths a signal handler deferred (`live` §4) go into the queue first; a move of a
-    // block queued from here on is news again (`hot` §2).
+    // Deaths a signal handler deferred (`live` §4) go into the queue first.
     crate::engine::live::flush_deferred();
-    hot::MOVE_GEN.fetch_add(1, Ordering::Relaxed);
     let clock = clock::Converter::new();
     let n = q
         .drain(|e, frames| {

@@ -48,22 +48,8 @@ pub struct Allocation<'a> {
     pub label: Option<&'static str>,
 }
 
-/// A sampled block that was reallocated and kept its sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Reallocation {
-    /// Sample id.
-    pub id: u64,
-    /// Always 0: the sample path does not note which thread moved a block.
-    pub thread: u32,
-    /// Nanoseconds since the session started.
-    pub time_ns: u64,
-    /// New address.
-    pub new_addr: usize,
-    /// New size in bytes.
-    pub new_size: usize,
-}
-
-/// A sampled block that was freed.
+/// A sampled block that was freed, or reallocated: a reallocation ends its old block
+/// (`engine::sampler` §5), and its new size, when sampled, is a new [`Allocation`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deallocation {
     /// Sample id.
@@ -98,7 +84,7 @@ pub struct Stats {
     /// allocated while its thread was inside the profiler.
     pub lost_events: u64,
     /// Sampled blocks that the live table could not follow (no memory; or a signal
-    /// handler's free or move of a block whose table shard its own thread held, beyond what
+    /// handler's free or realloc of a block whose table shard its own thread held, beyond what
     /// could be deferred): their death is never seen, or is reported early.
     pub untracked: u64,
     /// Callbacks that panicked (caught).
@@ -148,16 +134,11 @@ pub trait Tracker: Send + 'static {
         let _ = info;
     }
 
-    /// A sampled allocation. Return a token to be told about the block's reallocations and
-    /// death, or `None` to stop tracking it.
+    /// A sampled allocation. Return a token to be told about the block's death (its free,
+    /// or its reallocation), or `None` to stop tracking it.
     fn alloc(&mut self, allocation: &Allocation<'_>) -> Option<Self::Token>;
 
-    /// A tracked block was reallocated and kept its sample.
-    fn realloc(&mut self, token: &mut Self::Token, reallocation: &Reallocation) {
-        let _ = (token, reallocation);
-    }
-
-    /// A tracked block was freed; its token comes back.
+    /// A tracked block was freed or reallocated; its token comes back.
     fn dealloc(&mut self, token: Self::Token, deallocation: &Deallocation) {
         let _ = (token, deallocation);
     }

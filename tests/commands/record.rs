@@ -1291,14 +1291,14 @@ fn lines(s: &str) -> Vec<&str> {
 
 /// `record` makes its reports from the collector's fold of the events it wrote; `memprof
 /// report FILE` reads the file. Both must say the same: the same tables, line for line,
-/// and the same HTML page, byte for byte. Exact and sampled, with frees and moves, a
+/// and the same HTML page, byte for byte. Exact and sampled, with frees and reallocations, a
 /// program killed by a signal, one ended by `_exit`, and a process tree.
 #[test]
 fn record_reports_what_report_reads_from_its_file() {
     type Run<'a> = (&'a str, &'a [&'a str], PathBuf, &'a [&'a str], i32);
     let runs: [Run; 6] = [
         ("timed", &["--interval", "1"], fixture("timed"), &[], 0),
-        ("moves", &["--interval", "1"], fixture("realloc_loop"), &["20000"], 0),
+        ("realloc", &["--interval", "1"], fixture("realloc_loop"), &["20000"], 0),
         ("sampled", &["--interval", "512"], fixture("worst_case"), &["200000"], 0),
         ("abort", &["--interval", "1"], fixture("crash"), &["abort"], 128 + libc::SIGABRT),
         ("quick", &["--interval", "1"], fixture("crash"), &["_exit"], 7),

@@ -16,8 +16,8 @@
 //!   size)`, `__rust_dealloc(p, size, align)`): `free`'s filter test, then a tail jump with
 //!   every argument untouched; a block that may be sampled is reported first, unless the
 //!   thread is busy (a reallocation that frees its old block through the family's own
-//!   `free`, as mimalloc's does: the reallocation's hook reports the move, and a sampled
-//!   block keeps its sample);
+//!   `free`, as mimalloc's does: the reallocation's hook reports that block's end itself,
+//!   and took it out of the live table before the original ran);
 //! - the rest (`calloc`, the aligned and zeroing ones, the reallocations): the register
 //!   saving entry of `entry.rs`, then the original runs with the thread marked busy (its
 //!   inner calls of hooked functions are not reported, and the countdown they charged is
@@ -133,7 +133,8 @@ macro_rules! free_fast {
 
             extern "C" fn slow(p: *mut c_void, a: usize, b: usize, c: usize) {
                 // Busy: inside a hook of the third kind (a reallocation freeing its old
-                // block through the family's own free), which reports that block itself.
+                // block through the family's own free), which reports that block itself
+                // (and took it out of the live table before the original ran).
                 if !p.is_null() && !Busy::is_busy() {
                     on_dealloc_counted(p.cast());
                 }
@@ -228,7 +229,8 @@ fn posix(
     r
 }
 
-/// A reallocation of `ptr` to `size` bytes by `call`, reported as `realloc` is.
+/// A reallocation of `ptr` to `size` bytes by `call`, reported as `realloc` is (the old
+/// block's end, then an allocation of `size` bytes).
 fn realloc(
     ptr: *mut c_void,
     size: usize,

@@ -40,6 +40,31 @@
 //! the middle of a draw can only be a signal handler's that interrupted it: a sample point
 //! that falls in it is skipped and counted as a lost event
 //! ([`lost::skipped`](crate::engine::lost::skipped)), never waited for.
+//!
+//! # 5. Reallocation: the old block ends, the new size is a new allocation
+//! A `realloc` to `n` bytes is an allocation of `n` bytes: it charges the countdown with
+//! `n` and, when points fall in it, is a new sample at the new address with the realloc's
+//! call stack. Whether or not it is sampled, the old block ends there: a sampled old block
+//! dies at the realloc (its lifetime ends, its bytes leave the live set), exactly as if the
+//! program had freed it and allocated afresh. tcmalloc does the same for a `realloc` that
+//! changes the block (a new allocation, sampled as any, and a free), Go's runtime has no
+//! other way to grow a slice, and the exact mode (`R = 1`, every realloc a new sample)
+//! always did.
+//!
+//! The rule is what makes every estimate unbiased. A sample's weight `k × R` is unbiased
+//! for the bytes of the allocation its `k` was drawn from, and only for those. A block
+//! that kept its sample through unsampled reallocations (a *move*, the rule before this
+//! one) carried a weight drawn at one size into its later sizes: a buffer grown in steps
+//! held a sample at the end when any size it passed through drew a point, so with a
+//! probability near the sum of those sizes over `R` rather than its final size over `R`.
+//! Grown from 256 B to 8 KiB in 256-byte steps, such buffers were counted about sixteen
+//! times over in the live bytes; by doubling, about twice. Under the rule here each
+//! block's weight is drawn from its own bytes alone: its live, peak and lifetime
+//! contributions are those of any allocation of its size, and the bytes allocated count
+//! each realloc as an allocation of its new size, as heaptrack and the exact mode count
+//! them. What it costs: a sampled block that is reallocated queues its death (it queued
+//! a move before) and leaves the live table before the real `realloc` runs; a block whose
+//! filter counter is 0 pays one load for that (`alloc` §4).
 
 use crate::sys::padded::Padded;
 use core::cell::Cell;
@@ -400,13 +425,6 @@ pub(crate) fn entropy_seed() -> u64 {
         .unwrap_or(0);
     let local = 0u8;
     mix(t ^ mix(u64::from(std::process::id())) ^ (&local as *const u8 as u64))
-}
-
-/// This thread's next sample id (changes at every sample of the thread; see
-/// `hot::move_gen`).
-#[inline(always)]
-pub(crate) fn next_id() -> u64 {
-    crate::engine::thread::blocks().map_or(0, |b| b.sampler.next_id.get())
 }
 
 /// Draws from a fresh generator: used by tests to check the gap distribution in isolation.

@@ -37,7 +37,7 @@
 //! | 0x84 | Split | time_ns, resident, allocator, stacks, files, own, other `u` (bytes), live `f64` (ancillary): the process's resident memory by kind of mapping (`/proc/PID/smaps`), beside the estimated live heap then ([`crate::profile::ResidentSplit`]) |
 //! | 0x40 | Sample (event) | pair `u`, Δtime `z`, thread `u`, Δk `z` |
 //! | 0x41 | Free (event) | Δtime `z`, pair `u`, age `z`, [life `u`], Δk `z` (life: version 4, §2c) |
-//! | 0x42 | Move (event) | Δtime `z`, pair `u`, age `z`, Δk `z`, new_size `u` |
+//! | 0x42 | Move (event) | Δtime `z`, pair `u`, age `z`, Δk `z`, new_size `u` (written by older builds only: a reallocation now ends its block, `engine::sampler` §5; still read, and written again when a file that holds moves is) |
 //!
 //! Events are delta-coded against the previous event of the same block (the time starts
 //! at 0 in every block, so that blocks decode independently of each other's events):

@@ -100,8 +100,8 @@ pub(crate) fn stored_ns(t: u64, unit: u64) -> u64 {
 }
 
 /// A sample as a reader gets it back from a stream of time unit `unit` (a power of two):
-/// its time in whole units. With [`free_as_stored`] and [`move_as_stored`], what `memprof
-/// record`'s collector folds as it writes, so that its aggregates are the file's.
+/// its time in whole units. With [`free_as_stored`], what `memprof record`'s collector folds
+/// as it writes, so that its aggregates are the file's.
 pub(crate) fn sample_as_stored(s: &Sample, unit: u64) -> Sample {
     Sample { time_ns: stored_ns(s.time_ns, unit), ..*s }
 }
@@ -121,7 +121,9 @@ pub(crate) fn free_as_stored(f: &Free, unit: u64) -> Free {
     }
 }
 
-/// A move as a reader gets it back from a stream of time unit `unit`.
+/// A move (of an older recording: no build writes one now, `engine::sampler` §5) as a
+/// reader gets it back from a stream of time unit `unit`.
+#[cfg(test)]
 pub(crate) fn move_as_stored(m: &Move, unit: u64) -> Move {
     Move { time_ns: stored_ns(m.time_ns, unit), alloc_ns: stored_ns(m.alloc_ns, unit), ..*m }
 }

@@ -699,14 +699,7 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
             }),
             EventKind::Dealloc => {
                 let alloc_ns = clock.session_ns(e.addr as u64);
-                rec.collected_free(&named(e, e.size, alloc_ns), time_ns);
-            }
-            EventKind::Move => {
-                // The block's sampled size and allocation time (`queue::Event::moved`).
-                if let [size, alloc] = *frames {
-                    let b = named(e, size, clock.session_ns(alloc as u64));
-                    rec.collected_move(&b, time_ns, e.addr as u64, e.size as u64);
-                }
+                rec.collected_free(&named(e, alloc_ns), time_ns);
             }
             EventKind::Side => {}
         }));
@@ -717,7 +710,7 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
     // (`queue` §3, §5 here).
     q.take_lost_frees(|e| {
         if e.epoch == epoch {
-            let b = named(e, e.size, out.clock.session_ns(e.addr as u64));
+            let b = named(e, out.clock.session_ns(e.addr as u64));
             out.waiting.push((b, out.clock.session_ns(e.time_ns)));
         }
     });
@@ -738,9 +731,10 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
     n
 }
 
-/// The block a death or move event names, of `size` bytes allocated at `alloc_ns`.
-fn named(e: &Event, size: usize, alloc_ns: u64) -> Named {
-    Named { id: e.id, key: e.stack_key(), size: size as u64, k: e.k, alloc_ns }
+/// The block a death event names, allocated at `alloc_ns` (its event's clock reading
+/// converted).
+fn named(e: &Event, alloc_ns: u64) -> Named {
+    Named { id: e.id, key: e.stack_key(), size: e.size as u64, k: e.k, alloc_ns }
 }
 
 /// Folds the frees kept aside whose blocks' allocations are in (§5).
