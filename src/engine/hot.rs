@@ -42,7 +42,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 // What the session sets and reads at its start and stop, from the files below that hold it.
 pub(crate) use crate::engine::lost::UNTRACKED;
 pub(crate) use crate::engine::push::{
-    queue, stop_waiting, Consumer, CONSUMER, LOOK_EVERY_NS, QUEUE, WAIT_WHEN_FULL,
+    queue, stop_waiting, Consumer, CONSUMER, DEFER_FREES, LOOK_EVERY_NS, QUEUE, WAIT_WHEN_FULL,
 };
 
 /// The session's call-stack depth.
@@ -118,7 +118,7 @@ pub(crate) fn record_alloc_inline(
         // to drain. The block cannot be freed before this returns, so the order is free.
         match live::insert(addr, entry) {
             Insert::Reentrant => skipped(),
-            tracked => match push_alloc(q, event, frames.frames()) {
+            tracked => match push_alloc(q, restamped(event), frames.frames()) {
                 // Lost event: no dealloc event must follow for it either.
                 None => {
                     if tracked == Insert::Done {
@@ -129,7 +129,8 @@ pub(crate) fn record_alloc_inline(
                     if tracked == Insert::NoMemory {
                         UNTRACKED.fetch_add(1, Ordering::Relaxed);
                     } else if pushed != time {
-                        // Pushed after a wait for room, with a later time.
+                        // Pushed with a later time: after a wait for room, or held up
+                        // since the first reading ([`restamped`]).
                         live::retime(addr, id, pushed);
                     }
                 }
@@ -137,6 +138,27 @@ pub(crate) fn record_alloc_inline(
         }
     }
     saved.restore();
+}
+
+/// Clock units (TSC ticks or nanoseconds: 30 to 100 µs) by which a thread on the sample path
+/// may be held up, between the allocation's first clock reading and its push, before the
+/// event is stamped again: see [`restamped`].
+const HELD_UP: u64 = 100_000;
+
+/// The allocation's event, stamped again when its thread was held up since its first
+/// reading (preempted, or waiting for a table shard's lock another preempted thread held):
+/// the program gets the block only once this path returns, so its life starts then. Under
+/// hundreds of threads on two cores a thread is preempted for up to seconds, and a block
+/// stamped before it counted live (with a sample point's weight) for all that time, while
+/// the program's own count of its heap had not seen it yet. One clock reading per sample;
+/// the entry is stamped again (a lock) only when the event was.
+#[inline(always)]
+fn restamped(event: Event) -> Event {
+    let now = clock::now();
+    match now.saturating_sub(event.time_ns) > HELD_UP {
+        true => Event { time_ns: now, ..event },
+        false => event,
+    }
 }
 
 /// Queues the death of a sampled block. Keeps errno: it reads the clock and pushes,

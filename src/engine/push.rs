@@ -41,6 +41,9 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsiz
 
 /// The session's queue (null: none yet). Queues are leaked, never freed.
 pub(crate) static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(core::ptr::null_mut());
+/// A free that finds the queue full goes to its table at once instead of waiting (a sampled
+/// session: `queue` §3).
+pub(crate) static DEFER_FREES: AtomicBool = AtomicBool::new(false);
 /// Backpressure is on and a consumer runs: a full queue is worth waiting for (§1).
 pub(crate) static WAIT_WHEN_FULL: AtomicBool = AtomicBool::new(false);
 /// When another process consumes the queue (`memprof record`'s collector): who it is, in
@@ -217,7 +220,7 @@ fn process_alive(pid: u32, start: u64) -> bool {
 pub(crate) fn stop_waiting() {
     WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
     if let Some(q) = queue() {
-        q.wake_waiters();
+        q.wake_all();
     }
 }
 
@@ -271,6 +274,15 @@ fn retimed(e: &Event) -> Event {
 }
 
 fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
+    // A free does not wait: the table takes it at once and the consumer replays it at its
+    // own time, where a wait would leave its block live in the profile's stream for as long
+    // as this thread then took to run again (`queue` §3).
+    if event.kind == EventKind::Dealloc
+        && DEFER_FREES.load(Ordering::Relaxed)
+        && q.defer_free(event)
+    {
+        return Some(event.time_ns);
+    }
     // A signal handler whose thread's own push holds the consumer up: no wait frees room.
     if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
         let local = CONSUMER.load(Ordering::Relaxed).is_null();

@@ -41,6 +41,15 @@
 //! report then says that its live figures may count that many blocks that had ended. The
 //! table is touched only on the losing path: a push that succeeds never reads it.
 //!
+//! The same table also takes a free that finds the ring full while the consumer lives, at
+//! once, instead of the wait for room an allocation makes (§5; [`Queue::defer_free`]; not
+//! a loss, counted apart as [`Queue::frees_deferred`]). A free that waited would be folded
+//! when its thread next ran, which under hundreds of threads on two cores is up to seconds
+//! after the program let the block go: its block would stay live that long in the stream
+//! the profile is folded in, and with a sample point's weight, while the truth had let it
+//! go (a `record` of 500 churning threads read a peak five times the program's own). From
+//! the table the consumer replays it after its next drain, at its own time.
+//!
 //! # 4. Lifetime
 //! Producers can be inside `push` at any moment, including while a session stops, so a
 //! queue is never freed: it is reused by the next session when it is large enough and
@@ -60,8 +69,14 @@
 //! read: a drain that made room after that read either moved the word (the sleep returns
 //! at once) or saw the registration (a full fence on each side between the registration
 //! or the slots handed back and the other side's read) and wakes it. Room another producer
-//! took first is waited for again. The consumer wakes every sleeper: each takes one slot,
-//! and a drain of a full queue frees more slots than there are threads.
+//! took first is waited for again. A drain wakes a few sleepers ([`WAKE_AT_ONCE`]), also
+//! a drain that found the queue empty, and a sleeper looks again on its own after
+//! `push::LOOK_EVERY_NS`, not all of them at once: under hundreds of threads on two cores,
+//! waking every sleeper filled the run queue again, and a woken thread, which had just
+//! been handed the block it sampled, then waited its turn to run holding it. Sampled blocks
+//! lived longer than the program's others, and the live heap and its peak read high (three
+//! times the program's own count for 500 churning threads); a few woken at a time run at
+//! once.
 
 use crate::engine::live::Entry;
 use crate::sys::padded::Padded;
@@ -194,6 +209,9 @@ struct Ctl {
     /// Frees refused while the table was full, since the queue was made: the ends of that
     /// many blocks are unknown.
     frees_unknown: AtomicU64,
+    /// Frees that found the ring full and went to the table at once, lost by nobody (§3):
+    /// the consumer's replays count them too, and take them off to tell what was lost.
+    frees_deferred: AtomicU64,
     /// The word producers waiting for room sleep on (§5): the consumer advances it after a
     /// drain that took events.
     room: AtomicU32,
@@ -213,9 +231,13 @@ fn owner_tag(pos: usize) -> usize {
     crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
 }
 
-/// [`Ctl::magic`] of an initialised block ("mpq4": the lost-free table follows the counters,
-/// its entries whole deaths; the counters hold the word waiting producers sleep on, §5).
-const CTL_MAGIC: u64 = 0x6d70_7134_0000_0001;
+/// [`Ctl::magic`] of an initialised block ("mpq5": the lost-free table follows the counters,
+/// its entries whole deaths; the counters hold the word waiting producers sleep on, §5, and
+/// the count of frees deferred to the table, §3).
+const CTL_MAGIC: u64 = 0x6d70_7135_0000_0001;
+
+/// Producers a drain wakes at once (§5).
+const WAKE_AT_ONCE: u32 = 4;
 
 /// Entries of the lost-free table (§3), a power of two. At 64 bytes each the table takes
 /// 64 KiB of the block, touched only when frees are lost; it holds the frees refused
@@ -347,6 +369,7 @@ impl Queue {
                 lost_frees_waiting: AtomicUsize::new(0),
                 lost_frees_hint: AtomicUsize::new(0),
                 frees_unknown: AtomicU64::new(0),
+                frees_deferred: AtomicU64::new(0),
                 room: AtomicU32::new(0),
                 waiters: AtomicU32::new(0),
                 tail: Padded(AtomicUsize::new(0)),
@@ -594,6 +617,34 @@ impl Queue {
     #[cold]
     #[inline(never)]
     pub fn keep_lost_free(&self, death: &Event) -> bool {
+        if self.put_free(death) {
+            return true;
+        }
+        self.ctl().frees_unknown.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Puts a free that found the ring full into the table at once, instead of waiting for
+    /// room (§3): false when the table is full (nothing is counted then). Not a loss: the
+    /// consumer replays it at its own time. Lock-free, async-signal-safe, no allocation.
+    #[cold]
+    #[inline(never)]
+    pub fn defer_free(&self, death: &Event) -> bool {
+        if !self.put_free(death) {
+            return false;
+        }
+        self.ctl().frees_deferred.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Frees deferred to the table ([`Queue::defer_free`]) since the queue was made: among
+    /// the consumer's replays, and not among [`Queue::lost`].
+    pub fn frees_deferred(&self) -> u64 {
+        self.ctl().frees_deferred.load(Ordering::Relaxed)
+    }
+
+    /// Writes `death` into a free entry of the table; false when every entry is taken.
+    fn put_free(&self, death: &Event) -> bool {
         let c = self.ctl();
         if c.lost_frees_waiting.load(Ordering::Relaxed) < LOST_FREES {
             let start = c.lost_frees_hint.fetch_add(1, Ordering::Relaxed);
@@ -623,7 +674,6 @@ impl Queue {
                 return true;
             }
         }
-        c.frees_unknown.fetch_add(1, Ordering::Relaxed);
         false
     }
 
@@ -720,16 +770,24 @@ impl Queue {
         self.ctl().waiters.load(Ordering::Relaxed)
     }
 
-    /// Advances [`Queue::room`] and wakes every producer sleeping on it, when one is
-    /// registered (§5): after a drain that took events, and when waiting ends (a session
-    /// stops).
+    /// Advances [`Queue::room`] and wakes a few producers sleeping on it ([`WAKE_AT_ONCE`]),
+    /// when one is registered (§5): after a drain.
     pub fn wake_waiters(&self) {
+        self.wake(WAKE_AT_ONCE);
+    }
+
+    /// Wakes every producer waiting for room (the waits end: `push::stop_waiting`).
+    pub fn wake_all(&self) {
+        self.wake(u32::MAX);
+    }
+
+    fn wake(&self, n: u32) {
         let c = self.ctl();
         c.room.fetch_add(1, Ordering::SeqCst);
         // Pairs with the fence in `begin_wait` (§5).
         fence(Ordering::SeqCst);
         if c.waiters.load(Ordering::Relaxed) != 0 {
-            crate::sys::futex::wake(&c.room, u32::MAX);
+            crate::sys::futex::wake(&c.room, n);
         }
     }
 
@@ -799,8 +857,9 @@ impl Queue {
             }
             n += 1;
         }
-        // Room was made: producers waiting for it are woken (§5).
-        if n != 0 {
+        // Room was made, or the queue is empty with producers still asleep (each drain
+        // wakes a few: §5): they are woken.
+        if n != 0 || self.ctl().waiters.load(Ordering::Relaxed) != 0 {
             self.wake_waiters();
         }
         Some(n)

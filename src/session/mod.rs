@@ -221,7 +221,15 @@ pub(crate) fn start_on<T: Tracker>(
     drop(slot);
     hot::WAIT_WHEN_FULL
         .store(config.backpressure && (drain.is_some() || external), Ordering::Relaxed);
-    *control = Some(Control { epoch, lost_at_start: (q.lost(), q.frees_unknown()), drain });
+    // A sampled session's frees go to the queue's table rather than wait (`queue` §3); an
+    // exact one's wait with the rest, in order (each block weighs only its own size there,
+    // and the table would overflow at every wait).
+    hot::DEFER_FREES.store(config.interval > 1.0, Ordering::Relaxed);
+    *control = Some(Control {
+        epoch,
+        lost_at_start: (q.lost(), q.frees_unknown(), q.frees_deferred()),
+        drain,
+    });
     Ok(Session { epoch, info, _tracker: PhantomData })
 }
 
@@ -452,19 +460,25 @@ impl<T: Tracker> Drop for Session<T> {
 
 /// Counters of the running session; `lost_at_start` is the queue's lost counts when it
 /// started (None: not running, so no events are attributed to it).
-fn current_stats(lost_at_start: Option<(u64, u64)>) -> Stats {
+fn current_stats(lost_at_start: Option<(u64, u64, u64)>) -> Stats {
     Stats {
         samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
         frees: DELIVERED_FREES.load(Ordering::Relaxed),
         // Events the queue refused, and samples skipped because a signal handler allocated
         // while its thread was inside the profiler (counted by the queue, `hot` §1).
         lost_events: match (queue(), lost_at_start) {
-            (Some(q), Some((base, _))) => q.lost().saturating_sub(base),
+            (Some(q), Some((base, _, _))) => q.lost().saturating_sub(base),
             _ => 0,
         },
-        frees_replayed: REPLAYED_FREES.load(Ordering::Relaxed),
+        // Replays of frees the table took at once are no losses (`queue` §3).
+        frees_replayed: match (queue(), lost_at_start) {
+            (Some(q), Some((_, _, base))) => REPLAYED_FREES
+                .load(Ordering::Relaxed)
+                .saturating_sub(q.frees_deferred().saturating_sub(base)),
+            _ => REPLAYED_FREES.load(Ordering::Relaxed),
+        },
         frees_unknown: match (queue(), lost_at_start) {
-            (Some(q), Some((_, base))) => q.frees_unknown().saturating_sub(base),
+            (Some(q), Some((_, base, _))) => q.frees_unknown().saturating_sub(base),
             _ => 0,
         },
         untracked: hot::UNTRACKED.load(Ordering::Relaxed),

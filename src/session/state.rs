@@ -27,7 +27,7 @@ pub(super) struct Control {
     pub(super) epoch: u64,
     /// The queue's counts of lost events and of frees lost for good when the session
     /// started (a reused queue keeps counting across sessions).
-    pub(super) lost_at_start: (u64, u64),
+    pub(super) lost_at_start: (u64, u64, u64),
     pub(super) drain: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
