@@ -42,6 +42,14 @@
 //! decides with its own countdown as in §1, then the scope with its own. Blocks estimate
 //! as `Σ k·R/n` (`n` the block's bytes), kept per level and per stack. A sampled scope
 //! neither nests nor holds an exact one: a thread has one countdown to arm.
+//!
+//! # 5. A sampled scope's peak
+//! The largest live estimate over time picks the noise and reads high, so a sampled scope's
+//! peak is cross-fitted as a profile's is (`report::stats` §1): each sampled block's `k`
+//! points are split into halves by fair coins from the scope's generator ([`half`]), the
+//! moment half A's live points are most is chosen on A and measured on B (the points of B
+//! live then), and the other way round. `R·(B at A's peak + A at B's peak)` estimates the
+//! live bytes at two moments chosen without the points that measure them.
 
 use crate::engine::busy::Busy;
 use crate::engine::callstack::{self, Captured};
@@ -69,6 +77,37 @@ pub(crate) struct Counts {
     pub(crate) freed_bytes: u64,
     pub(crate) live: u64,
     pub(crate) peak: u64,
+    /// A sampled scope's cross-fitted peak (§5): half A's points live now, the most of them
+    /// and half B's points then, and the same the other way round.
+    pub(crate) live_a: u64,
+    pub(crate) peak_a: u64,
+    pub(crate) b_at_peak_a: u64,
+    pub(crate) peak_b: u64,
+    pub(crate) a_at_peak_b: u64,
+}
+
+impl Counts {
+    /// A block of `weight` points, `weight_a` of them half A's (§5), is allocated.
+    fn allocated(&mut self, weight: u64, weight_a: u64) {
+        self.blocks += 1;
+        self.bytes += weight;
+        self.live += weight;
+        self.peak = self.peak.max(self.live);
+        self.live_a += weight_a;
+        let (a, b) = (self.live_a, self.live - self.live_a);
+        if a > self.peak_a {
+            (self.peak_a, self.b_at_peak_a) = (a, b);
+        }
+        if b > self.peak_b {
+            (self.peak_b, self.a_at_peak_b) = (b, a);
+        }
+    }
+
+    /// The cross-fitted peak's points (§5): half B's at half A's peak, and half A's at half
+    /// B's.
+    pub(crate) fn cross_fitted_peak(&self) -> u64 {
+        self.b_at_peak_a + self.a_at_peak_b
+    }
 }
 
 /// One allocating stack, with its figures per level.
@@ -92,6 +131,8 @@ struct Block {
     addr: usize,
     /// Its bytes in an exact scope, its sample points in a sampled one (§4).
     weight: u64,
+    /// Of a sampled scope's points, those of half A (§5); 0 in an exact scope.
+    weight_a: u64,
     stack: u32,
     /// The levels open when it was allocated (it belongs to `levels[..open]` of that
     /// time), and the sequence number of the innermost one.
@@ -383,12 +424,12 @@ pub(crate) fn on_alloc(addr: usize, size: usize) {
         }
         None => (1.0, 0.0),
     };
+    let weight_a = match &mut m.own {
+        Some(own) => half(&mut own.rng, weight),
+        None => 0,
+    };
     for level in &mut m.levels[..open] {
-        let c = &mut level.counts;
-        c.blocks += 1;
-        c.bytes += weight;
-        c.live += weight;
-        c.peak = c.peak.max(c.live);
+        level.counts.allocated(weight, weight_a);
         level.objects += objects;
         level.objects_var += objects_var;
     }
@@ -402,7 +443,7 @@ pub(crate) fn on_alloc(addr: usize, size: usize) {
         s.objects[level] += objects;
     }
     let seq = m.levels[open - 1].seq;
-    let block = Block { addr, weight, stack: stack as u32, open: open as u32, seq };
+    let block = Block { addr, weight, weight_a, stack: stack as u32, open: open as u32, seq };
     match m.insert(block) {
         // A block of this address was there: its free was not seen (another thread freed
         // it), and its counter is raised already.
@@ -426,6 +467,22 @@ pub(crate) fn on_free_if_measuring(addr: usize) {
     }
 }
 
+/// Binomial(k, ½): how many of a block's `k` points fall in half A (§5), as the bits set in
+/// `k` fair random bits (64 at a time).
+fn half(rng: &mut SmallRng, k: u64) -> u64 {
+    use rand::Rng;
+    let mut left = k;
+    let mut a = 0;
+    while left > 0 {
+        let bits: u64 = rng.random();
+        let n = left.min(64);
+        let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        a += u64::from((bits & mask).count_ones());
+        left -= n;
+    }
+    a
+}
+
 #[cold]
 #[inline(never)]
 fn on_free(m: &mut Measure, addr: usize) {
@@ -443,6 +500,7 @@ fn on_free(m: &mut Measure, addr: usize) {
         c.frees += 1;
         c.freed_bytes += b.weight;
         c.live = c.live.saturating_sub(b.weight);
+        c.live_a = c.live_a.saturating_sub(b.weight_a);
         s.live_blocks[level] = s.live_blocks[level].saturating_sub(1);
         s.live[level] = s.live[level].saturating_sub(b.weight);
     }

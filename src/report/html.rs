@@ -370,7 +370,7 @@ pub fn write_tree_html(
         procs.key("allocated");
         procs.num(pr.allocated);
         procs.key("peak");
-        let ci = stats::ci95(own.peak.bytes, profile.header.interval);
+        let ci = stats::peak_ci95(own.peak.bytes, profile.header.interval);
         procs.nums([own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64, ci]);
         // Its own timeline, on the tree's buckets.
         let n = grid.buckets as usize;
@@ -502,8 +502,11 @@ fn data_json(
     j.num(profile.counts.frees as f64);
     // The peak, when, and its 95 % half width (0 when exact, or an upper bound: a tree's).
     j.key("peak");
-    let ci =
-        if profile.since_peak_known() { stats::ci95(profile.peak.bytes, h.interval) } else { 0.0 };
+    let ci = if profile.since_peak_known() {
+        stats::peak_ci95(profile.peak.bytes, h.interval)
+    } else {
+        0.0
+    };
     j.nums([profile.peak.bytes, profile.peak.time_ns as f64, ci]);
     j.key("short_ns");
     j.num(DEFAULT_SHORT_LIVED_NS as f64);

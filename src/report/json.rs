@@ -32,7 +32,7 @@
 //! `report::stats`) and exact in the exact mode (intervals 0). Times are nanoseconds since
 //! the start of the recording. Strings are the program's, escaped only as JSON requires.
 
-use super::stats::ci95;
+use super::stats::{ci95, peak_ci95};
 use super::top::{allocator_name, gap_lines, last_split, peak_split, resident_readings};
 use super::{GroupBy, TopOptions};
 use crate::profile::load::Process;
@@ -121,7 +121,7 @@ pub fn summary(
                 "live_ci95_bytes": ci95(s.live_bytes, interval),
                 "live_objects": s.live_objects,
                 "peak_bytes": peak_known.then_some(s.peak_bytes),
-                "peak_ci95_bytes": peak_known.then(|| ci95(s.peak_bytes, interval)),
+                "peak_ci95_bytes": peak_known.then(|| peak_ci95(s.peak_bytes, interval)),
             })
         })
         .collect();
@@ -136,7 +136,7 @@ pub fn summary(
                     "file": p.file.display().to_string(),
                     "allocated_bytes": p.allocated,
                     "peak_bytes": p.peak,
-                    "peak_ci95_bytes": ci95(p.peak, interval),
+                    "peak_ci95_bytes": peak_ci95(p.peak, interval),
                     "live_end_bytes": p.live,
                     "rss_end_bytes": p.resident.map(|r| r.0),
                     "rss_peak_bytes": p.resident.map(|r| r.1),
@@ -169,7 +169,7 @@ pub fn summary(
             "live_end_bytes": profile.live_bytes,
             "live_end_ci95_bytes": ci95(profile.live_bytes, interval),
             "peak_bytes": profile.peak.bytes,
-            "peak_ci95_bytes": peak_known.then(|| ci95(profile.peak.bytes, interval)),
+            "peak_ci95_bytes": peak_known.then(|| peak_ci95(profile.peak.bytes, interval)),
             "peak_ns": profile.peak.time_ns,
             "peak_moments_ns": profile.peak.moments_ns,
             "allocated_bytes": allocated,
@@ -274,7 +274,7 @@ mod tests {
         let peak = heap["peak_bytes"].as_f64().unwrap();
         // Both blocks live at both moments: every point of theirs counts, once.
         assert_eq!(peak, 2000.0 * 1024.0);
-        assert_eq!(heap["peak_ci95_bytes"].as_f64().unwrap(), ci95(peak, 1024.0));
+        assert_eq!(heap["peak_ci95_bytes"].as_f64().unwrap(), peak_ci95(peak, 1024.0));
         assert_eq!(heap["peak_moments_ns"], json!([2 << 10, 2 << 10]));
         assert_eq!(heap["allocated_ci95_bytes"].as_f64().unwrap(), ci95(peak, 1024.0));
     }

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::stats::ci95;
+use super::stats::{ci95, peak_ci95};
 use super::text::printable;
 use super::view::{
     gc_cycle_samples, human_bytes, human_duration, is_exact, sampling_summary, stack_totals,
@@ -47,7 +47,7 @@ pub(crate) fn peak_text(p: &Profile) -> String {
     format!(
         "{} ± {} live {when}",
         human_bytes(peak.bytes),
-        human_bytes(ci95(peak.bytes, p.header.interval))
+        human_bytes(peak_ci95(peak.bytes, p.header.interval))
     )
 }
 
@@ -559,6 +559,8 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     // ± the 95 % interval of a sampled estimate (see `report::stats`); nothing when exact.
     // A site without samples in a column has no estimate to bound: `-`.
     let pm = |v: f64| if v > 0.0 { format!("±{}", bytes(ci95(v, interval))) } else { "-".into() };
+    let pm_peak =
+        |v: f64| if v > 0.0 { format!("±{}", bytes(peak_ci95(v, interval))) } else { "-".into() };
     let objects = |v: f64| if exact { format!("{v:.0}") } else { format!("{v:.1}") };
     let percent = |v: f64, of: f64| {
         if of > 0.0 {
@@ -586,7 +588,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     if peak {
         columns.push(("peak bytes", Box::new(|s| bytes(s.peak_bytes))));
         if !exact {
-            columns.push(("±95%", Box::new(|s| pm(s.peak_bytes))));
+            columns.push(("±95%", Box::new(|s| pm_peak(s.peak_bytes))));
         }
     }
     let row = |s: &SiteTotal, name: &str| -> Vec<String> {

@@ -187,9 +187,9 @@ impl fmt::Display for SampledStats {
 /// `memprof report` prints (`report::stats` §1). Blocks are estimated as `Σ k·R/n` over the
 /// sampled blocks (`k` points in `n` bytes: unbiased, since a block's expected points are
 /// `n/R`), with the variance estimate `Σ k·R·(R − 1)/n²`. The same holds for the bytes
-/// still live at the end, and for the bytes live at any moment; the peak is the largest of
-/// those estimates, which sampling noise pushes up a little (the interval printed is that
-/// moment's).
+/// still live at the end, and for the bytes live at any moment. The peak is cross-fitted
+/// (`engine::measure` §5): the largest of those estimates would pick the noise and read
+/// high; its interval is the live one's widened by `PEAK_WIDENING` (`report::stats` §1).
 ///
 /// # 2. The assertions
 /// [`SampledStats::assert_bytes_at_most`] fails when `P(Binomial(L, 1/R) ≥ K) <`
@@ -256,7 +256,15 @@ fn sampled_stats(left: Left, interval: u64) -> SampledStats {
         blocks: Estimate::around(objects, crate::stats::Z95 * objects_var.sqrt()),
         bytes: bytes(c.bytes),
         freed_bytes: bytes(c.freed_bytes),
-        peak_bytes: bytes(c.peak),
+        // Cross-fitted in a sampled scope (`engine::measure` §5); the largest live count in
+        // an exact one.
+        peak_bytes: match interval > 1 {
+            true => {
+                let b = c.cross_fitted_peak() as f64 * r;
+                Estimate::around(b, crate::stats::peak_ci95(b, r))
+            }
+            false => bytes(c.peak),
+        },
         live_bytes: bytes(c.live),
         untracked: left.untracked,
         sites,

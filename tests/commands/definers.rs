@@ -12,8 +12,15 @@ use crate::harm::{modes, plain, strs};
 use crate::record::{assert_ok, fixture, read, record, scratch, totals};
 
 /// Builds `fixtures/c/definer.c` with `libmyalloc.c` into one executable that exports its
-/// malloc family (`-rdynamic`), linked against `libdefuse.so`.
+/// malloc family (`-rdynamic`), linked against `libdefuse.so`: once per run (two tests use
+/// it, and a second `cc` writing the file while the first test ran it made that test's
+/// program "not executable").
 fn definer() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_definer).clone()
+}
+
+fn build_definer() -> PathBuf {
     let lib = fixture("libdefuse");
     let dir = lib.parent().expect("the build directory").to_owned();
     let out = dir.join("definer");

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::profile::Profile;
-use crate::report::stats::{diff_std_error, holm, p_two_sided, Z95};
+use crate::report::stats::{diff_std_error, holm, p_two_sided, PEAK_WIDENING, Z95};
 use crate::report::view::{stack_totals, View};
 
 /// The family-wise false-positive rate of the flags.
@@ -46,12 +46,26 @@ pub fn compare(
     new_interval: f64,
     alpha: f64,
 ) -> Vec<Change> {
+    compare_widened(pairs, |_| 1.0, base_interval, new_interval, alpha)
+}
+
+/// [`compare`], each pair's standard errors multiplied by `widen(i)` (the cross-fitted
+/// peak's [`PEAK_WIDENING`]).
+pub fn compare_widened(
+    pairs: &[(f64, f64)],
+    widen: impl Fn(usize) -> f64,
+    base_interval: f64,
+    new_interval: f64,
+    alpha: f64,
+) -> Vec<Change> {
     let (exact_base, exact_new) = (base_interval <= 1.0, new_interval <= 1.0);
     let mut changes: Vec<Change> = pairs
         .iter()
-        .map(|&(base, new)| {
+        .enumerate()
+        .map(|(i, &(base, new))| {
+            let w = widen(i);
             let delta = new - base;
-            let se = diff_std_error(base, base_interval, new, new_interval);
+            let se = w * diff_std_error(base, base_interval, new, new_interval);
             // Under "no change" both estimate the same bytes: their weighted mean.
             let pooled = match (exact_base, exact_new) {
                 (true, true) => None,
@@ -62,7 +76,8 @@ pub fn compare(
                     Some((wb * base + wn * new) / (wb + wn))
                 }
             };
-            let null = pooled.map_or(0.0, |b| diff_std_error(b, base_interval, b, new_interval));
+            let null =
+                pooled.map_or(0.0, |b| w * diff_std_error(b, base_interval, b, new_interval));
             let test_se = se.max(null);
             let mut c = Change { base, new, delta, ci95: Z95 * se, p: 1.0, ..Change::default() };
             if test_se > 0.0 {
@@ -120,6 +135,15 @@ pub struct Diff {
     pub total: [Change; 3],
 }
 
+/// How much wider metric `m`'s intervals are: the cross-fitted peak's ([`PEAK_WIDENING`]).
+fn widening(m: usize) -> f64 {
+    if METRICS[m] == View::Peak {
+        PEAK_WIDENING
+    } else {
+        1.0
+    }
+}
+
 /// Per-site estimated bytes of `profile` under each of [`METRICS`].
 fn per_site(profile: &Profile) -> HashMap<String, [f64; 3]> {
     let mut names: HashMap<u32, String> = HashMap::new();
@@ -148,7 +172,7 @@ pub fn diff_sites(base: &Profile, new: &Profile) -> Diff {
         pairs.extend((0..3).map(|m| (x[m], y[m])));
     }
     let (rb, rn) = (base.header.interval, new.header.interval);
-    let changes = compare(&pairs, rb, rn, ALPHA);
+    let changes = compare_widened(&pairs, |i| widening(i % 3), rb, rn, ALPHA);
     let tests = changes.iter().filter(|c| c.tested).count();
     let mut sites: Vec<SiteDiff> = names
         .iter()
@@ -169,7 +193,7 @@ pub fn diff_sites(base: &Profile, new: &Profile) -> Diff {
             base: tb,
             new: tn,
             delta: tn - tb,
-            ci95: Z95 * diff_std_error(tb, rb, tn, rn),
+            ci95: widening(m) * Z95 * diff_std_error(tb, rb, tn, rn),
             ..Change::default()
         }
     });
