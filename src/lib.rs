@@ -41,7 +41,7 @@
 //! | `sys/alloc_count.rs` | the unit tests' counting global allocator (live bytes per test scope) |
 //! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each read and write |
 //! | `sys/smaps.rs` | a process's memory files read at a pace bounded by their cost: resident size (`statm`), and resident memory by kind of mapping (`smaps`: the allocator's, stacks, files, memprof's own) |
-//! | `sys/procfs.rs` | fields of `/proc/<pid>/stat` |
+//! | `sys/procfs.rs` | fields of `/proc/<pid>/stat`, and the decimals of paths built without allocating |
 //! | `sys/signals.rs` | signal masks and thread counts for the threads the profiler keeps in a program |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |

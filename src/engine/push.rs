@@ -160,20 +160,7 @@ fn process_alive(pid: u32, start: u64) -> bool {
         path[at] = *b;
         at += 1;
     }
-    let mut digits = [0u8; 10];
-    let (mut n, mut v) = (0, pid);
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in (0..n).rev() {
-        path[at] = digits[i];
-        at += 1;
-    }
+    at += crate::sys::procfs::write_decimal(&mut path[at..], pid);
     for b in b"/stat" {
         path[at] = *b;
         at += 1;

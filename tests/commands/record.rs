@@ -126,6 +126,14 @@ pub(crate) fn profile_of_pid(dir: &Path, prefix: &str) -> (PathBuf, i32) {
     (file, pid)
 }
 
+/// True when process `pid` is gone, or a zombie nobody reaps (an orphan that ended).
+fn orphan_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
 pub(crate) fn assert_ok(out: &Output, code: i32) {
     assert_eq!(out.status.code(), Some(code), "stderr: {}", text(&out.stderr));
     let err = text(&out.stderr);
@@ -1124,11 +1132,7 @@ fn record_killed_while_the_program_runs_says_so() {
     let name = file.file_name().unwrap().to_str().unwrap().to_owned();
     let pid: u32 = name.trim_start_matches("k.").trim_end_matches(".mprof").parse().unwrap();
     // The program, orphaned, ends by itself (gone, or a zombie nobody reaps).
-    let stat = format!("/proc/{pid}/stat");
-    let ended = || match std::fs::read_to_string(&stat) {
-        Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    };
+    let ended = || orphan_ended(pid);
     while !ended() {
         assert!(started.elapsed().as_secs() < 30, "the program did not end");
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -1715,11 +1719,7 @@ fn threads_waiting_for_room_run_on_when_the_collector_is_killed() {
     let name = file.file_name().unwrap().to_str().unwrap().to_owned();
     let pid: u32 = name.trim_start_matches("k.").trim_end_matches(".mprof").parse().unwrap();
     // The program, orphaned, ends by itself (gone, or a zombie nobody reaps).
-    let stat = format!("/proc/{pid}/stat");
-    let ended = || match std::fs::read_to_string(&stat) {
-        Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    };
+    let ended = || orphan_ended(pid);
     while !ended() {
         if killed.elapsed().as_secs() >= 20 {
             // SAFETY: signals the orphaned program this test started.

@@ -281,7 +281,7 @@ pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
 /// allocating (for the child between fork and exec). Returns false when it does not fit.
 fn expand_into(template: &[u8], pid: u32, buf: &mut [u8]) -> bool {
     let mut digits = [0u8; 10];
-    let n = write_decimal(&mut digits, pid);
+    let n = crate::sys::procfs::write_decimal(&mut digits, pid);
     let mut out = 0;
     let mut put = |b: u8, out: &mut usize| -> bool {
         if *out + 1 >= buf.len() {
@@ -369,7 +369,7 @@ fn replace_output(path: &[u8]) -> i32 {
         for part in [pid, n] {
             tmp[at] = b'.';
             at += 1;
-            at += write_decimal(&mut tmp[at..], part);
+            at += crate::sys::procfs::write_decimal(&mut tmp[at..], part);
         }
         tmp[at..at + 5].copy_from_slice(b".tmp\0");
         let t = tmp.as_ptr().cast::<libc::c_char>();
@@ -395,24 +395,6 @@ fn replace_output(path: &[u8]) -> i32 {
         return 0;
     }
     last
-}
-
-/// Writes `v` in decimal at the start of `buf` (room for 10 digits); returns the length.
-fn write_decimal(buf: &mut [u8], mut v: u32) -> usize {
-    let mut digits = [0u8; 10];
-    let mut n = 0;
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in 0..n {
-        buf[i] = digits[n - 1 - i];
-    }
-    n
 }
 
 /// Set in the errno the child sends back when it was the tree's directory that could not
