@@ -477,12 +477,16 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         let _ = writeln!(out, "{ATTACHED}");
     }
     let _ = writeln!(out, "sampling: {}", sampling_summary(profile));
+    // Moves are in recordings of versions that kept a sample across `realloc` only.
+    let moved = match profile.counts.moves {
+        0 => String::new(),
+        n => format!(", {n} moved"),
+    };
     let _ = writeln!(
         out,
-        "samples: {} ({} freed, {} moved), stacks: {}",
+        "samples: {} ({} freed{moved}), stacks: {}",
         profile.counts.samples,
         profile.counts.frees,
-        profile.counts.moves,
         profile.stacks.len()
     );
     if let Some(w) = &profile.window {
