@@ -47,6 +47,7 @@
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
 //! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
 //! | `engine/sampler/mod.rs` | Poisson sampling over allocated bytes: the countdown, `k`, the draws, a reallocation as a free and a new allocation |
+//! | `engine/sampler/cross_fit.rs` | the cross-fitted peak's bookkeeping (each half's largest live points, the other half's then), for profiles and sampled scopes |
 //! | `engine/sampler/per_thread.rs` | a thread's sampler state (number, ids, generator), in its block |
 //! | `engine/busy.rs` | the reentrancy guard: a thread's busy flag and `Busy` |
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |

@@ -54,6 +54,7 @@
 use crate::engine::busy::Busy;
 use crate::engine::callstack::{self, Captured};
 use crate::engine::live;
+use crate::engine::sampler::cross_fit::CrossFit;
 use crate::engine::sampler::{self, Countdown, Hit, Rate};
 use crate::sys::errno::SavedErrno;
 use crate::sys::rawmem;
@@ -77,13 +78,10 @@ pub(crate) struct Counts {
     pub(crate) freed_bytes: u64,
     pub(crate) live: u64,
     pub(crate) peak: u64,
-    /// A sampled scope's cross-fitted peak (§5): half A's points live now, the most of them
-    /// and half B's points then, and the same the other way round.
+    /// A sampled scope's cross-fitted peak (§5): half A's points live now, and each half's
+    /// largest with the other's then.
     pub(crate) live_a: u64,
-    pub(crate) peak_a: u64,
-    pub(crate) b_at_peak_a: u64,
-    pub(crate) peak_b: u64,
-    pub(crate) a_at_peak_b: u64,
+    pub(crate) fit: CrossFit,
 }
 
 impl Counts {
@@ -94,19 +92,7 @@ impl Counts {
         self.live += weight;
         self.peak = self.peak.max(self.live);
         self.live_a += weight_a;
-        let (a, b) = (self.live_a, self.live - self.live_a);
-        if a > self.peak_a {
-            (self.peak_a, self.b_at_peak_a) = (a, b);
-        }
-        if b > self.peak_b {
-            (self.peak_b, self.a_at_peak_b) = (b, a);
-        }
-    }
-
-    /// The cross-fitted peak's points (§5): half B's at half A's peak, and half A's at half
-    /// B's.
-    pub(crate) fn cross_fitted_peak(&self) -> u64 {
-        self.b_at_peak_a + self.a_at_peak_b
+        self.fit.note([self.live_a, self.live - self.live_a]);
     }
 }
 

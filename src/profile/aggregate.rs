@@ -2,6 +2,7 @@
 //! (by allocation time, since the peak, and a sampled profile's two halves of points for
 //! its cross-fitted peak).
 
+use crate::engine::sampler::cross_fit::CrossFit;
 use std::collections::HashMap;
 
 use super::tables::StackId;
@@ -95,12 +96,10 @@ pub(crate) struct Halves {
     pub(super) live_a: HashMap<(StackId, u64), u64, IdHash>,
     /// Half A's and half B's live points in all.
     pub(super) total: [u64; 2],
-    /// The largest of each half's live points: at `t_A` for half A, `t_B` for half B.
-    pub(super) best: [u64; 2],
+    /// Each half's largest live points, and the other half's then: `K_B(t_A)`, `K_A(t_B)`.
+    pub(super) fit: CrossFit,
     /// `t_A`, `t_B`.
     pub(super) at_ns: [u64; 2],
-    /// The other half's live points at each half's peak: `K_B(t_A)`, `K_A(t_B)`.
-    pub(super) held_out: [u64; 2],
     /// Changes since `t_A` of the samples and of half B's points, per pair; since `t_B` of
     /// the samples and of half A's points.
     pub(super) since: [SincePeak; 2],

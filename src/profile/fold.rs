@@ -107,19 +107,17 @@ impl Profile {
         // Since t_A the other half's points (B) are what matters, since t_B half A's.
         h.since[0].change(pair, neg(1), neg(b));
         h.since[1].change(pair, neg(1), neg(a));
-        for half in 0..2 {
+        for (half, new) in h.fit.note(h.total).into_iter().enumerate() {
             // A new peak of a half (only an allocation makes one): the live sets now are
             // those at the new moment, so the changes just noted go stale with the rest.
-            if h.total[half] > h.best[half] {
-                h.best[half] = h.total[half];
+            if new {
                 h.at_ns[half] = t;
-                h.held_out[half] = h.total[1 - half];
                 h.since[half].generation += 1;
             }
         }
         // Each half's held-out count doubled, the two averaged: R·(K_B(t_A) + K_A(t_B)).
-        let [b_at_ta, a_at_tb] = h.held_out;
-        let bytes = self.header.interval * (b_at_ta as f64 + a_at_tb as f64);
+        let [b_at_ta, a_at_tb] = h.fit.held_out();
+        let bytes = self.header.interval * h.fit.points() as f64;
         // The moment said first is the one whose held-out estimate weighs more.
         let time_ns = if b_at_ta >= a_at_tb { h.at_ns[0] } else { h.at_ns[1] };
         self.peak = Peak { bytes, time_ns, moments_ns: h.at_ns };

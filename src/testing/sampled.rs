@@ -260,7 +260,7 @@ fn sampled_stats(left: Left, interval: u64) -> SampledStats {
         // an exact one.
         peak_bytes: match interval > 1 {
             true => {
-                let b = c.cross_fitted_peak() as f64 * r;
+                let b = c.fit.points() as f64 * r;
                 Estimate::around(b, crate::stats::peak_ci95(b, r))
             }
             false => bytes(c.peak),

@@ -74,6 +74,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rand_distr::{Binomial, Distribution, Exp1};
 
+pub(crate) mod cross_fit;
 pub(crate) mod per_thread;
 use per_thread::ThreadState;
 
