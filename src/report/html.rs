@@ -519,10 +519,10 @@ fn data_json(
     // Resident memory beside the live heap, its gap explained, and how the program ended:
     // the top table's header lines (`report::top`).
     j.key("memory");
-    let memory: Vec<String> = super::top::resident_line(profile)
+    let memory: Vec<String> = super::resident::resident_line(profile)
         .into_iter()
-        .chain(super::top::gap_lines(profile))
-        .chain(super::top::ended_line(profile))
+        .chain(super::resident::gap_lines(profile))
+        .chain(super::resident::ended_line(profile))
         .collect();
     j.strs(memory.iter().map(String::as_str));
     j.key("warnings");

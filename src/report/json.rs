@@ -32,8 +32,8 @@
 //! `report::stats`) and exact in the exact mode (intervals 0). Times are nanoseconds since
 //! the start of the recording. Strings are the program's, escaped only as JSON requires.
 
+use super::resident::{allocator_name, gap_lines, last_split, peak_split, resident_readings};
 use super::stats::{ci95, peak_ci95};
-use super::top::{allocator_name, gap_lines, last_split, peak_split, resident_readings};
 use super::{GroupBy, TopOptions};
 use crate::profile::load::Process;
 use crate::profile::{Ended, Profile, ResidentSplit};

@@ -26,6 +26,7 @@ mod folded;
 pub mod html;
 pub mod json;
 mod pprof;
+mod resident;
 pub mod stats;
 pub mod text;
 mod top;

@@ -319,9 +319,9 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         Some(why) => comments.push(format!("recording ended where {}", why.describe())),
         None => comments.push("incomplete recording (no end record)".to_owned()),
     }
-    comments.extend(super::top::resident_line(profile));
-    comments.extend(super::top::gap_lines(profile));
-    comments.extend(super::top::ended_line(profile));
+    comments.extend(super::resident::resident_line(profile));
+    comments.extend(super::resident::gap_lines(profile));
+    comments.extend(super::resident::ended_line(profile));
     comments.extend(profile.warnings.iter().map(|w| format!("warning: {w}")));
     if !profile.lost.is_none() {
         comments.push(format!("lost: {}", profile.lost.describe()));

@@ -49,7 +49,7 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
         let _ = write!(out, ", peak: {}", crate::report::top::peak_text(p));
     }
     out.push('\n');
-    if let Some(line) = crate::report::top::resident_line(p) {
+    if let Some(line) = crate::report::resident::resident_line(p) {
         let _ = writeln!(out, "{pad}{line}");
     }
     match p.stopped {
@@ -80,7 +80,7 @@ fn describe(out: &mut String, label: &str, file: Option<&str>, p: &Profile) {
 /// recordings have resident readings (`memprof record`'s).
 fn resident_change(base: &Profile, new: &Profile) -> Option<String> {
     let last =
-        |p: &Profile| crate::report::top::resident_readings(p).last().map(|r| r.bytes as f64);
+        |p: &Profile| crate::report::resident::resident_readings(p).last().map(|r| r.bytes as f64);
     let (b, n) = (last(base)?, last(new)?);
     Some(format!(
         "resident at the end: {} → {} ({}), beside the live heap: {} → {} ({})",
