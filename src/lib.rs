@@ -57,7 +57,8 @@
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
-//! | `engine/queue.rs` | the bounded queue of events waiting for a safe point, its table of the frees it refused or deferred (replayed by the consumer), and the futex word full-queue waiters sleep on |
+//! | `engine/queue/mod.rs` | the bounded queue of events waiting for a safe point, and the futex word full-queue waiters sleep on |
+//! | `engine/queue/lost_frees.rs` | the queue's table of the frees it refused or deferred, replayed by the consumer |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
 //! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
 //! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
