@@ -694,6 +694,12 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
             return;
         }
         if e.kind == EventKind::Side {
+            // A cycle's sweep may have sent its deaths to the table (`queue` §3) before the
+            // cycle's event: they are folded first, so the cycle does not count as marked
+            // blocks it swept.
+            if e.id == ring::SIDE_GC {
+                replay_table(q, out);
+            }
             side_event(ring, out, e.id, e.addr as u64, frames);
             return;
         }
@@ -725,17 +731,7 @@ fn deliver(q: &Queue, ring: &Ring, out: &mut Output, pid: u32, abandoned: bool) 
     };
     let n =
         if abandoned { q.drain_abandoned(&mut handle) } else { q.drain(&mut handle).unwrap_or(0) };
-    // Frees that did not fit in the queue: folded once their blocks' allocations are in
-    // (`queue` §3, §5 here).
-    q.take_lost_frees(|e| {
-        if e.epoch == epoch {
-            let b = named(e, out.clock.session_ns(e.addr as u64));
-            out.waiting.push((b, out.clock.session_ns(e.time_ns)));
-        }
-    });
-    if !out.waiting.is_empty() {
-        replay_waiting(out);
-    }
+    replay_table(q, out);
     if !abandoned && out.unknown_frames(ring) {
         // Frames outside every listed module, and no list pending in the log that could
         // name them in order: the process's maps name them, unless it wrote a list while
@@ -757,6 +753,21 @@ fn named(e: &Event, alloc_ns: u64) -> Named {
 }
 
 /// Folds the frees kept aside whose blocks' allocations are in (§5).
+/// Folds the frees in the queue's table (refused or deferred: `queue` §3), each once its
+/// block's allocation is in (§5 here).
+fn replay_table(q: &Queue, out: &mut Output) {
+    let epoch = out.epoch;
+    q.take_lost_frees(|e| {
+        if e.epoch == epoch {
+            let b = named(e, out.clock.session_ns(e.addr as u64));
+            out.waiting.push((b, out.clock.session_ns(e.time_ns)));
+        }
+    });
+    if !out.waiting.is_empty() {
+        replay_waiting(out);
+    }
+}
+
 fn replay_waiting(out: &mut Output) {
     let rec = &mut out.recorder;
     let mut replayed = 0;
