@@ -32,9 +32,9 @@ impl CrossFit {
         self.held_out
     }
 
-    /// `K_B(t_A) + K_A(t_B)`.
+    /// `K_B(t_A) + K_A(t_B)` (saturating: a damaged or hostile file may name any `k`).
     pub(crate) fn points(&self) -> u64 {
-        self.held_out[0] + self.held_out[1]
+        self.held_out[0].saturating_add(self.held_out[1])
     }
 }
 
