@@ -92,7 +92,7 @@ impl Counts {
         self.live += weight;
         self.peak = self.peak.max(self.live);
         self.live_a += weight_a;
-        self.fit.note([self.live_a, self.live - self.live_a]);
+        self.fit.note([self.live_a, self.live.saturating_sub(self.live_a)]);
     }
 }
 
