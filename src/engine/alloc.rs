@@ -36,7 +36,7 @@
 //! table, but leaves a measured one counted free: the scope's figures say it ended there.)
 
 use crate::engine::hot;
-use crate::engine::live::{self, Entry};
+use crate::engine::live::{self, Freed};
 use crate::engine::sampler::{self, Countdown, Hit};
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -125,7 +125,7 @@ pub struct ReallocPlan {
     /// measuring thread's allocation that the session did not sample, `engine::measure`).
     hit: Option<Hit>,
     /// The old block's sample, taken out of the live table: it dies at the realloc (§4).
-    old: Option<Entry>,
+    old: Option<Freed>,
 }
 
 /// The first half of a reallocation to `new_size` bytes: charges the countdown with
@@ -202,7 +202,7 @@ fn finish_realloc(
 ) {
     if new.is_null() {
         if let Some(e) = plan.old {
-            hot::restore(e, old as usize);
+            hot::restore(e.entry, old as usize);
         }
         return;
     }

@@ -31,7 +31,7 @@
 use crate::engine::busy::Busy;
 use crate::engine::callstack::{self, Captured};
 use crate::engine::clock;
-use crate::engine::live::{self, Entry, Insert};
+use crate::engine::live::{self, Entry, Freed, Insert};
 use crate::engine::lost::skipped;
 use crate::engine::push::{push_alloc, push_death};
 use crate::engine::queue::{Event, EventKind};
@@ -91,8 +91,20 @@ pub(crate) fn record_alloc_inline(
             None => callstack::capture(&mut frames, depth, caller),
         }
         let id = hit.id;
-        let time = clock::now();
         let truncated = frames.truncated();
+        // What the block's free will name (`live` §5); only a consumer in another process
+        // reads the stack's key (one in this process keeps a token per block).
+        let stack = match q.is_external() {
+            true => crate::engine::callstack::frames::key(frames.frames(), truncated),
+            false => 0,
+        };
+        let entry = Entry::new(id, hit.epoch, stack, 0, size as u64, hit.k);
+        // The live-table entry goes in before the event: its lock's exchange is a full
+        // fence, which after the slot's ~200 bytes of stores would wait for all of them
+        // to drain. The block cannot be freed before this returns, so the order is free.
+        // The allocation's clock is read with the shard's lock held: a wait for the lock
+        // is the profiler's, not the block's (`push` §2).
+        let (tracked, time) = live::insert_stamped(addr, entry);
         let event = Event {
             kind: EventKind::Alloc,
             epoch: hit.epoch,
@@ -106,19 +118,9 @@ pub(crate) fn record_alloc_inline(
             k: hit.k,
             truncated,
         };
-        // What the block's free will name (`live` §5); only a consumer in another process
-        // reads the stack's key (one in this process keeps a token per block).
-        let stack = match q.is_external() {
-            true => crate::engine::callstack::frames::key(frames.frames(), truncated),
-            false => 0,
-        };
-        let entry = Entry::new(id, hit.epoch, stack, time, size as u64, hit.k);
-        // The live-table entry goes in before the event: its lock's exchange is a full
-        // fence, which after the slot's ~200 bytes of stores would wait for all of them
-        // to drain. The block cannot be freed before this returns, so the order is free.
-        match live::insert(addr, entry) {
+        match tracked {
             Insert::Reentrant => skipped(),
-            tracked => match push_alloc(q, restamped(event), frames.frames()) {
+            tracked => match push_alloc(q, event, frames.frames()) {
                 // Lost event: no dealloc event must follow for it either.
                 None => {
                     if tracked == Insert::Done {
@@ -130,7 +132,7 @@ pub(crate) fn record_alloc_inline(
                         UNTRACKED.fetch_add(1, Ordering::Relaxed);
                     } else if pushed != time {
                         // Pushed with a later time: after a wait for room, or held up
-                        // since the first reading ([`restamped`]).
+                        // since the first reading (`push` §2).
                         live::retime(addr, id, pushed);
                     }
                 }
@@ -140,34 +142,13 @@ pub(crate) fn record_alloc_inline(
     saved.restore();
 }
 
-/// Clock units (TSC ticks or nanoseconds: 30 to 100 µs) by which a thread on the sample path
-/// may be held up, between the allocation's first clock reading and its push, before the
-/// event is stamped again: see [`restamped`].
-const HELD_UP: u64 = 100_000;
-
-/// The allocation's event, stamped again when its thread was held up since its first
-/// reading (preempted, or waiting for a table shard's lock another preempted thread held):
-/// the program gets the block only once this path returns, so its life starts then. Under
-/// hundreds of threads on two cores a thread is preempted for up to seconds, and a block
-/// stamped before it counted live (with a sample point's weight) for all that time, while
-/// the program's own count of its heap had not seen it yet. One clock reading per sample;
-/// the entry is stamped again (a lock) only when the event was.
-#[inline(always)]
-fn restamped(event: Event) -> Event {
-    let now = clock::now();
-    match now.saturating_sub(event.time_ns) > HELD_UP {
-        true => Event { time_ns: now, ..event },
-        false => event,
-    }
-}
-
-/// Queues the death of a sampled block. Keeps errno: it reads the clock and pushes,
-/// neither of which allocates or touches errno (a full queue's wait restores it, see
-/// [`push_full`]), so it needs no errno saved.
+/// Queues the death of a sampled block, at the clock reading its free took before the
+/// table's lock ([`Freed`]). Keeps errno: it pushes, which neither allocates nor touches
+/// errno (a full queue's wait restores it, see [`push_full`]), so it needs no errno saved.
 #[cold]
 #[inline(never)]
-pub(crate) fn record_free(entry: Entry) {
-    record_free_inline(entry)
+pub(crate) fn record_free(freed: Freed) {
+    record_free_inline(freed)
 }
 
 /// Queues the death, at clock reading `time`, of a sampled block.
@@ -179,8 +160,8 @@ pub(crate) fn record_death(entry: Entry, time: u64) {
 /// [`record_free`], inlined: for a caller that is a slow path already (the preload
 /// library's `free` of a block whose filter counter is set).
 #[inline(always)]
-pub(crate) fn record_free_inline(entry: Entry) {
-    record_death(entry, clock::now())
+pub(crate) fn record_free_inline(freed: Freed) {
+    record_death(freed.entry, freed.time)
 }
 
 /// A reallocation failed: the old block, taken out of the table before it, is still live

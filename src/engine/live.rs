@@ -60,6 +60,19 @@
 //! compare-and-swap (one instruction, which no signal splits). The owner releases with a
 //! plain store, after the handler's writes in program order, so the next owner sees them.
 //!
+//! # 4a. Waiting for a shard
+//! A thread that finds a shard held by another spins briefly, then sleeps on the shard's
+//! `wakes` word (a futex) until the owner releases it; the owner wakes one sleeper when
+//! any sleeps. It does not `sched_yield`: under hundreds of threads on a few cores the
+//! owner may be preempted for hundreds of milliseconds, and the scheduler charges a thread
+//! that yields over and over as one that ran (each yield pushes its deadline back), so
+//! once it has its entry in and its sample published it is preempted at once and waits a
+//! whole round of the run queue: with its sampled block live in the profile and no
+//! unsampled block held so. The calibration suite's churn showed that as peaks three to
+//! five intervals high. A sleeper is not charged. The owner's release is an exchange (a
+//! full barrier) followed by one load of the sleeper count, on the lock's own line; a sleep
+//! is bounded ([`SLEEP_NS`]), so a lost wake-up would cost a millisecond, not a hang.
+//!
 //! # 5. What a free names
 //! An entry holds, besides the sample's id and epoch, what the block's free must
 //! say for a consumer to take it out of its aggregates: the key of the allocating stack,
@@ -72,7 +85,7 @@
 
 use core::cell::UnsafeCell;
 use core::mem::size_of;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 const FILTER_LEN: usize = 1 << 21;
 /// The filter's index of `addr` is `(addr >> FILTER_SHIFT) & FILTER_MASK`.
@@ -232,6 +245,9 @@ struct Deferred {
 struct Shard {
     /// 0 when free, else the owner's thread pointer (§4).
     lock: AtomicUsize,
+    /// Threads sleeping for the lock, and the word they sleep on (§4a).
+    sleepers: AtomicU32,
+    wakes: AtomicU32,
     /// Some deferred slot may be taken (§4).
     pending: AtomicBool,
     table: UnsafeCell<Table>,
@@ -245,6 +261,8 @@ unsafe impl Sync for Shard {}
 static TABLE: [Shard; SHARDS] = [const {
     Shard {
         lock: AtomicUsize::new(0),
+        sleepers: AtomicU32::new(0),
+        wakes: AtomicU32::new(0),
         pending: AtomicBool::new(false),
         table: UnsafeCell::new(Table { slots: core::ptr::null_mut(), cap: 0, len: 0, marks: 0 }),
         deferred: [const { Deferred { addr: AtomicUsize::new(0), time: AtomicU64::new(0) } };
@@ -280,13 +298,19 @@ fn with_shard<R>(i: usize, f: impl FnOnce(&mut Table) -> R) -> Option<R> {
         if owner == me {
             return None;
         }
-        wait_for(&shard.lock, me);
+        wait_for(shard, me);
     }
     struct Unlock<'a>(&'a Shard, usize);
     impl Drop for Unlock<'_> {
         #[inline(always)]
         fn drop(&mut self) {
-            self.0.lock.store(0, Ordering::Release);
+            // An exchange, not a store: its barrier orders the release before the look
+            // at the sleepers, as a sleeper's count is ordered before its look at the
+            // lock (§4a).
+            self.0.lock.swap(0, Ordering::SeqCst);
+            if self.0.sleepers.load(Ordering::Relaxed) != 0 {
+                wake_one(self.0);
+            }
             // A signal handler deferred a free while this thread held the shard (§4): take
             // the shard again, normally now, and so the block out.
             if self.0.pending.load(Ordering::Relaxed) {
@@ -474,12 +498,17 @@ impl Table {
     }
 }
 
+/// The longest sleep for a shard's lock before looking again (§4a).
+const SLEEP_NS: u64 = 1_000_000;
+
 /// Takes a shard's lock that another thread held when first tried: spins a little, then
-/// yields. (The owner never becomes this thread meanwhile: a signal handler that takes the
-/// lock on this thread releases it before returning.)
+/// sleeps until the owner releases it (§4a). (The owner never becomes this thread
+/// meanwhile: a signal handler that takes the lock on this thread releases it before
+/// returning.)
 #[cold]
 #[inline(never)]
-fn wait_for(lock: &AtomicUsize, me: usize) {
+fn wait_for(shard: &Shard, me: usize) {
+    let lock = &shard.lock;
     let mut spins = 0u32;
     while lock.load(Ordering::Relaxed) != 0
         || lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_err()
@@ -487,11 +516,26 @@ fn wait_for(lock: &AtomicUsize, me: usize) {
         spins += 1;
         if spins < 64 {
             core::hint::spin_loop();
-        } else {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            continue;
         }
+        let seen = shard.wakes.load(Ordering::Relaxed);
+        shard.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Counted before this look: an owner that releases after it sees the count and
+        // moves `wakes`, so the sleep below returns at once or is woken.
+        if lock.load(Ordering::SeqCst) != 0 {
+            // The futex may set errno: the sample path saves it around the whole path.
+            crate::sys::futex::wait(&shard.wakes, seen, SLEEP_NS);
+        }
+        shard.sleepers.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Wakes one thread sleeping for `shard`'s lock (§4a).
+#[cold]
+#[inline(never)]
+fn wake_one(shard: &Shard) {
+    shard.wakes.fetch_add(1, Ordering::Release);
+    crate::sys::futex::wake(&shard.wakes, 1);
 }
 
 /// Set once any counter has saturated (then `clear` must sweep the whole filter).
@@ -543,6 +587,31 @@ pub fn insert(addr: usize, entry: Entry) -> Insert {
     done.unwrap_or(Insert::Reentrant)
 }
 
+/// [`insert`] of `entry` stamped, with the shard's lock held, with the clock reading that
+/// is the allocation's time (returned): a wait for the lock, whose holder may have been
+/// preempted for hundreds of milliseconds, then counts in no sampled block's life
+/// (`push` §2). A refused insertion (a signal handler's, §4) reads the clock unlocked.
+#[inline]
+pub(crate) fn insert_stamped(addr: usize, mut entry: Entry) -> (Insert, u64) {
+    if addr == 0 {
+        return (Insert::NoMemory, crate::engine::clock::now());
+    }
+    let fi = filter_index(addr);
+    let done = with_shard(shard_index(fi), |t| {
+        entry.time = crate::engine::clock::now();
+        let Some(packed) = Packed::of(&entry) else {
+            return (Insert::NoMemory, entry.time);
+        };
+        if (t.len + 1) * 2 > t.cap && !t.grow() {
+            return (Insert::NoMemory, entry.time);
+        }
+        t.put(addr, packed);
+        filter_inc(fi);
+        (Insert::Done, entry.time)
+    });
+    done.unwrap_or_else(|| (Insert::Reentrant, crate::engine::clock::now()))
+}
+
 /// Sets the allocation time of sample `id`'s entry at `addr` to `time`: its event waited
 /// for room in a full queue and was pushed with a later reading (`push::retimed`), which
 /// the block's free must name. Nothing happens when this thread holds the shard (a signal
@@ -581,8 +650,10 @@ fn remove_slow(addr: usize, fi: usize) -> Option<Entry> {
 /// frees it): the same one load when its counter is 0; past it, a block that the freeing
 /// thread measures is counted free too (`engine::measure` §2). The profiler's own removals
 /// (a lost event's entry) use [`remove`], which frees nothing.
+/// With the entry comes the clock reading of the free, taken before the shard's lock: see
+/// [`Freed`].
 #[inline]
-pub fn remove_freed(addr: usize) -> Option<Entry> {
+pub fn remove_freed(addr: usize) -> Option<Freed> {
     let fi = filter_index(addr);
     if FILTER[fi].load(Ordering::Relaxed) == 0 {
         return None;
@@ -592,11 +663,27 @@ pub fn remove_freed(addr: usize) -> Option<Entry> {
 
 #[cold]
 #[inline(never)]
-fn remove_freed_slow(addr: usize, fi: usize) -> Option<Entry> {
+fn remove_freed_slow(addr: usize, fi: usize) -> Option<Freed> {
+    let time = crate::engine::clock::now();
     let found = remove_at(addr, fi);
     // A block a measuring thread counts raised its counter too.
     crate::engine::measure::on_free_if_measuring(addr);
-    found
+    found.map(|entry| Freed { entry, time })
+}
+
+/// A sampled block taken out of the table by its free, and the clock reading at the free's
+/// start. The reading is taken before the shard's lock, not after: under hundreds of threads
+/// on a few cores the lock's holder can be preempted for hundreds of milliseconds, and a
+/// death stamped after that wait would keep the block live, in the profile, for as long.
+/// Only sampled blocks pay that wait (unsampled ones never reach the table), so the live
+/// estimate would count sampled blocks as longer-lived than the program's blocks are, and
+/// read high: the calibration suite's churn under load showed peaks twice the truth.
+#[derive(Clone, Copy, Debug)]
+pub struct Freed {
+    /// The block's table entry.
+    pub entry: Entry,
+    /// The clock reading ([`crate::engine::clock::now`]) at the free's start.
+    pub time: u64,
 }
 
 /// Raises the filter counter of `addr` without a table entry: its free then reaches
@@ -624,8 +711,9 @@ pub(crate) fn unmark(addr: usize) {
 /// counter non-zero (the preload library's `free`). Inlined there.
 #[doc(hidden)]
 #[inline(always)]
-pub fn remove_counted(addr: usize) -> Option<Entry> {
-    remove_at(addr, filter_index(addr))
+pub fn remove_counted(addr: usize) -> Option<Freed> {
+    let time = crate::engine::clock::now();
+    remove_at(addr, filter_index(addr)).map(|entry| Freed { entry, time })
 }
 
 /// Removes `addr`'s entry. From a signal handler that interrupted this thread inside the
@@ -712,11 +800,23 @@ pub(crate) fn lock_all() {
     }
 }
 
-/// Releases the locks taken by [`lock_all`].
+/// Releases the locks taken by [`lock_all`], waking a sleeper of each (§4a).
 pub(crate) fn unlock_all() {
     for shard in TABLE.iter() {
-        shard.lock.store(0, Ordering::Release);
+        shard.lock.swap(0, Ordering::SeqCst);
+        if shard.sleepers.load(Ordering::Relaxed) != 0 {
+            wake_one(shard);
+        }
     }
+}
+
+/// [`unlock_all`] in a forked child: the threads the parent counted as sleeping for a
+/// shard do not exist here, and a count they left would make every release wake nobody.
+pub(crate) fn unlock_all_in_child() {
+    for shard in TABLE.iter() {
+        shard.sleepers.store(0, Ordering::Relaxed);
+    }
+    unlock_all();
 }
 
 #[cfg(test)]
@@ -824,6 +924,77 @@ mod tests {
         let d = in_shard(6, 0x5100_0000_0000);
         assert_eq!(with_shard(5, |_| insert(d, entry(4, 0))), Some(Insert::Done));
         assert_eq!(remove(d), Some(entry(4, 0)));
+    }
+
+    /// A thread that waits for a shard another holds does not count the wait in a sampled
+    /// block's life (§4a, `push` §2): an insertion is stamped once it has the lock, a free
+    /// before it waits for it. Deterministic: the holder keeps the shard for 50 ms.
+    #[test]
+    fn a_wait_for_a_shard_is_the_profilers_time() {
+        use crate::engine::clock;
+        use std::sync::mpsc;
+        let a = in_shard(11, 0x5300_0000_0000);
+        let b = in_shard(11, a + 16);
+        assert_eq!(insert(b, entry(7, 0)), Insert::Done);
+        for freeing in [false, true] {
+            let (held, waiting) = (mpsc::channel(), mpsc::channel::<()>());
+            let holder = std::thread::spawn(move || {
+                with_shard(11, |_| {
+                    held.0.send(()).unwrap();
+                    waiting.1.recv().unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    clock::now()
+                })
+                .unwrap()
+            });
+            held.1.recv().unwrap();
+            waiting.0.send(()).unwrap();
+            let before = clock::now();
+            if freeing {
+                let freed = remove_freed(b).expect("b is in the table");
+                let released = holder.join().unwrap();
+                assert!(before <= freed.time && freed.time < released, "{freed:?} {released}");
+                assert_eq!(freed.entry.id, 7);
+            } else {
+                let (done, time) = insert_stamped(a, entry(8, 0));
+                let released = holder.join().unwrap();
+                assert_eq!(done, Insert::Done);
+                assert!(time > released, "stamped at {time}, the holder let go at {released}");
+                assert_eq!(remove(a).map(|e| e.time), Some(time));
+            }
+        }
+    }
+
+    /// Threads that sleep for a shard (§4a) are all woken: eight threads on one shard, each
+    /// inserting and removing many times, finish, and leave no sleeper counted.
+    #[test]
+    fn sleepers_for_a_shard_are_woken() {
+        let threads: Vec<_> = (0..8usize)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let mut at = 0x5400_0000_0000usize + t * 0x100_0000;
+                    let addrs: Vec<usize> = (0..16)
+                        .map(|_| {
+                            at = in_shard(12, at + 16);
+                            at
+                        })
+                        .collect();
+                    for round in 0..3_000u64 {
+                        for &a in &addrs {
+                            assert_eq!(insert(a, entry(round, 1)), Insert::Done);
+                        }
+                        for &a in &addrs {
+                            assert_eq!(remove(a).map(|e| e.id), Some(round));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(TABLE[12].sleepers.load(Ordering::SeqCst), 0);
+        assert_eq!(TABLE[12].lock.load(Ordering::SeqCst), 0);
     }
 
     /// More deferred frees than slots: the rest stay in the table (and are counted as

@@ -43,7 +43,7 @@ pub(crate) fn fork_parent() {
 /// `pthread_atfork` child handler: releases the locks and abandons the parent's session
 /// (see the module documentation, §5). The child's tracker is leaked, never dropped.
 pub(crate) fn fork_child() {
-    live::unlock_all();
+    live::unlock_all_in_child();
     callstack::fork_child();
     // SAFETY: see `ForkLocks`: this (the only) thread still holds CONTROL.
     let locks = unsafe { (*FORK_LOCKS.0.get()).take() };

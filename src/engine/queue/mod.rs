@@ -470,7 +470,7 @@ impl Queue {
     /// Queues an event with its frames (at most `depth` are kept). Returns false, and counts
     /// the event as lost, when the queue is full. Lock-free; never allocates or panics.
     pub fn push(&self, event: &Event, frames: &[usize]) -> bool {
-        self.push_inner(*event, frames, true)
+        self.push_inner(*event, frames, true, |e| e).is_some()
     }
 
     /// Like [`Queue::push`], but a full queue is not counted as a loss (the caller retries).
@@ -479,11 +479,31 @@ impl Queue {
     /// that miss store forwarding).
     #[inline(always)]
     pub fn try_push(&self, event: Event, frames: &[usize]) -> bool {
-        self.push_inner(event, frames, false)
+        self.push_inner(event, frames, false, |e| e).is_some()
+    }
+
+    /// [`Queue::try_push`] of the event `stamp` makes of `event` once the slot is claimed
+    /// and its frames written, just before it is published (an allocation stamped again
+    /// when its thread was held up: `push` §2): the time it was published with, `None`
+    /// when the queue was full.
+    #[inline(always)]
+    pub(crate) fn try_push_stamped(
+        &self,
+        event: Event,
+        frames: &[usize],
+        stamp: impl FnOnce(Event) -> Event,
+    ) -> Option<u64> {
+        self.push_inner(event, frames, false, stamp)
     }
 
     #[inline(always)]
-    fn push_inner(&self, event: Event, frames: &[usize], count_lost: bool) -> bool {
+    fn push_inner(
+        &self,
+        event: Event,
+        frames: &[usize],
+        count_lost: bool,
+        stamp: impl FnOnce(Event) -> Event,
+    ) -> Option<u64> {
         let mut pos = self.ctl().tail.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(pos);
@@ -504,7 +524,7 @@ impl Queue {
                     if count_lost {
                         self.ctl().lost.fetch_add(1, Ordering::Relaxed);
                     }
-                    return false;
+                    return None;
                 }
                 match self.ctl().tail.compare_exchange_weak(
                     pos,
@@ -516,20 +536,24 @@ impl Queue {
                         let n = frames.len().min(self.depth);
                         // SAFETY: winning the CAS gives this thread exclusive use of the slot
                         // until the Release store below; the frames area has `depth` words.
-                        unsafe {
+                        // The event is written last, after the frames: what `stamp` makes
+                        // of it is as late as the publication allows.
+                        let time = unsafe {
                             (*slot).owner.store(owner_tag(pos), Ordering::Relaxed);
-                            (*slot).event.get().write(event);
                             (*slot).nframes.get().write(n);
                             crate::engine::callstack::frames::copy_words(
                                 Self::frames_ptr(slot),
                                 frames.as_ptr(),
                                 n,
                             );
+                            let event = stamp(event);
+                            (*slot).event.get().write(event);
                             (*slot).seq.store(
                                 pos.wrapping_add(1).wrapping_sub(pos & self.mask),
                                 Ordering::Release,
                             );
-                        }
+                            event.time_ns
+                        };
                         // The slots ahead were last written by the consumer, on another core
                         // (their sequence numbers, one lap ago): ask for their lines early,
                         // so a push does not wait for them. Two ahead: a sampled block's
@@ -537,7 +561,7 @@ impl Queue {
                         // for the lines asked for one push before (the previous push asked
                         // for this one's next slot).
                         self.prefetch(pos.wrapping_add(2), true);
-                        return true;
+                        return Some(time);
                     }
                     Err(actual) => pos = actual,
                 }
@@ -545,7 +569,7 @@ impl Queue {
                 if count_lost {
                     self.ctl().lost.fetch_add(1, Ordering::Relaxed);
                 }
-                return false;
+                return None;
             } else {
                 pos = self.ctl().tail.load(Ordering::Relaxed);
             }
@@ -835,6 +859,26 @@ pub(crate) mod tests {
         assert_eq!(seen.len(), 4);
         assert_eq!(seen[2], (2, vec![2, 2, 3]));
         assert!(q.push(&ev(5), &[]));
+    }
+
+    /// A stamped push publishes what its stamp made of the event, after the frames are in,
+    /// and says the time it published; a full queue calls no stamp (`push` §2).
+    #[test]
+    fn a_stamped_push_publishes_the_stamp() {
+        let q = Queue::new(2, 2).unwrap();
+        let later = |e: Event| Event { time_ns: e.time_ns + 1_000, ..e };
+        assert_eq!(q.try_push_stamped(ev(1), &[7, 8], later), Some(ev(1).time_ns + 1_000));
+        assert_eq!(q.try_push_stamped(ev(2), &[], |e| e), Some(ev(2).time_ns));
+        let called = core::cell::Cell::new(false);
+        let stamp = |e| {
+            called.set(true);
+            e
+        };
+        assert_eq!(q.try_push_stamped(ev(3), &[], stamp), None);
+        assert!(!called.get(), "a full queue stamps nothing");
+        let mut seen = Vec::new();
+        q.drain(|e, f| seen.push((e.id, e.time_ns, f.to_vec()))).unwrap();
+        assert_eq!(seen, [(1, ev(1).time_ns + 1_000, vec![7, 8]), (2, ev(2).time_ns, vec![])]);
     }
 
     #[test]
