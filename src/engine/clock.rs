@@ -58,6 +58,18 @@ pub(crate) struct Params {
     pub(crate) start_ns: u64,
 }
 
+impl Params {
+    /// A reading of the clock these parameters name, now (what a process with them would
+    /// read: the TSC or the monotonic clock).
+    pub(crate) fn now(&self) -> u64 {
+        if self.use_tsc {
+            rdtsc()
+        } else {
+            monotonic_ns()
+        }
+    }
+}
+
 /// This process's [`Params`] (of the running or last session).
 pub(crate) fn params() -> Params {
     Params {

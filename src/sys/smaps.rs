@@ -93,6 +93,16 @@ impl Memory {
         self.read_kinds()
     }
 
+    /// When the next reading is due ([`crate::engine::clock::monotonic_ns`]): at a new peak
+    /// of the heap ([`Memory::kinds_if_affordable`]), or regularly ([`Memory::kinds`]).
+    /// `u64::MAX` once the process is gone.
+    pub(crate) fn next_due(&self, peak: bool) -> u64 {
+        match peak {
+            true => self.cost_next,
+            false => self.split_next,
+        }
+    }
+
     fn read_kinds(&mut self) -> Option<Kinds> {
         let before = crate::engine::clock::monotonic_ns();
         let text = self.smaps.as_mut().and_then(read_whole);

@@ -236,11 +236,10 @@ fn exact_mode_is_exact() {
 /// lives (or had the waiting threads yielded, which makes the scheduler hold them back
 /// right after), sampled blocks would outlive the program's others and the peak read
 /// three to five intervals high in one run in five (`engine::push` §2, `engine::live`
-/// §4a). Every figure within twice its interval, five seeds. Run beside the rest of the
-/// calibration suite it still read high in one test run of three (one seed of five): a
-/// thread's first sample outlives the program's other blocks there.
+/// §4a), as they would be had the collector stopped draining while it read the program's
+/// `/proc/PID/smaps` (`record::command::split_reader`). Every figure within twice its
+/// interval, five seeds.
 #[test]
-#[ignore = "under the suite's full load a thread's first sample can still outlive its peers"]
 fn overloaded_churn_peak() {
     let dir = scratch("calibration-overloaded");
     let calibrate = fixture("calibrate");

@@ -70,19 +70,22 @@
 //! time on the program's clock: nothing is added to the program's sample path. A process
 //! that has exited reads nothing, so the last reading is its last resident size alive.
 //!
-//! Now and then it also reads the process's `/proc/PID/smaps` (opened with `statm`) and
-//! records its resident memory by kind of mapping beside the live heap folded so far
+//! Now and then a thread of its own per process ([`super::split_reader`], which says why
+//! not the loop) reads the process's `/proc/PID/smaps`, and the loop records its resident
+//! memory by kind of mapping beside the live heap folded when the reading began
 //! ([`crate::profile::ResidentSplit`], kinds in `sys::smaps`): what explains the gap between the two. The
 //! kernel walks the page tables to write that file, a few milliseconds for a few hundred
 //! megabytes, so the next reading waits [`crate::profile::SPLIT_EVERY_MS`] or the time the
 //! last one took divided by [`crate::profile::SPLIT_COST_SHARE`], whichever is longer. A process of
 //! [`ring::LOOK_WANTED_BYTES`] or more resident is asked for a last look: its exit handler
 //! sets `last_look` and waits (100 ms at most) until the collector, after draining its
-//! queue, has read both files once more; the split at the end is then the end's. A live
+//! queue, has read both files once more (itself, and with its reader thread let go); the
+//! split at the end is then the end's. A live
 //! heap a tenth above the largest one a split was read beside (and 32 MiB or more) is
 //! read as soon as the cost bound allows, without waiting for [`crate::profile::SPLIT_EVERY_MS`]:
 //! so a split lies near the heap's peak, where the process was largest.
 
+use super::split_reader::SplitReader;
 use crate::config::Unwinder;
 use crate::engine::clock::Stable;
 use crate::engine::queue::{Event, EventKind, Queue};
@@ -317,8 +320,10 @@ struct Output {
     interval: f64,
     /// Bytes of the side log read so far.
     log_read: u64,
-    /// The largest live heap a split was read beside (§6).
+    /// The largest live heap a split was asked for at (§6).
     split_peak: f64,
+    /// The thread that reads the process's `/proc/PID/smaps` (§6).
+    split_reader: Option<SplitReader>,
 }
 
 fn run(plan: Plan, stop: &AtomicBool) -> Finished {
@@ -425,32 +430,39 @@ fn read_resident(r: &mut Attached, now: u64, force: bool) {
     let _ = look.compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed);
 }
 
-/// Reads the process's resident memory by kind of mapping into its profile, beside the
-/// live heap folded so far, when a reading is due at `now` or `force`d (§6).
+/// Folds the process's resident memory by kind of mapping into its profile, beside the
+/// live heap folded then (§6): the readings its reader thread finished, and, `force`d, a
+/// last look read here (the exiting process waits for it).
 fn read_split(r: &mut Attached, now: u64, force: bool) {
     let Some(out) = &mut r.out else {
         return;
     };
-    // The reading's moment is its start: the kernel walks the mappings from there on.
-    let time_ns = out.clock.now_ns();
-    // A new peak of the heap (a tenth above the largest one read, and 32 MiB or more) is
-    // read as soon as the cost bound allows: the split at the heap's peak is what explains
-    // a process's largest size.
-    let live = out.recorder.profile().live_bytes;
-    let peak = live >= out.split_peak * 1.1 && live >= ring::LOOK_WANTED_BYTES as f64;
-    let read = if peak && !force {
-        r.memory.kinds_if_affordable(now).or_else(|| r.memory.kinds(now, false))
-    } else {
-        r.memory.kinds(now, force)
-    };
-    let Some(k) = read else {
-        return;
-    };
-    out.split_peak = out.split_peak.max(live);
     // What memprof's library mapped in the process is anonymous memory, counted with the
     // allocator's by the mappings alone.
     let mapped = r.ring.header().own_mapped.load(Ordering::Relaxed);
-    out.recorder.split(k.split(time_ns, mapped, out.recorder.profile().live_bytes));
+    let live = out.recorder.profile().live_bytes;
+    if let Some(reader) = &mut out.split_reader {
+        // A new peak of the heap (a tenth above the largest one asked for, and 32 MiB or
+        // more) is read as soon as the cost bound allows: the split at the heap's peak is
+        // what explains a process's largest size.
+        if live >= out.split_peak * 1.1 && live >= ring::LOOK_WANTED_BYTES as f64 {
+            out.split_peak = live;
+            reader.peak();
+        }
+        for reading in reader.take(live) {
+            let time_ns = out.clock.session_ns(reading.at);
+            out.recorder.split(reading.kinds.split(time_ns, mapped, reading.live));
+        }
+    }
+    if force {
+        // The last one: no reading of the thread's may follow it.
+        out.split_reader = None;
+        // The reading's moment is its start: the kernel walks the mappings from there on.
+        let time_ns = out.clock.now_ns();
+        if let Some(k) = r.memory.kinds(now, true) {
+            out.recorder.split(k.split(time_ns, mapped, live));
+        }
+    }
 }
 
 /// `/proc/<pid>/stat`'s exit code (field 52, counted from the state as
@@ -626,7 +638,9 @@ fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &mut Vec<Str
     .of_process(facts)
     .folding();
     recorder.started(&info);
+    let memory = Memory::open(Some(r.pid), plan.dir.display().to_string());
     r.out = Some(Output {
+        split_reader: SplitReader::start(memory, r.ring.clock(), r.pid),
         unknown: false,
         recorder,
         clock: Stable::new(r.ring.clock()),

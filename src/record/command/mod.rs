@@ -13,6 +13,7 @@ mod oom;
 mod reach;
 pub(crate) mod request;
 pub(crate) mod run;
+mod split_reader;
 
 use crate::error::Error;
 use bundled::Bundled;
