@@ -523,8 +523,10 @@ fn wait_for(shard: &Shard, me: usize) {
         // Counted before this look: an owner that releases after it sees the count and
         // moves `wakes`, so the sleep below returns at once or is woken.
         if lock.load(Ordering::SeqCst) != 0 {
-            // The futex may set errno: the sample path saves it around the whole path.
+            // A free's path saves no errno of its own: the sleep keeps it.
+            let saved = crate::sys::errno::SavedErrno::save();
             crate::sys::futex::wait(&shard.wakes, seen, SLEEP_NS);
+            saved.restore();
         }
         shard.sleepers.fetch_sub(1, Ordering::Relaxed);
     }
@@ -535,7 +537,10 @@ fn wait_for(shard: &Shard, me: usize) {
 #[inline(never)]
 fn wake_one(shard: &Shard) {
     shard.wakes.fetch_add(1, Ordering::Release);
+    // Any release may come here, a free's too: the wake keeps errno.
+    let saved = crate::sys::errno::SavedErrno::save();
     crate::sys::futex::wake(&shard.wakes, 1);
+    saved.restore();
 }
 
 /// Set once any counter has saturated (then `clear` must sweep the whole filter).
@@ -928,7 +933,8 @@ mod tests {
 
     /// A thread that waits for a shard another holds does not count the wait in a sampled
     /// block's life (§4a, `push` §2): an insertion is stamped once it has the lock, a free
-    /// before it waits for it. Deterministic: the holder keeps the shard for 50 ms.
+    /// before it waits for it; errno is kept through the wait. Deterministic: the holder
+    /// keeps the shard for 50 ms.
     #[test]
     fn a_wait_for_a_shard_is_the_profilers_time() {
         use crate::engine::clock;
@@ -950,8 +956,11 @@ mod tests {
             held.1.recv().unwrap();
             waiting.0.send(()).unwrap();
             let before = clock::now();
+            // The wait sleeps on a futex, which sets errno (a timeout); a free keeps it.
+            crate::sys::errno::set_errno(4242);
             if freeing {
                 let freed = remove_freed(b).expect("b is in the table");
+                assert_eq!(crate::sys::errno::errno(), 4242, "errno kept through the wait");
                 let released = holder.join().unwrap();
                 assert!(before <= freed.time && freed.time < released, "{freed:?} {released}");
                 assert_eq!(freed.entry.id, 7);
