@@ -128,9 +128,17 @@ pub struct ResidentSplit {
     /// Resident bytes in all (the sum of every mapping's `Rss`).
     pub resident: u64,
     /// Resident bytes of the allocator's mappings: the `[heap]` (`brk`) and the private
-    /// anonymous mappings that are not stacks, less memprof's own ([`Self::own`]). The live
-    /// heap is in here; the rest is what the allocator holds free (and its bookkeeping).
+    /// anonymous mappings that are not stacks, less memprof's own ([`Self::own`]) and what
+    /// is [`Self::outside`]. The live heap is in here; the rest is what the allocator holds
+    /// free (and its bookkeeping).
     pub allocator: u64,
+    /// Resident bytes of private anonymous mappings that glibc's malloc did not make (told
+    /// by their first words, `sys::malloc_maps`): a runtime's or a collector's own heap
+    /// (Go's, V8's, GCC's), the program's own `mmap`. Counted with [`Self::allocator`] when
+    /// they cannot be told apart: a process whose memory could not be read, a file of an
+    /// older memprof (0 here), and, when reported, a program whose allocator is not glibc's
+    /// (its mappings have none of glibc's shapes).
+    pub outside: u64,
     /// Resident bytes of stacks: `[stack]` and thread stacks (a private anonymous mapping
     /// right above a guard page).
     pub stacks: u64,

@@ -11,7 +11,7 @@
 //! | `complete` | bool | the file ended with its end record, or said why not |
 //! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ci95_bytes`, `peak_ns`, `peak_moments_ns`, `allocated_bytes`, `allocated_ci95_bytes`, `samples`, `frees` (below) |
 //! | `rss` | object or null | `end_bytes`, `end_ns`, `peak_bytes`, `peak_ns`, `at_heap_peak_bytes`, `readings` (null without resident readings: not recorded by `memprof record`) |
-//! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `live_heap_resident_bytes` (at most the allocator's resident bytes: a block the program never touched all of is live but not all resident), `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `other_bytes` (all that is not the allocator's: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
+//! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `live_heap_resident_bytes` (at most the allocator's resident bytes: a block the program never touched all of is live but not all resident), `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `outside_malloc_bytes` (private anonymous memory glibc's malloc did not map: a runtime's or a garbage collector's own heap, the program's own `mmap`; 0 when it cannot be told apart, and for another allocator, whose mappings are then counted as the allocator's), `other_bytes` (all that is neither the allocator's nor outside malloc: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
 //! | `gap_at_peak` | object or null | the same fields (`hint` null) for the reading beside the largest live heap, when it is not the last and its heap was a quarter larger |
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
@@ -32,7 +32,9 @@
 //! `report::stats`) and exact in the exact mode (intervals 0). Times are nanoseconds since
 //! the start of the recording. Strings are the program's, escaped only as JSON requires.
 
-use super::resident::{allocator_name, gap_lines, last_split, peak_split, resident_readings};
+use super::resident::{
+    allocator_name, as_told, gap_lines, last_split, peak_split, resident_readings,
+};
 use super::stats::{ci95, peak_ci95};
 use super::{GroupBy, TopOptions};
 use crate::profile::load::Process;
@@ -86,6 +88,7 @@ pub fn summary(
     let hint =
         gap_lines(profile).into_iter().find_map(|l| l.strip_prefix("hint: ").map(str::to_owned));
     let split = |r: &ResidentSplit, hint: Option<String>| {
+        let r = &as_told(profile, r);
         json!({
             "at_ns": r.time_ns,
             "resident_bytes": r.resident,
@@ -93,6 +96,7 @@ pub fn summary(
             "live_heap_resident_bytes": r.live_bytes.min(r.allocator as f64),
             "live_heap_ci95_bytes": ci95(r.live_bytes, interval),
             "allocator_retained_bytes": r.allocator_free(),
+            "outside_malloc_bytes": r.outside,
             "other_bytes": r.stacks + r.files + r.own + r.other,
             "stacks_bytes": r.stacks,
             "files_bytes": r.files,
@@ -211,6 +215,7 @@ mod tests {
             time_ns: 30,
             resident: 70 << 20,
             allocator: 64 << 20,
+            outside: 0,
             stacks: 1 << 10,
             files: 1 << 19,
             own: 1 << 12,

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::stats::ci95;
 use super::view::{human_bytes, is_exact};
-use crate::profile::Profile;
+use crate::profile::{Profile, ResidentSplit};
 
 /// The header line of the process's resident memory (`memprof record`'s readings, in the
 /// window when there is one) beside its live heap: at the end, at most, and at the reading
@@ -34,7 +34,7 @@ pub(crate) fn resident_line(p: &Profile) -> Option<String> {
 
 /// The last reading of the process's resident memory by kind of mapping (in the window
 /// when there is one): what explains the gap between the resident size and the live heap.
-pub(crate) fn last_split(p: &Profile) -> Option<&crate::profile::ResidentSplit> {
+pub(crate) fn last_split(p: &Profile) -> Option<&ResidentSplit> {
     let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
     p.splits.iter().rev().find(|r| r.time_ns >= from && r.time_ns < to)
 }
@@ -60,6 +60,16 @@ pub(crate) fn allocator_name(p: &Profile) -> &'static str {
         }
     }
     "glibc"
+}
+
+/// `r` as the report tells it: memory outside glibc's malloc's mappings is the allocator's
+/// when the program's allocator is not glibc's (its mappings have none of glibc's shapes,
+/// `sys::malloc_maps`, so they cannot be told from another heap's).
+pub(crate) fn as_told(p: &Profile, r: &ResidentSplit) -> ResidentSplit {
+    match allocator_name(p) {
+        "glibc" => *r,
+        _ => ResidentSplit { allocator: r.allocator + r.outside, outside: 0, ..*r },
+    }
 }
 
 /// What to try when the allocator holds much of the resident memory free, by allocator.
@@ -89,7 +99,7 @@ fn allocator_hint(allocator: &str) -> &'static str {
 /// The reading of the process's mappings beside the largest live heap (in the window when
 /// there is one), when it is not the last one and its heap was a quarter larger: the split
 /// near the heap's peak.
-pub(crate) fn peak_split(p: &Profile) -> Option<&crate::profile::ResidentSplit> {
+pub(crate) fn peak_split(p: &Profile) -> Option<&ResidentSplit> {
     let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
     let inside = || p.splits.iter().filter(|r| r.time_ns >= from && r.time_ns < to);
     let last = last_split(p)?;
@@ -99,7 +109,7 @@ pub(crate) fn peak_split(p: &Profile) -> Option<&crate::profile::ResidentSplit> 
 
 /// `resident R at T s = live heap L ±I + free in the allocator F + …`: a reading of the
 /// process's mappings, beside its live heap then.
-fn split_line(p: &Profile, r: &crate::profile::ResidentSplit) -> String {
+fn split_line(p: &Profile, r: &ResidentSplit) -> String {
     let pm = if is_exact(p) {
         String::new()
     } else {
@@ -116,9 +126,13 @@ fn split_line(p: &Profile, r: &crate::profile::ResidentSplit) -> String {
     } else {
         format!("{}{pm}", human_bytes(r.live_bytes))
     };
+    let outside = match r.outside {
+        0 => String::new(),
+        o => format!(" + outside malloc {}", human_bytes(o as f64)),
+    };
     format!(
-        "resident {} at {:.3} s = live heap {live} + free in the allocator {} + stacks {} + \
-         files {} + memprof {} + other {}",
+        "resident {} at {:.3} s = live heap {live} + free in the allocator {}{outside} + \
+         stacks {} + files {} + memprof {} + other {}",
         human_bytes(r.resident as f64),
         r.time_ns as f64 / 1e9,
         human_bytes(r.allocator_free()),
@@ -135,28 +149,40 @@ fn split_line(p: &Profile, r: &crate::profile::ResidentSplit) -> String {
 /// holds free, stacks, files, memprof's own and the rest; then a hint when the allocator's
 /// free share dominates in either. Empty without such a reading.
 pub(crate) fn gap_lines(p: &Profile) -> Vec<String> {
-    let Some(last) = last_split(p) else {
+    let Some(last) = last_split(p).map(|r| as_told(p, r)) else {
         return Vec::new();
     };
-    let mut lines = vec![split_line(p, last)];
-    let peak = peak_split(p);
-    if let Some(r) = peak {
+    let mut lines = vec![split_line(p, &last)];
+    let peak = peak_split(p).map(|r| as_told(p, r));
+    if let Some(r) = &peak {
         lines.push(format!("near the heap's peak: {}", split_line(p, r)));
     }
     // Dominant: a third of the resident memory, and worth a look (8 MiB).
-    let dominant = |r: &crate::profile::ResidentSplit| {
-        let free = r.allocator_free();
-        (free >= r.resident as f64 / 3.0 && free >= (8u64 << 20) as f64)
-            .then(|| 100.0 * free / r.resident as f64)
+    let dominant = |bytes: f64, r: &ResidentSplit| {
+        (bytes >= r.resident as f64 / 3.0 && bytes >= (8u64 << 20) as f64)
+            .then(|| 100.0 * bytes / r.resident as f64)
     };
-    if let Some(share) = dominant(last).or_else(|| peak.and_then(dominant)) {
+    let free = |r: &ResidentSplit| dominant(r.allocator_free(), r);
+    if let Some(share) = free(&last).or_else(|| peak.as_ref().and_then(free)) {
         lines.push(format!(
             "hint: the allocator holds {share:.0} % of the resident memory free; {}",
             allocator_hint(allocator_name(p))
         ));
     }
+    // Memory no malloc hint can return: named for what it is.
+    let outside = |r: &ResidentSplit| dominant(r.outside as f64, r);
+    if let Some(share) = outside(&last).or_else(|| peak.as_ref().and_then(outside)) {
+        lines.push(format!(
+            "note: {share:.0} % of the resident memory is outside malloc: {OUTSIDE_MALLOC}"
+        ));
+    }
     lines
 }
+
+/// What memory outside malloc is, wherever it is named.
+pub(crate) const OUTSIDE_MALLOC: &str = "anonymous memory glibc's malloc did not map (a \
+     runtime's or a garbage collector's own heap, or the program's own mmap); memprof sees \
+     only malloc's heap";
 
 /// The header line saying how the process ended, when the recording says.
 pub(crate) fn ended_line(p: &Profile) -> Option<String> {

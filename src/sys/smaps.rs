@@ -24,6 +24,7 @@
 use crate::profile::{
     ResidentSplit, RESIDENT_EVERY_MS, SPLIT_COST_SHARE, SPLIT_EVERY_MS, SPLIT_PEAK_COST_SHARE,
 };
+use crate::sys::malloc_maps::MallocMaps;
 use crate::sys::own_file::OwnFile;
 use std::fs::File;
 
@@ -44,6 +45,8 @@ pub(crate) struct Memory {
     cost_next: u64,
     /// A directory whose files mapped in the process are memprof's (the ring directory).
     own_dir: String,
+    /// The process's memory, read to tell malloc's mappings from others.
+    malloc: MallocMaps,
 }
 
 impl Memory {
@@ -51,6 +54,7 @@ impl Memory {
     /// [`parse`] takes it.
     pub(crate) fn open(pid: Option<u32>, own_dir: String) -> Memory {
         let at = pid.map_or("self".to_owned(), |p| p.to_string());
+        let malloc = MallocMaps::of(pid.unwrap_or_else(std::process::id));
         let open = |name: &str| {
             File::open(format!("/proc/{at}/{name}")).ok().and_then(|f| OwnFile::new(f).ok())
         };
@@ -61,6 +65,7 @@ impl Memory {
             split_next: 0,
             cost_next: 0,
             own_dir,
+            malloc,
         }
     }
 
@@ -117,7 +122,7 @@ impl Memory {
         };
         self.cost_next = peak;
         self.split_next = regular.max(after.saturating_add(SPLIT_EVERY_MS * 1_000_000));
-        let k = parse(&text?, &self.own_dir);
+        let k = parse(&text?, &self.own_dir, Some(&self.malloc));
         // Nothing resident: the process is gone (its mappings with it).
         (k.resident > 0).then_some(k)
     }
@@ -159,6 +164,8 @@ fn read_whole(file: &mut OwnFile) -> Option<String> {
 pub(crate) struct Kinds {
     pub(crate) resident: u64,
     pub(crate) allocator: u64,
+    /// Private anonymous memory that glibc's malloc did not map (`sys::malloc_maps`).
+    pub(crate) outside: u64,
     pub(crate) stacks: u64,
     pub(crate) files: u64,
     pub(crate) own: u64,
@@ -170,14 +177,18 @@ impl Kinds {
     /// memprof's library mapped for itself (anonymous, so among the allocator's by the
     /// mappings alone) are moved to memprof's own.
     pub(crate) fn split(&self, time_ns: u64, own_mapped: u64, live_bytes: f64) -> ResidentSplit {
-        let mapped = own_mapped.min(self.allocator);
+        // memprof's library maps its memory itself: outside malloc's mappings when they were
+        // told apart, else among them.
+        let from_outside = own_mapped.min(self.outside);
+        let mapped = (own_mapped - from_outside).min(self.allocator);
         ResidentSplit {
             time_ns,
             resident: self.resident,
             allocator: self.allocator - mapped,
+            outside: self.outside - from_outside,
             stacks: self.stacks,
             files: self.files,
-            own: self.own + mapped,
+            own: self.own + mapped + from_outside,
             other: self.other,
             live_bytes,
         }
@@ -208,9 +219,17 @@ fn mapping(line: &str) -> Option<Mapping<'_>> {
 }
 
 /// The kinds of `text`, a `/proc/PID/smaps`; `ring_dir` is the run's ring directory (its
-/// files mapped in the process are memprof's).
-pub(crate) fn parse(text: &str, ring_dir: &str) -> Kinds {
+/// files mapped in the process are memprof's). With `malloc` (the process's memory, when
+/// it can be read), a private anonymous mapping's resident bytes are the allocator's in
+/// the share of it glibc's malloc made and outside malloc for the rest; without, all the
+/// allocator's.
+pub(crate) fn parse(text: &str, ring_dir: &str, malloc: Option<&MallocMaps>) -> Kinds {
     let mut k = Kinds::default();
+    // Whether the process's memory can be read: tried on the first candidate mapping. A
+    // process that cannot be read (another user's, gone) keeps the old split.
+    let mut readable: Option<bool> = None;
+    // The share of the current mapping that is malloc's, for one of undecided kind.
+    let mut share: Option<f64> = None;
     // The kind of the current mapping, and what the next one needs of it.
     let mut kind: Option<fn(&mut Kinds) -> &mut u64> = None;
     let mut prev: Option<(u64, bool, bool)> = None; // (end, a small guard, a file)
@@ -219,6 +238,7 @@ pub(crate) fn parse(text: &str, ring_dir: &str) -> Kinds {
         let header = line.split(' ').next().is_some_and(|t| t.contains('-'));
         if header {
             kind = None;
+            share = None;
         }
         if let Some(m) = header.then(|| mapping(line)).flatten() {
             let anon = m.path.is_empty();
@@ -235,6 +255,13 @@ pub(crate) fn parse(text: &str, ring_dir: &str) -> Kinds {
             } else if anon && private && after(|p| p.2) {
                 |k| &mut k.files
             } else if anon && private {
+                if let Some(mm) = malloc.filter(|_| m.perms.starts_with("rw")) {
+                    let ok = *readable.get_or_insert_with(|| mm.readable(m.start));
+                    if ok && m.end > m.start {
+                        let bytes = mm.malloc_bytes(m.start, m.end);
+                        share = Some(bytes as f64 / (m.end - m.start) as f64);
+                    }
+                }
                 |k| &mut k.allocator
             } else if !ring_dir.is_empty()
                 && m.path.starts_with(ring_dir)
@@ -263,8 +290,11 @@ pub(crate) fn parse(text: &str, ring_dir: &str) -> Kinds {
             let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
             let bytes = kb.saturating_mul(1024);
             k.resident = k.resident.saturating_add(bytes);
+            // A mapping only partly malloc's: its resident bytes by the share of its length.
+            let outside = share.map_or(0, |s| bytes - ((bytes as f64 * s) as u64).min(bytes));
+            k.outside = k.outside.saturating_add(outside);
             let slot = f(&mut k);
-            *slot = slot.saturating_add(bytes);
+            *slot = slot.saturating_add(bytes - outside);
         }
     }
     k
@@ -297,7 +327,7 @@ mod tests {
             entry("7ffd000-7fff000", "rw-p", "[stack]", 132),
         ]
         .concat();
-        let k = parse(&text, "/dev/shm/memprof-1-ab");
+        let k = parse(&text, "/dev/shm/memprof-1-ab", None);
         assert_eq!(k.files, (8 + 4 + 8) * 1024);
         assert_eq!(k.allocator, (400 + 1000 + 64) * 1024);
         assert_eq!(k.stacks, (24 + 132) * 1024);
@@ -306,16 +336,16 @@ mod tests {
         assert_eq!(k.resident, k.files + k.allocator + k.stacks + k.own + k.other);
         // Another run's ring directory is not memprof's own here; a prefix is not a
         // directory.
-        assert_eq!(parse(&text, "/dev/shm/memprof-1-a").own, 0);
+        assert_eq!(parse(&text, "/dev/shm/memprof-1-a", None).own, 0);
     }
 
     /// This process's own file parses, and its kinds add up to what `statm` says.
     #[test]
     fn this_process() {
         let text = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let k = parse(&text, "");
+        let k = parse(&text, "", Some(&MallocMaps::of(std::process::id())));
         assert!(k.files > 0 && k.allocator > 0 && k.stacks > 0, "{k:?}");
-        assert_eq!(k.resident, k.files + k.allocator + k.stacks + k.own + k.other);
+        assert_eq!(k.resident, k.files + k.allocator + k.outside + k.stacks + k.own + k.other);
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
         let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
         // SAFETY: sysconf has no preconditions.
@@ -330,7 +360,7 @@ mod tests {
     #[test]
     fn garbage_is_nothing() {
         for t in ["", "Rss: 5 kB\n", "zz-yy rw-p\nRss: x kB\n", "1000-0 rw-p 0 0 0\nRss: 4 kB\n"] {
-            assert_eq!(parse(t, "/x").resident, 0, "{t:?}");
+            assert_eq!(parse(t, "/x", None).resident, 0, "{t:?}");
         }
     }
 }

@@ -38,6 +38,7 @@ mod files;
 mod first_sample;
 mod forwarding;
 mod harm;
+mod heaps;
 mod record;
 mod reentrancy;
 mod report;

@@ -632,10 +632,13 @@ impl<R: Read> Reader<R> {
                 let (time_ns, resident, allocator) = (p.u()?, p.u()?, p.u()?);
                 let (stacks, files, own, other) = (p.u()?, p.u()?, p.u()?, p.u()?);
                 let live_bytes = p.f64()?;
+                // Appended later (§3): absent in older files.
+                let outside = if p.rest.is_empty() { 0 } else { p.u()? };
                 prof.splits.push(ResidentSplit {
                     time_ns,
                     resident,
                     allocator,
+                    outside,
                     stacks,
                     files,
                     own,

@@ -402,6 +402,7 @@ fn splits_and_endings_round_trip() {
         time_ns: t,
         resident: 9 << 20,
         allocator: 6 << 20,
+        outside: 5 << 20,
         stacks: 1,
         files: 2,
         own: 3,

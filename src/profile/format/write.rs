@@ -482,6 +482,8 @@ impl<W: Write> Writer<W> {
             put_u(&mut self.payload, v);
         }
         put_f64(&mut self.payload, r.live_bytes);
+        // Appended later (§3): absent in older files.
+        put_u(&mut self.payload, r.outside);
         self.record(TAG_SPLIT)
     }
 
