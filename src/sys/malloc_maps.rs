@@ -190,7 +190,7 @@ mod tests {
         assert_eq!(piece(PAGE, PAGE + (3 << 20), [0, (2 << 20) | 2, 0, 0]), Some(2 << 20));
         // Its size beyond the mapping, or not whole pages, or without the bit: no.
         assert_eq!(piece(PAGE, PAGE + (1 << 20), [0, (2 << 20) | 2, 0, 0]), None);
-        assert_eq!(piece(PAGE, PAGE + (3 << 20), [0, (2 << 20) + 16 | 2, 0, 0]), None);
+        assert_eq!(piece(PAGE, PAGE + (3 << 20), [0, ((2 << 20) + 16) | 2, 0, 0]), None);
         assert_eq!(piece(PAGE, PAGE + (3 << 20), [0, 2 << 20, 0, 0]), None);
         // Zeroes (a fresh mapping of the program's): no.
         assert_eq!(piece(m, m + (1 << 20), [0; 4]), None);
