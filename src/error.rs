@@ -4,6 +4,12 @@
 
 use std::fmt;
 
+/// What a Go program is told of its heap: in its note (`record::command::runtimes`), and
+/// when a static one is refused (which adds that linking it dynamically would not help).
+pub(crate) const GO_HEAP: &str = "Go's heap is the Go runtime's own and never goes through \
+     malloc, so memprof cannot see it; Go's heap profile (runtime/pprof or net/http/pprof, \
+     read by `go tool pprof`) shows it";
+
 /// What went wrong.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -79,6 +85,8 @@ pub enum LaunchError {
         program: String,
         /// A Rust program, which `memprof::Sampled` as its global allocator would profile.
         rust: bool,
+        /// A Go program, whose heap no linking would show (`record::command::runtimes`).
+        go: bool,
     },
     /// The output file exists and replacing it was not asked for.
     OutputExists(String),
@@ -110,7 +118,13 @@ impl fmt::Display for LaunchError {
                 "{p} is setuid or setgid: the loader ignores LD_PRELOAD for such programs, \
                  so memprof cannot profile it"
             ),
-            LaunchError::StaticallyLinked { program, rust } => write!(
+            LaunchError::StaticallyLinked { program, go: true, .. } => write!(
+                f,
+                "{program} is a statically linked Go program: {} (linking it dynamically would \
+                 not help)",
+                GO_HEAP
+            ),
+            LaunchError::StaticallyLinked { program, rust, .. } => write!(
                 f,
                 "{program} is statically linked: it never loads the preload library, so \
                  memprof cannot see its allocations (link it dynamically{})",

@@ -125,6 +125,12 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
         out.lost.frees_replayed += p.lost.frees_replayed;
         out.lost.frees_unknown += p.lost.frees_unknown;
         out.warnings.extend(p.warnings.iter().map(|w| format!("{label}: {w}")));
+        // A note names its program itself; the same note of two processes is said once.
+        for n in &p.notes {
+            if !out.notes.contains(n) {
+                out.notes.push(n.clone());
+            }
+        }
         // A child that ended by `_exit` or `exec` (it said so last) left a whole file; the
         // root's own way of ending is the tree's.
         if i == 0 {

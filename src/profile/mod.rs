@@ -191,6 +191,10 @@ pub struct Profile {
     pub lost: Lost,
     /// Problems met while reading (e.g. "file was cut after 1234 bytes"); empty when clean.
     pub warnings: Vec<String>,
+    /// Notes that qualify the numbers, kept in the file by `memprof record` and `attach`
+    /// (a runtime whose heap is not malloc's, programs started unprofiled, an allocator out
+    /// of reach): shown above the top table, in the JSON and on the HTML page.
+    pub notes: Vec<String>,
     /// True when the stream ended with its end record.
     pub complete: bool,
     /// Set when the stream ends, without its end record, right after the program said why

@@ -525,6 +525,8 @@ fn data_json(
         .chain(super::resident::ended_line(profile))
         .collect();
     j.strs(memory.iter().map(String::as_str));
+    j.key("notes");
+    j.strs(profile.notes.iter().map(String::as_str));
     j.key("warnings");
     let w = warnings(profile);
     j.strs(w.iter().map(String::as_str));

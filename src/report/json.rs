@@ -13,6 +13,7 @@
 //! | `rss` | object or null | `end_bytes`, `end_ns`, `peak_bytes`, `peak_ns`, `at_heap_peak_bytes`, `readings` (null without resident readings: not recorded by `memprof record`) |
 //! | `gap` | object or null | the last reading of the mappings: `at_ns`, `resident_bytes`, `live_heap_bytes`, `live_heap_ci95_bytes`, `live_heap_resident_bytes` (at most the allocator's resident bytes: a block the program never touched all of is live but not all resident), `allocator_retained_bytes` (what the allocator's mappings hold beyond the live heap), `outside_malloc_bytes` (private anonymous memory glibc's malloc did not map: a runtime's or a garbage collector's own heap, the program's own `mmap`; 0 when it cannot be told apart, and for another allocator, whose mappings are then counted as the allocator's), `other_bytes` (all that is neither the allocator's nor outside malloc: `stacks_bytes` + `files_bytes` + `memprof_bytes` + `special_bytes`), those four, `allocator` (`glibc`, `jemalloc`, `mimalloc`, `tcmalloc`), `hint` (string or null) |
 //! | `gap_at_peak` | object or null | the same fields (`hint` null) for the reading beside the largest live heap, when it is not the last and its heap was a quarter larger |
+//! | `notes` | array of strings | what qualifies the numbers, as `memprof record` and `attach` kept it in the profile: a runtime whose heap is not malloc's (Go, V8, a JVM, GCC's collector), CPython's allocator, programs started unprofiled, an allocator the preload library cannot reach; empty when nothing needs saying |
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
 //! | `sites` | array | the top sites (`--top`) by the bytes of `--view` (allocated by default; live, peak, short-lived): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
@@ -185,6 +186,7 @@ pub fn summary(
         "gap": gap,
         "gap_at_peak": gap_at_peak,
         "ended": ended(profile.ended),
+        "notes": profile.notes,
         "lost": {
             "events": profile.lost.events,
             "untracked": profile.lost.untracked,

@@ -322,6 +322,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     comments.extend(super::resident::resident_line(profile));
     comments.extend(super::resident::gap_lines(profile));
     comments.extend(super::resident::ended_line(profile));
+    comments.extend(profile.notes.iter().map(|n| format!("note: {n}")));
     comments.extend(profile.warnings.iter().map(|w| format!("warning: {w}")));
     if !profile.lost.is_none() {
         comments.push(format!("lost: {}", profile.lost.describe()));

@@ -351,6 +351,10 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     if let Some(line) = ended_line(profile) {
         let _ = writeln!(out, "{line}");
     }
+    // What qualifies the numbers, before them (written by the program's run: escaped).
+    for note in &profile.notes {
+        let _ = writeln!(out, "note: {}", printable(note));
+    }
     match profile.stopped {
         _ if profile.complete => {}
         Some(why) => {

@@ -307,11 +307,16 @@ fn stripped_is_explained(variant: Variant) {
     let err = text(&out.stderr);
     let shown = prog.display().to_string();
     let links = format!("links {} statically and has no symbol table", variant.name());
-    let notes: Vec<&str> =
-        err.lines().filter(|l| l.starts_with("memprof: note: ") && l.contains(&links)).collect();
+    let notes: Vec<&str> = err
+        .lines()
+        .filter(|l| l.trim_start_matches("memprof: ").starts_with("note: ") && l.contains(&links))
+        .collect();
     assert_eq!(notes.len(), 1, "{err}");
     let note = notes[0];
-    assert!(note.starts_with(&format!("memprof: note: {shown} {links}")), "{note}");
+    assert!(
+        note.trim_start_matches("memprof: ").starts_with(&format!("note: {shown} {links}")),
+        "{note}"
+    );
     assert!(
         note.contains("`strip = \"debuginfo\"`") && note.contains("memprof::Sampled"),
         "{note}"

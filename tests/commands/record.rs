@@ -920,14 +920,16 @@ fn wrapper_scripts_are_explained_and_followed() {
     let out = record(&dir, &["--interval", "1", "-o", "w.mprof"], &script, &["1"]);
     assert_ok(&out, 0);
     let err = text(&out.stderr);
-    let line = err.lines().find(|l| l.starts_with("memprof: note: this profile is the wrapper's"));
+    let line = err.lines().find(|l| {
+        l.trim_start_matches("memprof: ").starts_with("note: this profile is the wrapper's")
+    });
     assert!(
         line.is_some_and(|l| l.contains("script or a wrapper")),
         "a note names the cause: {err}"
     );
     let sites = fixture("sites").display().to_string();
     assert!(
-        err.lines().any(|l| l.starts_with("memprof: note: ")
+        err.lines().any(|l| l.trim_start_matches("memprof: ").starts_with("note: ")
             && l.contains(&format!("{sites} (1×)"))
             && l.contains("--follow-forks")),
         "a note names the program and the option: {err}"
@@ -1264,12 +1266,12 @@ fn a_proxy_link_is_explained() {
     assert_ok(&out, 0);
     let err = text(&out.stderr);
     let want = format!(
-        "memprof: note: this profile is the wrapper's, not ./tool's: ./tool is a link to {} \
+        "note: this profile is the wrapper's, not ./tool's: ./tool is a link to {} \
          (a proxy), which replaced itself with another program (exec): record that program \
          by its path, or give --follow-forks",
         env.display()
     );
-    assert!(err.lines().any(|l| l == want), "{err}");
+    assert!(err.lines().any(|l| l.trim_start_matches("memprof: ") == want), "{err}");
     assert!(err.contains(&format!("{} (1×)", sites.display())), "{err}");
 }
 

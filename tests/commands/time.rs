@@ -158,10 +158,12 @@ fn short_lived_blocks_are_the_churn() {
     let churn_row = section.lines().find(|l| l.ends_with(" churn_site")).unwrap();
     assert!(churn_row.contains("<131.1 µs"), "{section}");
     let peak_row = section.lines().find(|l| l.ends_with(" peak_site")).unwrap();
-    // 200 ms, to within the histogram's 19 % and the sleep's overshoot.
+    // 200 ms, to within the histogram's 19 % below, and above also the sleep's overshoot:
+    // on a loaded machine (a CI run beside other builds) the program waits for a core after
+    // its sleep, and its blocks then live longer (268 ms seen).
     // Columns: short bytes (`0 B`), of site, p50 (`201.33 ms`), …
     let p50: f64 = peak_row.split_whitespace().nth(3).unwrap().parse().unwrap();
-    assert!((160.0..=260.0).contains(&p50), "{peak_row}");
+    assert!((160.0..=400.0).contains(&p50), "{peak_row}");
     // A longer threshold takes in peak_site's blocks too.
     let (short, _) = folded(&file, &["--view", "short-lived", "--short-lived", "1s"]);
     assert_eq!(site(&short, "peak_site"), 1_000_000.0);

@@ -35,6 +35,7 @@
 //! | 0x82 | Resident | time_ns, bytes `u` (ancillary): the process's resident size then, read by `memprof record`'s collector from `/proc/PID/statm`; times in nanoseconds, not the stream's units; a Stopping record stays the last word after it |
 //! | 0x83 | Ended | how `u` (1 `exit`, 2 `_exit`, 3 a signal, 4 the OOM killer, 5 `exec`, 6 detached), status `i` (the exit status or the signal), limit `u` (bytes, the memory limit an OOM kill reached; 0 unknown) (ancillary): how the process ended, written by `memprof record`'s collector before the end record or the Stopping record |
 //! | 0x84 | Split | time_ns, resident, allocator, stacks, files, own, other `u` (bytes), live `f64`, then outside `u` (bytes; appended later, absent in older files) (ancillary): the process's resident memory by kind of mapping (`/proc/PID/smaps`), beside the estimated live heap then ([`crate::profile::ResidentSplit`]) |
+//! | 0x85 | Note | text `str` (ancillary; also after the end record, appended): a note that qualifies the profile's numbers ([`crate::profile::Profile::notes`]; at most 64 kept) |
 //! | 0x40 | Sample (event) | pair `u`, Δtime `z`, thread `u`, Δk `z` |
 //! | 0x41 | Free (event) | Δtime `z`, pair `u`, age `z`, [life `u`], Δk `z` (life: version 4, §2c) |
 //! | 0x42 | Move (event) | Δtime `z`, pair `u`, age `z`, Δk `z`, new_size `u` (written by older builds only: a reallocation now ends its block, `engine::sampler` §5; still read, and written again when a file that holds moves is) |
@@ -193,7 +194,7 @@ pub use spec::{
     time_unit_ns, Event, BLOCK_BYTES, LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES,
     MAX_LIST, MAX_RECORD, MAX_STRING, TIME_UNIT_EXACT_NS, TIME_UNIT_SAMPLED_NS, VERSION,
 };
-pub use write::{append_symbols, write_events, Writer};
+pub use write::{append_notes, append_symbols, write_events, Writer};
 
 #[cfg(test)]
 use {

@@ -26,9 +26,10 @@ use std::path::Path;
 
 use super::spec::{
     fine_life, unzigzag, Delta, Event, ANCILLARY, CODEC_ZSTD, EV_FREE, EV_MOVE, EV_SAMPLE,
-    LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
-    TAG_BLOCK, TAG_END, TAG_ENDED, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE,
-    TAG_PAIR, TAG_RESIDENT, TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
+    LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_NOTES, MAX_RECORD,
+    MAX_STRING, TAG_BLOCK, TAG_END, TAG_ENDED, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST,
+    TAG_MODULE, TAG_NOTE, TAG_PAIR, TAG_RESIDENT, TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS,
+    VERSION,
 };
 use crate::error::Error;
 use crate::profile::events::{
@@ -447,7 +448,7 @@ impl<R: Read> Reader<R> {
 
     fn inner_from(&mut self, p: &mut Payload<'_>) -> Result<Option<Event>, String> {
         let tag = p.byte()?;
-        if self.state == State::Appendix && !matches!(tag, TAG_SYMBOLS | TAG_MODULE) {
+        if self.state == State::Appendix && !matches!(tag, TAG_SYMBOLS | TAG_MODULE | TAG_NOTE) {
             return Err(format!("record kind {tag} after the end record"));
         }
         let unit = self.profile.header.time_unit_ns;
@@ -514,7 +515,10 @@ impl<R: Read> Reader<R> {
         let prof = &mut self.profile;
         // Symbols and modules after a Stopping record (appended by `memprof record`) leave
         // it the last word: they add names, not events (and a resident reading a fact).
-        if !matches!(tag, TAG_SYMBOLS | TAG_MODULE | TAG_RESIDENT | TAG_SPLIT | TAG_ENDED) {
+        if !matches!(
+            tag,
+            TAG_SYMBOLS | TAG_MODULE | TAG_RESIDENT | TAG_SPLIT | TAG_ENDED | TAG_NOTE
+        ) {
             self.stopping = None;
         }
         match tag {
@@ -623,6 +627,12 @@ impl<R: Read> Reader<R> {
             TAG_END => {
                 self.end_counts = Some([p.u()?, p.u()?, p.u()?]);
                 self.state = State::Appendix;
+            }
+            TAG_NOTE => {
+                let note = p.str()?;
+                if prof.notes.len() < MAX_NOTES && !prof.notes.contains(&note) {
+                    prof.notes.push(note);
+                }
             }
             TAG_RESIDENT => {
                 let (time_ns, bytes) = (p.u()?, p.u()?);

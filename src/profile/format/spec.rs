@@ -64,6 +64,9 @@ pub(super) const TAG_STOPPING: u8 = ANCILLARY + 1;
 pub(super) const TAG_RESIDENT: u8 = ANCILLARY + 2;
 pub(super) const TAG_ENDED: u8 = ANCILLARY + 3;
 pub(super) const TAG_SPLIT: u8 = ANCILLARY + 4;
+pub(super) const TAG_NOTE: u8 = ANCILLARY + 5;
+/// Notes a profile keeps at most (a hostile file may hold any number of note records).
+pub const MAX_NOTES: usize = 64;
 pub(super) const CODEC_ZSTD: u64 = 1;
 
 /// One event of a recording, in stream order.

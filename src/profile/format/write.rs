@@ -20,7 +20,7 @@ use super::spec::{
     fine_life, time_unit_ns, zigzag, Delta, Event, BLOCK_BYTES, CODEC_ZSTD, EV_FREE, EV_MOVE,
     EV_SAMPLE, LIFETIME_UNIT_NS, MAGIC, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_RECORD, MAX_STRING,
     TAG_BLOCK, TAG_END, TAG_ENDED, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE,
-    TAG_PAIR, TAG_RESIDENT, TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
+    TAG_NOTE, TAG_PAIR, TAG_RESIDENT, TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS, VERSION,
 };
 use crate::error::Error;
 use crate::profile::events::{
@@ -321,6 +321,13 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Writes a note that qualifies the profile's numbers (an ancillary record).
+    pub fn write_note(&mut self, note: &str) -> Result<(), Error> {
+        self.payload.clear();
+        put_str(&mut self.payload, note)?;
+        self.record(TAG_NOTE)
+    }
+
     /// Writes the symbols of one address (its inline chain, innermost first).
     pub fn write_symbols(&mut self, addr: u64, symbols: &[Symbol]) -> Result<(), Error> {
         if symbols.len() as u64 > MAX_LIST {
@@ -601,6 +608,28 @@ pub fn append_symbols<'a>(
     header: &Header,
     symbols: impl IntoIterator<Item = (u64, &'a [Symbol])>,
 ) -> Result<(), Error> {
+    append(path, header, |w| {
+        for (addr, s) in symbols {
+            w.write_symbols(addr, s)?;
+        }
+        Ok(())
+    })
+}
+
+/// Appends notes to the version-2 profile at `path`, as [`append_symbols`] appends symbols:
+/// what `memprof record` learned of the run once it was over (a runtime whose heap is not
+/// malloc's, programs started unprofiled), kept for `report` and every export.
+pub fn append_notes(path: &Path, header: &Header, notes: &[String]) -> Result<(), Error> {
+    append(path, header, |w| notes.iter().try_for_each(|n| w.write_note(n)))
+}
+
+/// One block of records written by `write` after what the file at `path` holds, then
+/// `fsync` (see [`append_symbols`]).
+fn append(
+    path: &Path,
+    header: &Header,
+    write: impl FnOnce(&mut Writer<io::BufWriter<std::fs::File>>) -> Result<(), Error>,
+) -> Result<(), Error> {
     use std::os::unix::fs::OpenOptionsExt;
     if header.version < 2 {
         return Err(Error::Format(format!(
@@ -615,9 +644,7 @@ pub fn append_symbols<'a>(
         .open(path)
         .map_err(|e| Error::io(format!("cannot open {} to append", path.display()), e))?;
     let mut w = Writer::bare(io::BufWriter::new(file), header)?;
-    for (addr, s) in symbols {
-        w.write_symbols(addr, s)?;
-    }
+    write(&mut w)?;
     w.flush()?;
     let file = w.out.into_inner().map_err(|e| Error::io("appending symbols", e.into_error()))?;
     file.sync_all().map_err(|e| Error::io(format!("cannot sync {}", path.display()), e))

@@ -271,8 +271,8 @@ pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
         return Err(LaunchError::SetId(shown.to_owned()).into());
     }
     if linkage(path)? == Linkage::Static {
-        let rust = super::reach::is_rust(path);
-        return Err(LaunchError::StaticallyLinked { program: shown.to_owned(), rust }.into());
+        let (rust, go) = (super::reach::is_rust(path), super::reach::is_go(path));
+        return Err(LaunchError::StaticallyLinked { program: shown.to_owned(), rust, go }.into());
     }
     Ok(())
 }

@@ -8,11 +8,12 @@ pub(crate) mod attach;
 pub(crate) mod bundled;
 pub(crate) mod collect;
 pub(crate) mod launcher;
-mod notes;
+pub(crate) mod notes;
 mod oom;
-mod reach;
+pub(crate) mod reach;
 pub(crate) mod request;
 pub(crate) mod run;
+pub(crate) mod runtimes;
 mod split_reader;
 
 use crate::error::Error;

@@ -70,6 +70,9 @@ pub(crate) struct Executable {
     pub(crate) defines_malloc: bool,
     /// A Rust program.
     pub(crate) rust: bool,
+    /// A Go program (its build information's section, in every Go binary, cgo or not):
+    /// Go's heap is the Go runtime's, never malloc's (`runtimes`).
+    pub(crate) go: bool,
 }
 
 /// True when `needle` occurs in `hay`.
@@ -102,6 +105,8 @@ impl Executable {
             }),
             ..Default::default()
         };
+        found.go = object.section_by_name(".go.buildinfo").is_some()
+            || object.section_by_name(".note.go.buildid").is_some();
         if let Some(comment) = object.section_by_name(".comment") {
             found.rust = comment.data().is_ok_and(|d| contains(d, b"rustc version"));
         }
@@ -196,12 +201,17 @@ pub(crate) fn is_rust(path: &Path) -> bool {
     Executable::read(path, true).is_some_and(|e| e.rust)
 }
 
+/// True when `path` is a Go program.
+pub(crate) fn is_go(path: &Path) -> bool {
+    Executable::read(path, false).is_some_and(|e| e.go)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn exe(allocator: Option<Allocator>, symtab: bool, defines_malloc: bool) -> Executable {
-        Executable { allocator, symtab, defines_malloc, rust: true }
+        Executable { allocator, symtab, defines_malloc, rust: true, go: false }
     }
 
     #[test]

@@ -177,22 +177,28 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // MB for a C library) would only add tens of milliseconds to the user's wait.
     std::mem::forget(loaders);
     profile.site_skip = skip;
-    let profile = profile;
     // What the executable says of its allocator (read once, now that the run is over): an
     // allocator the preload library cannot reach is said whatever was seen.
     let nothing = profile.counts.samples == 0;
     let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p, nothing));
-    let after_notes = || {
-        if let Some(n) = notes::unfollowed(&shown, &run.unfollowed) {
-            eprintln!("memprof: note: {n}");
+    // What qualifies the numbers: said above the table, and kept in the profile for
+    // `report`, the HTML page and the JSON.
+    let notes =
+        run_notes(&profile, &processes, program, &run, reach.as_ref(), &shown, args.keep_pymalloc);
+    for n in &notes {
+        if !profile.notes.contains(n) {
+            profile.notes.push(n.clone());
         }
-        let modules = profile.modules.iter().map(|m| m.path.as_str());
-        let any_named = processes.iter().any(|p| notes::is_cpython(&p.executable, [].into_iter()));
-        if any_named || notes::is_cpython(&profile.header.executable, modules) {
-            eprintln!(
-                "memprof: note: {}",
-                notes::cpython(run.pymalloc_bypassed, args.keep_pymalloc)
-            );
+    }
+    let profile = profile;
+    if !notes.is_empty() && (profile.complete || profile.stopped.is_some()) {
+        if let Err(e) = crate::profile::format::append_notes(&run.output, &profile.header, &notes) {
+            eprintln!("memprof: warning: the notes were not kept in the profile: {e}");
+        }
+    }
+    let after_notes = || {
+        for n in &notes {
+            eprintln!("memprof: note: {n}");
         }
     };
     if profile.counts.samples == 0 {
@@ -277,14 +283,56 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             printable(&labels.join(", "))
         );
     }
-    if let Some((true, hint)) = exec_hint(program, &run, &profile) {
-        eprintln!("memprof: note: this profile is the wrapper's, not {shown}'s: {hint}");
-    }
-    if let Some(why) = reach.as_ref().and_then(|e| e.unreached(&shown)) {
-        eprintln!("memprof: note: {why}");
-    }
-    after_notes();
     Ok(code)
+}
+
+/// The notes on a run that qualify its numbers, in the order they matter: the runtimes
+/// whose heap is not malloc's, an allocator the preload library cannot reach, a wrapper
+/// that exec'd the program, the programs started unprofiled, CPython's allocator.
+fn run_notes(
+    profile: &Profile,
+    processes: &[crate::profile::load::Process],
+    program: &std::ffi::OsStr,
+    run: &launcher::Recorded,
+    reach: Option<&Executable>,
+    shown: &str,
+    keep_pymalloc: bool,
+) -> Vec<String> {
+    use super::runtimes::Runtime;
+    let mut notes = Vec::new();
+    let mut add = |n: String| {
+        if !notes.contains(&n) {
+            notes.push(n);
+        }
+    };
+    let root = &profile.header.executable;
+    let modules = || profile.modules.iter().map(|m| m.path.as_str());
+    let go = reach.is_some_and(|e| e.go);
+    if let Some(rt) = Runtime::of(root, modules(), go) {
+        add(rt.note(root));
+    }
+    for p in processes.iter().filter(|p| &p.executable != root) {
+        let go = super::reach::is_go(Path::new(&p.executable));
+        if let Some(rt) = Runtime::of(&p.executable, std::iter::empty(), go) {
+            add(rt.note(&p.executable));
+        }
+    }
+    if let Some(why) = reach.and_then(|e| e.unreached(shown)) {
+        add(why);
+    }
+    if profile.counts.samples > 0 {
+        if let Some((true, hint)) = exec_hint(program, run, profile) {
+            add(format!("this profile is the wrapper's, not {shown}'s: {hint}"));
+        }
+    }
+    if let Some(n) = notes::unfollowed(shown, &run.unfollowed) {
+        add(n);
+    }
+    let any_named = processes.iter().any(|p| notes::is_cpython(&p.executable, [].into_iter()));
+    if any_named || notes::is_cpython(root, modules()) {
+        add(notes::cpython(run.pymalloc_bypassed, keep_pymalloc));
+    }
+    notes
 }
 
 /// Serves, on `addr`, the root process's profile as the collector folds it (`published`),

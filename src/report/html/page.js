@@ -129,6 +129,7 @@
     if (D.start) facts.push('recorded ' + new Date(D.start / 1e6).toISOString().replace('T', ' ').slice(0, 19) + ' UTC');
     $('facts').innerHTML = facts.map((f) => '<span>' + f + '</span>').join('');
     $('memory').innerHTML = D.memory.map((l) => '<li>' + esc(l) + '</li>').join('');
+    $('notes').innerHTML = D.notes.map((n) => '<li>' + esc(n) + '</li>').join('');
     $('warnings').innerHTML = D.warnings.map((w) => '<li>' + esc(w) + '</li>').join('');
     if (PROCS) {
       $('prog').textContent = exe.split('/').pop() + ' and ' + (PROCS.length - 1) + ' other processes';

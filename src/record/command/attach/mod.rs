@@ -281,6 +281,21 @@ fn wait(pid: u32, lib: &Path, limit: Option<Duration>) -> End {
     }
 }
 
+/// The notes on an attached process that qualify its numbers: its runtime when its heap is
+/// not malloc's, and CPython's allocator, which an attach cannot switch off.
+fn attach_notes(profile: &crate::profile::Profile) -> Vec<String> {
+    use crate::record::command::runtimes::{pymalloc_attached, Runtime};
+    let exe = &profile.header.executable;
+    let modules = || profile.modules.iter().map(|m| m.path.as_str());
+    let go = crate::record::command::reach::is_go(Path::new(exe));
+    let mut notes: Vec<String> =
+        Runtime::of(exe, modules(), go).map(|r| r.note(exe)).into_iter().collect();
+    if crate::record::command::notes::is_cpython(exe, modules()) {
+        notes.push(pymalloc_attached());
+    }
+    notes
+}
+
 /// Step 5's summary: the collector's fold (`folded`), its top table, `.svg` and `.html`.
 fn report(
     args: &AttachRequest,
@@ -301,12 +316,26 @@ fn report(
         };
     std::mem::forget(loaders);
     profile.site_skip = skip;
+    let notes = attach_notes(&profile);
+    for n in &notes {
+        if !profile.notes.contains(n) {
+            profile.notes.push(n.clone());
+        }
+    }
+    if !notes.is_empty() && (profile.complete || profile.stopped.is_some()) {
+        if let Err(e) = crate::profile::format::append_notes(output, &profile.header, &notes) {
+            eprintln!("memprof: warning: the notes were not kept in the profile: {e}");
+        }
+    }
     if profile.counts.samples == 0 {
         eprintln!(
             "memprof: note: no allocations were sampled while attached (mean interval {} \
              bytes; a lower --interval samples more)",
             profile.header.interval
         );
+        for n in &notes {
+            eprintln!("memprof: note: {n}");
+        }
     } else {
         let view = crate::record::command::run::summary_view(&profile, args.view);
         eprint!(
