@@ -41,3 +41,47 @@ fn a_heap_of_its_own_is_outside_malloc() {
     assert!(num("allocator_retained_bytes") < 4.0 * mib, "{v:#}");
     assert!(v["gap"]["hint"].is_null(), "{v:#}");
 }
+
+/// A Go program (here a C program with Go's build-information section, as a cgo binary
+/// looks): a note above the table says Go's heap is not malloc's and where to look, and the
+/// note is kept in the profile (`report`, the JSON). Linked statically, it is refused with
+/// the same words and no "link it dynamically".
+#[test]
+fn a_go_program_is_named_and_its_note_kept() {
+    let dir = scratch("go-note");
+    let prog = fixture("go_marked");
+    let out = record(&dir, &["-o", "g.mprof", "--interval", "1"], &prog, &[]);
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    let note = err
+        .lines()
+        .find(|l| l.starts_with("note: go_marked is a Go program: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(note.contains("go tool pprof") && !note.contains("dynamically"), "{note}");
+    // Above the table: before its column header.
+    let at = |s: &str| err.find(s).unwrap_or_else(|| panic!("{s} in {err}"));
+    assert!(at(note) < at("alloc bytes"), "{err}");
+    let report =
+        Command::new(MEMPROF).current_dir(&dir).args(["report", "g.mprof"]).output().unwrap();
+    assert!(text(&report.stdout).lines().any(|l| l == note), "{}", text(&report.stdout));
+    let json = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["report", "g.mprof", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let notes = v["notes"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(notes.len(), 1, "{v:#}");
+    assert_eq!(format!("note: {}", notes[0].as_str().unwrap()), note);
+
+    let fixed = dir.join("go_marked_static");
+    crate::record::cc("go_marked.c", &fixed, &["-O2", "-static"]);
+    let out = record(&dir, &["-o", "s.mprof"], &fixed, &[]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("is a statically linked Go program: Go's heap is the Go runtime's own"),
+        "{err}"
+    );
+    assert!(!err.contains("(link it dynamically"), "{err}");
+}

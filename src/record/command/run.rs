@@ -196,8 +196,11 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             eprintln!("memprof: warning: the notes were not kept in the profile: {e}");
         }
     }
+    // Without a table, after the line that says nothing was seen (which says itself why,
+    // when the allocator is out of reach).
+    let unreached = reach.as_ref().and_then(|e| e.unreached(&shown));
     let after_notes = || {
-        for n in &notes {
+        for n in notes.iter().filter(|n| Some(*n) != unreached.as_ref()) {
             eprintln!("memprof: note: {n}");
         }
     };
