@@ -40,7 +40,8 @@
 //! | `sys/mod.rs` | the folder's face: which primitives the layers above use |
 //! | `sys/alloc_count.rs` | the unit tests' counting global allocator (live bytes per test scope) |
 //! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each read and write |
-//! | `sys/smaps.rs` | a process's memory files read at a pace bounded by their cost: resident size (`statm`), and resident memory by kind of mapping (`smaps`: the allocator's, stacks, files, memprof's own) |
+//! | `sys/smaps.rs` | a process's memory files read at a pace bounded by their cost: resident size (`statm`), and resident memory by kind of mapping (`smaps`: the allocator's, outside malloc, stacks, files, memprof's own) |
+//! | `sys/malloc_maps.rs` | which anonymous mappings glibc's malloc made (an arena's heap, a large block), told by their first words read with `process_vm_readv` |
 //! | `sys/procfs.rs` | fields of `/proc/<pid>/stat`, and the decimals of paths built without allocating |
 //! | `sys/signals.rs` | signal masks and thread counts for the threads the profiler keeps in a program |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
@@ -178,11 +179,13 @@
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
-//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms and its mappings by kind now and then (a last look at exit); records how each process ended; its thread at nice −20 where it may |
+//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms and folds its mappings by kind (a last look at exit read itself); records how each process ended; its thread at nice −20 where it may |
 //! | `record/command/oom.rs` | whether the kernel's OOM killer ended the program: its memory cgroups' and the system's OOM-kill counts, before and after |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |
+//! | `record/command/split_reader.rs` | a thread per recorded process that reads its `smaps` when due or at a new heap peak, off the loop that drains the queues |
 //! | `record/command/notes.rs` | `record`'s notes: programs run unprofiled, CPython's allocator |
+//! | `record/command/runtimes.rs` | runtimes whose heap is not malloc's (Go, V8, a JVM, GCC's compilers), and the note for each; pymalloc under `attach` |
 //! | `record/command/attach/` | `memprof attach PID`: a running process profiled through the same library, ring and collector, and left as it was |
 //! | `record/command/attach/mod.rs` | [`record::attach`]: the checks, the output, the collector, the wait, the detach and the summary; what a SIGKILL leaves behind |
 //! | `record/command/attach/request.rs` | [`record::AttachRequest`]: `attach`'s arguments |
