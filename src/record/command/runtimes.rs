@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn notes_say_where_to_look() {
         let go = Runtime::Go.note("/srv/svc\u{1b}[2J");
-        assert!(go.starts_with("svc\\x1b[2J is a Go program: "), "{go}");
+        assert!(go.starts_with("svc\\u{1b}[2J is a Go program: "), "{go}");
         assert!(go.contains("go tool pprof") && !go.contains("dynamically"));
         assert!(Runtime::V8.note("/usr/bin/node").contains("outside malloc"));
         assert!(Runtime::Gcc.note("cc1plus").contains("-fmem-report"));
