@@ -93,7 +93,7 @@
 //! | `profile/symbolize/mod.rs` | the folder's face and its design notes |
 //! | `profile/symbolize/process.rs` | this process's modules and in-process lookup (the folder's only `unsafe` block) |
 //! | `profile/symbolize/elf.rs` | what an ELF file says of itself (build id, segments, debug link, symbol tables), through `object` |
-//! | `profile/symbolize/names.rs` | names as the demanglers leave them: legacy hashes, unreadable C++ names |
+//! | `profile/symbolize/names.rs` | [`profile::symbolize::demangle`], every path's one naming of a symbol: only a mangled name (Rust's legacy and v0, Itanium C++'s) demangled, others kept verbatim; legacy hashes, unreadable C++ names |
 //! | `profile/symbolize/offline.rs` | addresses resolved from the recorded modules' files; `Loaders` |
 //! | `profile/symbolize/debug_file.rs` | where an object's separate debug file is looked for |
 //! | `profile/symbolize/stripped.rs` | the notes on objects whose frames stayed unnamed (stripped, no debug file) |

@@ -2,9 +2,10 @@
 //! every byte comes from `operator new` under libstdc++'s containers (`fixtures/cpp/stl.cpp`),
 //! a C program with `xmalloc`-style wrappers and one of its own naming
 //! (`fixtures/c/wrappers.c`), a Rust program built with `debug = "line-tables-only"`
-//! (`fixtures/rust/sites`, built offline here), and a stripped copy of a fixture. Each site
-//! must be the program's function, with its file and line, in the top table, the backtraces
-//! and pprof (`go tool pprof -top`'s flat column).
+//! (`fixtures/rust/sites`, built offline here), a stripped copy of a fixture, and a C
+//! program without debug information whose functions are named like C++ type manglings
+//! (`fixtures/c/type_names.c`). Each site must be the program's function, with its file and
+//! line, in the top table, the backtraces and pprof (`go tool pprof -top`'s flat column).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +14,7 @@ use std::sync::OnceLock;
 use memprof::report::{site_totals, SiteTotal};
 
 use crate::common::{assert_one_line_error, skipped, text, MEMPROF};
-use crate::record::{fixture, read, record, scratch};
+use crate::record::{cc, fixture, read, record, scratch};
 
 /// The line of `fixtures/<src>` that contains `needle` (1-based), so that the expected
 /// lines follow the source.
@@ -210,6 +211,53 @@ fn sites_c_wrappers_and_site_skip() {
     assert_one_line_error(&report(&[], Some("[z-a]")), Some(1), "MEMPROF_SITE_SKIP \"[z-a]\"");
     let o = record(&dir, &["--site-skip", "a{99999999}"], &prog, &[]);
     assert_one_line_error(&o, Some(1), "--site-skip");
+}
+
+/// `memprof report --json FILE`'s sites: name → (alloc bytes, live bytes).
+fn json_sites(file: &Path, opts: &[&str]) -> Vec<(String, f64, f64)> {
+    let o = Command::new(MEMPROF).arg("report").arg("--json").args(opts).arg(file).output();
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sites = v["sites"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    let num = |s: &serde_json::Value, k: &str| s[k].as_f64().unwrap();
+    sites
+        .iter()
+        .map(|s| {
+            (s["site"].as_str().unwrap().to_owned(), num(s, "alloc_bytes"), num(s, "live_bytes"))
+        })
+        .collect()
+}
+
+/// A C program built without debug information, symbols kept, whose functions are named
+/// like Itanium type encodings (`fixtures/c/type_names.c`): `w`, `f`, `Pi`, `Dn`, `Sa`
+/// were demangled into `wchar_t`, `float`, `int*`, `std::nullptr_t` and `std::allocator`,
+/// and the last two folded into `main` as the C++ library's plumbing. Each is its own site,
+/// by its own name, with the bytes it keeps, in record's table and in the JSON.
+#[test]
+fn sites_c_names_that_look_mangled_are_kept() {
+    let dir = scratch("sites-type-names");
+    let prog = dir.join("type_names");
+    cc("type_names.c", &prog, &["-O2", "-fno-optimize-sibling-calls"]);
+    let (file, err) = record_exact(&dir, &prog, &[]);
+    let want =
+        [("w", 10_000.0), ("f", 30_000.0), ("Pi", 60_000.0), ("Dn", 100_000.0), ("Sa", 150_000.0)];
+    // The table's rows end with the site's name (no file:line without debug information).
+    for (name, _) in want {
+        assert!(err.lines().any(|l| l.ends_with(&format!("  {name}"))), "{name}: {err}");
+    }
+    for demangled in ["wchar_t", "float", "int*", "nullptr", "std::allocator"] {
+        assert!(!err.contains(demangled), "{demangled}: {err}");
+    }
+    let sites = json_sites(&file, &[]);
+    let get = |name: &str| sites.iter().find(|s| s.0 == name);
+    for (name, bytes) in want {
+        let s = get(name).unwrap_or_else(|| panic!("no site {name}: {sites:?}"));
+        assert_eq!((s.1, s.2), (bytes, bytes), "{name}: {sites:?}");
+    }
+    // `main` keeps only what stdio allocated for it: less than the smallest of the five.
+    let main = get("main").map_or(0.0, |s| s.1);
+    assert!(main < 10_000.0, "{sites:?}");
 }
 
 /// `fixtures/rust/sites` built with `cargo build --release --offline` (no dependencies)
