@@ -27,11 +27,13 @@
 //!    `g_malloc*`/`g_new*`, OpenSSL's `CRYPTO_*alloc` and `OPENSSL_*`, SQLite's
 //!    `sqlite3Malloc`/`sqlite3MemMalloc`/`sqlite3DbMalloc*`, CPython's `PyMem_*`,
 //!    `PyObject_Malloc`/`Calloc`/`Realloc`, `_PyObject_*`/`_PyMem_*` allocation helpers and
-//!    `pymalloc_*`; the malloc family itself where an executable defines it (rustc); Rust's
-//!    allocator shim (`__rustc::*`, `__rust_alloc`, `__rg_*`, `__rdl_*`) and the global
-//!    allocators programs link statically: tikv-jemallocator's and mimalloc's crates,
-//!    jemalloc's `_rjem_*`/`je_*`/`mallocx` family, mimalloc's allocating `mi_*` entries and
-//!    `_mi_*`;
+//!    `pymalloc_*`, redis's and valkey's `zmalloc` family (`zmalloc`, `zcalloc`,
+//!    `zrealloc`, their `ztry*`, `_usable`, `_no_tcache` variants, `zstrdup`); the malloc
+//!    family itself where an executable defines it (rustc); Rust's allocator shim
+//!    (`__rustc::*`, `__rust_alloc`, `__rg_*`, `__rdl_*`) and the global allocators
+//!    programs link statically: tikv-jemallocator's and mimalloc's crates, jemalloc's
+//!    `_rjem_*`/`je_*`/`mallocx` family, mimalloc's allocating `mi_*` entries and `_mi_*`.
+//!    Every family is listed once, in `names.rs`, with why it is there;
 //! 4. its name matches one of the user's expressions ([`SiteSkip`], `--site-skip` and
 //!    `MEMPROF_SITE_SKIP`): a program's own wrappers.
 //!

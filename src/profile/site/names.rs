@@ -236,6 +236,9 @@ fn c_plumbing(name: &str) -> bool {
     {
         return true;
     }
+    if zmalloc_family(name) {
+        return true;
+    }
     let allocates = |rest: &str| {
         ["alloc", "Alloc", "dup", "Dup", "New", "Resize", "GC_Link"]
             .iter()
@@ -268,6 +271,28 @@ fn c_plumbing(name: &str) -> bool {
     false
 }
 
+/// redis's and valkey's allocation wrappers (`zmalloc.h`): every allocation of the server
+/// goes through one (they count the memory used and abort on failure), so without them the
+/// top four sites of redis-server were `zmalloc`, `zcalloc`, `zrealloc` and
+/// `ztrymalloc_usable`. Matched whole, as `z`, an optional `try`, `malloc`, `calloc` or
+/// `realloc`, an optional `_usable`, `_no_tcache` or `_num` (`zcalloc_num`), an optional
+/// `_internal` (the static bodies the others call), and `zstrdup`: `zmalloc_size`,
+/// `zmalloc_used_memory` and `zfree` allocate nothing. zlib's `zcalloc` (its default
+/// allocator, called through `strm->zalloc`) fits too, and is plumbing for the same reason.
+fn zmalloc_family(name: &str) -> bool {
+    if name == "zstrdup" {
+        return true;
+    }
+    let Some(rest) = name.strip_prefix('z') else { return false };
+    let rest = rest.strip_prefix("try").unwrap_or(rest);
+    let Some(rest) = ["malloc", "calloc", "realloc"].iter().find_map(|f| rest.strip_prefix(f))
+    else {
+        return false;
+    };
+    let rest = rest.strip_suffix("_internal").unwrap_or(rest);
+    matches!(rest, "" | "_usable" | "_no_tcache" | "_num")
+}
+
 /// Splits `SELF as TRAIT>::…` (the text after a leading `<`) at the top-level ` as `.
 fn split_qualified(s: &str) -> Option<(&str, &str)> {
     let mut depth = 0i32;
@@ -287,7 +312,8 @@ fn split_qualified(s: &str) -> Option<(&str, &str)> {
 
 /// The regular expression for pprof's `drop_frames` (matched by viewers against whole
 /// function names without their parameters): the C and C++ allocation entries and wrappers
-/// of rule 3 and the user's expressions. Rust's and C++'s `std::`-style prefixes are left
+/// of rule 3 (the same families as [`is_std_plumbing`]'s, which a test holds them to)
+/// and the user's expressions. Rust's and C++'s `std::`-style prefixes are left
 /// out: a viewer drops a matching frame *and every frame below it*, and a program's code
 /// runs below `std::thread` and iterator frames (the writer leaves the plumbing below each
 /// site out of the samples already, see the [site rules](super) §3).
@@ -304,6 +330,7 @@ pub fn drop_frames_pattern(skip: &SiteSkip) -> String {
         "__libc_(malloc|calloc|realloc|memalign).*",
         "(__)?str(n)?dup",
         "x(malloc|calloc|zalloc|realloc|nmalloc|nrealloc|2realloc|2nrealloc|palloc|reallocarray|mallocz|strdup|strndup|memdup|memdupz)",
+        "z(try)?(malloc|calloc|realloc)(_usable|_no_tcache|_num)?(_internal)?|zstrdup",
         "g_(malloc|malloc0|realloc|try_malloc|try_realloc|slice_alloc|new|strdup|strndup|memdup).*",
         "CRYPTO_.*(alloc|dup)",
         "OPENSSL_.*",
@@ -496,6 +523,87 @@ mod tests {
             "rjem_app",
         ] {
             assert!(!is_std_plumbing(name), "{name}");
+        }
+    }
+
+    /// One name or more of each wrapper family (xmalloc, glib, OpenSSL, CPython, redis's
+    /// zmalloc), with the program functions beside them that are not wrappers.
+    const WRAPPERS: &[&str] = &[
+        "xmalloc",
+        "xcalloc",
+        "xrealloc",
+        "xstrdup",
+        "g_malloc",
+        "g_malloc0",
+        "g_realloc",
+        "g_try_malloc",
+        "g_try_malloc0_n",
+        "g_malloc_n",
+        "g_malloc0_n",
+        "g_realloc_n",
+        "g_slice_alloc",
+        "g_slice_alloc0",
+        "g_strdup",
+        "OPENSSL_malloc",
+        "CRYPTO_malloc",
+        "CRYPTO_zalloc",
+        "CRYPTO_realloc",
+        "PyMem_RawMalloc",
+        "PyMem_RawCalloc",
+        "PyMem_RawRealloc",
+        "PyMem_Malloc",
+        "PyMem_Calloc",
+        "PyMem_Realloc",
+        "PyObject_Malloc",
+        "PyObject_Calloc",
+        "PyObject_Realloc",
+        "_PyMem_RawMalloc",
+        "_PyObject_Malloc",
+        "zmalloc",
+        "zcalloc",
+        "zrealloc",
+        "ztrymalloc",
+        "ztrymalloc_usable",
+        "ztrycalloc",
+        "ztrycalloc_usable",
+        "ztryrealloc",
+        "ztryrealloc_usable",
+        "zmalloc_usable",
+        "zcalloc_usable",
+        "zrealloc_usable",
+        "zmalloc_no_tcache",
+        "zcalloc_num",
+        "ztrymalloc_usable_internal",
+        "zstrdup",
+    ];
+    const NOT_WRAPPERS: &[&str] = &[
+        "zfree",
+        "zfree_usable",
+        "zmalloc_size",
+        "zmalloc_used_memory",
+        "zmalloc_get_rss",
+        "zlibc_free",
+        "zipmapNew",
+        "zmallocx",
+        "sdsMakeRoomFor",
+        "_sdsnewlen",
+        "g_main_loop_run",
+        "PyObject_Call",
+    ];
+
+    /// Every wrapper family is plumbing, and in pprof's `drop_frames`: the two forms of the
+    /// list agree.
+    #[test]
+    fn wrapper_families_are_plumbing_and_dropped() {
+        let re = regex::Regex::new(&format!("^(?:{})$", drop_frames_pattern(&SiteSkip::default())))
+            .unwrap();
+        for name in WRAPPERS {
+            assert!(is_std_plumbing(name), "{name}");
+            assert!(re.is_match(name), "{name}");
+        }
+        for name in NOT_WRAPPERS {
+            assert!(!is_std_plumbing(name), "{name}");
+            assert!(!re.is_match(name), "{name}");
         }
     }
 
