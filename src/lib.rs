@@ -90,6 +90,7 @@
 //! | `profile/frame.rs` | frames as reports name them: inline chains, the profiler's frames trimmed, `module+0xoffset` |
 //! | `profile/site/mod.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`), the site of a stack |
 //! | `profile/site/names.rs` | plumbing by name: the standard libraries, C++'s allocation functions, glibc's internals, the wrapper families of common programs and libraries (gcc's and gnulib's `xmalloc`, glib's `g_malloc`, OpenSSL's `CRYPTO_*alloc`, SQLite's, CPython's `PyMem_*`/`PyObject_Malloc`, redis's and valkey's `zmalloc`), each with why; pprof's `drop_frames` |
+//! | `profile/site/wrappers.rs` | sites that look like allocation wrappers no list knows (many callers, none holding most of the bytes), and the `--site-skip` that names their callers, escaped for the regex and quoted for a shell |
 //! | `profile/symbolize/` | [`profile::symbolize`]: modules and addresses to inline chains, in process and offline |
 //! | `profile/symbolize/mod.rs` | the folder's face and its design notes |
 //! | `profile/symbolize/process.rs` | this process's modules and in-process lookup (the folder's only `unsafe` block) |

@@ -35,7 +35,9 @@
 //!    `_rjem_*`/`je_*`/`mallocx` family, mimalloc's allocating `mi_*` entries and `_mi_*`.
 //!    Every family is listed once, in `names.rs`, with why it is there;
 //! 4. its name matches one of the user's expressions ([`SiteSkip`], `--site-skip` and
-//!    `MEMPROF_SITE_SKIP`): a program's own wrappers.
+//!    `MEMPROF_SITE_SKIP`): a program's own wrappers. A site that looks like one (called
+//!    by several functions, none holding most of its bytes) is pointed out by the reports,
+//!    with the expression that would skip it (`wrappers.rs`, [`Profile::wrappers`]).
 //!
 //! An address without symbols that plumbing calls is plumbing too: the inside of an
 //! allocator whose library is stripped (SQLite's static `sqlite3MemMalloc` under its
@@ -63,8 +65,12 @@ use super::frame::{FrameRef, UNKNOWN_STACK};
 use super::{Profile, StackId};
 
 mod names;
+#[cfg(feature = "report")]
+mod wrappers;
 
 pub use names::{drop_frames_pattern, is_std_plumbing};
+#[cfg(feature = "report")]
+pub use wrappers::Wrapper;
 
 /// The allocation site of a stack ([`Profile::site`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -318,7 +324,11 @@ impl Profile {
     /// allocation plumbing, or the innermost frame if all of them are; `None` for an unknown
     /// stack or one with no frames left.
     pub fn site(&self, stack: StackId) -> Option<Site> {
-        let frames = self.frame_refs(stack);
+        self.site_in(&self.frame_refs(stack))
+    }
+
+    /// [`Profile::site`] of a stack's frames ([`Profile::frame_refs`]).
+    fn site_in(&self, frames: &[FrameRef<'_>]) -> Option<Site> {
         if frames.is_empty() {
             return None;
         }
@@ -330,7 +340,7 @@ impl Profile {
         // no symbols and frame i + 1, of the same object, is plumbing. Frames are looked at
         // from the innermost and only as far as the answer needs (a site is most often a
         // few frames in, and stacks can be a hundred deep).
-        let mut look = Plumbing::new(self, &frames);
+        let mut look = Plumbing::new(self, frames);
         let index = (0..frames.len()).find(|&i| !look.at(i)).unwrap_or(0);
         let f = &frames[index];
         let mut name: Cow<'_, str> = f.function.clone();
