@@ -129,7 +129,7 @@
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
 //! | `report/mod.rs` | the folder's face: the formats' public paths |
 //! | `report/view.rs` | what every format shares: [`report::View`], grouping, per-stack totals, GC mark estimates, the sampling summary, units |
-//! | `report/top.rs` | the top-sites table (± intervals, peak, sites ordered by `--view`, short-lived section, backtraces) |
+//! | `report/top.rs` | the top-sites table (± intervals, peak, sites ordered by `--view`, hints on wrappers, short-lived section, backtraces) |
 //! | `report/resident.rs` | the header lines on the process's memory: resident size, the readings of its mappings that explain the gap to the live heap (with a hint by allocator), how it ended |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |

@@ -4,7 +4,8 @@
 //! (`fixtures/c/wrappers.c`), a Rust program built with `debug = "line-tables-only"`
 //! (`fixtures/rust/sites`, built offline here), a stripped copy of a fixture, and a C
 //! program without debug information whose functions are named like C++ type manglings
-//! (`fixtures/c/type_names.c`). Each site must be the program's function, with its file and
+//! (`fixtures/c/type_names.c`). A wrapper no list knows (`fixtures/c/my_alloc.c`) is
+//! pointed out, with the `--site-skip` that names its callers. Each site must be the program's function, with its file and
 //! line, in the top table, the backtraces and pprof (`go tool pprof -top`'s flat column).
 
 use std::path::{Path, PathBuf};
@@ -258,6 +259,60 @@ fn sites_c_names_that_look_mangled_are_kept() {
     // `main` keeps only what stdio allocated for it: less than the smallest of the five.
     let main = get("main").map_or(0.0, |s| s.1);
     assert!(main < 10_000.0, "{sites:?}");
+}
+
+/// A wrapper of the program's own naming that no list knows (`fixtures/c/my_alloc.c`:
+/// `my_alloc`, called by five functions): the table, `--json` and the HTML page say that
+/// it looks like a wrapper, with the `--site-skip` that names its callers; that argument,
+/// given to a shell as printed, makes the five callers the sites, with their bytes.
+#[test]
+fn sites_a_wrapper_of_many_callers_is_pointed_out() {
+    let prog = fixture("my_alloc");
+    let dir = scratch("sites-my-alloc");
+    let (file, err) = record_exact(&dir, &prog, &[]);
+    let hint = "hint: my_alloc looks like an allocation wrapper (its bytes come from 5 \
+                callers): --site-skip '^my_alloc$' names them";
+    let below: Vec<&str> = err.lines().skip_while(|l| !l.contains("total (")).collect();
+    assert_eq!(below.get(1).copied(), Some(hint), "{err}");
+    let o = Command::new(MEMPROF).arg("report").arg("--json").arg(&file).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = &v["suggestions"];
+    assert_eq!(s.as_array().map(Vec::len), Some(1), "{v:#}");
+    assert_eq!((&s[0]["site"], &s[0]["callers"]), (&"my_alloc".into(), &5.into()), "{v:#}");
+    assert_eq!(s[0]["site_skip"], "^my_alloc$");
+    assert_eq!(s[0]["text"], hint.strip_prefix("hint: ").unwrap());
+    let html = std::fs::read_to_string(dir.join("out.mprof.html")).unwrap();
+    assert!(html.contains("\"hints\":[\"my_alloc looks like an allocation wrapper"), "{html}");
+
+    // The suggested argument, through a shell, as a user would paste it.
+    let arg = hint.split("--site-skip ").nth(1).unwrap().trim_end_matches(" names them");
+    let shell = |script: &str| {
+        let script = script.replace("ARG", arg);
+        let o = Command::new("sh").arg("-c").arg(script).arg(MEMPROF).arg(&file).output();
+        let o = o.unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        o
+    };
+    let o = shell(r#""$0" report --json --site-skip ARG "$1""#);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sites = v["sites"].as_array().unwrap();
+    let bytes = |name: &str| sites.iter().find(|s| s["site"] == name).map(|s| &s["live_bytes"]);
+    for (name, want) in [
+        ("read_config", 1_000),
+        ("load_users", 10_000),
+        ("load_orders", 30_000),
+        ("build_index", 60_000),
+        ("cache_pages", 100_000),
+    ] {
+        assert_eq!(bytes(name), Some(&serde_json::Value::from(want as f64)), "{name}: {v:#}");
+    }
+    assert_eq!(bytes("my_alloc"), None, "{v:#}");
+    assert!(v["suggestions"].as_array().is_some_and(Vec::is_empty), "{v:#}");
+    // The table of `report` with it: the callers by name and line, and no hint.
+    let out = text(&shell(r#""$0" report --site-skip ARG "$1""#).stdout);
+    assert!(out.contains("  cache_pages  (my_alloc.c:"), "{out}");
+    assert!(!out.contains("hint: ") && !out.contains("my_alloc  ("), "{out}");
 }
 
 /// `fixtures/rust/sites` built with `cargo build --release --offline` (no dependencies)
