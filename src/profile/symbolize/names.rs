@@ -26,13 +26,22 @@ pub fn demangle(raw: &str) -> String {
         }
     }
     if bare.starts_with("_Z") || bare.starts_with("_GLOBAL_") {
-        let parsed = cpp_demangle::Symbol::new(bare.as_bytes());
-        if let Some(d) = parsed.ok().and_then(|s| s.demangle().ok()) {
-            return d;
-        }
-        return cpp_prefix(bare).unwrap_or_else(|| raw.to_owned());
+        return cpp_demangled(bare).or_else(|| cpp_prefix(bare)).unwrap_or_else(|| raw.to_owned());
     }
     raw.to_owned()
+}
+
+/// An Itanium C++ name demangled, if cpp_demangle reads it.
+#[cfg(feature = "report")]
+fn cpp_demangled(mangled: &str) -> Option<String> {
+    cpp_demangle::Symbol::new(mangled.as_bytes()).ok()?.demangle().ok()
+}
+
+/// Without `report` (the preload library's build, which names no frame) there is no C++
+/// demangler: a C++ name is read from its prefix ([`unmangled`]).
+#[cfg(not(feature = "report"))]
+fn cpp_demangled(_: &str) -> Option<String> {
+    None
 }
 
 /// Drops a trailing legacy-mangling hash (`::h0123456789abcdef`) from a demangled name.
