@@ -89,12 +89,14 @@
 //! | `profile/timeline.rs` | the heap over time by stack, folded in on a grid that widens as the run goes: what the HTML page reads |
 //! | `profile/fold.rs` | events folded into the aggregates: live sets, lifetimes, GC attribution, the peak (exact, or cross-fitted), and the peak's coverage tested on simulated programs |
 //! | `profile/frame.rs` | frames as reports name them: inline chains, the profiler's frames trimmed, `module+0xoffset` |
-//! | `profile/site.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`) |
+//! | `profile/site/mod.rs` | allocation sites: which frames are plumbing (by module, source file, name, `--site-skip`), the site of a stack |
+//! | `profile/site/names.rs` | plumbing by name: the standard libraries, C++'s allocation functions, glibc's internals, the wrapper families of common programs and libraries (gcc's and gnulib's `xmalloc`, glib's `g_malloc`, OpenSSL's `CRYPTO_*alloc`, SQLite's, CPython's `PyMem_*`/`PyObject_Malloc`, redis's and valkey's `zmalloc`), each with why; pprof's `drop_frames` |
+//! | `profile/site/wrappers.rs` | sites that look like allocation wrappers no list knows (many callers, none holding most of the bytes), and the `--site-skip` that names their callers, escaped for the regex and quoted for a shell |
 //! | `profile/symbolize/` | [`profile::symbolize`]: modules and addresses to inline chains, in process and offline |
 //! | `profile/symbolize/mod.rs` | the folder's face and its design notes |
 //! | `profile/symbolize/process.rs` | this process's modules and in-process lookup (the folder's only `unsafe` block) |
 //! | `profile/symbolize/elf.rs` | what an ELF file says of itself (build id, segments, debug link, symbol tables), through `object` |
-//! | `profile/symbolize/names.rs` | names as the demanglers leave them: legacy hashes, unreadable C++ names |
+//! | `profile/symbolize/names.rs` | [`profile::symbolize::demangle`], every path's one naming of a symbol: only a mangled name (Rust's legacy and v0, Itanium C++'s) demangled, others kept verbatim; legacy hashes, unreadable C++ names |
 //! | `profile/symbolize/offline.rs` | addresses resolved from the recorded modules' files; `Loaders` |
 //! | `profile/symbolize/debug_file.rs` | where an object's separate debug file is looked for |
 //! | `profile/symbolize/stripped.rs` | the notes on objects whose frames stayed unnamed (stripped, no debug file) |
@@ -128,7 +130,7 @@
 //! | `report/unwinding.rs` | the note on stacks that end after one frame |
 //! | `report/mod.rs` | the folder's face: the formats' public paths |
 //! | `report/view.rs` | what every format shares: [`report::View`], grouping, per-stack totals, GC mark estimates, the sampling summary, units |
-//! | `report/top.rs` | the top-sites table (± intervals, peak, sites ordered by `--view`, short-lived section, backtraces) |
+//! | `report/top.rs` | the top-sites table (± intervals, peak, sites ordered by `--view`, hints on wrappers, short-lived section, backtraces) |
 //! | `report/resident.rs` | the header lines on the process's memory: resident size, the readings of its mappings that explain the gap to the live heap (with a hint by allocator), how it ended |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |

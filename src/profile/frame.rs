@@ -1,7 +1,7 @@
 //! Frames as reports name them: a stack's return addresses expanded to their inline
 //! chains, the profiler's own frames trimmed from the leaf end, unresolved addresses
 //! named `module+0xoffset` (the rules: `profile::symbolize`'s documentation, section 2).
-//! The site rules (`site.rs`) and the symbolizer both read these; this file reads
+//! The site rules (`site/`) and the symbolizer both read these; this file reads
 //! neither.
 
 use std::borrow::Cow;

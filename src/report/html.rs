@@ -530,6 +530,12 @@ fn data_json(
     j.key("warnings");
     let w = warnings(profile);
     j.strs(w.iter().map(String::as_str));
+    // The sites that look like allocation wrappers, under the sites table: the top table's
+    // hints (`report::top`). The page has no one list of shown sites (each view and range
+    // has its own), so it takes the 20 largest of them, as many as the top table shows.
+    j.key("hints");
+    let hints: Vec<String> = profile.wrappers().iter().take(20).map(|w| w.suggestion()).collect();
+    j.strs(hints.iter().map(String::as_str));
     j.key("w");
     j.num(p.w as f64);
     j.key("n");

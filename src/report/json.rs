@@ -17,6 +17,7 @@
 //! | `ended` | object or null | `how` (`exit`, `_exit`, `signal`, `oom-kill`, `exec`, `detached`), `status` (the exit status or the signal), `limit_bytes` (the memory limit an OOM kill reached, or null) |
 //! | `lost` | object | `events`, `untracked`, `frees_unknown` |
 //! | `sites` | array | the top sites (`--top`) by the bytes of `--view` (allocated by default; live, peak, short-lived): `site`, `location` (string or null), `alloc_bytes`, `alloc_ci95_bytes`, `alloc_objects`, `live_bytes`, `live_ci95_bytes`, `live_objects`, `peak_bytes`, `peak_ci95_bytes` (both null when the live set at the peak is not known) |
+//! | `suggestions` | array | the shown sites (`sites`) that look like allocation wrappers ([`crate::profile::Profile::wrappers`]: called by several functions, none holding most of their bytes), the largest first: `site`, `callers` (int), `largest_caller_share` (0 to 1), `site_skip` (the anchored, escaped expression that names this function, for `--site-skip`), `text` (the top table's line: the expression quoted for a shell) |
 //! | `processes` | array | one per process of a tree (`--follow-forks`), the program's first: `pid`, `ppid`, `executable`, `file`, `allocated_bytes`, `peak_bytes`, `peak_ci95_bytes`, `live_end_bytes`, `rss_end_bytes`, `rss_peak_bytes`, `allocator_retained_bytes` (null when not read), `ended` (as above) |
 //!
 //! The heap's peak: in the exact mode the largest live heap, at `peak_ns` (`peak_moments_ns`
@@ -110,10 +111,10 @@ pub fn summary(
     let gap = last_split(profile).map_or(Value::Null, |r| split(r, hint));
     let gap_at_peak = peak_split(profile).map_or(Value::Null, |r| split(r, None));
     let peak_known = profile.since_peak_known();
-    let mut sites = super::top::site_totals_grouped(profile, group_by);
-    super::top::sort_sites(&mut sites, options.view);
-    sites.truncate(options.limit);
-    let sites: Vec<Value> = sites
+    let mut shown = super::top::site_totals_grouped(profile, group_by);
+    super::top::sort_sites(&mut shown, options.view);
+    shown.truncate(options.limit);
+    let sites: Vec<Value> = shown
         .iter()
         .map(|s| {
             json!({
@@ -127,6 +128,18 @@ pub fn summary(
                 "live_objects": s.live_objects,
                 "peak_bytes": peak_known.then_some(s.peak_bytes),
                 "peak_ci95_bytes": peak_known.then(|| peak_ci95(s.peak_bytes, interval)),
+            })
+        })
+        .collect();
+    let suggestions: Vec<Value> = super::top::wrapper_suggestions(profile, &shown)
+        .iter()
+        .map(|w| {
+            json!({
+                "site": w.site,
+                "callers": w.callers,
+                "largest_caller_share": w.largest_share,
+                "site_skip": w.site_skip(),
+                "text": w.suggestion(),
             })
         })
         .collect();
@@ -193,6 +206,7 @@ pub fn summary(
             "frees_unknown": profile.lost.frees_unknown,
         },
         "sites": sites,
+        "suggestions": suggestions,
         "processes": processes,
     })
 }
@@ -258,6 +272,7 @@ mod tests {
             assert!(v["heap"][key].is_number(), "heap.{key}");
         }
         assert!(v["sites"].as_array().is_some_and(Vec::is_empty));
+        assert!(v["suggestions"].as_array().is_some_and(Vec::is_empty));
         assert!(v["window"].is_null() && v["complete"] == false);
         // Without readings, the sections are null rather than zeros.
         let v = summary(&Profile::default(), &[], GroupBy::Stack, &TopOptions::default());

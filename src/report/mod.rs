@@ -42,7 +42,7 @@ pub use folded::{
 pub use pprof::{pprof, write_pprof, PprofOptions};
 pub use top::{
     gc_table, short_lived_table, site_totals, site_totals_grouped, sort_sites, top_table,
-    view_bytes, SiteTotal, TopOptions,
+    view_bytes, wrapper_suggestions, SiteTotal, TopOptions,
 };
 pub use tree::{process_table, TreeOptions};
 pub use unwinding::shallow_stacks_note;

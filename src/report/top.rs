@@ -7,7 +7,9 @@
 //! short-lived bytes), largest first, then by allocated bytes and name, so that the sites a
 //! view asks about are the ones a short table keeps. A site's row shows where in its source it allocates
 //! (`fill(int)  (map.cpp:12)`: the lines of its file that allocated most, up to three) and,
-//! with [`TopOptions::backtrace`], each shown site's largest stack follows the table.
+//! with [`TopOptions::backtrace`], each shown site's largest stack follows the table. A
+//! shown site that looks like an allocation wrapper ([`wrapper_suggestions`]) gets a `hint:`
+//! line below the table with the `--site-skip` that would name its callers instead.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -19,7 +21,7 @@ use super::view::{
     gc_cycle_samples, human_bytes, human_duration, is_exact, sampling_summary, stack_totals,
     GroupBy, View,
 };
-use crate::profile::site::Site;
+use crate::profile::site::{Site, Wrapper};
 use crate::profile::symbolize::UNKNOWN_STACK;
 use crate::profile::{lifetime_bucket_range, Profile};
 
@@ -466,6 +468,9 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     let rule: Vec<String> =
         (0..columns.len()).map(|_| "-".to_owned()).chain([String::new()]).collect();
     write_table(&mut out, &rows, Some(&rule), &totals);
+    for w in wrapper_suggestions(profile, &sites[..shown]) {
+        let _ = writeln!(out, "hint: {}", printable(&w.suggestion()));
+    }
     if options.backtrace > 0 {
         out.push_str(&backtraces(profile, &sites[..shown], options.backtrace));
     }
@@ -475,6 +480,18 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         out.push_str(&gc_table(profile, options));
     }
     out
+}
+
+/// The sites of `sites` (a report's rows, named `span › site` when grouped by span) that
+/// look like allocation wrappers ([`Profile::wrappers`]), the largest first: what the top
+/// table, `--json` and the HTML page suggest a `--site-skip` for.
+pub fn wrapper_suggestions(profile: &Profile, sites: &[SiteTotal]) -> Vec<Wrapper> {
+    let shown = |w: &Wrapper| {
+        sites.iter().any(|s| {
+            s.site == w.site || s.site.strip_suffix(&*w.site).is_some_and(|r| r.ends_with(" › "))
+        })
+    };
+    profile.wrappers().into_iter().filter(shown).collect()
 }
 
 /// Writes `rows` right-aligned in columns (the last column left as is), then a rule of

@@ -12,8 +12,9 @@
 //! `definers` (allocators reached by patching their entry points: an executable that defines
 //! malloc itself, rustc), `first_sample` (every thread's first allocation sampled like any other), `unwinder`
 //! (`--unwinder auto` on `-O2` C, the note on one-frame stacks), `sites` (C++, C with
-//! wrappers, line-tables-only Rust and stripped programs: each allocation site is the
-//! program's function, in every report), `files` (the one policy for the files memprof
+//! wrappers, line-tables-only Rust, stripped programs and C names that look mangled: each
+//! allocation site is the program's function, in every report; a wrapper no list knows
+//! pointed out with its `--site-skip`), `files` (the one policy for the files memprof
 //! loads, writes and reads: preload libraries, outputs, inputs, FIFOs), `escaping` (names
 //! that a terminal would act on, from a real program, escaped in every terminal report),
 //! `allocators` (a Rust program on tikv-jemallocator, mimalloc and the system allocator,

@@ -2,9 +2,11 @@
 //! every byte comes from `operator new` under libstdc++'s containers (`fixtures/cpp/stl.cpp`),
 //! a C program with `xmalloc`-style wrappers and one of its own naming
 //! (`fixtures/c/wrappers.c`), a Rust program built with `debug = "line-tables-only"`
-//! (`fixtures/rust/sites`, built offline here), and a stripped copy of a fixture. Each site
-//! must be the program's function, with its file and line, in the top table, the backtraces
-//! and pprof (`go tool pprof -top`'s flat column).
+//! (`fixtures/rust/sites`, built offline here), a stripped copy of a fixture, and a C
+//! program without debug information whose functions are named like C++ type manglings
+//! (`fixtures/c/type_names.c`). A wrapper no list knows (`fixtures/c/my_alloc.c`) is
+//! pointed out, with the `--site-skip` that names its callers. Each site must be the program's function, with its file and
+//! line, in the top table, the backtraces and pprof (`go tool pprof -top`'s flat column).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +15,7 @@ use std::sync::OnceLock;
 use memprof::report::{site_totals, SiteTotal};
 
 use crate::common::{assert_one_line_error, skipped, text, MEMPROF};
-use crate::record::{fixture, read, record, scratch};
+use crate::record::{cc, fixture, read, record, scratch};
 
 /// The line of `fixtures/<src>` that contains `needle` (1-based), so that the expected
 /// lines follow the source.
@@ -210,6 +212,107 @@ fn sites_c_wrappers_and_site_skip() {
     assert_one_line_error(&report(&[], Some("[z-a]")), Some(1), "MEMPROF_SITE_SKIP \"[z-a]\"");
     let o = record(&dir, &["--site-skip", "a{99999999}"], &prog, &[]);
     assert_one_line_error(&o, Some(1), "--site-skip");
+}
+
+/// `memprof report --json FILE`'s sites: name → (alloc bytes, live bytes).
+fn json_sites(file: &Path, opts: &[&str]) -> Vec<(String, f64, f64)> {
+    let o = Command::new(MEMPROF).arg("report").arg("--json").args(opts).arg(file).output();
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sites = v["sites"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    let num = |s: &serde_json::Value, k: &str| s[k].as_f64().unwrap();
+    sites
+        .iter()
+        .map(|s| {
+            (s["site"].as_str().unwrap().to_owned(), num(s, "alloc_bytes"), num(s, "live_bytes"))
+        })
+        .collect()
+}
+
+/// A C program built without debug information, symbols kept, whose functions are named
+/// like Itanium type encodings (`fixtures/c/type_names.c`): `w`, `f`, `Pi`, `Dn`, `Sa`
+/// were demangled into `wchar_t`, `float`, `int*`, `std::nullptr_t` and `std::allocator`,
+/// and the last two folded into `main` as the C++ library's plumbing. Each is its own site,
+/// by its own name, with the bytes it keeps, in record's table and in the JSON.
+#[test]
+fn sites_c_names_that_look_mangled_are_kept() {
+    let dir = scratch("sites-type-names");
+    let prog = dir.join("type_names");
+    cc("type_names.c", &prog, &["-O2", "-fno-optimize-sibling-calls"]);
+    let (file, err) = record_exact(&dir, &prog, &[]);
+    let want =
+        [("w", 10_000.0), ("f", 30_000.0), ("Pi", 60_000.0), ("Dn", 100_000.0), ("Sa", 150_000.0)];
+    // The table's rows end with the site's name (no file:line without debug information).
+    for (name, _) in want {
+        assert!(err.lines().any(|l| l.ends_with(&format!("  {name}"))), "{name}: {err}");
+    }
+    for demangled in ["wchar_t", "float", "int*", "nullptr", "std::allocator"] {
+        assert!(!err.contains(demangled), "{demangled}: {err}");
+    }
+    let sites = json_sites(&file, &[]);
+    let get = |name: &str| sites.iter().find(|s| s.0 == name);
+    for (name, bytes) in want {
+        let s = get(name).unwrap_or_else(|| panic!("no site {name}: {sites:?}"));
+        assert_eq!((s.1, s.2), (bytes, bytes), "{name}: {sites:?}");
+    }
+    // `main` keeps only what stdio allocated for it: less than the smallest of the five.
+    let main = get("main").map_or(0.0, |s| s.1);
+    assert!(main < 10_000.0, "{sites:?}");
+}
+
+/// A wrapper of the program's own naming that no list knows (`fixtures/c/my_alloc.c`:
+/// `my_alloc`, called by five functions): the table, `--json` and the HTML page say that
+/// it looks like a wrapper, with the `--site-skip` that names its callers; that argument,
+/// given to a shell as printed, makes the five callers the sites, with their bytes.
+#[test]
+fn sites_a_wrapper_of_many_callers_is_pointed_out() {
+    let prog = fixture("my_alloc");
+    let dir = scratch("sites-my-alloc");
+    let (file, err) = record_exact(&dir, &prog, &[]);
+    let hint = "hint: my_alloc looks like an allocation wrapper (its bytes come from 5 \
+                callers): --site-skip '^my_alloc$' names them";
+    let below: Vec<&str> = err.lines().skip_while(|l| !l.contains("total (")).collect();
+    assert_eq!(below.get(1).copied(), Some(hint), "{err}");
+    let o = Command::new(MEMPROF).arg("report").arg("--json").arg(&file).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = &v["suggestions"];
+    assert_eq!(s.as_array().map(Vec::len), Some(1), "{v:#}");
+    assert_eq!((&s[0]["site"], &s[0]["callers"]), (&"my_alloc".into(), &5.into()), "{v:#}");
+    assert_eq!(s[0]["site_skip"], "^my_alloc$");
+    assert_eq!(s[0]["text"], hint.strip_prefix("hint: ").unwrap());
+    let html = std::fs::read_to_string(dir.join("out.mprof.html")).unwrap();
+    assert!(html.contains("\"hints\":[\"my_alloc looks like an allocation wrapper"), "{html}");
+
+    // The suggested argument, through a shell, as a user would paste it.
+    let arg = hint.split("--site-skip ").nth(1).unwrap().trim_end_matches(" names them");
+    let shell = |script: &str| {
+        let script = script.replace("ARG", arg);
+        let o = Command::new("sh").arg("-c").arg(script).arg(MEMPROF).arg(&file).output();
+        let o = o.unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        o
+    };
+    let o = shell(r#""$0" report --json --site-skip ARG "$1""#);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sites = v["sites"].as_array().unwrap();
+    let bytes = |name: &str| sites.iter().find(|s| s["site"] == name).map(|s| &s["live_bytes"]);
+    for (name, want) in [
+        ("read_config", 1_000),
+        ("load_users", 10_000),
+        ("load_orders", 30_000),
+        ("build_index", 60_000),
+        ("cache_pages", 100_000),
+    ] {
+        assert_eq!(bytes(name), Some(&serde_json::Value::from(want as f64)), "{name}: {v:#}");
+    }
+    assert_eq!(bytes("my_alloc"), None, "{v:#}");
+    assert!(v["suggestions"].as_array().is_some_and(Vec::is_empty), "{v:#}");
+    // The table of `report` with it: the callers by name and line, and no hint.
+    let out = text(&shell(r#""$0" report --site-skip ARG "$1""#).stdout);
+    assert!(out.contains("  cache_pages  (my_alloc.c:"), "{out}");
+    assert!(!out.contains("hint: ") && !out.contains("my_alloc  ("), "{out}");
 }
 
 /// `fixtures/rust/sites` built with `cargo build --release --offline` (no dependencies)

@@ -13,6 +13,12 @@
 //! to its inline chain (innermost first); an address without symbols is named
 //! `module+0xoffset` (offset from the module's load bias) or `0xaddr`.
 //!
+//! Every raw name, from any of the paths below (this process's symbols, DWARF, `.symtab`
+//! and `.dynsym`), goes through [`demangle`]: a name is demangled only when it carries a
+//! mangling's prefix (Rust's `_ZN…E` and `_R…`, Itanium C++'s `_Z…`). The demanglers
+//! would read a C function named `f` or `Sa` as the type encoding it also is (`float`,
+//! `std::allocator`). Profiles store names as they were given, demangled.
+//!
 //! Frames of the profiler itself (the allocator hooks, the capture, the preload library's
 //! `malloc`) sit at the leaf end of every stack. [`Profile::frame_locations`] drops the
 //! innermost frames up to and including the outermost such frame found within the first
@@ -42,7 +48,9 @@
 //!   `unsafe` block, reading the notes of a mapped object);
 //! - `elf.rs`: what an ELF file says of itself (build id, segments, debug link, symbol
 //!   tables), read with the `object` crate;
-//! - `names.rs`: names as the demanglers leave them (legacy hashes, unreadable C++ names);
+//! - `names.rs`: [`demangle`], the one rule every path above names a symbol by: only a
+//!   name with a mangling's prefix is demangled (legacy hashes dropped, unreadable C++
+//!   names read from their prefix), every other name kept as it is;
 //! - `offline.rs`: addresses resolved from the recorded modules' files, and `Loaders` (each file opened once per run);
 //! - `debug_file.rs`: where an object's separate debug file is looked for;
 //! - `stripped.rs`: the notes on objects whose frames stayed unnamed.
@@ -66,7 +74,7 @@ pub use debug_file::debug_candidates;
 pub use elf::build_id;
 #[cfg(feature = "cli")] // its one user outside the folder is `record`'s collector
 pub(crate) use elf::file_layout;
-pub use names::{strip_hash, unmangled};
+pub use names::{demangle, strip_hash, unmangled};
 #[cfg(feature = "report")]
 pub use offline::resolve_offline;
 #[cfg(feature = "report")]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::debug_file::debug_candidates;
-use super::names::{strip_hash, unmangled};
+use super::names::demangle;
 use crate::profile::object_file::ObjectFile;
 use crate::profile::{Module, Profile, Symbol};
 
@@ -53,21 +53,22 @@ pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders)
                     continue;
                 };
                 while let Ok(Some(frame)) = frames.next() {
-                    let Some(function) = frame.function.as_ref().and_then(|f| f.demangle().ok())
-                    else {
+                    // The raw name, demangled by the one rule of every path (`names.rs`):
+                    // not addr2line's, which hands any name to both demanglers.
+                    let Some(raw) = frame.function.as_ref().and_then(|f| f.raw_name().ok()) else {
                         continue;
                     };
                     let (file, line) = match &frame.location {
                         Some(l) => (l.file.map(str::to_owned), l.line),
                         None => (None, None),
                     };
-                    let function = unmangled(strip_hash(&function));
+                    let function = demangle(&raw);
                     chain.push(Symbol { function, file, line });
                 }
                 // Line-tables-only DWARF names the function without its path: the symbol
                 // table has the full name of the outermost frame's function.
                 if let Some(outer) = chain.last_mut() {
-                    if let Some(full) = loader.find_symbol(probe).map(full_name) {
+                    if let Some(full) = loader.find_symbol(probe).map(demangle) {
                         if qualifies(&outer.function, &full) {
                             outer.function = full;
                         }
@@ -76,7 +77,7 @@ pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders)
             }
             if chain.is_empty() {
                 if let Some(name) = loaders.iter().find_map(|l| l.find_symbol(probe)) {
-                    chain.push(Symbol { function: full_name(name), file: None, line: None });
+                    chain.push(Symbol { function: demangle(name), file: None, line: None });
                 }
             }
             if !chain.is_empty() {
@@ -85,12 +86,6 @@ pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders)
         }
     }
     notes
-}
-
-/// A symbol table's name, demangled, without a legacy Rust hash.
-fn full_name(name: &str) -> String {
-    let name = addr2line::demangle_auto(name.into(), None);
-    unmangled(strip_hash(&name))
 }
 
 /// True when `full` (a symbol table's name) is the full path of the DWARF name `short`, a

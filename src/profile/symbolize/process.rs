@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::elf::note_build_id;
-use super::names::strip_hash;
+use super::names::demangle;
 use crate::profile::{Module, Symbol};
 
 /// The loaded objects of this process: the main executable first, then shared libraries in
@@ -108,8 +108,9 @@ pub fn resolve_in_process(addrs: impl IntoIterator<Item = u64>) -> HashMap<u64, 
         let lookup = addr.saturating_sub(1) as usize as *mut std::ffi::c_void;
         backtrace::resolve(lookup, |sym| {
             let Some(name) = sym.name() else { return };
-            // `{:#}` asks the demangler to leave the hash out; strip_hash catches the rest.
-            let function = strip_hash(&format!("{name:#}")).to_owned();
+            // The raw name, demangled by the one rule of every path (`names.rs`): backtrace's
+            // `Display` would hand it to its demanglers whatever it is.
+            let function = demangle(&String::from_utf8_lossy(name.as_bytes()));
             let file = sym.filename().map(|f| f.to_string_lossy().into_owned());
             chain.push(Symbol { function, file, line: sym.lineno() });
         });

@@ -131,6 +131,7 @@
     $('memory').innerHTML = D.memory.map((l) => '<li>' + esc(l) + '</li>').join('');
     $('notes').innerHTML = D.notes.map((n) => '<li>' + esc(n) + '</li>').join('');
     $('warnings').innerHTML = D.warnings.map((w) => '<li>' + esc(w) + '</li>').join('');
+    $('hints').innerHTML = (D.hints || []).map((h) => '<li>' + esc(h) + '</li>').join('');
     if (PROCS) {
       $('prog').textContent = exe.split('/').pop() + ' and ' + (PROCS.length - 1) + ' other processes';
       const sel = $('proc');
