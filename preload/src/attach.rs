@@ -18,6 +18,11 @@
 //! - [`memprof_attach_stop`] stops the session and plans the way back: each slot that still
 //!   holds this library's export gets the value it held before.
 //!
+//! The start also plans the patch of the entry points of the allocator the program's calls
+//! are bound to (`crate::patch::deferred`), glibc's in most programs: a slot is not the only
+//! way to it, and a call through a pointer the program kept reaches the hook only there.
+//! The plan's message names a family the patcher refused, for the attacher's note.
+//!
 //! The exports forward to the definitions the program's own calls were bound to: the
 //! global scope's, which the constructor's resolution finds (this library is loaded last,
 //! so every object precedes it; `next`). What each slot held first is kept here for the
@@ -180,15 +185,22 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
             original.original.push((s.addr, s.value, hook));
         }
     });
-    // Allocators the slots never reach (an executable's own, under names of its own, or
-    // an executable that defines malloc): their entry points, patched as at start-up.
+    // The entry points of the allocator the program's calls are bound to (glibc's, or an
+    // earlier object's that defines malloc) and of those under names of their own in the
+    // executable, patched as at start-up: the slots never reach the latter, nor the former
+    // through a pointer the program kept (a table in a PIE's data, a copy made at run time,
+    // the loader's own). A family refused is named for the attacher's note.
     let kept: Vec<Write> = original.code.iter().filter(|w| in_place(w)).copied().collect();
     let in_place: Vec<usize> = kept.iter().map(|w| w.addr as usize).collect();
-    let code = crate::patch::deferred(&in_place);
+    let (code, refused) = crate::patch::deferred(&in_place);
     original.code = kept.into_iter().chain(code.iter().copied()).collect();
     let patched = original.code.len() as u64;
     writes.extend(code);
-    let plan = Plan { objects: objects.len() as u64, patched, ..Plan::default() };
+    let mut plan = Plan { objects: objects.len() as u64, patched, ..Plan::default() };
+    if !refused.is_empty() {
+        // What the slots alone leave out, for the attacher's note.
+        plan.set_message(&refused.join("; "));
+    }
     ACTIVE.store(true, Ordering::Release);
     publish(&mut state, plan, writes)
 }
