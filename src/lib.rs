@@ -333,7 +333,9 @@ pub mod __private {
         around_dlclose, before_exec, before_quick_exit, init, start_attached, stop_attached,
     };
     pub use crate::record::unfollowed::note as note_unfollowed;
-    pub use crate::sys::elf_lookup::{next_definitions, own_definitions, prior_definitions, Prior};
+    pub use crate::sys::elf_lookup::{
+        first_definitions, next_definitions, own_definitions, prior_definitions, Prior,
+    };
     pub use crate::sys::errno::{errno, set_errno};
     pub use crate::sys::got;
 }

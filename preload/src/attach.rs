@@ -6,11 +6,22 @@
 //!   other loaded object that binds a function this library exports (the malloc family,
 //!   `dlclose`, `_exit`, the `exec` family, `pthread_attr_setstacksize`) and holds that
 //!   function's definition (or the object's own lazy-binding stub) is to hold this
-//!   library's export instead. Slots bound elsewhere (another namespace's allocator) are
-//!   left alone. The plan is a list of [`Write`]s the attacher makes while every thread is
-//!   stopped; nothing here writes the process's GOT.
+//!   library's export instead. "The definition" is two addresses when a non-PIC executable
+//!   takes the function's address (node does for `malloc`, `calloc`, `realloc`, `free`):
+//!   its PLT entry, which every pointer to the function in the process equals (GOT data
+//!   slots hold it), and the definition the PLT slots were bound to, the executable's
+//!   own included, which its PLT entry jumps through. Both are rerouted: a pointer to the
+//!   function taken before the attach, anywhere, reaches the hook through the executable's
+//!   slot. Slots bound elsewhere (another namespace's allocator) are left alone. The plan
+//!   is a list of [`Write`]s the attacher makes while every thread is stopped; nothing
+//!   here writes the process's GOT.
 //! - [`memprof_attach_stop`] stops the session and plans the way back: each slot that still
 //!   holds this library's export gets the value it held before.
+//!
+//! The start also plans the patch of the entry points of the allocator the program's calls
+//! are bound to (`crate::patch::deferred`), glibc's in most programs: a slot is not the only
+//! way to it, and a call through a pointer the program kept reaches the hook only there.
+//! The plan's message names a family the patcher refused, for the attacher's note.
 //!
 //! The exports forward to the definitions the program's own calls were bound to: the
 //! global scope's, which the constructor's resolution finds (this library is loaded last,
@@ -154,7 +165,7 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
         return publish(&mut state, Plan::refused(&why), Vec::new());
     }
     let table = Table::new();
-    REAL_DLOPEN.store(table.defs.last().copied().unwrap_or(0), Ordering::Release);
+    REAL_DLOPEN.store(table.dlopen(), Ordering::Release);
     let original = &mut state.get_or_insert_with(|| State {
         plan: Plan::default(),
         writes: Vec::new(),
@@ -174,15 +185,22 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
             original.original.push((s.addr, s.value, hook));
         }
     });
-    // Allocators the slots never reach (an executable's own, under names of its own, or
-    // an executable that defines malloc): their entry points, patched as at start-up.
+    // The entry points of the allocator the program's calls are bound to (glibc's, or an
+    // earlier object's that defines malloc) and of those under names of their own in the
+    // executable, patched as at start-up: the slots never reach the latter, nor the former
+    // through a pointer the program kept (a table in a PIE's data, a copy made at run time,
+    // the loader's own). A family refused is named for the attacher's note.
     let kept: Vec<Write> = original.code.iter().filter(|w| in_place(w)).copied().collect();
     let in_place: Vec<usize> = kept.iter().map(|w| w.addr as usize).collect();
-    let code = crate::patch::deferred(&in_place);
+    let (code, refused) = crate::patch::deferred(&in_place);
     original.code = kept.into_iter().chain(code.iter().copied()).collect();
     let patched = original.code.len() as u64;
     writes.extend(code);
-    let plan = Plan { objects: objects.len() as u64, patched, ..Plan::default() };
+    let mut plan = Plan { objects: objects.len() as u64, patched, ..Plan::default() };
+    if !refused.is_empty() {
+        // What the slots alone leave out, for the attacher's note.
+        plan.set_message(&refused.join("; "));
+    }
     ACTIVE.store(true, Ordering::Release);
     publish(&mut state, plan, writes)
 }
@@ -192,7 +210,15 @@ pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const
 struct Table {
     names: Vec<&'static [u8]>,
     hooks: Vec<usize>,
+    /// Each function's address as a pointer to it compares (`dlsym(RTLD_DEFAULT)`): its
+    /// definition, or the executable's PLT entry when a non-PIC executable takes its address
+    /// (node does for `malloc`, `calloc`, `realloc` and `free`).
     defs: Vec<usize>,
+    /// The definition the PLT slots were bound to (`first_definitions`): the same as
+    /// `defs` but in that case, where every PLT slot, the executable's own included, holds
+    /// the definition while `defs` names the executable's PLT entry, which jumps through
+    /// the executable's slot.
+    bound: Vec<usize>,
 }
 
 impl Table {
@@ -207,17 +233,41 @@ impl Table {
             // SAFETY: RTLD_DEFAULT is a valid pseudo-handle and the names are C strings.
             .map(|n| unsafe { libc::dlsym(libc::RTLD_DEFAULT, n.as_ptr()) } as usize)
             .collect();
-        Table { names: listed, hooks, defs }
+        let all: Vec<&CStr> = names().chain(core::iter::once(DLOPEN)).collect();
+        let mut bound = vec![0usize; all.len()];
+        for (names, out) in all.chunks(16).zip(bound.chunks_mut(16)) {
+            let mut found = [core::ptr::null_mut(); 16];
+            memprof::__private::first_definitions(names, &mut found[..names.len()]);
+            for (o, f) in out.iter_mut().zip(found) {
+                *o = f as usize;
+            }
+        }
+        Table { names: listed, hooks, defs, bound }
+    }
+
+    /// The `dlopen` the program's calls reach in the end: the definition, never the
+    /// executable's PLT entry (whose slot is rerouted to [`attach_dlopen`]).
+    fn dlopen(&self) -> usize {
+        match self.bound.last() {
+            Some(&b) if b != 0 => b,
+            _ => self.defs.last().copied().unwrap_or(0),
+        }
     }
 
     /// Calls `f` with each slot to reroute (or rerouted already) and its hook: slots that
-    /// hold the program's definition or their own object's lazy-binding stub. Slots bound
-    /// elsewhere (another namespace's allocator) are left alone.
+    /// hold the program's definition (as bound, or as its address compares), or their own
+    /// object's lazy-binding stub. Slots bound elsewhere (another namespace's allocator)
+    /// are left alone.
     fn slots(&self, mut f: impl FnMut(got::Slot, usize)) {
         got::slots(&self.names, self.hooks[0], |s| {
             let hook = self.hooks[s.name];
-            let def = self.defs[s.name];
-            if hook != 0 && (s.value == hook || s.own || (s.value == def && def != 0)) {
+            let program = |d: usize| d != 0 && s.value == d;
+            if hook != 0
+                && (s.value == hook
+                    || s.own
+                    || program(self.defs[s.name])
+                    || program(self.bound[s.name]))
+            {
                 f(s, hook);
             }
         });

@@ -40,6 +40,8 @@
 //!
 //! The profiler's own memory (live table, queue, deep stack buffers) still comes from
 //! glibc's `__libc_malloc`, and is freed with `__libc_free`: never mixed with the program's.
+//! Under `memprof attach`, which patches glibc's entry points (§6), those calls pass through
+//! the exports too, made with the thread busy: forwarded, never reported.
 //!
 //! # 3. Hooks
 //! A block is reported after the allocator returned it, and its free before the allocator
@@ -86,8 +88,10 @@
 //! thread it borrows with ptrace. The constructor then only resolves the forwarding table
 //! (every object precedes this one, so the program's own bindings are what it finds) and
 //! neither patches nor starts: the program's calls do not reach the exports yet, and the
-//! attacher's calls of `attach` start the session and plan which GOT slots to reroute,
-//! which the attacher writes while every thread is stopped.
+//! attacher's calls of `attach` start the session and plan which GOT slots to reroute and
+//! which entry points to patch (those of the allocator the program's calls are bound to,
+//! glibc's included: a pointer to `malloc` the program kept reaches no slot), which the
+//! attacher writes while every thread is stopped.
 #![deny(missing_docs)]
 
 #[cfg(target_arch = "x86_64")]

@@ -133,12 +133,6 @@ pub(crate) fn prior() -> [Option<memprof::__private::Prior>; COUNT] {
     prior
 }
 
-/// The address of glibc's `malloc` (`__libc_malloc` is the same function).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) fn libc_malloc() -> usize {
-    __libc_malloc as *const () as usize
-}
-
 /// Puts `f` (a trampoline to the original code of the definer's function in slot `i`) in
 /// the table, for good: called by the patcher before it patches that function's entry.
 pub(crate) fn set_patched(i: usize, f: *mut c_void) {

@@ -57,7 +57,9 @@ pub struct Plan {
     pub objects: u64,
     /// See `objects`.
     pub patched: u64,
-    /// A refusal's reason, NUL-terminated.
+    /// A refusal's reason, NUL-terminated; in a start's plan that is not refused, the
+    /// allocator families whose entry points could not be patched, with the function and
+    /// the reason (empty: none).
     pub message: [u8; MESSAGE_LEN],
 }
 
@@ -80,12 +82,18 @@ impl Plan {
     /// A refusal saying `why` (cut to fit, at a character's boundary).
     pub fn refused(why: &str) -> Plan {
         let mut p = Plan { status: 1, ..Plan::default() };
-        let mut n = why.len().min(MESSAGE_LEN - 1);
-        while !why.is_char_boundary(n) {
+        p.set_message(why);
+        p
+    }
+
+    /// Sets the message to `text` (cut to fit, at a character's boundary).
+    pub fn set_message(&mut self, text: &str) {
+        let mut n = text.len().min(MESSAGE_LEN - 1);
+        while !text.is_char_boundary(n) {
             n -= 1;
         }
-        p.message[..n].copy_from_slice(&why.as_bytes()[..n]);
-        p
+        self.message = [0; MESSAGE_LEN];
+        self.message[..n].copy_from_slice(&text.as_bytes()[..n]);
     }
 
     /// The refusal's reason.

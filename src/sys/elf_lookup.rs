@@ -71,11 +71,30 @@ struct Found {
 /// At most 16 names. Never allocates, never panics; takes the loader's (recursive) lock
 /// for the walk.
 pub fn next_definitions(this: usize, names: &[&CStr], out: &mut [*mut c_void]) -> bool {
+    definitions_after(Some(this), names, out)
+}
+
+/// For each name in `names`, the address of its first definition in the loader's list of
+/// objects (null where none defines it): the definition a call through a PLT binds to. Not
+/// `dlsym(RTLD_DEFAULT)`'s answer when a non-PIC executable takes the function's address:
+/// its undefined symbol then carries the address of its own PLT entry (the canonical
+/// address every object's pointer to the function compares equal to), which `dlsym`
+/// returns, while the loader binds the PLT's own slots, the executable's included, past
+/// it to the definition.
+///
+/// At most 16 names. Never allocates, never panics; takes the loader's (recursive) lock.
+pub fn first_definitions(names: &[&CStr], out: &mut [*mut c_void]) {
+    definitions_after(None, names, out);
+}
+
+/// [`next_definitions`] after the object holding `this`, or from the first object.
+fn definitions_after(this: Option<usize>, names: &[&CStr], out: &mut [*mut c_void]) -> bool {
     let n = names.len().min(out.len()).min(16);
     let mut found = [None::<Found>; 16];
-    let mut seen_this = false;
+    let mut seen_this = this.is_none();
     for_each_object(|o| {
         if !seen_this {
+            let this = this.unwrap_or(0);
             seen_this = o.loads().any(|(start, len)| this.wrapping_sub(start) < len);
             return;
         }
@@ -397,5 +416,14 @@ mod tests {
         let mut none = [core::ptr::null_mut(); 1];
         assert!(!next_definitions(8, &names[..1], &mut none));
         assert!(none[0].is_null());
+    }
+
+    /// From the first object on: glibc's `malloc` (this test binary defines none), and
+    /// null for a name nothing defines.
+    #[test]
+    fn first_definitions_start_at_the_executable() {
+        let mut out = [core::ptr::null_mut(); 2];
+        first_definitions(&[c"malloc", c"memprof_no_such_function"], &mut out);
+        assert_eq!(out, [__libc_malloc as *mut c_void, core::ptr::null_mut()]);
     }
 }

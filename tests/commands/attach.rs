@@ -8,7 +8,11 @@
 //! shows there. Also: two attaches in a row (each profile fresh, the default names),
 //! `--duration`, a target that exits while attached, a target that forks all the time,
 //! and the refusals (no such process, another user, already traced, statically linked,
-//! another mount namespace), each one line and the target unharmed.
+//! another mount namespace), each one line and the target unharmed. `reach`: every way a
+//! program like node's executable calls malloc, each seen at its rate, and the note on an
+//! allocator whose entry points cannot be patched.
+
+mod reach;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -20,7 +20,8 @@
 //! `allocators` (a Rust program on tikv-jemallocator, mimalloc and the system allocator,
 //! exact at each site; a stripped one explained), `attach` (`memprof attach PID` on a running
 //! multi-threaded service: the exact numbers of a phase run while attached, repeated
-//! attaches, `--duration`, a target that exits or forks, the refusals; the service unharmed).
+//! attaches, `--duration`, a target that exits or forks, the refusals; the service unharmed;
+//! every way a non-PIE program like node calls malloc, seen at its rate).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;

@@ -9,7 +9,9 @@
 //!   it defines, the trampoline to its original code goes in that function's `NEXT` slot
 //!   (so this library's export forwards to the definer's own allocator: never to another),
 //!   then its entry jumps to this library's export of the same name: the exports are the
-//!   hooks, unchanged. Calls made before the constructor (the loader's, libc's, other
+//!   hooks, unchanged. Loaded late by `memprof attach`, the library comes after every
+//!   object, and the definer is glibc itself unless an earlier object defines `malloc`
+//!   (§3). Calls made before the constructor (the loader's, libc's, other
 //!   libraries' constructors') went to the definer directly and unsampled; their blocks are
 //!   freed through the same allocator, which is all that matters.
 //! - **Allocators under names of their own** in the executable's `.symtab` (`symtab`): a
@@ -56,7 +58,16 @@
 //! made by [`deferred`] when the attacher asks, and the entry points' writes go back to
 //! the attacher, which makes them with every thread stopped (a thread must not be running
 //! the bytes a patch replaces): then the process is not single-threaded, and the page is
-//! never made writable (the attacher writes through `/proc/PID/mem`).
+//! never made writable (the attacher writes through `/proc/PID/mem`). There every object
+//! precedes this library, so the definer is the allocator the program's calls are bound
+//! to, glibc's own `malloc` family in most programs. The attacher reroutes GOT slots too,
+//! but a slot is only one way to the allocator: a pointer to `malloc` the program took
+//! before the attach (a table of allocation functions in a PIE's data, filled by a
+//! relocation; a copy made at run time; the dynamic loader's `__rtld_malloc`, set at
+//! start-up) calls the definition directly, and only its patched entry leads through the
+//! hook. Inside glibc, `realloc(NULL, n)` and the aligned allocators call `malloc` and
+//! `realloc(p, 0)` calls `free` at their patched entries: the outer export runs them busy
+//! (`entry::inside`), so each is reported once.
 //!
 //! # 4. The log
 //! With `MEMPROF_PATCH_LOG` set in its environment, the library writes one line a function
@@ -104,10 +115,11 @@ pub(crate) fn install() {
 /// attach` (§5): trampolines and slots set up, but each entry point's patch returned as a
 /// [`Write`] for the attacher, which makes it with every thread stopped and none inside the
 /// bytes it replaces (the write's guarded range). The entry points in `in_place` (patched by
-/// an earlier attach, still in place) are left as they are. glibc's own `malloc`, which
-/// precedes this library in a process it was loaded into late, is no definer: calls to it
-/// go through GOT slots, which the attacher reroutes.
-pub(crate) fn deferred(in_place: &[usize]) -> Vec<Write> {
+/// an earlier attach, still in place) are left as they are. Loaded late, this library comes
+/// after every object, so the definer is whichever object the program's calls are bound
+/// to, glibc's `malloc` included (§1). Also returns, for each family refused, a line that
+/// says which function and why.
+pub(crate) fn deferred(in_place: &[usize]) -> (Vec<Write>, Vec<String>) {
     let _busy = memprof::__private::Busy::enter();
     let mut log = Log::new();
     log.done = in_place.to_vec();
@@ -115,16 +127,13 @@ pub(crate) fn deferred(in_place: &[usize]) -> Vec<Write> {
     definer(&mut log);
     statics(&mut log);
     log.flush();
-    log.deferred.take().unwrap_or_default()
+    (log.deferred.take().unwrap_or_default(), core::mem::take(&mut log.refusals))
 }
 
 /// The definer before this library, if any (§1).
 fn definer(log: &mut Log) {
     let prior = next::prior();
-    let Some(malloc) = prior[next::MALLOC] else {
-        return;
-    };
-    if log.deferred.is_some() && malloc.addr == next::libc_malloc() {
+    if prior[next::MALLOC].is_none() {
         return;
     }
     // The exports' own addresses: a reference from inside this library would bind to the
@@ -154,7 +163,30 @@ fn definer(log: &mut Log) {
             })
         })
         .collect();
-    family("the malloc family defined before the preload library", targets, log);
+    let label = match &log.deferred {
+        None => "the malloc family defined before the preload library".to_owned(),
+        Some(_) => prior[next::MALLOC].map_or_else(String::new, |p| object_of(p.addr)),
+    };
+    family(&label, targets, log);
+}
+
+/// "the malloc family of FILE", FILE the last component of the path of the object that
+/// holds `addr` (for the attacher's note, `memprof attach`'s only; never on a hot path).
+fn object_of(addr: usize) -> String {
+    // SAFETY: `Dl_info` is plain data (pointers and integers): all zeros is a value of it.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's list, compares `addr` with the objects'
+    // ranges and writes `info`.
+    let found = unsafe { libc::dladdr(addr as *const c_void, &mut info) } != 0;
+    let path = match found && !info.dli_fname.is_null() {
+        // SAFETY: on success `dli_fname` is the object's NUL-terminated path, the loader's.
+        true => unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy(),
+        false => "".into(),
+    };
+    match path.rsplit('/').next() {
+        Some(name) if !name.is_empty() => format!("the malloc family of {name}"),
+        _ => "the malloc family of the executable".to_owned(),
+    }
 }
 
 /// The executable's allocators under names of their own, or Rust's shim (§1).
@@ -298,13 +330,15 @@ struct Log {
     done: Vec<usize>,
     /// For `memprof attach`: the entry points' patches, collected instead of written.
     deferred: Option<Vec<Write>>,
+    /// One line for each family refused: `family (function: why)`.
+    refusals: Vec<String>,
 }
 
 impl Log {
     fn new() -> Log {
         // SAFETY: getenv reads the environment; the name is a C string.
         let on = !unsafe { libc::getenv(c"MEMPROF_PATCH_LOG".as_ptr()) }.is_null();
-        Log { on, text: String::new(), done: Vec::new(), deferred: None }
+        Log { on, text: String::new(), done: Vec::new(), deferred: None, refusals: Vec::new() }
     }
 
     fn patched(&mut self, family: &str, name: &str, result: Result<(), Refusal>) {
@@ -318,6 +352,11 @@ impl Log {
     }
 
     fn refused(&mut self, family: &str, targets: &[Target], culprit: Option<&str>, why: Refusal) {
+        let named = culprit.map_or_else(
+            || targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "),
+            str::to_owned,
+        );
+        self.refusals.push(format!("{family} ({named}: {})", why.why()));
         for t in targets {
             let why = match culprit {
                 Some(c) if c != t.name => Refusal::Family,
@@ -381,7 +420,8 @@ mod tests {
         // SAFETY: the page holds that function.
         let call = |x| unsafe { core::mem::transmute::<usize, extern "C" fn(u64) -> u64>(f)(x) };
         assert_eq!(call(5), 1005);
-        let mut log = Log { on: true, text: String::new(), done: Vec::new(), deferred: None };
+        let mut log = Log::new();
+        log.on = true;
         let t = Target {
             name: "f".into(),
             addr: f,
@@ -406,7 +446,8 @@ mod tests {
         // mov rax, rdi; add rax, rdi; ret: patchable alone.
         let sibling = [0x48, 0x89, 0xf8, 0x48, 0x01, 0xf8, 0xc3];
         let (a, b, c) = (code_page(&looping), code_page(&short), code_page(&sibling));
-        let mut log = Log { on: true, text: String::new(), done: Vec::new(), deferred: None };
+        let mut log = Log::new();
+        log.on = true;
         let target = |name: &str, addr, size| Target {
             name: name.into(),
             addr,

@@ -52,6 +52,9 @@ pub(super) struct Attached {
     pub(super) unpatched: bool,
     /// Slots written.
     pub(super) written: usize,
+    /// The allocator families whose entry points the library could not patch, with the
+    /// function and the reason (empty: none).
+    pub(super) refused: String,
 }
 
 fn other(e: Failed, pid: u32) -> Error {
@@ -220,8 +223,9 @@ impl Process {
 
     /// Makes `writes` with every thread stopped and none inside a guarded range, then zeroes
     /// each thread's countdown at `tpoff` from its thread pointer (when given). The borrowed
-    /// thread `held` is stopped already, its state restored. Returns the writes made.
-    /// The second value is false when the entry points' writes were left out.
+    /// thread `held` is stopped already, its state restored. Returns the slot writes made
+    /// (writes without a guarded range), and false when the entry points' writes were left
+    /// out.
     fn apply(
         &mut self,
         held: usize,
@@ -264,7 +268,9 @@ impl Process {
             self.mem.write_all_at(&w.new[..len], w.addr).map_err(|e| {
                 Error::io(format!("cannot write the memory of process {}", self.pid), e)
             })?;
-            made += 1;
+            if w.guard_lo >= w.guard_hi {
+                made += 1;
+            }
         }
         if let Some(off) = tpoff {
             for t in &self.threads {
@@ -413,7 +419,8 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
         }
         let (written, clear) = p.apply(i, &writes, Some(plan.countdown_tpoff))?;
         let patched = if clear { plan.patched } else { 0 };
-        Ok(Attached { objects: plan.objects, patched, unpatched: !clear, written })
+        let refused = plan.message();
+        Ok(Attached { objects: plan.objects, patched, unpatched: !clear, written, refused })
     })
 }
 

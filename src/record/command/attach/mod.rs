@@ -7,12 +7,16 @@
 //!    namespace). Each refusal says what to do.
 //! 2. The output (`memprof.<PID>.mprof`, then `.1`, `.2` … when taken; or `-o`) and the
 //!    ring directory are created and the collector started, as `record` does.
-//! 3. The library is loaded and the process's calls rerouted (`inject`): ptrace, never
+//! 3. The library is loaded and the process's calls rerouted (`inject`): its GOT slots of
+//!    the malloc family, and the entry points of its allocator (glibc's, most often), which
+//!    a call through a pointer the program kept reaches without a slot. ptrace, never
 //!    gdb. The process is traced for the few milliseconds this takes, then let go. Then
-//!    `attached to PID` is printed.
+//!    `attached to PID` is printed. Entry points that could not be patched leave a note
+//!    (`unreached_note`) that says which calls that leaves out.
 //! 4. It samples until SIGINT, SIGTERM or SIGHUP reaches `memprof attach`, `--duration`
 //!    elapses, or the process exits or executes another program.
-//! 5. Detach: the session stops, the slots get back what they held (`inject::detach`),
+//! 5. Detach: the session stops, the slots and entry points get back what they held
+//!    (`inject::detach`),
 //!    the collector drains what is left and finishes the file, marked attached (its live
 //!    heap is what was allocated since the attach and is still held; blocks allocated
 //!    before are unknown and their frees are not counted). The top table, `<file>.svg` and
@@ -206,6 +210,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
              is not seen"
         );
     }
+    let unreached = unreached_note(&attached);
     let nothing = if attached.objects == 0 && attached.patched == 0 {
         "; no object of it calls the malloc family through the dynamic linker, so nothing \
          may be seen"
@@ -246,7 +251,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     if let Err(e) = &detached {
         eprintln!("memprof: error: could not detach cleanly from {pid}: {e}");
     }
-    report(args, &output, finished.profiles, skip)?;
+    report(args, &output, finished.profiles, skip, unreached)?;
     Ok(if detached.is_ok() { 0 } else { 1 })
 }
 
@@ -281,6 +286,31 @@ fn wait(pid: u32, lib: &Path, limit: Option<Duration>) -> End {
     }
 }
 
+/// The note on what the attach could not reach, when the entry points of the program's
+/// allocator were not patched (refused by the library, or left unpatched because a thread
+/// kept standing in them): then only calls through the GOT slots reach the hooks, and a
+/// call through a pointer to the allocator that the program took before the attach, or
+/// the dynamic loader's own allocation (through the pointer it took at start-up), is not
+/// seen. Every slot that named the malloc family was rerouted, so that is all that is
+/// missed.
+fn unreached_note(attached: &inject::Attached) -> Option<String> {
+    let why = if attached.unpatched {
+        "were left unpatched (a thread kept running their first instructions)".to_owned()
+    } else if !attached.refused.is_empty() {
+        format!("could not be patched ({})", attached.refused)
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the allocator's entry points {why}: allocations made through the GOT slots the \
+         attach rerouted (calls through the PLT or a GOT pointer) are seen, those that reach \
+         the allocator directly are not: calls through pointers to malloc, calloc, realloc \
+         or free that the program took before the attach (a table of allocation functions \
+         in its data, a copy made at run time), and the dynamic loader's own (dlopen, \
+         threads' TLS blocks)"
+    ))
+}
+
 /// The notes on an attached process that qualify its numbers: its runtime when its heap is
 /// not malloc's, and CPython's allocator, which an attach cannot switch off.
 fn attach_notes(profile: &crate::profile::Profile) -> Vec<String> {
@@ -302,6 +332,7 @@ fn report(
     output: &Path,
     folded: Vec<(PathBuf, crate::profile::Profile)>,
     skip: crate::profile::site::SiteSkip,
+    unreached: Option<String>,
 ) -> Result<(), Error> {
     let mut loaders = crate::profile::symbolize::Loaders::default();
     let files = vec![output.to_path_buf()];
@@ -316,7 +347,8 @@ fn report(
         };
     std::mem::forget(loaders);
     profile.site_skip = skip;
-    let notes = attach_notes(&profile);
+    let mut notes = attach_notes(&profile);
+    notes.extend(unreached);
     for n in &notes {
         if !profile.notes.contains(n) {
             profile.notes.push(n.clone());
