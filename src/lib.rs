@@ -57,6 +57,9 @@
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
+//! | `engine/live/fork.rs` | the table around `fork` (every shard taken, released) and its reset in a raw `clone` child |
+//! | `engine/live/tests.rs` | the table's tests |
+//! | `engine/forked.rs` | the wiped mark: a child made by a raw `clone` (no fork handler ran) found on the sample and free paths, and its handler run first |
 //! | `engine/queue/mod.rs` | the bounded queue of events waiting for a safe point, and the futex word full-queue waiters sleep on |
 //! | `engine/queue/lost_frees.rs` | the queue's table of the frees it refused or deferred, replayed by the consumer |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
@@ -114,7 +117,7 @@
 //! | `session/mod.rs` | [`start`], [`poll`], [`Session`], [`record_gc_cycle`] |
 //! | `session/tracker.rs` | the [`Tracker`] trait, its events and [`Poll`] |
 //! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
-//! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
+//! | `session/fork.rs` | the `pthread_atfork` handlers of a session, and its reset in a raw `clone` child |
 //! | `session/state.rs` | the session's process-wide state: its epoch, control block and driver behind their locks, the drain every safe point shares |
 //! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
 //! | `session/generations.rs` | module generations of a recorded process: a library mapped where an unloaded one was gets addresses of its own |
@@ -172,7 +175,9 @@
 //! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
 //! | `record/program/` | runs inside the profiled program, called by the preload library |
 //! | `record/program/mod.rs` | the folder's face |
-//! | `record/program/agent.rs` | the agent: start, fork, exec, `dlclose`, exit, and a session started and stopped by `memprof attach` |
+//! | `record/program/agent.rs` | the agent: start, exec, `dlclose`, exit, and a session started and stopped by `memprof attach` |
+//! | `record/program/agent/fork.rs` | the agent in a child: the `pthread_atfork` handlers, and the handler of a raw `clone` child |
+//! | `record/program/agent/fatal.rs` | a fatal signal in a program that does not handle it: the profile brought up to date first |
 //! | `record/attach_abi.rs` | what `memprof attach` and the library it loads tell each other: plans of writes at a fixed layout, the settings as text |
 //! | `record/command/` | runs in `memprof` (feature `cli`) |
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
