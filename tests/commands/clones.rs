@@ -78,3 +78,66 @@ fn raw_clone_fixture_with_glibc_fork() {
         assert_eq!(totals(&p, "parent_keep").1, 0.0, "{c:?}");
     }
 }
+
+/// Whether `unshare -p -f` runs here (root, or user namespaces allowed); said when not.
+fn pid_namespaces() -> bool {
+    let probe = std::process::Command::new("unshare").args(["-p", "-f", "true"]).output();
+    let ok = probe.is_ok_and(|o| o.status.success());
+    if !ok {
+        crate::common::skipped("process trees across PID namespaces", "`unshare -p -f` fails");
+    }
+    ok
+}
+
+/// The profile of a tree's directory that shows `site`, which must be the only one.
+fn only_with(files: &[PathBuf], site: &str) -> (PathBuf, memprof::profile::Profile) {
+    let mut with =
+        files.iter().map(|f| (f.clone(), read(f))).filter(|(_, p)| totals(p, site).1 > 0.0);
+    let one = with.next().unwrap_or_else(|| panic!("a profile shows {site}: {files:?}"));
+    assert!(with.next().is_none(), "one profile shows {site}: {files:?}");
+    one
+}
+
+/// `sh -c 'unshare -p -f ./prog_a a; unshare -p -f ./prog_b b'`: both programs are pid 1 in
+/// their namespaces; each has a file of its own, named by the pid memprof sees, with its
+/// own site and bytes exactly, the pid inside the namespace recorded beside it and its
+/// parent (`unshare`) named as memprof sees it. Then the same with each namespace's own
+/// `/proc` mounted (`--mount-proc`), where the process cannot name itself as memprof sees
+/// it and the collector finds it.
+#[test]
+fn follow_forks_across_pid_namespaces() {
+    if !pid_namespaces() {
+        return;
+    }
+    let dir = scratch("clones-pidns");
+    for name in ["prog_a", "prog_b"] {
+        std::fs::copy(fixture("ns_child"), dir.join(name)).unwrap();
+    }
+    let runs = [
+        ("t.mprof", "unshare -p -f ./prog_a a; unshare -p -f ./prog_b b"),
+        ("m.mprof", "unshare -p -f --mount-proc ./prog_a linger; unshare -p -f ./prog_b b"),
+    ];
+    for (output, script) in runs {
+        let opts = ["--interval", "1", "--follow-forks", "-o", output];
+        let out = record(&dir, &opts, Path::new("/bin/sh"), &["-c", script]);
+        assert_ok(&out, 0);
+        let said = crate::common::text(&out.stdout);
+        assert_eq!(said.matches("pid 1\n").count(), 2, "each is pid 1 inside: {said}");
+        let files = tree_files(&dir.join(output));
+        let (fa, a) = only_with(&files, "site_a");
+        let (fb, b) = only_with(&files, "site_b");
+        assert_eq!(totals(&a, "site_a"), (40_000.0, 40.0, 40_000.0, 40.0), "{fa:?}");
+        assert_eq!(totals(&b, "site_b"), (150_000.0, 30.0, 150_000.0, 30.0), "{fb:?}");
+        assert_eq!(totals(&a, "site_b").1 + totals(&b, "site_a").1, 0.0);
+        assert_ne!(a.header.pid, b.header.pid, "{script}");
+        for (f, p) in [(&fa, &a), (&fb, &b)] {
+            assert_ne!(p.header.pid, 1, "{f:?}: the pid memprof sees");
+            assert_eq!(p.header.ns_pid, 1, "{f:?}: the pid inside");
+            let name = f.file_name().unwrap().to_str().unwrap();
+            assert!(name.starts_with(&format!("{}.", p.header.pid)), "{f:?}");
+            let parent = files.iter().map(|f| read(f)).find(|q| q.header.pid == p.header.ppid);
+            let parent = parent.unwrap_or_else(|| panic!("{f:?}: its parent in the tree"));
+            assert!(parent.header.executable.ends_with("unshare"), "{f:?}");
+        }
+    }
+}

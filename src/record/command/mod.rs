@@ -10,6 +10,7 @@ pub(crate) mod collect;
 pub(crate) mod launcher;
 mod notes;
 mod oom;
+mod process;
 mod reach;
 pub(crate) mod request;
 pub(crate) mod run;

@@ -256,7 +256,7 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
     let exe =
         std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
     let cmdline = crate::session::recorder::command_line();
-    ring.log_append(ring::LOG_PROCESS, &ring::encode_process(&exe, &cmdline));
+    ring.log_append(ring::LOG_PROCESS, &ring::encode_process(&exe, &cmdline, ring.parent_pid()));
     crate::engine::hot::CONSUMER.store(
         ring.consumer() as *const crate::engine::hot::Consumer as *mut crate::engine::hot::Consumer,
         Ordering::Release,
