@@ -195,7 +195,6 @@
 //! | `record/command/attach/tracee.rs` | a seized thread: stops, its whole user state saved and restored, a function of the process called on it |
 //! | `record/command/attach/inject.rs` | `dlopen` on a borrowed thread, the library's plans, the writes made with every thread stopped |
 //! | `record/command/process.rs` | a process as the collector sees it through `/proc`: gone or not (a zombie's status, a pidfd's), its modules from its maps, which process made a ring (across PID namespaces) |
-//! | `record/command/split_reader.rs` | a process's `smaps` read on a thread of its own, at a pace bounded by its cost |
 //! | `record/command/reach.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s note when it cannot |
 //! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |

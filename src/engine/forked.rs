@@ -51,6 +51,15 @@
 //! - A thread at a safe point of the profiler (busy) never runs the handler: a free there
 //!   is left alone, a sample was refused already.
 //! - In-process sessions (`Sampled`) arm nothing: the mark reads 1.
+//! - glibc's own locks: its `fork` resets the allocator's and the loader's locks in the
+//!   child, a raw `clone` does not. A child made while another thread of its parent held
+//!   one has it held for good, and the handler's session start (`--follow-forks`: it
+//!   allocates, and lists the loaded objects under the loader's lock) waits for it as the
+//!   child's own `malloc` or `dlopen` would. Without following, the handler allocates and
+//!   frees nothing.
+//! - A thread of the parent sampling at the `clone` may have claimed a slot of the
+//!   parent's ring and not published it: the ring is the parent's mapping, and the child
+//!   never touches it again. The child's own copy of the profiler's state is reset.
 
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 

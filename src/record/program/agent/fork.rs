@@ -98,11 +98,16 @@ fn take_over(agent: &mut Option<Agent>, may_start: bool) {
             // SAFETY: null: nothing is written through the sink from now on.
             unsafe { crate::sys::rawmem::copy_mapped_to(core::ptr::null_mut()) };
             drop(a.ring.take());
-            a.settings.follow_forks.then(|| {
+            let follow = a.settings.follow_forks.then(|| {
                 let mut s = a.settings.clone();
                 s.stem = Some(a.stem.clone());
                 s
-            })
+            });
+            // Nothing of the parent's agent is freed here: after a raw `clone` its memory
+            // may be in an arena whose lock a thread of the parent held (glibc's `fork`
+            // resets the allocator's locks, a raw `clone` does not).
+            core::mem::forget(a);
+            follow
         }
         None => None,
     };
