@@ -30,7 +30,7 @@
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
-//! | `sys/futex.rs` | futex waits and wakes (the shared kind: a word may be in another process's mapping), and a lock whose waiters sleep |
+//! | `sys/futex.rs` | futex waits and wakes (the shared kind: a word may be in another process's mapping), a lock whose waiters sleep, and that lock with its data (the session's: a raw `clone` child takes it as free) |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
@@ -327,6 +327,7 @@ pub mod __private {
     };
     pub use crate::engine::busy::Busy;
     pub use crate::engine::callstack::dwarf_fallbacks;
+    pub use crate::engine::forked::after_child as after_clone_child;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::attach_abi;

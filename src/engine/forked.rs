@@ -30,11 +30,14 @@
 //! alone), before the caller goes on: the parent's session is abandoned as in the fork
 //! child handler, with the locks other threads held at the `clone` taken as held by nobody
 //! (the live table's shards, with the tables they guarded forgotten: `live::reset_in_child`;
-//! the agent's lock; the session's control and driver when free, else the child stays
-//! unprofiled), the mark is written again for this process's own children, and with
-//! `--follow-forks` the child starts a session on a ring of its own. The caller then goes on
+//! the agent's lock; the session's control, driver and GC lists, locks of
+//! `sys::futex` for this: a std `Mutex` held by a thread the child lacks stays held), the
+//! mark is written again for this process's own children, and with `--follow-forks` the
+//! child starts a session of its own (on a ring, or with its own file and drain thread). The caller then goes on
 //! in the child's own state: a sample is drawn again in the child's session (or none), and
-//! a free finds the table empty. The handler allocates (through the program's `malloc`,
+//! a free finds the table empty. An allocator that keeps the countdown itself registers
+//! what makes the thread draw it again ([`after_child`]: the preload library's runs after
+//! the handler, as its fork child handler runs after the agent's). The handler allocates (through the program's `malloc`,
 //! marked busy, as the preload library's early start does inside an allocation) once per
 //! such child. It keeps errno.
 //!
@@ -72,6 +75,19 @@ static MARK: AtomicPtr<AtomicU64> = AtomicPtr::new(&UNARMED as *const AtomicU64 
 
 /// The handler [`handle`] runs: true when the process's profiling state is its own now.
 static HANDLER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// What the allocator runs on the thread once a found child's handler has given the process
+/// its own state: an `extern "C" fn()` ([`after_child`]), or null.
+static AFTER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Registers `f`, which [`handle`] runs on the found child's thread after the handler gave
+/// the process its own state (§3). For an allocator that keeps the thread's countdown
+/// itself and skips its epoch check (the preload library: `sampler` §3): the handler's own
+/// allocations, made while no session ran, parked the countdown, which it zeroes there as
+/// its fork child handler does after the agent's.
+pub fn after_child(f: extern "C" fn()) {
+    AFTER.store(f as *mut (), Ordering::Release);
+}
 
 /// The size of the mark's page.
 const PAGE: usize = 4096;
@@ -136,6 +152,13 @@ pub(crate) fn handle() -> bool {
     let f: fn() -> bool = unsafe { core::mem::transmute::<*mut (), fn() -> bool>(h) };
     let saved = crate::sys::errno::SavedErrno::save();
     let handled = f() && !unhandled();
+    let after = AFTER.load(Ordering::Acquire);
+    if handled && !after.is_null() {
+        // SAFETY: a non-null AFTER was stored from an `extern "C" fn()` by `after_child`.
+        let after: extern "C" fn() =
+            unsafe { core::mem::transmute::<*mut (), extern "C" fn()>(after) };
+        after();
+    }
     saved.restore();
     handled
 }

@@ -3,10 +3,10 @@
 //! crate-private, registered by the agent ([`crate::record`]).
 
 use super::driver::Drive;
-use super::state::{lock, Control, CONTROL, DRIVER, SESSION_EPOCH};
+use super::state::{lock, Control, CONTROL, DRIVER, PENDING_GC, SESSION_EPOCH};
 use crate::engine::{callstack, hot, live, sampler};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::MutexGuard;
+use crate::sys::futex::MutexGuard;
+use std::sync::atomic::Ordering;
 
 /// The guards [`fork_prepare`] holds until [`fork_parent`] or [`fork_child`].
 type HeldLocks =
@@ -25,12 +25,6 @@ static FORK_LOCKS: ForkLocks = ForkLocks(core::cell::UnsafeCell::new(None));
 /// `pthread_atfork` prepare handler: takes the session's locks (control, driver, then the
 /// live table's shards) so that the child inherits none of them held by a thread it lacks.
 pub(crate) fn fork_prepare() {
-    if LOCKS_LOST.load(Ordering::Acquire) {
-        // Held by threads this process lacks (see `clone_child`): nothing of a session
-        // runs here, and waiting for them would never end.
-        live::lock_all();
-        return;
-    }
     let control = lock(&CONTROL);
     let driver = lock(&DRIVER);
     live::lock_all();
@@ -67,21 +61,15 @@ pub(crate) fn fork_child() {
     live::clear();
 }
 
-/// Set in a child made by a raw `clone` while another thread of its parent held the
-/// session's control or driver lock: held for good here, so no session can start and the
-/// fork handlers leave them alone.
-static LOCKS_LOST: AtomicBool = AtomicBool::new(false);
-
 /// In a child made by a raw `clone`, which no fork handler prepared (`engine::forked`):
 /// abandons the parent's session as [`fork_child`] does, with the locks other threads held
-/// at the `clone` taken as held by nobody. Only this thread exists. `None` when this thread
-/// is inside the live table (a signal handler made the child there): nothing was done, and
-/// the caller tries again later. `Some(false)` when the session's control or driver lock
-/// was held (by a thread the child lacks): the parent's session is abandoned all the same,
-/// but this process can never start one. `Some(true)`: it may.
-pub(crate) fn clone_child() -> Option<bool> {
+/// at the `clone` taken as held by nobody (the live table's shards, the control and driver
+/// locks, the GC cycles' list: their contents are forgotten, never read). Only this thread
+/// exists. False when this thread is inside the live table (a signal handler made the child
+/// there): nothing was done, and the caller tries again later.
+pub(crate) fn clone_child() -> bool {
     if live::held_here() {
-        return None;
+        return false;
     }
     // Nothing of the parent's session may be pushed from here on.
     hot::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
@@ -90,28 +78,16 @@ pub(crate) fn clone_child() -> Option<bool> {
     SESSION_EPOCH.store(0, Ordering::Release);
     live::reset_in_child();
     callstack::fork_child();
-    let control = try_lock(&CONTROL);
-    let driver = try_lock(&DRIVER);
-    match (control, driver) {
-        (Some(mut control), Some(mut driver)) => {
-            // As in `fork_child`: a drain thread the child lacks, a tracker that shares its
-            // output with the parent; neither is ever run or dropped.
-            core::mem::forget(control.take());
-            core::mem::forget(driver.take());
-            Some(true)
-        }
-        _ => {
-            LOCKS_LOST.store(true, Ordering::Release);
-            Some(false)
-        }
+    // As in `fork_child`, the drain thread (which the child lacks) and the tracker (whose
+    // output is the parent's) are never run or dropped: forgotten with the locks' contents.
+    // SAFETY: this thread is the only one of the process (a `clone` without `CLONE_VM`
+    // copies the calling thread alone) and holds none of the three: it runs the program's
+    // code, and the agent calls this only outside glibc's `fork` (whose prepare handler
+    // took the first two on this thread).
+    unsafe {
+        CONTROL.reset_in_child(None);
+        DRIVER.reset_in_child(None);
+        PENDING_GC.reset_in_child(Vec::new());
     }
-}
-
-/// The lock's guard if it is free (a poisoned lock is taken as it is); `None` when held.
-fn try_lock<T>(m: &std::sync::Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    match m.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
+    true
 }

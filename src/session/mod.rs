@@ -47,9 +47,9 @@
 //! session of its own. A child made by a raw `clone`, which runs no handler, is found by
 //! the engine's wiped mark (`engine::forked`) and reset by [`clone_child`]: the same, with
 //! the locks the parent's other threads held taken as held by nobody (the live table's
-//! shards forgotten with their tables; the control and driver locks only when free: held,
-//! they stay held and that process never starts a session, and its fork handlers leave
-//! them alone).
+//! shards forgotten with their tables; the control, driver and GC locks, which are
+//! `sys::futex`'s for this, with their contents forgotten: the in-process drain thread
+//! holds the driver's often).
 
 pub(crate) mod driver;
 mod fork;
@@ -244,7 +244,7 @@ pub fn poll() -> usize {
     let Some(q) = queue() else {
         return 0;
     };
-    let Ok(mut guard) = DRIVER.try_lock() else {
+    let Some(mut guard) = DRIVER.try_lock() else {
         return 0;
     };
     // Read under the driver's lock, which `start` holds until the epoch is published.

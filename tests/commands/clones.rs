@@ -54,6 +54,40 @@ fn raw_clone_children_follow_forks() {
     }
 }
 
+/// The preload library set by hand (`LD_PRELOAD`, no `record`): each process writes its
+/// own file, and a drain thread of the parent's holds the session's locks often (a raw
+/// child takes them as free). Five runs each way, as the `clone` lands at another moment
+/// of that thread's work each time.
+#[test]
+fn raw_clone_children_under_a_hand_set_preload_with_and_without_follow_forks() {
+    let dir = scratch("clones-by-hand");
+    let lib = Path::new(crate::common::MEMPROF).parent().unwrap().join("libmemprof_preload.so");
+    for run in 0..10 {
+        let follow = run % 2 == 0;
+        let file = dir.join(format!("h{run}.mprof"));
+        let out = std::process::Command::new(fixture("raw_clone"))
+            .env("LD_PRELOAD", &lib)
+            .env("MEMPROF_INTERVAL", "1")
+            .env("MEMPROF_FOLLOW_FORKS", if follow { "1" } else { "0" })
+            .env("MEMPROF_OUTPUT", &file)
+            .output()
+            .unwrap();
+        let err = crate::common::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(err.is_empty(), "nothing said: {err}");
+        let p = read(&file);
+        assert_eq!(totals(&p, "parent_keep"), (100_000.0, 100.0, 100_000.0, 100.0), "{run}");
+        assert_eq!(totals(&p, "child_alloc").1, 0.0, "{run}");
+        let children = tree_files(&file);
+        assert_eq!(children.len(), if follow { 2 } else { 0 }, "{run}: {children:?}");
+        for c in &children {
+            let p = read(c);
+            assert_eq!(totals(&p, "child_alloc"), (150_000.0, 50.0, 150_000.0, 50.0), "{c:?}");
+            assert_eq!(totals(&p, "parent_keep").1, 0.0, "{c:?}");
+        }
+    }
+}
+
 /// The same program with glibc's `fork` (the fork handlers run): as before, with and
 /// without following.
 #[test]

@@ -96,9 +96,8 @@
 //! parent's state. The child that finds it 0 runs `fork::clone_child` on its only thread:
 //! the same as the fork child handler (the parent's session abandoned, its ring unmapped, a
 //! session of its own with `--follow-forks`), with the locks other threads held at the
-//! `clone` taken as held by nobody (the agent's, the live table's shards; the session's own
-//! two when free, else the child stays unprofiled and says so), and the mark written again
-//! for its own children. A glibc `fork` child also reads 0 until the agent's child handler
+//! `clone` taken as held by nobody (the agent's, the live table's shards, the session's),
+//! and the mark written again for its own children. A glibc `fork` child also reads 0 until the agent's child handler
 //! has run: the prepare handler names the forking thread, and until then the mark's
 //! handler declines. A child that neither samples nor frees a sampled block is never found,
 //! and writes nothing anywhere: every other way into the ring (`exec`, `_exit`, `dlclose`,

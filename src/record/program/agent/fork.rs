@@ -46,7 +46,7 @@ extern "C" fn fork_child() {
     FORKING.store(0, Ordering::Release);
     // SAFETY: this thread holds LOCK (taken in fork_prepare before the fork).
     let agent = unsafe { &mut *AGENT.0.get() };
-    take_over(agent, true);
+    take_over(agent);
     unlock();
 }
 
@@ -63,27 +63,23 @@ fn clone_child() -> bool {
     // thread holds none: it runs the program's code (the agent never calls `clone`).
     LOCK.store(false, Ordering::Release);
     lock();
-    let Some(may_start) = session::clone_child() else {
+    if !session::clone_child() {
         unlock();
         return false;
-    };
+    }
     crate::engine::forked::rearm();
     // SAFETY: this thread holds LOCK.
     let agent = unsafe { &mut *AGENT.0.get() };
-    if !may_start && agent.as_ref().is_some_and(|a| a.settings.follow_forks) {
-        say("a process made by clone while another thread of its parent held the profiler's \
-             lock cannot start a session; it is not profiled");
-    }
-    take_over(agent, may_start);
+    take_over(agent);
     unlock();
     true
 }
 
 /// In a child whose session state was reset (`session::fork_child` or `clone_child`): the
 /// parent's agent is abandoned (its session forgotten, its ring unmapped, nothing of it
-/// ever written), and with `--follow-forks` a session of the child's own is started when
-/// `may_start`. The caller holds LOCK.
-fn take_over(agent: &mut Option<Agent>, may_start: bool) {
+/// ever written), and with `--follow-forks` a session of the child's own is started. The
+/// caller holds LOCK.
+fn take_over(agent: &mut Option<Agent>) {
     OWNER.store(0, Ordering::Release);
     let follow = match agent.take() {
         Some(mut a) => {
@@ -111,7 +107,7 @@ fn take_over(agent: &mut Option<Agent>, may_start: bool) {
         }
         None => None,
     };
-    if let Some(settings) = follow.filter(|_| may_start) {
+    if let Some(settings) = follow {
         match start_agent(settings) {
             Ok(a) => *agent = Some(a),
             Err(msg) => say(&format!("{msg}; this process is not profiled")),
