@@ -10,7 +10,6 @@ pub(crate) mod collect;
 pub(crate) mod launcher;
 pub(crate) mod notes;
 mod oom;
-mod process;
 pub(crate) mod reach;
 pub(crate) mod request;
 pub(crate) mod run;
