@@ -106,8 +106,9 @@ impl Profile {
         let mut per_stack: BTreeMap<StackId, (u64, u64)> = BTreeMap::new();
         for (&(stack, _), t) in &self.allocated {
             let e = per_stack.entry(stack).or_default();
-            e.0 += t.k;
-            e.1 += t.samples;
+            // Sums saturate: a damaged or hostile file may name any k.
+            e.0 = e.0.saturating_add(t.k);
+            e.1 = e.1.saturating_add(t.samples);
         }
         let mut by_site: BTreeMap<String, Callers> = BTreeMap::new();
         for (stack, (k, samples)) in per_stack {
@@ -130,9 +131,10 @@ impl Profile {
                 None => String::new(),
             };
             let e = by_site.entry(name).or_default();
-            e.k += k;
-            e.samples += samples;
-            *e.by_caller.entry(caller).or_default() += k;
+            e.k = e.k.saturating_add(k);
+            e.samples = e.samples.saturating_add(samples);
+            let c = e.by_caller.entry(caller).or_default();
+            *c = c.saturating_add(k);
         }
         let mut out: Vec<Wrapper> = by_site
             .into_iter()
