@@ -30,7 +30,7 @@
 //! | `sys/tls.rs` | per-thread blocks of the sample path, initial-exec where possible |
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
-//! | `sys/futex.rs` | futex waits and wakes (the shared kind: a word may be in another process's mapping), and a lock whose waiters sleep |
+//! | `sys/futex.rs` | futex waits and wakes (the shared kind: a word may be in another process's mapping), a lock whose waiters sleep, and that lock with its data (the session's: a raw `clone` child takes it as free) |
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` |
@@ -58,6 +58,9 @@
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
+//! | `engine/live/fork.rs` | the table around `fork` (every shard taken, released) and its reset in a raw `clone` child |
+//! | `engine/live/tests.rs` | the table's tests |
+//! | `engine/forked.rs` | the wiped mark: a child made by a raw `clone` (no fork handler ran) found on the sample and free paths, and its handler run first |
 //! | `engine/queue/mod.rs` | the bounded queue of events waiting for a safe point, and the futex word full-queue waiters sleep on |
 //! | `engine/queue/lost_frees.rs` | the queue's table of the frees it refused or deferred, replayed by the consumer |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
@@ -117,7 +120,7 @@
 //! | `session/mod.rs` | [`start`], [`poll`], [`Session`], [`record_gc_cycle`] |
 //! | `session/tracker.rs` | the [`Tracker`] trait, its events and [`Poll`] |
 //! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
-//! | `session/fork.rs` | the `pthread_atfork` handlers of a session |
+//! | `session/fork.rs` | the `pthread_atfork` handlers of a session, and its reset in a raw `clone` child |
 //! | `session/state.rs` | the session's process-wide state: its epoch, control block and driver behind their locks, the drain every safe point shares |
 //! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
 //! | `session/generations.rs` | module generations of a recorded process: a library mapped where an unloaded one was gets addresses of its own |
@@ -175,7 +178,9 @@
 //! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
 //! | `record/program/` | runs inside the profiled program, called by the preload library |
 //! | `record/program/mod.rs` | the folder's face |
-//! | `record/program/agent.rs` | the agent: start, fork, exec, `dlclose`, exit, and a session started and stopped by `memprof attach` |
+//! | `record/program/agent.rs` | the agent: start, exec, `dlclose`, exit, and a session started and stopped by `memprof attach` |
+//! | `record/program/agent/fork.rs` | the agent in a child: the `pthread_atfork` handlers, and the handler of a raw `clone` child |
+//! | `record/program/agent/fatal.rs` | a fatal signal in a program that does not handle it: the profile brought up to date first |
 //! | `record/attach_abi.rs` | what `memprof attach` and the library it loads tell each other: plans of writes at a fixed layout, the settings as text |
 //! | `record/command/` | runs in `memprof` (feature `cli`) |
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
@@ -194,6 +199,7 @@
 //! | `record/command/attach/target.rs` | the process as seen from outside: refusals that say what to do, its mappings, function addresses in its objects |
 //! | `record/command/attach/tracee.rs` | a seized thread: stops, its whole user state saved and restored, a function of the process called on it |
 //! | `record/command/attach/inject.rs` | `dlopen` on a borrowed thread, the library's plans, the writes made with every thread stopped |
+//! | `record/command/process.rs` | a process as the collector sees it through `/proc`: gone or not (a zombie's status, a pidfd's), its modules from its maps, which process made a ring (across PID namespaces) |
 //! | `record/command/reach.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s note when it cannot |
 //! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
@@ -326,6 +332,7 @@ pub mod __private {
     };
     pub use crate::engine::busy::Busy;
     pub use crate::engine::callstack::dwarf_fallbacks;
+    pub use crate::engine::forked::after_child as after_clone_child;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::attach_abi;

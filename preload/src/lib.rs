@@ -130,6 +130,9 @@ fn start() {
     }
     // The registration below allocates: the library's, not the program's.
     let _busy = memprof::__private::Busy::enter();
+    // A child made by a raw `clone`, found by the agent's mark (`memprof`'s
+    // `engine/forked.rs`), gets the same after its handler.
+    memprof::__private::after_clone_child(reset_countdown);
     memprof::__private::init();
     reset_countdown();
     // After the agent's own handler (child handlers run in the order registered), which

@@ -17,6 +17,10 @@ pub struct Header {
     /// Process id of its parent when it started (0: not recorded), which ties the
     /// processes of a tree together.
     pub ppid: u32,
+    /// The process's pid in its own PID namespace, when that differs from [`Header::pid`]
+    /// (a program started by `unshare -p -f` is pid 1 there); 0 otherwise, or not recorded.
+    /// `pid` and `ppid` are always as `memprof` saw them.
+    pub ns_pid: u32,
     /// Path of the profiled executable.
     pub executable: String,
     /// Command line of the profiled process.
@@ -66,6 +70,7 @@ impl Default for Header {
             depth: crate::config::DEFAULT_DEPTH as u32,
             pid: 0,
             ppid: 0,
+            ns_pid: 0,
             executable: String::new(),
             cmdline: Vec::new(),
             start_unix_ns: 0,

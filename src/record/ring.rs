@@ -14,8 +14,9 @@
 //! # 2. The file
 //! `memprof record` makes a private directory (0700) on a memory file system
 //! (`/dev/shm`, else the temporary directory) and names it in `MEMPROF_RINGS`. Each process
-//! that loads the preload library creates `<pid>.<n>.ring` there (`O_EXCL`, 0600; `n` counts
-//! the images of one pid across `exec`), sizes it, maps it shared and closes the
+//! that loads the preload library creates `<pid>.<n>.ring` there (`pid` as `/proc` names it,
+//! §5; `O_EXCL`, 0600; `n` counts the images of one pid across `exec`, and any other
+//! ring of that name), sizes it, maps it shared and closes the
 //! descriptor at once. The collector unlinks the file when it attaches (the mapping lives on
 //! in both processes), so nothing stays on the file system after the program ends, even when
 //! `record` itself is killed. Layout:
@@ -61,6 +62,19 @@
 //! and replays (`engine::queue` §3): its block does not stay live in the profile. The side
 //! log's writer waits the same way, on a word of the header the collector advances with
 //! `log_read` (§3).
+//!
+//! # 5. Which process made a ring
+//! The ring's file is named, and its header says, who made it as `/proc` names it:
+//! `/proc/self`, whose number is the process's pid in the PID namespace of the `/proc`
+//! mount, beside `getpid`, its pid in its own namespace (a process that `unshare -p -f`
+//! started is pid 1 there, as is every other such process: its `getpid` names nothing for
+//! the collector). When `/proc` shows the collector's process with the start time
+//! `MEMPROF_COLLECTOR` gives, the mount is the collector's (or one where it has that pid:
+//! the same view) and the pid is checked: the collector takes it as it is. Otherwise (a
+//! namespace with its own `/proc` mounted, a process without `MEMPROF_COLLECTOR`) the
+//! collector finds the process itself (`record/command/process.rs`): the one with the
+//! ring's start time whose innermost pid (`NSpid`) is `getpid`'s, and, among several, the
+//! one that maps the ring's file.
 
 use crate::engine::hot::Consumer;
 use crate::engine::queue::Queue;
@@ -77,8 +91,10 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// log is a ring, with the collector's `log_read`; 4: the queue's block holds its table of
 /// lost frees, see `engine::queue` §3; 5: the exit status, memprof's own mapped bytes and
 /// the last look at exit; 6: the collector's pid and start time beside its heartbeat, the
-/// futex words of the queue's waiters and of the side log's, §4).
-const VERSION: u32 = 6;
+/// futex words of the queue's waiters and of the side log's, §4; 7: the pid in the
+/// process's own namespace, whether `pid` is the collector's view, when the ring was made,
+/// §5).
+const VERSION: u32 = 7;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;
@@ -127,10 +143,20 @@ pub(crate) struct RingHeader {
     version: u32,
     /// 0 while the process sets up, 1 once its session runs.
     pub(crate) state: AtomicU32,
+    /// The process's pid as `/proc` names it (§5): the collector's view when
+    /// [`RingHeader::pid_checked`] says so.
     pub(crate) pid: u32,
+    /// The process's pid in its own PID namespace (`getpid`).
+    pub(crate) ns_pid: u32,
+    /// 1 when `pid` is the collector's view of the process: `/proc` shows the collector as
+    /// `MEMPROF_COLLECTOR` names it (§5).
+    pub(crate) pid_checked: u32,
     _pad: u32,
     /// The process's start time (`/proc/<pid>/stat` field 22), to tell a reused pid.
     pub(crate) proc_start: u64,
+    /// When the ring was made ([`crate::engine::clock::monotonic_ns`]): the order of one
+    /// process's images, whatever their rings are named (§5).
+    pub(crate) made_ns: u64,
     pub(crate) epoch: AtomicU64,
     pub(crate) interval_bits: AtomicU64,
     pub(crate) depth: AtomicU64,
@@ -219,7 +245,8 @@ impl Ring {
             ));
         }
         // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() } as u32;
+        let ns_pid = unsafe { libc::getpid() } as u32;
+        let (pid, pid_checked) = seen_pid(ns_pid, collector);
         let mut fd = -1;
         let mut name = String::new();
         for n in 0..1000 {
@@ -279,8 +306,11 @@ impl Ring {
                 version: VERSION,
                 state: AtomicU32::new(0),
                 pid,
+                ns_pid,
+                pid_checked: u32::from(pid_checked),
                 _pad: 0,
                 proc_start,
+                made_ns: crate::engine::clock::monotonic_ns(),
                 epoch: AtomicU64::new(0),
                 interval_bits: AtomicU64::new(0),
                 depth: AtomicU64::new(0),
@@ -358,6 +388,16 @@ impl Ring {
                 None
             }
         }
+    }
+
+    /// The process's parent, named as the collector names processes (§5): from `/proc/self`
+    /// when the ring's pid is checked (`getppid` names a process of this one's PID
+    /// namespace, or 0 for the first process of a new one), else `getppid`'s.
+    pub(crate) fn parent_pid(&self) -> u32 {
+        let checked = (self.header().pid_checked == 1)
+            .then(|| crate::sys::procfs::stat_field("/proc/self/stat", 1)?.parse().ok())
+            .flatten();
+        checked.unwrap_or_else(std::os::unix::process::parent_id)
     }
 
     /// The header.
@@ -516,6 +556,27 @@ fn own_start_time() -> u64 {
         .unwrap_or(0)
 }
 
+/// This process's pid as `/proc` names it (`/proc/self`, in the PID namespace of the
+/// `/proc` mount), and whether that is the collector's view (§5): `/proc` shows the
+/// collector's process, as `collector` (its pid and start time, `MEMPROF_COLLECTOR`) names
+/// it, with that start time. `(ns_pid, false)` when `/proc` cannot be read.
+fn seen_pid(ns_pid: u32, collector: Option<(u32, u64)>) -> (u32, bool) {
+    let Some(pid) = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse::<u32>().ok()))
+    else {
+        return (ns_pid, false);
+    };
+    let checked = collector.is_some_and(|(cpid, start)| {
+        let path = format!("/proc/{cpid}/stat");
+        start != 0
+            && crate::sys::procfs::stat_field(&path, crate::sys::procfs::START_TIME)
+                .and_then(|s| s.parse::<u64>().ok())
+                == Some(start)
+    });
+    (pid, checked)
+}
+
 /// This process as a collector names itself (§4, `MEMPROF_COLLECTOR`): its pid and start
 /// time.
 pub(crate) fn this_process() -> (u32, u64) {
@@ -542,16 +603,16 @@ impl Drop for Ring {
     }
 }
 
-/// Encodes what the collector needs to know of the process: its executable and command
-/// line ([`LOG_PROCESS`]).
-pub(crate) fn encode_process(executable: &str, cmdline: &[String]) -> Vec<u8> {
+/// Encodes what the collector needs to know of the process: its executable, command line
+/// and parent ([`LOG_PROCESS`]).
+pub(crate) fn encode_process(executable: &str, cmdline: &[String], ppid: u32) -> Vec<u8> {
     let mut out = Vec::new();
     put_str(&mut out, executable);
     out.extend_from_slice(&(cmdline.len() as u32).to_le_bytes());
     for a in cmdline {
         put_str(&mut out, a);
     }
-    out.extend_from_slice(&std::os::unix::process::parent_id().to_le_bytes());
+    out.extend_from_slice(&ppid.to_le_bytes());
     out
 }
 
@@ -656,10 +717,9 @@ mod tests {
             Some(vec![m.clone(), m])
         );
         let args = vec!["a".to_owned(), "b c".to_owned()];
-        let ppid = std::os::unix::process::parent_id();
         assert_eq!(
-            decode_process(&encode_process("/bin/x", &args)),
-            Some(("/bin/x".into(), args, ppid))
+            decode_process(&encode_process("/bin/x", &args, 42)),
+            Some(("/bin/x".into(), args, 42))
         );
         assert_eq!(decode_modules(&[5, 0, 0, 0, 1]), None, "a cut record is refused");
     }

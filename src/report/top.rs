@@ -310,8 +310,14 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
     // The program's name and arguments are the program's strings: escaped for the terminal.
     let _ = write!(out, "memprof profile of {}", printable(exe));
-    if h.pid != 0 {
-        let _ = write!(out, " (pid {})", h.pid);
+    match (h.pid, h.ns_pid) {
+        (0, _) => {}
+        (pid, 0) => {
+            let _ = write!(out, " (pid {pid})");
+        }
+        (pid, ns) => {
+            let _ = write!(out, " (pid {pid}; {ns} in its PID namespace)");
+        }
     }
     out.push('\n');
     if !h.cmdline.is_empty() {

@@ -3,10 +3,10 @@
 //! crate-private, registered by the agent ([`crate::record`]).
 
 use super::driver::Drive;
-use super::state::{lock, Control, CONTROL, DRIVER, SESSION_EPOCH};
+use super::state::{lock, Control, CONTROL, DRIVER, PENDING_GC, SESSION_EPOCH};
 use crate::engine::{callstack, hot, live, sampler};
+use crate::sys::futex::MutexGuard;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 
 /// The guards [`fork_prepare`] holds until [`fork_parent`] or [`fork_child`].
 type HeldLocks =
@@ -59,4 +59,35 @@ pub(crate) fn fork_child() {
     // Slots claimed by threads that the child lacks would never be published.
     hot::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
     live::clear();
+}
+
+/// In a child made by a raw `clone`, which no fork handler prepared (`engine::forked`):
+/// abandons the parent's session as [`fork_child`] does, with the locks other threads held
+/// at the `clone` taken as held by nobody (the live table's shards, the control and driver
+/// locks, the GC cycles' list: their contents are forgotten, never read). Only this thread
+/// exists. False when this thread is inside the live table (a signal handler made the child
+/// there): nothing was done, and the caller tries again later.
+pub(crate) fn clone_child() -> bool {
+    if live::held_here() {
+        return false;
+    }
+    // Nothing of the parent's session may be pushed from here on.
+    hot::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
+    sampler::end();
+    hot::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
+    SESSION_EPOCH.store(0, Ordering::Release);
+    live::reset_in_child();
+    callstack::fork_child();
+    // As in `fork_child`, the drain thread (which the child lacks) and the tracker (whose
+    // output is the parent's) are never run or dropped: forgotten with the locks' contents.
+    // SAFETY: this thread is the only one of the process (a `clone` without `CLONE_VM`
+    // copies the calling thread alone) and holds none of the three: it runs the program's
+    // code, and the agent calls this only outside glibc's `fork` (whose prepare handler
+    // took the first two on this thread).
+    unsafe {
+        CONTROL.reset_in_child(None);
+        DRIVER.reset_in_child(None);
+        PENDING_GC.reset_in_child(Vec::new());
+    }
+    true
 }

@@ -44,7 +44,12 @@
 //! that threads which do not exist in the child had claimed, and its tracker shares its
 //! output with the parent. The tracker is leaked (never dropped, so it never writes), the
 //! queue is replaced at the next start, and sampling stops. The child may then [`start`] a
-//! session of its own.
+//! session of its own. A child made by a raw `clone`, which runs no handler, is found by
+//! the engine's wiped mark (`engine::forked`) and reset by [`clone_child`]: the same, with
+//! the locks the parent's other threads held taken as held by nobody (the live table's
+//! shards forgotten with their tables; the control, driver and GC locks, which are
+//! `sys::futex`'s for this, with their contents forgotten: the in-process drain thread
+//! holds the driver's often).
 
 pub(crate) mod driver;
 mod fork;
@@ -55,7 +60,7 @@ pub(crate) mod recorder;
 mod state;
 mod tracker;
 
-pub(crate) use fork::{fork_child, fork_parent, fork_prepare};
+pub(crate) use fork::{clone_child, fork_child, fork_parent, fork_prepare};
 pub use live::live_profile;
 #[cfg(feature = "report")] // its one user outside the folder is `Session::pprof`
 pub(crate) use live::with_live_profile;
@@ -239,7 +244,7 @@ pub fn poll() -> usize {
     let Some(q) = queue() else {
         return 0;
     };
-    let Ok(mut guard) = DRIVER.try_lock() else {
+    let Some(mut guard) = DRIVER.try_lock() else {
         return 0;
     };
     // Read under the driver's lock, which `start` holds until the epoch is published.
@@ -262,6 +267,11 @@ pub fn poll() -> usize {
 /// session start. Call it outside the allocator (the collector does, after its sweep); the
 /// tracker hears of it at the next safe point, which this call also is.
 pub fn record_gc_cycle(cycle: &GcCycle) {
+    // A child that no fork handler told of queues nothing into its parent's session
+    // (`engine::forked`).
+    if crate::engine::forked::unhandled() && !crate::engine::forked::handle() {
+        return;
+    }
     let epoch = SESSION_EPOCH.load(Ordering::Acquire);
     if epoch == 0 {
         return;

@@ -102,6 +102,8 @@ pub struct Recorder {
 pub(crate) struct ProcessFacts {
     pub(crate) pid: u32,
     pub(crate) ppid: u32,
+    /// The pid in the process's own PID namespace, when it differs from `pid` (else 0).
+    pub(crate) ns_pid: u32,
     pub(crate) executable: String,
     pub(crate) cmdline: Vec<String>,
     /// Recorded by `memprof attach` in a process that was already running.
@@ -707,6 +709,7 @@ impl Tracker for Recorder {
             None => ProcessFacts {
                 pid: std::process::id(),
                 ppid: std::os::unix::process::parent_id(),
+                ns_pid: 0,
                 executable: std::env::current_exe()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
@@ -719,6 +722,7 @@ impl Tracker for Recorder {
             depth: info.depth as u32,
             pid: facts.pid,
             ppid: facts.ppid,
+            ns_pid: facts.ns_pid,
             executable: facts.executable,
             cmdline: facts.cmdline,
             start_unix_ns: info.start_unix_ns,

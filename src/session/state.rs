@@ -7,9 +7,10 @@ use super::driver::Drive;
 use crate::engine::clock;
 use crate::engine::queue::{Event, Queue};
 use crate::profile::GcCycle;
+use crate::sys::futex::{Mutex, MutexGuard};
 use crate::sys::padded::Padded;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// The running session's epoch (0: none), read by `poll` under the driver's lock.
 pub(super) static SESSION_EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -31,6 +32,8 @@ pub(super) struct Control {
     pub(super) drain: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
+// The session's locks are `sys::futex`'s: a child made by a raw `clone` takes them as free
+// when a thread it lacks held them (`fork::clone_child`).
 pub(super) static CONTROL: Padded<Mutex<Option<Control>>> = Padded::new(Mutex::new(None));
 pub(super) static DRIVER: Padded<Mutex<Option<Box<dyn Drive>>>> = Padded::new(Mutex::new(None));
 /// GC cycles reported but not yet delivered (delivered by `poll`, after the queue).
@@ -38,7 +41,7 @@ pub(super) static PENDING_GC: Padded<Mutex<Vec<(u64, GcCycle)>>> =
     Padded::new(Mutex::new(Vec::new()));
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock()
 }
 
 /// Delivers the queued events of session `epoch` (their clock readings converted to session

@@ -1,5 +1,6 @@
-//! Futex waits and wakes on a 32-bit word, and a lock built on them: how a thread waits
-//! for another (or for another process) without spinning.
+//! Futex waits and wakes on a 32-bit word, and a lock built on them (bare, or with the
+//! data it guards): how a thread waits for another (or for another process) without
+//! spinning.
 //!
 //! The operations are the shared kind (no `FUTEX_PRIVATE_FLAG`): the word may lie in a
 //! `MAP_SHARED` mapping whose other user is another process (`memprof record`'s ring),
@@ -68,6 +69,12 @@ impl Lock {
         Lock(AtomicU32::new(0))
     }
 
+    /// Takes the lock when it is free; `None` when held.
+    pub(crate) fn try_lock(&self) -> Option<LockGuard<'_>> {
+        self.0.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).ok()?;
+        Some(LockGuard(self))
+    }
+
     /// Takes the lock, sleeping while another thread holds it.
     pub(crate) fn lock(&self) -> LockGuard<'_> {
         if self.0.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
@@ -88,6 +95,73 @@ impl Drop for LockGuard<'_> {
         if self.0 .0.swap(0, Ordering::Release) == 2 {
             wake(&self.0 .0, 1);
         }
+    }
+}
+
+/// A [`Lock`] with the data it guards: the session's own state. Unlike std's `Mutex`, a
+/// child process made by a raw `clone` (no fork handler ran: `engine::forked`) can take it
+/// as free when a thread it lacks held it at the `clone` ([`Mutex::reset_in_child`]): a
+/// std `Mutex` held so stays held for good. Not poisoned by a panic (the session's callers
+/// took a poisoned one as it was).
+#[derive(Debug)]
+pub(crate) struct Mutex<T> {
+    lock: Lock,
+    data: core::cell::UnsafeCell<T>,
+}
+
+// SAFETY: the data is only reached through a guard, and the lock makes guards exclusive;
+// it moves between threads with them, hence `T: Send`.
+unsafe impl<T: Send> Sync for Mutex<T> {}
+
+impl<T> Mutex<T> {
+    /// A free lock around `value`.
+    pub(crate) const fn new(value: T) -> Mutex<T> {
+        Mutex { lock: Lock::new(), data: core::cell::UnsafeCell::new(value) }
+    }
+
+    /// Takes the lock, sleeping while another thread holds it.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        MutexGuard { _held: self.lock.lock(), data: &self.data }
+    }
+
+    /// Takes the lock when it is free; `None` when held.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        Some(MutexGuard { _held: self.lock.try_lock()?, data: &self.data })
+    }
+
+    /// In a child made by a raw `clone`: the lock is free, and its data `value`. The old
+    /// data is leaked, never read (the thread that held the lock may have been changing
+    /// it), never dropped (it may name what only the parent has: a thread, a file).
+    ///
+    /// # Safety
+    /// The calling thread is the only one of its process and holds no guard of this lock.
+    pub(crate) unsafe fn reset_in_child(&self, value: T) {
+        // SAFETY: the caller's contract: nobody else can reach the data, and no reference
+        // to it exists; the write neither reads nor drops what was there.
+        unsafe { core::ptr::write(self.data.get(), value) };
+        self.lock.0.store(0, Ordering::Release);
+    }
+}
+
+/// A [`Mutex`] held: its data, and the lock released when dropped.
+#[derive(Debug)]
+pub(crate) struct MutexGuard<'a, T> {
+    _held: LockGuard<'a>,
+    data: &'a core::cell::UnsafeCell<T>,
+}
+
+impl<T> core::ops::Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock: no other reference to the data exists.
+        unsafe { &*self.data.get() }
+    }
+}
+
+impl<T> core::ops::DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only use of the guard.
+        unsafe { &mut *self.data.get() }
     }
 }
 
@@ -143,5 +217,22 @@ mod tests {
             }
         });
         assert_eq!(count.0.into_inner(), 40_000);
+    }
+
+    /// A `Mutex` left held (its guard forgotten, as a thread the child lacks leaves it) is
+    /// free again after `reset_in_child`, with the new data.
+    #[test]
+    fn a_held_mutex_is_free_after_a_reset() {
+        let m = Mutex::new(vec![1u8, 2, 3]);
+        let held = m.lock();
+        assert!(m.try_lock().is_none());
+        core::mem::forget(held);
+        // SAFETY: the test's own lock: no other thread uses it, and no guard is alive.
+        unsafe { m.reset_in_child(vec![4]) };
+        let mut g = m.try_lock().expect("free after the reset");
+        assert_eq!(*g, vec![4]);
+        g.push(5);
+        drop(g);
+        assert_eq!(*m.lock(), vec![4, 5]);
     }
 }

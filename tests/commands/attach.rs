@@ -6,11 +6,12 @@
 //! ends the service with SIGTERM, and the service must then verify all its blocks and exit
 //! 0: an attach or detach that damaged memory, interrupted a system call or broke a fork
 //! shows there. Also: two attaches in a row (each profile fresh, the default names),
-//! `--duration`, a target that exits while attached, a target that forks all the time,
-//! and the refusals (no such process, another user, already traced, statically linked,
-//! another mount namespace), each one line and the target unharmed. `reach`: every way a
-//! program like node's executable calls malloc, each seen at its rate, and the note on an
-//! allocator whose entry points cannot be patched.
+//! `--duration`, a target that exits while attached, a target that forks all the time, a
+//! target in another PID namespace (attached by its pid here), and the refusals (no such
+//! process, another user, already traced, statically linked, another mount namespace),
+//! each one line and the target unharmed. `reach`: every way a program like node's
+//! executable calls malloc, each seen at its rate, and the note on an allocator whose
+//! entry points cannot be patched.
 
 mod reach;
 
@@ -727,5 +728,34 @@ fn another_mount_namespace_is_refused() {
     assert_one_line_error(&out, Some(1), "namespace");
     assert!(profiles_in(&dir).is_empty());
     svc.phase();
+    svc.terminate();
+}
+
+/// A process in another PID namespace (`unshare -p -f`, the same mount namespace): its
+/// `getpid` is 1, `memprof attach` names it by its pid here, and the profile is exact and
+/// says both pids.
+#[test]
+fn attach_to_another_pid_namespace() {
+    let probe = Command::new("unshare").args(["-p", "-f", "true"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        skipped("attach to another PID namespace", "`unshare -p -f` cannot run here");
+        return;
+    }
+    let mut svc = Service::start_program(&fixture("service"), &["unshare", "-p", "-f"], &["2"]);
+    assert_eq!(svc.pid, 1, "the service's pid in its namespace");
+    // Here it is the child of `unshare`.
+    let unshare = svc.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"));
+    svc.pid = children.unwrap().trim().parse().expect("unshare's one child");
+    let dir = scratch("pidns");
+    let file = dir.join("n.mprof");
+    let a = Attach::start(&dir, &["--interval", "1", "-o", file.to_str().unwrap()], svc.pid);
+    a.wait_attached(svc.pid);
+    svc.phase();
+    let out = a.stop(libc::SIGINT);
+    let p = check_profile(&out, &file);
+    assert_eq!((p.header.pid, p.header.ns_pid), (svc.pid as u32, 1));
+    assert_eq!(totals(&p, "leak_phase"), (4_096_000.0, 1_000.0, 4_096_000.0, 1_000.0));
+    assert_eq!(totals(&p, "churn_phase"), (5_000_000.0, 5_000.0, 0.0, 0.0));
     svc.terminate();
 }

@@ -8,7 +8,8 @@
 //! `harm` (programs that behave like daemons and servers, each run plain and under
 //! `record`: the same exit status and output), `forwarding` (programs with their own
 //! allocator, allocations before the preload library is ready, small stacks), `children`
-//! (programs that start programs: the notes naming them, CPython, process trees),
+//! (programs that start programs: the notes naming them, CPython, process trees), `clones`
+//! (children made by a raw `clone` or `clone3`, and trees across PID namespaces),
 //! `definers` (allocators reached by patching their entry points: an executable that defines
 //! malloc itself, rustc), `first_sample` (every thread's first allocation sampled like any other), `unwinder`
 //! (`--unwinder auto` on `-O2` C, the note on one-frame stacks), `sites` (C++, C with
@@ -30,6 +31,7 @@ mod browser;
 mod calibration;
 mod children;
 mod cli;
+mod clones;
 #[path = "../common/mod.rs"]
 mod common;
 #[cfg(target_arch = "x86_64")]

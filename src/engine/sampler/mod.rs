@@ -306,6 +306,11 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
         }
         _ => return None,
     }
+    if crate::engine::forked::unhandled() {
+        // A child that no fork handler told of (`forked` §2): nothing of the parent's
+        // session may be pushed or entered from here. Drawn again in the child's own.
+        return sample_in_child(cd, size as usize);
+    }
     let mut id = s.next_id.get();
     if id >= s.id_end.get() {
         id = ID_BLOCKS.fetch_add(ID_BLOCK, Ordering::Relaxed);
@@ -313,6 +318,20 @@ pub fn sample_slow(cd: &Countdown, size: usize) -> Option<Hit> {
     }
     s.next_id.set(id + 1);
     Some(Hit { k, thread: s.thread.get(), epoch, id })
+}
+
+/// [`sample_slow`] in a child found by its mark (`forked` §3): once the handler has given
+/// the process its own state, the allocation is drawn again there (a countdown of the
+/// parent's session gets a fresh gap in the child's, or none without one); no sample when
+/// the handler declined.
+#[cold]
+#[inline(never)]
+fn sample_in_child(cd: &Countdown, size: usize) -> Option<Hit> {
+    if crate::engine::forked::handle() {
+        sample_slow(cd, size)
+    } else {
+        None
+    }
 }
 
 /// The number of sample points in an allocation of `size` bytes whose first point is byte

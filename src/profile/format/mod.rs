@@ -16,7 +16,7 @@
 //!
 //! | tag | record | payload |
 //! |-----|--------|---------|
-//! | 1 (outer) | Header | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u`, time_unit_ns `u` (version 2), then (appended, may be absent: 0) ppid `u`, the parent's pid, then (appended, may be absent: 0) flags `u`: bit 0 set when `memprof record`'s collector wrote the file (it ends the file whatever ends the program, so a file of it cut short means `record` itself stopped), bit 1 when `memprof attach`'s did (the recording began in a running process: blocks allocated before it are unknown) |
+//! | 1 (outer) | Header | version `u`, interval `f64`, depth `u`, pid `u`, executable `str`, argc `u`, argv `str`×argc, start_unix_ns `u`, time_unit_ns `u` (version 2), then (appended, may be absent: 0) ppid `u`, the parent's pid, then (appended, may be absent: 0) flags `u`: bit 0 set when `memprof record`'s collector wrote the file (it ends the file whatever ends the program, so a file of it cut short means `record` itself stopped), bit 1 when `memprof attach`'s did (the recording began in a running process: blocks allocated before it are unknown), then (appended, may be absent: 0) ns_pid `u`, the process's pid in its own PID namespace when it differs from pid (pid and ppid are as `memprof` saw them) |
 //! | 10 (outer) | Block | codec `u`, raw_len `u`, compressed inner records |
 //!
 //! Inner records are `tag u8 · len u · payload`, except the three *events*, whose layout

@@ -156,12 +156,16 @@ fn decode_header(p: &mut Payload<'_>) -> Result<Header, Error> {
     // `memprof attach`'s.
     let flags = if version >= 2 && !p.rest.is_empty() { p.u().map_err(bad)? } else { 0 };
     let (collected, attached) = (flags & 1 == 1, flags & 2 == 2);
+    // Appended after them: the pid in the process's own PID namespace.
+    let ns_pid =
+        if version >= 2 && !p.rest.is_empty() { p.u32("ns_pid").map_err(bad)? } else { 0 };
     Ok(Header {
         version,
         interval,
         depth,
         pid,
         ppid,
+        ns_pid,
         executable,
         cmdline,
         start_unix_ns,

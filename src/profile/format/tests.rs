@@ -10,6 +10,7 @@ fn rich() -> (Profile, Vec<Event>) {
             depth: 64,
             pid: 4242,
             ppid: 4241,
+            ns_pid: 1,
             executable: "/usr/bin/ünïcode prog".into(),
             cmdline: vec!["prog".into(), "--flag".into(), String::new()],
             start_unix_ns: 1_700_000_000_123_456_789,

@@ -168,10 +168,14 @@ impl<W: Write> Writer<W> {
         put_u(&mut p, header.start_unix_ns);
         put_u(&mut p, w.unit);
         put_u(&mut p, u64::from(header.ppid));
-        // Flags only when one is set: a file written in the process keeps the bytes it had.
+        // Flags only when one is set or a field follows them: a file written in the process
+        // keeps the bytes it had.
         let flags = u64::from(header.collected) | u64::from(header.attached) << 1;
-        if flags != 0 {
+        if flags != 0 || header.ns_pid != 0 {
             put_u(&mut p, flags);
+        }
+        if header.ns_pid != 0 {
+            put_u(&mut p, u64::from(header.ns_pid));
         }
         let mut bytes = MAGIC.to_vec();
         frame(&mut bytes, TAG_HEADER, &p);

@@ -10,6 +10,7 @@ pub(crate) mod collect;
 pub(crate) mod launcher;
 pub(crate) mod notes;
 mod oom;
+mod process;
 pub(crate) mod reach;
 pub(crate) mod request;
 pub(crate) mod run;

@@ -32,7 +32,7 @@
 //! children, and a forked child starts a session of its own in the `pthread_atfork` child
 //! handler. The prepare handler takes the agent's lock and the session's locks
 //! ([`crate::session::fork_prepare`]), so `fork` in a multithreaded program never leaves a
-//! lock held by a thread the child does not have.
+//! lock held by a thread the child does not have. (A child made without glibc's `fork`: §9.)
 //!
 //! # 4. End
 //! An exit handler registered at start with `on_exit` (so it runs after the program's own
@@ -85,6 +85,26 @@
 //! Without `MEMPROF_FOLLOW_FORKS`, under `memprof record`, the preload library's `exec` and
 //! `posix_spawn` hooks name what this process (or a forked child of it, followed or not)
 //! starts, for `record` to print (see `record/unfollowed.rs`).
+//!
+//! # 9. Children no fork handler tells of
+//! A process made by a raw `clone(SIGCHLD)` or `clone3` without `CLONE_VM` runs none of the
+//! `pthread_atfork` handlers of §3, and used to sample into its parent's ring (its
+//! allocations in the parent's profile, its frees of its copies of the parent's blocks
+//! taking them out of it). Before a session starts the agent arms the engine's wiped mark
+//! (`engine/forked.rs`, `fork::arm`): a page that reads 0 in such a child, looked at on
+//! the sample path and on the free of a possibly sampled block before either touches the
+//! parent's state. The child that finds it 0 runs `fork::clone_child` on its only thread:
+//! the same as the fork child handler (the parent's session abandoned, its ring unmapped, a
+//! session of its own with `--follow-forks`), with the locks other threads held at the
+//! `clone` taken as held by nobody (the agent's, the live table's shards, the session's),
+//! and the mark written again for its own children. A glibc `fork` child also reads 0 until the agent's child handler
+//! has run: the prepare handler names the forking thread, and until then the mark's
+//! handler declines. A child that neither samples nor frees a sampled block is never found,
+//! and writes nothing anywhere: every other way into the ring (`exec`, `_exit`, `dlclose`,
+//! the exit handler) checks that the process owns the session.
+
+mod fatal;
+mod fork;
 
 use crate::engine::busy::Busy;
 use crate::record::env::{self, EnvSettings};
@@ -235,7 +255,7 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
     let exe =
         std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
     let cmdline = crate::session::recorder::command_line();
-    ring.log_append(ring::LOG_PROCESS, &ring::encode_process(&exe, &cmdline));
+    ring.log_append(ring::LOG_PROCESS, &ring::encode_process(&exe, &cmdline, ring.parent_pid()));
     crate::engine::hot::CONSUMER.store(
         ring.consumer() as *const crate::engine::hot::Consumer as *mut crate::engine::hot::Consumer,
         Ordering::Release,
@@ -371,6 +391,8 @@ pub fn init() {
             crate::record::unfollowed::set_dir(dir);
         }
     }
+    // Armed before the session starts: a raw clone child is found from its first sample.
+    fork::arm();
     crate::engine::callstack::sampling_the_c_library();
     if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         crate::engine::callstack::enable_unwind_check();
@@ -397,10 +419,10 @@ pub fn init() {
             at_quick_exit(at_quick);
             // With a collector nothing is left to flush when the program dies.
             if !collected() {
-                install_fatal_handlers();
+                fatal::install_fatal_handlers();
             }
-            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         }
+        fork::register();
     }
 }
 
@@ -420,6 +442,8 @@ pub fn start_attached(text: &str) -> Result<(), String> {
     }
     // An earlier attacher's session that was never stopped (it died).
     stop_attached();
+    // Before the session starts: the program's other threads run on meanwhile (§9).
+    fork::arm();
     crate::engine::callstack::sampling_the_c_library();
     with_agent(|agent| {
         let mut a = start_collected(settings, &dir)?;
@@ -433,8 +457,8 @@ pub fn start_attached(text: &str) -> Result<(), String> {
         unsafe {
             on_exit(at_exit, core::ptr::null_mut());
             at_quick_exit(at_quick);
-            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         }
+        fork::register();
     }
     Ok(())
 }
@@ -768,75 +792,6 @@ fn last_look(h: &ring::RingHeader) {
     }
 }
 
-/// The signals that kill a program that does not handle them, after which nothing of it
-/// runs: the profile is brought up to date first (see [`on_fatal`]).
-const FATAL: [libc::c_int; 5] =
-    [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
-
-/// The dispositions [`install_fatal_handlers`] replaced, by index in [`FATAL`].
-struct OldActions(UnsafeCell<[Option<libc::sigaction>; 5]>);
-
-// SAFETY: written once, in the constructor before any other thread of the process runs
-// code of ours; only read afterwards (by the handler).
-unsafe impl Sync for OldActions {}
-
-static OLD_ACTIONS: OldActions = OldActions(UnsafeCell::new([None; 5]));
-
-/// Installs [`on_fatal`] for the [`FATAL`] signals whose disposition is the default (a
-/// program's own handler, installed before us or after, is left to run instead).
-///
-/// # Safety
-/// Call once, from the constructor, before other threads run.
-unsafe fn install_fatal_handlers() {
-    // SAFETY: the caller guarantees no concurrent access to OLD_ACTIONS.
-    let old = unsafe { &mut *OLD_ACTIONS.0.get() };
-    for (i, &sig) in FATAL.iter().enumerate() {
-        // SAFETY: sigaction is plain data; a null new action only reads the current one.
-        let mut cur: libc::sigaction = unsafe { core::mem::zeroed() };
-        // SAFETY: valid signal number and out pointer.
-        if unsafe { libc::sigaction(sig, core::ptr::null(), &mut cur) } != 0
-            || cur.sa_sigaction != libc::SIG_DFL
-        {
-            continue;
-        }
-        // SAFETY: zeroed sigaction is valid; fields set below.
-        let mut act: libc::sigaction = unsafe { core::mem::zeroed() };
-        act.sa_sigaction = on_fatal as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-        // SAFETY: sa_mask is a valid sigset_t to initialise.
-        unsafe { libc::sigemptyset(&mut act.sa_mask) };
-        // SAFETY: valid signal number, action and out pointer.
-        if unsafe { libc::sigaction(sig, &act, core::ptr::null_mut()) } == 0 {
-            old[i] = Some(cur);
-        }
-    }
-}
-
-/// A fatal signal in a program that does not handle it: the drain thread writes what is
-/// queued and flushes (waited for at most 500 ms, with async-signal-safe calls only: see
-/// [`crate::session::flush_from_signal`]), then the program's own disposition is put back
-/// and the signal raised again, so the program dies as it would have (a fault re-executes
-/// the faulting instruction; `abort` raises again). errno is kept.
-extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    let saved = crate::sys::errno::errno();
-    if OWNER.load(Ordering::Acquire) == pid() {
-        crate::session::flush_from_signal(500);
-    }
-    // SAFETY: OLD_ACTIONS is only read after the constructor wrote it.
-    let old = unsafe { &*OLD_ACTIONS.0.get() };
-    if let Some(i) = FATAL.iter().position(|&s| s == sig) {
-        if let Some(act) = &old[i] {
-            // SAFETY: restores the disposition sigaction returned for this signal.
-            unsafe { libc::sigaction(sig, act, core::ptr::null_mut()) };
-        }
-    }
-    // Raised again: pending until this handler returns (the signal is blocked meanwhile),
-    // then delivered with the program's disposition.
-    // SAFETY: raise is async-signal-safe.
-    unsafe { libc::raise(sig) };
-    crate::sys::errno::set_errno(saved);
-}
-
 extern "C" {
     /// glibc's `at_quick_exit` (C11; not in the libc crate for this target).
     fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
@@ -846,50 +801,4 @@ extern "C" {
 /// library's `_exit` hook does not see): bring the profile up to date here.
 extern "C" fn at_quick() {
     before_quick_exit(None);
-}
-
-extern "C" fn fork_prepare() {
-    lock();
-    session::fork_prepare();
-}
-
-extern "C" fn fork_parent() {
-    session::fork_parent();
-    unlock();
-}
-
-extern "C" fn fork_child() {
-    let _busy = Busy::enter();
-    session::fork_child();
-    // SAFETY: this thread holds LOCK (taken in fork_prepare before the fork).
-    let agent = unsafe { &mut *AGENT.0.get() };
-    OWNER.store(0, Ordering::Release);
-    let follow = match agent.take() {
-        Some(mut a) => {
-            // The parent's session: already abandoned by the tracker; dropping it would be a
-            // no-op, but nothing of it may ever write, so it is forgotten.
-            core::mem::forget(a.session.take());
-            // The parent's ring: the session's queue pointer is gone (`session::fork_child`),
-            // so nothing of this process reaches it any more; unmapped.
-            crate::engine::hot::CONSUMER.store(core::ptr::null_mut(), Ordering::Release);
-            COLLECTED.store(false, Ordering::Release);
-            RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
-            // SAFETY: null: nothing is written through the sink from now on.
-            unsafe { crate::sys::rawmem::copy_mapped_to(core::ptr::null_mut()) };
-            drop(a.ring.take());
-            a.settings.follow_forks.then(|| {
-                let mut s = a.settings.clone();
-                s.stem = Some(a.stem.clone());
-                s
-            })
-        }
-        None => None,
-    };
-    if let Some(settings) = follow {
-        match start_agent(settings) {
-            Ok(a) => *agent = Some(a),
-            Err(msg) => say(&format!("{msg}; this process is not profiled")),
-        }
-    }
-    unlock();
 }

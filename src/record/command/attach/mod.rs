@@ -39,6 +39,15 @@
 //! (the collector's process is gone, so nothing waits for it, `engine::push` §1; what
 //! cannot be queued is dropped) until a later `memprof attach` takes over and detaches;
 //! before the first call, nothing.
+//!
+//! # 4. Another PID namespace
+//! A process in another PID namespace (`unshare -p -f`, a container that shares this mount
+//! namespace) is attached by its pid here, as `/proc` names it: its session's ring says
+//! which process made it as the collector sees it (`ring` §5, `collect` §7), so the profile
+//! is this pid's, and records the pid inside the namespace too. One in another mount
+//! namespace is refused (step 1). Should the collector tie no ring to the process (it
+//! ended before its session reached the collector), `attach` says so and fails: it never
+//! leaves an empty file and exits 0.
 
 mod inject;
 pub(crate) mod request;
@@ -250,6 +259,17 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     }
     if let Err(e) = &detached {
         eprintln!("memprof: error: could not detach cleanly from {pid}: {e}");
+    }
+    if !finished.profiles.iter().any(|(path, _)| *path == output) {
+        // The collector never tied a ring to the process (§4): no profile, and no empty
+        // file left to look like one.
+        if std::fs::metadata(&output).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(&output);
+        }
+        return Err(Error::Other(format!(
+            "no profile came from process {pid}: its session never reached memprof's \
+             collector (the process ended first, or its ring named another process)"
+        )));
     }
     report(args, &output, finished.profiles, skip, unreached)?;
     Ok(if detached.is_ok() { 0 } else { 1 })
