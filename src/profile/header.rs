@@ -59,8 +59,9 @@ impl Header {
 /// Why a file that `memprof record`'s collector wrote ([`Header::collected`]) has no end
 /// record: the collector stopped before the program ended, so how the program ended is not
 /// in the file.
-pub const RECORD_STOPPED: &str = "memprof record was killed before the program ended (or the \
-     system went down); the program's end and exit status were not recorded";
+pub const RECORD_STOPPED: &str = "memprof record was killed before the program ended (or its \
+     disk filled up, or the system went down); the program's end and exit status were not \
+     recorded";
 
 impl Default for Header {
     fn default() -> Self {

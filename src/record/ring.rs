@@ -699,6 +699,20 @@ fn get_str(b: &mut &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    /// The README's address-space figures (the ring's part of what a profiled program
+    /// holds, for `RLIMIT_AS`): 19 MiB at the default depth, about 128 KiB less a frame
+    /// (slots are laid out in steps of frames), 7 MiB at `--depth 32`.
+    #[test]
+    fn ring_sizes_are_the_readmes() {
+        use crate::config::{DEFAULT_DEPTH, DEFAULT_QUEUE_CAPACITY};
+        let mib = |depth| super::Ring::bytes(DEFAULT_QUEUE_CAPACITY, depth).unwrap() >> 20;
+        assert_eq!(DEFAULT_DEPTH, 128);
+        assert_eq!(mib(DEFAULT_DEPTH), 19);
+        assert_eq!(mib(32), 7);
+        let at = |depth| super::Ring::bytes(DEFAULT_QUEUE_CAPACITY, depth).unwrap();
+        assert_eq!(at(96) - at(64), 32 * (128 << 10));
+    }
+
     use super::*;
 
     #[test]

@@ -58,8 +58,10 @@ pub fn default_subtitle(profile: &Profile) -> String {
     } else {
         h.executable.clone()
     };
-    if is_exact(profile) && profile.lost.nothing_missing() {
+    if is_exact(profile) && crate::report::view::figures_whole(profile) {
         s.push_str(" · every allocation recorded");
+    } else if is_exact(profile) && profile.lost.nothing_missing() {
+        s.push_str(" · exact until the cut");
     } else if is_exact(profile) {
         s.push_str(&format!(" · exact, but {}", profile.lost.brief()));
     } else {

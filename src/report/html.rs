@@ -515,7 +515,7 @@ fn data_json(
     j.key("sampling");
     j.str(&sampling_summary(profile));
     j.key("whole");
-    j.raw(if profile.lost.nothing_missing() { "true" } else { "false" });
+    j.raw(if super::view::figures_whole(profile) { "true" } else { "false" });
     // Resident memory beside the live heap, its gap explained, and how the program ended:
     // the top table's header lines (`report::top`).
     j.key("memory");

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `schema` | string | [`SCHEMA`] |
 //! | `program` | object | `executable` (string), `pid` (int), `command` (strings) |
-//! | `sampling` | object | `interval_bytes` (number), `exact` (bool), `complete_data` (bool: nothing was lost that the figures miss; when false, estimates are low by what `lost` counts, beyond their intervals) |
+//! | `sampling` | object | `interval_bytes` (number), `exact` (bool), `complete_data` (bool: nothing is missing from the figures; false when events were lost, and then estimates are low by what `lost` counts, beyond their intervals, or when the recording was cut, `complete` false without a stop) |
 //! | `window` | object or null | `from_ns`, `to_ns` (ints; `to_ns` null when open) |
 //! | `complete` | bool | the file ended with its end record, or said why not |
 //! | `heap` | object | `live_end_bytes`, `live_end_ci95_bytes`, `peak_bytes`, `peak_ci95_bytes`, `peak_ns`, `peak_moments_ns`, `allocated_bytes`, `allocated_ci95_bytes`, `samples`, `frees` (below) |
@@ -176,7 +176,7 @@ pub fn summary(
         "sampling": {
             "interval_bytes": interval,
             "exact": exact,
-            "complete_data": profile.lost.nothing_missing(),
+            "complete_data": crate::report::view::figures_whole(profile),
         },
         "window": profile.window.map(|w| json!({
             "from_ns": w.from_ns,

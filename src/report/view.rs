@@ -205,27 +205,53 @@ pub(crate) fn is_exact(profile: &Profile) -> bool {
     profile.header.interval == 1.0
 }
 
+/// True when the stream was cut (no end record, and the program did not say why it ended:
+/// `memprof record` killed, the disk full, the system down): what the program did after
+/// the cut is missing from every figure, whatever the sampling.
+pub(crate) fn is_cut(profile: &Profile) -> bool {
+    !profile.complete && profile.stopped.is_none()
+}
+
+/// True when nothing is missing from the figures: nothing lost, and the stream not cut
+/// ([`is_cut`]). What the JSON's `sampling.complete_data` and the HTML page's summary say.
+pub(crate) fn figures_whole(profile: &Profile) -> bool {
+    profile.lost.nothing_missing() && !is_cut(profile)
+}
+
 /// How the profile sampled, and what it lost, in one line (a report's `sampling:` header,
 /// the HTML page's summary): `exact (every allocation recorded)` only when nothing is
 /// missing from the numbers; `exact, but 12 events lost (…)` otherwise; a sampled profile's
 /// interval, and `numbers are unbiased estimates` only when nothing is missing from them
-/// (what was lost said instead otherwise).
+/// (what was lost said instead otherwise). A cut stream ([`is_cut`]) says the figures stop
+/// at the cut, never "every allocation recorded".
 pub fn sampling_summary(profile: &Profile) -> String {
     let lost = &profile.lost;
     let said = lost.describe();
+    let cut = is_cut(profile).then(|| {
+        format!(
+            "the recording was cut at {}: what the program did after it is missing",
+            human_duration(profile.end_ns as f64)
+        )
+    });
     if is_exact(profile) {
-        if lost.is_none() {
-            "exact (every allocation recorded)".to_owned()
-        } else if lost.nothing_missing() {
-            format!("exact (every allocation recorded; {said})")
-        } else {
-            format!("exact, but {said}")
+        match (lost.is_none(), lost.nothing_missing(), cut) {
+            (_, _, Some(cut)) if lost.is_none() => format!("exact, but {cut}"),
+            (_, _, Some(cut)) => format!("exact, but {cut}; {said}"),
+            (true, _, None) => "exact (every allocation recorded)".to_owned(),
+            (false, true, None) => format!("exact (every allocation recorded; {said})"),
+            (false, false, None) => format!("exact, but {said}"),
         }
     } else if lost.nothing_missing() {
-        let mut s = format!(
-            "mean interval {} (numbers are unbiased estimates)",
-            human_bytes(profile.header.interval)
-        );
+        let mut s = match &cut {
+            None => format!(
+                "mean interval {} (numbers are unbiased estimates)",
+                human_bytes(profile.header.interval)
+            ),
+            Some(cut) => format!(
+                "mean interval {} (estimates of the run up to the cut only: {cut})",
+                human_bytes(profile.header.interval)
+            ),
+        };
         if !said.is_empty() {
             s.push_str("; ");
             s.push_str(&said);
@@ -235,11 +261,16 @@ pub fn sampling_summary(profile: &Profile) -> String {
         // Events that never reached the profile are missing from its sums: the estimates
         // are low by what they stood for, which the ± intervals (sampling noise alone) do
         // not cover. Never called unbiased then.
-        format!(
+        let mut s = format!(
             "mean interval {}, but {said}: estimates are low by what was lost, beyond their \
              ± intervals",
             human_bytes(profile.header.interval)
-        )
+        );
+        if let Some(cut) = cut {
+            s.push_str("; ");
+            s.push_str(&cut);
+        }
+        s
     }
 }
 

@@ -129,7 +129,10 @@ pub fn write_file_with(
     let out = crate::sys::files::create_output(path, replace)
         .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
     let mut w = BufWriter::new(out);
-    f(&mut w)?;
-    let cannot = |e| Error::io(format!("cannot write {}", path.display()), e);
+    // Dropped uncommitted, the output leaves nothing under the name (`sys::files::Output`).
+    let gone = " (nothing is left under that name)";
+    f(&mut w).map_err(|e| Error::Other(format!("cannot write {}: {e}{gone}", path.display())))?;
+    let cannot =
+        |e: std::io::Error| Error::Other(format!("cannot write {}: {e}{gone}", path.display()));
     w.into_inner().map_err(|e| cannot(e.into_error()))?.commit().map_err(cannot)
 }

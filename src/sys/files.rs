@@ -239,19 +239,23 @@ fn clear_nonblock(f: &File) {
 
 /// A report's output file being written (§2): [`Output::commit`] makes it the file of its
 /// name; dropped uncommitted, a replacement's temporary file is removed and the old file
-/// stays.
+/// stays, and a new file is removed (a write that failed, a full disk: no empty or half
+/// companion is left behind under the name).
 #[derive(Debug)]
 pub struct Output {
     file: File,
     path: PathBuf,
     /// The temporary file renamed over `path` at commit, when replacing.
     tmp: Option<PathBuf>,
+    /// Created under `path` itself (no file was there): removed when dropped uncommitted.
+    created: bool,
 }
 
 impl Output {
     /// Makes the written content the file at its path (renaming a replacement into place).
     pub fn commit(mut self) -> io::Result<()> {
         self.file.flush()?;
+        self.created = false;
         if let Some(tmp) = self.tmp.take() {
             if let Err(e) = fs::rename(&tmp, &self.path) {
                 let _ = fs::remove_file(&tmp);
@@ -276,6 +280,15 @@ impl Drop for Output {
     fn drop(&mut self) {
         if let Some(tmp) = &self.tmp {
             let _ = fs::remove_file(tmp);
+        }
+        // Only the file this value made: the name may have been taken over since (removed
+        // and made again by someone else), and then it is not ours to remove.
+        if self.created {
+            let ours = self.file.metadata().ok().map(|m| (m.dev(), m.ino()));
+            let named = fs::symlink_metadata(&self.path).ok().map(|m| (m.dev(), m.ino()));
+            if ours.is_some() && ours == named {
+                let _ = fs::remove_file(&self.path);
+            }
         }
     }
 }
@@ -310,10 +323,15 @@ pub fn create_output(path: &Path, replace: bool) -> io::Result<Output> {
             1 => io::stdout().as_fd().try_clone_to_owned()?,
             _ => io::stderr().as_fd().try_clone_to_owned()?,
         };
-        return Ok(Output { file: File::from(file), path: path.to_owned(), tmp: None });
+        return Ok(Output {
+            file: File::from(file),
+            path: path.to_owned(),
+            tmp: None,
+            created: false,
+        });
     }
     match create_new(path) {
-        Ok(file) => return Ok(Output { file, path: path.to_owned(), tmp: None }),
+        Ok(file) => return Ok(Output { file, path: path.to_owned(), tmp: None, created: true }),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
@@ -343,7 +361,7 @@ pub fn create_output(path: &Path, replace: bool) -> io::Result<Output> {
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     let file = create_new(&tmp)?;
-    Ok(Output { file, path: path.to_owned(), tmp: Some(tmp) })
+    Ok(Output { file, path: path.to_owned(), tmp: Some(tmp), created: false })
 }
 
 /// Opens the profile a process writes itself, inside the profiled program (§4):

@@ -457,3 +457,65 @@ fn record_force_replaces_the_output_atomically() {
     assert_eq!(names, ["o.mprof"], "{names:?}");
     assert_ne!(std::fs::read(&out).unwrap(), b"old");
 }
+
+/// `record` onto a full file system (a 64 KiB tmpfs, 48 KiB of it taken): the error names
+/// the file and what it keeps, the last line calls the profile INCOMPLETE rather than
+/// counting samples it does not hold, no empty companion is left behind, and `report`
+/// reads what was kept as a cut profile whose sampling line says so.
+#[test]
+fn a_full_disk_is_said_and_what_was_written_kept() {
+    if !is_root() {
+        skipped("full disk", "mounting a tmpfs needs root");
+        return;
+    }
+    let dir = scratch("full-disk");
+    let full = dir.join("full");
+    std::fs::create_dir_all(&full).unwrap();
+    let mount = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&full)
+        .output()
+        .unwrap();
+    if !mount.status.success() {
+        skipped("full disk", &format!("mount: {}", text(&mount.stderr).trim()));
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(full.clone());
+    std::fs::write(full.join("fill"), vec![0u8; 48 * 1024]).unwrap();
+    let out = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["record", "--interval", "1", "-o", "full/b.mprof", "--"])
+        .arg(fixture("calibrate"))
+        .arg("tiny")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the program's status: {err}");
+    assert!(err.contains("could not be written whole") && err.contains("No space left"), "{err}");
+    assert!(
+        err.contains("full/b.mprof keeps the ") && err.contains(" bytes written before"),
+        "{err}"
+    );
+    let last = err.lines().last().unwrap();
+    assert!(last.contains("INCOMPLETE") && !last.contains("samples"), "{err}");
+    assert!(err.contains("samples: 2000001 ("), "the table of all that was seen: {err}");
+    for companion in ["b.mprof.svg", "b.mprof.html"] {
+        assert!(!full.join(companion).exists(), "{companion} left behind: {err}");
+        assert!(err.contains(&format!("cannot write full/{companion}")), "{err}");
+    }
+    let kept = std::fs::metadata(full.join("b.mprof")).unwrap().len();
+    assert!(kept > 0, "what was written before the disk filled stays");
+    let rep = Command::new(MEMPROF).arg("report").arg(full.join("b.mprof")).output().unwrap();
+    let (report, rerr) = (text(&rep.stdout), text(&rep.stderr));
+    assert_eq!(rep.status.code(), Some(0), "{rerr}");
+    assert!(rerr.contains(&format!("cut at byte {kept}")), "{rerr}");
+    assert!(rerr.contains("disk filled up"), "{rerr}");
+    let sampling = report.lines().find(|l| l.starts_with("sampling: ")).unwrap();
+    assert!(sampling.contains("the recording was cut at"), "{report}");
+}

@@ -1148,6 +1148,14 @@ fn record_killed_while_the_program_runs_says_so() {
     assert!(err.contains(said), "the warning: {err}");
     assert!(!report.contains("crashed") && !err.contains("crashed"), "{report}{err}");
     assert!(report.contains("early_site"), "what was sampled before the kill: {report}");
+    // The sampling line says the figures stop at the cut, above the status line.
+    let sampling = report.lines().find(|l| l.starts_with("sampling: ")).unwrap();
+    assert!(sampling.contains("the recording was cut at"), "{report}");
+    assert!(!sampling.contains("every allocation recorded"), "{report}");
+    assert!(!sampling.contains("unbiased"), "{report}");
+    let json = Command::new(MEMPROF).arg("report").arg(&file).arg("--json").output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["sampling"]["complete_data"], false, "a cut profile's figures lack its end");
 }
 
 /// Runs `lose_frees <n>` under `record --interval 1` without backpressure

@@ -233,7 +233,13 @@ impl<R: Read> Reader<R> {
         let io_err = |e| Error::io("reading profile", e);
         let mut magic = [0u8; 8];
         match input.fill(&mut magic).map_err(io_err)? {
-            Got::Eof(0) => return Err(Error::Format("empty file: not a memprof profile".into())),
+            Got::Eof(0) => {
+                return Err(Error::Format(
+                    "empty file: not a memprof profile (nothing was written to it: a recording \
+                     on a full disk, or one that never started)"
+                        .into(),
+                ))
+            }
             Got::Eof(n) if magic.get(..n) == MAGIC.get(..n) => {
                 return Err(Error::Format(format!(
                     "profile was cut at byte {n}, inside its magic number"

@@ -157,6 +157,8 @@ pub(crate) struct Finished {
     pub(crate) messages: Vec<String>,
     /// The profile of every file written, as folded while writing it, by its path.
     pub(crate) profiles: Vec<(PathBuf, Profile)>,
+    /// The files whose writing failed (a full disk): each keeps what was written before.
+    pub(crate) unwritten: Vec<PathBuf>,
 }
 
 /// The root process's profile as folded so far, for `--serve`. A request asks for it and
@@ -276,7 +278,7 @@ impl Collector {
         self.stop.store(true, Ordering::Release);
         self.thread.join().unwrap_or_else(|_| Finished {
             messages: vec!["the profile collector failed".into()],
-            profiles: Vec::new(),
+            ..Finished::default()
         })
     }
 }
@@ -400,6 +402,9 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
                 finish_ring(r, told.copied().flatten(), messages);
                 if let Some(out) = &mut r.out {
                     let rec = &mut out.recorder;
+                    if let (Some(_), Some(path)) = (rec.error(), rec.path()) {
+                        done.unwritten.push(path.to_path_buf());
+                    }
                     if let (Some(publish), true) = (&plan.publish, root) {
                         publish.offer(rec.profile(), true);
                     }
@@ -934,7 +939,23 @@ fn finish_ring(r: &mut Attached, told: Option<Ended>, messages: &mut Vec<String>
     }
     let rec = &out.recorder;
     if let Some(e) = rec.error() {
-        messages.push(format!("the profile of pid {} is incomplete: {e}", r.shown));
+        // A full disk, most often: what was written stays, a clean cut the reader reads
+        // (`profile::format` keeps a half block out), and the fold is whole.
+        let path = rec.path().map(|p| p.to_path_buf());
+        let kept = path.as_deref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len());
+        let shown = path.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+        let keeps = match kept {
+            0 => format!("{shown} holds nothing"),
+            _ => format!(
+                "{shown} keeps the {kept} bytes written before (`memprof report` reads them as \
+                 a profile cut there)"
+            ),
+        };
+        messages.push(format!(
+            "error: the profile of pid {} could not be written whole: {e}. {keeps}; this run's \
+             table is from all the collector saw",
+            r.shown
+        ));
     } else if !rec.profile().lost.is_none() {
         let path = rec.path().map(|p| p.display().to_string()).unwrap_or_default();
         messages.push(format!("{path}: {}", rec.profile().lost.describe()));

@@ -93,6 +93,9 @@ pub struct Recorded {
     /// The kernel's OOM killer killed the program (it died of SIGKILL, and an OOM-kill
     /// count rose during the run).
     pub(crate) oom: Option<super::oom::OomKill>,
+    /// The profiles whose writing failed (a full disk), said by the collector: each keeps
+    /// what was written before, and the fold in `folded` is whole.
+    pub(crate) unwritten: Vec<PathBuf>,
 }
 
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
@@ -677,6 +680,7 @@ pub(crate) fn record_publishing(
         unfollowed,
         folded: finished.profiles,
         oom,
+        unwritten: finished.unwritten,
     })
 }
 

@@ -191,7 +191,8 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
         }
     }
     let profile = profile;
-    if !notes.is_empty() && (profile.complete || profile.stopped.is_some()) {
+    let written = !run.unwritten.contains(&run.output);
+    if !notes.is_empty() && written && (profile.complete || profile.stopped.is_some()) {
         if let Err(e) = crate::profile::format::append_notes(&run.output, &profile.header, &notes) {
             eprintln!("memprof: warning: the notes were not kept in the profile: {e}");
         }
@@ -278,6 +279,12 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             processes.len(),
             profile.counts.samples,
             printable_os(&run.output)
+        );
+    } else if run.unwritten.contains(&run.output) {
+        eprintln!(
+            "memprof: profile {} is INCOMPLETE: its writing failed (said above); the table \
+             above is the whole run's",
+            printable_os(&run.output),
         );
     } else {
         eprintln!(
