@@ -155,7 +155,7 @@
 //! | `report/command.rs` | `memprof report` and `memprof diff` as the terminal sees them (feature `cli`): arguments, files, window, tables |
 //! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
 //! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |
-//! | `serve/parse.rs` | the request head, parsed from bytes alone (fuzzed by `tests/fuzz_http.rs`) |
+//! | `serve/parse.rs` | the request head, parsed from bytes alone (fuzzed by `tests/fuzz/http.rs`) |
 //! | `serve/handler.rs` | the `/debug/pprof/` handler: endpoints, deltas, the answers' encoding |
 //! | `serve/mod.rs` | the folder's design notes and face |
 //! | `gc/` | a managed heap (OCaml-style) whose blocks and cycles are profiled |

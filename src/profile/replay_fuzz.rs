@@ -3,7 +3,7 @@
 //! strings near the grammar (digits, a point, an exponent, signs, spaces, units, odd
 //! characters and a newline mixed in), values printed the way memprof prints them, and
 //! numbers at the edges (2^53 ns and above, `u64::MAX` ns and past it). The size and rate
-//! parsers, which are public, are fuzzed alike from outside the crate (`tests/fuzz_args.rs`).
+//! parsers, which are public, are fuzzed alike from outside the crate (`tests/fuzz/args.rs`).
 //!
 //! The properties: a parser never panics; what it accepts fits in `u64` nanoseconds and
 //! reads back what was printed (every nanosecond exactly); what it refuses it refuses with

@@ -1,5 +1,5 @@
 //! The request head, parsed from bytes alone: no socket, no clock, no allocation, so that
-//! the property tests (`tests/fuzz_http.rs`) can drive it with any input.
+//! the property tests (`tests/fuzz/http.rs`) can drive it with any input.
 //!
 //! # 1. What is read
 //! A head is the request line, header lines, and the empty line that ends them (RFC 9112

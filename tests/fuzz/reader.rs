@@ -22,8 +22,7 @@ use memprof::profile::{Free, GcCycle, Module, Profile, Sample, Stack, Symbol};
 use proptest::prelude::*;
 use std::path::Path;
 
-mod common;
-use common::{fixtures, proptest_cases};
+use crate::common::{fixtures, proptest_cases};
 
 /// A version-3 recording with span labels, several blocks, GC cycles, frees and moves, and
 /// a block of symbols appended after its end record.

@@ -1,4 +1,4 @@
-//! The size and rate arguments, fuzzed: property-based (proptest, as `tests/fuzz_reader.rs`)
+//! The size and rate arguments, fuzzed: property-based (proptest, as `tests/fuzz/reader.rs`)
 //! (`--interval 512KiB`, `--rate`, `MEMPROF_INTERVAL`, `MEMPROF_RATE`). Inputs are strings
 //! near the grammar (digits, a point, an exponent, signs, spaces, units, odd characters and
 //! a newline mixed in), values printed the way memprof prints them, and numbers at the edges
@@ -19,10 +19,9 @@ use memprof::Config;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
-mod common;
-use common::proptest_cases;
+use crate::common::proptest_cases;
 
-include!("../fixtures/arg_pieces.rs");
+include!("../../fixtures/arg_pieces.rs");
 
 fn near_grammar() -> impl Strategy<Value = String> {
     proptest::collection::vec(proptest::sample::select(PIECES), 0..8).prop_map(|v| v.concat())

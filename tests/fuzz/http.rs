@@ -1,5 +1,5 @@
 //! The HTTP server's request-head parser (`memprof::serve::parse`), fuzzed the way
-//! `tests/fuzz_reader.rs` fuzzes the `.mprof` reader: property-based (proptest, stable
+//! `tests/fuzz/reader.rs` fuzzes the `.mprof` reader: property-based (proptest, stable
 //! Rust, inside `cargo test`, shrinking a failing case to a minimal input). Inputs are
 //! well-formed heads generated from their parts (methods, origin- and absolute-form
 //! targets, headers, CRLF and bare-LF line ends, empty lines before the request line, a
@@ -20,15 +20,12 @@
 //! Cases per run: `PROPTEST_CASES` (512 by default, about a second; the server property
 //! runs an eighth of them, each a connection).
 
-#![cfg(feature = "serve")]
-
 use memprof::serve::parse::{parse_head, Parsed, MAX_HEAD};
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-mod common;
-use common::proptest_cases as cases;
+use crate::common::proptest_cases as cases;
 
 /// A generated head: its bytes and the method, target (as parsed) and length expected.
 #[derive(Clone, Debug)]
