@@ -8,7 +8,7 @@
 //! (this user's or root's; writable by group or others only when sticky), and the loader is
 //! never handed that path: the bytes read from the checked descriptor are copied into a
 //! directory of this user's alone (`record/command/bundled.rs` §2, checked the same way and
-//! [`owned_and_private`]), so no rename between the check and the load changes what is
+//! `owned_and_private`), so no rename between the check and the load changes what is
 //! loaded.
 //!
 //! # 2. Outputs
