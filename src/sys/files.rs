@@ -1,19 +1,15 @@
 //! One policy for every file memprof opens or writes, in one place.
 //!
 //! # 1. Code that is loaded into programs
-//! A library memprof puts in `LD_PRELOAD` (`MEMPROF_PRELOAD`, `libmemprof_preload.so`
-//! beside the executable) runs its constructor in every profiled program, so whoever can
-//! replace it runs code there. [`check_loadable_library`] takes it only from a regular file
-//! owned by this user or root that neither group nor others can write, in a directory owned
-//! by this user or root that others cannot write (a sticky, world-writable directory such
-//! as `/tmp` is refused too: anyone can create a file there), and under directories up to
-//! `/` that each belong to this user or root and that others cannot write unless the
-//! directory is sticky (`/tmp` above a directory of ours is fine: nobody else can rename
-//! what is in it). The file is judged by its descriptor (`O_NONBLOCK`, `fstat`), and the
-//! loader is given its real path, every symbolic link resolved, checked to name that same
-//! file. The cached copy of the
-//! bundled library (`record/command/bundled.rs`) is stricter still: `owned_and_private`, this
-//! user's alone.
+//! A library memprof puts in `LD_PRELOAD` or `dlopen`s (`MEMPROF_PRELOAD`,
+//! `libmemprof_preload.so` beside the executable, the bundled copy) runs its constructor in
+//! every profiled program, so whoever can replace it runs code there. `sys/trusted.rs`
+//! opens it once and checks it by its descriptor and every directory above it up to `/`
+//! (this user's or root's; writable by group or others only when sticky), and the loader is
+//! never handed that path: the bytes read from the checked descriptor are copied into a
+//! directory of this user's alone (`record/command/bundled.rs` §2, checked the same way and
+//! `owned_and_private`), so no rename between the check and the load changes what is
+//! loaded.
 //!
 //! # 2. Outputs
 //! [`create_output`] creates a report's file (`report --html/--pprof/--collapsed/
@@ -75,85 +71,6 @@ pub(crate) fn owned_and_private(meta: &fs::Metadata, path: &Path) -> Result<(), 
         ));
     }
     Ok(())
-}
-
-fn trusted_owner(uid: u32) -> bool {
-    uid == euid() || uid == 0
-}
-
-/// Checks that the library at `path` may be loaded into programs (§1) and returns the
-/// path to give the loader: the file's real path, every symbolic link resolved. The file
-/// is judged by its descriptor (opened without blocking, then `fstat`), and the real path
-/// must still name that same file. The error is one sentence naming the file and why.
-pub fn check_loadable_library(path: &Path) -> Result<PathBuf, String> {
-    let shown = path.display();
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{shown} is not a regular file"));
-    }
-    if !trusted_owner(meta.uid()) {
-        return Err(format!(
-            "{shown} belongs to uid {}, not to this user or root: its code would run in every \
-             profiled program",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{shown} is writable by group or others (mode {:o}): its code would run in every \
-             profiled program",
-            meta.mode() & 0o7777
-        ));
-    }
-    let real = fs::canonicalize(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    // The loader opens the library by this path: it must name the file checked above.
-    if !fs::metadata(&real).is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino())) {
-        return Err(format!("{shown} changed while it was checked"));
-    }
-    let dir = real.parent().unwrap_or(Path::new("/"));
-    let dmeta = fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    if !trusted_owner(dmeta.uid()) {
-        return Err(format!(
-            "{shown} is in {}, which belongs to uid {}, not to this user or root",
-            dir.display(),
-            dmeta.uid()
-        ));
-    }
-    if dmeta.mode() & 0o002 != 0 {
-        return Err(format!(
-            "{shown} is in {}, which others can write (mode {:o}): anyone could replace it",
-            dir.display(),
-            dmeta.mode() & 0o7777
-        ));
-    }
-    // Whoever can rename an ancestor directory can put another tree, and another library,
-    // at the same path. A sticky directory of a trusted owner (`/tmp`) is safe above: the
-    // others who can write it cannot rename what they do not own.
-    for up in dir.ancestors().skip(1) {
-        let m = fs::metadata(up).map_err(|e| format!("cannot read {}: {e}", up.display()))?;
-        if !trusted_owner(m.uid()) {
-            return Err(format!(
-                "{shown} is under {}, which belongs to uid {}, not to this user or root: \
-                 anyone could replace it",
-                up.display(),
-                m.uid()
-            ));
-        }
-        if m.mode() & 0o002 != 0 && m.mode() & libc::S_ISVTX == 0 {
-            return Err(format!(
-                "{shown} is under {}, which others can write (mode {:o}, not sticky): anyone \
-                 could replace it",
-                up.display(),
-                m.mode() & 0o7777
-            ));
-        }
-    }
-    Ok(real)
 }
 
 /// Opens `path` for reading only when it is a regular file of this user's (§5): never
@@ -475,43 +392,6 @@ mod tests {
         fs::hard_link(d.join("r"), d.join("h")).unwrap();
         assert!(same_file(&d.join("r"), &d.join("h")));
         assert!(!same_file(&d.join("r"), &d.join("f")));
-        fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn libraries_come_only_from_files_nobody_else_can_change() {
-        let d = scratch("lib");
-        let lib = d.join("libx.so");
-        fs::write(&lib, b"\x7fELF").unwrap();
-        fs::set_permissions(&lib, fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(check_loadable_library(&lib), Ok(fs::canonicalize(&lib).unwrap()));
-        fs::set_permissions(&lib, fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(check_loadable_library(&lib).unwrap_err().contains("writable"));
-        fs::set_permissions(&lib, fs::Permissions::from_mode(0o755)).unwrap();
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o1777)).unwrap();
-        assert!(check_loadable_library(&lib).unwrap_err().contains("others can write"));
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(check_loadable_library(&d).is_err(), "a directory");
-        // Every directory above it too: a parent that others can write (not sticky) could
-        // be renamed away with the library in it.
-        let inner = d.join("inner");
-        fs::create_dir(&inner).unwrap();
-        fs::set_permissions(&inner, fs::Permissions::from_mode(0o755)).unwrap();
-        let deep = inner.join("libx.so");
-        fs::copy(&lib, &deep).unwrap();
-        assert!(check_loadable_library(&deep).is_ok());
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
-        let e = check_loadable_library(&deep).unwrap_err();
-        assert!(e.contains("is under") && e.contains("not sticky"), "{e}");
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o1777)).unwrap();
-        assert!(check_loadable_library(&deep).is_ok(), "sticky and ours: {e}");
-        // Through a symlink, the loader is given the real path.
-        std::os::unix::fs::symlink(&deep, d.join("link.so")).unwrap();
-        assert_eq!(
-            check_loadable_library(&d.join("link.so")),
-            Ok(fs::canonicalize(&deep).unwrap())
-        );
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         fs::remove_dir_all(&d).unwrap();
     }
 

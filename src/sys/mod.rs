@@ -21,3 +21,4 @@ pub(crate) mod rawmem;
 pub(crate) mod signals;
 pub(crate) mod smaps;
 pub(crate) mod tls;
+pub(crate) mod trusted;

@@ -111,8 +111,14 @@ fn a_preload_library_others_could_change_is_refused() {
     chown_nobody(&so);
     refused(&run(&exe, "u.mprof", None), "belongs to uid");
     std::os::unix::fs::chown(&so, Some(0), None).unwrap();
+    // Group-writable counts (issue 44): a member of the group could swap the library.
+    chmod(&bin, 0o775);
+    refused(&run(&exe, "d.mprof", None), "writable by group");
+    // Sticky: nobody but root can rename root's library out of it.
     chmod(&bin, 0o1777);
-    refused(&run(&exe, "d.mprof", None), "others can write");
+    let out = run(&exe, "s.mprof", None);
+    assert_eq!(out.status.code(), Some(0), "sticky, root's file: {}", text(&out.stderr));
+    std::fs::remove_file(&marker).unwrap();
     chmod(&bin, 0o755);
 
     // The same rule for MEMPROF_PRELOAD, from the tested executable.
@@ -387,7 +393,8 @@ fn a_preload_library_under_a_directory_others_can_write_is_refused() {
     );
     assert_one_line_error(&out, None, "libmemprof_preload.so");
     let err = text(&out.stderr);
-    assert!(err.contains("others can write") && err.contains("not sticky"), "{err}");
+    assert!(err.contains("writable by others") && err.contains("not sticky"), "{err}");
+    assert!(err.contains(&format!("{} is writable", open.display())), "names it: {err}");
     assert!(!marker.exists(), "the program must not run");
     // The same tree with the parent closed (or sticky) is accepted.
     for mode in [0o755, 0o1777] {
@@ -518,4 +525,117 @@ fn a_full_disk_is_said_and_what_was_written_kept() {
     assert!(rerr.contains("disk filled up"), "{rerr}");
     let sampling = report.lines().find(|l| l.starts_with("sampling: ")).unwrap();
     assert!(sampling.contains("the recording was cut at"), "{report}");
+}
+
+/// Issue 44: the library beside a copy of `memprof` is exchanged with a foreign one
+/// (`renameat2(RENAME_EXCHANGE)`, in a loop on another thread) while `record` runs a
+/// program again and again. The foreign one is refused whenever the check sees it
+/// (writable by others; another user's too when run as root), and the check sees the file
+/// the loader gets: its bytes are copied from the checked descriptor, so a swap after the
+/// check changes nothing. The foreign constructor, which leaves a marker file, never runs.
+/// (When the loader was handed the checked path, a swap after the check loaded it.)
+#[test]
+fn a_library_swapped_after_its_check_is_never_loaded() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let dir = scratch("files-loader-race");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    chmod(&bin, 0o755);
+    let exe = bin.join("memprof");
+    std::fs::copy(MEMPROF, &exe).unwrap();
+    let so = bin.join("libmemprof_preload.so");
+    std::fs::copy(lib(), &so).unwrap();
+    chmod(&so, 0o755);
+    let foreign = bin.join("foreign.so");
+    std::fs::copy(fixture("libforeign_ctor"), &foreign).unwrap();
+    chmod(&foreign, 0o666);
+    if is_root() {
+        chown_nobody(&foreign);
+    }
+    let marker = dir.join("foreign-ran");
+    let cache = dir.join("cache");
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let racer = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        let a = CString::new(so.as_os_str().as_bytes()).unwrap();
+        let b = CString::new(foreign.as_os_str().as_bytes()).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: both paths are NUL-terminated; RENAME_EXCHANGE swaps the two
+                // entries atomically.
+                let r = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(r, 0, "renameat2: {}", std::io::Error::last_os_error());
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let (mut ran, mut refused) = (0, 0);
+    for i in 0..30 {
+        let out = within(
+            memprof_in(&dir, &exe)
+                .env("FOREIGN_MARKER", &marker)
+                .env("XDG_CACHE_HOME", &cache)
+                .env_remove("MEMPROF_PRELOAD")
+                .args(["record", "-o", &format!("r{i}.mprof"), "--", "/bin/true"]),
+        );
+        if out.status.code() == Some(0) {
+            ran += 1;
+        } else {
+            assert_one_line_error(&out, None, "libmemprof_preload.so");
+            let err = text(&out.stderr);
+            assert!(
+                err.contains("writable by group or others") || err.contains("belongs to uid"),
+                "{err}"
+            );
+            refused += 1;
+        }
+        assert!(!marker.exists(), "run {i}: the foreign library's constructor ran");
+    }
+    stop.store(true, Ordering::Relaxed);
+    racer.join().unwrap();
+    eprintln!("{ran} runs recorded, {refused} refused, {} swaps", swaps.load(Ordering::Relaxed));
+    assert!(ran > 0, "no run got the real library in 30");
+    assert!(swaps.load(Ordering::Relaxed) > 30, "the racer hardly ran");
+}
+
+/// `preload-path` refuses a cache under a directory others can write (`XDG_CACHE_HOME` in
+/// a world-writable, non-sticky directory; another user's `HOME` kept by `sudo -E` is the
+/// same case) and says why, naming the directory.
+#[test]
+fn preload_path_says_why_it_refuses_a_cache_others_could_swap() {
+    let dir = scratch("files-preload-path-open");
+    let open = dir.join("open");
+    std::fs::create_dir_all(&open).unwrap();
+    chmod(&open, 0o777);
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .env("XDG_CACHE_HOME", open.join("cache"))
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("MEMPROF_PRELOAD")
+            .arg("preload-path"),
+    );
+    assert_one_line_error(&out, None, "no cache directory could take");
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("{} is writable by others", open.display())), "{err}");
+    assert!(err.contains("not sticky"), "{err}");
+    assert!(!open.join("cache/memprof").read_dir().is_ok_and(|mut d| d.next().is_some()));
+    chmod(&open, 0o755);
+    let out = within(
+        memprof_in(&dir, Path::new(MEMPROF))
+            .env("XDG_CACHE_HOME", open.join("cache"))
+            .env_remove("MEMPROF_PRELOAD")
+            .arg("preload-path"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with(&open.join("cache/memprof").display().to_string()));
 }

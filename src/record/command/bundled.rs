@@ -7,29 +7,47 @@
 //! the first of these directories that works:
 //! 1. `$XDG_CACHE_HOME/memprof`, or `$HOME/.cache/memprof` when `XDG_CACHE_HOME` is unset;
 //! 2. `$XDG_RUNTIME_DIR/memprof`;
-//! 3. a private temporary directory (`$TMPDIR/memprof-XXXXXX`, mode 0700), removed when the
-//!    run ends.
+//! 3. a private temporary directory (`$TMPDIR/memprof-XXXXXX`, else one in `/var/tmp`, mode
+//!    0700), removed when the run ends.
+//!
+//! A library found outside (`MEMPROF_PRELOAD`, `libmemprof_preload.so` beside the
+//! executable) goes the same way: it is opened once and checked by its descriptor
+//! (`sys/trusted.rs`), its bytes are read from that descriptor, and they are written to
+//! `libmemprof_preload-<version>-copy-<digest>.so` in the same directories ([`install_copy`]).
+//! The loader is handed the copy, never the path that was checked: whoever could rename the
+//! original after the check (a member of its directory's group, say) cannot change what is
+//! loaded. `memprof attach` into a process of another user (memprof running as root) uses
+//! `$TMPDIR/memprof-<uid>-attach` instead (mode 0711, the file 0555): the process must be
+//! able to read the file, and still nobody but root can change it.
 //!
 //! The first two are kept and reused by every later run of the same build; a new build
 //! writes a new file beside the old ones, and files not used for 30 days are removed when a
 //! new one is written. Removing the directory is always safe: the next run writes it again.
 //!
 //! # 2. What makes it safe
-//! - The `memprof` directory is created with mode 0700, and a directory (or file) that is not
-//!   owned by this user or that others can write is refused, never used: whoever can replace
-//!   the library runs code in every profiled program.
+//! - The `memprof` directory is created with mode 0700, and it is used only when it and
+//!   every directory above it up to `/` pass `sys/trusted.rs` §1 (this user's or root's,
+//!   writable by group or others only when sticky), checked by descriptor, and it is this
+//!   user's and nobody else can write it: whoever can replace the library runs code in every
+//!   profiled program, and whoever can rename a directory above it can put another library
+//!   at the same path. A `$XDG_CACHE_HOME` inside a world-writable directory, or another
+//!   user's `$HOME` kept by `sudo -E`, is passed over with its reason (`preload-path` says
+//!   it).
 //! - The file is written under a temporary name (`O_CREAT|O_EXCL`, mode 0555), synced, and
 //!   renamed into place: a reader sees no file or the whole file. Concurrent first runs each
 //!   write their own temporary file and rename it; the contents are identical, so whichever
 //!   rename lands last changes nothing.
 //! - Before every use the file is opened with `O_NOFOLLOW`, its owner and mode checked, and
-//!   its bytes compared with the embedded ones; a file that differs (cut by a full disk, a
-//!   digest collision, tampering) is replaced.
+//!   its bytes compared with the expected ones; a file that differs (cut by a full disk, a
+//!   digest collision, tampering) is replaced. One page of it is then mapped executable: a
+//!   directory on a `noexec` file system (`/dev/shm`, some `/tmp`s), where the loader would
+//!   fail, is passed over.
 //! - A directory that cannot be written (read-only, full, not ours) is skipped with its
 //!   reason; when every candidate fails, the error lists each one.
 
 use crate::error::{Error, LaunchError};
 use crate::sys::files::owned_and_private;
+use crate::sys::trusted::{self, Kind};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -61,14 +79,11 @@ pub(crate) struct Installed {
     path: PathBuf,
     /// A private directory removed on drop (the last-resort fallback).
     temp_dir: Option<PathBuf>,
+    /// The cache directories passed over before this one, each with why.
+    passed_over: Vec<String>,
 }
 
 impl Installed {
-    /// A library that is not ours to remove (`MEMPROF_PRELOAD`, a file beside the executable).
-    pub fn existing(path: PathBuf) -> Self {
-        Installed { path, temp_dir: None }
-    }
-
     /// The library's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -77,6 +92,26 @@ impl Installed {
     /// Whether the file is removed when this value is dropped (no cache directory worked).
     pub fn is_temporary(&self) -> bool {
         self.temp_dir.is_some()
+    }
+
+    /// The cache directories passed over, each with why (for `preload-path`'s error).
+    pub fn passed_over(&self) -> &[String] {
+        &self.passed_over
+    }
+
+    /// A copy that a process of another user can map (`memprof attach` as root, module doc
+    /// §1): in `$TMPDIR/memprof-<uid>-attach` (0711), the file 0555, both this user's.
+    pub fn shared(&self) -> Result<Installed, Error> {
+        let mut f = crate::sys::files::open_ours(&self.path)
+            .map_err(|e| Error::io(format!("cannot read {}", self.path.display()), e))?;
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes)
+            .map_err(|e| Error::io(format!("cannot read {}", self.path.display()), e))?;
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let image = Image { bytes: &bytes, name, dir_mode: 0o711 };
+        let name = format!("memprof-{}-attach", crate::sys::files::euid());
+        let dirs: Vec<PathBuf> = temp_dirs().iter().map(|t| t.join(&name)).collect();
+        image.install_in(&dirs, &[])
     }
 }
 
@@ -111,28 +146,87 @@ impl Bundled {
     }
 
     /// Installs the library in the first of [`Bundled::cache_dirs`] that works, else in a
-    /// private temporary directory under `tmp` when given.
+    /// private temporary directory.
     pub(crate) fn install(&self) -> Result<Installed, Error> {
-        self.install_in(&Self::cache_dirs(), Some(&std::env::temp_dir()))
+        self.image().install()
     }
 
     /// [`Bundled::install`] with explicit candidates: each of `dirs` (created if missing),
-    /// then, if `tmp` is given, a new private directory inside it.
+    /// then a new private directory inside the first of `tmps` that takes one.
+    #[cfg(test)]
     pub(crate) fn install_in(
         &self,
         dirs: &[PathBuf],
-        tmp: Option<&Path>,
+        tmps: &[PathBuf],
     ) -> Result<Installed, Error> {
+        self.image().install_in(dirs, tmps)
+    }
+
+    fn image(&self) -> Image<'static> {
+        Image { bytes: self.bytes, name: self.file_name(), dir_mode: 0o700 }
+    }
+}
+
+/// The temporary directories tried when no cache directory works (module doc, §1).
+fn temp_dirs() -> Vec<PathBuf> {
+    let mut v = vec![std::env::temp_dir()];
+    if v[0] != Path::new("/var/tmp") {
+        v.push(PathBuf::from("/var/tmp"));
+    }
+    v
+}
+
+/// A library found outside (`MEMPROF_PRELOAD`, beside the executable), opened once and
+/// checked by its descriptor, installed as a copy of the bytes read from that descriptor
+/// (module doc, §1): the loader never opens `path` itself.
+pub(crate) fn install_copy(path: &Path) -> Result<Installed, Error> {
+    let mut checked = trusted::open(path, Kind::File).map_err(LaunchError::PreloadUnsafe)?;
+    let mut bytes = Vec::with_capacity(checked.meta.len() as usize);
+    checked
+        .file
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    Image::copy_of(&bytes).install()
+}
+
+/// Bytes to install under a file name (module doc, §1).
+struct Image<'a> {
+    bytes: &'a [u8],
+    name: String,
+    /// The mode of a directory made for it: 0700, or 0711 for another user's process.
+    dir_mode: u32,
+}
+
+impl<'a> Image<'a> {
+    /// A copy of a library read from elsewhere, named by the FNV-1a digest of its bytes (as
+    /// `build.rs` names the bundled one).
+    fn copy_of(bytes: &'a [u8]) -> Image<'a> {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let name = format!("{PREFIX}{}-copy-{h:016x}.so", env!("CARGO_PKG_VERSION"));
+        Image { bytes, name, dir_mode: 0o700 }
+    }
+
+    fn install(&self) -> Result<Installed, Error> {
+        self.install_in(&Bundled::cache_dirs(), &temp_dirs())
+    }
+
+    fn install_in(&self, dirs: &[PathBuf], tmps: &[PathBuf]) -> Result<Installed, Error> {
         let mut tried = Vec::new();
         for dir in dirs {
             match self.install_at(dir) {
-                Ok(path) => return Ok(Installed { path, temp_dir: None }),
+                Ok(path) => return Ok(Installed { path, temp_dir: None, passed_over: tried }),
                 Err(why) => tried.push(format!("{}: {why}", dir.display())),
             }
         }
-        if let Some(tmp) = tmp {
+        let passed_over = tried.clone();
+        for tmp in tmps {
             match self.install_temp(tmp) {
-                Ok(i) => return Ok(i),
+                Ok((path, dir)) => {
+                    return Ok(Installed { path, temp_dir: Some(dir), passed_over });
+                }
                 Err(why) => tried.push(format!("a private directory in {}: {why}", tmp.display())),
             }
         }
@@ -141,8 +235,8 @@ impl Bundled {
 
     /// The cached file in `dir`, verified, written first if missing or wrong.
     fn install_at(&self, dir: &Path) -> Result<PathBuf, String> {
-        private_dir(dir)?;
-        let path = dir.join(self.file_name());
+        private_dir(dir, self.dir_mode)?;
+        let path = dir.join(&self.name);
         // Missing, cut short, different, not ours or writable by others: whatever is there is
         // replaced (the directory is ours, so the rename is ours to make).
         if self.verify(&path).is_ok() {
@@ -155,14 +249,17 @@ impl Bundled {
         Ok(path)
     }
 
-    fn install_temp(&self, tmp: &Path) -> Result<Installed, String> {
-        let dir = make_private_temp_dir(tmp)?;
-        let path = dir.join(self.file_name());
+    fn install_temp(&self, tmp: &Path) -> Result<(PathBuf, PathBuf), String> {
+        // Above a directory of ours, a sticky one of root's (`/tmp`) is fine: nobody else can
+        // rename what is in it.
+        trusted::open(tmp, Kind::Dir)?;
+        let dir = make_private_temp_dir(tmp, self.dir_mode)?;
+        let path = dir.join(&self.name);
         let done = self
             .write_atomically(&dir, &path)
             .and_then(|()| self.verify(&path).map_err(|c| c.to_string()));
         match done {
-            Ok(()) => Ok(Installed { path, temp_dir: Some(dir) }),
+            Ok(()) => Ok((path, dir)),
             Err(e) => {
                 let _ = fs::remove_dir_all(&dir);
                 Err(e)
@@ -174,7 +271,7 @@ impl Bundled {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let tmp = dir.join(format!(
             ".{}.{}.{}.tmp",
-            self.file_name(),
+            self.name,
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
@@ -196,7 +293,7 @@ impl Bundled {
     }
 
     /// Checks that `path` is a regular file of ours that no one else can write, holding
-    /// exactly the embedded bytes.
+    /// exactly the expected bytes, on a file system the loader can map code from.
     fn verify(&self, path: &Path) -> Result<(), Check> {
         // A FIFO put in its place must not block the run: `open_ours` never blocks.
         let mut f = match crate::sys::files::open_ours(path) {
@@ -212,7 +309,7 @@ impl Bundled {
         if !same_contents(&mut f, self.bytes) {
             return Err(Check::Differs(path.to_owned()));
         }
-        Ok(())
+        trusted::can_map_executable(&f).map_err(Check::Unsafe)
     }
 }
 
@@ -252,19 +349,18 @@ fn same_contents(f: &mut File, mut expected: &[u8]) -> bool {
     }
 }
 
-/// Creates `dir` (mode 0700; its parents as usual) and checks that it is ours and private.
-fn private_dir(dir: &Path) -> Result<(), String> {
-    if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+/// Creates `dir` (mode `mode`; its parents as usual) and checks that it is ours, that
+/// nobody else can write it, and that every directory above it passes `sys/trusted.rs` §1,
+/// by descriptor.
+fn private_dir(dir: &Path, mode: u32) -> Result<(), String> {
+    if let Err(e) = fs::DirBuilder::new().recursive(true).mode(mode).create(dir) {
         return Err(format!("cannot create it: {e}"));
     }
-    let meta = fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
-    if !meta.is_dir() {
-        return Err("not a directory".into());
-    }
-    owned_and_private(&meta, dir)
+    let checked = trusted::open(dir, Kind::Dir)?;
+    owned_and_private(&checked.meta, dir)
 }
 
-fn make_private_temp_dir(tmp: &Path) -> Result<PathBuf, String> {
+fn make_private_temp_dir(tmp: &Path, mode: u32) -> Result<PathBuf, String> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -279,8 +375,13 @@ fn make_private_temp_dir(tmp: &Path) -> Result<PathBuf, String> {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         // Not recursive: the directory must be new, or someone else made it.
-        match fs::DirBuilder::new().mode(0o700).create(&d) {
-            Ok(()) => return Ok(d),
+        match fs::DirBuilder::new().mode(mode).create(&d) {
+            // The umask may have taken bits away from 0711: the mode is set as asked.
+            Ok(()) => {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = fs::set_permissions(&d, fs::Permissions::from_mode(mode));
+                return Ok(d);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(format!("cannot create a directory: {e}")),
         }
@@ -350,7 +451,7 @@ mod tests {
     fn first_use_writes_a_private_file_and_later_uses_reuse_it() {
         let root = scratch("reuse");
         let dir = root.join("cache/memprof");
-        let a = lib().install_in(std::slice::from_ref(&dir), None).unwrap();
+        let a = lib().install_in(std::slice::from_ref(&dir), &[]).unwrap();
         assert_eq!(a.path(), dir.join("libmemprof_preload-0.0.0-0123456789abcdef.so"));
         assert!(!a.is_temporary());
         assert_eq!(fs::read(a.path()).unwrap(), BYTES);
@@ -358,7 +459,7 @@ mod tests {
         assert_eq!(m.mode() & 0o222, 0, "nobody may write it");
         assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
         let ino = m.ino();
-        let b = lib().install_in(std::slice::from_ref(&dir), None).unwrap();
+        let b = lib().install_in(std::slice::from_ref(&dir), &[]).unwrap();
         assert_eq!(fs::metadata(b.path()).unwrap().ino(), ino, "the file is reused");
         // No temporary files are left behind.
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
@@ -373,17 +474,17 @@ mod tests {
         let path = root.join(lib().file_name());
         // Cut short (a full disk), then wrong bytes of the right length.
         fs::write(&path, &BYTES[..4]).unwrap();
-        let a = lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        let a = lib().install_in(std::slice::from_ref(&root), &[]).unwrap();
         assert_eq!(fs::read(a.path()).unwrap(), BYTES);
         fs::remove_file(&path).unwrap();
         let mut wrong = BYTES.to_vec();
         wrong[10] ^= 1;
         fs::write(&path, &wrong).unwrap();
-        let b = lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        let b = lib().install_in(std::slice::from_ref(&root), &[]).unwrap();
         assert_eq!(fs::read(b.path()).unwrap(), BYTES);
         // Writable by others: replaced too.
         fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
-        let c = lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        let c = lib().install_in(std::slice::from_ref(&root), &[]).unwrap();
         assert_eq!(fs::metadata(c.path()).unwrap().mode() & 0o222, 0);
         fs::remove_dir_all(&root).unwrap();
     }
@@ -397,7 +498,7 @@ mod tests {
         fs::create_dir(&cache).unwrap();
         fs::set_permissions(&cache, fs::Permissions::from_mode(0o700)).unwrap();
         std::os::unix::fs::symlink(&victim, cache.join(lib().file_name())).unwrap();
-        let a = lib().install_in(std::slice::from_ref(&cache), None).unwrap();
+        let a = lib().install_in(std::slice::from_ref(&cache), &[]).unwrap();
         assert_eq!(fs::read(&victim).unwrap(), b"keep me");
         assert!(fs::symlink_metadata(a.path()).unwrap().is_file());
         assert_eq!(fs::read(a.path()).unwrap(), BYTES);
@@ -417,7 +518,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let dirs = [cache.clone()];
         std::thread::spawn(move || {
-            let _ = tx.send(lib().install_in(&dirs, None).map(|i| i.path().to_owned()));
+            let _ = tx.send(lib().install_in(&dirs, &[]).map(|i| i.path().to_owned()));
         });
         let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("install blocked");
         assert_eq!(fs::read(got.unwrap()).unwrap(), BYTES);
@@ -434,7 +535,7 @@ mod tests {
         fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
         // /proc refuses new directories even to root: a read-only place.
         let dirs = [file.join("memprof"), open.clone(), PathBuf::from("/proc/memprof-test")];
-        let a = lib().install_in(&dirs, Some(&root)).unwrap();
+        let a = lib().install_in(&dirs, std::slice::from_ref(&root)).unwrap();
         assert!(a.is_temporary());
         let temp = a.path().parent().unwrap().to_owned();
         assert!(temp.starts_with(&root));
@@ -451,10 +552,8 @@ mod tests {
         let root = scratch("error");
         let file = root.join("a-file");
         fs::write(&file, b"").unwrap();
-        let err = lib()
-            .install_in(&[file.join("memprof")], Some(&file.join("tmp")))
-            .unwrap_err()
-            .to_string();
+        let err =
+            lib().install_in(&[file.join("memprof")], &[file.join("tmp")]).unwrap_err().to_string();
         assert!(err.contains(&file.join("memprof").display().to_string()), "{err}");
         assert!(err.contains("a private directory in"), "{err}");
         assert!(err.contains("MEMPROF_PRELOAD"), "{err}");
@@ -470,7 +569,7 @@ mod tests {
         let l = Bundled { bytes: big, digest: "feedfacefeedface", version: "0.0.0" };
         let paths: Vec<PathBuf> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..8)
-                .map(|_| s.spawn(|| l.install_in(std::slice::from_ref(&dir), None).unwrap()))
+                .map(|_| s.spawn(|| l.install_in(std::slice::from_ref(&dir), &[]).unwrap()))
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap().path().to_owned()).collect()
         });
@@ -497,7 +596,7 @@ mod tests {
             File::options().write(true).open(p).unwrap().set_modified(long_ago).unwrap();
         }
         fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).unwrap();
-        lib().install_in(std::slice::from_ref(&root), None).unwrap();
+        lib().install_in(std::slice::from_ref(&root), &[]).unwrap();
         assert!(!old.exists());
         assert!(recent.exists() && other.exists());
         fs::remove_dir_all(&root).unwrap();

@@ -100,29 +100,27 @@ pub struct Recorded {
 
 /// Finds the preload library: `$MEMPROF_PRELOAD`, else `libmemprof_preload.so` next to this
 /// executable (an installed layout, or a cargo target directory, where `build.rs` keeps it
-/// up to date), else the copy `bundled` inside the executable, written to a cache file
-/// ([`super::bundled`]). Keep the result alive while the program runs: a library that no
-/// cache directory could take lives in a temporary directory removed on drop. The error
-/// lists the places tried.
+/// up to date), else the copy `bundled` inside the executable. Whichever it is, the loader
+/// is given a file in a directory of this user's alone ([`super::bundled`] §1): a library
+/// found outside is checked by its descriptor and copied from it, so that nobody can swap
+/// it between the check and the load. Keep the result alive while the program runs: a
+/// library that no cache directory could take lives in a temporary directory removed on
+/// drop. The error lists the places tried.
 pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     if let Some(p) = std::env::var_os(config::ENV_PRELOAD).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         if !p.is_file() {
             return Err(LaunchError::PreloadNotAFile(p.display().to_string()).into());
         }
-        let real =
-            crate::sys::files::check_loadable_library(&p).map_err(LaunchError::PreloadUnsafe)?;
-        return Ok(Installed::existing(real));
+        return super::bundled::install_copy(&p);
     }
     let exe =
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
     let beside = exe.parent().unwrap_or(Path::new(".")).join(PRELOAD_NAME);
     if beside.is_file() {
         // Refused, not passed over for the bundled copy: a library that someone else could
-        // have put there is worth an error (`sys/files.rs`, §1).
-        let real = crate::sys::files::check_loadable_library(&beside)
-            .map_err(LaunchError::PreloadUnsafe)?;
-        return Ok(Installed::existing(real));
+        // have put there is worth an error (`sys/trusted.rs`, §1).
+        return super::bundled::install_copy(&beside);
     }
     match bundled {
         Some(b) => b.install(),

@@ -25,18 +25,17 @@ use std::path::{Path, PathBuf};
 
 /// `memprof preload-path`: the path of the preload library that `record` uses (written to
 /// the cache directory first if needed), for `LD_PRELOAD` by hand. A library that only a
-/// temporary directory could take is gone when the command ends, so that is an error here.
+/// temporary directory could take is gone when the command ends, so that is an error here,
+/// saying why each cache directory was refused (one under a directory others can write,
+/// another user's `$HOME` kept by `sudo -E`).
 pub fn preload_path(bundled: &Bundled) -> Result<PathBuf, Error> {
     let lib = launcher::find_preload(Some(bundled))?;
     if lib.is_temporary() {
+        let why = lib.passed_over();
         return Err(Error::Other(format!(
-            "no cache directory could take the preload library (tried {}); set XDG_CACHE_HOME \
-             to a writable directory",
-            Bundled::cache_dirs()
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "no cache directory could take the preload library ({}); set XDG_CACHE_HOME to a \
+             directory of yours that nobody else can write, nor any directory above it",
+            if why.is_empty() { "none is set".to_owned() } else { why.join("; ") }
         )));
     }
     Ok(lib.path().to_path_buf())

@@ -153,6 +153,12 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
                 .into(),
         ));
     }
+    // A process of another user (memprof is root) could not read this user's private
+    // cache: it gets a copy it can read and nobody but root can change (`bundled` §1).
+    let preload = match target::euid(pid) {
+        Some(uid) if uid != crate::sys::files::euid() => preload.shared()?,
+        _ => preload,
+    };
     let lib = preload.path().to_path_buf();
     // Every step from here on ends with a detach: a signal only asks for it.
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
