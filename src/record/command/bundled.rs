@@ -218,6 +218,8 @@ impl<'a> Image<'a> {
         for dir in dirs {
             match self.install_at(dir) {
                 Ok(path) => return Ok(Installed { path, temp_dir: None, passed_over: tried }),
+                // The trusted walk's reasons name the path already.
+                Err(why) if why.starts_with(&*dir.to_string_lossy()) => tried.push(why),
                 Err(why) => tried.push(format!("{}: {why}", dir.display())),
             }
         }
