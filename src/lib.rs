@@ -44,6 +44,7 @@
 //! | `sys/malloc_maps.rs` | which anonymous mappings glibc's malloc made (an arena's heap, a large block), told by their first words read with `process_vm_readv` |
 //! | `sys/procfs.rs` | fields of `/proc/<pid>/stat`, and the decimals of paths built without allocating |
 //! | `sys/signals.rs` | signal masks and thread counts for the threads the profiler keeps in a program |
+//! | `sys/seccomp.rs` | whether a seccomp filter may refuse the profiler's system calls (the preload library's `prctl` and `syscall` say when one is installed; a refused futex says so too), and the spin that replaces a sleep then |
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
 //! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
@@ -53,7 +54,8 @@
 //! | `engine/busy.rs` | the reentrancy guard: a thread's busy flag and `Busy` |
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
 //! | `engine/hot.rs` | a sampled allocation or death: capture, live entry, event |
-//! | `engine/push.rs` | the session's queue and the pushes into it: backpressure (a sleep until the consumer drains, for as long as it exists: the collector's process looked up), deaths |
+//! | `engine/push.rs` | the session's queue and the pushes into it: backpressure (a sleep until the consumer drains, a spin under a seccomp filter, for as long as the consumer is there), deaths |
+//! | `engine/consumer.rs` | the queue's consumer in another process (the collector) as the producers see it: its heartbeat, its verdict on the ring, its process looked up (or, under a seccomp filter, not) |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
@@ -174,7 +176,9 @@
 //! | `record/` | `memprof record`, split by the process each part runs in; the binary's entry points [`record::run`] and [`record::preload_path`] |
 //! | `record/mod.rs` | the folder's face: which part runs where, what the binary calls |
 //! | `record/env.rs` | the `MEMPROF_*` contract between the two processes |
-//! | `record/ring.rs` | the shared ring between a profiled process and `record`: header (with the collector's pid, start time and heartbeat), side log (module lists, `dlclose` records), queue; the producer side runs in the program, the consumer side in `memprof` |
+//! | `record/ring/mod.rs` | the shared ring between a profiled process and `record`: header (with the collector's pid, start time, heartbeat and verdict), side log (module lists, `dlclose` records), queue; the producer side runs in the program, the consumer side in `memprof`; a ring of another version refused, and its process told |
+//! | `record/ring/records.rs` | the side log's records: the process's facts and module lists as bytes |
+//! | `record/ring/tests.rs` | the ring's tests |
 //! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
 //! | `record/program/` | runs inside the profiled program, called by the preload library |
 //! | `record/program/mod.rs` | the folder's face |
@@ -345,6 +349,9 @@ pub mod __private {
     };
     pub use crate::sys::errno::{errno, set_errno};
     pub use crate::sys::got;
+    pub use crate::sys::seccomp::{
+        install_failed as seccomp_failed, installing as seccomp_installing,
+    };
 }
 
 #[cfg(test)]

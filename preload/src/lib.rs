@@ -5,7 +5,9 @@
 //! Only the exported functions and the constructor, by family: `fast` (`malloc` and
 //! `free`), `entry` (the other allocating entry points), `process` (`dlclose`, `_exit`,
 //! `exec`, `posix_spawn`), `stack` (`pthread_attr_setstacksize`: a thread's stack gets
-//! back what the library takes from it), where the allocating ones forward to
+//! back what the library takes from it), `seccomp` (`prctl` and `syscall`: a seccomp
+//! filter being installed, after which the profiler makes no system call it can avoid),
+//! where the allocating ones forward to
 //! (`next`), and the patcher that sends allocators the symbol lookup never sends here to
 //! those exports or to hooks of their own (`patch`, x86-64, §5), and the two calls `memprof
 //! attach` makes in a process it loaded this library into (`attach`, x86-64, §6); the work
@@ -102,6 +104,7 @@ mod next;
 #[cfg(target_arch = "x86_64")]
 mod patch;
 mod process;
+mod seccomp;
 mod stack;
 
 use core::ffi::c_void;
@@ -130,6 +133,9 @@ fn start() {
     }
     // The registration below allocates: the library's, not the program's.
     let _busy = memprof::__private::Busy::enter();
+    // Before anything can sample: the forwarding of `syscall`, which the waits' futex
+    // takes, is settled off the sample path.
+    seccomp::resolve();
     // A child made by a raw `clone`, found by the agent's mark (`memprof`'s
     // `engine/forked.rs`), gets the same after its handler.
     memprof::__private::after_clone_child(reset_countdown);
@@ -180,6 +186,7 @@ fn keep_counting() {
 
 extern "C" fn init() {
     next::resolve_once();
+    seccomp::resolve();
     if !preloaded() {
         // `dlopen`ed into a running process (§6): `memprof attach` starts the session.
         return;

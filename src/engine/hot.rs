@@ -40,10 +40,9 @@ use crate::sys::errno::SavedErrno;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 // What the session sets and reads at its start and stop, from the files below that hold it.
+pub(crate) use crate::engine::consumer::{Consumer, CONSUMER, LOOK_EVERY_NS};
 pub(crate) use crate::engine::lost::UNTRACKED;
-pub(crate) use crate::engine::push::{
-    queue, stop_waiting, Consumer, CONSUMER, DEFER_FREES, LOOK_EVERY_NS, QUEUE, WAIT_WHEN_FULL,
-};
+pub(crate) use crate::engine::push::{queue, stop_waiting, DEFER_FREES, QUEUE, WAIT_WHEN_FULL};
 
 /// The session's call-stack depth.
 pub(crate) static DEPTH: AtomicUsize = AtomicUsize::new(0);

@@ -517,7 +517,8 @@ fn wait_for(shard: &Shard, me: usize) {
         || lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_err()
     {
         spins += 1;
-        if spins < 64 {
+        // Under a seccomp filter, which may refuse the futex (`sys::seccomp`), no sleep.
+        if spins < 64 || crate::sys::seccomp::filtered() {
             core::hint::spin_loop();
             continue;
         }
@@ -528,7 +529,9 @@ fn wait_for(shard: &Shard, me: usize) {
         if lock.load(Ordering::SeqCst) != 0 {
             // A free's path saves no errno of its own: the sleep keeps it.
             let saved = crate::sys::errno::SavedErrno::save();
-            crate::sys::futex::wait(&shard.wakes, seen, SLEEP_NS);
+            let err = crate::sys::futex::wait(&shard.wakes, seen, SLEEP_NS);
+            let unchanged = shard.wakes.load(Ordering::Relaxed) == seen;
+            crate::sys::seccomp::after_futex_wait(err, unchanged);
             saved.restore();
         }
         shard.sleepers.fetch_sub(1, Ordering::Relaxed);

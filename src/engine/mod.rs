@@ -19,6 +19,7 @@ pub(crate) mod alloc;
 pub(crate) mod busy;
 pub(crate) mod callstack;
 pub(crate) mod clock;
+pub(crate) mod consumer;
 pub(crate) mod forked;
 pub(crate) mod hot;
 pub(crate) mod label;

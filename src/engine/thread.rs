@@ -37,8 +37,9 @@
 //! through the bounds the capture passes them, so which stack they run on does not change
 //! their result. Signals are blocked meanwhile (two `rt_sigprocmask` calls, only when
 //! framehop runs: a return address seen for the first time, or a frame whose rule is a
-//! DWARF expression), so that no handler of the program ever runs on that stack. Pages
-//! of it that are never touched are never backed by memory.
+//! DWARF expression), so that no handler of the program ever runs on that stack (but under
+//! a seccomp filter, which may refuse the calls: `sys::seccomp`). Pages of it that are
+//! never touched are never backed by memory.
 
 use crate::engine::callstack::per_thread::PerThread;
 use crate::engine::sampler::per_thread::ThreadState;
@@ -146,9 +147,13 @@ fn first_block<'a>() -> Option<&'a Blocks> {
         saved.restore();
         return None;
     }
-    // SAFETY: the first page of a fresh mapping of our own; a failure leaves it readable
-    // (no guard, nothing else changes).
-    unsafe { libc::mprotect(mapping.cast(), GUARD, libc::PROT_NONE) };
+    // A seccomp filter may refuse `mprotect` (`sys::seccomp`): then the block goes without
+    // its guard page, as when the call fails.
+    if !crate::sys::seccomp::filtered() {
+        // SAFETY: the first page of a fresh mapping of our own; a failure leaves it
+        // readable (no guard, nothing else changes).
+        unsafe { libc::mprotect(mapping.cast(), GUARD, libc::PROT_NONE) };
+    }
     // SAFETY: `GUARD` bytes into a mapping of `MAPPED` bytes: in bounds, page-aligned.
     let p = unsafe { mapping.add(GUARD) }.cast::<Blocks>();
     // SAFETY: the slot is this thread's own.
@@ -179,20 +184,25 @@ pub(crate) fn on_walk_stack<R>(f: impl FnOnce() -> R) -> R {
             // is the program's business): signals wait until the call is over. The raw
             // system call, with the kernel's 8-byte set: glibc's wrapper costs the sample
             // path ~300 bytes of stack.
+            // Under a seccomp filter, which may refuse the call (`sys::seccomp`), signals
+            // stay deliverable: a handler that lands in the call runs on the walk stack.
+            let masked = !crate::sys::seccomp::filtered();
             let saved = crate::sys::errno::SavedErrno::save();
             let mut old_mask: u64 = 0;
-            // SAFETY: rt_sigprocmask reads one 8-byte set and writes one, both valid
-            // locals, for this thread only; the mask keeps glibc's internal signals
-            // (SIGCANCEL, SIGSETXID: 32 and 33) deliverable, as pthread_sigmask does.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigprocmask,
-                    libc::SIG_SETMASK,
-                    &ALL_BUT_GLIBCS,
-                    &mut old_mask,
-                    8usize,
-                )
-            };
+            if masked {
+                // SAFETY: rt_sigprocmask reads one 8-byte set and writes one, both valid
+                // locals, for this thread only; the mask keeps glibc's internal signals
+                // (SIGCANCEL, SIGSETXID: 32 and 33) deliverable, as pthread_sigmask does.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_rt_sigprocmask,
+                        libc::SIG_SETMASK,
+                        &ALL_BUT_GLIBCS,
+                        &mut old_mask,
+                        8usize,
+                    )
+                };
+            }
             let mut f = Some(f);
             let mut result = None;
             let mut run = || result = f.take().map(|f| f());
@@ -223,16 +233,18 @@ pub(crate) fn on_walk_stack<R>(f: impl FnOnce() -> R) -> R {
                 )
             };
             b.walk_stack_taken.set(false);
-            // SAFETY: restores the mask saved above, a valid local.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigprocmask,
-                    libc::SIG_SETMASK,
-                    &old_mask,
-                    core::ptr::null_mut::<u64>(),
-                    8usize,
-                )
-            };
+            if masked {
+                // SAFETY: restores the mask saved above, a valid local.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_rt_sigprocmask,
+                        libc::SIG_SETMASK,
+                        &old_mask,
+                        core::ptr::null_mut::<u64>(),
+                        8usize,
+                    )
+                };
+            }
             saved.restore();
             if let Some(r) = result {
                 return r;

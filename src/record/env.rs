@@ -30,12 +30,12 @@ pub const ENV_STEM: &str = "MEMPROF_STEM";
 /// Path of the preload library, for `memprof record` (overrides the search).
 pub const ENV_PRELOAD: &str = "MEMPROF_PRELOAD";
 /// The directory where each profiled process creates its shared ring for `memprof record`'s
-/// collector (see `record/ring.rs`); unset: the process writes its own file.
+/// collector (see `record/ring`); unset: the process writes its own file.
 pub const ENV_RINGS: &str = "MEMPROF_RINGS";
 /// The collector's process, `<pid>:<start time>` (`/proc/<pid>/stat` field 22), set by
 /// `memprof record` and `memprof attach`: a process's ring names it from its creation on,
 /// so its threads wait for room while that process exists even before the collector has
-/// attached to the ring (`record/ring.rs` §4).
+/// attached to the ring (`record/ring` §4).
 pub const ENV_COLLECTOR: &str = "MEMPROF_COLLECTOR";
 /// `0`: a full queue is not waited for (its events are dropped and counted as lost), so
 /// the program never waits for the collector; unset or `1`: it is, while the collector
@@ -44,6 +44,14 @@ pub const ENV_BACKPRESSURE: &str = "MEMPROF_BACKPRESSURE";
 /// Set to 1: every cached DWARF walk is checked against framehop alone, and the count of
 /// disagreements is printed at exit (a self-check for tests; it doubles the unwinding cost).
 pub const ENV_UNWIND_CHECK: &str = "MEMPROF_UNWIND_CHECK";
+
+/// Tests only: the ring version the preload library writes in its shared ring's header
+/// instead of its own, as a library of another memprof build would (`record/ring` §6).
+pub const ENV_TEST_RING_VERSION: &str = "MEMPROF_TEST_RING_VERSION";
+
+/// Tests only: set to 1, the preload library says at exit how many of its waits for room
+/// in a full queue slept and how many spun (`engine::push` §1).
+pub const ENV_TEST_WAITS: &str = "MEMPROF_TEST_WAITS";
 
 /// Default output path template of `memprof record`.
 pub const DEFAULT_OUTPUT: &str = "memprof.%p.mprof";

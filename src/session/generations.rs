@@ -13,7 +13,7 @@ use crate::profile::Module;
 /// above the user address space ([`VIRTUAL_BASE`]). Offsets inside the module are
 /// unchanged, so offline symbolization reads the right file at the right offset.
 ///
-/// The lists come in order with the events (`record/ring.rs` §3): `current` is the list
+/// The lists come in order with the events (`record/ring` §3): `current` is the list
 /// of the latest snapshot; a module that leaves it is *retired*. A frame in a retired range
 /// that no current module covers belongs to whatever was mapped there since (its list
 /// comes later, at the next snapshot): a shift is opened for the range at once, and the

@@ -94,7 +94,7 @@ pub fn start<T: Tracker>(config: Config, tracker: T) -> Result<Session<T>, Error
 }
 
 /// [`start`], on `shared` when given: a queue that another process consumes (`memprof
-/// record`'s collector, see `record/ring.rs`). Its drain here does nothing, and the
+/// record`'s collector, see `record/ring`). Its drain here does nothing, and the
 /// tracker only hears of the session's start and stop.
 pub(crate) fn start_on<T: Tracker>(
     config: Config,

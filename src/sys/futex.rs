@@ -14,8 +14,10 @@ use core::sync::atomic::{AtomicU32, Ordering};
 /// [`wake`] on it, a signal, or a spurious wake-up: the caller looks again either way. The
 /// kernel compares the word and queues the caller atomically, so a wake after the caller
 /// last looked at the word is never lost: either the word has moved (the call returns at
-/// once) or the wake finds the caller queued.
-pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
+/// once) or the wake finds the caller queued. Returns the call's errno (0: it returned
+/// 0): a caller that may run under a seccomp filter tells a refusal by it
+/// (`sys::seccomp::note_refused`).
+pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout_ns: u64) -> i32 {
     let ts = libc::timespec {
         tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
@@ -24,7 +26,7 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
     // SAFETY: `word` is a valid, aligned 32-bit word for the call's duration; `timeout` is
     // null or points at a valid relative timespec that outlives the call. FUTEX_WAIT only
     // reads the word.
-    unsafe {
+    let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -35,6 +37,11 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
             0u32,
         )
     };
+    if r == 0 {
+        0
+    } else {
+        crate::sys::errno::errno()
+    }
 }
 
 /// Wakes up to `n` threads (of any process mapping the word) sleeping in [`wait`] on

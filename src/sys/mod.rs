@@ -1,6 +1,7 @@
 //! Process primitives the engine is built on: memory from glibc's own entry points,
 //! per-thread blocks without destructors, cache-line padding, errno, futexes, hashing, the loader's
-//! list of objects, the next definition of a symbol in it, and the one policy for the files the
+//! list of objects, the next definition of a symbol in it, whether a seccomp filter may refuse
+//! the profiler's system calls (`seccomp.rs`), and the one policy for the files the
 //! profiler opens or writes (`files.rs`). Nothing here knows about sampling.
 
 #[cfg(test)]
@@ -18,6 +19,7 @@ pub(crate) mod padded;
 pub(crate) mod private_dir;
 pub(crate) mod procfs;
 pub(crate) mod rawmem;
+pub(crate) mod seccomp;
 pub(crate) mod signals;
 pub(crate) mod smaps;
 pub(crate) mod tls;

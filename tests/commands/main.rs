@@ -22,7 +22,9 @@
 //! exact at each site; a stripped one explained), `attach` (`memprof attach PID` on a running
 //! multi-threaded service: the exact numbers of a phase run while attached, repeated
 //! attaches, `--duration`, a target that exits or forks, the refusals; the service unharmed;
-//! every way a non-PIE program like node calls malloc, seen at its rate).
+//! every way a non-PIE program like node calls malloc, seen at its rate), `sandbox` (a
+//! program under a seccomp filter recorded exactly; a preload library of another build
+//! refused, and its program run to its end).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
@@ -46,6 +48,7 @@ mod heaps;
 mod record;
 mod reentrancy;
 mod report;
+mod sandbox;
 mod serve;
 mod sites;
 mod time;

@@ -52,8 +52,15 @@ pub(crate) fn bind_stack_queries() {
 }
 
 fn query_stack_hi() -> usize {
+    // A seccomp filter may refuse getpid and gettid (`sys::seccomp`): then a thread whose
+    // descriptor is not above its stack (below) is taken for the main thread.
+    let filtered = crate::sys::seccomp::filtered();
+    // SAFETY: pthread_self has no preconditions.
+    let descriptor = unsafe { libc::pthread_self() } as usize;
+    let here = &descriptor as *const usize as usize;
+    let started = here < descriptor && descriptor - here < (1 << 30);
     // SAFETY: getpid/gettid have no preconditions.
-    let main = unsafe { libc::getpid() == libc::gettid() };
+    let main = if filtered { !started } else { unsafe { libc::getpid() == libc::gettid() } };
     if main {
         extern "C" {
             static __libc_stack_end: *const core::ffi::c_void;
@@ -69,10 +76,7 @@ fn query_stack_hi() -> usize {
     // `realloc` of the CPU set can be the sample: Rust's std calls it at every thread's
     // start, and the exact mode then hung for good). A thread not started by
     // `pthread_create` (its descriptor elsewhere) falls back on the query.
-    // SAFETY: pthread_self has no preconditions.
-    let descriptor = unsafe { libc::pthread_self() } as usize;
-    let here = &descriptor as *const usize as usize;
-    if here < descriptor && descriptor - here < (1 << 30) {
+    if started {
         return descriptor;
     }
     let saved = errno();

@@ -58,8 +58,8 @@
 //! calls `poll` does not deadlock).
 //!
 //! # 5. Waiting for room
-//! A producer that waits for room in a full queue (`push`) sleeps on a futex, never
-//! polls: thousands of threads polling a full queue took the CPU the consumer needed to
+//! A producer that waits for room in a full queue (`push`) sleeps on a futex (spins only
+//! under a seccomp filter, which may refuse the futex: `push` §1), never polls: thousands of threads polling a full queue took the CPU the consumer needed to
 //! empty it. The word is [`Queue::room`], in the block (so a consumer in another process
 //! reaches it: the futex is the shared kind), and the consumer advances it after every
 //! drain that took events, then wakes the sleepers, but only when the count of registered
@@ -636,9 +636,11 @@ impl Queue {
 
     /// Sleeps until the consumer advances [`Queue::room`] past `seen` (at once when it
     /// already has), at most `timeout_ns`. Between [`Queue::begin_wait`] and
-    /// [`Queue::end_wait`] only. No allocation; may set errno.
+    /// [`Queue::end_wait`] only. A sleep a seccomp filter refused marks the process
+    /// filtered: the waits spin from then on (`push` §1). No allocation; may set errno.
     pub fn sleep_for_room(&self, seen: u32, timeout_ns: u64) {
-        crate::sys::futex::wait(&self.ctl().room, seen, timeout_ns);
+        let err = crate::sys::futex::wait(&self.ctl().room, seen, timeout_ns);
+        crate::sys::seccomp::after_futex_wait(err, self.room() == seen);
     }
 
     /// The calling producer no longer waits (§5).

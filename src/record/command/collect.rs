@@ -6,7 +6,8 @@
 //! for). Every pass it lists the ring directory and attaches to new rings (mapping the file,
 //! writing its own pid and start time into the header, then unlinking it: from then on the
 //! program's threads wait for room while this process exists, `ring` §4), renews each
-//! ring's heartbeat, drains each queue into a streaming
+//! ring's heartbeat (a ring of another version is refused and said: `ring` §6), drains
+//! each queue into a streaming
 //! [`Recorder`] (the tracker the in-process drain thread would run: the same interning,
 //! the same file, flushed at least every 50 ms) and checks whether its process is gone. A
 //! pass that found little to do sleeps 2 ms.
@@ -516,7 +517,7 @@ fn attach_new(
     found.sort();
     let mut mapped = Vec::new();
     for (pid, n, path) in found {
-        match map_ring(&path) {
+        match map_ring(&path, pid) {
             Ok(Some((ring, queue, file))) => {
                 if ring.header().pid != pid {
                     continue;
@@ -526,7 +527,7 @@ fn attach_new(
                 mapped.push((owner.unwrap_or(0), made, n, pid, ring, queue));
             }
             Ok(None) => {}
-            Err(e) => messages.push(format!("cannot read {}: {e}", path.display())),
+            Err(e) => messages.push(e),
         }
     }
     // The images of one process in the order they were made (their rings' names may
@@ -570,14 +571,17 @@ fn attach_new(
 /// A ring mapped, its queue, and its file's device and inode (§7).
 type Mapped = (Ring, Queue, (u64, u64));
 
-/// Maps a ring file and unlinks it (the mapping keeps it). `None`: not a ring of ours.
-fn map_ring(path: &Path) -> std::io::Result<Option<Mapped>> {
+/// Maps a ring file (made by process `pid`) and unlinks it (the mapping keeps it). `None`:
+/// not a ring of ours, or not yet. The error is a message for stderr.
+fn map_ring(path: &Path, pid: u32) -> Result<Option<Mapped>, String> {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    let meta = file.metadata()?;
+        .open(path)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
     // SAFETY: getuid has no preconditions.
     if !meta.is_file() || meta.uid() != unsafe { libc::getuid() } {
         return Ok(None);
@@ -600,17 +604,32 @@ fn map_ring(path: &Path) -> std::io::Result<Option<Mapped>> {
         )
     };
     if base == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
+        return Err(cannot(std::io::Error::last_os_error()));
     }
     // SAFETY: `base` maps `len` bytes; the ring (or this function) unmaps it.
     match unsafe { Ring::attach(base as *mut u8, len) } {
-        Some((ring, queue)) => {
+        Ok((ring, queue)) => {
             // Attached: the mapping keeps the memory, and nothing is left behind on the
             // file system whatever happens to either process.
             let _ = std::fs::remove_file(path);
             Ok(Some((ring, queue, (meta.dev(), meta.ino()))))
         }
-        None => {
+        Err(ring::NotAttached::Refused { version }) => {
+            // Another build's preload library (`ring` §6): told, it stops waiting and runs
+            // on unprofiled; its file is not looked at again.
+            let _ = std::fs::remove_file(path);
+            // SAFETY: unmaps the mapping made above, which nothing references.
+            unsafe { libc::munmap(base, len) };
+            let library = process::preload_library(pid).unwrap_or_else(|| "unknown".into());
+            Err(format!(
+                "process {pid} is not profiled: its preload library ({library}) is of another \
+                 memprof build (shared ring version {version}, this memprof's is {}); it runs \
+                 on unprofiled. Use the library built with this memprof (see {})",
+                ring::VERSION,
+                env::ENV_PRELOAD
+            ))
+        }
+        Err(ring::NotAttached::NotYet) => {
             // Not set up yet (the next pass looks again), or never will be: a process
             // that died while setting up leaves its file to the directory's removal.
             // SAFETY: unmaps the mapping made above, which nothing references.

@@ -6,6 +6,16 @@ use crate::profile::Module;
 use crate::record::ring::RingHeader;
 use std::path::Path;
 
+/// The preload library process `pid` was started with: the first entry of the
+/// `LD_PRELOAD` its environment began with (`record` puts its library first; the agent's
+/// later `setenv` does not change what `/proc/<pid>/environ` shows).
+pub(super) fn preload_library(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let list = env.split(|&b| b == 0).find_map(|v| v.strip_prefix(b"LD_PRELOAD="))?;
+    let first = list.split(|&b| b == b':' || b == b' ').find(|e| !e.is_empty())?;
+    Some(String::from_utf8_lossy(first).into_owned())
+}
+
 /// `/proc/<pid>/stat`'s exit code (field 52, counted from the state as
 /// [`crate::sys::procfs::stat_fields`] does): the wait status of a zombie.
 const EXIT_CODE: usize = 52 - 3;

@@ -153,7 +153,8 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             Some(sig) => format!("{shown} was killed by signal {sig} before it wrote any"),
             None => format!(
                 "the preload library did not run in {shown} (a statically linked or setuid \
-                 program, or LD_PRELOAD was cleared)"
+                 program, or LD_PRELOAD was cleared), or was of another memprof build (said \
+                 above)"
             ),
         };
         eprintln!("memprof: error: {} is empty: {why}", printable_os(&run.output));

@@ -55,7 +55,7 @@
 //! # 6. Under `memprof record`: the shared ring
 //! With `MEMPROF_RINGS` set (by `memprof record`), §2 and §4 do not apply: the process
 //! writes no file and starts no thread. [`start_collected`] creates the process's ring
-//! (`record/ring.rs`), writes its command line and module list to the ring's side log, and
+//! (`record/ring`), writes its command line and module list to the ring's side log, and
 //! starts the session on the ring's queue, which only `record`'s collector drains
 //! (`record/command/collect.rs`). The process keeps a mapping and nothing else: no descriptor a
 //! daemon could close or reuse, no file `RLIMIT_FSIZE` applies to, no thread a signal
@@ -168,6 +168,15 @@ fn with_agent<R>(f: impl FnOnce(&mut Option<Agent>) -> R) -> R {
 
 fn pid() -> u32 {
     std::process::id()
+}
+
+/// This process owns the agent's session ([`OWNER`] names it). Under a seccomp filter,
+/// which may refuse `getpid` (`sys::seccomp`), [`OWNER`] being set is enough: a forked
+/// child clears it in its handler, so only a child of a raw `clone` that has not taken
+/// the sample path yet (`engine::forked`) would be taken for its parent.
+fn owns() -> bool {
+    let owner = OWNER.load(Ordering::Acquire);
+    owner != 0 && (crate::sys::seccomp::filtered() || owner == pid())
 }
 
 /// Writes `memprof: <msg>` to stderr in one `write` call.
@@ -303,6 +312,11 @@ fn log_modules(agent: &mut Agent) {
     let (Some(ring), Some(session)) = (&agent.ring, &agent.session) else {
         return;
     };
+    if crate::sys::seccomp::filtered() {
+        // Listing reads `/proc/self/exe` and the objects' files, which a seccomp filter may
+        // refuse: the collector reads `/proc/<pid>/maps` for what it lacks (`collect` §4).
+        return;
+    }
     let _busy = Busy::enter();
     let epoch = session.epoch();
     let logged = &mut agent.logged_modules;
@@ -468,7 +482,7 @@ pub fn start_attached(text: &str) -> Result<(), String> {
 pub fn stop_attached() {
     let _busy = Busy::enter();
     let stopped = with_agent(|agent| {
-        if !agent.as_ref().is_some_and(|a| a.attached) || OWNER.load(Ordering::Acquire) != pid() {
+        if !agent.as_ref().is_some_and(|a| a.attached) || !owns() {
             return None;
         }
         let mut a = agent.take()?;
@@ -502,7 +516,7 @@ pub fn stop_attached() {
 /// Stops the session and finishes the file (from the exit handler). Safe to call more
 /// than once; does nothing in a process that does not own a session.
 pub(crate) fn finish() {
-    if OWNER.load(Ordering::Acquire) != pid() {
+    if !owns() {
         return;
     }
     let collected = with_agent(|agent| match agent {
@@ -558,8 +572,13 @@ pub(crate) fn finish() {
 }
 
 /// With `MEMPROF_UNWIND_CHECK=1`: the DWARF walks checked against framehop alone, how many
-/// differed, and how many captures fell back to libgcc.
+/// differed, and how many captures fell back to libgcc; with `MEMPROF_TEST_WAITS=1`, how
+/// the waits for room went.
 fn report_unwind_check() {
+    if getenv(env::ENV_TEST_WAITS) == Some("1") {
+        let (slept, spun) = crate::engine::push::waits();
+        say(&format!("waits for room: {slept} slept, {spun} spun"));
+    }
     if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         let (walks, differed) = crate::engine::callstack::unwind_check_stats();
         let fallbacks = crate::engine::callstack::dwarf_fallbacks();
@@ -578,7 +597,7 @@ pub fn before_quick_exit(status: Option<libc::c_int>) {
         let r = RING_HEADER.load(Ordering::Acquire);
         // SAFETY: a non-null pointer is the header of this process's ring, mapped until the
         // process ends (only a forked child unmaps its parent's, after clearing this).
-        if let (Some(h), true) = (unsafe { r.as_ref() }, OWNER.load(Ordering::Acquire) == pid()) {
+        if let (Some(h), true) = (unsafe { r.as_ref() }, owns()) {
             h.exit_status.store(ring::STATUS_KNOWN | u64::from(status as u32), Ordering::Relaxed);
         }
     }
@@ -590,7 +609,7 @@ pub fn before_quick_exit(status: Option<libc::c_int>) {
 /// `RingHeader::ending`). Async-signal-safe (one atomic store), and takes no lock: `_exit`
 /// may be called from anywhere.
 fn set_ending(how: u32) {
-    if collected() && OWNER.load(Ordering::Acquire) == pid() {
+    if collected() && owns() {
         let r = RING_HEADER.load(Ordering::Acquire);
         // SAFETY: a non-null pointer is the header of this process's ring, mapped until the
         // process ends (only a forked child unmaps its parent's, after clearing this).
@@ -603,7 +622,7 @@ fn set_ending(how: u32) {
 /// The forced poll, in the process that owns the session (not in a forked child that
 /// does not follow).
 fn sync_owned(why: Poll) {
-    if OWNER.load(Ordering::Acquire) == pid() {
+    if owns() {
         session::sync(why);
     }
 }
@@ -666,7 +685,7 @@ fn log_owned_modules() {
 
 /// With a shared ring, in the process that owns it: `f` on its agent.
 fn log_owned<R>(f: impl FnOnce(&mut Agent) -> R) -> Option<R> {
-    if OWNER.load(Ordering::Acquire) == pid() && collected() {
+    if owns() && collected() {
         with_agent(|agent| agent.as_mut().map(f))
     } else {
         None
@@ -682,6 +701,10 @@ static CLOSES: AtomicU64 = AtomicU64::new(1);
 /// `dlopen` maps where they were meanwhile keeps its own samples (`ring.rs` §3). Returns the
 /// record's id, or 0 when none was written (a handle not on the loader's list).
 fn log_closing(agent: &mut Agent, handle: *const core::ffi::c_void) -> u64 {
+    if crate::sys::seccomp::filtered() {
+        // The list reads files a filter may refuse (see `log_modules`).
+        return 0;
+    }
     let _busy = Busy::enter();
     let mut id = 0;
     crate::sys::loader::while_list_is_fixed(|| {
@@ -786,6 +809,11 @@ fn last_look(h: &ring::RingHeader) {
     while h.last_look.load(Ordering::Acquire) != ring::LOOK_TAKEN
         && crate::engine::clock::monotonic_ns() < until
     {
+        if crate::sys::seccomp::filtered() {
+            // No system call under a seccomp filter (`sys::seccomp` §1): a bounded spin.
+            crate::sys::seccomp::spin(1024);
+            continue;
+        }
         let pause = libc::timespec { tv_sec: 0, tv_nsec: 200_000 };
         // SAFETY: a valid timespec; the remainder is not wanted.
         unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };

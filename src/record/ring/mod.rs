@@ -47,9 +47,10 @@
 //! When it attaches, the collector writes its pid and start time into the header, and
 //! every few milliseconds it stores the time into the heartbeat beside them
 //! ([`Consumer`]). A sampling thread that finds the queue full sleeps (a futex on the
-//! queue's room word, which the collector's drain advances: `engine::queue` §5) until
-//! there is room, for as long as the collector exists: a fresh heartbeat says so at once,
-//! and past it the process is looked up (`engine::push` §1), so a collector that is merely
+//! queue's room word, which the collector's drain advances: `engine::queue` §5; under a
+//! seccomp filter it spins, `engine::push` §1) until there is room, for as long as the
+//! collector exists: a fresh heartbeat says so at once,
+//! and past it the process is looked up (`engine::consumer` §1), so a collector that is merely
 //! slow, starved of CPU or stopped is waited for, and one whose process is gone (killed,
 //! or a zombie) ends every wait within a look. `memprof record` and `attach` name the
 //! collector's process to the program (`MEMPROF_COLLECTOR`), so a ring names it from its
@@ -75,6 +76,22 @@
 //! collector finds the process itself (`record/command/process.rs`): the one with the
 //! ring's start time whose innermost pid (`NSpid`) is `getpid`'s, and, among several, the
 //! one that maps the ring's file.
+//!
+//! # 6. Versions
+//! The header's layout has a version ([`VERSION`]); the preload library writes its own and
+//! the collector reads only its own. A ring of another version (a stale library beside an
+//! older `memprof`, or `MEMPROF_PRELOAD` naming another build) is refused: its file is
+//! removed, `record` says which library, and both versions, and the process is told, so
+//! that its threads stop waiting for room in a queue nobody will drain (it runs on
+//! unprofiled: what does not fit is dropped and counted). From version 8 on the first 40
+//! bytes keep their place in every version: the magic, the version, the state and the
+//! collector's [`Consumer`] ([`CONSUMER_AT`]), whose `verdict` the collector sets to
+//! `REFUSED` with its own version (`engine::consumer` §3). A version-7 process, which
+//! knows no verdict, is told through what it does read: its consumer's heartbeat is set
+//! to 0 and the collector's start time to one no process has, so its next look finds the
+//! collector gone. Older versions are left alone. A collector older than the verdict skips
+//! a newer ring without a word: the process then stops waiting once the collector it
+//! names has not attached for `engine::consumer::UNATTACHED_NS`.
 
 use crate::engine::hot::Consumer;
 use crate::engine::queue::Queue;
@@ -93,8 +110,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// the last look at exit; 6: the collector's pid and start time beside its heartbeat, the
 /// futex words of the queue's waiters and of the side log's, §4; 7: the pid in the
 /// process's own namespace, whether `pid` is the collector's view, when the ring was made,
-/// §5).
-const VERSION: u32 = 7;
+/// §5; 8: the collector's part right after the state, where it stays, with its verdict,
+/// §6).
+pub(crate) const VERSION: u32 = 8;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;
@@ -143,6 +161,10 @@ pub(crate) struct RingHeader {
     version: u32,
     /// 0 while the process sets up, 1 once its session runs.
     pub(crate) state: AtomicU32,
+    /// The collector: its last sign of life ([`crate::engine::clock::monotonic_ns`]), which
+    /// process it is once it has attached (§4), and its verdict on the ring (§6). Here in
+    /// every version from 8 on ([`CONSUMER_AT`]).
+    pub(crate) consumer: Consumer,
     /// The process's pid as `/proc` names it (§5): the collector's view when
     /// [`RingHeader::pid_checked`] says so.
     pub(crate) pid: u32,
@@ -164,9 +186,6 @@ pub(crate) struct RingHeader {
     pub(crate) tsc0: AtomicU64,
     pub(crate) start_ns: AtomicU64,
     pub(crate) start_unix_ns: AtomicU64,
-    /// The collector: its last sign of life ([`crate::engine::clock::monotonic_ns`]), and
-    /// which process it is once it has attached (§4).
-    pub(crate) consumer: Consumer,
     /// Sampled blocks the live table could not take (copied at exit).
     pub(crate) untracked: AtomicU64,
     /// Bytes of the side log written and published (a position: the log wraps, §3).
@@ -197,6 +216,28 @@ pub(crate) struct RingHeader {
 }
 
 const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
+
+/// Where the header holds the collector's [`Consumer`] in every ring version from 8 on
+/// (§6): a collector refuses a ring of any such version through it.
+const CONSUMER_AT: usize = 16;
+const _: () = assert!(core::mem::offset_of!(RingHeader, consumer) == CONSUMER_AT);
+const _: () = assert!(core::mem::offset_of!(Consumer, verdict) == 12);
+
+/// Version 7's header kept the collector's [`Consumer`] (then without its verdict: a
+/// padding word) at this offset (§6).
+const V7_CONSUMER_AT: usize = 104;
+
+/// Why the collector does not attach to a ring ([`Ring::attach`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NotAttached {
+    /// Not a ring of ours, or not set up yet: the next pass looks again.
+    NotYet,
+    /// A ring of another version: refused (§6), never to be looked at again.
+    Refused {
+        /// The ring's version (its preload library's).
+        version: u32,
+    },
+}
 
 /// A mapped ring: the header, the log and the queue's block.
 pub(crate) struct Ring {
@@ -297,13 +338,18 @@ impl Ring {
         let base = base as *mut u8;
         let ring = Ring { base, len };
         let proc_start = own_start_time();
+        // Tests of the refusal (§6) make a ring that says it is of another build.
+        let version = std::env::var(crate::record::env::ENV_TEST_RING_VERSION)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(VERSION);
         // SAFETY: the mapping is `len` ≥ HEADER_BYTES bytes, page-aligned, zeroed (a new
         // file) and not yet read by anyone (the state says "starting").
         unsafe {
             (base as *mut RingHeader).write(RingHeader {
                 // Written last (below), when the rest is in place.
                 magic: 0,
-                version: VERSION,
+                version,
                 state: AtomicU32::new(0),
                 pid,
                 ns_pid,
@@ -348,31 +394,36 @@ impl Ring {
     }
 
     /// The collector's view of the ring mapped at `base` (`len` bytes), when it holds a
-    /// header of this version.
+    /// header of this version. A ring of another version is refused (§6): its process is
+    /// told, where its version allows, and stops waiting for this collector.
     ///
     /// # Safety
     /// `base` is a mapping of `len` bytes that stays mapped while the ring lives.
-    pub(crate) unsafe fn attach(base: *mut u8, len: usize) -> Option<(Ring, Queue)> {
+    pub(crate) unsafe fn attach(base: *mut u8, len: usize) -> Result<(Ring, Queue), NotAttached> {
         if len < HEADER_BYTES + LOG_BYTES {
-            return None;
+            return Err(NotAttached::NotYet);
         }
         // SAFETY: the mapping holds at least a header; its first word read atomically
         // (see `create`).
         let magic = unsafe { (*(base as *const AtomicU64)).load(Ordering::Acquire) };
         if magic != MAGIC {
-            return None;
+            return Err(NotAttached::NotYet);
+        }
+        // SAFETY: the version follows the magic, written before its Release store, in
+        // every version.
+        let version = unsafe { *(base.add(8) as *const u32) };
+        if version != VERSION {
+            // SAFETY: the mapping holds a whole header of some version (checked above).
+            unsafe { refuse(base, version) };
+            return Err(NotAttached::Refused { version });
         }
         let ring = Ring { base, len };
         let h = ring.header();
-        if h.version != VERSION {
-            // Dropping `ring` would unmap: the caller owns the mapping until this succeeds.
-            core::mem::forget(ring);
-            return None;
-        }
         let qlen = usize::try_from(h.queue_bytes).unwrap_or(usize::MAX);
         if qlen > len - HEADER_BYTES - LOG_BYTES {
+            // Dropping `ring` would unmap: the caller owns the mapping until this succeeds.
             core::mem::forget(ring);
-            return None;
+            return Err(NotAttached::NotYet);
         }
         // SAFETY: the queue's part lies inside the mapping (checked above).
         match unsafe { Queue::attach(ring.queue_mem(), qlen) } {
@@ -381,11 +432,12 @@ impl Ring {
                 // (§4).
                 let (pid, start) = this_process();
                 h.consumer.attach(pid, start);
-                Some((ring, queue))
+                h.consumer.verdict.store(crate::engine::consumer::ACCEPTED, Ordering::Release);
+                Ok((ring, queue))
             }
             None => {
                 core::mem::forget(ring);
-                None
+                Err(NotAttached::NotYet)
             }
         }
     }
@@ -476,7 +528,16 @@ impl Ring {
                 h.log_waiters.fetch_sub(1, Ordering::Relaxed);
                 return None;
             }
-            futex::wait(&h.log_room, seen, crate::engine::hot::LOOK_EVERY_NS);
+            if crate::sys::seccomp::filtered() {
+                // No system call under a seccomp filter (`sys::seccomp` §1).
+                crate::sys::seccomp::spin(256);
+            } else {
+                let err = futex::wait(&h.log_room, seen, crate::engine::hot::LOOK_EVERY_NS);
+                crate::sys::seccomp::after_futex_wait(
+                    err,
+                    h.log_room.load(Ordering::Relaxed) == seen,
+                );
+            }
             h.log_waiters.fetch_sub(1, Ordering::Relaxed);
         }
         let mut rec = Vec::with_capacity(need);
@@ -583,6 +644,29 @@ pub(crate) fn this_process() -> (u32, u64) {
     (std::process::id(), own_start_time())
 }
 
+/// Tells the process whose ring of version `version` (not [`VERSION`]) is mapped at `base`
+/// that this collector will never drain it (§6): from version 8 on, the verdict at its
+/// fixed place; in version 7, whose producers know no verdict, a heartbeat as old as can
+/// be and a start time no process has, so that the process's next look finds the collector
+/// gone. Older versions are left alone (their layout is not known here).
+///
+/// # Safety
+/// `base` maps a whole header of ring version `version`, shared with its process.
+unsafe fn refuse(base: *mut u8, version: u32) {
+    if version > VERSION {
+        // SAFETY: versions after 7 keep the consumer at CONSUMER_AT (§6), aligned and
+        // inside the header; its words are atomics the producers read.
+        let c = unsafe { &*(base.add(CONSUMER_AT) as *const Consumer) };
+        c.refuse(VERSION);
+    } else if version == 7 {
+        // SAFETY: version 7 kept its consumer, of the same layout (its verdict a padding
+        // word), at V7_CONSUMER_AT, aligned and inside the header.
+        let c = unsafe { &*(base.add(V7_CONSUMER_AT) as *const Consumer) };
+        c.start.store(u64::MAX, Ordering::Relaxed);
+        c.heartbeat_ns.store(0, Ordering::Release);
+    }
+}
+
 impl Ring {
     /// Frees the ring's memory for every process that maps it (`MADV_REMOVE` punches a hole
     /// in the shared file): the collector's last act on the ring of a process that `memprof
@@ -603,188 +687,7 @@ impl Drop for Ring {
     }
 }
 
-/// Encodes what the collector needs to know of the process: its executable, command line
-/// and parent ([`LOG_PROCESS`]).
-pub(crate) fn encode_process(executable: &str, cmdline: &[String], ppid: u32) -> Vec<u8> {
-    let mut out = Vec::new();
-    put_str(&mut out, executable);
-    out.extend_from_slice(&(cmdline.len() as u32).to_le_bytes());
-    for a in cmdline {
-        put_str(&mut out, a);
-    }
-    out.extend_from_slice(&ppid.to_le_bytes());
-    out
-}
-
-/// Decodes [`encode_process`]: the executable, the arguments and the parent's pid.
-pub(crate) fn decode_process(mut b: &[u8]) -> Option<(String, Vec<String>, u32)> {
-    let exe = get_str(&mut b)?;
-    let n = get_u32(&mut b)?;
-    let mut args = Vec::new();
-    for _ in 0..n.min(1 << 16) {
-        args.push(get_str(&mut b)?);
-    }
-    let ppid = get_u32(&mut b).unwrap_or(0);
-    Some((exe, args, ppid))
-}
-
-/// Encodes a module list ([`LOG_MODULES`]).
-pub(crate) fn encode_modules(modules: &[crate::profile::Module]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&(modules.len() as u32).to_le_bytes());
-    for m in modules {
-        for v in [m.base, m.start, m.end, m.file_size, m.file_mtime_ns] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        put_bytes(&mut out, &m.build_id);
-        put_str(&mut out, &m.path);
-    }
-    out
-}
-
-/// Decodes [`encode_modules`].
-pub(crate) fn decode_modules(mut b: &[u8]) -> Option<Vec<crate::profile::Module>> {
-    let n = get_u32(&mut b)?;
-    let mut out = Vec::new();
-    for _ in 0..n.min(1 << 16) {
-        let mut v = [0u64; 5];
-        for x in &mut v {
-            let (head, rest) = b.split_first_chunk::<8>()?;
-            *x = u64::from_le_bytes(*head);
-            b = rest;
-        }
-        let build_id = get_bytes(&mut b)?;
-        let path = get_str(&mut b)?;
-        out.push(crate::profile::Module {
-            path,
-            base: v[0],
-            start: v[1],
-            end: v[2],
-            build_id,
-            file_size: v[3],
-            file_mtime_ns: v[4],
-        });
-    }
-    Some(out)
-}
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_bytes(out, s.as_bytes());
-}
-
-fn get_u32(b: &mut &[u8]) -> Option<u32> {
-    let (head, rest) = b.split_first_chunk::<4>()?;
-    *b = rest;
-    Some(u32::from_le_bytes(*head))
-}
-
-fn get_bytes(b: &mut &[u8]) -> Option<Vec<u8>> {
-    let n = get_u32(b)? as usize;
-    if n > b.len() {
-        return None;
-    }
-    let (head, rest) = b.split_at(n);
-    *b = rest;
-    Some(head.to_vec())
-}
-
-fn get_str(b: &mut &[u8]) -> Option<String> {
-    get_bytes(b).map(|v| String::from_utf8_lossy(&v).into_owned())
-}
-
+mod records;
+pub(crate) use records::{decode_modules, decode_process, encode_modules, encode_process};
 #[cfg(test)]
-mod tests {
-    /// The README's address-space figures (the ring's part of what a profiled program
-    /// holds, for `RLIMIT_AS`): 19 MiB at the default depth, about 128 KiB less a frame
-    /// (slots are laid out in steps of frames), 7 MiB at `--depth 32`.
-    #[test]
-    fn ring_sizes_are_the_readmes() {
-        use crate::config::{DEFAULT_DEPTH, DEFAULT_QUEUE_CAPACITY};
-        let mib = |depth| super::Ring::bytes(DEFAULT_QUEUE_CAPACITY, depth).unwrap() >> 20;
-        assert_eq!(DEFAULT_DEPTH, 128);
-        assert_eq!(mib(DEFAULT_DEPTH), 19);
-        assert_eq!(mib(32), 7);
-        let at = |depth| super::Ring::bytes(DEFAULT_QUEUE_CAPACITY, depth).unwrap();
-        assert_eq!(at(96) - at(64), 32 * (128 << 10));
-    }
-
-    use super::*;
-
-    #[test]
-    fn side_records_round_trip() {
-        let m = crate::profile::Module {
-            path: "/lib/x.so".into(),
-            base: 1,
-            start: 2,
-            end: 3,
-            build_id: vec![9, 8],
-            file_size: 4,
-            file_mtime_ns: 5,
-        };
-        assert_eq!(
-            decode_modules(&encode_modules(&[m.clone(), m.clone()])),
-            Some(vec![m.clone(), m])
-        );
-        let args = vec!["a".to_owned(), "b c".to_owned()];
-        assert_eq!(
-            decode_process(&encode_process("/bin/x", &args, 42)),
-            Some(("/bin/x".into(), args, 42))
-        );
-        assert_eq!(decode_modules(&[5, 0, 0, 0, 1]), None, "a cut record is refused");
-    }
-
-    /// The side log wraps: records written past its size, each read before the next ones
-    /// need its room, come back whole (a record straddling the end included); unread ones
-    /// are never overwritten (with no collector attached and its heartbeat stale, the writer
-    /// gives up; with one whose process lives, it waits until it has read).
-    #[test]
-    fn the_side_log_wraps_over_what_was_read() {
-        let dir = std::env::temp_dir().join(format!("memprof-ring-wrap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (ring, _queue) = Ring::create(dir.to_str().unwrap(), 64, MIN_DEPTH, None).unwrap();
-        let payload = |i: usize| vec![(i % 251) as u8; 1000 + i % 7];
-        let mut read = 0u64;
-        for i in 0..3 * LOG_BYTES / 1000 {
-            ring.header()
-                .consumer
-                .heartbeat_ns
-                .store(crate::engine::clock::monotonic_ns(), Ordering::Relaxed);
-            let end = ring.log_append(LOG_MODULES, &payload(i)).expect("room after reading");
-            let (records, at) = ring.log_records(read, end);
-            assert_eq!(records, vec![(LOG_MODULES, payload(i))], "record {i}");
-            assert_eq!(at, end);
-            read = at;
-            ring.log_consumed(read);
-        }
-        assert!(read > 2 * LOG_BYTES as u64, "wrapped twice");
-        // Unread: the log fills, then refuses once the collector looks gone.
-        let stale =
-            crate::engine::clock::monotonic_ns().saturating_sub(2 * crate::engine::push::STALE_NS);
-        ring.header().consumer.heartbeat_ns.store(stale, Ordering::Relaxed);
-        let big = vec![7u8; LOG_BYTES / 2];
-        assert!(ring.log_append(LOG_MODULES, &big).is_some());
-        assert!(ring.log_append(LOG_MODULES, &big).is_none(), "would overwrite unread bytes");
-        let (records, _) = ring.log_records(read, u64::MAX);
-        assert_eq!(records, vec![(LOG_MODULES, big.clone())]);
-        // A collector that has attached (this process) and is slow: the writer sleeps,
-        // heartbeat stale, until it reads, and then writes.
-        let (pid, start) = this_process();
-        ring.consumer().attach(pid, start);
-        let t0 = std::time::Instant::now();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(std::time::Duration::from_millis(200));
-                let (_, at) = ring.log_records(read, u64::MAX);
-                ring.log_consumed(at);
-            });
-            assert!(ring.log_append(LOG_MODULES, &big).is_some(), "written once read");
-        });
-        assert!(t0.elapsed() >= std::time::Duration::from_millis(200));
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;
