@@ -22,7 +22,9 @@
 //! exact at each site; a stripped one explained), `attach` (`memprof attach PID` on a running
 //! multi-threaded service: the exact numbers of a phase run while attached, repeated
 //! attaches, `--duration`, a target that exits or forks, the refusals; the service unharmed;
-//! every way a non-PIE program like node calls malloc, seen at its rate).
+//! every way a non-PIE program like node calls malloc, seen at its rate), `docs` (the README
+//! and `docs/` kept true: the README's size and quick start, the pages generated from the
+//! binary's `--help` and from the modules' documentation, the crate map, every link).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
@@ -37,6 +39,7 @@ mod common;
 #[cfg(target_arch = "x86_64")]
 mod definers;
 mod diff;
+mod docs;
 mod escaping;
 mod files;
 mod first_sample;
