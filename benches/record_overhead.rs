@@ -309,7 +309,7 @@ fn main() {
             (ratio("default interval (512 KiB)").0, ratio("default interval, baseline build").0);
         println!(
             "  this build vs baseline: default interval {d_new:.3}× vs {d_old:.3}× plain \
-             (the unsampled path; callgrind counts its instructions exactly, see the README)"
+             (the unsampled path; callgrind counts its instructions exactly, see docs/benchmarks.md)"
         );
     }
 

@@ -34,6 +34,7 @@
 //! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` (checked by descriptor in `sys/trusted.rs`, then copied: the loader never opens the path checked) |
+//! | `sys/trusted.rs` | a file checked by its descriptor: the path walked one component at a time from `/`, every directory and the file yours or root's, none writable by group or others unless sticky, nothing renamed during the walk; what the preload library's copy is made from |
 //! | `sys/private_dir.rs` | a directory of ours: `mkdir` 0700, or this user's real directory |
 //! | `sys/got.rs` | the GOT slots through which each loaded object calls functions of given names (`memprof attach` reroutes them) |
 //! | `sys/elf_lookup.rs` | the next definition of a symbol (`RTLD_NEXT`), a definer before the caller, the caller's own export, all without allocating |

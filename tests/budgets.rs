@@ -213,7 +213,7 @@ fn a_damaged_file_is_reported_and_left_alone() {
     }
 }
 
-/// The README's use: the crate's own `tests/alloc-budgets.toml`, in the mode
+/// The use `docs/testing.md` shows: the crate's own `tests/alloc-budgets.toml`, in the mode
 /// `MEMPROF_BUDGETS` says (this file's other tests choose theirs).
 #[test]
 fn assert_budget_reads_the_crate_file() {

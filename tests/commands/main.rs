@@ -24,7 +24,9 @@
 //! attaches, `--duration`, a target that exits or forks, the refusals; the service unharmed;
 //! every way a non-PIE program like node calls malloc, seen at its rate), `sandbox` (a
 //! program under a seccomp filter recorded exactly; a preload library of another build
-//! refused, and its program run to its end).
+//! refused, and its program run to its end), `docs` (the README and `docs/` kept true: the
+//! README's size and quick start, the pages generated from the binary's `--help` and from
+//! the modules' documentation, the crate map, every link).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
@@ -39,6 +41,7 @@ mod common;
 #[cfg(target_arch = "x86_64")]
 mod definers;
 mod diff;
+mod docs;
 mod escaping;
 mod files;
 mod first_sample;

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// The address-space figures of `docs/limits.md` (the ring's part of what a profiled
+/// The address-space figures of `docs/how-it-works.md` (the ring's part of what a profiled
 /// program holds, for `RLIMIT_AS`): 19 MiB at the default depth, about 128 KiB less a frame
 /// (slots are laid out in steps of frames), 7 MiB at `--depth 32`.
 #[test]
