@@ -337,7 +337,8 @@ pub mod __private {
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::attach_abi;
     pub use crate::record::program::agent::{
-        around_dlclose, before_exec, before_quick_exit, init, start_attached, stop_attached,
+        around_dlclose, before_exec, before_quick_exit, forking_word, in_fork, init,
+        start_attached, stop_attached, Refusal,
     };
     pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::{
