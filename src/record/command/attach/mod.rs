@@ -42,8 +42,10 @@
 //! on a thread the attacher stopped inside `fork` (`inject`'s busy answers, the agent's
 //! `attached`), and none waits on a thread that waits for the tracer (`tracee` §4), so
 //! nothing is left blocked whatever is killed when. A call that never returns all the same
-//! is abandoned with the thread put back where it was; at detach, the slots and entry points
-//! are then put back from outside (`inject::undo`), leaving only a session nothing reaches.
+//! (a lock of the C library's) is abandoned with the thread put back where it was; what it
+//! held of the library's stays held, and a later call answers busy rather than wait on it.
+//! At detach, the slots and entry points are then put back from outside (`inject::undo`),
+//! leaving only a session nothing reaches.
 //!
 //! # 4. Another PID namespace
 //! A process in another PID namespace (`unshare -p -f`, a container that shares this mount
