@@ -184,6 +184,7 @@
 //! | `record/program/` | runs inside the profiled program, called by the preload library |
 //! | `record/program/mod.rs` | the folder's face |
 //! | `record/program/agent.rs` | the agent: start, exec, `dlclose`, exit, and a session started and stopped by `memprof attach` |
+//! | `record/program/agent/attached.rs` | the agent's session for `memprof attach`: `start_attached` and `stop_attached`, which never wait without end on a lock (a thread stopped inside `fork` holds them: the call answers busy and the attacher tries again), and the owner a second attach is refused by |
 //! | `record/program/agent/fork.rs` | the agent in a child: the `pthread_atfork` handlers, and the handler of a raw `clone` child |
 //! | `record/program/agent/fatal.rs` | a fatal signal in a program that does not handle it: the profile brought up to date first |
 //! | `record/attach_abi.rs` | what `memprof attach` and the library it loads tell each other: plans of writes at a fixed layout, the settings as text |
@@ -342,7 +343,8 @@ pub mod __private {
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::record::attach_abi;
     pub use crate::record::program::agent::{
-        around_dlclose, before_exec, before_quick_exit, init, start_attached, stop_attached,
+        around_dlclose, before_exec, before_quick_exit, forking_word, in_fork, init,
+        start_attached, stop_attached, Refusal,
     };
     pub use crate::record::unfollowed::note as note_unfollowed;
     pub use crate::sys::elf_lookup::{

@@ -23,6 +23,15 @@
 //! way to it, and a call through a pointer the program kept reaches the hook only there.
 //! The plan's message names a family the patcher refused, for the attacher's note.
 //!
+//! One profiler a process: while a session runs, [`MEMPROF_ATTACH_OWNER`] names its
+//! attacher (`attach_abi::Owner`); the start refuses, under the lock, a session owned by another attacher than the one the caller
+//! says it takes over (`STATUS_OWNED`), and a process preloaded from its start.
+//!
+//! Neither call ever waits for ever or leaves a lock held (the attacher may have stopped
+//! the thread anywhere, inside `fork` too, and may die meanwhile): each answers
+//! `STATUS_BUSY`, having done nothing, when its thread is inside `fork` or a lock it needs
+//! stays held for more than a moment (`agent/attached.rs`), and the attacher tries again.
+//!
 //! The exports forward to the definitions the program's own calls were bound to: the
 //! global scope's, which the constructor's resolution finds (this library is loaded last,
 //! so every object precedes it; `next`). What each slot held first is kept here for the
@@ -31,10 +40,10 @@
 
 use core::ffi::{c_char, CStr};
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use memprof::__private::attach_abi::{Plan, Write, WRITE_MAX};
-use memprof::__private::got;
-use std::sync::Mutex;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use memprof::__private::attach_abi::{self, Owner, Plan, Write, WRITE_MAX};
+use memprof::__private::{got, Refusal};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 /// The functions whose slots are rerouted: every export of this library that the program
 /// may have bound before it was loaded (the malloc family of `next`'s table, then these),
@@ -79,6 +88,52 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// The attacher whose session runs (`attach_abi::Owner`'s words; all zero: none). Exported
+/// so that a look from outside (a debugger, `/proc/PID/mem`) can tell who profiles.
+#[no_mangle]
+pub static MEMPROF_ATTACH_OWNER: [AtomicU64; 4] =
+    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+fn owner() -> Option<Owner> {
+    Owner::from_words(MEMPROF_ATTACH_OWNER.each_ref().map(|w| w.load(Ordering::Acquire)))
+}
+
+fn set_owner(o: Owner) {
+    for (w, v) in MEMPROF_ATTACH_OWNER.iter().zip(o.to_words()) {
+        w.store(v, Ordering::Release);
+    }
+}
+
+/// The address of the word that names the thread inside `fork` (`forking_word`), set at
+/// the first start: a later attacher reads it and borrows no thread it names.
+#[no_mangle]
+pub static MEMPROF_FORKING_AT: AtomicUsize = AtomicUsize::new(0);
+
+/// The answer of a call that did nothing ([`attach_abi::STATUS_BUSY`]).
+static BUSY: Plan = Plan::busy();
+
+/// Publishes [`BUSY`] (no lock, no allocation).
+fn busy() -> *const Plan {
+    MEMPROF_ATTACH_PLAN.store(&BUSY as *const Plan as usize, Ordering::Release);
+    &BUSY
+}
+
+/// [`STATE`], if it frees within a moment: a call on another thread (`attach_dlopen`) lets
+/// go at once, and one abandoned by an attacher that timed out must not stop the next.
+fn state() -> Option<MutexGuard<'static, Option<State>>> {
+    let start = std::time::Instant::now();
+    loop {
+        match STATE.try_lock() {
+            Ok(g) => return Some(g),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) if start.elapsed().as_millis() < 200 => {
+                std::thread::yield_now()
+            }
+            Err(TryLockError::WouldBlock) => return None,
+        }
+    }
+}
 
 /// The address of the answer to the attacher's last call (its [`Plan`]), which the
 /// attacher reads here: a call it runs returns through a signal frame, not to it.
@@ -149,21 +204,44 @@ fn publish(state: &mut Option<State>, mut plan: Plan, writes: Vec<Write>) -> *co
 #[no_mangle]
 pub unsafe extern "C" fn memprof_attach_start(settings: *const c_char) -> *const Plan {
     let _busy = memprof::__private::Busy::enter();
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let forking = memprof::__private::forking_word() as *const AtomicUsize as usize;
+    MEMPROF_FORKING_AT.store(forking, Ordering::Release);
+    if memprof::__private::in_fork() {
+        return busy();
+    }
+    let Some(mut state) = state() else {
+        return busy();
+    };
     if crate::preloaded() {
-        let why = "the preload library was loaded when this process started (memprof record, \
-                   or LD_PRELOAD): it is profiled already";
+        let why = "already profiled by memprof since it started (memprof record, or the \
+                   preload library in LD_PRELOAD): one profiler a process";
         return publish(&mut state, Plan::refused(why), Vec::new());
     }
     // SAFETY: the caller passes a NUL-terminated string.
     let text = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
+    // One profiler a process: the session of another attacher than the one the caller
+    // takes over (which it found dead) stays.
+    let takeover = attach_abi::setting(&text, attach_abi::TAKEOVER).and_then(Owner::decode);
+    if let Some(now) = owner() {
+        if !takeover.is_some_and(|t| t.same_attacher(&now)) {
+            let mut plan = Plan::refused("");
+            plan.status = attach_abi::STATUS_OWNED;
+            plan.set_message(&now.encode());
+            return publish(&mut state, plan, Vec::new());
+        }
+    }
     crate::next::resolve_once();
     // Allocations reach the hooks only once the slots are written; by then the session
     // runs, and nothing must start another (the crate's §4).
     crate::STARTED.store(true, core::sync::atomic::Ordering::Release);
-    if let Err(why) = memprof::__private::start_attached(&text) {
-        return publish(&mut state, Plan::refused(&why), Vec::new());
+    match memprof::__private::start_attached(&text) {
+        Ok(()) => {}
+        Err(Refusal::Busy) => return busy(),
+        Err(Refusal::Why(why)) => return publish(&mut state, Plan::refused(&why), Vec::new()),
     }
+    // SAFETY: time(NULL) has no preconditions.
+    let since = unsafe { libc::time(core::ptr::null_mut()) }.max(0) as u64;
+    set_owner(Owner::of_settings(&text, since).unwrap_or_default());
     let table = Table::new();
     REAL_DLOPEN.store(table.dlopen(), Ordering::Release);
     let original = &mut state.get_or_insert_with(|| State {
@@ -298,7 +376,9 @@ unsafe extern "C" fn attach_dlopen(file: *const c_char, mode: c_int) -> *mut c_v
 /// Reroutes the slots no attach planned (objects loaded since), in the process.
 fn reroute_loaded() {
     let _busy = memprof::__private::Busy::enter();
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut state) = state() else {
+        return;
+    };
     let Some(s) = state.as_mut() else {
         return;
     };
@@ -380,9 +460,17 @@ unsafe fn store_slot(maps: &str, addr: usize, before: usize, hook: usize) -> boo
 #[no_mangle]
 pub unsafe extern "C" fn memprof_attach_stop() -> *const Plan {
     let _busy = memprof::__private::Busy::enter();
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    if memprof::__private::in_fork() {
+        return busy();
+    }
+    let Some(mut state) = state() else {
+        return busy();
+    };
+    if let Err(Refusal::Busy) = memprof::__private::stop_attached() {
+        return busy();
+    }
     ACTIVE.store(false, Ordering::Release);
-    memprof::__private::stop_attached();
+    set_owner(Owner::default());
     let writes = state
         .as_ref()
         .map(|s| {

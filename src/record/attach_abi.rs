@@ -8,6 +8,14 @@
 //! what they become; the attacher makes the writes through `/proc/PID/mem` while every
 //! thread of the process is stopped, after checking that no thread stands inside a
 //! [`Write`]'s guarded range (the instructions a patched entry point moved elsewhere).
+//!
+//! One profiler a process: while a session of an attach runs, the library's
+//! `MEMPROF_ATTACH_OWNER` (an [`Owner`]) names the attacher, its pid and start time (its
+//! `MEMPROF_COLLECTOR`) and when it attached. A later attacher's start call answers
+//! [`STATUS_OWNED`] with that owner, having done nothing; the attacher refuses while that
+//! process lives, and takes over the session of one that died by calling again with it
+//! named in [`TAKEOVER`]: the call checks, under its lock, that the owner is still the one
+//! named, so two attachers racing for a dead one's session cannot both win.
 
 /// [`Plan::magic`] of a plan this build laid out.
 pub const MAGIC: u64 = 0x6d65_6d70_726f_6601;
@@ -17,6 +25,78 @@ pub const WRITE_MAX: usize = 16;
 
 /// Room for the message of a refusal, NUL-terminated.
 pub const MESSAGE_LEN: usize = 480;
+
+/// [`Plan::status`]: done.
+pub const STATUS_DONE: u64 = 0;
+/// [`Plan::status`]: refused; the message says why.
+pub const STATUS_REFUSED: u64 = 1;
+/// [`Plan::status`]: nothing was done, because the borrowed thread (or another, for longer
+/// than the call waits) held a lock the call needs: it was inside `fork` or inside the
+/// library. The attacher lets the thread go and tries again at another moment.
+pub const STATUS_BUSY: u64 = 2;
+/// [`Plan::status`]: refused, because another attacher owns the process's session; the
+/// message is that owner's [`Owner::encode`].
+pub const STATUS_OWNED: u64 = 3;
+
+/// The setting that names the owner whose session the attacher takes over ([`Owner::encode`]
+/// of the dead attacher it read); absent: the attacher found no owner.
+pub const TAKEOVER: &str = "MEMPROF_ATTACH_TAKEOVER";
+
+/// [`Owner::kind`] of a session started by an attach.
+pub const OWNER_ATTACHED: u64 = 1;
+
+/// Who owns the process's attached session: the library's `MEMPROF_ATTACH_OWNER`, four
+/// words the attacher reads through `/proc/PID/mem` (all zero: nobody).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// 0: none; [`OWNER_ATTACHED`].
+    pub kind: u64,
+    /// The attacher's pid, as its own PID namespace names it.
+    pub pid: u64,
+    /// Its start time (clock ticks after boot, `/proc/PID/stat` field 22).
+    pub started: u64,
+    /// When it attached (seconds since the Unix epoch).
+    pub since: u64,
+}
+
+impl Owner {
+    /// `pid:started:since`, as [`TAKEOVER`] and a [`STATUS_OWNED`] message carry it.
+    pub fn encode(&self) -> String {
+        format!("{}:{}:{}", self.pid, self.started, self.since)
+    }
+
+    /// The attached owner [`Owner::encode`] wrote (`None`: not one).
+    pub fn decode(text: &str) -> Option<Owner> {
+        let mut f = text.trim().split(':').map(|n| n.parse::<u64>().ok());
+        let (pid, started, since) = (f.next()??, f.next()??, f.next()??);
+        Some(Owner { kind: OWNER_ATTACHED, pid, started, since })
+    }
+
+    /// The owner in the words read from the process (`None`: nobody).
+    pub fn from_words(w: [u64; 4]) -> Option<Owner> {
+        let o = Owner { kind: w[0], pid: w[1], started: w[2], since: w[3] };
+        (o.kind == OWNER_ATTACHED).then_some(o)
+    }
+
+    /// The attacher that passed `settings` (its `MEMPROF_COLLECTOR`), attached at `since`.
+    pub fn of_settings(settings: &str, since: u64) -> Option<Owner> {
+        let (pid, started) =
+            setting(settings, crate::record::env::ENV_COLLECTOR)?.split_once(':')?;
+        let (pid, started) = (pid.trim().parse().ok()?, started.trim().parse().ok()?);
+        Some(Owner { kind: OWNER_ATTACHED, pid, started, since })
+    }
+
+    /// The words the library keeps.
+    pub fn to_words(&self) -> [u64; 4] {
+        [self.kind, self.pid, self.started, self.since]
+    }
+
+    /// Whether `other` names the same attacher (its pid and start time).
+    pub fn same_attacher(&self, other: &Owner) -> bool {
+        self.pid == other.pid && self.started == other.started
+    }
+}
 
 /// One change of the process's memory (see the module documentation).
 #[repr(C)]
@@ -81,7 +161,7 @@ impl Default for Plan {
 impl Plan {
     /// A refusal saying `why` (cut to fit, at a character's boundary).
     pub fn refused(why: &str) -> Plan {
-        let mut p = Plan { status: 1, ..Plan::default() };
+        let mut p = Plan { status: STATUS_REFUSED, ..Plan::default() };
         p.set_message(why);
         p
     }
@@ -94,6 +174,21 @@ impl Plan {
         }
         self.message = [0; MESSAGE_LEN];
         self.message[..n].copy_from_slice(&text.as_bytes()[..n]);
+    }
+
+    /// The answer of a call that did nothing because a lock it needs was held
+    /// ([`STATUS_BUSY`]); built without allocating.
+    pub const fn busy() -> Plan {
+        Plan {
+            magic: MAGIC,
+            status: STATUS_BUSY,
+            countdown_tpoff: 0,
+            writes: 0,
+            count: 0,
+            objects: 0,
+            patched: 0,
+            message: [0; MESSAGE_LEN],
+        }
     }
 
     /// The refusal's reason.
@@ -115,6 +210,12 @@ impl Plan {
 }
 
 impl Write {
+    /// The write that puts back what `self` changed (an entry point's first bytes back: a
+    /// thread at it then runs them, so no range is guarded).
+    pub fn undo(&self) -> Write {
+        Write { old: self.new, new: self.old, guard_lo: 0, guard_hi: 0, ..*self }
+    }
+
     /// The writes at `bytes`, as the attacher reads them from the process.
     pub fn all_from_bytes(bytes: &[u8]) -> Vec<Write> {
         bytes
@@ -161,5 +262,16 @@ mod tests {
         };
         assert_eq!(Plan::from_bytes(bytes).map(|q| q.status), Some(1));
         assert!(Plan::from_bytes(&bytes[..8]).is_none());
+    }
+
+    #[test]
+    fn owners_round_trip() {
+        let o = Owner { kind: OWNER_ATTACHED, pid: 41, started: 9_000_000, since: 1_700_000_000 };
+        assert_eq!(Owner::decode(&o.encode()), Some(o));
+        assert_eq!(Owner::from_words([1, 41, 9_000_000, 1_700_000_000]), Some(o));
+        assert_eq!(Owner::from_words([0, 41, 9_000_000, 1]), None);
+        assert_eq!(Owner::decode("41:x:1"), None);
+        assert!(o.same_attacher(&Owner { since: 3, ..o }));
+        assert_eq!(Plan::busy().status, STATUS_BUSY);
     }
 }

@@ -9,10 +9,13 @@
 //! `--duration`, a target that exits while attached, a target that forks all the time, a
 //! target in another PID namespace (attached by its pid here), and the refusals (no such
 //! process, another user, already traced, statically linked, another mount namespace),
-//! each one line and the target unharmed. `reach`: every way a program like node's
+//! each one line and the target unharmed. `exclusive`: one profiler a process (a second
+//! attach refused, a killed one's session taken over), and attaches killed at random
+//! moments beside a program that forks flat out. `reach`: every way a program like node's
 //! executable calls malloc, each seen at its rate, and the note on an allocator whose
 //! entry points cannot be patched.
 
+mod exclusive;
 mod reach;
 
 use std::io::{BufRead, BufReader, Read};

@@ -79,7 +79,8 @@
 //! sampling (§3). [`stop_attached`] stops the session when the attacher detaches: the ring
 //! is told so and left mapped (a thread may still be inside a push; the collector drains it
 //! to the last event), and a later attach starts a fresh session on a new ring. A session
-//! whose attacher died without detaching is stopped the same way by the next attach.
+//! whose attacher died without detaching is stopped the same way by the next attach, which
+//! takes it over. Neither call waits on the agent's lock without end (`agent/attached.rs`).
 //!
 //! # 7. Programs not followed
 //! Without `MEMPROF_FOLLOW_FORKS`, under `memprof record`, the preload library's `exec` and
@@ -103,8 +104,11 @@
 //! and writes nothing anywhere: every other way into the ring (`exec`, `_exit`, `dlclose`,
 //! the exit handler) checks that the process owns the session.
 
+mod attached;
 mod fatal;
 mod fork;
+
+pub use attached::{forking_word, in_fork, start_attached, stop_attached, Refusal};
 
 use crate::engine::busy::Busy;
 use crate::record::env::{self, EnvSettings};
@@ -155,6 +159,19 @@ fn lock() {
 
 fn unlock() {
     LOCK.store(false, Ordering::Release);
+}
+
+/// Takes the lock if it frees within `limit` (a holder on another thread lets go soon; one
+/// on this thread never would: §8's calls never wait on it without end).
+fn try_lock_for(limit: core::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    while LOCK.swap(true, Ordering::Acquire) {
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
 }
 
 /// Runs `f` on the agent state under the lock.
@@ -437,79 +454,6 @@ pub fn init() {
             }
         }
         fork::register();
-    }
-}
-
-/// Starts a session for `memprof attach` (§8) from `text`, `KEY=VALUE` lines of the
-/// `MEMPROF_*` settings with the ring directory. `Err` says why not, for the attacher.
-pub fn start_attached(text: &str) -> Result<(), String> {
-    let _busy = Busy::enter();
-    let settings = EnvSettings::from_lookup(|k| crate::record::attach_abi::setting(text, k))
-        .map_err(|e| e.to_string())?;
-    let Some(dir) = settings.rings.clone() else {
-        return Err("the attacher gave no ring directory".into());
-    };
-    if with_agent(|agent| agent.as_ref().is_some_and(|a| !a.attached)) {
-        return Err("this process is profiled already: it runs under memprof record or with \
-                    the preload library in LD_PRELOAD"
-            .into());
-    }
-    // An earlier attacher's session that was never stopped (it died).
-    stop_attached();
-    // Before the session starts: the program's other threads run on meanwhile (§9).
-    fork::arm();
-    crate::engine::callstack::sampling_the_c_library();
-    with_agent(|agent| {
-        let mut a = start_collected(settings, &dir)?;
-        a.attached = true;
-        *agent = Some(a);
-        Ok::<(), String>(())
-    })?;
-    if !REGISTERED.swap(true, Ordering::AcqRel) {
-        // SAFETY: the handlers are `extern "C"` functions that live as long as the process
-        // (an attached library is never unloaded: `dlopen` gave it no handle to close).
-        unsafe {
-            on_exit(at_exit, core::ptr::null_mut());
-            at_quick_exit(at_quick);
-        }
-        fork::register();
-    }
-    Ok(())
-}
-
-/// Stops the session [`start_attached`] started, if one runs (§8): the collector finds its
-/// ring ended and drains it. Safe to call when none runs.
-pub fn stop_attached() {
-    let _busy = Busy::enter();
-    let stopped = with_agent(|agent| {
-        if !agent.as_ref().is_some_and(|a| a.attached) || !owns() {
-            return None;
-        }
-        let mut a = agent.take()?;
-        log_modules(&mut a);
-        if let Some(r) = &a.ring {
-            let untracked = crate::engine::hot::UNTRACKED.load(Ordering::Relaxed);
-            r.header().untracked.store(untracked, Ordering::Relaxed);
-            r.header().ending.store(ring::ENDING_DETACHED, Ordering::Release);
-        }
-        OWNER.store(0, Ordering::Release);
-        RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
-        // SAFETY: null: nothing is written through the sink from now on.
-        unsafe { crate::sys::rawmem::copy_mapped_to(core::ptr::null_mut()) };
-        COLLECTED.store(false, Ordering::Release);
-        Some(a)
-    });
-    if let Some(mut a) = stopped {
-        // Sampling ends; the queue and the ring stay mapped for the collector and for
-        // producers still inside a push (never unmapped: nothing says when the last one
-        // leaves).
-        if let Some(s) = a.session.take() {
-            core::mem::forget(s.stop());
-        }
-        // The consumer stays the ring's. The stop ended every wait for room: a push still
-        // under way into a full queue drops its event.
-        core::mem::forget(a.ring.take());
-        core::mem::forget(a);
     }
 }
 

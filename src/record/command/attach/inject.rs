@@ -11,11 +11,16 @@
 //! thread ever sees half of the rerouting, and nothing of ours is left tracing the
 //! process. Detach is the same with `memprof_attach_stop`, whose plan puts back what each
 //! slot held.
+//!
+//! A library call that finds a lock it needs held (its thread was stopped inside `fork`,
+//! or another holds the lock for long) answers busy having done nothing; it is made again
+//! on a thread borrowed at another moment (`call_plan_when_free`). Should the stop call
+//! not run at detach, [`undo`] puts back the attach's writes from outside.
 
 use super::target::{self, Loaded};
 use super::tracee::{Failed, Saved, Thread, DATA, LANDING};
 use crate::error::Error;
-use crate::record::attach_abi::{Plan, Write};
+use crate::record::attach_abi::{self, Owner, Plan, Write};
 use nix::unistd::Pid;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -30,16 +35,30 @@ use std::time::{Duration, Instant};
 /// are made).
 const ALLOCATOR_CALLS: [u64; 6] = [9, 10, 11, 12, 25, 28];
 
+/// The system calls that make a process (x86-64 numbers): `clone`, `fork`, `vfork`,
+/// `clone3`. A thread stopped in one is inside glibc's `fork`, which holds the locks of its
+/// prepare handlers (the agent's and the session's, once the library is loaded) and, in a
+/// process with other threads, every arena of the C library's allocator: a call on it
+/// would wait for itself. It is not borrowed.
+const PROCESS_CALLS: [u64; 4] = [56, 57, 58, 435];
+
+/// How long the attacher keeps trying a call that answers that a lock it needs is held
+/// (`attach_abi::STATUS_BUSY`), each time on a thread borrowed at another moment.
+const BUSY_FOR: Duration = Duration::from_secs(10);
+
 /// A range of code addresses, `start..end`.
 type Range = (u64, u64);
 
 /// The seized threads of a process and its memory.
 pub(super) struct Process {
     pub(super) pid: u32,
-    /// glibc's `__restore_rt` in the process, where calls return (`tracee` §4).
+    /// glibc's `__restore_rt` in the process, where calls return (`tracee` §5).
     landing: u64,
     mem: File,
     threads: Vec<Thread>,
+    /// The word of a library loaded already that names the thread inside `fork`
+    /// (`MEMPROF_FORKING_AT`'s target), read before a thread is borrowed.
+    forking: Option<u64>,
 }
 
 /// What an attach did.
@@ -55,6 +74,15 @@ pub(super) struct Attached {
     /// The allocator families whose entry points the library could not patch, with the
     /// function and the reason (empty: none).
     pub(super) refused: String,
+    /// The writes that put back what the attach changed ([`undo`]).
+    pub(super) undo: Vec<Write>,
+}
+
+/// What the start call answered.
+pub(super) enum Started {
+    Attached(Attached),
+    /// Nothing done: the session of another attacher runs (`attach_abi::STATUS_OWNED`).
+    Owned(Owner),
 }
 
 fn other(e: Failed, pid: u32) -> Error {
@@ -72,7 +100,7 @@ impl Process {
             .write(true)
             .open(format!("/proc/{pid}/mem"))
             .map_err(|e| Error::io(format!("cannot open the memory of process {pid}"), e))?;
-        let mut p = Process { pid, landing, mem, threads: Vec::new() };
+        let mut p = Process { pid, landing, mem, threads: Vec::new(), forking: None };
         p.seize_new()?;
         Ok(p)
     }
@@ -166,11 +194,19 @@ impl Process {
                     let in_call = regs.orig_rax as i64 >= 0;
                     let fine = if in_call {
                         !ALLOCATOR_CALLS.contains(&regs.orig_rax)
+                            && !PROCESS_CALLS.contains(&regs.orig_rax)
                             && !loader.iter().any(|&(lo, hi)| (lo..hi).contains(&regs.rip))
                     } else {
                         !avoid.iter().any(|&(lo, hi)| (lo..hi).contains(&regs.rip))
                     };
-                    if fine {
+                    // Inside `fork`, as the library says: its locks (and, with other threads,
+                    // the allocator's arenas) are held by this very thread.
+                    let mut word = [0u8; 8];
+                    let in_fork = self.forking.is_some_and(|at| {
+                        self.mem.read_exact_at(&mut word, at).is_ok()
+                            && u64::from_le_bytes(word) == regs.fs_base
+                    });
+                    if fine && !in_fork {
                         let saved = t.save().map_err(|e| other(e, self.pid))?;
                         return Ok((i, saved));
                     }
@@ -188,8 +224,15 @@ impl Process {
 
     /// The code ranges where a borrowed thread must not stand: the C library's, the
     /// loader's and the preload library's (`lib`, when mapped); and the loader's alone.
-    fn avoid(&self, lib: &Path) -> (Vec<Range>, Vec<Range>) {
+    /// Also finds the library's word that names the thread inside `fork`, when it is loaded.
+    fn avoid(&mut self, lib: &Path) -> (Vec<Range>, Vec<Range>) {
         let maps = target::mappings(self.pid).unwrap_or_default();
+        self.forking = loaded_library(self.pid, lib)
+            .ok()
+            .and_then(|l| l.symbol(&["MEMPROF_FORKING_AT"]))
+            .and_then(|at| self.read(at, 8).ok())
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+            .filter(|&a| a != 0);
         let code = |keep: &dyn Fn(&target::Mapping) -> bool| {
             maps.iter().filter(|m| m.exec && keep(m)).map(|m| (m.start, m.end)).collect()
         };
@@ -228,11 +271,11 @@ impl Process {
     /// out.
     fn apply(
         &mut self,
-        held: usize,
+        held: Option<usize>,
         writes: &[Write],
         tpoff: Option<i64>,
     ) -> Result<(usize, bool), Error> {
-        let held_tid = self.threads[held].tid;
+        let held_tid = held.map(|h| self.threads[h].tid);
         let mut clear = false;
         for _ in 0..1000 {
             self.stop_all()?;
@@ -246,7 +289,7 @@ impl Process {
             if clear {
                 break;
             }
-            let keep = self.threads.iter().position(|t| t.tid == held_tid);
+            let keep = self.threads.iter().position(|t| Some(t.tid) == held_tid);
             self.resume_all_but(keep);
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -303,7 +346,7 @@ impl Process {
     }
 }
 
-/// Calls `func(args)` on the borrowed thread `i` (its result is not kept: `tracee` §4).
+/// Calls `func(args)` on the borrowed thread `i` (its result is not kept: `tracee` §5).
 fn call(
     p: &mut Process,
     i: usize,
@@ -314,6 +357,8 @@ fn call(
 ) -> Result<(), Error> {
     let (pid, landing) = (p.pid, p.landing);
     let (threads, mem) = (&mut p.threads, &p.mem);
+    let others = threads.iter().enumerate().filter(|&(j, t)| j != i && !t.stopped);
+    threads[i].serve = others.map(|(_, t)| t.tid).collect();
     threads[i].call(mem, saved, func, args, data, landing).map_err(|e| failed_call(e, pid))
 }
 
@@ -346,6 +391,42 @@ fn call_plan(
     p.plan(at)
 }
 
+/// [`call_plan`], made again on a thread borrowed at another moment while the library
+/// answers that a lock it needs is held (the borrowed thread was inside `fork`, or another
+/// held the lock): such an answer changed nothing. `i` and `saved` become the thread last
+/// borrowed.
+#[allow(clippy::too_many_arguments)]
+fn call_plan_when_free(
+    p: &mut Process,
+    lib: &Path,
+    i: &mut usize,
+    saved: &mut Saved,
+    slot: u64,
+    func: u64,
+    args: &[u64],
+    data: &[u8],
+) -> Result<(Plan, Vec<Write>), Error> {
+    let deadline = Instant::now() + BUSY_FOR;
+    loop {
+        let (plan, writes) = call_plan(p, *i, saved, slot, func, args, data)?;
+        if plan.status != attach_abi::STATUS_BUSY {
+            return Ok((plan, writes));
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Other(format!(
+                "process {}: every thread memprof borrowed for {} s held a lock memprof \
+                 needs (inside fork, most often); nothing was changed; try again",
+                p.pid,
+                BUSY_FOR.as_secs()
+            )));
+        }
+        let _ = p.threads[*i].resume();
+        std::thread::sleep(Duration::from_millis(2));
+        let (avoid, loader) = p.avoid(lib);
+        (*i, *saved) = p.borrow(&avoid, &loader)?;
+    }
+}
+
 /// A C string read from the process (at most 4 KiB).
 fn c_string(p: &Process, addr: u64) -> String {
     let mut out = Vec::new();
@@ -376,7 +457,7 @@ fn loaded_library(pid: u32, lib: &Path) -> Result<Loaded, Error> {
 
 /// Loads `lib` into process `pid`, starts its session with `settings` and reroutes the
 /// process's calls (see the module documentation).
-pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, Error> {
+pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Started, Error> {
     let maps = target::mappings(pid)
         .map_err(|e| Error::io(format!("cannot read the maps of {pid}"), e))?;
     let libc = Loaded::find(&maps, target::is_libc)
@@ -390,7 +471,7 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
     let mut text = settings.as_bytes().to_vec();
     text.push(0);
     let landing = landing_in(&libc, &maps, pid)?;
-    Process::seize(pid, landing)?.with_borrowed(lib, |p, i, saved| {
+    Process::seize(pid, landing)?.with_borrowed(lib, |p, mut i, saved| {
         call(p, i, saved, dlopen, &[DATA, libc::RTLD_NOW as u64], &path)?;
         let Ok(ours) = loaded_library(pid, lib) else {
             let why = match dlerror {
@@ -413,14 +494,28 @@ pub(super) fn attach(pid: u32, lib: &Path, settings: &str) -> Result<Attached, E
             )));
         };
         let (start, slot) = entry(&ours, "memprof_attach_start")?;
-        let (plan, writes) = call_plan(p, i, saved, slot, start, &[DATA], &text)?;
+        let (plan, writes) =
+            call_plan_when_free(p, lib, &mut i, saved, slot, start, &[DATA], &text)?;
+        if plan.status == attach_abi::STATUS_OWNED {
+            let owner = Owner::decode(&plan.message()).unwrap_or_default();
+            return Ok(Started::Owned(owner));
+        }
         if plan.status != 0 {
             return Err(Error::Other(format!("cannot profile process {pid}: {}", plan.message())));
         }
-        let (written, clear) = p.apply(i, &writes, Some(plan.countdown_tpoff))?;
+        let (written, clear) = p.apply(Some(i), &writes, Some(plan.countdown_tpoff))?;
         let patched = if clear { plan.patched } else { 0 };
+        let made = |w: &&Write| clear || w.guard_lo >= w.guard_hi;
+        let undo = writes.iter().filter(made).map(Write::undo).collect();
         let refused = plan.message();
-        Ok(Attached { objects: plan.objects, patched, unpatched: !clear, written, refused })
+        Ok(Started::Attached(Attached {
+            objects: plan.objects,
+            patched,
+            unpatched: !clear,
+            written,
+            refused,
+            undo,
+        }))
     })
 }
 
@@ -437,10 +532,21 @@ pub(super) fn detach(pid: u32, lib: &Path) -> Result<usize, Error> {
     let libc = Loaded::find(&maps, target::is_libc)
         .ok_or_else(|| Error::Other(format!("cannot find the C library in process {pid}")))?;
     let landing = landing_in(&libc, &maps, pid)?;
-    Process::seize(pid, landing)?.with_borrowed(lib, |p, i, saved| {
-        let (_, writes) = call_plan(p, i, saved, slot, stop, &[], &[])?;
-        p.apply(i, &writes, None).map(|(made, _)| made)
+    Process::seize(pid, landing)?.with_borrowed(lib, |p, mut i, saved| {
+        let (_, writes) = call_plan_when_free(p, lib, &mut i, saved, slot, stop, &[], &[])?;
+        p.apply(Some(i), &writes, None).map(|(made, _)| made)
     })
+}
+
+/// Puts back what an attach changed, from outside, when the library's stop could not run
+/// (it never returned, or a lock it needs stayed held): with every thread stopped, each
+/// slot and entry point still holding what the attach wrote gets what it held before. The
+/// session itself is left to a later attach, which takes it over; calls no longer reach it.
+pub(super) fn undo(pid: u32, writes: &[Write]) -> Result<usize, Error> {
+    let mut p = Process::seize(pid, 0)?;
+    let r = p.apply(None, writes, None).map(|(made, _)| made);
+    p.release();
+    r
 }
 
 /// The library's function `name` and the slot where it publishes its answer.

@@ -33,12 +33,19 @@
 //! The kernel ends the tracing of every thread, so nothing is left stopped or traced. What
 //! else is left depends on the moment: during a call on the borrowed thread (loading the
 //! library, starting or stopping the session), the call finishes and the thread returns
-//! through `rt_sigreturn` to where it was (`tracee` §4), with the library loaded and,
+//! through `rt_sigreturn` to where it was (`tracee` §5), with the library loaded and,
 //! after the start, a session whose calls are not rerouted yet; once the writes are made
 //! (attached), the calls stay rerouted and the session samples into a ring nobody drains
 //! (the collector's process is gone, so nothing waits for it, `engine::push` §1; what
-//! cannot be queued is dropped) until a later `memprof attach` takes over and detaches;
-//! before the first call, nothing.
+//! cannot be queued is dropped) until a later `memprof attach` takes over (§5) and
+//! detaches; before the first call, nothing. No call waits on a lock memprof holds, even
+//! on a thread the attacher stopped inside `fork` (`inject`'s busy answers, the agent's
+//! `attached`), and none waits on a thread that waits for the tracer (`tracee` §4), so
+//! nothing is left blocked whatever is killed when. A call that never returns all the same
+//! (a lock of the C library's) is abandoned with the thread put back where it was; what it
+//! held of the library's stays held, and a later call answers busy rather than wait on it.
+//! At detach, the slots and entry points are then put back from outside (`inject::undo`),
+//! leaving only a session nothing reaches.
 //!
 //! # 4. Another PID namespace
 //! A process in another PID namespace (`unshare -p -f`, a container that shares this mount
@@ -48,6 +55,16 @@
 //! namespace is refused (step 1). Should the collector tie no ring to the process (it
 //! ended before its session reached the collector), `attach` says so and fails: it never
 //! leaves an empty file and exits 0.
+//!
+//! # 5. One profiler a process
+//! While attached, the library names the attacher (`attach_abi::Owner`: its pid and start
+//! time, and when it attached). A second `memprof attach` finds it in the start call's
+//! answer (`STATUS_OWNED`, nothing done) and is refused, `already attached by memprof (pid
+//! N) since …`, while that attacher runs; the first profile loses nothing. An owner that
+//! is gone (killed without detaching) is taken over explicitly: `attach` prints `taking over
+//! process PID from memprof attach (pid N) …`, and calls again naming it, so two attachers
+//! racing for a dead one's session cannot both win. A process preloaded from its start
+//! (`memprof record`, `LD_PRELOAD`) is refused too.
 
 mod inject;
 pub(crate) mod request;
@@ -60,7 +77,7 @@ use super::launcher::{self, RingDir};
 use crate::error::Error;
 use crate::profile::load::LoadOptions;
 use crate::profile::replay::parse_duration;
-use crate::record::attach_abi::encode_settings;
+use crate::record::attach_abi::{encode_settings, TAKEOVER};
 use crate::report::command::read_profiles_folded;
 use crate::report::text::{printable, printable_os};
 use crate::report::write::{write_html_of, write_outputs, Outputs};
@@ -195,7 +212,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     let (me, started) = crate::record::ring::this_process();
     vars.push((crate::record::env::ENV_COLLECTOR, format!("{me}:{started}")));
     let began = Instant::now();
-    let attached = match inject::attach(pid, &lib, &encode_settings(&vars)) {
+    let attached = match start(pid, &lib, &mut vars) {
         Ok(a) => a,
         Err(e) => {
             for msg in collector.finish().messages {
@@ -243,7 +260,17 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     let end = wait(pid, &lib, limit);
     let detached = match end {
         End::Exited | End::Executed => Ok(0),
-        _ => inject::detach(pid, &lib),
+        _ => inject::detach(pid, &lib).map_err(|e| {
+            // The library's stop did not run: its writes are undone from outside, so the
+            // process is left as it was but for a session nothing reaches (a later attach
+            // takes it over).
+            match inject::undo(pid, &attached.undo) {
+                Ok(_) => Error::Other(format!(
+                    "{e}; the calls memprof rerouted were put back from outside"
+                )),
+                Err(u) => Error::Other(format!("{e}; putting back its calls failed: {u}")),
+            }
+        }),
     };
     let finished = collector.finish();
     for msg in &finished.messages {
@@ -279,6 +306,55 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     }
     report(args, &output, finished.profiles, skip, unreached)?;
     Ok(if detached.is_ok() { 0 } else { 1 })
+}
+
+/// Step 3, with §5's one profiler a process: the session of a live attacher is refused;
+/// one of an attacher that ended without detaching is taken over, with a line saying so.
+fn start(pid: u32, lib: &Path, vars: &mut Vec<(&str, String)>) -> Result<inject::Attached, Error> {
+    let mut taking_over = None;
+    loop {
+        match inject::attach(pid, lib, &encode_settings(vars))? {
+            inject::Started::Attached(a) => return Ok(a),
+            inject::Started::Owned(o) if taking_over == Some(o) || target::alive(&o) => {
+                return Err(Error::Other(format!(
+                    "process {pid} is already attached by memprof (pid {}) since {}: one \
+                     profiler a process; detach that one first (kill -INT {}), or wait for \
+                     it to end",
+                    o.pid,
+                    since(o.since),
+                    o.pid
+                )));
+            }
+            inject::Started::Owned(o) => {
+                eprintln!(
+                    "memprof: taking over process {pid} from memprof attach (pid {}), attached \
+                     since {} and ended without detaching: its session is stopped and its \
+                     rerouting kept",
+                    o.pid,
+                    since(o.since)
+                );
+                vars.retain(|(k, _)| *k != TAKEOVER);
+                vars.push((TAKEOVER, o.encode()));
+                taking_over = Some(o);
+            }
+        }
+    }
+}
+
+/// `HH:MM:SS UTC (N s ago)` for `unix` seconds.
+fn since(unix: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(unix);
+    let day = unix % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC ({} s ago)",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        now.saturating_sub(unix)
+    )
 }
 
 /// Waits for step 4's end.

@@ -271,3 +271,11 @@ pub(super) fn maps_file(pid: u32, path: &Path, inode: u64) -> bool {
         .map(|maps| maps.iter().any(|m| m.inode == inode && Path::new(&m.path) == path))
         .unwrap_or(false)
 }
+
+/// Whether the attacher `owner` names still runs: its pid is a process with its start time.
+pub(super) fn alive(owner: &crate::record::attach_abi::Owner) -> bool {
+    let stat = format!("/proc/{}/stat", owner.pid);
+    crate::sys::procfs::stat_field(&stat, crate::sys::procfs::START_TIME)
+        .and_then(|s| s.parse::<u64>().ok())
+        .is_some_and(|t| t == owner.started)
+}

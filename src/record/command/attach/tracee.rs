@@ -29,7 +29,15 @@
 //! what it had waited before the stop).
 
 //!
-//! # 4. If the tracer dies during a call
+//! # 4. The other threads during a call
+//! They run, but each is traced: a signal that reaches one (the `SIGCHLD` of a child that
+//! ended, in a program that forks) stops it for the tracer, which must let it go on with
+//! its signal. It may hold a lock the call needs (a thread inside `fork`, when its child's
+//! `SIGCHLD` comes, holds every arena of the C library's allocator), so the tracer, while it
+//! waits for the call, lets each such stop go on at once ([`Thread::serve`]): a call never
+//! waits on a thread that waits on the tracer.
+//!
+//! # 5. If the tracer dies during a call
 //! A call returns into glibc's `__restore_rt` (`rt_sigreturn`) under a signal frame
 //! written below the call's stack that holds the thread's own registers (a system call it
 //! was stopped in set to restart), its signal mask and its vector state. The tracer stops
@@ -50,6 +58,7 @@ use std::time::{Duration, Instant};
 
 const PTRACE_GETSIGMASK: libc::c_uint = 0x420a;
 const PTRACE_SETSIGMASK: libc::c_uint = 0x420b;
+const PTRACE_LISTEN: libc::c_uint = 0x4208;
 const NT_X86_XSTATE: libc::c_int = 0x202;
 /// Room for the largest XSAVE area (AMX tiles included).
 const XSTATE_MAX: usize = 16 * 1024;
@@ -71,6 +80,8 @@ pub(super) struct Thread {
     pub(super) stopped: bool,
     /// A signal its stop reported, to deliver when it runs again.
     pending: Option<Signal>,
+    /// The other threads, running, whose stops for a signal a call lets go on (§4).
+    pub(super) serve: Vec<Pid>,
 }
 
 /// What went wrong with a thread: gone (the process or thread exited), or another error.
@@ -94,7 +105,7 @@ impl Thread {
     /// Seizes `tid` (it keeps running).
     pub(super) fn seize(tid: Pid) -> Result<Thread, nix::Error> {
         ptrace::seize(tid, ptrace::Options::PTRACE_O_TRACESYSGOOD)?;
-        Ok(Thread { tid, stopped: false, pending: None })
+        Ok(Thread { tid, stopped: false, pending: None, serve: Vec::new() })
     }
 
     /// Stops the thread (a no-op when it is stopped).
@@ -305,10 +316,53 @@ impl Thread {
         Ok(())
     }
 
+    /// Lets each of the other running threads stopped for a signal go on with it, and each
+    /// stopped by a `PTRACE_INTERRUPT` left over (one sent while it was stopped for a signal
+    /// traps once it runs again) go on (§4). A thread in a group stop (`SIGSTOP`) stays in
+    /// it (`PTRACE_LISTEN`).
+    fn serve_others(&self) {
+        for &t in &self.serve {
+            match waitpid(t, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Stopped(_, sig)) => {
+                    let _ = ptrace::cont(t, Some(sig));
+                }
+                Ok(WaitStatus::PtraceEvent(_, Signal::SIGTRAP, _)) => {
+                    let _ = ptrace::cont(t, None);
+                }
+                Ok(WaitStatus::PtraceEvent(..)) => {
+                    // SAFETY: PTRACE_LISTEN takes no address or data.
+                    unsafe { libc::ptrace(PTRACE_LISTEN, t.as_raw(), 0usize, 0usize) };
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The next status of a call under way, at most `limit`, serving the others meanwhile
+    /// (as [`Thread::wait`] paces itself).
+    fn wait_serving(&self, limit: Duration) -> Result<WaitStatus, Failed> {
+        let start = Instant::now();
+        loop {
+            self.serve_others();
+            match waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG))? {
+                WaitStatus::StillAlive => {}
+                s => return Ok(s),
+            }
+            if start.elapsed() >= limit {
+                return Err(Failed::Other("the thread did not stop in time".into()));
+            }
+            if start.elapsed() < Duration::from_millis(2) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
     /// Waits for the next stop of a call under way; a timeout takes the thread back.
     fn call_stop(&mut self, deadline: Instant, saved: &Saved) -> Result<WaitStatus, Failed> {
         let left = deadline.saturating_duration_since(Instant::now());
-        match self.wait(Some(left)) {
+        match self.wait_serving(left) {
             Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => Err(Failed::Gone),
             Ok(s) => Ok(s),
             Err(Failed::Other(_)) => {
@@ -340,7 +394,7 @@ impl Thread {
     /// Runs `func(args…)` in the process on this stopped thread, whose state `saved` holds,
     /// with `data` copied below its stack first (its address replaces any argument equal to
     /// [`DATA`]), returning into `landing`: glibc's `__restore_rt` (`mov rax, 15; syscall`,
-    /// `rt_sigreturn`), under a signal frame that holds the thread's own state (§4). The
+    /// `rt_sigreturn`), under a signal frame that holds the thread's own state (§5). The
     /// call's result is not kept (the library publishes its answers in memory). `saved`
     /// becomes the state the thread was given back.
     pub(super) fn call(
@@ -462,7 +516,7 @@ fn restarted(mut r: libc::user_regs_struct) -> libc::user_regs_struct {
     r
 }
 
-/// The signal frame `rt_sigreturn` reads when the call returns into `landing` (§4): the
+/// The signal frame `rt_sigreturn` reads when the call returns into `landing` (§5): the
 /// registers, the signal mask and the vector state at `xstate` are the thread's own; the
 /// alternate signal stack named is invalid, so the thread's own stays as it is.
 fn signal_frame(back: &Saved, landing: u64, xstate: u64) -> Vec<u8> {

@@ -13,6 +13,18 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 /// fork's, not a raw `clone`'s (`engine::forked` §4).
 static FORKING: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether the calling thread is inside glibc's `fork`, between [`fork_prepare`] and the
+/// parent's handler: it holds the agent's lock and the session's (`attached`).
+pub(super) fn forking_here() -> bool {
+    FORKING.load(Ordering::Acquire) == crate::sys::tls::thread_id()
+}
+
+/// The word that names the thread inside glibc's `fork` (its thread pointer, `fs:0`; 0:
+/// none), which `memprof attach` reads from outside so as not to borrow that thread.
+pub(super) fn forking_word() -> &'static AtomicUsize {
+    &FORKING
+}
+
 /// Registers the fork handlers. Once per process image.
 pub(super) fn register() {
     // SAFETY: the handlers are `extern "C"` functions that live as long as the process (the
