@@ -19,7 +19,7 @@ use memprof::report::{site_totals, stack_totals, View};
 
 use crate::common::{skipped, text};
 use crate::harm::plain;
-use crate::record::{assert_ok, read, record, scratch};
+use crate::programs::{assert_ok, read, record, scratch};
 
 /// The fixture's global allocator, by cargo feature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{assert_one_line_error, skipped, text, MEMPROF};
-use crate::record::{assert_ok, fixture, read, totals};
+use crate::programs::{assert_ok, fixture, read, totals};
 
 /// How long the tests wait for anything (an attach on a loaded two-core machine included).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -697,13 +697,10 @@ fn a_statically_linked_process_is_refused() {
     let dir = scratch("static");
     let prog = dir.join("service-static");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/service.c");
-    let cc = Command::new("cc")
-        .args(["-static", "-O2", "-g", "-pthread", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .expect("the system C compiler `cc` runs");
-    if !cc.status.success() {
+    let mut args: Vec<std::ffi::OsString> =
+        ["-static", "-O2", "-g", "-pthread", "-o"].map(Into::into).to_vec();
+    args.extend([prog.clone().into(), src.into()]);
+    if crate::programs::compile("cc", &args, None).is_err() {
         skipped(
             "attach to a statically linked program",
             "cc -static failed (no static libc; Debian: apt-get install libc6-dev)",

@@ -16,7 +16,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, record, scratch};
+use crate::programs::{assert_ok, fixture, record, scratch};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 

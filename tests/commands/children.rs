@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, read, record, scratch};
+use crate::programs::{assert_ok, fixture, read, record, scratch};
 
 /// The note `… ran other programs …` of a run's stderr (in the table's header, or after
 /// `memprof: ` when nothing was seen).

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::record::{assert_ok, fixture, read, record, scratch, totals};
+use crate::programs::{assert_ok, fixture, read, record, scratch, totals};
 
 /// The files of a tree's directory (`<output>.d/`), sorted.
 fn tree_files(output: &Path) -> Vec<PathBuf> {

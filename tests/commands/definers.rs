@@ -9,7 +9,7 @@ use std::process::Command;
 
 use crate::common::text;
 use crate::harm::{modes, plain, strs};
-use crate::record::{assert_ok, fixture, read, record, scratch, totals};
+use crate::programs::{assert_ok, fixture, read, record, scratch, totals};
 
 /// Builds `fixtures/c/definer.c` with `libmyalloc.c` into one executable that exports its
 /// malloc family (`-rdynamic`), linked against `libdefuse.so`: once per run (two tests use
@@ -25,17 +25,17 @@ fn build_definer() -> PathBuf {
     let dir = lib.parent().expect("the build directory").to_owned();
     let out = dir.join("definer");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
-    let o = Command::new("cc")
-        .args(["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread", "-rdynamic", "-o"])
-        .arg(&out)
-        .arg(src.join("definer.c"))
-        .arg(src.join("libmyalloc.c"))
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-ldl")
-        .output()
-        .expect("the system C compiler `cc` runs");
-    assert!(o.status.success(), "cc definer: {}", text(&o.stderr));
+    let mut args: Vec<std::ffi::OsString> =
+        ["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread", "-rdynamic", "-o"]
+            .map(Into::into)
+            .to_vec();
+    args.extend([
+        out.clone().into(),
+        src.join("definer.c").into(),
+        src.join("libmyalloc.c").into(),
+    ]);
+    args.extend([lib.into(), format!("-Wl,-rpath,{}", dir.display()).into(), "-ldl".into()]);
+    crate::programs::must_compile("cc", &args, None);
     out
 }
 

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::{assert_one_line_error, text, MEMPROF};
-use crate::record::{assert_ok, fixture, read, record, scratch};
+use crate::programs::{assert_ok, fixture, read, record, scratch};
 
 /// Records `diffsites` (with `more` when `more`) into `dir/name` with `opts`.
 fn rec(dir: &Path, name: &str, opts: &[&str], more: bool) -> PathBuf {

@@ -4,7 +4,7 @@
 //! escapes, and the names stay recognizable; the folded stacks keep one stack a line.
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, cc, record, scratch};
+use crate::programs::{assert_ok, cc, record, scratch};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -49,13 +49,10 @@ fn hostile_names_reach_the_terminal_escaped() {
     let source = dir.join(SOURCE);
     std::fs::copy(crate::common::fixture_file("c/hostile_names.c"), &source).unwrap();
     let debug = dir.join("debug");
-    let o = Command::new("cc")
-        .args(["-O2", "-g", "-fno-optimize-sibling-calls", "-o"])
-        .arg(&debug)
-        .arg(&source)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "cc: {}", text(&o.stderr));
+    let args = ["-O2", "-g", "-fno-optimize-sibling-calls", "-o"].map(std::ffi::OsString::from);
+    let mut args = args.to_vec();
+    args.extend([debug.clone().into(), source.clone().into()]);
+    crate::programs::must_compile("cc", &args, None);
     let elf = std::fs::read(&bare).unwrap();
     assert!(elf.windows(SYMBOL.len()).any(|w| w == SYMBOL.as_bytes()), "the raw symbol");
 

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{assert_one_line_error, skipped, text, MEMPROF};
-use crate::record::{fixture, scratch, strip_symbols};
+use crate::programs::{fixture, scratch, strip_symbols};
 
 fn lib() -> PathBuf {
     Path::new(MEMPROF).parent().unwrap().join("libmemprof_preload.so")
@@ -302,8 +302,8 @@ fn a_report_never_blocks_on_a_fifo() {
 fn an_output_to_the_standard_output_has_it_alone() {
     let dir = scratch("files-stdout");
     let prog = fixture("sites");
-    let out = crate::record::record(&dir, &["--interval", "1", "-o", "s.mprof"], &prog, &[]);
-    crate::record::assert_ok(&out, 0);
+    let out = crate::programs::record(&dir, &["--interval", "1", "-o", "s.mprof"], &prog, &[]);
+    crate::programs::assert_ok(&out, 0);
     for name in ["-", "/dev/stdout"] {
         let o = Command::new(MEMPROF)
             .current_dir(&dir)
@@ -330,14 +330,12 @@ fn split_dwarf_that_is_a_fifo_does_not_hang_a_report() {
     let dir = scratch("files-dwp");
     let prog = dir.join("prog");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/sites.c");
-    let cc = Command::new("cc")
-        .current_dir(&dir)
-        .args(["-O2", "-g", "-gsplit-dwarf", "-fno-optimize-sibling-calls", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(cc.status.success(), "cc: {}", text(&cc.stderr));
+    let mut args: Vec<std::ffi::OsString> =
+        ["-O2", "-g", "-gsplit-dwarf", "-fno-optimize-sibling-calls", "-o"]
+            .map(Into::into)
+            .to_vec();
+    args.extend([prog.clone().into(), src.into()]);
+    crate::programs::must_compile("cc", &args, Some(&dir));
     let dwos: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, read, record, scratch};
+use crate::programs::{assert_ok, fixture, read, record, scratch};
 use memprof::profile::Profile;
 
 /// The block sizes of `first_alloc.c`, main thread first.

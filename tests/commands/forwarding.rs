@@ -10,7 +10,7 @@ use std::process::Command;
 
 use crate::common::{text, MEMPROF};
 use crate::harm::{modes, plain, strs};
-use crate::record::{assert_ok, fixture, read, record, scratch, totals};
+use crate::programs::{assert_ok, fixture, read, record, scratch, totals};
 
 /// Builds `fixtures/c/<name>.c` into a program linked against the fixture libraries
 /// `libs` (each a `DT_NEEDED` entry, found through the run path), once per test run.
@@ -19,15 +19,12 @@ fn linked(name: &str, libs: &[&str]) -> PathBuf {
     let dir = libs[0].parent().expect("the build directory").to_owned();
     let out = dir.join(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(format!("{name}.c"));
-    let o = Command::new("cc")
-        .args(["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(&libs)
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .expect("the system C compiler `cc` runs");
-    assert!(o.status.success(), "cc {name}: {}", text(&o.stderr));
+    let mut args: Vec<std::ffi::OsString> =
+        ["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread", "-o"].map(Into::into).to_vec();
+    args.extend([out.clone().into(), src.into()]);
+    args.extend(libs.iter().map(Into::into));
+    args.push(format!("-Wl,-rpath,{}", dir.display()).into());
+    crate::programs::must_compile("cc", &args, None);
     out
 }
 

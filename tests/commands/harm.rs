@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, read, record, scratch, totals};
+use crate::programs::{assert_ok, fixture, read, record, scratch, totals};
 
 /// Runs `prog` plain (in `dir`), with a deadline: a program that hangs fails the test
 /// instead of hanging it.
@@ -346,7 +346,7 @@ fn a_program_killed_from_outside_keeps_its_growth() {
     while last < 300 {
         last = rx.recv_timeout(Duration::from_secs(60)).expect("the program grows");
     }
-    let (file, pid) = crate::record::profile_of_pid(&dir, "g.");
+    let (file, pid) = crate::programs::profile_of_pid(&dir, "g.");
     // SAFETY: kill has no memory preconditions; pid is the profiled program's.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     while let Ok(n) = rx.recv_timeout(Duration::from_millis(300)) {
@@ -463,7 +463,7 @@ fn four_threads_loading_four_libraries_at_one_address_keep_their_own_samples() {
             let lib = dir.join(format!("libquad{q}.so"));
             let def = format!("-DQ={q}");
             let flags = ["-O2", "-g", "-fno-optimize-sibling-calls", "-shared", "-fPIC", &def];
-            crate::record::cc("libquad.c", &lib, &flags);
+            crate::programs::cc("libquad.c", &lib, &flags);
             lib.to_str().unwrap().to_owned()
         })
         .collect();

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, record, scratch};
+use crate::programs::{assert_ok, fixture, record, scratch};
 
 /// A program with a 256 MiB heap of its own beside 8 MiB of malloc: the split names the
 /// 256 MiB as outside malloc, the allocator holds next to nothing free, and no malloc hint
@@ -75,7 +75,7 @@ fn a_go_program_is_named_and_its_note_kept() {
     assert_eq!(format!("note: {}", notes[0].as_str().unwrap()), note);
 
     let fixed = dir.join("go_marked_static");
-    crate::record::cc("go_marked.c", &fixed, &["-O2", "-static"]);
+    crate::programs::cc("go_marked.c", &fixed, &["-O2", "-static"]);
     let out = record(&dir, &["-o", "s.mprof"], &fixed, &[]);
     assert_ne!(out.status.code(), Some(0));
     let err = text(&out.stderr);

@@ -48,6 +48,7 @@ mod first_sample;
 mod forwarding;
 mod harm;
 mod heaps;
+mod programs;
 mod record;
 mod reentrancy;
 mod report;

@@ -5,143 +5,16 @@
 //! bad input, and a comparison with heaptrack.
 
 use memprof::profile::Profile;
-use memprof::report::{site_totals, SiteTotal};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, OnceLock};
 
 use crate::common::{assert_one_line_error, text, MEMPROF};
-
-/// The directory the fixtures are built into (once per test run).
-fn build_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| crate::common::scratch("record"))
-}
-
-/// Builds `fixtures/c/<name>.c` (once) with the system compiler and returns the program.
-/// `-fno-optimize-sibling-calls` keeps each `noinline` site in the call stack (a tail call
-/// to malloc would hide it); frame pointers are omitted as Debian's gcc does by default.
-pub(crate) fn fixture(name: &str) -> PathBuf {
-    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(format!("{name}.c"));
-    let shared = name.starts_with("lib");
-    let out = build_dir().join(if shared { format!("{name}.so") } else { name.to_owned() });
-    if !built.iter().any(|b| b == name) {
-        let mut cc = Command::new("cc");
-        cc.args(["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread"]);
-        if shared {
-            cc.args(["-shared", "-fPIC"]);
-        }
-        cc.arg("-o").arg(&out).arg(&src);
-        if !shared {
-            cc.arg("-ldl");
-        }
-        let o = cc.output().expect("the system C compiler `cc` runs");
-        assert!(o.status.success(), "cc {name}: {}", text(&o.stderr));
-        built.push(name.to_owned());
-    }
-    out
-}
-
-/// Compiles `fixtures/c/<src>` into `out` with the system compiler and `args` (for a test
-/// that needs its own flags; [`fixture`] builds the shared ones).
-pub(crate) fn cc(src: &str, out: &Path, args: &[&str]) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c").join(src);
-    let o = Command::new("cc")
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .arg(&path)
-        .output()
-        .expect("the system C compiler `cc` runs");
-    assert!(o.status.success(), "cc {src}: {}", text(&o.stderr));
-}
-
-/// A fresh directory for one test's profiles.
-pub(crate) fn scratch(name: &str) -> PathBuf {
-    build_dir();
-    crate::common::scratch(&format!("record/run-{name}"))
-}
-
-/// Runs `memprof record`. Every cached DWARF walk is also checked against framehop's own
-/// walk (`MEMPROF_UNWIND_CHECK`), and [`assert_ok`] requires that none differed.
-pub(crate) fn record(dir: &Path, opts: &[&str], prog: &Path, args: &[&str]) -> Output {
-    Command::new(MEMPROF)
-        .current_dir(dir)
-        .env("MEMPROF_UNWIND_CHECK", "1")
-        .arg("record")
-        .args(opts)
-        .arg("--")
-        .arg(prog)
-        .args(args)
-        .output()
-        .expect("memprof runs")
-}
-
-fn sites(p: &Profile) -> HashMap<String, SiteTotal> {
-    site_totals(p).into_iter().map(|s| (s.site.clone(), s)).collect()
-}
-
-/// (alloc bytes, alloc objects, live bytes, live objects) of a site; zeros when absent.
-pub(crate) fn totals(p: &Profile, site: &str) -> (f64, f64, f64, f64) {
-    sites(p)
-        .get(site)
-        .map(|s| (s.alloc_bytes, s.alloc_objects, s.live_bytes, s.live_objects))
-        .unwrap_or_default()
-}
-
-/// Reads a profile as `memprof report` does: frames without symbols (a file cut by a
-/// crash, `_exit` or `exec`, whose symbols are left to the reader) are resolved from the
-/// recorded modules.
-pub(crate) fn read(path: &Path) -> Profile {
-    let mut p = Profile::read_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    memprof::profile::symbolize::resolve_offline(&mut p);
-    p
-}
-
-/// Writes the profile at `path` again without its symbols, every other record the same.
-pub(crate) fn strip_symbols(path: &Path) {
-    let file = std::fs::File::open(path).unwrap();
-    let (mut tables, events) = memprof::profile::format::read_events(file).unwrap();
-    assert!(tables.complete && tables.warnings.is_empty(), "{:?}", tables.warnings);
-    tables.symbols.clear();
-    let bytes = memprof::profile::format::write_events(Vec::new(), &tables, &events).unwrap();
-    std::fs::write(path, bytes).unwrap();
-}
-
-/// The profile `record -o <prefix>%p.mprof` created in `dir` (the only `.mprof` there), and
-/// the pid it names.
-pub(crate) fn profile_of_pid(dir: &Path, prefix: &str) -> (PathBuf, i32) {
-    let file = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "mprof"))
-        .expect("record created the profile before the program ran");
-    let name = file.file_name().unwrap().to_str().unwrap();
-    let pid = name.trim_start_matches(prefix).trim_end_matches(".mprof").parse().unwrap();
-    (file, pid)
-}
-
-/// True when process `pid` is gone, or a zombie nobody reaps (an orphan that ended).
-fn orphan_ended(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
-}
-
-pub(crate) fn assert_ok(out: &Output, code: i32) {
-    assert_eq!(out.status.code(), Some(code), "stderr: {}", text(&out.stderr));
-    let err = text(&out.stderr);
-    assert!(!err.contains("panicked"), "{err}");
-    for line in err.lines().filter(|l| l.contains("unwind check:")) {
-        assert!(line.contains(" 0 differed from framehop's"), "{line}");
-    }
-}
+use crate::programs::{
+    assert_ok, build_dir, cc, fixture, orphan_ended, profile_of_pid, read, record, scratch,
+    strip_symbols, totals,
+};
 
 #[test]
 fn exact_totals_of_known_sites() {
@@ -495,10 +368,10 @@ fn static_program_is_refused() {
     let dir = scratch("static");
     let prog = dir.join("static");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c/nomalloc.c");
-    let cc = Command::new("cc").arg("-static").arg("-o").arg(&prog).arg(&src).output().unwrap();
-    if !cc.status.success() {
+    let args = ["-static".into(), "-o".into(), prog.clone().into(), src.clone().into()];
+    if let Err(e) = crate::programs::compile("cc", &args, None) {
         // No libc.a (apt-get install libc6-dev): detected from a fake ELF header instead.
-        eprintln!("cc -static failed ({}); using a synthetic static ELF", text(&cc.stderr));
+        eprintln!("cc -static failed ({}); using a synthetic static ELF", e.unwrap_or_default());
         let mut elf = vec![0u8; 128];
         elf[..4].copy_from_slice(b"\x7fELF");
         elf[4] = 2;

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, read, scratch, totals};
+use crate::programs::{assert_ok, fixture, read, scratch, totals};
 
 /// Runs `cmd` in a process group of its own; kills the group if it is still running after
 /// `limit` and fails the test.

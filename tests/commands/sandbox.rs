@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, read, scratch, totals};
+use crate::programs::{assert_ok, fixture, read, scratch, totals};
 
 /// What `seccomp_only <n>` allocates at `churn_site`: (bytes, blocks).
 fn truth(n: u64) -> (f64, f64) {

@@ -4,7 +4,7 @@
 //! in-process totals, and a C program under `record --serve` against its known growth.
 
 use crate::common::{assert_one_line_error, text, MEMPROF};
-use crate::record::{fixture, scratch};
+use crate::programs::{fixture, scratch};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;

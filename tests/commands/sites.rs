@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use memprof::report::{site_totals, SiteTotal};
 
 use crate::common::{assert_one_line_error, skipped, text, MEMPROF};
-use crate::record::{cc, fixture, read, record, scratch};
+use crate::programs::{cc, fixture, read, record, scratch};
 
 /// The line of `fixtures/<src>` that contains `needle` (1-based), so that the expected
 /// lines follow the source.
@@ -53,15 +53,13 @@ fn cpp_fixture() -> Option<PathBuf> {
         .get_or_init(|| {
             let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cpp/stl.cpp");
             let out = scratch("sites-cpp-build").join("stl");
-            let o = Command::new("c++")
-                .args(["-O2", "-g", "-fno-optimize-sibling-calls", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .output();
-            match o {
-                Ok(o) if o.status.success() => Some(out),
-                Ok(o) => panic!("c++ stl.cpp: {}", text(&o.stderr)),
-                Err(_) => {
+            let mut args: Vec<std::ffi::OsString> =
+                ["-O2", "-g", "-fno-optimize-sibling-calls", "-o"].map(Into::into).to_vec();
+            args.extend([out.clone().into(), src.into()]);
+            match crate::programs::compile("c++", &args, None) {
+                Ok(()) => Some(out),
+                Err(Some(e)) => panic!("c++ stl.cpp: {e}"),
+                Err(None) => {
                     skipped("the C++ site tests", "no `c++`; Debian: apt-get install g++");
                     None
                 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use memprof::report::stats::ci95;
 
 use crate::common::{text, MEMPROF};
-use crate::record::{assert_ok, fixture, record, scratch};
+use crate::programs::{assert_ok, fixture, record, scratch};
 
 /// `memprof report FILE ARGS… --collapsed OUT`: the folded bytes per site (the innermost
 /// frame of each line), and the top table printed.
@@ -42,7 +42,7 @@ fn site(m: &std::collections::HashMap<String, f64>, name: &str) -> f64 {
 /// `file`, from what the program printed (`out`): the phases run late under load, so
 /// tests ask for these moments rather than nominal ones.
 pub(crate) fn pause_middles(out: &std::process::Output, file: &Path) -> [u64; 4] {
-    let start = crate::record::read(file).header.start_unix_ns as i128;
+    let start = crate::programs::read(file).header.start_unix_ns as i128;
     let mut mid = [0i128; 4];
     for line in text(&out.stdout).lines().filter(|l| l.starts_with("pause ")) {
         let f: Vec<i128> = line.split(' ').skip(1).map(|v| v.parse().unwrap()).collect();

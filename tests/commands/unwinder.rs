@@ -2,7 +2,7 @@
 //! the note when a run's stacks could not be walked.
 
 use crate::common::text;
-use crate::record::{assert_ok, fixture, read, record, scratch};
+use crate::programs::{assert_ok, fixture, read, record, scratch};
 
 /// The folded stacks of a profile, one line per stack.
 fn folded(p: &memprof::profile::Profile) -> String {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::{check_profile, scratch, wait_timeout, Attach, Service};
 use crate::common::{assert_one_line_error, text};
-use crate::record::{assert_ok, fixture, totals};
+use crate::programs::{assert_ok, fixture, totals};
 
 /// What the service's phase allocates at `leak_phase` and `churn_phase` (`service.c`).
 const LEAK: (f64, f64, f64, f64) = (4_096_000.0, 1_000.0, 4_096_000.0, 1_000.0);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use super::{check_profile, scratch, Attach, Service};
 use crate::common::text;
-use crate::record::{cc, fixture, totals};
+use crate::programs::{cc, fixture, totals};
 
 /// The interval the attaches sample at.
 const INTERVAL: f64 = 65536.0;
