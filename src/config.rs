@@ -9,7 +9,7 @@ pub const DEFAULT_INTERVAL: u64 = 512 * 1024;
 /// Default maximum call-stack depth.
 pub const DEFAULT_DEPTH: usize = 128;
 /// Default capacity of the postponed-event queue, in events.
-pub const DEFAULT_QUEUE_CAPACITY: usize = 16 * 1024;
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 16 * 1024;
 /// Largest depth accepted (a stack deeper than this is truncated).
 pub const MAX_DEPTH: usize = 4096;
 
@@ -50,7 +50,7 @@ pub struct Config {
     /// When the queue is full, a sampling thread sleeps until the consumer has made room
     /// instead of dropping the event, for as long as the consumer is there (the drain
     /// thread, or `memprof record`'s collector while its process lives; see
-    /// [`BACKPRESSURE_WAIT_MS`] for the one bound). Meant for processes with a drain thread
+    /// `BACKPRESSURE_WAIT_MS` for the one bound). Meant for processes with a drain thread
     /// (the preload library): it keeps the exact mode lossless under load.
     pub backpressure: bool,
 }
@@ -62,7 +62,7 @@ pub struct Config {
 /// that waits for a lock the sleeping thread holds). A consumer that is merely slow,
 /// starved or stopped with the event it takes next published is waited for without bound
 /// while it exists.
-pub const BACKPRESSURE_WAIT_MS: u64 = 2000;
+pub(crate) const BACKPRESSURE_WAIT_MS: u64 = 2000;
 
 impl Default for Config {
     fn default() -> Self {

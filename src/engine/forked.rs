@@ -80,7 +80,7 @@ static HANDLER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 /// its own state: an `extern "C" fn()` ([`after_child`]), or null.
 static AFTER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Registers `f`, which [`handle`] runs on the found child's thread after the handler gave
+/// Registers `f`, which `handle` runs on the found child's thread after the handler gave
 /// the process its own state (§3). For an allocator that keeps the thread's countdown
 /// itself and skips its epoch check (the preload library: `sampler` §3): the handler's own
 /// allocations, made while no session ran, parked the countdown, which it zeroes there as

@@ -92,22 +92,22 @@ pub use tables::{Module, Stack, StackId, Symbol};
 /// How often `memprof record`'s collector reads each recorded process's resident memory
 /// ([`Profile::resident`]): a `pread` of `/proc/PID/statm`, a few microseconds, so a
 /// hundredth of a percent of a core.
-pub const RESIDENT_EVERY_MS: u64 = 10;
+pub(crate) const RESIDENT_EVERY_MS: u64 = 10;
 
 /// The most of one core `memprof record`'s collector spends reading `/proc/PID/smaps` for
 /// [`Profile::splits`], as a fraction: after a reading that took `d`, the next comes no
 /// sooner than `d / SPLIT_COST_SHARE` later (and no sooner than [`SPLIT_EVERY_MS`]). The
 /// kernel walks the page tables of every mapping for it, so a large process costs more.
-pub const SPLIT_COST_SHARE: f64 = 0.002;
+pub(crate) const SPLIT_COST_SHARE: f64 = 0.002;
 
 /// The most of one core spent on readings of `/proc/PID/smaps` brought forward by a new
 /// peak of the heap ([`SPLIT_COST_SHARE`]'s rule with this share, and no floor): a split
 /// near the peak is worth more than a regular one.
-pub const SPLIT_PEAK_COST_SHARE: f64 = 0.01;
+pub(crate) const SPLIT_PEAK_COST_SHARE: f64 = 0.01;
 
 /// The least time between two regular readings of `/proc/PID/smaps`
 /// ([`Profile::splits`]).
-pub const SPLIT_EVERY_MS: u64 = 100;
+pub(crate) const SPLIT_EVERY_MS: u64 = 100;
 
 /// A whole recording, as aggregates (see the [module documentation](self) §3).
 ///
@@ -158,12 +158,12 @@ pub struct Profile {
     /// Garbage-collection cycles, in the order they were recorded.
     pub gc_cycles: Vec<GcCycle>,
     /// The process's resident memory over the run, in the order it was read (`memprof
-    /// record`'s collector reads it every [`RESIDENT_EVERY_MS`] ms;
+    /// record`'s collector reads it every `RESIDENT_EVERY_MS` ms;
     /// empty for other recordings and for a merged profile).
     pub resident: Vec<Resident>,
     /// The process's resident memory by kind of mapping, beside the live heap, in the
     /// order it was read (`memprof record`'s collector reads `/proc/PID/smaps` now and
-    /// then: [`SPLIT_COST_SHARE`]); empty for other recordings and for a merged profile.
+    /// then: `SPLIT_COST_SHARE`); empty for other recordings and for a merged profile.
     pub splits: Vec<ResidentSplit>,
     /// For each of `gc_cycles`, what it marked of each stack's sampled blocks.
     pub gc_marked: Vec<HashMap<StackId, GcMarked, IdHash>>,

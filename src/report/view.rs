@@ -222,7 +222,7 @@ pub(crate) fn figures_whole(profile: &Profile) -> bool {
 /// the HTML page's summary): `exact (every allocation recorded)` only when nothing is
 /// missing from the numbers; `exact, but 12 events lost (…)` otherwise; a sampled profile's
 /// interval, and `numbers are unbiased estimates` only when nothing is missing from them
-/// (what was lost said instead otherwise). A cut stream ([`is_cut`]) says the figures stop
+/// (what was lost said instead otherwise). A cut stream (`is_cut`) says the figures stop
 /// at the cut, never "every allocation recorded".
 pub fn sampling_summary(profile: &Profile) -> String {
     let lost = &profile.lost;

@@ -30,6 +30,7 @@
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
+mod api;
 mod attach;
 mod browser;
 mod calibration;

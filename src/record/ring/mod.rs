@@ -688,6 +688,10 @@ impl Drop for Ring {
 }
 
 mod records;
-pub(crate) use records::{decode_modules, decode_process, encode_modules, encode_process};
+// The collector (`record::command`, with the `cli` feature) decodes what the program
+// encodes; the ring's tests do both.
+#[cfg(any(feature = "cli", test))]
+pub(crate) use records::{decode_modules, decode_process};
+pub(crate) use records::{encode_modules, encode_process};
 #[cfg(test)]
 mod tests;

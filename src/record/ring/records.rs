@@ -15,6 +15,7 @@ pub(crate) fn encode_process(executable: &str, cmdline: &[String], ppid: u32) ->
 }
 
 /// Decodes [`encode_process`]: the executable, the arguments and the parent's pid.
+#[cfg(any(feature = "cli", test))]
 pub(crate) fn decode_process(mut b: &[u8]) -> Option<(String, Vec<String>, u32)> {
     let exe = get_str(&mut b)?;
     let n = get_u32(&mut b)?;
@@ -41,6 +42,7 @@ pub(crate) fn encode_modules(modules: &[crate::profile::Module]) -> Vec<u8> {
 }
 
 /// Decodes [`encode_modules`].
+#[cfg(any(feature = "cli", test))]
 pub(crate) fn decode_modules(mut b: &[u8]) -> Option<Vec<crate::profile::Module>> {
     let n = get_u32(&mut b)?;
     let mut out = Vec::new();

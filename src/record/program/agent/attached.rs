@@ -28,7 +28,7 @@ const WAIT: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub enum Refusal {
     /// A lock the call needs was held (by this thread, inside `fork`, or by another for
-    /// longer than [`WAIT`]); nothing was done.
+    /// longer than `WAIT`); nothing was done.
     Busy,
     /// Refused, for the reason given (for the attacher).
     Why(String),
