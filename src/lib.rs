@@ -18,7 +18,10 @@
 //!
 //! # Map of the code
 //! The folders of `src/` are layers; each uses only the ones above it in this table (the
-//! engine never reaches the session, the recorder or the profile). Every source file has
+//! engine never reaches the session, the recorder or the profile). Imports run downward:
+//! no circle between files (a folder's face reaching into its own folder does not count),
+//! and nothing under `sys/` imports a file outside it; `tests/commands/imports.rs` fails on
+//! a new circle or arrow up, and says how it reads the imports. Every source file has
 //! a row (`preload/` is the other crate of the workspace).
 //!
 //! | Path | What it holds |
