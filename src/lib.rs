@@ -18,7 +18,10 @@
 //!
 //! # Map of the code
 //! The folders of `src/` are layers; each uses only the ones above it in this table (the
-//! engine never reaches the session, the recorder or the profile). Every source file has
+//! engine never reaches the session, the recorder or the profile). Imports run downward:
+//! no circle between files (a folder's face reaching into its own folder does not count),
+//! and nothing under `sys/` imports a file outside it; `tests/commands/imports.rs` fails on
+//! a new circle or arrow up, and says how it reads the imports. Every source file has
 //! a row (`preload/` is the other crate of the workspace).
 //!
 //! | Path | What it holds |
@@ -41,7 +44,8 @@
 //! | `sys/mod.rs` | the folder's face: which primitives the layers above use |
 //! | `sys/alloc_count.rs` | the unit tests' counting global allocator (live bytes per test scope) |
 //! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each read and write |
-//! | `sys/smaps.rs` | a process's memory files read at a pace bounded by their cost: resident size (`statm`), and resident memory by kind of mapping (`smaps`: the allocator's, outside malloc, stacks, files, memprof's own) |
+//! | `sys/smaps.rs` | a process's memory files read at a pace bounded by their cost (the pace's constants, which `profile` re-exports): resident size (`statm`), and resident memory by kind of mapping (`smaps`: the allocator's, outside malloc, stacks, files, memprof's own) |
+//! | `sys/monotonic.rs` | the monotonic clock in nanoseconds, for every layer (`engine::clock` re-exports it) |
 //! | `sys/malloc_maps.rs` | which anonymous mappings glibc's malloc made (an arena's heap, a large block), told by their first words read with `process_vm_readv` |
 //! | `sys/procfs.rs` | fields of `/proc/<pid>/stat`, and the decimals of paths built without allocating |
 //! | `sys/signals.rs` | signal masks and thread counts for the threads the profiler keeps in a program |
@@ -49,7 +53,8 @@
 //! | `config.rs` | [`Config`], [`Unwinder`] and the parsers of their textual forms |
 //! | `engine/` | everything that runs inside the allocator: no lock, no profiled allocation |
 //! | `engine/alloc.rs` | the allocation hooks and [`Sampled`], the sampling `GlobalAlloc` |
-//! | `engine/sampler/mod.rs` | Poisson sampling over allocated bytes: the countdown, `k`, the draws, a reallocation as a free and a new allocation |
+//! | `engine/sampler/mod.rs` | Poisson sampling over allocated bytes: the countdown, `k`, the draws, a reallocation as a free and a new allocation; the hook an open `measure` scope sets for the slow path |
+//! | `engine/sampler/rate.rs` | the Bernoulli process over bytes: a rate, its gaps, the points in an allocation |
 //! | `engine/sampler/cross_fit.rs` | the cross-fitted peak's bookkeeping (each half's largest live points, the other half's then), for profiles and sampled scopes |
 //! | `engine/sampler/per_thread.rs` | a thread's sampler state (number, ids, generator), in its block |
 //! | `engine/busy.rs` | the reentrancy guard: a thread's busy flag and `Busy` |
@@ -60,7 +65,8 @@
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
-//! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter |
+//! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter; the hook an open `measure` scope sets for its frees |
+//! | `engine/entry.rs` | a sampled block's entry: what the live table keeps and a death's event carries |
 //! | `engine/live/fork.rs` | the table around `fork` (every shard taken, released) and its reset in a raw `clone` child |
 //! | `engine/live/tests.rs` | the table's tests |
 //! | `engine/forked.rs` | the wiped mark: a child made by a raw `clone` (no fork handler ran) found on the sample and free paths, and its handler run first |

@@ -4,6 +4,7 @@
 //! (its allocation and its free). Ticks become session nanoseconds at the safe point, by
 //! interpolating between the session start and a fresh (TSC, monotonic) pair.
 
+pub use crate::sys::monotonic::monotonic_ns;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// [`monotonic_ns`] when the session started.
@@ -268,14 +269,6 @@ const MIN_STRETCH: u64 = 1_000_000;
 /// [`monotonic_ns`] when the running (or last) session started.
 pub(crate) fn start_ns() -> u64 {
     START_NS.load(Ordering::Relaxed)
-}
-
-/// Monotonic clock in nanoseconds (vDSO; no allocation, no lock).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC is always supported.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]

@@ -83,7 +83,8 @@
 //! program a second time, outside it. Packed ([`Packed`]), the slot is 40 bytes instead of
 //! 24; the table holds sampled blocks only.
 
-use core::cell::UnsafeCell;
+pub use crate::engine::entry::Entry;
+use core::cell::{Cell, UnsafeCell};
 use core::mem::size_of;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -107,35 +108,6 @@ pub(crate) const DEFERRED: usize = 8;
 /// "not sampled", anything else calls [`remove`].
 #[doc(hidden)]
 pub static FILTER: [AtomicU8; FILTER_LEN] = [const { AtomicU8::new(0) }; FILTER_LEN];
-
-/// What the table keeps for a sampled block: its sample, and what its free must name
-/// (§5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
-    /// Sample id.
-    pub id: u64,
-    /// Session epoch of the sample.
-    pub epoch: u64,
-    /// The allocation's call-stack key (`engine::callstack::frames::key`),
-    /// for a consumer in another process (0 under one in this process, which keeps a token
-    /// per block instead and never reads it).
-    pub stack: u64,
-    /// The clock reading of the allocation, as its event carried it.
-    pub time: u64,
-    /// The size the block was sampled at.
-    pub size: u64,
-    /// Sample points in the block.
-    pub k: u64,
-}
-
-impl Entry {
-    /// The entry of a sample (the sampler's `id`, `epoch` and `k`) of `size` bytes,
-    /// allocated at clock reading `time` by the stack of key `stack`.
-    #[inline(always)]
-    pub fn new(id: u64, epoch: u64, stack: u64, time: u64, size: u64, k: u64) -> Entry {
-        Entry { id, epoch, stack, time, size, k }
-    }
-}
 
 /// What [`insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -678,7 +650,9 @@ fn remove_freed_slow(addr: usize, fi: usize) -> Option<Freed> {
     let time = crate::engine::clock::now();
     let found = remove_at(addr, fi);
     // A block a measuring thread counts raised its counter too.
-    crate::engine::measure::on_free_if_measuring(addr);
+    if let Some(hook) = MARKED_FREE.with(Cell::get) {
+        hook(addr);
+    }
     found.map(|entry| Freed { entry, time })
 }
 
@@ -695,6 +669,20 @@ pub struct Freed {
     pub entry: Entry,
     /// The clock reading ([`crate::engine::clock::now`]) at the free's start.
     pub time: u64,
+}
+
+thread_local! {
+    /// What the calling thread's open scope (`engine::measure` §2) does with the free of a
+    /// block: set while the scope is open, read on [`remove_freed`]'s slow path only. A
+    /// hook, not a call: the scope is built on this table (it [`mark`]s its blocks here),
+    /// so the table may not name it (imports run downward).
+    static MARKED_FREE: Cell<Option<fn(usize)>> = const { Cell::new(None) };
+}
+
+/// Sets the calling thread's hook for the frees that reach [`remove_freed`]'s slow path
+/// (`None` clears it): an open scope's (`engine::measure` §2).
+pub(crate) fn on_marked_free(hook: Option<fn(usize)>) {
+    MARKED_FREE.with(|h| h.set(hook));
 }
 
 /// Raises the filter counter of `addr` without a table entry: its free then reaches

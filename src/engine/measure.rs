@@ -243,6 +243,10 @@ fn install(countdown: &Countdown, own: Option<Own>) -> Option<&'static mut Measu
     // sampled scope, those in which the session's or the scope's next point falls (§4).
     m.arm(countdown);
     CURRENT.with(|c| c.set(p));
+    // The paths below reach the scope through these hooks (set after `CURRENT`, cleared
+    // before it: a hook never finds the state gone).
+    sampler::hold(Some(held_slow));
+    live::on_marked_free(Some(marked_free));
     Some(m)
 }
 
@@ -324,6 +328,8 @@ pub(crate) fn leave(countdown: &Countdown) -> Left {
             }
         }
         m.disarm(countdown);
+        sampler::hold(None);
+        live::on_marked_free(None);
         CURRENT.with(|c| c.set(core::ptr::null_mut()));
         // SAFETY: the mappings were made by `enter`/`grow` with these sizes, and nothing
         // refers to them now that the thread's pointer is null.
@@ -340,7 +346,7 @@ pub(crate) fn leave(countdown: &Countdown) -> Left {
 /// the countdown kept aside, then the scope's (every allocation in an exact scope). A hit
 /// when either counts it (`k == 0`: the session did not sample it). `None` for the
 /// profiler's own allocations (the thread is busy): they are not the scope's.
-pub(crate) fn slow(m: &mut Measure, cd: &Countdown, size: u64) -> Option<Hit> {
+fn slow(m: &mut Measure, cd: &Countdown, size: u64) -> Option<Hit> {
     m.disarm(cd);
     // The sampler's own fast path and slow path, with the kept countdown (not
     // `sample_in`, whose slow path would come back here).
@@ -446,10 +452,19 @@ pub(crate) fn on_alloc(addr: usize, size: usize) {
 
 /// The free of the block at `addr` by the calling thread, if it measures and the block is
 /// its scope's (§2).
-#[inline(always)]
-pub(crate) fn on_free_if_measuring(addr: usize) {
+/// The live table's hook while the thread measures (`live::on_marked_free`, §2).
+fn marked_free(addr: usize) {
     if let Some(m) = current() {
         on_free(m, addr);
+    }
+}
+
+/// The sampler's hook while the thread measures (`sampler::hold`, §1).
+fn held_slow(cd: &Countdown, size: u64) -> Option<Hit> {
+    match current() {
+        Some(m) => slow(m, cd, size),
+        // Not reached: the hook is set only while the state is (see `install`).
+        None => sampler::sample_slow(cd, size as usize),
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod busy;
 pub(crate) mod callstack;
 pub(crate) mod clock;
 pub(crate) mod consumer;
+pub(crate) mod entry;
 pub(crate) mod forked;
 pub(crate) mod hot;
 pub(crate) mod label;

@@ -50,7 +50,7 @@
 
 use crate::engine::clock::{self, monotonic_ns};
 use crate::engine::consumer::{consumer_alive, CONSUMER, LOOK_EVERY_NS};
-use crate::engine::live::Entry;
+use crate::engine::entry::Entry;
 use crate::engine::queue::{Event, EventKind, Queue};
 use crate::sys::errno::SavedErrno;
 use crate::sys::seccomp;

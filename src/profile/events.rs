@@ -1,6 +1,7 @@
 //! The events a profile folds in: samples, frees, moves of sampled blocks, GC cycles.
 
 use super::tables::StackId;
+use crate::sys::smaps::Kinds;
 
 /// A sampled allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +152,31 @@ pub struct ResidentSplit {
     pub other: u64,
     /// The estimated live heap at that moment (Σ k × interval over the live blocks then).
     pub live_bytes: f64,
+}
+
+// The conversion lives here, with the type it makes, so that the reader of the memory files
+// (`sys::smaps`, the bottom layer) knows nothing of profiles.
+impl Kinds {
+    /// The split at `time_ns` beside a live heap of `live_bytes`; `own_mapped` bytes that
+    /// memprof's library mapped for itself (anonymous, so among the allocator's by the
+    /// mappings alone) are moved to memprof's own.
+    pub(crate) fn split(&self, time_ns: u64, own_mapped: u64, live_bytes: f64) -> ResidentSplit {
+        // memprof's library maps its memory itself: outside malloc's mappings when they were
+        // told apart, else among them.
+        let from_outside = own_mapped.min(self.outside);
+        let mapped = (own_mapped - from_outside).min(self.allocator);
+        ResidentSplit {
+            time_ns,
+            resident: self.resident,
+            allocator: self.allocator - mapped,
+            outside: self.outside - from_outside,
+            stacks: self.stacks,
+            files: self.files,
+            own: self.own + mapped + from_outside,
+            other: self.other,
+            live_bytes,
+        }
+    }
 }
 
 impl ResidentSplit {

@@ -89,26 +89,6 @@ pub use lifetime::{lifetime_bucket, lifetime_bucket_range, Lifetimes, DEFAULT_SH
 pub use series::{Peak, Series, SeriesPoint, SERIES_POINTS};
 pub use tables::{Module, Stack, StackId, Symbol};
 
-/// How often `memprof record`'s collector reads each recorded process's resident memory
-/// ([`Profile::resident`]): a `pread` of `/proc/PID/statm`, a few microseconds, so a
-/// hundredth of a percent of a core.
-pub(crate) const RESIDENT_EVERY_MS: u64 = 10;
-
-/// The most of one core `memprof record`'s collector spends reading `/proc/PID/smaps` for
-/// [`Profile::splits`], as a fraction: after a reading that took `d`, the next comes no
-/// sooner than `d / SPLIT_COST_SHARE` later (and no sooner than [`SPLIT_EVERY_MS`]). The
-/// kernel walks the page tables of every mapping for it, so a large process costs more.
-pub(crate) const SPLIT_COST_SHARE: f64 = 0.002;
-
-/// The most of one core spent on readings of `/proc/PID/smaps` brought forward by a new
-/// peak of the heap ([`SPLIT_COST_SHARE`]'s rule with this share, and no floor): a split
-/// near the peak is worth more than a regular one.
-pub(crate) const SPLIT_PEAK_COST_SHARE: f64 = 0.01;
-
-/// The least time between two regular readings of `/proc/PID/smaps`
-/// ([`Profile::splits`]).
-pub(crate) const SPLIT_EVERY_MS: u64 = 100;
-
 /// A whole recording, as aggregates (see the [module documentation](self) §3).
 ///
 /// # Invariants

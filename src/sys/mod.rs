@@ -14,6 +14,7 @@ pub mod got;
 pub(crate) mod hash;
 pub(crate) mod loader;
 pub(crate) mod malloc_maps;
+pub(crate) mod monotonic;
 pub(crate) mod own_file;
 pub(crate) mod padded;
 pub(crate) mod private_dir;

@@ -16,17 +16,35 @@
 //!
 //! The kernel walks every mapping's page tables to write the file, so its cost grows with
 //! the resident size: [`Memory`] reads it at a pace bounded by its cost
-//! ([`crate::profile::SPLIT_COST_SHARE`]), and `/proc/PID/statm` (one number, a
-//! microsecond) every [`crate::profile::RESIDENT_EVERY_MS`]. `memprof record`'s collector
+//! ([`SPLIT_COST_SHARE`]), and `/proc/PID/statm` (one number, a
+//! microsecond) every [`RESIDENT_EVERY_MS`]. `memprof record`'s collector
 //! reads the processes it records through it, and an in-process session's drain thread
 //! reads its own process.
 
-use crate::profile::{
-    ResidentSplit, RESIDENT_EVERY_MS, SPLIT_COST_SHARE, SPLIT_EVERY_MS, SPLIT_PEAK_COST_SHARE,
-};
 use crate::sys::malloc_maps::MallocMaps;
+use crate::sys::monotonic::monotonic_ns;
 use crate::sys::own_file::OwnFile;
 use std::fs::File;
+
+/// How often `memprof record`'s collector reads each recorded process's resident memory
+/// ([`Profile::resident`](crate::profile::Profile::resident)): a `pread` of `/proc/PID/statm`, a few microseconds, so a
+/// hundredth of a percent of a core.
+pub const RESIDENT_EVERY_MS: u64 = 10;
+
+/// The most of one core `memprof record`'s collector spends reading `/proc/PID/smaps` for
+/// [`Profile::splits`](crate::profile::Profile::splits), as a fraction: after a reading that took `d`, the next comes no
+/// sooner than `d / SPLIT_COST_SHARE` later (and no sooner than [`SPLIT_EVERY_MS`]). The
+/// kernel walks the page tables of every mapping for it, so a large process costs more.
+pub const SPLIT_COST_SHARE: f64 = 0.002;
+
+/// The most of one core spent on readings of `/proc/PID/smaps` brought forward by a new
+/// peak of the heap ([`SPLIT_COST_SHARE`]'s rule with this share, and no floor): a split
+/// near the peak is worth more than a regular one.
+pub const SPLIT_PEAK_COST_SHARE: f64 = 0.01;
+
+/// The least time between two regular readings of `/proc/PID/smaps`
+/// ([`Profile::splits`](crate::profile::Profile::splits)).
+pub const SPLIT_EVERY_MS: u64 = 100;
 
 /// A process's memory files, opened once (so a pid reused later reads nothing through
 /// them), and when each may be read next. The descriptors are proven to be still the
@@ -36,7 +54,7 @@ use std::fs::File;
 pub(crate) struct Memory {
     statm: Option<OwnFile>,
     smaps: Option<OwnFile>,
-    /// When `statm` was read last ([`crate::engine::clock::monotonic_ns`]).
+    /// When `statm` was read last ([`monotonic_ns`]).
     resident_at: u64,
     /// When `smaps` may be read next.
     split_next: u64,
@@ -98,7 +116,7 @@ impl Memory {
         self.read_kinds()
     }
 
-    /// When the next reading is due ([`crate::engine::clock::monotonic_ns`]): at a new peak
+    /// When the next reading is due ([`monotonic_ns`]): at a new peak
     /// of the heap ([`Memory::kinds_if_affordable`]), or regularly ([`Memory::kinds`]).
     /// `u64::MAX` once the process is gone.
     pub(crate) fn next_due(&self, peak: bool) -> u64 {
@@ -109,9 +127,9 @@ impl Memory {
     }
 
     fn read_kinds(&mut self) -> Option<Kinds> {
-        let before = crate::engine::clock::monotonic_ns();
+        let before = monotonic_ns();
         let text = self.smaps.as_mut().and_then(read_whole);
-        let after = crate::engine::clock::monotonic_ns();
+        let after = monotonic_ns();
         let took = after.saturating_sub(before) as f64;
         let (regular, peak) = match text {
             Some(_) => (
@@ -170,29 +188,6 @@ pub(crate) struct Kinds {
     pub(crate) files: u64,
     pub(crate) own: u64,
     pub(crate) other: u64,
-}
-
-impl Kinds {
-    /// The split at `time_ns` beside a live heap of `live_bytes`; `own_mapped` bytes that
-    /// memprof's library mapped for itself (anonymous, so among the allocator's by the
-    /// mappings alone) are moved to memprof's own.
-    pub(crate) fn split(&self, time_ns: u64, own_mapped: u64, live_bytes: f64) -> ResidentSplit {
-        // memprof's library maps its memory itself: outside malloc's mappings when they were
-        // told apart, else among them.
-        let from_outside = own_mapped.min(self.outside);
-        let mapped = (own_mapped - from_outside).min(self.allocator);
-        ResidentSplit {
-            time_ns,
-            resident: self.resident,
-            allocator: self.allocator - mapped,
-            outside: self.outside - from_outside,
-            stacks: self.stacks,
-            files: self.files,
-            own: self.own + mapped + from_outside,
-            other: self.other,
-            live_bytes,
-        }
-    }
 }
 
 /// The largest inaccessible mapping taken for a thread stack's guard.

@@ -26,7 +26,8 @@
 //! program under a seccomp filter recorded exactly; a preload library of another build
 //! refused, and its program run to its end), `docs` (the README and `docs/` kept true: the
 //! README's size and quick start, the pages generated from the binary's `--help` and from
-//! the modules' documentation, the crate map, every link).
+//! the modules' documentation, the crate map, every link), `imports` (the library's imports
+//! run downward: no circle between its files, no arrow up out of `sys/`).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
@@ -49,6 +50,7 @@ mod first_sample;
 mod forwarding;
 mod harm;
 mod heaps;
+mod imports;
 mod programs;
 mod record;
 mod reentrancy;

@@ -78,7 +78,7 @@
 //! times the program's own count for 500 churning threads); a few woken at a time run at
 //! once.
 
-use crate::engine::live::Entry;
+use crate::engine::entry::Entry;
 use crate::sys::padded::Padded;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -72,11 +72,12 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use rand::rngs::SmallRng;
 #[cfg(test)]
 use rand::SeedableRng;
-use rand_distr::{Binomial, Distribution, Exp1};
 
 pub(crate) mod cross_fit;
 pub(crate) mod per_thread;
+pub(crate) mod rate;
 use per_thread::ThreadState;
+pub(crate) use rate::{points_in, Rate};
 
 /// A sample hit: the allocation holds `k` sample points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +147,21 @@ thread_local! {
     static COUNTDOWN: Countdown = const { Countdown::new() };
 }
 
+/// The slow path of a thread whose countdown an open scope holds (`engine::measure` §1).
+pub(crate) type HeldSlow = fn(&Countdown, u64) -> Option<Hit>;
+
+thread_local! {
+    /// The calling thread's [`HeldSlow`]: set while a scope is open, read on the slow path
+    /// only. A hook, not a call: the scope is built on the sampler (it draws with it), so
+    /// the sampler may not name it (imports run downward).
+    static HELD: Cell<Option<HeldSlow>> = const { Cell::new(None) };
+}
+
+/// Sets the calling thread's [`HeldSlow`] (`None` clears it): an open scope's.
+pub(crate) fn hold(hook: Option<HeldSlow>) {
+    HELD.with(|h| h.set(hook));
+}
+
 /// Starts sampling with mean interval `interval` bytes. Returns the new epoch.
 pub(crate) fn begin(interval: f64, seed: u64) -> u64 {
     INTERVAL_BITS.store(interval.to_bits(), Ordering::Relaxed);
@@ -210,9 +226,9 @@ pub fn skip_in(cd: &Countdown, size: usize) -> bool {
 fn slow(cd: &Countdown, size: u64) -> Option<Hit> {
     // A thread that measures (`engine::measure` §1) keeps a countdown of 0 in the
     // thread-local one, which sends every allocation here.
-    if let Some(m) = crate::engine::measure::current() {
+    if let Some(held) = HELD.with(Cell::get) {
         if COUNTDOWN.with(|c| core::ptr::eq(c, cd)) {
-            return crate::engine::measure::slow(m, cd, size);
+            return held(cd, size);
         }
     }
     sample_slow(cd, size as usize)
@@ -341,92 +357,6 @@ fn points(s: &ThreadState, rng: &mut SmallRng, cd: &Countdown, size: u64, c: u64
     let (k, next) = points_in(&s.rate.get(), rng, size, c);
     cd.countdown.set(next);
     k
-}
-
-/// A Bernoulli process over bytes at mean interval `R` (§1): what a draw needs of it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Rate {
-    /// `p = 1/R`.
-    p: f64,
-    /// `-1 / ln(1 - p)`: a gap is `1 + ⌊E·scale⌋` (§2); 0 in the exact mode.
-    scale: f64,
-    /// `MANY_POINTS / p`: `rest × p > MANY_POINTS` as an integer compare on the sample
-    /// path (the conversion saturates where `p` is tiny).
-    many: u64,
-}
-
-impl Rate {
-    /// The process at mean interval `interval` bytes (≥ 1).
-    pub(crate) fn new(interval: f64) -> Rate {
-        let p = 1.0 / interval;
-        let scale = if p >= 1.0 { 0.0 } else { -1.0 / (-p).ln_1p() };
-        Rate { p, scale, many: (MANY_POINTS / p) as u64 }
-    }
-
-    /// A fresh gap: the countdown to the first point.
-    pub(crate) fn gap(&self, rng: &mut SmallRng) -> u64 {
-        gap(rng, self.scale)
-    }
-}
-
-/// The number of sample points in an allocation of `size` bytes whose first point is byte
-/// `c` of it (`1 ≤ c ≤ size`), and the countdown to the next point after the allocation.
-#[inline(always)]
-pub(crate) fn points_in(rate: &Rate, rng: &mut SmallRng, size: u64, c: u64) -> (u64, u64) {
-    let scale = rate.scale;
-    // `rest` bytes follow the first point inside the allocation.
-    let rest = size - c;
-    if scale == 0.0 {
-        // Exact mode: every byte is a point.
-        (size, 1)
-    } else if rest > rate.many {
-        // Many points expected: one binomial draw for the rest, then a fresh gap.
-        let p = rate.p;
-        let extra = match Binomial::new(rest, p) {
-            Ok(b) => b.sample(rng),
-            Err(_) => (rest as f64 * p) as u64,
-        };
-        (1 + extra, gap(rng, scale))
-    } else {
-        // Few points: walk the gaps; the overshoot is the next countdown.
-        let mut k = 1u64;
-        let mut pos = c;
-        loop {
-            let g = gap(rng, scale);
-            match pos.checked_add(g) {
-                Some(next) if next <= size => {
-                    pos = next;
-                    k += 1;
-                }
-                Some(next) => return (k, next - size),
-                None => return (k, u64::MAX),
-            }
-        }
-    }
-}
-
-/// Above this many expected points in the rest of one allocation, they are counted by one
-/// binomial draw instead of gap by gap.
-const MANY_POINTS: f64 = 32.0;
-
-/// 2^62: gaps at or above it are treated as infinite.
-const TWO_POW_62: f64 = (1u64 << 62) as f64;
-
-/// A geometric gap ≥ 1 with success probability p, from `scale = -1/ln(1-p)`.
-#[inline]
-fn gap(rng: &mut SmallRng, scale: f64) -> u64 {
-    let e: f64 = Exp1.sample(rng);
-    let g = e * scale;
-    if g < TWO_POW_62 {
-        // SAFETY: `g` is finite and in `[0, 2^62)` (`e` and `scale` are not negative, and a
-        // NaN fails the compare above), so it converts to an `i64` exactly truncated: one
-        // `cvttsd2si`, where `as u64` costs a saturating sequence. Truncation is the floor
-        // here, without libm's `floor`.
-        1 + unsafe { g.to_int_unchecked::<i64>() } as u64
-    } else {
-        // Beyond any address space: the countdown never runs out.
-        u64::MAX - 1
-    }
 }
 
 /// SplitMix64's finaliser: spreads a seed over all bits.

@@ -20,7 +20,7 @@ pub(crate) struct ThreadState {
     pub(super) thread: Cell<u32>,
     /// The session's rate (`p`, the gap scale, the many-points threshold), cached per
     /// epoch (all-zero in a fresh block: written before it is read).
-    pub(super) rate: Cell<super::Rate>,
+    pub(super) rate: Cell<super::rate::Rate>,
     /// The generator holds a value (seeded in some session).
     seeded: Cell<bool>,
     /// A draw is running on this thread (a signal handler's allocation may interrupt it).
