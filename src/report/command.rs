@@ -1,10 +1,12 @@
 //! The `report` and `diff` commands as the terminal sees them: their arguments (clap, the
-//! `cli` feature), the files a path names, the time window, the tables on stdout and the
-//! outputs written ([`super::write`]). Messages go to stderr, escaped for the terminal.
+//! `cli` feature; the output flags are the exporters' of [`super::export::EXPORTERS`]), the
+//! files a path names, the time window, the tables on stdout and the outputs written
+//! ([`super::write`]). Messages go to stderr, escaped for the terminal.
 
+use super::export::{ExportOptions, Exporter, EXPORTERS};
 use super::text::{printable, printable_os};
 use super::top::TopOptions;
-use super::write::{write_file, write_html_of, write_outputs, Outputs};
+use super::write::{write_diff_outputs, write_outputs, Outputs};
 use super::{GroupBy, View};
 use crate::error::Error;
 use crate::profile::load::{load_with_folded, LoadOptions, Message, Process};
@@ -12,7 +14,7 @@ use crate::profile::replay::{parse_duration, parse_moment, Window};
 use crate::profile::site::SiteSkip;
 use crate::profile::symbolize::Loaders;
 use crate::profile::Profile;
-use clap::Args;
+use clap::{value_parser, Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use std::path::PathBuf;
 
 /// `memprof report`: what to read and what to write (the command's arguments).
@@ -40,20 +42,9 @@ pub struct ReportRequest {
     top: usize,
     #[command(flatten)]
     pub(crate) sites: SiteArgs,
-    /// Write a flamegraph SVG (inferno) of the chosen view.
-    #[arg(long, value_name = "OUT.svg")]
-    flamegraph: Option<PathBuf>,
-    /// Write a gzip-compressed pprof profile (Go heap-profile sample types).
-    #[arg(long, value_name = "OUT.pb.gz")]
-    pprof: Option<PathBuf>,
-    /// Write folded stacks (`root;…;leaf bytes`, sorted) of the chosen view.
-    #[arg(long, value_name = "OUT")]
-    collapsed: Option<PathBuf>,
-    /// Write an interactive HTML report (one self-contained page: timeline, flamegraph of
-    /// any moment or range, search, sites) of the whole recording; of a tree, one page
-    /// with every process (a process selector, each one's timeline, the merged flamegraph).
-    #[arg(long, value_name = "OUT.html", conflicts_with_all = ["at", "from", "to"])]
-    html: Option<PathBuf>,
+    /// `--flamegraph`, `--pprof`, …: one flag per format of the registry.
+    #[command(flatten)]
+    outputs: ReportOutputs,
     /// Report the heap at one moment: live = the blocks live then, alloc = what was
     /// allocated before it (a time since the start, 1.5s, 250ms, 40us, 1200ns, or a share of
     /// the run, 40%). Every table and output follows.
@@ -159,15 +150,10 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
         None
     };
     let files = report_files(&args.files, alone)?;
-    let outputs = Outputs {
-        flamegraph: args.flamegraph.as_deref(),
-        pprof: args.pprof.as_deref(),
-        collapsed: args.collapsed.as_deref(),
-        html: args.html.as_deref(),
-    };
+    let outputs = &args.outputs.0;
     // Before anything is read or written: a recording is never replaced by its report.
     outputs.check_not_inputs(&files)?;
-    let options = LoadOptions { recorded: false, timeline: args.html.is_some() };
+    let options = LoadOptions { recorded: false, timeline: outputs.whole_recording() };
     let (mut profile, _, processes) =
         read_profiles_folded(&files, options, &mut Loaders::default(), Vec::new())?;
     profile.site_skip = skip;
@@ -182,14 +168,9 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
         }
         profile.restrict(&files[0], window.unwrap_or(Window::ALL))?;
     }
-    if let Some(out) = &args.html {
-        write_html_of(&profile, &processes, out, true)?;
-    }
     // An output written to the standard output (`--collapsed -`) keeps it to itself: the
     // tables go to the standard error then.
-    let to_stdout = [&args.flamegraph, &args.pprof, &args.collapsed, &args.html]
-        .iter()
-        .any(|p| p.as_deref().and_then(crate::sys::files::stream_of) == Some(1));
+    let to_stdout = outputs.to_stdout();
     let say = |text: &str| {
         if to_stdout {
             eprint!("{text}");
@@ -221,7 +202,8 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
     if let Some(note) = super::unwinding::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
     }
-    write_outputs(&profile, args.view, args.group_by, outputs, true)
+    let options = ExportOptions { view: args.view, group_by: args.group_by, processes: &processes };
+    write_outputs(&profile, &options, outputs, true)
 }
 
 /// Why `view` has nothing to count in `profile`, if so: `--view gc` of a recording without
@@ -332,23 +314,15 @@ pub struct DiffRequest {
     /// Show every site, not only those with a significant change.
     #[arg(long)]
     all: bool,
-    /// What the flamegraph, folded and pprof outputs compare: alloc (every sampled
-    /// allocation), live (blocks still allocated at the end) or peak (blocks allocated when
-    /// each profile's live heap peaked).
+    /// What the output files compare: alloc (every sampled allocation), live (blocks still
+    /// allocated at the end) or peak (blocks allocated when each profile's live heap
+    /// peaked).
     #[arg(long, default_value = "alloc", value_parser = ["alloc", "live", "peak"])]
     view: String,
-    /// Write a differential flamegraph SVG (inferno: widths are NEW's bytes, red where NEW
-    /// has more, blue where it has less).
-    #[arg(long, value_name = "OUT.svg")]
-    flamegraph: Option<PathBuf>,
-    /// Write the differential folded stacks (`stack BASE NEW`, estimated bytes, sorted),
-    /// which inferno-flamegraph and Brendan Gregg's difffolded.pl/flamegraph.pl read.
-    #[arg(long, value_name = "OUT")]
-    collapsed: Option<PathBuf>,
-    /// Write a gzip-compressed pprof profile of NEW − BASE (as `go tool pprof -diff_base`
-    /// builds one: BASE's samples negated; Go heap-profile sample types).
-    #[arg(long, value_name = "OUT.pb.gz")]
-    pprof: Option<PathBuf>,
+    /// `--flamegraph`, `--pprof`, …: one flag per format of the registry that has a
+    /// differential form.
+    #[command(flatten)]
+    outputs: DiffOutputs,
     /// Frames whose function name matches REGEX are allocation plumbing (as for `report`).
     #[arg(long = "site-skip", value_name = "REGEX")]
     site_skip: Vec<String>,
@@ -358,13 +332,7 @@ pub struct DiffRequest {
 pub fn diff(args: &DiffRequest) -> Result<(), Error> {
     let view: View = args.view.parse()?;
     let skip = site_skip(&args.site_skip)?;
-    let outputs = Outputs {
-        flamegraph: args.flamegraph.as_deref(),
-        pprof: args.pprof.as_deref(),
-        collapsed: args.collapsed.as_deref(),
-        html: None,
-    };
-    outputs.check_not_inputs(&[args.base.clone(), args.new.clone()])?;
+    args.outputs.0.check_not_inputs(&[args.base.clone(), args.new.clone()])?;
     let mut loaders = Loaders::default();
     let mut read = |file: &PathBuf| -> Result<Profile, Error> {
         let one = std::slice::from_ref(file);
@@ -380,17 +348,235 @@ pub fn diff(args: &DiffRequest) -> Result<(), Error> {
         new_name: Some(args.new.display().to_string()),
     };
     print!("{}", super::diff::diff_table(&base, &new, &options));
-    if let Some(path) = &args.flamegraph {
-        write_file(path, |w| super::diff::diff_flamegraph(&base, &new, view, w))?;
-        eprintln!("memprof: wrote {} differential flamegraph {}", view.name(), path.display());
+    write_diff_outputs(&base, &new, view, &args.outputs.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The output flags, from the registry (`report/export.rs` §1)
+
+/// `report`'s output flags: `--NAME OUT` for each format of [`EXPORTERS`].
+#[derive(Debug, Default)]
+struct ReportOutputs(Outputs);
+
+/// `diff`'s output flags: `--NAME OUT` for each format of [`EXPORTERS`] with a
+/// differential form ([`Exporter::diff`]).
+#[derive(Debug, Default)]
+struct DiffOutputs(Outputs);
+
+/// Whose flags: `report`'s or `diff`'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flags {
+    Report,
+    Diff,
+}
+
+/// The help of `exporter`'s flag in `flags`, if the command has one.
+fn flag_help(exporter: &dyn Exporter, flags: Flags) -> Option<&'static str> {
+    match flags {
+        Flags::Report => Some(exporter.help()),
+        Flags::Diff => exporter.diff().map(|d| d.help()),
     }
-    if let Some(path) = &args.collapsed {
-        write_file(path, |w| super::diff::write_diff_collapsed(w, &base, &new, view))?;
-        eprintln!("memprof: wrote {} differential folded stacks {}", view.name(), path.display());
+}
+
+/// `cmd` with the output flags of `exporters` ([`EXPORTERS`]; the tests add one of theirs),
+/// in their order.
+fn output_flags(cmd: Command, exporters: &[&'static dyn Exporter], flags: Flags) -> Command {
+    exporters.iter().fold(cmd, |cmd, e| {
+        let Some(help) = flag_help(*e, flags) else {
+            return cmd;
+        };
+        let mut arg = Arg::new(e.name())
+            .long(e.name())
+            .value_name(e.value_name())
+            .help(help)
+            .value_parser(value_parser!(PathBuf))
+            .action(ArgAction::Set);
+        if flags == Flags::Report && e.whole_recording() {
+            // The export is of the whole recording; the window's flags choose a part of it.
+            arg = arg.conflicts_with_all(["at", "from", "to"]);
+        }
+        cmd.arg(arg)
+    })
+}
+
+/// The outputs that the flags of [`output_flags`] ask for, in the order of `exporters`.
+fn outputs_of(m: &ArgMatches, exporters: &[&'static dyn Exporter], flags: Flags) -> Outputs {
+    let mut outputs = Outputs::default();
+    for &e in exporters.iter().filter(|e| flag_help(**e, flags).is_some()) {
+        if let Some(path) = m.get_one::<PathBuf>(e.name()) {
+            outputs.push(e, path.clone());
+        }
     }
-    if let Some(path) = &args.pprof {
-        write_file(path, |w| super::diff::write_diff_pprof(&base, &new, view, w))?;
-        eprintln!("memprof: wrote pprof profile of NEW − BASE {}", path.display());
+    outputs
+}
+
+impl FromArgMatches for ReportOutputs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(ReportOutputs(outputs_of(m, EXPORTERS, Flags::Report)))
     }
-    Ok(())
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for ReportOutputs {
+    fn augment_args(cmd: Command) -> Command {
+        output_flags(cmd, EXPORTERS, Flags::Report)
+    }
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl FromArgMatches for DiffOutputs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(DiffOutputs(outputs_of(m, EXPORTERS, Flags::Diff)))
+    }
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for DiffOutputs {
+    fn augment_args(cmd: Command) -> Command {
+        output_flags(cmd, EXPORTERS, Flags::Diff)
+    }
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// The long options of `cmd` that take a path: its output flags (the positional files
+    /// are inputs).
+    fn path_flags(cmd: &Command) -> Vec<&str> {
+        let path = value_parser!(PathBuf).type_id();
+        cmd.get_arguments()
+            .filter(|a| a.get_value_parser().type_id() == path)
+            .filter_map(|a| a.get_long())
+            .collect()
+    }
+
+    /// `report` and `diff` take a path only for an exporter of the registry, in its order,
+    /// with its value name and help: an output flag added beside the registry (a field
+    /// `#[arg(long)] out: Option<PathBuf>`, the way formats were added before) fails here.
+    #[test]
+    fn every_output_flag_is_an_exporter() {
+        let report = ReportRequest::augment_args(Command::new("report"));
+        let diff = DiffRequest::augment_args(Command::new("diff"));
+        for (cmd, flags) in [(&report, Flags::Report), (&diff, Flags::Diff)] {
+            let expected: Vec<&str> = EXPORTERS
+                .iter()
+                .filter(|e| flag_help(**e, flags).is_some())
+                .map(|e| e.name())
+                .collect();
+            assert_eq!(
+                path_flags(cmd),
+                expected,
+                "`memprof {}`'s output flags are not the exporters of report::export::EXPORTERS \
+                 (a new format is an Exporter and a line there: report/export.rs §2)",
+                cmd.get_name()
+            );
+            for e in EXPORTERS.iter().filter(|e| flag_help(**e, flags).is_some()) {
+                let arg = cmd.get_arguments().find(|a| a.get_long() == Some(e.name())).unwrap();
+                let value: Vec<String> =
+                    arg.get_value_names().unwrap().iter().map(|v| v.to_string()).collect();
+                assert_eq!(value, [e.value_name()]);
+                assert_eq!(arg.get_help().map(|h| h.to_string()).as_deref(), flag_help(*e, flags));
+            }
+        }
+        // Every format is one of `report`'s; the ones with a differential form, `diff`'s.
+        assert!(EXPORTERS.iter().any(|e| e.diff().is_none()), "the HTML page has none");
+    }
+
+    #[test]
+    fn a_whole_recording_export_refuses_a_window() {
+        let report = ReportRequest::augment_args(Command::new("report"));
+        for e in EXPORTERS.iter().filter(|e| e.whole_recording()) {
+            for window in ["--at", "--from", "--to"] {
+                let flag = format!("--{}", e.name());
+                let args = ["report", "f.mprof", flag.as_str(), "o", window, "1s"];
+                let err = report.clone().try_get_matches_from(args).unwrap_err();
+                assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{args:?}");
+            }
+        }
+    }
+
+    /// A format known only to this test: the view's name in capitals.
+    #[derive(Debug)]
+    struct Shout;
+
+    impl Exporter for Shout {
+        fn name(&self) -> &'static str {
+            "shout"
+        }
+        fn value_name(&self) -> &'static str {
+            "OUT.txt"
+        }
+        fn help(&self) -> &'static str {
+            "Write the view's name in capitals"
+        }
+        fn what(&self, options: &ExportOptions<'_>) -> String {
+            format!("{} shout", options.view.name())
+        }
+        fn write(
+            &self,
+            _: &Profile,
+            options: &ExportOptions<'_>,
+            w: &mut dyn Write,
+        ) -> Result<(), Error> {
+            writeln!(w, "{}", options.view.name().to_uppercase())
+                .map_err(|e| Error::io("writing a shout", e))
+        }
+    }
+
+    /// What a new format takes: its `Exporter` and its entry in the list. Registered beside
+    /// the others, `Shout` gets its flag and help, is asked for, is refused over an input,
+    /// is written where asked and says so; `diff` has no flag for it.
+    #[test]
+    fn a_format_is_one_exporter_and_one_entry() {
+        let mut registry: Vec<&'static dyn Exporter> = EXPORTERS.to_vec();
+        registry.push(&Shout);
+        let window = ["at", "from", "to"].map(|w| Arg::new(w).long(w));
+        let mut report =
+            output_flags(Command::new("report").args(window), &registry, Flags::Report);
+        let help = report.render_help().to_string();
+        let line = help.lines().find(|l| l.contains("--shout <OUT.txt>"));
+        assert!(line.is_some_and(|l| l.ends_with("Write the view's name in capitals")), "{help}");
+
+        let dir = std::env::temp_dir().join(format!("memprof-export-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (svg, txt) = (dir.join("f.svg"), dir.join("s.txt"));
+        let args =
+            ["report", "--shout", txt.to_str().unwrap(), "--flamegraph", svg.to_str().unwrap()];
+        let m = report.try_get_matches_from(args).unwrap();
+        let outputs = outputs_of(&m, &registry, Flags::Report);
+        let asked: Vec<&str> = outputs.iter().map(|(e, _)| e.name()).collect();
+        assert_eq!(asked, ["flamegraph", "shout"], "the registry's order");
+        assert!(!outputs.whole_recording() && !outputs.to_stdout());
+
+        std::fs::write(&txt, "a recording\n").unwrap();
+        let err = outputs.check_not_inputs(std::slice::from_ref(&txt)).unwrap_err();
+        assert!(err.to_string().contains("refusing to write"), "{err}");
+        std::fs::remove_file(&txt).unwrap();
+
+        let options = ExportOptions { view: View::Live, ..Default::default() };
+        write_outputs(&Profile::default(), &options, &outputs, false).unwrap();
+        assert_eq!(std::fs::read_to_string(&txt).unwrap(), "LIVE\n");
+        assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+
+        let diff = output_flags(Command::new("diff"), &registry, Flags::Diff);
+        assert!(!path_flags(&diff).contains(&"shout"), "Shout has no differential form");
+        let only = Outputs::default().with(&Shout, &txt);
+        let err = write_diff_outputs(&Profile::default(), &Profile::default(), View::Alloc, &only)
+            .unwrap_err();
+        assert!(err.to_string().contains("--shout has no differential form"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

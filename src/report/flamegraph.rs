@@ -13,10 +13,44 @@ use std::io::Write;
 
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
+use super::export::{DiffExporter, ExportOptions, Exporter};
 use super::folded::collapsed_grouped;
 use super::view::{human_bytes, is_exact, GroupBy, View};
 use crate::error::Error;
 use crate::profile::Profile;
+
+/// `--flamegraph`: the [`flamegraph`] of the chosen view, with its default title and
+/// subtitle; `memprof diff`'s is the differential one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FlamegraphExporter;
+
+impl Exporter for FlamegraphExporter {
+    fn name(&self) -> &'static str {
+        "flamegraph"
+    }
+    fn value_name(&self) -> &'static str {
+        "OUT.svg"
+    }
+    fn help(&self) -> &'static str {
+        "Write a flamegraph SVG (inferno) of the chosen view"
+    }
+    fn what(&self, options: &ExportOptions<'_>) -> String {
+        format!("{} flamegraph", options.view.name())
+    }
+    fn write(
+        &self,
+        profile: &Profile,
+        options: &ExportOptions<'_>,
+        w: &mut dyn Write,
+    ) -> Result<(), Error> {
+        let o =
+            FlameOptions { view: options.view, group_by: options.group_by, ..Default::default() };
+        flamegraph(profile, &o, w)
+    }
+    fn diff(&self) -> Option<&'static dyn DiffExporter> {
+        Some(&super::diff::DiffFlamegraphExporter)
+    }
+}
 
 /// Options of [`flamegraph`].
 #[derive(Clone, Debug, Default)]

@@ -9,9 +9,41 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use super::export::{DiffExporter, ExportOptions, Exporter};
 use super::view::{stack_totals, GroupBy, View};
 use crate::error::Error;
 use crate::profile::{Profile, StackId};
+
+/// `--collapsed`: the folded stacks of the chosen view ([`write_collapsed_grouped`]);
+/// `memprof diff`'s are the differential ones.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FoldedExporter;
+
+impl Exporter for FoldedExporter {
+    fn name(&self) -> &'static str {
+        "collapsed"
+    }
+    fn value_name(&self) -> &'static str {
+        "OUT"
+    }
+    fn help(&self) -> &'static str {
+        "Write folded stacks (`root;…;leaf bytes`, sorted) of the chosen view"
+    }
+    fn what(&self, options: &ExportOptions<'_>) -> String {
+        format!("{} folded stacks", options.view.name())
+    }
+    fn write(
+        &self,
+        profile: &Profile,
+        options: &ExportOptions<'_>,
+        w: &mut dyn Write,
+    ) -> Result<(), Error> {
+        write_collapsed_grouped(w, profile, options.view, options.group_by)
+    }
+    fn diff(&self) -> Option<&'static dyn DiffExporter> {
+        Some(&super::diff::DiffFoldedExporter)
+    }
+}
 
 /// A frame name made safe for a folded line.
 pub fn folded_frame(name: &str) -> String {

@@ -57,6 +57,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
+use super::export::{ExportOptions, Exporter};
 use super::stats;
 use super::view::{sampling_summary, sorted, stack_totals, View};
 use crate::error::Error;
@@ -267,6 +268,47 @@ impl Pass {
 }
 
 /// The timeline of `profile`, which its reading or recording kept and finished.
+/// `--html`: the page of one recording ([`write_html`]), or of a tree read from several
+/// files ([`write_tree_html`]), whatever the view.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HtmlExporter;
+
+impl Exporter for HtmlExporter {
+    fn name(&self) -> &'static str {
+        "html"
+    }
+    fn value_name(&self) -> &'static str {
+        "OUT.html"
+    }
+    fn help(&self) -> &'static str {
+        "Write an interactive HTML report (one self-contained page: timeline, flamegraph of \
+         any moment or range, search, sites) of the whole recording; of a tree, one page \
+         with every process (a process selector, each one's timeline, the merged flamegraph)"
+    }
+    fn what(&self, _: &ExportOptions<'_>) -> String {
+        "HTML report".into()
+    }
+    fn write(
+        &self,
+        profile: &Profile,
+        options: &ExportOptions<'_>,
+        w: &mut dyn Write,
+    ) -> Result<(), Error> {
+        match options.processes {
+            [] | [_] => write_html(profile, w),
+            several => write_tree_html(profile, several, w),
+        }
+    }
+    // The page replays the recording's timeline (§1): ranges are chosen on the page.
+    fn whole_recording(&self) -> bool {
+        true
+    }
+    // A large recording's page takes seconds and megabytes (§3): the user is told both.
+    fn timed(&self) -> bool {
+        true
+    }
+}
+
 fn timeline_of(profile: &Profile) -> Result<&Timeline, Error> {
     profile.timeline.as_deref().ok_or_else(|| {
         Error::Config(

@@ -16,11 +16,16 @@
 //! Every exporter's output depends only on the profile: folded lines are sorted, tables
 //! are sorted by value then name, the pprof string table is insertion-ordered over a sorted
 //! walk, and flamegraph colours are derived from the function names.
+//!
+//! # 4. Exporters
+//! Every file a report writes is an [`export::Exporter`], and [`export::EXPORTERS`] lists
+//! them: the commands' output flags and the writing follow that list ([`export`] §1).
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "cli")]
 pub mod command;
 pub mod diff;
+pub mod export;
 mod flamegraph;
 mod folded;
 pub mod html;
@@ -35,11 +40,15 @@ mod unwinding;
 mod view;
 pub mod write;
 
-pub use flamegraph::{default_subtitle, default_title, flamegraph, FlameOptions};
+pub use flamegraph::{
+    default_subtitle, default_title, flamegraph, FlameOptions, FlamegraphExporter,
+};
 pub use folded::{
     collapsed, collapsed_grouped, folded_frame, write_collapsed, write_collapsed_grouped,
+    FoldedExporter,
 };
-pub use pprof::{pprof, write_pprof, PprofOptions};
+pub use html::HtmlExporter;
+pub use pprof::{pprof, write_pprof, PprofExporter, PprofOptions};
 pub use top::{
     gc_table, short_lived_table, site_totals, site_totals_grouped, sort_sites, top_table,
     view_bytes, wrapper_suggestions, SiteTotal, TopOptions,

@@ -39,11 +39,46 @@ use std::io::Write;
 
 use pprof::protos::{self, Message};
 
+use super::export::{DiffExporter, ExportOptions, Exporter};
 use super::view::{sorted, stack_totals, View};
 use crate::error::Error;
 use crate::profile::symbolize::{TRUNCATED, UNKNOWN_STACK};
 use crate::profile::{Profile, StackId};
 use crate::session::recorder::Recorder;
+
+/// `--pprof`: the gzip-compressed pprof profile ([`write_pprof`]); `memprof diff`'s is
+/// the profile of the difference.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PprofExporter;
+
+impl Exporter for PprofExporter {
+    fn name(&self) -> &'static str {
+        "pprof"
+    }
+    fn value_name(&self) -> &'static str {
+        "OUT.pb.gz"
+    }
+    fn help(&self) -> &'static str {
+        "Write a gzip-compressed pprof profile (Go heap-profile sample types)"
+    }
+    fn what(&self, _: &ExportOptions<'_>) -> String {
+        "pprof profile".into()
+    }
+    fn write(
+        &self,
+        profile: &Profile,
+        options: &ExportOptions<'_>,
+        w: &mut dyn Write,
+    ) -> Result<(), Error> {
+        // The default sample type follows the view; the in-use sample types hold the live
+        // set at the peak for the peak view.
+        let options = PprofOptions { default_view: options.view, ..Default::default() };
+        write_pprof(profile, &options, w)
+    }
+    fn diff(&self) -> Option<&'static dyn DiffExporter> {
+        Some(&super::diff::DiffPprofExporter)
+    }
+}
 
 /// Options of [`pprof()`] and [`write_pprof`].
 #[derive(Clone, Debug)]

@@ -1,66 +1,56 @@
 //! Writing a report's outputs under the file policy ([`crate::sys::files`]): each export
-//! (flamegraph, pprof, folded stacks, HTML page) created without following a symlink, never
-//! over the recording it reports, and given its name only once complete.
+//! ([`super::export`]) created without following a symlink, never over the recording it
+//! reports, and given its name only once complete; each said once written.
 
-use super::flamegraph::{flamegraph, FlameOptions};
-use super::folded::write_collapsed_grouped;
-use super::pprof::{write_pprof, PprofOptions};
-use super::{GroupBy, View};
+use super::export::{ExportOptions, Exporter};
+use super::View;
 use crate::error::Error;
 use crate::profile::load::Process;
 use crate::profile::Profile;
 use crate::sys::files::Output;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-/// Writes the requested exports of `profile`, saying where each went; `replace`: an
-/// existing regular file of this user's is replaced ([`crate::sys::files`], §2).
-pub fn write_outputs(
-    profile: &Profile,
-    view: View,
-    group_by: GroupBy,
-    outputs: Outputs<'_>,
-    replace: bool,
-) -> Result<(), Error> {
-    if let Some(path) = outputs.flamegraph {
-        write_file_with(path, replace, |w| {
-            flamegraph(profile, &FlameOptions { view, group_by, ..Default::default() }, w)
-        })?;
-        eprintln!("memprof: wrote {} flamegraph {}", view.name(), path.display());
-    }
-    if let Some(path) = outputs.pprof {
-        // The default sample type follows the view; the in-use sample types hold the live
-        // set at the peak for the peak view.
-        let options = PprofOptions { default_view: view, ..Default::default() };
-        write_file_with(path, replace, |w| write_pprof(profile, &options, w))?;
-        eprintln!("memprof: wrote pprof profile {}", path.display());
-    }
-    if let Some(path) = outputs.collapsed {
-        write_file_with(path, replace, |w| write_collapsed_grouped(w, profile, view, group_by))?;
-        eprintln!("memprof: wrote {} folded stacks {}", view.name(), path.display());
-    }
-    Ok(())
+/// The export files a report writes: the formats asked for, each with its path, in the
+/// order they are written.
+#[derive(Clone, Default)]
+pub struct Outputs {
+    files: Vec<(&'static dyn Exporter, PathBuf)>,
 }
 
-/// The export files a report writes, when asked for.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Outputs<'a> {
-    /// The flamegraph SVG.
-    pub flamegraph: Option<&'a Path>,
-    /// The gzip-compressed pprof profile.
-    pub pprof: Option<&'a Path>,
-    /// The folded stacks.
-    pub collapsed: Option<&'a Path>,
-    /// The HTML report.
-    pub html: Option<&'a Path>,
+impl std::fmt::Debug for Outputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter().map(|(e, p)| (e.name(), p))).finish()
+    }
 }
 
-impl Outputs<'_> {
+impl Outputs {
+    /// These outputs and `exporter`'s, to `path`.
+    pub fn with(mut self, exporter: &'static dyn Exporter, path: &Path) -> Self {
+        self.push(exporter, path.to_path_buf());
+        self
+    }
+
+    /// Adds `exporter`'s output, to `path`.
+    pub fn push(&mut self, exporter: &'static dyn Exporter, path: PathBuf) {
+        self.files.push((exporter, path));
+    }
+
+    /// The formats asked for and their paths.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static dyn Exporter, &Path)> + '_ {
+        self.files.iter().map(|(e, p)| (*e, p.as_path()))
+    }
+
+    /// No output was asked for.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
     /// Refuses an output that is one of the `inputs` (device and inode: through a symlink
     /// or a hard link too), before anything is written.
     pub fn check_not_inputs(&self, inputs: &[PathBuf]) -> Result<(), Error> {
-        let named = [self.flamegraph, self.pprof, self.collapsed, self.html];
-        for out in named.into_iter().flatten() {
+        for (_, out) in self.iter() {
             if let Some(input) = inputs.iter().find(|i| crate::sys::files::same_file(out, i)) {
                 return Err(Error::Config(format!(
                     "refusing to write {} over the profile {} it reports (choose another output name)",
@@ -70,6 +60,71 @@ impl Outputs<'_> {
             }
         }
         Ok(())
+    }
+
+    /// An output goes to the standard output (`--collapsed -`), which it then keeps to
+    /// itself.
+    pub fn to_stdout(&self) -> bool {
+        self.iter().any(|(_, p)| crate::sys::files::stream_of(p) == Some(1))
+    }
+
+    /// An output shows the whole recording over time ([`Exporter::whole_recording`]): the
+    /// recording is read with its timeline.
+    pub fn whole_recording(&self) -> bool {
+        self.iter().any(|(e, _)| e.whole_recording())
+    }
+}
+
+/// Writes the requested exports of `profile`, saying where each went; `replace`: an
+/// existing regular file of this user's is replaced ([`crate::sys::files`], §2).
+pub fn write_outputs(
+    profile: &Profile,
+    options: &ExportOptions<'_>,
+    outputs: &Outputs,
+    replace: bool,
+) -> Result<(), Error> {
+    for (exporter, path) in outputs.iter() {
+        let started = Instant::now();
+        write_file_with(path, replace, |w| exporter.write(profile, options, w))?;
+        say_wrote(exporter, &exporter.what(options), path, started);
+    }
+    Ok(())
+}
+
+/// Writes the differential form ([`Exporter::diff`]) of each output, comparing `base` and
+/// `new` under `view`, saying where each went; existing files of this user's are replaced.
+pub fn write_diff_outputs(
+    base: &Profile,
+    new: &Profile,
+    view: View,
+    outputs: &Outputs,
+) -> Result<(), Error> {
+    for (exporter, path) in outputs.iter() {
+        let Some(diff) = exporter.diff() else {
+            return Err(Error::Config(format!(
+                "--{} has no differential form for memprof diff",
+                exporter.name()
+            )));
+        };
+        let started = Instant::now();
+        write_file(path, |w| diff.write(base, new, view, w))?;
+        say_wrote(exporter, &diff.what(view), path, started);
+    }
+    Ok(())
+}
+
+/// `memprof: wrote {what} {path}`, with the file's size and the time taken for a
+/// [timed](Exporter::timed) format.
+fn say_wrote(exporter: &dyn Exporter, what: &str, path: &Path, started: Instant) {
+    if exporter.timed() {
+        eprintln!(
+            "memprof: wrote {what} {} ({} KiB in {:.2} s)",
+            path.display(),
+            std::fs::metadata(path).map_or(0, |m| m.len()) / 1024,
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        eprintln!("memprof: wrote {what} {}", path.display());
     }
 }
 
@@ -81,33 +136,16 @@ pub fn write_html_of(
     out: &Path,
     replace: bool,
 ) -> Result<(), Error> {
-    match processes {
-        [_] => html_timed(out, replace, |w| super::html::write_html(profile, w)),
-        _ => html_timed(out, replace, |w| super::html::write_tree_html(profile, processes, w)),
-    }
+    let options = ExportOptions { processes, ..Default::default() };
+    // `record`'s companion page and the demo's, written without a flag.
+    let page = Outputs::default().with(&super::html::HtmlExporter, out);
+    write_outputs(profile, &options, &page, replace)
 }
 
 /// Writes the HTML report of `profile`, one recording read with its timeline
 /// ([`crate::profile::load::LoadOptions::timeline`]), to `out`.
 pub fn write_html(profile: &Profile, out: &Path) -> Result<(), Error> {
-    html_timed(out, true, |w| super::html::write_html(profile, w))
-}
-
-/// Writes an HTML report to `out` with `f`, saying how large it is and how long it took.
-fn html_timed(
-    out: &Path,
-    replace: bool,
-    f: impl FnOnce(&mut BufWriter<Output>) -> Result<(), Error>,
-) -> Result<(), Error> {
-    let started = std::time::Instant::now();
-    write_file_with(out, replace, f)?;
-    eprintln!(
-        "memprof: wrote HTML report {} ({} KiB in {:.2} s)",
-        out.display(),
-        std::fs::metadata(out).map_or(0, |m| m.len()) / 1024,
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    write_html_of(profile, &[], out, true)
 }
 
 /// Creates `path` (replacing an existing regular file of this user's: [`crate::sys::files`])

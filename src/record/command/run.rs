@@ -258,8 +258,13 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
     // The companions follow `-o`'s rule: new files, or with --force this user's regular
     // files replaced; a symlink, a FIFO or another user's file is left alone with an error.
-    let companion = Outputs { flamegraph: Some(&svg), ..Default::default() };
-    if let Err(e) = write_outputs(&profile, view, GroupBy::Stack, companion, args.force) {
+    let companion = Outputs::default().with(&crate::report::FlamegraphExporter, &svg);
+    let options = crate::report::export::ExportOptions {
+        view,
+        group_by: GroupBy::Stack,
+        ..Default::default()
+    };
+    if let Err(e) = write_outputs(&profile, &options, &companion, args.force) {
         eprintln!("memprof: error: {e}");
     }
     // The page replays each file by its stack ids (a tree's files into the merged

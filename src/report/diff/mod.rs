@@ -71,6 +71,9 @@ mod table;
 mod tests;
 
 pub use compare::{compare, diff_sites, Change, Diff, SiteDiff, ALPHA, METRICS};
-pub use pprof::{diff_pprof, write_diff_pprof};
-pub use stacks::{diff_collapsed, diff_flamegraph, write_diff_collapsed};
+pub use pprof::{diff_pprof, write_diff_pprof, DiffPprofExporter};
+pub use stacks::{
+    diff_collapsed, diff_flamegraph, write_diff_collapsed, DiffFlamegraphExporter,
+    DiffFoldedExporter,
+};
 pub use table::{diff_table, DiffOptions};

@@ -7,8 +7,32 @@ use pprof::protos::{self, Message};
 
 use crate::error::Error;
 use crate::profile::Profile;
+use crate::report::export::DiffExporter;
 use crate::report::pprof::{pprof, PprofOptions};
 use crate::report::view::View;
+
+/// `memprof diff --pprof`: [`write_diff_pprof`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiffPprofExporter;
+
+impl DiffExporter for DiffPprofExporter {
+    fn help(&self) -> &'static str {
+        "Write a gzip-compressed pprof profile of NEW − BASE (as `go tool pprof -diff_base` \
+         builds one: BASE's samples negated; Go heap-profile sample types)"
+    }
+    fn what(&self, _: View) -> String {
+        "pprof profile of NEW − BASE".into()
+    }
+    fn write(
+        &self,
+        base: &Profile,
+        new: &Profile,
+        view: View,
+        w: &mut dyn Write,
+    ) -> Result<(), Error> {
+        write_diff_pprof(base, new, view, w)
+    }
+}
 
 /// Copies the tables a sample of `from` refers to into `into`, renumbered.
 struct Merger<'a> {

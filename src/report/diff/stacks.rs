@@ -4,9 +4,56 @@ use std::io::Write;
 
 use crate::error::Error;
 use crate::profile::Profile;
+use crate::report::export::DiffExporter;
 use crate::report::flamegraph::{default_subtitle, empty_svg};
 use crate::report::folded::collapsed;
 use crate::report::view::{is_exact, View};
+
+/// `memprof diff --flamegraph`: [`diff_flamegraph`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiffFlamegraphExporter;
+
+impl DiffExporter for DiffFlamegraphExporter {
+    fn help(&self) -> &'static str {
+        "Write a differential flamegraph SVG (inferno: widths are NEW's bytes, red where NEW \
+         has more, blue where it has less)"
+    }
+    fn what(&self, view: View) -> String {
+        format!("{} differential flamegraph", view.name())
+    }
+    fn write(
+        &self,
+        base: &Profile,
+        new: &Profile,
+        view: View,
+        w: &mut dyn Write,
+    ) -> Result<(), Error> {
+        diff_flamegraph(base, new, view, w)
+    }
+}
+
+/// `memprof diff --collapsed`: [`write_diff_collapsed`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiffFoldedExporter;
+
+impl DiffExporter for DiffFoldedExporter {
+    fn help(&self) -> &'static str {
+        "Write the differential folded stacks (`stack BASE NEW`, estimated bytes, sorted), \
+         which inferno-flamegraph and Brendan Gregg's difffolded.pl/flamegraph.pl read"
+    }
+    fn what(&self, view: View) -> String {
+        format!("{} differential folded stacks", view.name())
+    }
+    fn write(
+        &self,
+        base: &Profile,
+        new: &Profile,
+        view: View,
+        w: &mut dyn Write,
+    ) -> Result<(), Error> {
+        write_diff_collapsed(w, base, new, view)
+    }
+}
 
 /// The differential folded stacks of `view`: one line `stack BASE NEW` per stack that
 /// either side has (estimated bytes, rounded), sorted; stacks are merged by name (see

@@ -79,8 +79,10 @@ use crate::profile::load::LoadOptions;
 use crate::profile::replay::parse_duration;
 use crate::record::attach_abi::{encode_settings, TAKEOVER};
 use crate::report::command::read_profiles_folded;
+use crate::report::export::ExportOptions;
 use crate::report::text::{printable, printable_os};
 use crate::report::write::{write_html_of, write_outputs, Outputs};
+use crate::report::FlamegraphExporter;
 use crate::report::{GroupBy, TopOptions};
 use request::AttachRequest;
 use std::path::{Path, PathBuf};
@@ -485,8 +487,9 @@ fn report(
             )
         );
         let svg = PathBuf::from(format!("{}.svg", output.display()));
-        let companion = Outputs { flamegraph: Some(&svg), ..Default::default() };
-        if let Err(e) = write_outputs(&profile, view, GroupBy::Stack, companion, args.force) {
+        let companion = Outputs::default().with(&FlamegraphExporter, &svg);
+        let options = ExportOptions { view, group_by: GroupBy::Stack, ..Default::default() };
+        if let Err(e) = write_outputs(&profile, &options, &companion, args.force) {
             eprintln!("memprof: error: {e}");
         }
         let html = PathBuf::from(format!("{}.html", output.display()));

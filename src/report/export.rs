@@ -1,0 +1,125 @@
+//! The export interface: every file a report can write (a flamegraph, a pprof profile,
+//! folded stacks, the HTML page) is one [`Exporter`], and [`EXPORTERS`] is the one list of
+//! them.
+//!
+//! # 1. What the registry drives
+//! Everything that used to name each format by hand reads [`EXPORTERS`] instead:
+//! - `memprof report`'s output flags, `--NAME OUT` ([`Exporter::name`], its value name and
+//!   its help), and `memprof diff`'s for the formats that have a differential form
+//!   ([`Exporter::diff`]), in the registry's order (`report/command.rs`);
+//! - the outputs asked for ([`Outputs`](super::write::Outputs)): the check that none of them
+//!   is an input, whether one of them is the standard output (the tables then go to the
+//!   standard error), whether the recording is read with its timeline;
+//! - the writing, under the file policy, and the line said for each file written
+//!   (`memprof: wrote {what} {path}`: [`write_outputs`](super::write::write_outputs)).
+//!
+//! # 2. Adding a format
+//! One file in `report/` that holds the format and a unit struct implementing [`Exporter`]
+//! (with [`ExportOptions`] for what the command chose), and one line in [`EXPORTERS`]. A
+//! differential form for `memprof diff` is a [`DiffExporter`] that [`Exporter::diff`]
+//! returns. Nothing else names the format: the tests in `report/command.rs` fail when an
+//! output flag is added beside the registry, and run a format known only to a test through
+//! the flags, the input check and the writing.
+//!
+//! The top table and `--json` are not exporters: they are what `report` prints, on the
+//! standard output, not files named by a flag. `/debug/pprof/` (`serve/`) is Go's protocol,
+//! which stamps the pprof profile it serves (`serve/handler.rs`), not a file.
+
+use super::{GroupBy, View};
+use crate::error::Error;
+use crate::profile::load::Process;
+use crate::profile::Profile;
+use std::io::Write;
+
+/// The formats, in the order their flags are listed and their files written.
+pub static EXPORTERS: &[&dyn Exporter] = &[
+    &super::flamegraph::FlamegraphExporter,
+    &super::pprof::PprofExporter,
+    &super::folded::FoldedExporter,
+    &super::html::HtmlExporter,
+];
+
+/// What the command chose, for every export of one profile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExportOptions<'a> {
+    /// Which samples to count (`--view`).
+    pub view: View,
+    /// Stacks alone, or under their span paths (`--group-by`).
+    pub group_by: GroupBy,
+    /// The processes the profile was read from, in its order: several for a process tree
+    /// (the profile is their merge), none when the profile is one recording not read from
+    /// files (a session's).
+    pub processes: &'a [Process],
+}
+
+/// One output format of `memprof report` (and of `memprof diff`, through [`Self::diff`]).
+pub trait Exporter: Sync {
+    /// The flag that asks for it, without its `--`; unique in [`EXPORTERS`].
+    fn name(&self) -> &'static str;
+    /// The flag's value as help shows it (`OUT.svg`).
+    fn value_name(&self) -> &'static str;
+    /// The flag's help in `memprof report --help`.
+    fn help(&self) -> &'static str;
+    /// What the file is, as `memprof: wrote {what} {path}` says it.
+    fn what(&self, options: &ExportOptions<'_>) -> String;
+    /// Writes the export of `profile` into `w`.
+    fn write(
+        &self,
+        profile: &Profile,
+        options: &ExportOptions<'_>,
+        w: &mut dyn Write,
+    ) -> Result<(), Error>;
+    /// The export shows the whole recording over time: the profile is read with its
+    /// timeline ([`crate::profile::load::LoadOptions::timeline`]), and `--at`, `--from`
+    /// and `--to` conflict with its flag.
+    fn whole_recording(&self) -> bool {
+        false
+    }
+    /// Its writing can take seconds: the line said adds the file's size and the time taken.
+    fn timed(&self) -> bool {
+        false
+    }
+    /// Its differential form, if `memprof diff` writes one (under the same flag).
+    fn diff(&self) -> Option<&'static dyn DiffExporter> {
+        None
+    }
+}
+
+/// The differential form of an [`Exporter`]: what changed from BASE to NEW.
+pub trait DiffExporter: Sync {
+    /// The flag's help in `memprof diff --help`.
+    fn help(&self) -> &'static str;
+    /// What the file is, as `memprof: wrote {what} {path}` says it.
+    fn what(&self, view: View) -> String;
+    /// Writes the comparison of `base` and `new` under `view` into `w`.
+    fn write(
+        &self,
+        base: &Profile,
+        new: &Profile,
+        view: View,
+        w: &mut dyn Write,
+    ) -> Result<(), Error>;
+}
+
+/// The exporter whose flag is `--name`.
+pub fn exporter(name: &str) -> Option<&'static dyn Exporter> {
+    EXPORTERS.iter().copied().find(|e| e.name() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_flags() {
+        for (i, e) in EXPORTERS.iter().enumerate() {
+            let name = e.name();
+            assert!(
+                !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "--{name} is not a flag name"
+            );
+            assert!(EXPORTERS[..i].iter().all(|o| o.name() != name), "two exporters named {name}");
+            assert!(exporter(name).is_some_and(|f| std::ptr::addr_eq(f, *e)));
+        }
+    }
+}
