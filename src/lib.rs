@@ -144,7 +144,8 @@
 //! | `report/view.rs` | what every format shares: [`report::View`], grouping, per-stack totals, GC mark estimates, the sampling summary, units |
 //! | `report/top.rs` | the top-sites table (± intervals, peak, sites ordered by `--view`, hints on wrappers, short-lived section, backtraces) |
 //! | `report/resident.rs` | the header lines on the process's memory: resident size, the readings of its mappings that explain the gap to the live heap (with a hint by allocator), how it ended |
-//! | `report/export.rs` | the export interface: [`report::export::Exporter`], one a format, and [`report::export::EXPORTERS`], the one list of formats that the output flags, the outputs and their messages follow (how to add a format) |
+//! | `report/export.rs` | the export interface: [`report::export::Exporter`], one a format, with [`report::export::ExportOptions`] and the diff form (how to add a format) |
+//! | `report/registry.rs` | [`report::registry::EXPORTERS`], the one list of formats that the output flags, the outputs and their messages follow |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
 //! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |

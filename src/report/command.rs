@@ -1,9 +1,10 @@
 //! The `report` and `diff` commands as the terminal sees them: their arguments (clap, the
-//! `cli` feature; the output flags are the exporters' of [`super::export::EXPORTERS`]), the
+//! `cli` feature; the output flags are the exporters' of [`super::registry::EXPORTERS`]), the
 //! files a path names, the time window, the tables on stdout and the outputs written
 //! ([`super::write`]). Messages go to stderr, escaped for the terminal.
 
-use super::export::{ExportOptions, Exporter, EXPORTERS};
+use super::export::{ExportOptions, Exporter};
+use super::registry::EXPORTERS;
 use super::text::{printable, printable_os};
 use super::top::TopOptions;
 use super::write::{write_diff_outputs, write_outputs, Outputs};
@@ -374,7 +375,7 @@ enum Flags {
 fn flag_help(exporter: &dyn Exporter, flags: Flags) -> Option<&'static str> {
     match flags {
         Flags::Report => Some(exporter.help()),
-        Flags::Diff => exporter.diff().map(|d| d.help()),
+        Flags::Diff => super::registry::diff_of(exporter).map(|d| d.help()),
     }
 }
 
@@ -479,7 +480,7 @@ mod tests {
             assert_eq!(
                 path_flags(cmd),
                 expected,
-                "`memprof {}`'s output flags are not the exporters of report::export::EXPORTERS \
+                "`memprof {}`'s output flags are not the exporters of report::registry::EXPORTERS \
                  (a new format is an Exporter and a line there: report/export.rs §2)",
                 cmd.get_name()
             );
@@ -492,7 +493,10 @@ mod tests {
             }
         }
         // Every format is one of `report`'s; the ones with a differential form, `diff`'s.
-        assert!(EXPORTERS.iter().any(|e| e.diff().is_none()), "the HTML page has none");
+        assert!(
+            EXPORTERS.iter().any(|e| crate::report::registry::diff_of(*e).is_none()),
+            "the HTML page has none"
+        );
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! The export interface: every file a report can write (a flamegraph, a pprof profile,
-//! folded stacks, the HTML page) is one [`Exporter`], and [`EXPORTERS`] is the one list of
-//! them.
+//! folded stacks, the HTML page) is one [`Exporter`], and `report/registry.rs`'s
+//! [`EXPORTERS`](super::registry::EXPORTERS)(super::registry::EXPORTERS) is the one list of them. The interface is kept
+//! apart from the list so that imports run one way: a format's file uses the interface, the
+//! list uses the formats.
 //!
 //! # 1. What the registry drives
-//! Everything that used to name each format by hand reads [`EXPORTERS`] instead:
+//! Everything that used to name each format by hand reads [`EXPORTERS`](super::registry::EXPORTERS) instead:
 //! - `memprof report`'s output flags, `--NAME OUT` ([`Exporter::name`], its value name and
 //!   its help), and `memprof diff`'s for the formats that have a differential form
-//!   ([`Exporter::diff`]), in the registry's order (`report/command.rs`);
+//!   ([`diff_of`](super::registry::diff_of)), in the registry's order (`report/command.rs`);
 //! - the outputs asked for ([`Outputs`](super::write::Outputs)): the check that none of them
 //!   is an input, whether one of them is the standard output (the tables then go to the
 //!   standard error), whether the recording is read with its timeline;
@@ -15,8 +17,8 @@
 //!
 //! # 2. Adding a format
 //! One file in `report/` that holds the format and a unit struct implementing [`Exporter`]
-//! (with [`ExportOptions`] for what the command chose), and one line in [`EXPORTERS`]. A
-//! differential form for `memprof diff` is a [`DiffExporter`] that [`Exporter::diff`]
+//! (with [`ExportOptions`] for what the command chose), and one line in [`EXPORTERS`](super::registry::EXPORTERS). A
+//! differential form for `memprof diff` is a [`DiffExporter`] that [`diff_of`](super::registry::diff_of)
 //! returns. Nothing else names the format: the tests in `report/command.rs` fail when an
 //! output flag is added beside the registry, and run a format known only to a test through
 //! the flags, the input check and the writing.
@@ -31,14 +33,6 @@ use crate::profile::load::Process;
 use crate::profile::Profile;
 use std::io::Write;
 
-/// The formats, in the order their flags are listed and their files written.
-pub static EXPORTERS: &[&dyn Exporter] = &[
-    &super::flamegraph::FlamegraphExporter,
-    &super::pprof::PprofExporter,
-    &super::folded::FoldedExporter,
-    &super::html::HtmlExporter,
-];
-
 /// What the command chose, for every export of one profile.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExportOptions<'a> {
@@ -52,9 +46,9 @@ pub struct ExportOptions<'a> {
     pub processes: &'a [Process],
 }
 
-/// One output format of `memprof report` (and of `memprof diff`, through [`Self::diff`]).
+/// One output format of `memprof report` (and of `memprof diff`, through [`diff_of`](super::registry::diff_of)).
 pub trait Exporter: Sync {
-    /// The flag that asks for it, without its `--`; unique in [`EXPORTERS`].
+    /// The flag that asks for it, without its `--`; unique in [`EXPORTERS`](super::registry::EXPORTERS).
     fn name(&self) -> &'static str;
     /// The flag's value as help shows it (`OUT.svg`).
     fn value_name(&self) -> &'static str;
@@ -79,10 +73,6 @@ pub trait Exporter: Sync {
     fn timed(&self) -> bool {
         false
     }
-    /// Its differential form, if `memprof diff` writes one (under the same flag).
-    fn diff(&self) -> Option<&'static dyn DiffExporter> {
-        None
-    }
 }
 
 /// The differential form of an [`Exporter`]: what changed from BASE to NEW.
@@ -99,27 +89,4 @@ pub trait DiffExporter: Sync {
         view: View,
         w: &mut dyn Write,
     ) -> Result<(), Error>;
-}
-
-/// The exporter whose flag is `--name`.
-pub fn exporter(name: &str) -> Option<&'static dyn Exporter> {
-    EXPORTERS.iter().copied().find(|e| e.name() == name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_unique_flags() {
-        for (i, e) in EXPORTERS.iter().enumerate() {
-            let name = e.name();
-            assert!(
-                !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
-                "--{name} is not a flag name"
-            );
-            assert!(EXPORTERS[..i].iter().all(|o| o.name() != name), "two exporters named {name}");
-            assert!(exporter(name).is_some_and(|f| std::ptr::addr_eq(f, *e)));
-        }
-    }
 }

@@ -13,7 +13,7 @@ use std::io::Write;
 
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
-use super::export::{DiffExporter, ExportOptions, Exporter};
+use super::export::{ExportOptions, Exporter};
 use super::folded::collapsed_grouped;
 use super::view::{human_bytes, is_exact, GroupBy, View};
 use crate::error::Error;
@@ -46,9 +46,6 @@ impl Exporter for FlamegraphExporter {
         let o =
             FlameOptions { view: options.view, group_by: options.group_by, ..Default::default() };
         flamegraph(profile, &o, w)
-    }
-    fn diff(&self) -> Option<&'static dyn DiffExporter> {
-        Some(&super::diff::DiffFlamegraphExporter)
     }
 }
 

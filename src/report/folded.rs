@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use super::export::{DiffExporter, ExportOptions, Exporter};
+use super::export::{ExportOptions, Exporter};
 use super::view::{stack_totals, GroupBy, View};
 use crate::error::Error;
 use crate::profile::{Profile, StackId};
@@ -39,9 +39,6 @@ impl Exporter for FoldedExporter {
         w: &mut dyn Write,
     ) -> Result<(), Error> {
         write_collapsed_grouped(w, profile, options.view, options.group_by)
-    }
-    fn diff(&self) -> Option<&'static dyn DiffExporter> {
-        Some(&super::diff::DiffFoldedExporter)
     }
 }
 

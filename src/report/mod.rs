@@ -18,7 +18,7 @@
 //! walk, and flamegraph colours are derived from the function names.
 //!
 //! # 4. Exporters
-//! Every file a report writes is an [`export::Exporter`], and [`export::EXPORTERS`] lists
+//! Every file a report writes is an [`export::Exporter`], and [`registry::EXPORTERS`] lists
 //! them: the commands' output flags and the writing follow that list ([`export`] §1).
 #![forbid(unsafe_code)]
 
@@ -31,6 +31,7 @@ mod folded;
 pub mod html;
 pub mod json;
 mod pprof;
+pub mod registry;
 mod resident;
 pub mod stats;
 pub mod text;

@@ -39,7 +39,7 @@ use std::io::Write;
 
 use pprof::protos::{self, Message};
 
-use super::export::{DiffExporter, ExportOptions, Exporter};
+use super::export::{ExportOptions, Exporter};
 use super::view::{sorted, stack_totals, View};
 use crate::error::Error;
 use crate::profile::symbolize::{TRUNCATED, UNKNOWN_STACK};
@@ -74,9 +74,6 @@ impl Exporter for PprofExporter {
         // set at the peak for the peak view.
         let options = PprofOptions { default_view: options.view, ..Default::default() };
         write_pprof(profile, &options, w)
-    }
-    fn diff(&self) -> Option<&'static dyn DiffExporter> {
-        Some(&super::diff::DiffPprofExporter)
     }
 }
 

@@ -91,7 +91,7 @@ pub fn write_outputs(
     Ok(())
 }
 
-/// Writes the differential form ([`Exporter::diff`]) of each output, comparing `base` and
+/// Writes the differential form ([`diff_of`](super::registry::diff_of)) of each output, comparing `base` and
 /// `new` under `view`, saying where each went; existing files of this user's are replaced.
 pub fn write_diff_outputs(
     base: &Profile,
@@ -100,7 +100,7 @@ pub fn write_diff_outputs(
     outputs: &Outputs,
 ) -> Result<(), Error> {
     for (exporter, path) in outputs.iter() {
-        let Some(diff) = exporter.diff() else {
+        let Some(diff) = super::registry::diff_of(exporter) else {
             return Err(Error::Config(format!(
                 "--{} has no differential form for memprof diff",
                 exporter.name()
