@@ -191,7 +191,11 @@
 //! | `record/command/` | runs in `memprof` (feature `cli`) |
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
-//! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
+//! | `record/command/launcher/` | runs a program under the preload library and waits for it |
+//! | `record/command/launcher/mod.rs` | the launcher's stages: the preload library found, the program's command and environment (the contract with the library), the program started and waited for beside the collector, its descendants waited for |
+//! | `record/command/launcher/program.rs` | the program found as `execvp` finds it (or behind a rustup proxy) and checked: executable, not setuid, not static |
+//! | `record/command/launcher/output.rs` | the output file and the tree's directory created before the program runs, or in the child between `fork` and `exec` for a `%p` name, without allocating; `--force`'s atomic replacement |
+//! | `record/command/launcher/ring_dir.rs` | the private directory of a run's shared rings, and the stale ones of killed runs removed |
 //! | `record/command/collect/` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms and folds its mappings by kind (a last look at exit read itself); records how each process ended; its thread at nice −20 where it may |
 //! | `record/command/collect/mod.rs` | the collector's loop (§1): what it is told, what it leaves, its thread at nice −20 where it may, the rings it holds; the folder's notes numbered across its files |
 //! | `record/command/collect/rings.rs` | the rings found in the ring directory, mapped and attached, each with the process that made it as this `/proc` names it, across PID namespaces (§7) |
