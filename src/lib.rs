@@ -125,7 +125,10 @@
 //! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
 //! | `session/fork.rs` | the `pthread_atfork` handlers of a session, and its reset in a raw `clone` child |
 //! | `session/state.rs` | the session's process-wide state: its epoch, control block and driver behind their locks, the drain every safe point shares |
-//! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `session/recorder/` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `session/recorder/mod.rs` | [`Recorder`]: the built-in tracker, in memory or streaming: interning, the file, modules, symbols, the session's events |
+//! | `session/recorder/collected.rs` | what `record`'s collector hands a recorder from another process: resident readings, how it ended, allocations, frees that name their blocks |
+//! | `session/recorder/tests.rs` | the recorder's tests |
 //! | `session/generations.rs` | module generations of a recorded process: a library mapped where an unloaded one was gets addresses of its own |
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
