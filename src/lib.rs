@@ -131,7 +131,10 @@
 //! | `session/driver.rs` | events to callbacks, each behind `catch_unwind`, with tokens |
 //! | `session/fork.rs` | the `pthread_atfork` handlers of a session, and its reset in a raw `clone` child |
 //! | `session/state.rs` | the session's process-wide state: its epoch, control block and driver behind their locks, the drain every safe point shares |
-//! | `session/recorder.rs` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `session/recorder/` | [`Recorder`]: the built-in tracker, in memory or streaming |
+//! | `session/recorder/mod.rs` | [`Recorder`]: the built-in tracker, in memory or streaming: interning, the file, modules, symbols, the session's events |
+//! | `session/recorder/collected.rs` | what `record`'s collector hands a recorder from another process: resident readings, how it ended, allocations, frees that name their blocks |
+//! | `session/recorder/tests.rs` | the recorder's tests |
 //! | `session/generations.rs` | module generations of a recorded process: a library mapped where an unloaded one was gets addresses of its own |
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |
 //! | `session/label.rs` | label ids and texts: interned by the span layer, read lock-free |
@@ -199,8 +202,19 @@
 //! | `record/command/` | runs in `memprof` (feature `cli`) |
 //! | `record/command/mod.rs` | the folder's face: `preload-path`, a program recorded without a summary (the demo's) |
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
-//! | `record/command/launcher.rs` | runs a program under the preload library and waits for it |
-//! | `record/command/collect.rs` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms and folds its mappings by kind (a last look at exit read itself); records how each process ended; its thread at nice −20 where it may |
+//! | `record/command/launcher/` | runs a program under the preload library and waits for it |
+//! | `record/command/launcher/mod.rs` | the launcher's stages: the preload library found, the program's command and environment (the contract with the library), the program started and waited for beside the collector, its descendants waited for |
+//! | `record/command/launcher/program.rs` | the program found as `execvp` finds it (or behind a rustup proxy) and checked: executable, not setuid, not static |
+//! | `record/command/launcher/output.rs` | the output file and the tree's directory created before the program runs, or in the child between `fork` and `exec` for a `%p` name, without allocating; `--force`'s atomic replacement |
+//! | `record/command/launcher/ring_dir.rs` | the private directory of a run's shared rings, and the stale ones of killed runs removed |
+//! | `record/command/collect/` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms and folds its mappings by kind (a last look at exit read itself); records how each process ended; its thread at nice −20 where it may |
+//! | `record/command/collect/mod.rs` | the collector's loop (§1): what it is told, what it leaves, its thread at nice −20 where it may, the rings it holds; the folder's notes numbered across its files |
+//! | `record/command/collect/rings.rs` | the rings found in the ring directory, mapped and attached, each with the process that made it as this `/proc` names it, across PID namespaces (§7) |
+//! | `record/command/collect/files.rs` | a ring's profile opened once its session runs (the program's, or a child's `<pid>[.<n>].mprof` created exclusively), its recorder started (§2) |
+//! | `record/command/collect/deliver.rs` | a ring's events to its recorder: the queue drained, side events, module lists and modules missing from them (§4), frees named by their blocks, kept aside and replayed (§5) |
+//! | `record/command/collect/resident.rs` | each process's resident size every 10 ms and its mappings by kind (a last look at exit read itself) (§6) |
+//! | `record/command/collect/end.rs` | a ring whose process is gone, finished: its last events, how the process ended, its losses and what stderr is told (§3) |
+//! | `record/command/collect/publish.rs` | the root process's profile as folded so far, copied between two drains when `--serve` asks |
 //! | `record/command/oom.rs` | whether the kernel's OOM killer ended the program: its memory cgroups' and the system's OOM-kill counts, before and after |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |

@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 /// multiply-rotate, so that the multiplies of neighbouring frames overlap: the sample path
 /// pays about a cycle and a half per frame. Not a defence against a hostile program,
 /// which can make its own keys collide anyway: a consumer that finds several stacks under
-/// one key tells them apart by what is live (`record/command/collect.rs` §5).
+/// one key tells them apart by what is live (`record/command/collect/deliver.rs` §5).
 #[inline]
 pub fn key(frames: &[usize], truncated: bool) -> u64 {
     const M0: u64 = 0x9e37_79b9_7f4a_7c15;

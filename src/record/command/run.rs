@@ -15,7 +15,7 @@ use super::reach::Executable;
 use super::request::RecordRequest;
 use crate::config;
 use crate::error::Error;
-use crate::profile::load::LoadOptions;
+use crate::profile::load::{LoadOptions, Process};
 use crate::profile::symbolize::Loaders;
 use crate::profile::{Profile, Stopped};
 use crate::report::command::read_profiles_folded;
@@ -23,7 +23,9 @@ use crate::report::text::{printable, printable_os};
 use crate::report::write::{write_html_of, write_outputs, Outputs};
 use crate::report::TopOptions;
 use crate::report::{GroupBy, View};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 fn record_settings(args: &RecordRequest) -> Result<EnvSettings, Error> {
     let mut settings = args.sampling.settings()?;
@@ -44,24 +46,11 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let settings = record_settings(args)?;
     // A bad expression is found before anything runs.
     let skip = args.sites.skip()?;
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
-    // rustup's `rustc`, `cargo` … proxies: the toolchain's program is recorded, not the
-    // proxy that would exec it.
-    let proxied = launcher::through_rustup(program, rest).map(std::ffi::OsString::from);
-    if let Some(real) = &proxied {
-        eprintln!(
-            "memprof: note: {} is rustup's proxy: recording the toolchain's {}",
-            printable_os(program),
-            printable_os(real)
-        );
-    }
-    let program = proxied.as_ref().unwrap_or(program);
+    let (program, rest) = program_to_record(args)?;
+    let program = &program;
     let preload = launcher::find_preload(Some(bundled))?;
     // Bound before the program runs: a taken port is an error, and nothing runs.
-    let published = std::sync::Arc::new(Published::default());
+    let published = Arc::new(Published::default());
     let server = match &args.serve {
         Some(addr) => Some(serve_published(addr, published.clone())?),
         None => None,
@@ -73,16 +62,105 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
         args: rest.to_vec(),
         keep_pymalloc: args.keep_pymalloc,
     };
-    // While the program runs, another thread reads the symbols of the objects it mapped,
-    // so that little is left to do once it exits (symbol reading was most of that). It is
-    // started only once the program runs, and told that it has ended by `done` closing.
+    let publish = server.is_some().then(|| published.clone());
+    let (run, warm) = record_beside_symbols(&opts, preload.path(), publish);
+    if let Some(server) = server {
+        server.stop();
+    }
+    let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
+    let mut run = run?;
+    // The program's name as the notes and messages show it: escaped for the terminal.
+    let shown = printable_os(program);
+    say_killed(&run, &shown);
+    // From here on, whatever goes wrong is memprof's to report, on stderr; the exit status
+    // stays the program's.
+    let code = run.exit_code;
+    let Some(gone) = profile_file_gone(&run, &shown) else {
+        return Ok(code);
+    };
+    let mut files = vec![run.output.clone()];
+    files.extend(run.children.iter().cloned());
+    // The collector's fold of every file it wrote: nothing is read again.
+    let options = LoadOptions { recorded: true, timeline: true };
+    let folded = std::mem::take(&mut run.folded);
+    let (mut profile, labels, processes) =
+        match read_profiles_folded(&files, options, &mut loaders, folded) {
+            Ok(read) => read,
+            Err(e) => {
+                eprintln!("memprof: error: the profile cannot be read: {e}");
+                return Ok(code);
+            }
+        };
+    // The process ends right after the report: freeing the parsed debug information (tens of
+    // MB for a C library) would only add tens of milliseconds to the user's wait.
+    std::mem::forget(loaders);
+    profile.site_skip = skip;
+    // What the executable says of its allocator (read once, now that the run is over): an
+    // allocator the preload library cannot reach is said whatever was seen.
+    let nothing = profile.counts.samples == 0;
+    let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p, nothing));
+    // What qualifies the numbers: said above the table, and kept in the profile for
+    // `report`, the HTML page and the JSON.
+    let notes =
+        run_notes(&profile, &processes, program, &run, reach.as_ref(), &shown, args.keep_pymalloc);
+    keep_notes(&mut profile, &notes, &run);
+    let profile = profile;
+    // Without a table, after the line that says nothing was seen (which says itself why,
+    // when the allocator is out of reach).
+    let unreached = reach.as_ref().and_then(|e| e.unreached(&shown));
+    let after_notes = || {
+        for n in notes.iter().filter(|n| Some(*n) != unreached.as_ref()) {
+            eprintln!("memprof: note: {n}");
+        }
+    };
+    if profile.counts.samples == 0 {
+        say_nothing_seen(program, &run, &profile, reach.as_ref(), &shown);
+        after_notes();
+        return Ok(code);
+    }
+    let view = summary_view(&profile, args.view);
+    print_summary(&profile, &processes, args, view);
+    write_companions(&profile, &processes, &run, view, gone, args.force);
+    say_where(&run, &profile, &processes, &labels);
+    Ok(code)
+}
+
+/// The program `record` runs and its arguments: the command's first word, or for rustup's
+/// `rustc`, `cargo` … proxies the toolchain's program (recorded, not the proxy that would
+/// exec it), said on stderr.
+fn program_to_record(args: &RecordRequest) -> Result<(OsString, &[OsString]), Error> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
+    // rustup's `rustc`, `cargo` … proxies: the toolchain's program is recorded, not the
+    // proxy that would exec it.
+    let proxied = launcher::through_rustup(program, rest).map(OsString::from);
+    if let Some(real) = &proxied {
+        eprintln!(
+            "memprof: note: {} is rustup's proxy: recording the toolchain's {}",
+            printable_os(program),
+            printable_os(real)
+        );
+    }
+    Ok((proxied.unwrap_or_else(|| program.clone()), rest))
+}
+
+/// Runs the program; while it runs, another thread reads the symbols of the objects it
+/// mapped, so that little is left to do once it exits (symbol reading was most of that).
+/// That thread is started only once the program runs, and told that it has ended by `done`
+/// closing; its priority is given back here once the program has ended.
+fn record_beside_symbols(
+    opts: &RecordOptions,
+    preload: &Path,
+    publish: Option<Arc<Published>>,
+) -> (Result<launcher::Recorded, Error>, Option<std::thread::JoinHandle<Loaders>>) {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let mut warm = None;
-    let publish = server.is_some().then(|| published.clone());
     // The thread's id, for its priority back once the program has ended.
-    let warm_tid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let warm_tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
     let tid = warm_tid.clone();
-    let run = launcher::record_publishing(&opts, preload.path(), publish, |pid| {
+    let run = launcher::record_publishing(opts, preload, publish, |pid| {
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
             .spawn(move || {
@@ -104,13 +182,11 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // machine whose cores other work keeps busy, a SCHED_IDLE thread would not run at all,
     // and `record` would wait for it until that work ended.
     normal_priority(warm_tid.load(std::sync::atomic::Ordering::Acquire));
-    if let Some(server) = server {
-        server.stop();
-    }
-    let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
-    let mut run = run?;
-    // The program's name as the notes and messages show it: escaped for the terminal.
-    let shown = printable_os(program);
+    (run, warm)
+}
+
+/// Says on stderr what killed the program, when a signal did (the OOM killer named).
+fn say_killed(run: &launcher::Recorded, shown: &str) {
     if let Some(sig) = run.signal {
         match (sig, &run.oom) {
             (libc::SIGKILL, Some(kill)) => {
@@ -121,11 +197,12 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             _ => eprintln!("memprof: {shown} was killed by signal {sig}"),
         }
     }
-    let mut files = vec![run.output.clone()];
-    files.extend(run.children.iter().cloned());
-    // From here on, whatever goes wrong is memprof's to report, on stderr; the exit status
-    // stays the program's.
-    let code = run.exit_code;
+}
+
+/// Whether the profile's file was removed while the program ran (the collector's fold
+/// stands for it then), or `None` when there is nothing to report (gone with nothing
+/// collected, or empty), said on stderr.
+fn profile_file_gone(run: &launcher::Recorded, shown: &str) -> Option<bool> {
     let gone = std::fs::symlink_metadata(&run.output).is_err();
     let folded_root = run.folded.iter().any(|(p, _)| *p == run.output);
     if gone {
@@ -137,7 +214,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
                  nothing of it was collected",
                 printable_os(&run.output)
             );
-            return Ok(code);
+            return None;
         }
         eprintln!(
             "memprof: warning: the profile {} was removed while {shown} ran; reporting what \
@@ -158,92 +235,72 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             ),
         };
         eprintln!("memprof: error: {} is empty: {why}", printable_os(&run.output));
-        return Ok(code);
+        return None;
     }
-    // The collector's fold of every file it wrote: nothing is read again.
-    let options = LoadOptions { recorded: true, timeline: true };
-    let (mut profile, labels, processes) = match read_profiles_folded(
-        &files,
-        options,
-        &mut loaders,
-        std::mem::take(&mut run.folded),
-    ) {
-        Ok(read) => read,
-        Err(e) => {
-            eprintln!("memprof: error: the profile cannot be read: {e}");
-            return Ok(code);
-        }
-    };
-    // The process ends right after the report: freeing the parsed debug information (tens of
-    // MB for a C library) would only add tens of milliseconds to the user's wait.
-    std::mem::forget(loaders);
-    profile.site_skip = skip;
-    // What the executable says of its allocator (read once, now that the run is over): an
-    // allocator the preload library cannot reach is said whatever was seen.
-    let nothing = profile.counts.samples == 0;
-    let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p, nothing));
-    // What qualifies the numbers: said above the table, and kept in the profile for
-    // `report`, the HTML page and the JSON.
-    let notes =
-        run_notes(&profile, &processes, program, &run, reach.as_ref(), &shown, args.keep_pymalloc);
-    for n in &notes {
+    Some(gone)
+}
+
+/// Keeps the run's notes in the profile, and in its file when that file was written whole
+/// (or stopped early on purpose).
+fn keep_notes(profile: &mut Profile, notes: &[String], run: &launcher::Recorded) {
+    for n in notes {
         if !profile.notes.contains(n) {
             profile.notes.push(n.clone());
         }
     }
-    let profile = profile;
     let written = !run.unwritten.contains(&run.output);
     if !notes.is_empty() && written && (profile.complete || profile.stopped.is_some()) {
-        if let Err(e) = crate::profile::format::append_notes(&run.output, &profile.header, &notes) {
+        if let Err(e) = crate::profile::format::append_notes(&run.output, &profile.header, notes) {
             eprintln!("memprof: warning: the notes were not kept in the profile: {e}");
         }
     }
-    // Without a table, after the line that says nothing was seen (which says itself why,
-    // when the allocator is out of reach).
-    let unreached = reach.as_ref().and_then(|e| e.unreached(&shown));
-    let after_notes = || {
-        for n in notes.iter().filter(|n| Some(*n) != unreached.as_ref()) {
-            eprintln!("memprof: note: {n}");
-        }
+}
+
+/// Says on stderr why no allocation was seen in the program: a wrapper that executed
+/// another, a signal, an allocator out of reach, or too little allocated.
+fn say_nothing_seen(
+    program: &std::ffi::OsStr,
+    run: &launcher::Recorded,
+    profile: &Profile,
+    reach: Option<&Executable>,
+    shown: &str,
+) {
+    if let Some((_, hint)) = exec_hint(program, run, profile) {
+        eprintln!("memprof: note: no allocations were seen in {shown}: {hint}");
+        return;
+    }
+    let found = reach.and_then(|e| e.nothing_seen("it"));
+    let why = if let Some(sig) = run.signal {
+        format!(
+            "it was killed by signal {sig} before the profile's first flush (the last \
+             50 ms of a crashed process can be lost)"
+        )
+    } else if let Some(found) = found {
+        found
+    } else if profile.header.interval <= 1.0 {
+        "it never called malloc or a related function through the dynamic loader \
+         (statically linked allocators and direct mmap are not seen)"
+            .to_owned()
+    } else {
+        format!(
+            "either it never called malloc, or it allocated too little to reach a sample \
+             point (mean interval {} bytes; try --interval 1)",
+            profile.header.interval
+        )
     };
-    if profile.counts.samples == 0 {
-        if let Some((_, hint)) = exec_hint(program, &run, &profile) {
-            eprintln!("memprof: note: no allocations were seen in {shown}: {hint}");
-            after_notes();
-            return Ok(code);
-        }
-        let found = reach.as_ref().and_then(|e| e.nothing_seen("it"));
-        let why = if let Some(sig) = run.signal {
-            format!(
-                "it was killed by signal {sig} before the profile's first flush (the last \
-                 50 ms of a crashed process can be lost)"
-            )
-        } else if let Some(found) = found {
-            found
-        } else if profile.header.interval <= 1.0 {
-            "it never called malloc or a related function through the dynamic loader \
-             (statically linked allocators and direct mmap are not seen)"
-                .to_owned()
-        } else {
-            format!(
-                "either it never called malloc, or it allocated too little to reach a sample \
-                 point (mean interval {} bytes; try --interval 1)",
-                profile.header.interval
-            )
-        };
-        eprintln!("memprof: note: no allocations were seen in {shown}: {why}");
-        after_notes();
-        return Ok(code);
+    eprintln!("memprof: note: no allocations were seen in {shown}: {why}");
+}
+
+/// The summary on stderr: the tree's table of processes, the top sites, the note on
+/// shallow stacks.
+fn print_summary(profile: &Profile, processes: &[Process], args: &RecordRequest, view: View) {
+    if processes.len() > 1 {
+        eprint!("{}", crate::report::process_table(processes, &Default::default()));
     }
-    let tree = processes.len() > 1;
-    if tree {
-        eprint!("{}", crate::report::process_table(&processes, &Default::default()));
-    }
-    let view = summary_view(&profile, args.view);
     eprint!(
         "{}",
         crate::report::top_table(
-            &profile,
+            profile,
             &TopOptions {
                 limit: args.top,
                 backtrace: args.sites.backtrace,
@@ -252,9 +309,21 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             }
         )
     );
-    if let Some(note) = crate::report::shallow_stacks_note(&profile) {
+    if let Some(note) = crate::report::shallow_stacks_note(profile) {
         eprintln!("memprof: note: {note}");
     }
+}
+
+/// The companions of the profile, from the same fold: `<output>.svg`, and `<output>.html`
+/// unless the profile's file is gone.
+fn write_companions(
+    profile: &Profile,
+    processes: &[Process],
+    run: &launcher::Recorded,
+    view: View,
+    gone: bool,
+    force: bool,
+) {
     let svg = PathBuf::from(format!("{}.svg", run.output.display()));
     // The companions follow `-o`'s rule: new files, or with --force this user's regular
     // files replaced; a symlink, a FIFO or another user's file is left alone with an error.
@@ -264,18 +333,27 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
         group_by: GroupBy::Stack,
         ..Default::default()
     };
-    if let Err(e) = write_outputs(&profile, &options, &companion, args.force) {
+    if let Err(e) = write_outputs(profile, &options, &companion, force) {
         eprintln!("memprof: error: {e}");
     }
     // The page replays each file by its stack ids (a tree's files into the merged
     // profile's: report/html.rs §4).
     let html = PathBuf::from(format!("{}.html", run.output.display()));
     if !gone {
-        if let Err(e) = write_html_of(&profile, &processes, &html, args.force) {
+        if let Err(e) = write_html_of(profile, processes, &html, force) {
             eprintln!("memprof: error: {e}");
         }
     }
-    if tree {
+}
+
+/// The last line: where the profile is (a tree's directory, a file whose writing failed).
+fn say_where(
+    run: &launcher::Recorded,
+    profile: &Profile,
+    processes: &[Process],
+    labels: &[String],
+) {
+    if processes.len() > 1 {
         let dir = crate::profile::tree::dir_of(&run.output.display().to_string());
         eprintln!(
             "memprof: profiles {} and {}/ ({} processes, {} samples; `memprof report {}` \
@@ -299,7 +377,6 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
             printable(&labels.join(", "))
         );
     }
-    Ok(code)
 }
 
 /// The notes on a run that qualify its numbers, in the order they matter: the runtimes

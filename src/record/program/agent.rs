@@ -57,7 +57,7 @@
 //! writes no file and starts no thread. [`start_collected`] creates the process's ring
 //! (`record/ring`), writes its command line and module list to the ring's side log, and
 //! starts the session on the ring's queue, which only `record`'s collector drains
-//! (`record/command/collect.rs`). The process keeps a mapping and nothing else: no descriptor a
+//! (`record/command/collect/`). The process keeps a mapping and nothing else: no descriptor a
 //! daemon could close or reuse, no file `RLIMIT_FSIZE` applies to, no thread a signal
 //! could be delivered to or that could keep the process alive, and nothing to flush when
 //! it dies: the collector drains the queue after the process is gone, whatever killed it.

@@ -25,15 +25,20 @@
 //! units), and the reports are made from them, so the file is written once and never
 //! decoded again by `record`.
 
-use super::generations::{Generations, Piece};
-use super::tracker::{Allocation, Deallocation, Poll, SessionInfo, Stats, Tracker};
+mod collected;
+
+#[cfg(feature = "cli")] // its one user outside: the collector (`record::command`)
+pub(crate) use collected::Named;
+
 use crate::engine::callstack::frames::key;
 use crate::error::Error;
 use crate::profile::format::{spec, Writer};
 use crate::profile::{
-    symbolize, Ended, Free, GcCycle, Header, Lost, Module, Profile, Resident, ResidentSplit,
-    Sample, Stack, StackId, Stopped,
+    symbolize, Free, GcCycle, Header, Lost, Module, Profile, Resident, Sample, Stack, StackId,
+    Stopped,
 };
+use crate::session::generations::{Generations, Piece};
+use crate::session::tracker::{Allocation, Deallocation, Poll, SessionInfo, Stats, Tracker};
 use crate::sys::own_file::OwnFile;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
@@ -596,86 +601,6 @@ impl Recorder {
     }
 }
 
-/// Another process's sampled block as its free names it (`live` §5): its sample
-/// id, the key of its stack, its sampled size and points, and its allocation's time in
-/// session nanoseconds.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Named {
-    pub(crate) id: u64,
-    pub(crate) key: u64,
-    pub(crate) size: u64,
-    pub(crate) k: u64,
-    pub(crate) alloc_ns: u64,
-}
-
-impl Recorder {
-    /// Records a reading of the recorded process's resident memory (`memprof record`'s
-    /// collector).
-    pub(crate) fn resident(&mut self, r: Resident) {
-        self.write(|w| w.write_resident(&r));
-        self.profile.resident.push(r);
-    }
-
-    /// Records a reading of the recorded process's resident memory by kind of mapping
-    /// (`memprof record`'s collector).
-    pub(crate) fn split(&mut self, r: ResidentSplit) {
-        self.write(|w| w.write_split(&r));
-        self.profile.splits.push(r);
-    }
-
-    /// Records how the recorded process ended (`memprof record`'s collector, before
-    /// [`Recorder::stop_as`] or the end).
-    pub(crate) fn ended(&mut self, e: Ended) {
-        self.write(|w| w.write_ended(&e));
-        self.profile.ended = Some(e);
-    }
-
-    /// Folds an allocation of another process (`memprof record`'s collector, with
-    /// [`Recorder::of_process`] and [`Recorder::folding`]): no token is kept, as its free
-    /// names the block itself ([`Recorder::collected_free`]).
-    pub(crate) fn collected_alloc(&mut self, a: &Allocation<'_>) {
-        self.sample(a);
-    }
-
-    /// The stack a free of another process names by `key` (`live` §5), of a
-    /// block of `size` bytes with `k` points allocated at `alloc_ns` that is live, newest
-    /// stack first: several stacks share a key only when their raw frames are the same
-    /// under two module generations (a library unloaded and another mapped at its place),
-    /// or by a hash collision, and the live one is the block's (of two live candidates the
-    /// aggregates, which count blocks by stack, size and allocation unit, cannot tell).
-    fn collected_stack(&self, key: u64, size: u64, k: u64, alloc_ns: u64) -> Option<StackId> {
-        let ids = self.interned.get(&key)?;
-        let stored = match self.stored_unit {
-            Some(unit) => spec::stored_ns(alloc_ns, unit),
-            None => alloc_ns,
-        };
-        match ids.as_slice() {
-            [only] => Some(*only),
-            _ => ids.iter().rev().copied().find(|&s| self.profile.holds(s, size, k, stored)),
-        }
-    }
-
-    /// Folds the free, at `time_ns`, of another process's block (the fields of its death's
-    /// event, times in session nanoseconds) and writes it. False, with nothing changed,
-    /// when no such block is live: its allocation has not been read yet (a free kept aside
-    /// by a full queue), or never will be.
-    pub(crate) fn collected_free(&mut self, b: &Named, time_ns: u64) -> bool {
-        let Named { id, key, size, k, alloc_ns } = *b;
-        let Some(stack) = self.collected_stack(key, size, k, alloc_ns) else {
-            return false;
-        };
-        let f = Free { id, time_ns, stack, size, k, alloc_ns, life_ns: None };
-        let folded = match self.stored_unit {
-            Some(unit) => self.profile.try_free(&spec::free_as_stored(&f, unit)),
-            None => self.profile.try_free(&f),
-        };
-        if folded {
-            self.write(|w| w.write_free(&f));
-        }
-        folded
-    }
-}
-
 impl Recorder {
     /// Reads this process's resident memory, and now and then by kind of mapping, when
     /// readings are due (as `memprof record`'s collector reads a recorded process's: see
@@ -834,201 +759,4 @@ impl Tracker for Recorder {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Unwinder;
-    use crate::session::tracker::Callstack;
-    use rand::rngs::SmallRng;
-    use rand::{Rng, SeedableRng};
-
-    fn collector(interval: f64) -> Recorder {
-        let facts = ProcessFacts { pid: 7, executable: "/bin/prog".into(), ..Default::default() };
-        let mut r = Recorder::new().of_process(facts).folding();
-        let info = SessionInfo { interval, depth: 64, unwinder: Unwinder::Auto, start_unix_ns: 1 };
-        r.started(&info);
-        r
-    }
-
-    fn allocation<'a>(id: u64, frames: &'a [usize], size: usize, k: u64, t: u64) -> Allocation<'a> {
-        Allocation {
-            id,
-            size,
-            k,
-            estimated_bytes: k as f64,
-            thread: 1,
-            time_ns: t,
-            addr: 0x1000 * id as usize,
-            callstack: Callstack { frames, truncated: false },
-            label: None,
-        }
-    }
-
-    /// What the reports read of a profile, in an order of its own.
-    fn folded(p: &Profile) -> String {
-        fn sorted<K: Ord + Copy + std::fmt::Debug, S>(
-            m: &HashMap<K, crate::profile::Totals, S>,
-        ) -> String {
-            let mut v: Vec<_> = m.iter().filter(|(_, t)| t.samples > 0).collect();
-            v.sort_by_key(|(&pair, _)| pair);
-            format!("{v:?}")
-        }
-        format!(
-            "{:?}\n{}\n{}\n{} {:?}\n{}\n{}",
-            p.counts,
-            sorted(&p.allocated),
-            sorted(&p.live),
-            p.live_bytes,
-            p.peak,
-            sorted(&p.lifetimes.short),
-            sorted(&p.lifetimes.histogram),
-        )
-    }
-
-    /// The collector's way (a free names its block: stack key, size, points, allocation
-    /// time) folds what the token's way folds, event for event: 30,000 random allocations
-    /// and frees over 60 stacks, many of which share their 16 innermost frames (an
-    /// interpreter's), exact and sampled.
-    #[test]
-    fn frees_that_name_their_block_fold_as_tokens_do() {
-        for interval in [1.0, 512.0] {
-            let mut rng = SmallRng::seed_from_u64(26);
-            let shared: Vec<usize> = (0..16).map(|i| 0x40_0000 + i * 0x10).collect();
-            let stacks: Vec<Vec<usize>> = (0..60)
-                .map(|s| {
-                    let mut f = if s % 2 == 0 { shared.clone() } else { vec![0x50_0000 + s] };
-                    let more = rng.random_range(1..30);
-                    f.extend((0..more).map(|j| 0x60_0000 + s * 0x1000 + j * 8));
-                    f
-                })
-                .collect();
-            let (mut keyed, mut tokens) = (collector(interval), collector(interval));
-            let mut live: Vec<(u64, usize, usize, u64, u64, Held)> = Vec::new();
-            let mut t = 0u64;
-            for id in 1..=30_000u64 {
-                t += rng.random_range(0..50_000);
-                if live.is_empty() || rng.random_bool(0.55) {
-                    let s = rng.random_range(0..stacks.len());
-                    let size = [16usize, 24, 100, 4096][rng.random_range(0..4)];
-                    let k = if interval == 1.0 { size as u64 } else { rng.random_range(1..4) };
-                    let a = allocation(id, &stacks[s], size, k, t);
-                    keyed.collected_alloc(&a);
-                    let held = tokens.alloc(&a).unwrap();
-                    live.push((id, s, size, k, t, held));
-                } else {
-                    let i = rng.random_range(0..live.len());
-                    let (bid, s, size, k, at, held) = live.swap_remove(i);
-                    let (size, alloc_ns) = (size as u64, at);
-                    let b = Named { id: bid, key: key(&stacks[s], false), size, k, alloc_ns };
-                    assert!(keyed.collected_free(&b, t), "free {bid}");
-                    tokens.dealloc(held, &Deallocation { id: bid, thread: 0, time_ns: t });
-                }
-            }
-            assert_eq!(folded(keyed.profile()), folded(tokens.profile()), "interval {interval}");
-            assert_eq!(keyed.profile().counts.orphans, 0);
-        }
-    }
-
-    /// A free read before its block's allocation (the queue kept it aside) finds nothing
-    /// live and changes nothing; once the allocation is in, it ends the block. A free that
-    /// names no stack ever seen is refused too.
-    #[test]
-    fn a_free_before_its_allocation_waits() {
-        let mut r = collector(1.0);
-        let frames = [0x40_1000usize, 0x40_2000];
-        let stack = key(&frames, false);
-        assert!(!r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 10 }, 20));
-        assert!(
-            !r.collected_free(&Named { id: 1, key: stack ^ 1, size: 64, k: 64, alloc_ns: 10 }, 20)
-        );
-        r.collected_alloc(&allocation(1, &frames, 64, 64, 10));
-        assert!(
-            !r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 11 }, 20),
-            "another allocation time"
-        );
-        assert!(
-            !r.collected_free(&Named { id: 1, key: stack, size: 32, k: 32, alloc_ns: 10 }, 20),
-            "another size"
-        );
-        assert_eq!(r.profile().counts.frees, 0);
-        assert!(r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 10 }, 20));
-        assert!(
-            !r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 10 }, 20),
-            "ended once"
-        );
-        assert_eq!((r.profile().counts.frees, r.profile().counts.orphans), (1, 0));
-    }
-
-    /// The same raw frames in two module generations (a library closed, another mapped
-    /// where it was) are two stacks under one key: each free ends the block of its own.
-    #[test]
-    fn one_key_two_generations() {
-        let module = |path: &str, id: u8| Module {
-            path: path.into(),
-            base: 0x7f00_0000_0000,
-            start: 0x7f00_0000_0000,
-            end: 0x7f00_0000_4000,
-            build_id: vec![id; 20],
-            file_size: 0,
-            file_mtime_ns: 0,
-        };
-        let mut r = collector(1.0);
-        let frames = [0x7f00_0000_0123usize];
-        r.module_snapshot(vec![module("./libc0.so", 1)]);
-        r.collected_alloc(&allocation(1, &frames, 64, 64, 100));
-        r.module_closing(1, 5, vec![module("./libc0.so", 1)]);
-        r.module_snapshot(vec![]);
-        r.module_closed(1, 5);
-        r.module_snapshot(vec![module("./liba.so", 2)]);
-        r.collected_alloc(&allocation(2, &frames, 64, 64, 200));
-        let p = r.profile();
-        assert_eq!(p.stacks.len(), 2, "the second library's frames are a stack of their own");
-        let stack = key(&frames, false);
-        assert!(r.collected_free(&Named { id: 1, key: stack, size: 64, k: 64, alloc_ns: 100 }, 300));
-        assert!(r.collected_free(&Named { id: 2, key: stack, size: 64, k: 64, alloc_ns: 200 }, 300));
-        let p = r.profile();
-        assert_eq!((p.counts.frees, p.counts.orphans), (2, 0));
-        assert!(p.live.values().all(|t| t.samples == 0), "both ended: {:?}", p.live);
-    }
-
-    /// A forked child's file is opened at its first sample; the readings of its resident
-    /// memory taken before that are in the file all the same, as they are in the profile
-    /// `record` prints from (a reading lost this way showed as `-` in `memprof report`'s
-    /// table of processes, beside the figure `record` had printed).
-    #[test]
-    fn readings_before_the_first_sample_reach_a_deferred_file() {
-        let dir = std::env::temp_dir().join(format!("memprof-deferred-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("child.mprof");
-        let at = path.clone();
-        let facts = ProcessFacts { pid: 9, executable: "/bin/child".into(), ..Default::default() };
-        let mut r = Recorder::streaming_deferred(Box::new(move || {
-            Ok((at.clone(), File::create(&at).map_err(|e| Error::io("creating", e))?))
-        }))
-        .offline_symbols()
-        .of_process(facts)
-        .folding();
-        let info =
-            SessionInfo { interval: 1.0, depth: 64, unwinder: Unwinder::Auto, start_unix_ns: 1 };
-        r.started(&info);
-        let early = Resident { time_ns: 5, bytes: 3 << 20 };
-        let split = ResidentSplit {
-            time_ns: 6,
-            resident: 3 << 20,
-            allocator: 1 << 20,
-            ..Default::default()
-        };
-        r.resident(early);
-        r.split(split);
-        assert!(!path.exists(), "no file before the first sample");
-        r.collected_alloc(&allocation(1, &[0x1000, 0x2000], 100, 100, 10));
-        let later = Resident { time_ns: 20, bytes: 4 << 20 };
-        r.resident(later);
-        r.stopped(&Stats::default());
-        let p = Profile::read_file(&path).unwrap();
-        assert_eq!(p.resident, [early, later]);
-        assert_eq!(p.splits, [split]);
-        assert_eq!(p.counts.samples, 1);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;
