@@ -118,6 +118,7 @@
 //! | `profile/format/spec.rs` | the format's limits, record tags, [`profile::format::Event`] and the coding helpers reader and writer share |
 //! | `profile/format/write.rs` | the writer: [`profile::format::Writer`], appended symbols |
 //! | `profile/format/read.rs` | the reader of untrusted input: [`profile::format::Reader`], [`profile::Profile::read_from`] |
+//! | `profile/format/read/payload.rs` | the reader's cursor over one record's payload (every read bounds-checked) and the header record decoded first |
 //! | `profile/format/read/record.rs` | outer records read from untrusted bytes: lengths, checksums, cuts |
 //! | `profile/format/read/v1.rs` | version-1 events, which name their blocks by sample id |
 //! | `profile/format/tests.rs` | the format's round trips, old versions, damaged and truncated files |

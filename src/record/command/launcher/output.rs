@@ -168,7 +168,9 @@ pub(crate) fn create_error(path: &str, errno: i32, force: bool) -> Error {
         LaunchError::OutputExists(path.to_owned()).into()
     } else if errno == libc::EEXIST {
         Error::Other(format!(
-            "cannot create the profile {path}: it exists and is not a regular file of this              user's (a directory, a FIFO, a device, another user's file); --force replaces              only those, and it is left alone"
+            "cannot create the profile {path}: it exists and is not a regular file of this \
+             user's (a directory, a FIFO, a device, another user's file); --force replaces \
+             only those, and it is left alone"
         ))
     } else {
         Error::io(format!("cannot create the profile {path}"), e)
