@@ -145,16 +145,7 @@ pub struct Plan {
 
 impl Default for Plan {
     fn default() -> Self {
-        Plan {
-            magic: MAGIC,
-            status: 0,
-            countdown_tpoff: 0,
-            writes: 0,
-            count: 0,
-            objects: 0,
-            patched: 0,
-            message: [0; MESSAGE_LEN],
-        }
+        Plan::with_status(0)
     }
 }
 
@@ -179,9 +170,15 @@ impl Plan {
     /// The answer of a call that did nothing because a lock it needs was held
     /// ([`STATUS_BUSY`]); built without allocating.
     pub const fn busy() -> Plan {
+        Plan::with_status(STATUS_BUSY)
+    }
+
+    /// An empty plan with `status` (the default's is 0); `const`, so built without
+    /// allocating.
+    const fn with_status(status: u64) -> Plan {
         Plan {
             magic: MAGIC,
-            status: STATUS_BUSY,
+            status,
             countdown_tpoff: 0,
             writes: 0,
             count: 0,
