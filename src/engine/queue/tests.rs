@@ -1,0 +1,192 @@
+//! The queue's tests, and the events other modules' tests build.
+
+use super::*;
+
+/// An allocation event of sample `id` (epoch 1, thread 1, 8 bytes) for the tests.
+/// The death at `time` of a block whose every field tells it from another id's.
+pub(crate) fn death(epoch: u64, id: u64, time: u64) -> Event {
+    let e = Entry::new(id, epoch, !id << 7 | 3, id * 5, id + 24, id % 5 + 1);
+    let d = Event::death(&e, time);
+    assert_eq!(
+        (d.stack_key(), d.addr, d.size, d.k),
+        (e.stack, e.time as usize, e.size as usize, e.k)
+    );
+    d
+}
+
+/// Claims the next position of `q` and never publishes it, as a producer stuck inside
+/// its push would.
+pub(crate) fn claim_without_publishing(q: &Queue) {
+    q.ctl().tail.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn ev(id: u64) -> Event {
+    Event {
+        kind: EventKind::Alloc,
+        epoch: 1,
+        id,
+        thread: 1,
+        label: 0,
+        time_ns: 0,
+        addr: 0,
+        size: 8,
+        k: 1,
+        truncated: false,
+    }
+}
+
+#[test]
+fn fifo_and_full() {
+    let q = Queue::new(4, 3).unwrap();
+    for i in 0..4 {
+        assert!(q.push(&ev(i), &[i as usize, 2, 3, 4]));
+    }
+    assert!(!q.push(&ev(9), &[]));
+    assert_eq!(q.lost(), 1);
+    let mut seen = Vec::new();
+    q.drain(|e, f| seen.push((e.id, f.to_vec()))).unwrap();
+    assert_eq!(seen.len(), 4);
+    assert_eq!(seen[2], (2, vec![2, 2, 3]));
+    assert!(q.push(&ev(5), &[]));
+}
+
+/// A stamped push publishes what its stamp made of the event, after the frames are in,
+/// and says the time it published; a full queue calls no stamp (`push` §2).
+#[test]
+fn a_stamped_push_publishes_the_stamp() {
+    let q = Queue::new(2, 2).unwrap();
+    let later = |e: Event| Event { time_ns: e.time_ns + 1_000, ..e };
+    assert_eq!(q.try_push_stamped(ev(1), &[7, 8], later), Some(ev(1).time_ns + 1_000));
+    assert_eq!(q.try_push_stamped(ev(2), &[], |e| e), Some(ev(2).time_ns));
+    let called = core::cell::Cell::new(false);
+    let stamp = |e| {
+        called.set(true);
+        e
+    };
+    assert_eq!(q.try_push_stamped(ev(3), &[], stamp), None);
+    assert!(!called.get(), "a full queue stamps nothing");
+    let mut seen = Vec::new();
+    q.drain(|e, f| seen.push((e.id, e.time_ns, f.to_vec()))).unwrap();
+    assert_eq!(seen, [(1, ev(1).time_ns + 1_000, vec![7, 8]), (2, ev(2).time_ns, vec![])]);
+}
+
+#[test]
+fn limit_below_the_ring() {
+    let q = Queue::new(3, 1).unwrap();
+    assert_eq!(q.capacity(), 4);
+    for i in 0..3 {
+        assert!(q.push(&ev(i), &[]));
+    }
+    assert!(!q.push(&ev(3), &[]), "capacity 3 holds 3 events");
+    q.set_limit(2);
+    assert_eq!(q.drain(|_, _| {}), Some(3));
+    assert!(q.push(&ev(4), &[]) && q.push(&ev(5), &[]));
+    assert!(!q.push(&ev(6), &[]));
+    assert_eq!(q.lost(), 2);
+    q.set_limit(100);
+    assert!(q.push(&ev(7), &[]) && q.push(&ev(8), &[]));
+    assert!(!q.push(&ev(9), &[]), "never more than the ring");
+}
+
+/// A drain stops at the tail it read when it began: an event pushed while it runs (by a
+/// callback, or by another thread) waits for the next drain, whose slot the consumer
+/// did not touch before then.
+#[test]
+fn a_drain_stops_at_the_tail_it_began_with() {
+    let q = Queue::new(16, 1).unwrap();
+    for i in 0..3 {
+        assert!(q.push(&ev(i), &[]));
+    }
+    let mut seen = Vec::new();
+    let n = q.drain(|e, _| {
+        seen.push(e.id);
+        if e.id == 0 {
+            assert!(q.push(&ev(10), &[]));
+        }
+    });
+    assert_eq!((n, seen.as_slice()), (Some(3), &[0, 1, 2][..]));
+    assert!(q.has_unpublished());
+    assert_eq!(q.drain(|e, _| seen.push(e.id)), Some(1));
+    assert_eq!(seen, [0, 1, 2, 10]);
+    assert!(!q.has_unpublished());
+}
+
+/// A push interrupted between its claim and its publication (simulated: a slot claimed
+/// and named, not published) holds the consumer up; its own thread is told not to wait
+/// for room, any other thread is.
+#[test]
+fn a_queue_held_up_by_this_thread_is_not_waited_for() {
+    let q = Queue::new(4, 1).unwrap();
+    let pos = q.ctl().tail.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the slot was claimed above (the tail moved past it); only atomics change.
+    unsafe { (*q.slot(pos)).owner.store(owner_tag(pos), Ordering::Relaxed) };
+    for i in 0..3 {
+        assert!(q.push(&ev(i), &[]));
+    }
+    assert!(!q.push(&ev(9), &[]), "full");
+    assert!(q.waits_for_me());
+    std::thread::scope(|s| s.spawn(|| assert!(!q.waits_for_me())).join().unwrap());
+    // Published: the consumer can go on, so room is worth waiting for.
+    // SAFETY: as above.
+    unsafe {
+        (*q.slot(pos)).seq.store(pos.wrapping_add(1).wrapping_sub(pos & q.mask), Ordering::Release)
+    };
+    assert!(!q.waits_for_me());
+}
+
+/// A slot claimed by another thread that has not named itself yet still holds the
+/// name this thread left there a lap earlier: that is no reason not to wait.
+#[test]
+fn a_name_left_from_an_earlier_lap_is_not_this_threads_claim() {
+    let q = Queue::new(4, 1).unwrap();
+    for i in 0..4 {
+        assert!(q.push(&ev(i), &[]));
+    }
+    assert_eq!(q.drain(|_, _| {}), Some(4));
+    // Another thread claims the next position (the first slot again) and is preempted
+    // before it stores its name: the slot names this thread, from the last lap.
+    q.ctl().tail.fetch_add(1, Ordering::Relaxed);
+    for i in 0..3 {
+        assert!(q.push(&ev(i), &[]));
+    }
+    assert!(!q.push(&ev(9), &[]), "full");
+    assert!(!q.waits_for_me(), "the claim is another thread's: room is worth waiting for");
+}
+
+/// Frees the ring refused are kept for the consumer up to the table's size, each taken
+/// once; past it they are counted as unknown ends; taken entries make room again.
+#[test]
+fn many_producers_one_consumer() {
+    let q = std::sync::Arc::new(Queue::new(1024, 4).unwrap());
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                let mut pushed = 0;
+                for i in 0..20_000u64 {
+                    let id = t * 1_000_000 + i;
+                    while !q.push(&ev(id), &[id as usize]) {
+                        std::thread::yield_now();
+                    }
+                    pushed += 1;
+                }
+                pushed
+            })
+        })
+        .collect();
+    let mut seen = std::collections::HashMap::new();
+    let mut total = 0;
+    while total < 80_000 {
+        q.drain(|e, f| {
+            assert_eq!(f, &[e.id as usize]);
+            let last = seen.entry(e.id / 1_000_000).or_insert(-1i64);
+            assert!((e.id % 1_000_000) as i64 > *last, "per-producer order kept");
+            *last = (e.id % 1_000_000) as i64;
+            total += 1;
+        });
+    }
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 20_000);
+    }
+    assert_eq!(total, 80_000);
+}
