@@ -122,6 +122,7 @@
 //! | `profile/format/read.rs` | the reader of untrusted input: [`profile::format::Reader`], [`profile::Profile::read_from`] |
 //! | `profile/format/read/payload.rs` | the reader's cursor over one record's payload (every read bounds-checked) and the header record decoded first |
 //! | `profile/format/read/record.rs` | outer records read from untrusted bytes: lengths, checksums, cuts |
+//! | `profile/format/read/tables.rs` | the records that build the profile's tables (modules, stacks, labels, symbols) and the facts beside the events (a resident split, a GC cycle), each decoded from its payload and checked |
 //! | `profile/format/read/v1.rs` | version-1 events, which name their blocks by sample id |
 //! | `profile/format/tests.rs` | the format's round trips, old versions, damaged and truncated files |
 //! | `profile/load.rs` | reading one or more `.mprof` files as `record` and `report` do (following a tree, resolving symbols) |

@@ -20,6 +20,7 @@
 
 mod payload;
 mod record;
+mod tables;
 mod v1;
 
 use std::io::{self, BufReader, Read};
@@ -27,16 +28,14 @@ use std::path::Path;
 
 use super::spec::{
     fine_life, unzigzag, Delta, Event, ANCILLARY, CODEC_ZSTD, EV_FREE, EV_MOVE, EV_SAMPLE,
-    LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_BUILD_ID, MAX_FRAMES, MAX_LIST, MAX_NOTES, MAX_RECORD,
-    TAG_BLOCK, TAG_END, TAG_ENDED, TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE,
-    TAG_NOTE, TAG_PAIR, TAG_RESIDENT, TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS,
+    LIFETIME_UNIT_NS, MAGIC, MAX_BLOCK, MAX_NOTES, MAX_RECORD, TAG_BLOCK, TAG_END, TAG_ENDED,
+    TAG_GC_CYCLE, TAG_HEADER, TAG_LABEL, TAG_LOST, TAG_MODULE, TAG_NOTE, TAG_PAIR, TAG_RESIDENT,
+    TAG_SPLIT, TAG_STACK, TAG_STOPPING, TAG_SYMBOLS,
 };
 use crate::error::Error;
-use crate::profile::events::{
-    expected_k, Ended, EndedHow, Free, GcCycle, Move, Resident, ResidentSplit, Sample,
-};
+use crate::profile::events::{expected_k, Ended, EndedHow, Free, Move, Resident, Sample};
 use crate::profile::header::{Lost, Stopped};
-use crate::profile::tables::{Module, Stack, StackId, Symbol};
+use crate::profile::tables::StackId;
 use crate::profile::Profile;
 use payload::decode_header;
 pub(super) use payload::Payload;
@@ -407,83 +406,18 @@ impl<R: Read> Reader<R> {
                     _ => None, // a reason of a newer writer: no claim
                 };
             }
-            TAG_MODULE => {
-                let path = p.str()?;
-                let (base, start, end) = (p.u()?, p.u()?, p.u()?);
-                // The build id was appended later (§3): absent in older files.
-                let build_id = if p.rest.is_empty() {
-                    Vec::new()
-                } else {
-                    let n = p.u()?;
-                    if n > MAX_BUILD_ID as u64 {
-                        return Err(format!("a build id of {n} bytes exceeds {MAX_BUILD_ID}"));
-                    }
-                    p.take(n)?.to_vec()
-                };
-                // As is the file's identity, after it.
-                let (file_size, file_mtime_ns) =
-                    if p.rest.is_empty() { (0, 0) } else { (p.u()?, p.u()?) };
-                let m = Module { path, base, start, end, build_id, file_size, file_mtime_ns };
-                prof.modules.push(m);
-            }
+            TAG_MODULE => prof.modules.push(tables::module(p)?),
             TAG_STACK => {
-                let id = p.u()?;
-                if id != prof.stacks.len() as u64 {
-                    return Err(format!(
-                        "stack record defines id {id}, expected {}",
-                        prof.stacks.len()
-                    ));
-                }
-                if id > u64::from(StackId::MAX) {
-                    return Err(format!("stack id {id} does not fit in 32 bits"));
-                }
-                let truncated = p.u()? & 1 == 1;
-                let n = p.count("frames", MAX_FRAMES)?;
-                let mut frames = Vec::with_capacity(n);
-                let mut prev = 0u64;
-                for i in 0..n {
-                    let v = p.u()?;
-                    let f = if i == 0 { v } else { prev.wrapping_add(unzigzag(v) as u64) };
-                    frames.push(f);
-                    prev = f;
-                }
-                // The label was appended in version 3 (§2b): absent when 0.
-                let label = if p.rest.is_empty() || prof.header.version < 3 {
-                    0
-                } else {
-                    let l = p.u()?;
-                    if l > prof.labels.len() as u64 {
-                        return Err(format!("stack {id} names label {l} which was never defined"));
-                    }
-                    l as u32
-                };
-                prof.stacks.push(Stack { frames, truncated, label });
+                let stack =
+                    tables::stack(p, prof.stacks.len(), prof.labels.len(), prof.header.version)?;
+                prof.stacks.push(stack);
             }
             TAG_LABEL if prof.header.version >= 3 => {
-                let id = p.u()?;
-                if id != prof.labels.len() as u64 + 1 {
-                    return Err(format!(
-                        "label record defines id {id}, expected {}",
-                        prof.labels.len() + 1
-                    ));
-                }
-                if id > u64::from(u32::MAX) {
-                    return Err(format!("label id {id} does not fit in 32 bits"));
-                }
-                let text = p.str()?;
+                let text = tables::label(p, prof.labels.len())?;
                 prof.labels.push(text);
             }
             TAG_SYMBOLS => {
-                let addr = p.u()?;
-                let n = p.count("inline frames", MAX_LIST)?;
-                let mut syms = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let function = p.str()?;
-                    let flags = p.u()?;
-                    let file = if flags & 1 != 0 { Some(p.str()?) } else { None };
-                    let line = if flags & 2 != 0 { Some(p.u32("line")?) } else { None };
-                    syms.push(Symbol { function, file, line });
-                }
+                let (addr, syms) = tables::symbols(p)?;
                 prof.symbols.insert(addr, syms);
             }
             TAG_PAIR if prof.header.version >= 2 => {
@@ -515,24 +449,7 @@ impl<R: Read> Reader<R> {
                 let (time_ns, bytes) = (p.u()?, p.u()?);
                 prof.resident.push(Resident { time_ns, bytes });
             }
-            TAG_SPLIT => {
-                let (time_ns, resident, allocator) = (p.u()?, p.u()?, p.u()?);
-                let (stacks, files, own, other) = (p.u()?, p.u()?, p.u()?, p.u()?);
-                let live_bytes = p.f64()?;
-                // Appended later (§3): absent in older files.
-                let outside = if p.rest.is_empty() { 0 } else { p.u()? };
-                prof.splits.push(ResidentSplit {
-                    time_ns,
-                    resident,
-                    allocator,
-                    outside,
-                    stacks,
-                    files,
-                    own,
-                    other,
-                    live_bytes,
-                });
-            }
+            TAG_SPLIT => prof.splits.push(tables::split(p)?),
             TAG_ENDED => {
                 let (how, status, limit_bytes) = (p.u()?, unzigzag(p.u()?), p.u()?);
                 // A way of ending of a newer writer: no claim.
@@ -542,26 +459,7 @@ impl<R: Read> Reader<R> {
                     limit_bytes,
                 });
             }
-            TAG_GC_CYCLE => {
-                let (cycle, start_ns, end_ns, mark_ns) = (p.u()?, p.u()?, p.u()?, p.u()?);
-                let (slices, longest_slice_ns, words_marked) = (p.u()?, p.u()?, p.u()?);
-                let ns_per_word = p.f64()?;
-                let (sweep_ns, heap_words, live_words) = (p.u()?, p.u()?, p.u()?);
-                let c = GcCycle {
-                    cycle,
-                    start_ns,
-                    end_ns,
-                    mark_ns,
-                    slices,
-                    longest_slice_ns,
-                    words_marked,
-                    ns_per_word,
-                    sweep_ns,
-                    heap_words,
-                    live_words,
-                };
-                return Ok(Some(Event::GcCycle(c)));
-            }
+            TAG_GC_CYCLE => return Ok(Some(Event::GcCycle(tables::gc_cycle(p)?))),
             t if t >= ANCILLARY => {} // unknown ancillary record: skipped
             t => return Err(format!("unknown record kind {t} (written by a newer memprof?)")),
         }
