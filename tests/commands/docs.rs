@@ -294,6 +294,31 @@ fn architecture_names_every_source_file() {
     );
 }
 
+/// The crate-level map in `src/lib.rs` (the map rustdoc shows, whose rows name files from
+/// `src/`) names every library file too, and no file that is gone: the two maps are kept
+/// true together.
+#[test]
+fn the_crate_docs_name_every_source_file() {
+    let lib = read("src/lib.rs");
+    let mut files = BTreeSet::new();
+    source_files(&root().join("src"), &mut files);
+    let named: BTreeSet<String> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `")?.split_once('`').map(|(f, _)| f.to_owned()))
+        .filter(|f| f.ends_with(".rs"))
+        .collect();
+    let missing: Vec<&String> =
+        files.iter().filter(|f| !named.contains(f.trim_start_matches("src/"))).collect();
+    let stale: Vec<&String> = named
+        .iter()
+        .filter(|f| !root().join("src").join(f).exists() && !root().join(f).exists())
+        .collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "src/lib.rs's map is out of date: missing {missing:?}, gone {stale:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Links
 
