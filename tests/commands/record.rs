@@ -477,10 +477,15 @@ fn managed_heap_under_record_has_samples_and_gc_cycles() {
     // The live set is the record table: make_record holds it.
     let (_, _, live, _) = totals(&p, "gc_workload::workload::make_record");
     assert!(live > 1e6, "make_record holds the live set: {live}");
-    // Mark time goes to the sites whose blocks survive, never to the temporaries.
+    // Mark time goes to the sites whose blocks survive. A temporary is marked only when a
+    // cycle begins while it is still held (the one being built): a sliver of the mark time,
+    // in about one run in seven, never a share that matters. Bound: under 1 %.
     let folded = memprof::report::collapsed(&p, memprof::report::View::Gc);
     assert!(!folded.is_empty());
-    assert!(folded.iter().all(|l| !l.contains("make_temp")), "{folded:?}");
+    let weight = |l: &String| l.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()).unwrap();
+    let all: f64 = folded.iter().map(weight).sum();
+    let temps: f64 = folded.iter().filter(|l| l.contains("make_temp")).map(weight).sum();
+    assert!(temps < 0.01 * all, "temporaries got {temps} of {all} ns of mark time: {folded:?}");
     // The blocks each cycle marked, estimated from the samples, against the words the
     // collector counted. With R = 16 KiB and ~6.5 MB marked, σ ≈ √(n·R) ≈ 330 KB (5 %);
     // the bound of 30 % is > 5.7σ: false-failure probability < 1e-8 per cycle checked.
