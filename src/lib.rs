@@ -68,6 +68,7 @@
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter; the hook an open `measure` scope sets for its frees |
 //! | `engine/entry.rs` | a sampled block's entry: what the live table keeps and a death's event carries |
 //! | `engine/live/fork.rs` | the table around `fork` (every shard taken, released) and its reset in a raw `clone` child |
+//! | `engine/live/packed.rs` | a live-table slot: a block's address and its entry packed into 32 bytes, and back |
 //! | `engine/live/tests.rs` | the table's tests |
 //! | `engine/forked.rs` | the wiped mark: a child made by a raw `clone` (no fork handler ran) found on the sample and free paths, and its handler run first |
 //! | `engine/queue/mod.rs` | the bounded queue of events waiting for a safe point, and the futex word full-queue waiters sleep on |

@@ -121,80 +121,6 @@ pub enum Insert {
     Reentrant,
 }
 
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Slot {
-    addr: usize,
-    packed: Packed,
-}
-
-/// An [`Entry`] as a slot holds it (§5): 32 bytes, where the entry is 48. The id keeps its
-/// low 48 bits (ids count samples from 1: 2^48 is centuries of samples) and the epoch its
-/// low 16 (an entry is read back within 65,536 sessions of its own, and the whole epoch
-/// follows from the current one); the size keeps 40 bits (1 TiB) and the sample points 24,
-/// or a mark for "as many as the size" (the exact mode). A sample that does not fit (a
-/// block of a terabyte or more, or 16 M points in a block sampled at an interval) is not
-/// entered: it counts as untracked ([`Insert::NoMemory`]).
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Packed {
-    id_epoch: u64,
-    stack: u64,
-    time: u64,
-    size_k: u64,
-}
-
-const ID_BITS: u32 = 48;
-const SIZE_BITS: u32 = 40;
-/// [`Packed::size_k`]'s points: as many as the size.
-const K_IS_SIZE: u64 = (1 << (64 - SIZE_BITS)) - 1;
-
-impl Packed {
-    #[inline(always)]
-    fn of(e: &Entry) -> Option<Packed> {
-        if e.id >> ID_BITS != 0 || e.size >> SIZE_BITS != 0 {
-            return None;
-        }
-        let k = if e.k == e.size {
-            K_IS_SIZE
-        } else if e.k < K_IS_SIZE {
-            e.k
-        } else {
-            return None;
-        };
-        Some(Packed {
-            id_epoch: e.id | e.epoch << ID_BITS,
-            stack: e.stack,
-            time: e.time,
-            size_k: e.size | k << SIZE_BITS,
-        })
-    }
-
-    #[inline(always)]
-    fn id(&self) -> u64 {
-        self.id_epoch & ((1 << ID_BITS) - 1)
-    }
-
-    #[inline(always)]
-    fn entry(&self) -> Entry {
-        let now = crate::engine::sampler::EPOCH.load(Ordering::Relaxed);
-        let behind = now.wrapping_sub(self.id_epoch >> ID_BITS) & ((1 << (64 - ID_BITS)) - 1);
-        let size = self.size_k & ((1 << SIZE_BITS) - 1);
-        let k = match self.size_k >> SIZE_BITS {
-            K_IS_SIZE => size,
-            k => k,
-        };
-        Entry {
-            id: self.id(),
-            epoch: now.wrapping_sub(behind),
-            stack: self.stack,
-            time: self.time,
-            size,
-            k,
-        }
-    }
-}
-
 struct Table {
     slots: *mut Slot,
     cap: usize,
@@ -795,7 +721,9 @@ pub(crate) fn clear() {
 }
 
 mod fork;
+mod packed;
 pub(crate) use fork::{held_here, lock_all, reset_in_child, unlock_all, unlock_all_in_child};
+use packed::{Packed, Slot};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! The live table's tests: entries round trip, shards, the filter, the frees signal
 //! handlers defer.
 
+use super::packed::K_IS_SIZE;
 use super::*;
 
 /// A slot gives back the entry it was given: exact (points = size) and sampled, the
