@@ -125,7 +125,9 @@
 //! | `profile/format/read/record.rs` | outer records read from untrusted bytes: lengths, checksums, cuts |
 //! | `profile/format/read/tables.rs` | the records that build the profile's tables (modules, stacks, labels, symbols) and the facts beside the events (a resident split, a GC cycle), each decoded from its payload and checked |
 //! | `profile/format/read/v1.rs` | version-1 events, which name their blocks by sample id |
-//! | `profile/format/tests.rs` | the format's round trips, old versions, damaged and truncated files |
+//! | `profile/format/tests/mod.rs` | the format's round trips and old versions |
+//! | `profile/format/tests/damaged.rs` | damaged, truncated and refused streams |
+//! | `profile/format/tests/lifetimes.rs` | lifetimes as each mode stores them |
 //! | `profile/load.rs` | reading one or more `.mprof` files as `record` and `report` do (following a tree, resolving symbols) |
 //! | `profile/merge.rs` | a process tree's profiles merged into one |
 //! | `profile/replay.rs` | a recording replayed: windows in time (`--at`, `--from`, `--to`), the heap at a moment, the time parsers |
