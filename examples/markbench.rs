@@ -34,7 +34,7 @@
 
 use std::time::Instant;
 
-use memprof::gc::{CycleStats, Heap, HeapConfig, Marker, ReachedBits, Value};
+use memprof::gc::{CycleRecord, Heap, HeapConfig, Marker, ReachedBits, Value};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -159,12 +159,12 @@ fn set(heap: &mut Heap, (m, bits): Way) {
 /// effects, free-list rebuild), then `rounds` of each, alternating in a different order
 /// each round (a neighbour slowing the machine for a while slows all three alike).
 /// Returns each way's cycles.
-fn alternate(heap: &mut Heap, ways: [Way; 3], rounds: usize) -> [Vec<CycleStats>; 3] {
+fn alternate(heap: &mut Heap, ways: [Way; 3], rounds: usize) -> [Vec<CycleRecord>; 3] {
     for way in ways {
         set(heap, way);
         heap.major_cycle();
     }
-    let mut runs: [Vec<CycleStats>; 3] = Default::default();
+    let mut runs: [Vec<CycleRecord>; 3] = Default::default();
     for round in 0..rounds {
         for k in 0..3 {
             let i = (round + k) % 3;
@@ -202,7 +202,7 @@ fn median(xs: &[f64]) -> f64 {
     v[v.len() / 2]
 }
 
-fn summary(name: &str, cs: &[CycleStats]) -> f64 {
+fn summary(name: &str, cs: &[CycleRecord]) -> f64 {
     let mark: Vec<f64> = cs.iter().map(|c| c.mark_ns as f64 / 1e9).collect();
     let total: Vec<f64> = cs.iter().map(|c| (c.end_ns - c.start_ns) as f64 / 1e9).collect();
     let npw: Vec<f64> = cs.iter().map(|c| c.ns_per_word).collect();

@@ -59,7 +59,7 @@
 //! | `engine/sampler/per_thread.rs` | a thread's sampler state (number, ids, generator), in its block |
 //! | `engine/busy.rs` | the reentrancy guard: a thread's busy flag and `Busy` |
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
-//! | `engine/hot.rs` | a sampled allocation or death: capture, live entry, event |
+//! | `engine/sample_path.rs` | a sampled allocation or death: capture, live entry, event |
 //! | `engine/push.rs` | the session's queue and the pushes into it: backpressure (a sleep until the consumer drains, a spin under a seccomp filter, for as long as the consumer is there), deaths |
 //! | `engine/consumer.rs` | the queue's consumer in another process (the collector) as the producers see it: its heartbeat, its verdict on the ring, its process looked up (or, under a seccomp filter, not) |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
@@ -159,8 +159,8 @@
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
 //! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |
-//! | `report/stats.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
-//! | `stats.rs` | what the reports and the tests' sampled scopes share: an estimate's error, the exact binomial tail |
+//! | `report/confidence.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
+//! | `binomial.rs` | what the reports and the tests' sampled scopes share: an estimate's error, the exact binomial tail |
 //! | `report/diff/` | `memprof diff`: per-site changes between two recordings, in four formats |
 //! | `report/diff/mod.rs` | the statistics of the comparison (its documentation) and the folder's face |
 //! | `report/diff/compare.rs` | per-site comparison: the changes, their standard errors and Holm-corrected flags |
@@ -187,8 +187,8 @@
 //! | `gc/sweep.rs` | sweep: dead blocks back to the free lists, each death reported first |
 //! | `gc/compare.rs` | structural comparison and hashing of values |
 //! | `gc/profiler.rs` | where the managed heap reports its blocks and cycles |
-//! | `gc/stats.rs` | per-cycle timing records and heap totals |
-//! | `testing.rs` | [`testing::measure`], [`testing::Stats`] (figures, then the sites by name), [`assert_no_alloc!`]: allocation assertions in ordinary `cargo test`s |
+//! | `gc/cycles.rs` | per-cycle timing records and heap totals |
+//! | `testing.rs` | [`testing::measure`], [`testing::Allocated`] (figures, then the sites by name), [`assert_no_alloc!`]: allocation assertions in ordinary `cargo test`s |
 //! | `testing/budget.rs` | [`testing::Budgets`], [`assert_budget!`]: a test's figures against ceilings in `tests/alloc-budgets.toml` (feature `budgets`), written by `MEMPROF_BUDGETS=accept`; read-modify-write under a `flock`, replaced atomically |
 //! | `testing/sampled.rs` | [`testing::measure_sampled`]: estimates with 95 % intervals, and assertions that fail at a stated false-failure rate (an exact binomial test) |
 //! | `tracing.rs` | `tracing::SpanLayer` (feature `tracing`): samples labelled by span path |
@@ -235,7 +235,7 @@
 //! | `record/command/attach/tracee.rs` | a seized thread: stops, its whole user state saved and restored, a function of the process called on it |
 //! | `record/command/attach/inject.rs` | `dlopen` on a borrowed thread, the library's plans, the writes made with every thread stopped |
 //! | `record/command/process.rs` | a process as the collector sees it through `/proc`: gone or not (a zombie's status, a pidfd's), its modules from its maps, which process made a ring (across PID namespaces) |
-//! | `record/command/reach.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s note when it cannot |
+//! | `record/command/interposable.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s note when it cannot |
 //! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
 //! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, their flamegraphs and pages written (`target/memprof-demo/`) |
@@ -324,6 +324,7 @@
 #![cfg_attr(not(feature = "cli"), allow(dead_code))]
 #![deny(missing_debug_implementations)]
 
+mod binomial;
 pub mod config;
 mod engine;
 mod error;
@@ -335,7 +336,6 @@ pub mod report;
 #[cfg(feature = "serve")]
 pub mod serve;
 mod session;
-mod stats;
 mod sys;
 pub mod testing;
 #[cfg(feature = "tracing")]
@@ -348,7 +348,7 @@ pub use error::{Error, LaunchError};
 pub use session::recorder::{Held, Recorder};
 pub use session::{
     live_profile, poll, record_gc_cycle, start, Allocation, Callstack, Deallocation, Poll, Session,
-    SessionInfo, Stats, Tracker,
+    SessionCounters, SessionInfo, Tracker,
 };
 pub use sys::files;
 

@@ -35,8 +35,8 @@
 //! # Sampled scopes
 //! For long runs, [`measure_sampled`] samples one byte in `R` of the thread's allocations
 //! instead, at about the cost of an ordinary session, and gives estimates with 95 %
-//! intervals; its assertions ([`SampledStats::assert_bytes_at_most`],
-//! [`SampledStats::assert_live_at_most`]) fail only when a bound is exceeded beyond
+//! intervals; its assertions ([`SampledAllocated::assert_bytes_at_most`],
+//! [`SampledAllocated::assert_live_at_most`]) fail only when a bound is exceeded beyond
 //! sampling noise, at a stated false-failure rate ([`FALSE_FAILURE_RATE`]).
 //!
 //! It needs [`crate::Sampled`] as the program's `#[global_allocator]` (a test binary's
@@ -47,7 +47,7 @@ use std::fmt;
 
 mod sampled;
 pub use sampled::{
-    measure_sampled, measure_sampled_seeded, Estimate, SampledSite, SampledStats,
+    measure_sampled, measure_sampled_seeded, Estimate, SampledAllocated, SampledSite,
     FALSE_FAILURE_RATE,
 };
 #[cfg(feature = "budgets")]
@@ -58,7 +58,7 @@ pub use budget::{BudgetMode, Budgets};
 /// What the calling thread allocated inside a [`measure`]d closure, exactly.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Stats {
+pub struct Allocated {
     /// Blocks allocated.
     pub blocks: u64,
     /// Bytes allocated (the sizes asked for).
@@ -75,14 +75,14 @@ pub struct Stats {
     /// as live.
     pub untracked: u64,
     /// The allocating sites, those still holding live bytes first, then by bytes.
-    pub sites: Vec<SiteStats>,
+    pub sites: Vec<SiteAllocated>,
 }
 
 /// One allocation site of a scope (the innermost frame that is not allocation plumbing,
 /// as in `memprof report`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SiteStats {
+pub struct SiteAllocated {
     /// The function.
     pub site: String,
     /// Where it allocates (`file:line`), when the debug information says.
@@ -97,13 +97,13 @@ pub struct SiteStats {
     pub live_bytes: u64,
 }
 
-impl Stats {
+impl Allocated {
     /// The live blocks at the scope's end.
     pub fn live_blocks(&self) -> u64 {
         self.blocks - self.frees
     }
 
-    /// Panics, with the figures and the sites ([`Stats`]'s `Display`), when the scope
+    /// Panics, with the figures and the sites ([`Allocated`]'s `Display`), when the scope
     /// allocated more than `blocks` blocks or `bytes` bytes.
     #[track_caller]
     pub fn assert_at_most(&self, blocks: u64, bytes: u64) {
@@ -121,7 +121,7 @@ impl Stats {
     }
 }
 
-impl fmt::Display for Stats {
+impl fmt::Display for Allocated {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -211,7 +211,7 @@ fn open() -> Scope {
 /// Runs `f` on the calling thread and returns its result with what the thread allocated
 /// inside it, exactly (see the [module documentation](self)). Panics when
 /// [`crate::Sampled`] is not the global allocator.
-pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Stats) {
+pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Allocated) {
     check_sampled();
     let mut scope = open();
     let r = f();
@@ -242,10 +242,10 @@ fn check_sampled() {
 }
 
 /// The figures and the named sites of a closed scope.
-fn stats(left: Left) -> Stats {
+fn stats(left: Left) -> Allocated {
     // An exact scope: its peak is the largest live count (the halves are a sampled one's).
     let Counts { blocks, bytes, frees, freed_bytes, live, peak, .. } = left.counts;
-    Stats {
+    Allocated {
         blocks,
         bytes,
         frees,
@@ -328,10 +328,10 @@ fn named_sites(stacks: &[LeftStack], interval: f64) -> Vec<Named> {
 }
 
 /// The sites of an exact scope.
-fn sites(stacks: &[LeftStack]) -> Vec<SiteStats> {
+fn sites(stacks: &[LeftStack]) -> Vec<SiteAllocated> {
     named_sites(stacks, 1.0)
         .into_iter()
-        .map(|s| SiteStats {
+        .map(|s| SiteAllocated {
             site: s.site,
             location: s.location,
             blocks: s.blocks.round() as u64,

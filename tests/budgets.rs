@@ -3,7 +3,7 @@
 //! accepting into one file lose nothing, a damaged file is reported and left as it is.
 #![cfg(feature = "budgets")]
 
-use memprof::testing::{measure, BudgetMode, Budgets, Stats};
+use memprof::testing::{measure, Allocated, BudgetMode, Budgets};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 
@@ -59,15 +59,15 @@ fn half_a_kilobyte() -> usize {
     black_box(Vec::<u8>::with_capacity(500)).capacity()
 }
 
-fn figures(s: &Stats) -> (u64, u64, u64, u64) {
+fn figures(s: &Allocated) -> (u64, u64, u64, u64) {
     (s.blocks, s.bytes, s.peak_bytes, s.live_bytes)
 }
 
-fn accept(p: &Path, name: &str, s: &Stats) {
+fn accept(p: &Path, name: &str, s: &Allocated) {
     Budgets::at(p).mode(BudgetMode::Accept).check(name, s);
 }
 
-fn check(p: &Path, name: &str, s: &Stats) {
+fn check(p: &Path, name: &str, s: &Allocated) {
     Budgets::at(p).mode(BudgetMode::Check).check(name, s);
 }
 
@@ -159,7 +159,7 @@ fn hostile_names_round_trip() {
 fn threads_accepting_into_one_file_lose_no_budget() {
     let d = Scratch::new("threads");
     let p = d.file(TEMPLATE);
-    let measured: Vec<(String, Stats)> = std::thread::scope(|scope| {
+    let measured: Vec<(String, Allocated)> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..16usize)
             .map(|i| {
                 let p = &p;

@@ -16,7 +16,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use memprof::{Allocation, Config, Deallocation, Stats, Tracker, Unwinder};
+use memprof::{Allocation, Config, Deallocation, SessionCounters, Tracker, Unwinder};
 
 /// `System`, counting the calls of the watched thread.
 struct Counting;
@@ -131,7 +131,7 @@ struct Seen {
     samples: u64,
     frees: u64,
     deepest: usize,
-    stats: Option<Stats>,
+    stats: Option<SessionCounters>,
     /// (id, address) of sampled 100-byte blocks, and the ids of freed samples.
     hundreds: Vec<(u64, usize)>,
     freed: Vec<u64>,
@@ -158,7 +158,7 @@ impl Tracker for Seen {
         self.freed.push(d.id);
     }
 
-    fn stopped(&mut self, stats: &Stats) {
+    fn stopped(&mut self, stats: &SessionCounters) {
         self.stats = Some(*stats);
     }
 }

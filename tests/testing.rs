@@ -2,7 +2,7 @@
 //! same time (cargo runs this file's tests in parallel, and some spawn allocating threads
 //! of their own), and failure texts that name the allocating function.
 
-use memprof::testing::{measure, Stats};
+use memprof::testing::{measure, Allocated};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ impl Drop for Noise {
     }
 }
 
-fn figures(s: &Stats) -> (u64, u64, u64, u64, u64) {
+fn figures(s: &Allocated) -> (u64, u64, u64, u64, u64) {
     (s.blocks, s.bytes, s.frees, s.peak_bytes, s.live_bytes)
 }
 
@@ -221,7 +221,7 @@ fn many_blocks_exactly() {
 // Sampled scopes (`measure_sampled`): estimates with 95 % intervals, and assertions with a
 // stated false-failure rate, checked statistically with fixed seeds.
 
-use memprof::testing::{measure_sampled_seeded, SampledStats};
+use memprof::testing::{measure_sampled_seeded, SampledAllocated};
 
 /// A workload of known figures: `n` blocks of sizes 16..=4111 bytes, every third kept.
 /// Returns what it keeps, and (bytes, blocks, live bytes).
@@ -240,7 +240,7 @@ fn workload(n: usize) -> (Vec<Vec<u8>>, (u64, u64, u64)) {
 }
 
 /// Runs `workload(n)` in a sampled scope at `interval` with `seed`.
-fn sampled_workload(n: usize, interval: u64, seed: u64) -> (SampledStats, (u64, u64, u64)) {
+fn sampled_workload(n: usize, interval: u64, seed: u64) -> (SampledAllocated, (u64, u64, u64)) {
     let (kept, s) = measure_sampled_seeded(interval, seed, || workload(n));
     let truth = kept.1;
     // The scope's own vector of kept blocks: its buffer's growth is allocated inside too.
@@ -279,7 +279,7 @@ fn sampled_intervals_cover_the_truth() {
     }
     // The blocks' interval is the normal approximation of a skewed sum (a sampled 16-byte
     // block stands for 512 blocks here), and covers less than 95 %: 89 % for these seeds.
-    // The documentation of `SampledStats::blocks` says so; this bound keeps it from
+    // The documentation of `SampledAllocated::blocks` says so; this bound keeps it from
     // getting worse.
     assert!((0.85..=0.975).contains(&rates[1]), "blocks: coverage {}", rates[1]);
     // Unbiased: the mean of 1 000 estimates of ~700 KB at 1 point in 8 KiB (≈ 85 points,

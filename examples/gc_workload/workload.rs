@@ -7,7 +7,7 @@
 //! one incremental slice. In a live view, `make_record` holds the heap; in an alloc view,
 //! `make_temp` dominates.
 
-use memprof::gc::{CycleStats, Heap, HeapConfig, HeapStats, Value};
+use memprof::gc::{CycleRecord, Heap, HeapConfig, HeapTotals, Value};
 
 /// The sampling configuration the example and the demo use: a 16 KiB mean interval, so a
 /// live set of a few MB holds hundreds of samples.
@@ -29,9 +29,9 @@ pub const SLICE_BUDGET: usize = 20_000;
 /// What a run did.
 pub struct Report {
     /// Completed GC cycles.
-    pub cycles: Vec<CycleStats>,
+    pub cycles: Vec<CycleRecord>,
     /// Heap totals at the end.
-    pub stats: HeapStats,
+    pub stats: HeapTotals,
     /// Sum of the keys still in the table (a checksum).
     pub checksum: i64,
 }

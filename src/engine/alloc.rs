@@ -35,8 +35,8 @@
 //! size, hands it the new block. (A `realloc` that fails puts a sampled block back in the
 //! table, but leaves a measured one counted free: the scope's figures say it ended there.)
 
-use crate::engine::hot;
 use crate::engine::live::{self, Freed};
+use crate::engine::sample_path;
 use crate::engine::sampler::{self, Countdown, Hit};
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -61,7 +61,7 @@ pub fn on_alloc_in(cd: &Countdown, addr: *mut u8, size: usize) {
 pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_in(cd, size) {
         if !addr.is_null() {
-            hot::record_alloc_at(addr as usize, size, hit, Some((sp, bp)));
+            sample_path::record_alloc_at(addr as usize, size, hit, Some((sp, bp)));
         }
     }
 }
@@ -73,7 +73,7 @@ pub fn on_alloc_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: us
 pub fn on_alloc_slow_at(cd: &Countdown, addr: *mut u8, size: usize, sp: usize, bp: usize) {
     if let Some(hit) = sampler::sample_slow(cd, size) {
         if !addr.is_null() {
-            hot::record_alloc_inline(addr as usize, size, hit, Some((sp, bp)));
+            sample_path::record_alloc_inline(addr as usize, size, hit, Some((sp, bp)));
         }
     }
 }
@@ -96,7 +96,7 @@ fn record_hit(addr: usize, size: usize, hit: Hit) {
         crate::engine::measure::on_alloc(addr, size);
     }
     if hit.k > 0 {
-        hot::record_alloc(addr, size, hit);
+        sample_path::record_alloc(addr, size, hit);
     }
 }
 
@@ -105,7 +105,7 @@ fn record_hit(addr: usize, size: usize, hit: Hit) {
 #[inline(always)]
 pub fn on_dealloc(addr: *mut u8) {
     if let Some(entry) = live::remove_freed(addr as usize) {
-        hot::record_free(entry);
+        sample_path::record_free(entry);
     }
 }
 
@@ -114,7 +114,7 @@ pub fn on_dealloc(addr: *mut u8) {
 #[inline(always)]
 pub fn on_dealloc_counted(addr: *mut u8) {
     if let Some(entry) = live::remove_counted(addr as usize) {
-        hot::record_free_inline(entry);
+        sample_path::record_free_inline(entry);
     }
 }
 
@@ -202,14 +202,14 @@ fn finish_realloc(
 ) {
     if new.is_null() {
         if let Some(e) = plan.old {
-            hot::restore(e.entry, old as usize);
+            sample_path::restore(e.entry, old as usize);
         }
         return;
     }
     // The old block's sample dies now, before the new block's can be born (its event
     // then follows the death in the queue, also when the address is the same).
     if let Some(e) = plan.old {
-        hot::record_free(e);
+        sample_path::record_free(e);
     }
     if let Some(hit) = plan.hit {
         realloc_hit(new as usize, new_size, hit, entry);
@@ -226,8 +226,8 @@ fn realloc_hit(addr: usize, size: usize, hit: Hit, entry: Option<(usize, usize)>
     }
     if hit.k > 0 {
         match entry {
-            Some(_) => hot::record_alloc_at(addr, size, hit, entry),
-            None => hot::record_alloc(addr, size, hit),
+            Some(_) => sample_path::record_alloc_at(addr, size, hit, entry),
+            None => sample_path::record_alloc(addr, size, hit),
         }
     }
 }

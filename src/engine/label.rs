@@ -4,7 +4,7 @@
 //! A label is an id that code outside the allocator interned (`memprof::tracing`'s span
 //! layer, through `crate::session::label`): the path of the tracing spans entered on the
 //! thread, 0 for none. The layer writes the word in user context when a span is entered or
-//! left; the sample path ([`crate::engine::hot`]) reads it once per *sampled* allocation,
+//! left; the sample path ([`crate::engine::sample_path`]) reads it once per *sampled* allocation,
 //! so the unsampled fast path does not change, and the word is a plain `Cell` in the same
 //! kind of per-thread block as the sampler's (initial-exec TLS with `static-tls`): reading
 //! it takes no lock, allocates nothing and cannot fail. A signal handler's sample reads the

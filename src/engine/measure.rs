@@ -45,7 +45,7 @@
 //!
 //! # 5. A sampled scope's peak
 //! The largest live estimate over time picks the noise and reads high, so a sampled scope's
-//! peak is cross-fitted as a profile's is (`report::stats` §1): each sampled block's `k`
+//! peak is cross-fitted as a profile's is (`report::confidence` §1): each sampled block's `k`
 //! points are split into halves by fair coins from the scope's generator ([`half`]), the
 //! moment half A's live points are most is chosen on A and measured on B (the points of B
 //! live then), and the other way round. `R·(B at A's peak + A at B's peak)` estimates the

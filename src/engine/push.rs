@@ -1,6 +1,6 @@
 //! The sample path's way out: the session's queue and the pushes into it. A push that finds
 //! the queue full waits, with backpressure on, for room while the consumer is there (see
-//! `hot` §1 for when it does not wait at all); a free that still does not fit is kept in
+//! `sample_path` §1 for when it does not wait at all); a free that still does not fit is kept in
 //! the queue's table of lost frees for the consumer to replay (`queue` §3). Never
 //! allocates, never panics, keeps errno. Below the live table, which reports the deaths of
 //! the frees a signal handler deferred through [`push_death`] (`live` §4).

@@ -33,7 +33,7 @@
 //! collections.
 //!
 //! # 4. Timing
-//! Each cycle yields a [`CycleStats`]: mark time summed over slices, slice count, longest
+//! Each cycle yields a [`CycleRecord`]: mark time summed over slices, slice count, longest
 //! slice, words marked, ns per word, sweep time, heap and live words. [`Heap::cycles`]
 //! keeps them; [`Heap::set_cycle_hook`] streams them out as cycles end, and every cycle is
 //! reported to the running profiling session ([`crate::session::record_gc_cycle`]), which puts it in
@@ -42,19 +42,19 @@
 
 mod alloc;
 mod compare;
+mod cycles;
 mod heap;
 mod mark;
 mod profiler;
-mod stats;
 mod sweep;
 
 use core::cmp::Ordering;
 
 pub use compare::{HASH_MEANINGFUL, HASH_TOTAL, RECORD_AFTER};
+pub use cycles::{CycleRecord, HeapTotals};
 pub use heap::{Value, DOUBLE_ARRAY_TAG, MAX_SMALL_WOSIZE, NO_SCAN_TAG, STRING_TAG};
 pub use mark::Marker;
 pub use profiler::under_record;
-pub use stats::{CycleStats, HeapStats};
 
 use crate::engine::clock::monotonic_ns;
 use alloc::FreeLists;
@@ -116,7 +116,7 @@ impl Default for HeapConfig {
 }
 
 /// A callback that receives each cycle's record as the cycle ends.
-pub type CycleHook = Box<dyn FnMut(&CycleStats)>;
+pub type CycleHook = Box<dyn FnMut(&CycleRecord)>;
 
 /// A registered root: the collector treats the value in its slot as reachable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -141,8 +141,8 @@ pub struct Heap {
     phase: Phase,
     marker: Marker,
     mark: MarkState,
-    current: CycleStats,
-    cycles: Vec<CycleStats>,
+    current: CycleRecord,
+    cycles: Vec<CycleRecord>,
     hook: Option<CycleHook>,
     /// Where blocks and cycles are reported (this process, or `memprof record`'s session).
     profiler: profiler::Hooks,
@@ -200,7 +200,7 @@ impl Heap {
             phase: Phase::Idle,
             marker: config.marker,
             mark: MarkState::new(),
-            current: CycleStats::default(),
+            current: CycleRecord::default(),
             cycles: Vec::new(),
             hook: None,
             profiler: profiler::Hooks::resolve(),
@@ -505,12 +505,12 @@ impl Heap {
         };
         self.mark.begin_cycle(limit, &self.chunks, bits, self.config.huge_pages);
         let reached_bits = self.mark.has_bits();
-        self.current = CycleStats {
+        self.current = CycleRecord {
             start_ns: monotonic_ns(),
             marker: self.marker,
             overflows: self.mark.overflows,
             reached_bits,
-            ..CycleStats::default()
+            ..CycleRecord::default()
         };
         for i in 0..self.roots.len() {
             let v = self.roots[i];
@@ -587,7 +587,7 @@ impl Heap {
     }
 
     /// Records of the completed cycles, oldest first.
-    pub fn cycles(&self) -> &[CycleStats] {
+    pub fn cycles(&self) -> &[CycleRecord] {
         &self.cycles
     }
 
@@ -597,8 +597,8 @@ impl Heap {
     }
 
     /// Heap totals now.
-    pub fn stats(&self) -> HeapStats {
-        HeapStats {
+    pub fn stats(&self) -> HeapTotals {
+        HeapTotals {
             heap_words: self.chunk_words + self.large_words,
             chunk_words: self.chunk_words,
             large_words: self.large_words,

@@ -86,7 +86,7 @@ impl SincePeak {
 }
 
 /// The cross-fitted peak of a sampled profile (module documentation §3 of
-/// [`profile`](crate::profile), and `report::stats` §1): each block's `k` points split into
+/// [`profile`](crate::profile), and `report::confidence` §1): each block's `k` points split into
 /// two halves, A and B ([`split_points`]), each half's live points followed apart, and the
 /// live sets at the two halves' own peaks kept as [`SincePeak`] keeps the exact mode's.
 #[derive(Clone, Debug, Default)]

@@ -87,7 +87,7 @@ impl Profile {
 
     /// A sampled block of `pair`, allocated in time unit `unit` with `k` points, joins the
     /// live halves at `t` (or `leaves` them): the cross-fitted peak (§3 of the module
-    /// documentation, `report::stats` §1).
+    /// documentation, `report::confidence` §1).
     fn halves_change(&mut self, pair: (StackId, u64), unit: u64, k: u64, t: u64, leaves: bool) {
         let a = split_points(pair.0, pair.1, unit, k);
         let b = k - a;
@@ -501,7 +501,7 @@ mod tests {
 
     /// A steady 9 MiB, and for 16 000 of its 118 000 events 36 MiB more. (A spike must
     /// stand above the noise of the rest of the run, a few `√(B·2R)` for each half, for
-    /// the halves to find it: `report::stats` §1.)
+    /// the halves to find it: `report::confidence` §1.)
     fn spike(sim: &mut Sim) {
         let mut blocks: Vec<Block> = (0..2000).map(|_| sim.small()).collect();
         for step in 0..100_000 {
@@ -538,7 +538,7 @@ mod tests {
     /// the true heap at two moments, at most the peak, so its coverage of the peak is a
     /// little below that of the moments' mean, which the bound leaves room for). In every
     /// run `|P̂ − truth|` is within twice the interval. The spread of `P̂` about the truth is
-    /// checked against the live formula's standard error (`report::stats` §1): the
+    /// checked against the live formula's standard error (`report::confidence` §1): the
     /// mean of `((P̂ − truth) / SE)²` within [0.6, 1.6] (for 100 independent standard
     /// normals its sd is 0.14: 4 sd either side).
     ///
@@ -550,7 +550,7 @@ mod tests {
     fn the_peak_interval_covers_the_true_peak() {
         let n = 100u64;
         // The fewest runs that may cover: P(Binomial(100, 0.95) < 87) ≤ 10⁻³.
-        let tail = |c: u64| 1.0 - crate::stats::binomial_upper_tail(n, 0.95, c);
+        let tail = |c: u64| 1.0 - crate::binomial::binomial_upper_tail(n, 0.95, c);
         let need = (0..=n).take_while(|&c| tail(c) <= 1e-3).last().unwrap();
         assert_eq!(need, 87, "P(X < 87) = {}", tail(87));
         type Program = fn(&mut Sim);
@@ -563,10 +563,10 @@ mod tests {
                 program(&mut sim);
                 let (p, truth) = (&sim.p, sim.true_peak as f64);
                 let est = p.peak.bytes;
-                let se = crate::stats::std_error(est, R);
+                let se = crate::binomial::std_error(est, R);
                 // The peak's own interval, the live formula's widened (`stats::PEAK_WIDENING`);
                 // the spread below is measured against the live formula's standard error.
-                let ci = crate::stats::peak_ci95(est, R);
+                let ci = crate::binomial::peak_ci95(est, R);
                 assert!(
                     (est - truth).abs() <= 2.0 * ci,
                     "{name} seed {seed}: peak {est} ± {ci}, truth {truth}"
@@ -574,7 +574,7 @@ mod tests {
                 covered += u64::from((est - truth).abs() <= ci);
                 z2 += ((est - truth) / se).powi(2) / n as f64;
                 let old = p.series.peak().bytes;
-                old_covered += u64::from((old - truth).abs() <= crate::stats::ci95(old, R));
+                old_covered += u64::from((old - truth).abs() <= crate::binomial::ci95(old, R));
                 // The sites' peaks sum to the peak, and are live estimates of the two moments.
                 let sites = p.peak_live().unwrap();
                 let k: u64 = sites.values().map(|t| t.k).sum();

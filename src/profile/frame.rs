@@ -199,7 +199,7 @@ mod tests {
         for name in [
             "memprof::engine::alloc::on_alloc",
             "<memprof::engine::alloc::Sampled<A> as core::alloc::global::GlobalAlloc>::alloc",
-            "memprof::engine::hot::record_alloc",
+            "memprof::engine::sample_path::record_alloc",
             "memprof::engine::callstack::capture",
             "memprof::session::poll",
             "memprof::tracker::hot::record_alloc",

@@ -90,7 +90,7 @@ pub struct Lost {
     /// handler allocated while its thread was inside the profiler.
     pub events: u64,
     /// Sampled blocks that the live table could not follow (their frees are unseen, or
-    /// reported early: see [`crate::session::Stats`]'s field of the same name).
+    /// reported early: see [`crate::session::SessionCounters`]'s field of the same name).
     pub untracked: u64,
     /// Callbacks that panicked (caught; the event was dropped).
     pub callback_panics: u64,

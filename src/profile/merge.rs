@@ -13,7 +13,7 @@
 //! bucket on the first profile's clock (each process's from its own start time), and the
 //! peak is the series' highest bucket maximum: an upper bound of the tree's peak, as the
 //! processes' maxima within a bucket need not coincide, and, sampled, as each maximum is
-//! that of a noisy estimate (biased upward: `report::stats` §1). No process's cross-fitted
+//! that of a noisy estimate (biased upward: `report::confidence` §1). No process's cross-fitted
 //! peak survives the merge (the halves' moments are each process's own), so the reports
 //! state a tree's peak as "at most", without an interval, and have no live set at it.
 #![forbid(unsafe_code)]

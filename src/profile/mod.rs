@@ -40,7 +40,7 @@
 //!   seeded by what its sample and its free both name), each half's live points followed
 //!   apart, `t_A` and `t_B` the moments each half is largest, and the peak
 //!   `R·(K_B(t_A) + K_A(t_B))`: each moment measured by the half that did not choose it,
-//!   unbiased for the mean of the true heap at the two moments (`report::stats` §1
+//!   unbiased for the mean of the true heap at the two moments (`report::confidence` §1
 //!   derives it and its interval). The largest live estimate, a maximum of noise, is
 //!   biased upward; the series keeps it per bucket ([`SeriesPoint::live_max`]);
 //! - [`Profile::peak_live`]: the live set at the peak, per (stack, size): exact; sampled,

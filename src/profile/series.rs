@@ -132,7 +132,7 @@ pub struct Peak {
     /// Estimated live bytes at the peak: in the exact mode the largest live heap after any
     /// event; sampled, `R·(K_B(t_A) + K_A(t_B))`, an unbiased estimate of the mean of the
     /// true live heap at the two moments of [`Peak::moments_ns`] (its 95 % interval is that
-    /// of any live estimate, `report::stats` §1); for a merged profile, an upper bound.
+    /// of any live estimate, `report::confidence` §1); for a merged profile, an upper bound.
     pub bytes: f64,
     /// When, in nanoseconds since the start of the recording: the moment of the peak in
     /// the exact mode; sampled, whichever of the two moments has the larger held-out

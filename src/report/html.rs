@@ -57,8 +57,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
+use super::confidence;
 use super::export::{ExportOptions, Exporter};
-use super::stats;
 use super::view::{sampling_summary, sorted, stack_totals, View};
 use crate::error::Error;
 use crate::profile::timeline::{Cell, Grid, Timeline};
@@ -412,7 +412,7 @@ pub fn write_tree_html(
         procs.key("allocated");
         procs.num(pr.allocated);
         procs.key("peak");
-        let ci = stats::peak_ci95(own.peak.bytes, profile.header.interval);
+        let ci = confidence::peak_ci95(own.peak.bytes, profile.header.interval);
         procs.nums([own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64, ci]);
         // Its own timeline, on the tree's buckets.
         let n = grid.buckets as usize;
@@ -531,7 +531,7 @@ fn data_json(
     // The interval may be fractional (a rate): written in full, not rounded.
     let _ = write!(j.0, "{}", if h.interval.is_finite() { h.interval } else { 0.0 });
     j.key("z95");
-    let _ = write!(j.0, "{}", stats::Z95);
+    let _ = write!(j.0, "{}", confidence::Z95);
     j.key("start");
     j.num(h.start_unix_ns as f64);
     j.key("unit");
@@ -545,7 +545,7 @@ fn data_json(
     // The peak, when, and its 95 % half width (0 when exact, or an upper bound: a tree's).
     j.key("peak");
     let ci = if profile.since_peak_known() {
-        stats::peak_ci95(profile.peak.bytes, h.interval)
+        confidence::peak_ci95(profile.peak.bytes, h.interval)
     } else {
         0.0
     };

@@ -22,7 +22,7 @@
 //!
 //! The heap's peak: in the exact mode the largest live heap, at `peak_ns` (`peak_moments_ns`
 //! is `[peak_ns, peak_ns]`). Sampled, `peak_bytes` is the cross-fitted estimate
-//! ([`crate::profile::Peak`], `report::stats` §1): an unbiased estimate of the mean of the
+//! ([`crate::profile::Peak`], `report::confidence` §1): an unbiased estimate of the mean of the
 //! true live heap at the two moments `peak_moments_ns` (the peaks of the two halves of the
 //! sample points), so at most the true peak and close to it, with `peak_ci95_bytes` its
 //! 95 % interval; `peak_ns` is whichever of the two weighs more. For a tree of processes
@@ -31,13 +31,13 @@
 //! sites' shares sum to it), `peak_ci95_bytes` its interval.
 //!
 //! Byte counts are estimates in the sampled mode (with their 95 % intervals beside them,
-//! `report::stats`) and exact in the exact mode (intervals 0). Times are nanoseconds since
+//! `report::confidence`) and exact in the exact mode (intervals 0). Times are nanoseconds since
 //! the start of the recording. Strings are the program's, escaped only as JSON requires.
 
+use super::confidence::{ci95, peak_ci95};
 use super::resident::{
     allocator_name, as_told, gap_lines, last_split, peak_split, resident_readings,
 };
-use super::stats::{ci95, peak_ci95};
 use super::{GroupBy, TopOptions};
 use crate::profile::load::Process;
 use crate::profile::{Ended, Profile, ResidentSplit};

@@ -24,6 +24,7 @@
 
 #[cfg(feature = "cli")]
 pub mod command;
+pub mod confidence;
 pub mod diff;
 pub mod export;
 mod flamegraph;
@@ -33,7 +34,6 @@ pub mod json;
 mod pprof;
 pub mod registry;
 mod resident;
-pub mod stats;
 pub mod text;
 mod top;
 mod tree;

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::stats::ci95;
+use super::confidence::ci95;
 use super::view::{human_bytes, is_exact};
 use crate::profile::{Profile, ResidentSplit};
 

@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use super::confidence::{ci95, peak_ci95};
 use super::resident::{ended_line, gap_lines, resident_line};
-use super::stats::{ci95, peak_ci95};
 use super::text::printable;
 use super::view::{
     gc_cycle_samples, human_bytes, human_duration, is_exact, sampling_summary, stack_totals,
@@ -414,7 +414,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     let peak = profile.since_peak_known();
 
     let bytes = |v: f64| if options.human_bytes { human_bytes(v) } else { format!("{v:.0}") };
-    // ± the 95 % interval of a sampled estimate (see `report::stats`); nothing when exact.
+    // ± the 95 % interval of a sampled estimate (see `report::confidence`); nothing when exact.
     // A site without samples in a column has no estimate to bound: `-`.
     let pm = |v: f64| if v > 0.0 { format!("±{}", bytes(ci95(v, interval))) } else { "-".into() };
     let pm_peak =

@@ -1,7 +1,7 @@
 //! The type-erased consumer side of a session: events from the queue become [`Tracker`]
 //! callbacks, each behind `catch_unwind`, with the tokens the tracker returned.
 
-use super::tracker::{Allocation, Callstack, Deallocation, Poll, Stats, Tracker};
+use super::tracker::{Allocation, Callstack, Deallocation, Poll, SessionCounters, Tracker};
 use crate::engine::queue::{Event, EventKind};
 use crate::profile::GcCycle;
 use crate::sys::hash::FastHash;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) trait Drive: Send {
     fn gc(&mut self, cycle: &GcCycle);
     fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
-    fn finish(&mut self, stats: &Stats);
+    fn finish(&mut self, stats: &SessionCounters);
     fn after_poll(&mut self, why: Poll);
     /// Frees the queue kept aside because they did not fit (`queue` §3), as (sample id,
     /// session ns): each is delivered as a deallocation once its allocation has been (it
@@ -142,7 +142,7 @@ impl<T: Tracker> Drive for Driver<T> {
         }
     }
 
-    fn finish(&mut self, stats: &Stats) {
+    fn finish(&mut self, stats: &SessionCounters) {
         let tracker = &mut self.tracker;
         if catch_unwind(AssertUnwindSafe(|| tracker.stopped(stats))).is_err() {
             count(&CALLBACK_PANICS);

@@ -4,7 +4,7 @@
 
 use super::driver::Drive;
 use super::state::{lock, Control, CONTROL, DRIVER, PENDING_GC, SESSION_EPOCH};
-use crate::engine::{callstack, hot, live, sampler};
+use crate::engine::{callstack, live, sample_path, sampler};
 use crate::sys::futex::MutexGuard;
 use std::sync::atomic::Ordering;
 
@@ -48,7 +48,7 @@ pub(crate) fn fork_child() {
     // SAFETY: see `ForkLocks`: this (the only) thread still holds CONTROL.
     let locks = unsafe { (*FORK_LOCKS.0.get()).take() };
     sampler::end();
-    hot::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
+    sample_path::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
     if let Some((mut control, mut driver)) = locks {
         // The drain thread does not exist here: forget its handle rather than join it.
         core::mem::forget(control.take());
@@ -57,7 +57,7 @@ pub(crate) fn fork_child() {
     }
     SESSION_EPOCH.store(0, Ordering::Release);
     // Slots claimed by threads that the child lacks would never be published.
-    hot::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
+    sample_path::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
     live::clear();
 }
 
@@ -72,9 +72,9 @@ pub(crate) fn clone_child() -> bool {
         return false;
     }
     // Nothing of the parent's session may be pushed from here on.
-    hot::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
+    sample_path::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
     sampler::end();
-    hot::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
+    sample_path::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
     SESSION_EPOCH.store(0, Ordering::Release);
     live::reset_in_child();
     callstack::fork_child();

@@ -29,7 +29,7 @@
 use super::state::{drain_into, lock, DRIVER, SESSION_EPOCH};
 use super::tracker::Poll;
 use crate::engine::busy::Busy;
-use crate::engine::hot::queue;
+use crate::engine::sample_path::queue;
 use crate::error::Error;
 use crate::profile::{symbolize, Profile};
 use crate::session::recorder::Recorder;

@@ -64,13 +64,15 @@ pub(crate) use fork::{clone_child, fork_child, fork_parent, fork_prepare};
 pub use live::live_profile;
 #[cfg(feature = "report")] // its one user outside the folder is `Session::pprof`
 pub(crate) use live::with_live_profile;
-pub use tracker::{Allocation, Callstack, Deallocation, Poll, SessionInfo, Stats, Tracker};
+pub use tracker::{
+    Allocation, Callstack, Deallocation, Poll, SessionCounters, SessionInfo, Tracker,
+};
 
 use crate::config::Config;
 use crate::engine::busy::Busy;
 use crate::engine::clock;
-use crate::engine::hot::{self, queue};
 use crate::engine::queue::{Event, Queue};
+use crate::engine::sample_path::{self, queue};
 use crate::engine::sampler;
 use crate::error::Error;
 use crate::profile::GcCycle;
@@ -112,7 +114,7 @@ pub(crate) fn start_on<T: Tracker>(
     let q = match (shared, queue()) {
         (Some(q), _) => {
             let q: &'static Queue = Box::leak(Box::new(q));
-            hot::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
+            sample_path::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
             q
         }
         (None, Some(q))
@@ -130,7 +132,7 @@ pub(crate) fn start_on<T: Tracker>(
                 ))
             })?;
             let q: &'static Queue = Box::leak(Box::new(q));
-            hot::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
+            sample_path::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
             q
         }
     };
@@ -138,8 +140,8 @@ pub(crate) fn start_on<T: Tracker>(
     let _ = q.drain(|_, _| {});
     q.set_limit(config.queue_capacity);
     crate::engine::live::clear();
-    hot::UNTRACKED.store(0, Ordering::Relaxed);
-    hot::DEPTH.store(config.depth, Ordering::Relaxed);
+    sample_path::UNTRACKED.store(0, Ordering::Relaxed);
+    sample_path::DEPTH.store(config.depth, Ordering::Relaxed);
     INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
     clock::start();
     let start_unix_ns = std::time::SystemTime::now()
@@ -224,12 +226,12 @@ pub(crate) fn start_on<T: Tracker>(
     let epoch = sampler::begin(config.interval, seed);
     SESSION_EPOCH.store(epoch, Ordering::Release);
     drop(slot);
-    hot::WAIT_WHEN_FULL
+    sample_path::WAIT_WHEN_FULL
         .store(config.backpressure && (drain.is_some() || external), Ordering::Relaxed);
     // A sampled session's frees go to the queue's table rather than wait (`queue` §3); an
     // exact one's wait with the rest, in order (each block weighs only its own size there,
     // and the table would overflow at every wait).
-    hot::DEFER_FREES.store(config.interval > 1.0, Ordering::Relaxed);
+    sample_path::DEFER_FREES.store(config.interval > 1.0, Ordering::Relaxed);
     *control = Some(Control {
         epoch,
         lost_at_start: (q.lost(), q.frees_unknown(), q.frees_deferred()),
@@ -395,7 +397,7 @@ impl<T: Tracker> Session<T> {
     }
 
     /// Counters so far (lost events, untracked samples, callback panics).
-    pub fn stats(&self) -> Stats {
+    pub fn stats(&self) -> SessionCounters {
         let base =
             lock(&CONTROL).as_ref().filter(|c| c.epoch == self.epoch).map(|c| c.lost_at_start);
         current_stats(base)
@@ -419,7 +421,7 @@ impl<T: Tracker> Session<T> {
         sampler::end();
         // Threads asleep waiting for room are woken and drop their events: nobody drains
         // for this session any more.
-        hot::stop_waiting();
+        sample_path::stop_waiting();
         if let Some((flag, handle)) = c.drain {
             flag.store(true, Ordering::Release);
             // Stopped from the drain thread itself (its `exit` when it is the last thread
@@ -470,12 +472,12 @@ impl<T: Tracker> Drop for Session<T> {
 
 /// Counters of the running session; `lost_at_start` is the queue's lost counts when it
 /// started (None: not running, so no events are attributed to it).
-fn current_stats(lost_at_start: Option<(u64, u64, u64)>) -> Stats {
-    Stats {
+fn current_stats(lost_at_start: Option<(u64, u64, u64)>) -> SessionCounters {
+    SessionCounters {
         samples: DELIVERED_SAMPLES.load(Ordering::Relaxed),
         frees: DELIVERED_FREES.load(Ordering::Relaxed),
         // Events the queue refused, and samples skipped because a signal handler allocated
-        // while its thread was inside the profiler (counted by the queue, `hot` §1).
+        // while its thread was inside the profiler (counted by the queue, `sample_path` §1).
         lost_events: match (queue(), lost_at_start) {
             (Some(q), Some((base, _, _))) => q.lost().saturating_sub(base),
             _ => 0,
@@ -491,7 +493,7 @@ fn current_stats(lost_at_start: Option<(u64, u64, u64)>) -> Stats {
             (Some(q), Some((_, base, _))) => q.frees_unknown().saturating_sub(base),
             _ => 0,
         },
-        untracked: hot::UNTRACKED.load(Ordering::Relaxed),
+        untracked: sample_path::UNTRACKED.load(Ordering::Relaxed),
         callback_panics: CALLBACK_PANICS.load(Ordering::Relaxed),
     }
 }

@@ -75,7 +75,7 @@ pub struct SessionInfo {
 
 /// Counters of a session: what was seen and what had to be dropped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
+pub struct SessionCounters {
     /// Alloc events delivered to the tracker.
     pub samples: u64,
     /// Dealloc events delivered.
@@ -158,7 +158,7 @@ pub trait Tracker: Send + 'static {
     }
 
     /// Called once when the session stops, after the last event.
-    fn stopped(&mut self, stats: &Stats) {
+    fn stopped(&mut self, stats: &SessionCounters) {
         let _ = stats;
     }
 }

@@ -1,4 +1,4 @@
-//! Allocation budgets: ceilings for a test's [`Stats`], kept in a TOML file beside the
+//! Allocation budgets: ceilings for a test's [`Allocated`], kept in a TOML file beside the
 //! tests, so that a change that makes a scope allocate more fails `cargo test`, and one
 //! command writes the new figures when the change is meant.
 //!
@@ -37,7 +37,7 @@
 //! user's, never through a symbolic link), so a reader never sees half of it. A file that
 //! does not parse is reported with the parser's text and never overwritten.
 
-use super::Stats;
+use super::Allocated;
 use crate::sys::files;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -89,7 +89,7 @@ impl BudgetMode {
     }
 }
 
-/// An allocation budget file: [`check`](Budgets::check) compares a scope's [`Stats`] with
+/// An allocation budget file: [`check`](Budgets::check) compares a scope's [`Allocated`] with
 /// the ceilings it keeps under a name, or writes them (`MEMPROF_BUDGETS=accept`), so that a
 /// change that makes a scope allocate more fails its test until the new figures are
 /// accepted on purpose. [`crate::assert_budget!`] checks against the calling crate's
@@ -159,7 +159,7 @@ impl Budgets {
     /// the command that accepts them; when the file has no budget `name`; when the file
     /// cannot be read, parsed or written, or holds a key or a value that is not a ceiling.
     #[track_caller]
-    pub fn check(&self, name: &str, stats: &Stats) {
+    pub fn check(&self, name: &str, stats: &Allocated) {
         let mode = match self.mode {
             BudgetMode::FromEnv => {
                 match BudgetMode::from_env_value(std::env::var_os(ENV).as_deref()) {
@@ -285,7 +285,7 @@ impl Budgets {
 }
 
 /// The figures of `stats` that budgets bound, in [`KEYS`]' order.
-fn measured(stats: &Stats) -> [u64; 4] {
+fn measured(stats: &Allocated) -> [u64; 4] {
     [stats.blocks, stats.bytes, stats.peak_bytes, stats.live_bytes]
 }
 
@@ -442,7 +442,7 @@ impl DirLock {
     }
 }
 
-/// Checks `stats` (a [`crate::testing::Stats`]) against the budget `name` in the calling
+/// Checks `stats` (a [`crate::testing::Allocated`]) against the budget `name` in the calling
 /// crate's `tests/alloc-budgets.toml`, or in the file `path`:
 /// [`Budgets::check`](crate::testing::Budgets::check) in the mode `MEMPROF_BUDGETS` says
 /// (unset: compare and panic over budget; `accept`: write the measured figures).
@@ -511,8 +511,8 @@ mod tests {
         Budgets::at(path).mode(mode).run(mode, name, figures)
     }
 
-    fn stats(blocks: u64, bytes: u64) -> Stats {
-        Stats { blocks, bytes, peak_bytes: bytes, live_bytes: 0, ..Stats::default() }
+    fn stats(blocks: u64, bytes: u64) -> Allocated {
+        Allocated { blocks, bytes, peak_bytes: bytes, live_bytes: 0, ..Allocated::default() }
     }
 
     fn panic_text(f: impl FnOnce()) -> String {

@@ -5,8 +5,8 @@
 //! How the estimates and the assertions are made: [`measure_sampled`]'s documentation.
 
 use super::{check_sampled, named_sites, write_sites, Scope};
+use crate::binomial::{binomial_upper_tail, ci95};
 use crate::engine::measure::{self, Left};
-use crate::stats::{binomial_upper_tail, ci95};
 use std::fmt;
 
 /// How often an assertion of a sampled scope fails when the scope is within its bound: at
@@ -49,7 +49,7 @@ impl fmt::Display for Estimate {
 /// What the calling thread allocated inside a [`measure_sampled`] closure, estimated.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
-pub struct SampledStats {
+pub struct SampledAllocated {
     /// The mean sampling interval `R`, in bytes.
     pub interval: u64,
     /// Sampled blocks (those holding at least one point).
@@ -93,7 +93,7 @@ pub struct SampledSite {
     pub live_bytes: Estimate,
 }
 
-impl SampledStats {
+impl SampledAllocated {
     /// The probability of this many sample points, or more, had the scope allocated
     /// `limit` bytes: the p-value of "it allocated more than `limit`".
     pub fn p_bytes_above(&self, limit: u64) -> f64 {
@@ -146,7 +146,7 @@ impl SampledStats {
     }
 }
 
-impl fmt::Display for SampledStats {
+impl fmt::Display for SampledAllocated {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -184,21 +184,21 @@ impl fmt::Display for SampledStats {
 /// `1/R`, drawn by a process of the scope's own (`engine::measure` §4), separate from any
 /// running session's. A set of blocks of `B` bytes gets `K ~ Binomial(B, 1/R)` points and
 /// is estimated as `R·K` bytes, with the 95 % interval `R·K ± 1.96·√(R·K·(R − 1))` that
-/// `memprof report` prints (`report::stats` §1). Blocks are estimated as `Σ k·R/n` over the
+/// `memprof report` prints (`report::confidence` §1). Blocks are estimated as `Σ k·R/n` over the
 /// sampled blocks (`k` points in `n` bytes: unbiased, since a block's expected points are
 /// `n/R`), with the variance estimate `Σ k·R·(R − 1)/n²`. The same holds for the bytes
 /// still live at the end, and for the bytes live at any moment. The peak is cross-fitted
 /// (`engine::measure` §5): the largest of those estimates would pick the noise and read
-/// high; its interval is the live one's widened by `PEAK_WIDENING` (`report::stats` §1).
+/// high; its interval is the live one's widened by `PEAK_WIDENING` (`report::confidence` §1).
 ///
 /// # 2. The assertions
-/// [`SampledStats::assert_bytes_at_most`] fails when `P(Binomial(L, 1/R) ≥ K) <`
+/// [`SampledAllocated::assert_bytes_at_most`] fails when `P(Binomial(L, 1/R) ≥ K) <`
 /// [`FALSE_FAILURE_RATE`]: the chance of that many points, or more, if the scope had
 /// allocated the limit `L`. When it allocated `L` bytes or fewer, it fails at most that
 /// often, whatever the sizes of its blocks (`crate::stats`). `tests/testing.rs` checks the
-/// rate by running a scope of exactly `L` bytes thousands of times. [`SampledStats::assert_live_at_most`] is the same for the scope's
+/// rate by running a scope of exactly `L` bytes thousands of times. [`SampledAllocated::assert_live_at_most`] is the same for the scope's
 /// leak.
-pub fn measure_sampled<R>(interval: u64, f: impl FnOnce() -> R) -> (R, SampledStats) {
+pub fn measure_sampled<R>(interval: u64, f: impl FnOnce() -> R) -> (R, SampledAllocated) {
     measure_sampled_seeded(interval, crate::engine::sampler::entropy_seed(), f)
 }
 
@@ -208,7 +208,7 @@ pub fn measure_sampled_seeded<R>(
     interval: u64,
     seed: u64,
     f: impl FnOnce() -> R,
-) -> (R, SampledStats) {
+) -> (R, SampledAllocated) {
     assert!(interval > 0, "memprof::testing::measure_sampled: the interval must be 1 or more");
     check_sampled();
     let opened = crate::engine::sampler::with_countdown(|cd| {
@@ -230,7 +230,7 @@ pub fn measure_sampled_seeded<R>(
 }
 
 /// The estimates and the named sites of a closed sampled scope.
-fn sampled_stats(left: Left, interval: u64) -> SampledStats {
+fn sampled_stats(left: Left, interval: u64) -> SampledAllocated {
     let r = interval as f64;
     let c = left.counts;
     let bytes = |points: u64| {
@@ -248,12 +248,12 @@ fn sampled_stats(left: Left, interval: u64) -> SampledStats {
             live_bytes: Estimate::around(s.live_bytes, ci95(s.live_bytes, r)),
         })
         .collect();
-    SampledStats {
+    SampledAllocated {
         interval,
         samples: c.blocks,
         points: c.bytes,
         live_points: c.live,
-        blocks: Estimate::around(objects, crate::stats::Z95 * objects_var.sqrt()),
+        blocks: Estimate::around(objects, crate::binomial::Z95 * objects_var.sqrt()),
         bytes: bytes(c.bytes),
         freed_bytes: bytes(c.freed_bytes),
         // Cross-fitted in a sampled scope (`engine::measure` §5); the largest live count in
@@ -261,7 +261,7 @@ fn sampled_stats(left: Left, interval: u64) -> SampledStats {
         peak_bytes: match interval > 1 {
             true => {
                 let b = c.fit.points() as f64 * r;
-                Estimate::around(b, crate::stats::peak_ci95(b, r))
+                Estimate::around(b, crate::binomial::peak_ci95(b, r))
             }
             false => bytes(c.peak),
         },

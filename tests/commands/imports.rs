@@ -21,7 +21,7 @@
 //! `x/`) are left out. A face composes its folder: it stands above its files as their
 //! public name and below them when they share its types, and counting both would make
 //! every folder whose face defines what its files share (`profile/mod.rs`'s `Profile`,
-//! `gc/mod.rs`, the agent's lock, `testing.rs`'s `Stats`, `queue/mod.rs`'s `Queue`) a
+//! `gc/mod.rs`, the agent's lock, `testing.rs`'s `Allocated`, `queue/mod.rs`'s `Queue`) a
 //! circle. What stays forbidden is every other circle: among sibling files, across
 //! folders, and through a face to outside its folder and back (a child → its face →
 //! another folder → the child). That is the circle issue 45 was about: `live` → `measure`

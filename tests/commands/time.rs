@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use memprof::report::stats::ci95;
+use memprof::report::confidence::ci95;
 
 use crate::common::{text, MEMPROF};
 use crate::programs::{assert_ok, fixture, record, scratch};

@@ -1,7 +1,7 @@
 //! The tracker contract: tokens, reallocations, reentrancy, panics, lost events, one session at a
 //! time, the drain thread.
 use super::*;
-use memprof::{Allocation, Deallocation, Error, Stats, Tracker};
+use memprof::{Allocation, Deallocation, Error, SessionCounters, Tracker};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ struct Token {
 #[derive(Default)]
 struct Log {
     events: Vec<Ev>,
-    stopped: Option<Stats>,
+    stopped: Option<SessionCounters>,
     allocate_in_callbacks: bool,
     panic_on_size: Option<usize>,
     count_size: Option<(usize, Arc<AtomicUsize>)>,
@@ -58,7 +58,7 @@ impl Tracker for Log {
         self.events.push(Ev::Dealloc { id: d.id, token });
     }
 
-    fn stopped(&mut self, stats: &Stats) {
+    fn stopped(&mut self, stats: &SessionCounters) {
         self.stopped = Some(*stats);
     }
 }
@@ -364,7 +364,7 @@ fn stats_are_monotonic_under_the_drain_thread() {
     let _g = serial();
     let session =
         memprof::start(Config { drain_thread: true, ..Config::exact() }, Log::default()).unwrap();
-    let mut last = Stats::default();
+    let mut last = SessionCounters::default();
     let deadline = Instant::now() + Duration::from_millis(300);
     while Instant::now() < deadline {
         drop(black_box(token_site(64)));

@@ -22,7 +22,9 @@ use std::sync::Mutex;
 
 use memprof::profile::{GcCycle, Profile, Stack, StackId, Totals};
 use memprof::report::{site_totals, SiteTotal};
-use memprof::{Allocation, Config, Deallocation, Poll, Recorder, SessionInfo, Stats, Tracker};
+use memprof::{
+    Allocation, Config, Deallocation, Poll, Recorder, SessionCounters, SessionInfo, Tracker,
+};
 
 #[global_allocator]
 static GLOBAL: memprof::Sampled<System> = memprof::Sampled::new(System);
@@ -104,7 +106,7 @@ impl Tracker for Witness {
         self.recorder.after_poll(why);
     }
 
-    fn stopped(&mut self, stats: &Stats) {
+    fn stopped(&mut self, stats: &SessionCounters) {
         self.recorder.stopped(stats);
     }
 }

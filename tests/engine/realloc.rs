@@ -5,7 +5,7 @@
 //! # The bound
 //! Every byte allocated, a reallocation's new size included, is a sample point with
 //! probability 1/R, independently, so an estimate of `B` true bytes has variance `B(R−1)`
-//! and the reports' 95 % interval is `± 1.96·√(B̂(R−1))` (`memprof::report::stats::ci95`,
+//! and the reports' 95 % interval is `± 1.96·√(B̂(R−1))` (`memprof::report::confidence::ci95`,
 //! of the estimate `B̂`). The live total has about 1,600 expected points and the allocated
 //! one about 14,400, where the normal approximation holds: one check fails for about 5 %
 //! of seeds. Some of eight checks (two totals, four seeds) would then fail for about a
@@ -21,7 +21,7 @@
 //! whatever its size).
 
 use super::*;
-use memprof::report::stats::ci95;
+use memprof::report::confidence::ci95;
 use std::alloc::{alloc, dealloc, realloc, Layout};
 
 /// The session's interval: the buffers' sizes are below and around it, where carrying a

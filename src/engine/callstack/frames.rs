@@ -4,7 +4,7 @@
 //! The larger buffers come from `mmap` ([`crate::sys::rawmem::map`]), never from an
 //! allocator: not the profiled one, and not glibc's either, whose arena lock the sample
 //! path would then hold where a signal handler on the same thread may call `malloc` (see
-//! `hot` §1). A mapping per deep capture would cost two system calls, so [`POOL`] keeps
+//! `sample_path` §1). A mapping per deep capture would cost two system calls, so [`POOL`] keeps
 //! [`POOL_SLOTS`] buffers, mapped on first use and never unmapped: a capture takes a free
 //! one with an atomic swap (as the DWARF unwinder takes its caches) and gives it back when
 //! done. With every slot taken it maps a private buffer and unmaps it afterwards. Nested

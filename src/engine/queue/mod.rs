@@ -504,7 +504,7 @@ impl Queue {
     }
 
     /// Counts an event that was never pushed as lost (a sample skipped for reentrancy,
-    /// `hot` §1).
+    /// `sample_path` §1).
     #[cold]
     #[inline(never)]
     pub fn note_lost(&self) {

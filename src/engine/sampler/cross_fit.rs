@@ -2,7 +2,7 @@
 //! sampled scope (`engine::measure` §5). The largest value of a live estimate over time
 //! picks the sampling noise and reads high; so each sampled block's points are split into
 //! two halves, each half chooses the moment its own live points are most, and the *other*
-//! half, which did not choose it, measures the heap then (`report::stats` §1 derives it).
+//! half, which did not choose it, measures the heap then (`report::confidence` §1 derives it).
 
 /// Each half's largest live points so far, and the other half's live points at that moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,17 +1,17 @@
 //! The part of `memprof record` that runs in `memprof`: the preload library carried in the
 //! executable ([`bundled`]), the launcher that runs the program under it ([`launcher`]), the
 //! collector that drains the shared rings into profiles ([`collect`]), what the program's
-//! executable says of the allocator the preload library must reach (`reach`), and the
+//! executable says of the allocator the preload library must reach (`interposable`), and the
 //! command itself ([`run`](run::run)): its arguments, its threads, its summary and its notes.
 
 pub(crate) mod attach;
 pub(crate) mod bundled;
 pub(crate) mod collect;
+pub(crate) mod interposable;
 pub(crate) mod launcher;
 pub(crate) mod notes;
 mod oom;
 mod process;
-pub(crate) mod reach;
 pub(crate) mod request;
 pub(crate) mod run;
 pub(crate) mod runtimes;

@@ -9,9 +9,9 @@
 
 use super::bundled::Bundled;
 use super::collect::Published;
+use super::interposable::Executable;
 use super::launcher::{self, EnvSettings, RecordOptions};
 use super::notes;
-use super::reach::Executable;
 use super::request::RecordRequest;
 use crate::config;
 use crate::error::Error;
@@ -405,7 +405,7 @@ fn run_notes(
         add(rt.note(root));
     }
     for p in processes.iter().filter(|p| &p.executable != root) {
-        let go = super::reach::is_go(Path::new(&p.executable));
+        let go = super::interposable::is_go(Path::new(&p.executable));
         if let Some(rt) = Runtime::of(&p.executable, std::iter::empty(), go) {
             add(rt.note(&p.executable));
         }

@@ -5,7 +5,7 @@
 //! carves its objects out of it never calls malloc for them:
 //! - **Go**: the Go runtime's heap (every Go object), static or cgo; only C code's
 //!   allocations (cgo, C libraries) reach malloc. Recognised by the build-information
-//!   section every Go binary carries (`reach::Executable::go`). A static Go program is
+//!   section every Go binary carries (`interposable::Executable::go`). A static Go program is
 //!   refused before it runs, with the same words and no "link it dynamically": linking
 //!   would not help.
 //! - **V8** (Node.js, Deno): JavaScript objects live in V8's heap; malloc serves buffers,

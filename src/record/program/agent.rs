@@ -282,8 +282,9 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
         std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
     let cmdline = crate::session::recorder::command_line();
     ring.log_append(ring::LOG_PROCESS, &ring::encode_process(&exe, &cmdline, ring.parent_pid()));
-    crate::engine::hot::CONSUMER.store(
-        ring.consumer() as *const crate::engine::hot::Consumer as *mut crate::engine::hot::Consumer,
+    crate::engine::sample_path::CONSUMER.store(
+        ring.consumer() as *const crate::engine::sample_path::Consumer
+            as *mut crate::engine::sample_path::Consumer,
         Ordering::Release,
     );
     // The tracker is never fed (the queue's events go to the collector): it only sees the
@@ -291,7 +292,7 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
     let session = match crate::session::start_on(config.clone(), Recorder::new(), Some(queue)) {
         Ok(s) => s,
         Err(e) => {
-            crate::engine::hot::CONSUMER.store(core::ptr::null_mut(), Ordering::Release);
+            crate::engine::sample_path::CONSUMER.store(core::ptr::null_mut(), Ordering::Release);
             return Err(format!("cannot start profiling: {e}"));
         }
     };
@@ -348,7 +349,7 @@ fn log_modules(agent: &mut Agent) {
             return;
         }
         if let Some(end) = ring.log_append(ring::LOG_MODULES, &ring::encode_modules(&modules)) {
-            if let Some(q) = crate::engine::hot::queue() {
+            if let Some(q) = crate::engine::sample_path::queue() {
                 crate::session::push_side(q, epoch, ring::SIDE_MODULES, end as usize, &[]);
             }
             *logged = key;
@@ -469,8 +470,8 @@ pub(crate) fn finish() {
             // the process is gone; then the counters only this process has.
             log_modules(a);
             if let Some(r) = &a.ring {
-                let untracked =
-                    crate::engine::hot::UNTRACKED.load(core::sync::atomic::Ordering::Relaxed);
+                let untracked = crate::engine::sample_path::UNTRACKED
+                    .load(core::sync::atomic::Ordering::Relaxed);
                 r.header().untracked.store(untracked, Ordering::Relaxed);
                 // Exiting normally: an earlier `exec` failed, if one was tried.
                 let h = r.header();
@@ -696,7 +697,7 @@ fn log_side(agent: &mut Agent, kind: u8, payload: &[u8]) -> bool {
     let Some(end) = ring.log_append(kind, payload) else {
         return false;
     };
-    if let Some(q) = crate::engine::hot::queue() {
+    if let Some(q) = crate::engine::sample_path::queue() {
         crate::session::push_side(q, session.epoch(), ring::SIDE_MODULES, end as usize, &[]);
     }
     true

@@ -93,8 +93,8 @@
 //! a newer ring without a word: the process then stops waiting once the collector it
 //! names has not attached for `engine::consumer::UNATTACHED_NS`.
 
-use crate::engine::hot::Consumer;
 use crate::engine::queue::Queue;
+use crate::engine::sample_path::Consumer;
 use crate::sys::futex;
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -532,7 +532,7 @@ impl Ring {
                 // No system call under a seccomp filter (`sys::seccomp` §1).
                 crate::sys::seccomp::spin(256);
             } else {
-                let err = futex::wait(&h.log_room, seen, crate::engine::hot::LOOK_EVERY_NS);
+                let err = futex::wait(&h.log_room, seen, crate::engine::sample_path::LOOK_EVERY_NS);
                 crate::sys::seccomp::after_futex_wait(
                     err,
                     h.log_room.load(Ordering::Relaxed) == seen,

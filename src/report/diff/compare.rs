@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::profile::Profile;
-use crate::report::stats::{diff_std_error, holm, p_two_sided, PEAK_WIDENING, Z95};
+use crate::report::confidence::{diff_std_error, holm, p_two_sided, PEAK_WIDENING, Z95};
 use crate::report::view::{stack_totals, View};
 
 /// The family-wise false-positive rate of the flags.

@@ -8,12 +8,12 @@
 //! the bytes live at the *peak* of each recording's live heap ([`Profile::peak_live`](crate::profile::Profile::peak_live):
 //! each recording at its own peak). The change is `Δ = NEW − BASE`, shown with its 95 %
 //! interval `Δ ± Z95·SE`, `SE = diff_std_error(BASE, R_base, NEW, R_new)`: each side's
-//! error with its own interval R ([`stats`](super::stats) §2).
+//! error with its own interval R ([`confidence`](super::confidence) §2).
 //!
 //! # 2. Which changes are flagged
 //! Every (site, quantity) difference whose test standard error is not zero is tested
-//! with the two-sided p-value of `z = Δ / SE` ([`p_two_sided`](crate::report::stats::p_two_sided)), and the whole family is
-//! corrected with Holm's step-down procedure ([`holm`](crate::report::stats::holm)) at α = 5 %: the probability that
+//! with the two-sided p-value of `z = Δ / SE` ([`p_two_sided`](crate::report::confidence::p_two_sided)), and the whole family is
+//! corrected with Holm's step-down procedure ([`holm`](crate::report::confidence::holm)) at α = 5 %: the probability that
 //! *any* unchanged site is flagged (the family-wise false-positive rate) is at most 5 %,
 //! however many sites there are. Where both sides are exact (interval 1, no error) any
 //! non-zero difference is a real one and is flagged without a test.
@@ -47,7 +47,7 @@
 //! tests needs z ≳ 4–5, so `K ≳ 25·(2 + c)/c²` points (about 600 for `c` = 30 %, 5 000
 //! for 10 %), or a smaller interval.
 //!
-//! A sampled recording's peak is cross-fitted (`report::stats` §1): each site's peak is
+//! A sampled recording's peak is cross-fitted (`report::confidence` §1): each site's peak is
 //! measured, at the moments the other half of the points chose, by points that did not
 //! choose them, so it is unbiased for the site's bytes at those moments and its error is
 //! that of any live estimate. The per-site test is still approximate: two recordings whose

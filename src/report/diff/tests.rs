@@ -1,7 +1,7 @@
 //! The comparison's statistics (false flags, power) and its outputs.
 
 use super::*;
-use crate::report::stats::Z95;
+use crate::report::confidence::Z95;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Binomial, Distribution};

@@ -38,7 +38,9 @@ use crate::profile::{
     Stopped,
 };
 use crate::session::generations::{Generations, Piece};
-use crate::session::tracker::{Allocation, Deallocation, Poll, SessionInfo, Stats, Tracker};
+use crate::session::tracker::{
+    Allocation, Deallocation, Poll, SessionCounters, SessionInfo, Tracker,
+};
 use crate::sys::own_file::OwnFile;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
@@ -251,7 +253,7 @@ impl Recorder {
     /// the in-process recorder writes before `exec` or `_exit`): the counters, a Stopping
     /// record saying `why`, and no end record. For `memprof record`'s collector, which
     /// learns how the image ended from its ring.
-    pub(crate) fn stop_as(&mut self, why: Stopped, stats: &Stats) {
+    pub(crate) fn stop_as(&mut self, why: Stopped, stats: &SessionCounters) {
         let lost = self.take_lost(stats);
         self.write(|w| w.write_lost(&lost));
         self.write(|w| w.write_stopping(why));
@@ -265,7 +267,7 @@ impl Recorder {
     }
 
     /// Records the session's drop counters in the profile, and returns them.
-    fn take_lost(&mut self, stats: &Stats) -> Lost {
+    fn take_lost(&mut self, stats: &SessionCounters) -> Lost {
         self.profile.lost = Lost {
             events: stats.lost_events,
             untracked: stats.untracked,
@@ -726,7 +728,7 @@ impl Tracker for Recorder {
         self.profile.add_gc_cycle(cycle);
     }
 
-    fn stopped(&mut self, stats: &Stats) {
+    fn stopped(&mut self, stats: &SessionCounters) {
         self.take_lost(stats);
         let addrs = if self.offline_symbols { BTreeSet::new() } else { self.unresolved_addrs() };
         let fresh = symbolize::resolve_in_process(addrs.iter().copied());

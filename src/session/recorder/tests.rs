@@ -184,7 +184,7 @@ fn readings_before_the_first_sample_reach_a_deferred_file() {
     r.collected_alloc(&allocation(1, &[0x1000, 0x2000], 100, 100, 10));
     let later = Resident { time_ns: 20, bytes: 4 << 20 };
     r.resident(later);
-    r.stopped(&Stats::default());
+    r.stopped(&SessionCounters::default());
     let p = Profile::read_file(&path).unwrap();
     assert_eq!(p.resident, [early, later]);
     assert_eq!(p.splits, [split]);

@@ -55,7 +55,7 @@ fn attached_phase(prog: &Path, name: &str) -> (memprof::profile::Profile, f64, S
 
 /// `est` within twice the 95 % interval of `truth` (a miss by chance: about 1 in 10,000).
 fn assert_within(site: &str, est: f64, truth: f64, all: &str) {
-    let ci = memprof::report::stats::ci95(truth, INTERVAL);
+    let ci = memprof::report::confidence::ci95(truth, INTERVAL);
     assert!(
         (est - truth).abs() <= 2.0 * ci,
         "{site}: {est} estimated, {truth} allocated (±{ci}); output:\n{all}"

@@ -66,7 +66,7 @@ fn expected(exact: bool) -> Vec<SiteTotal> {
     let (mut live, mut peak) = (0.0, 0.0);
     let mut live_by_site: HashMap<&str, f64> = HashMap::new();
     let mut at_peak: HashMap<&str, f64> = HashMap::new();
-    // Sampled, the cross-fitted peak (`report::stats` §1): each block's points split into
+    // Sampled, the cross-fitted peak (`report::confidence` §1): each block's points split into
     // halves A and B as the profile splits them (time unit 1 ns), each half's live points
     // per site followed; at half A's first largest total, half B's per site, and at half
     // B's, half A's; a site's peak is R × their sum.

@@ -421,7 +421,7 @@ fn attach_notes(profile: &crate::profile::Profile) -> Vec<String> {
     use crate::record::command::runtimes::{pymalloc_attached, Runtime};
     let exe = &profile.header.executable;
     let modules = || profile.modules.iter().map(|m| m.path.as_str());
-    let go = crate::record::command::reach::is_go(Path::new(exe));
+    let go = crate::record::command::interposable::is_go(Path::new(exe));
     let mut notes: Vec<String> =
         Runtime::of(exe, modules(), go).map(|r| r.note(exe)).into_iter().collect();
     if crate::record::command::notes::is_cpython(exe, modules()) {

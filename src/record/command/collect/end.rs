@@ -27,7 +27,7 @@ use super::deliver::{deliver, read_log};
 use super::Attached;
 use crate::profile::{Ended, EndedHow, Stopped};
 use crate::record::ring::{self, Ring};
-use crate::session::{Stats, Tracker};
+use crate::session::{SessionCounters, Tracker};
 use std::sync::atomic::Ordering;
 
 /// Finishes a ring whose process is gone (§3); `told` is how `record` saw the root
@@ -43,13 +43,13 @@ pub(super) fn finish_ring(r: &mut Attached, told: Option<Ended>, messages: &mut 
     if let Some(e) = ended(&r.ring, told, status) {
         out.recorder.ended(e);
     }
-    let stats = Stats {
+    let stats = SessionCounters {
         lost_events: r.queue.lost(),
         untracked: r.ring.header().untracked.load(Ordering::Relaxed),
         // Replays of frees the table took at once are no losses (`queue` §3).
         frees_replayed: out.replayed.saturating_sub(r.queue.frees_deferred()),
         frees_unknown: r.queue.frees_unknown(),
-        ..Stats::default()
+        ..SessionCounters::default()
     };
     // An image that said it was ending without exit handlers: its file ends as the
     // in-process recorder leaves it then (the reader tells why there is no end record).

@@ -116,7 +116,7 @@ pub fn stop_attached() -> Result<(), Refusal> {
         let mut a = agent.take()?;
         log_modules(&mut a);
         if let Some(r) = &a.ring {
-            let untracked = crate::engine::hot::UNTRACKED.load(Ordering::Relaxed);
+            let untracked = crate::engine::sample_path::UNTRACKED.load(Ordering::Relaxed);
             r.header().untracked.store(untracked, Ordering::Relaxed);
             r.header().ending.store(ring::ENDING_DETACHED, Ordering::Release);
         }

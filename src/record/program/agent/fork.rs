@@ -100,7 +100,7 @@ fn take_over(agent: &mut Option<Agent>) {
             core::mem::forget(a.session.take());
             // The parent's ring: the session's queue pointer is gone (`session::fork_child`),
             // so nothing of this process reaches it any more; unmapped.
-            crate::engine::hot::CONSUMER.store(core::ptr::null_mut(), Ordering::Release);
+            crate::engine::sample_path::CONSUMER.store(core::ptr::null_mut(), Ordering::Release);
             COLLECTED.store(false, Ordering::Release);
             RING_HEADER.store(core::ptr::null_mut(), Ordering::Release);
             // SAFETY: null: nothing is written through the sink from now on.

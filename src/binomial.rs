@@ -1,4 +1,4 @@
-//! The sampling statistics that both the reports (`report::stats`, whose documentation
+//! The sampling statistics that both the reports (`report::confidence`, whose documentation
 //! derives them) and the tests' sampled scopes (`testing::measure_sampled`) use: the error
 //! of an estimate, and the exact binomial tail behind a budget assertion.
 //!
@@ -17,7 +17,7 @@
 pub const Z95: f64 = 1.959_963_984_540_054;
 
 /// The standard error of an estimate of `bytes` at mean interval `interval`:
-/// `√(bytes·(interval − 1))`, 0 in the exact mode (see `report::stats` §1).
+/// `√(bytes·(interval − 1))`, 0 in the exact mode (see `report::confidence` §1).
 pub fn std_error(bytes: f64, interval: f64) -> f64 {
     (bytes.abs() * (interval - 1.0).max(0.0)).sqrt()
 }
@@ -32,7 +32,7 @@ pub fn ci95(bytes: f64, interval: f64) -> f64 {
 /// them on a flat heap (its variance is up to 1.2 times `R·B`), and the moments fall a
 /// little short of the true peak; measured on simulated and recorded steady states, the
 /// live formula covered the true peak in 86–95 % of runs. Widened by this factor it covers
-/// it in 95 % (`report::stats` §1; `tests/testing.rs` and the profile's coverage test).
+/// it in 95 % (`report::confidence` §1; `tests/testing.rs` and the profile's coverage test).
 pub const PEAK_WIDENING: f64 = 1.35;
 
 /// [`std_error`] of a cross-fitted peak of `bytes` (see [`PEAK_WIDENING`]).

@@ -69,7 +69,7 @@
 //! (the family-wise false-positive rate) stays at most α, however many sites are compared.
 //! Where both sides are exact (SE = 0), any difference is significant.
 
-pub use crate::stats::{ci95, peak_ci95, peak_std_error, std_error, PEAK_WIDENING, Z95};
+pub use crate::binomial::{ci95, peak_ci95, peak_std_error, std_error, PEAK_WIDENING, Z95};
 
 /// The standard error of `new − base` for two independent estimates, `base` at interval
 /// `base_interval` and `new` at `new_interval`.

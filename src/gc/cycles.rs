@@ -5,7 +5,7 @@ use super::mark::Marker;
 
 /// One major GC cycle, from its first mark slice to the end of its sweep.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct CycleStats {
+pub struct CycleRecord {
     /// Monotonic clock (ns, `CLOCK_MONOTONIC`) when the first slice began.
     pub start_ns: u64,
     /// Monotonic clock when sweep finished.
@@ -38,7 +38,7 @@ pub struct CycleStats {
 
 /// Heap totals at a point in time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HeapStats {
+pub struct HeapTotals {
     /// Words in chunks and large blocks.
     pub heap_words: usize,
     /// Words in chunks.
