@@ -154,8 +154,8 @@
 //! | `report/view.rs` | what every format shares: [`report::View`], grouping, per-stack totals, GC mark estimates, the sampling summary, units |
 //! | `report/top.rs` | the top-sites table (± intervals, peak, sites ordered by `--view`, hints on wrappers, short-lived section, backtraces) |
 //! | `report/resident.rs` | the header lines on the process's memory: resident size, the readings of its mappings that explain the gap to the live heap (with a hint by allocator), how it ended |
-//! | `report/export.rs` | the export interface: [`report::export::Exporter`], one a format, with [`report::export::ExportOptions`] and the diff form (how to add a format) |
-//! | `report/registry.rs` | [`report::registry::EXPORTERS`], the one list of formats that the output flags, the outputs and their messages follow |
+//! | `report/export.rs` | the export interface: `report::export::Exporter`, one a format, with `report::export::ExportOptions` and the diff form (how to add a format) |
+//! | `report/registry.rs` | `report::registry::EXPORTERS`, the one list of formats that the output flags, the outputs and their messages follow |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
 //! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |
@@ -172,7 +172,7 @@
 //! | `report/html/page.html` | the page's skeleton, filled with the data and the two files below |
 //! | `report/html/page.css` | the page's styles |
 //! | `report/html/page.js` | the page's script: the timeline, ranges, the flamegraph and the sites table |
-//! | `report/write.rs` | a report's outputs written under the file policy: [`report::write::Outputs`] (what was asked for, none over an input), each export and its differential form written and said, the HTML page of `record` |
+//! | `report/write.rs` | a report's outputs written under the file policy: `report::write::Outputs` (what was asked for, none over an input), each export and its differential form written and said, the HTML page of `record` |
 //! | `report/command.rs` | `memprof report` and `memprof diff` as the terminal sees them (feature `cli`): arguments (the output flags made from the registry), files, window, tables |
 //! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
 //! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |
@@ -370,7 +370,15 @@ pub mod __private {
     pub use crate::engine::forked::after_child as after_clone_child;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
-    pub use crate::record::attach_abi;
+    /// The attach ABI, shared with the preload library: `record::attach_abi`.
+    pub mod attach_abi {
+        pub use crate::record::attach_abi::*;
+    }
+    /// The HTTP request-head parser of `serve`, for its fuzz target.
+    #[cfg(feature = "serve")]
+    pub mod http_parse {
+        pub use crate::serve::parse::*;
+    }
     pub use crate::record::program::agent::{
         around_dlclose, before_exec, before_quick_exit, forking_word, in_fork, init,
         start_attached, stop_attached, Refusal,

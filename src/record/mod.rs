@@ -13,7 +13,7 @@
 //! The binary's entry points are [`run`] and [`preload_path`]; what they use inside is not
 //! API.
 
-pub mod attach_abi;
+pub(crate) mod attach_abi;
 #[cfg(feature = "cli")]
 pub(crate) mod command;
 pub(crate) mod env;

@@ -1,7 +1,7 @@
 //! The `report` and `diff` commands as the terminal sees them: their arguments (clap, the
-//! `cli` feature; the output flags are the exporters' of [`super::registry::EXPORTERS`]), the
+//! `cli` feature; the output flags are the exporters' of `super::registry::EXPORTERS`), the
 //! files a path names, the time window, the tables on stdout and the outputs written
-//! ([`super::write`]). Messages go to stderr, escaped for the terminal.
+//! (`super::write`). Messages go to stderr, escaped for the terminal.
 
 use super::export::{ExportOptions, Exporter};
 use super::registry::EXPORTERS;

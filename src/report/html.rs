@@ -7,7 +7,7 @@
 //! # 1. Pre-aggregation
 //! A page cannot replay ten million events, so the fold that read or recorded the profile
 //! also folded the heap over time by stack (`profile/timeline.rs`): at most
-//! [`BUCKETS`] buckets of `w` nanoseconds (the stream's time unit times a power of two),
+//! `profile::timeline::BUCKETS` buckets of `w` nanoseconds (the stream's time unit times a power of two),
 //! bucket `i` covering `[i·w, (i+1)·w)`, and every sampled block in one *cell*: (its
 //! stack, the bucket it was allocated in, the bucket it was freed in or "never" = the
 //! number of buckets), which sums the blocks' sample points and counts. The page's cells
@@ -64,7 +64,8 @@ use crate::error::Error;
 use crate::profile::timeline::{Cell, Grid, Timeline};
 use crate::profile::{IdHash, Profile, StackId, DEFAULT_SHORT_LIVED_NS};
 
-pub use crate::profile::timeline::BUCKETS;
+#[cfg(test)]
+use crate::profile::timeline::BUCKETS;
 
 const PAGE: &str = include_str!("html/page.html");
 const CSS: &str = include_str!("html/page.css");

@@ -18,38 +18,35 @@
 //! walk, and flamegraph colours are derived from the function names.
 //!
 //! # 4. Exporters
-//! Every file a report writes is an [`export::Exporter`], and [`registry::EXPORTERS`] lists
-//! them: the commands' output flags and the writing follow that list ([`export`] §1).
+//! Every file a report writes is an `export::Exporter`, and `registry::EXPORTERS` lists
+//! them: the commands' output flags and the writing follow that list (`export` §1).
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "cli")]
 pub mod command;
 pub mod confidence;
 pub mod diff;
-pub mod export;
+pub(crate) mod export;
 mod flamegraph;
 mod folded;
-pub mod html;
+pub(crate) mod html;
 pub mod json;
 mod pprof;
-pub mod registry;
+pub(crate) mod registry;
 mod resident;
 pub mod text;
 mod top;
 mod tree;
 mod unwinding;
 mod view;
-pub mod write;
+pub(crate) mod write;
 
-pub use flamegraph::{
-    default_subtitle, default_title, flamegraph, FlameOptions, FlamegraphExporter,
-};
+pub(crate) use flamegraph::FlamegraphExporter;
+pub use flamegraph::{default_subtitle, default_title, flamegraph, FlameOptions};
 pub use folded::{
     collapsed, collapsed_grouped, folded_frame, write_collapsed, write_collapsed_grouped,
-    FoldedExporter,
 };
-pub use html::HtmlExporter;
-pub use pprof::{pprof, write_pprof, PprofExporter, PprofOptions};
+pub use pprof::{pprof, write_pprof, PprofOptions};
 pub use top::{
     gc_table, short_lived_table, site_totals, site_totals_grouped, sort_sites, top_table,
     view_bytes, wrapper_suggestions, SiteTotal, TopOptions,
@@ -60,3 +57,4 @@ pub use view::{
     gc_cycle_samples, human_bytes, human_duration, is_gc_stack, sampling_summary, stack_totals,
     GcSampled, GroupBy, StackTotal, View, NO_SPAN,
 };
+pub use write::{write_file, write_html};

@@ -29,7 +29,8 @@ pub fn diff_of(exporter: &dyn Exporter) -> Option<&'static dyn DiffExporter> {
 }
 
 /// The exporter whose flag is `--name`.
-pub fn exporter(name: &str) -> Option<&'static dyn Exporter> {
+#[cfg(test)]
+fn exporter(name: &str) -> Option<&'static dyn Exporter> {
     EXPORTERS.iter().copied().find(|e| e.name() == name)
 }
 

@@ -42,11 +42,6 @@ impl Outputs {
         self.files.iter().map(|(e, p)| (*e, p.as_path()))
     }
 
-    /// No output was asked for.
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
-    }
-
     /// Refuses an output that is one of the `inputs` (device and inode: through a symlink
     /// or a hard link too), before anything is written.
     pub fn check_not_inputs(&self, inputs: &[PathBuf]) -> Result<(), Error> {

@@ -44,7 +44,7 @@
 //! is read and discarded for at most 1 s and 256 KiB once the answer is written, so that
 //! closing does not reset the connection under the answer. The head is parsed by
 //! [`parse::parse_head`], a pure function of the bytes so far (heads up to 16 KiB, lines
-//! ended by CRLF or a bare LF; its rules and refusals: [`parse`]). At most
+//! ended by CRLF or a bare LF; its rules and refusals: `parse`). At most
 //! [`MAX_CONNECTIONS`] (64) connections are open: one more, and the oldest still sending
 //! its head is answered 503 and closed to make room (when every one is past its head, the
 //! new one is), so idle sockets cannot keep a request out.
@@ -70,7 +70,7 @@
 //! once that answer is built, unsent.
 
 mod handler;
-pub mod parse;
+pub(crate) mod parse;
 mod server;
 
 pub use handler::{delta, Handler, Response, MAX_DELTA_SECONDS};

@@ -55,7 +55,7 @@ pub enum Parsed<'a> {
     Partial,
     /// A complete, well-formed head.
     Complete(RequestHead<'a>),
-    /// A head to answer with an error status (see the [module documentation](self)).
+    /// A head to answer with an error status (see the module documentation).
     Refused(Refusal),
 }
 
@@ -64,7 +64,7 @@ const fn refuse(status: u16, message: &'static str) -> Parsed<'static> {
 }
 
 /// Parses the request head at the start of `buf`, the bytes received so far on a
-/// connection (see the [module documentation](self)).
+/// connection (see the module documentation).
 pub fn parse_head(buf: &[u8]) -> Parsed<'_> {
     // Only the first MAX_HEAD bytes can hold a head: the verdict on them is final.
     let window = &buf[..buf.len().min(MAX_HEAD)];

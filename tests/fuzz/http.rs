@@ -20,7 +20,7 @@
 //! Cases per run: `PROPTEST_CASES` (512 by default, about a second; the server property
 //! runs an eighth of them, each a connection).
 
-use memprof::serve::parse::{parse_head, Parsed, MAX_HEAD};
+use memprof::__private::http_parse::{parse_head, Parsed, MAX_HEAD};
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::time::Duration;
