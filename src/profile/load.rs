@@ -244,10 +244,7 @@ mod tests {
     use std::path::Path;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("memprof-load-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::sys::test_dir("load", name)
     }
 
     fn write(path: &Path, p: &Profile, events: &[Event]) {

@@ -268,7 +268,6 @@ impl Pass {
     }
 }
 
-/// The timeline of `profile`, which its reading or recording kept and finished.
 /// `--html`: the page of one recording ([`write_html`]), or of a tree read from several
 /// files ([`write_tree_html`]), whatever the view.
 #[derive(Clone, Copy, Debug, Default)]
@@ -310,6 +309,7 @@ impl Exporter for HtmlExporter {
     }
 }
 
+/// The timeline of `profile`, which its reading or recording kept and finished.
 fn timeline_of(profile: &Profile) -> Result<&Timeline, Error> {
     profile.timeline.as_deref().ok_or_else(|| {
         Error::Config(

@@ -332,14 +332,9 @@ fn open_profile_checked(path: &str, exclusive: bool) -> io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("memprof-files-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
-        d
+        crate::sys::test_dir("files", name)
     }
 
     fn mkfifo(p: &Path) {

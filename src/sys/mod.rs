@@ -25,3 +25,15 @@ pub(crate) mod signals;
 pub(crate) mod smaps;
 pub(crate) mod tls;
 pub(crate) mod trusted;
+
+/// A new, empty directory for one unit test (`memprof-MODULE-PID-NAME` under the temporary
+/// directory), mode 0755 whatever the umask, so the file policy's checks pass in it.
+#[cfg(test)]
+pub(crate) fn test_dir(module: &str, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = std::env::temp_dir().join(format!("memprof-{module}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}

@@ -230,11 +230,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("memprof-trusted-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        chmod(&d, 0o755);
-        d
+        crate::sys::test_dir("trusted", name)
     }
 
     fn chmod(p: &Path, mode: u32) {

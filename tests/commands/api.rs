@@ -204,7 +204,7 @@ fn the_public_api_is_the_snapshot() {
     if now == committed {
         return;
     }
-    if std::env::var_os("MEMPROF_BLESS").is_some_and(|v| v == "1") {
+    if crate::programs::blessing() {
         std::fs::write(root().join(SNAPSHOT), &now).unwrap();
         return;
     }

@@ -8,6 +8,7 @@
 //! pages (as the golden files of `report` are rewritten); run the tests once more after it,
 //! since the link check may have read a page while it was being rewritten.
 
+use crate::programs::blessing;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,10 +25,6 @@ fn root() -> &'static Path {
 
 fn read(relative: &str) -> String {
     std::fs::read_to_string(root().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
-}
-
-fn blessing() -> bool {
-    std::env::var_os("MEMPROF_BLESS").is_some_and(|v| v == "1")
 }
 
 /// Compares a generated page (or part of one) with what is committed, or rewrites it under

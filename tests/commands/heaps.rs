@@ -22,13 +22,7 @@ fn a_heap_of_its_own_is_outside_malloc() {
     assert!(gap.contains(" + outside malloc 25"), "{gap}");
     assert!(!table.contains("malloc_trim"), "{table}");
     assert!(table.lines().any(|l| l.contains("is outside malloc: ")), "{table}");
-    let json = Command::new(MEMPROF)
-        .current_dir(&dir)
-        .args(["report", "h.mprof", "--json"])
-        .output()
-        .unwrap();
-    assert!(json.status.success(), "{}", text(&json.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let v = crate::programs::report_json(&dir, "h.mprof");
     let num = |k: &str| v["gap"][k].as_f64().unwrap_or_else(|| panic!("gap.{k} in {v:#}"));
     let mib = (1u64 << 20) as f64;
     // The 256 MiB written, give or take what the process mapped besides (a few MiB).

@@ -167,3 +167,20 @@ pub(crate) fn assert_ok(out: &Output, code: i32) {
         assert!(line.contains(" 0 differed from framehop's"), "{line}");
     }
 }
+
+/// `MEMPROF_BLESS=1`: a test that compares output with a committed file rewrites the file
+/// instead (the golden tables, the generated docs pages, the public-API snapshot).
+pub(crate) fn blessing() -> bool {
+    std::env::var_os("MEMPROF_BLESS").is_some_and(|v| v == "1")
+}
+
+/// `memprof report FILE --json` in `dir`, parsed; fails the test on an error.
+pub(crate) fn report_json(dir: &Path, file: &str) -> serde_json::Value {
+    let out = Command::new(crate::common::MEMPROF)
+        .current_dir(dir)
+        .args(["report", file, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::common::text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}

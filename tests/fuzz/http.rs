@@ -20,6 +20,7 @@
 //! Cases per run: `PROPTEST_CASES` (512 by default, about a second; the server property
 //! runs an eighth of them, each a connection).
 
+use crate::mutation::{apply, mutation_of, Mutation};
 use memprof::__private::http_parse::{parse_head, Parsed, MAX_HEAD};
 use proptest::prelude::*;
 use std::io::{Read, Write};
@@ -82,56 +83,11 @@ fn head() -> impl Strategy<Value = Head> {
         )
 }
 
-#[derive(Clone, Debug)]
-enum Mutation {
-    Flip(usize, u8),
-    Set(usize, u8),
-    Insert(usize, Vec<u8>),
-    Delete(usize, usize),
-    Truncate(usize),
-    Duplicate(usize, usize, usize),
-}
-
 fn mutation() -> impl Strategy<Value = Mutation> {
     // Bytes that matter to the parser, as often as any other.
-    let byte = prop_oneof![any::<u8>(), prop::sample::select(b"\r\n :/?\t\x00\x7f H".to_vec())];
-    prop_oneof![
-        (any::<usize>(), 0u8..8).prop_map(|(i, b)| Mutation::Flip(i, b)),
-        (any::<usize>(), byte.clone()).prop_map(|(i, v)| Mutation::Set(i, v)),
-        (any::<usize>(), proptest::collection::vec(byte, 1..8))
-            .prop_map(|(i, v)| Mutation::Insert(i, v)),
-        (any::<usize>(), 1usize..8).prop_map(|(i, n)| Mutation::Delete(i, n)),
-        any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), any::<usize>(), 1usize..64)
-            .prop_map(|(a, b, n)| Mutation::Duplicate(a, b, n)),
-    ]
-}
-
-fn apply(b: &mut Vec<u8>, m: &Mutation) {
-    if b.is_empty() {
-        return;
-    }
-    let n = b.len();
-    match m {
-        Mutation::Flip(i, bit) => b[i % n] ^= 1 << bit,
-        Mutation::Set(i, v) => b[i % n] = *v,
-        Mutation::Insert(i, v) => {
-            let at = i % (n + 1);
-            b.splice(at..at, v.iter().copied());
-        }
-        Mutation::Delete(i, len) => {
-            let at = i % n;
-            b.drain(at..(at + len).min(n));
-        }
-        Mutation::Truncate(i) => b.truncate(i % (n + 1)),
-        Mutation::Duplicate(from, to, len) => {
-            let from = from % n;
-            let len = (*len).min(n - from);
-            let piece = b[from..from + len].to_vec();
-            let to = to % (n + 1);
-            b.splice(to..to, piece);
-        }
-    }
+    mutation_of(
+        prop_oneof![any::<u8>(), prop::sample::select(b"\r\n :/?\t\x00\x7f H".to_vec())].boxed(),
+    )
 }
 
 /// The parser's verdict on `buf` holds what it promises (see the file's documentation).

@@ -10,4 +10,5 @@ mod common;
 mod args;
 #[cfg(feature = "serve")]
 mod http;
+mod mutation;
 mod reader;

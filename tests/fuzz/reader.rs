@@ -17,6 +17,7 @@
 //! default: a few seconds). Every input that ever failed is kept in `fixtures/fuzz/` and
 //! read by [`regressions_read_without_panicking`].
 
+use crate::mutation::{apply, mutation_of, Mutation};
 use memprof::profile::format::{self, Event};
 use memprof::profile::{Free, GcCycle, Module, Profile, Sample, Stack, Symbol};
 use proptest::prelude::*;
@@ -148,48 +149,8 @@ fn records(b: &[u8]) -> Vec<(usize, u8, std::ops::Range<usize>, usize)> {
     out
 }
 
-#[derive(Clone, Debug)]
-enum Mutation {
-    Flip(usize, u8),
-    Set(usize, u8),
-    Insert(usize, Vec<u8>),
-    Truncate(usize),
-    Duplicate(usize, usize, usize),
-}
-
 fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        (any::<usize>(), 0u8..8).prop_map(|(i, b)| Mutation::Flip(i, b)),
-        (any::<usize>(), any::<u8>()).prop_map(|(i, v)| Mutation::Set(i, v)),
-        (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..8))
-            .prop_map(|(i, v)| Mutation::Insert(i, v)),
-        any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), any::<usize>(), 1usize..64)
-            .prop_map(|(a, b, n)| Mutation::Duplicate(a, b, n)),
-    ]
-}
-
-fn apply(b: &mut Vec<u8>, m: &Mutation) {
-    if b.is_empty() {
-        return;
-    }
-    let n = b.len();
-    match m {
-        Mutation::Flip(i, bit) => b[i % n] ^= 1 << bit,
-        Mutation::Set(i, v) => b[i % n] = *v,
-        Mutation::Insert(i, v) => {
-            let at = i % (n + 1);
-            b.splice(at..at, v.iter().copied());
-        }
-        Mutation::Truncate(i) => b.truncate(i % (n + 1)),
-        Mutation::Duplicate(from, to, len) => {
-            let from = from % n;
-            let len = (*len).min(n - from);
-            let piece = b[from..from + len].to_vec();
-            let to = to % (n + 1);
-            b.splice(to..to, piece);
-        }
-    }
+    mutation_of(any::<u8>().boxed())
 }
 
 /// Mutates the records inside the `which`-th block of a version-2 stream, then compresses

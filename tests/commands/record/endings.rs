@@ -343,13 +343,7 @@ fn churn_under_record(
         .split(' ')
         .filter_map(|w| w.parse().ok())
         .collect();
-    let json = Command::new(MEMPROF)
-        .current_dir(&dir)
-        .args(["report", "c.mprof", "--json"])
-        .output()
-        .unwrap();
-    assert!(json.status.success(), "{}", text(&json.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let summary = crate::programs::report_json(&dir, "c.mprof");
     let site = summary["sites"]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["site"] == "churn_site"))

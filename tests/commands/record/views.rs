@@ -162,13 +162,7 @@ fn resident_memory_is_read_beside_the_live_heap() {
     assert!(table.lines().any(|l| l == "ended: exit status 0"), "{table}");
     assert!(comments.contains(&gap) && comments.contains(&"ended: exit status 0"), "{comments:?}");
     // The same in the JSON summary, and the schema's fields.
-    let json = Command::new(MEMPROF)
-        .current_dir(&dir)
-        .args(["report", "r.mprof", "--json"])
-        .output()
-        .unwrap();
-    assert!(json.status.success(), "{}", text(&json.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let v = crate::programs::report_json(&dir, "r.mprof");
     assert_eq!(v["schema"], "memprof-report/1");
     let num = |a: &str, b: &str| v[a][b].as_f64().unwrap_or_else(|| panic!("{a}.{b} in {v:#}"));
     assert!((num("rss", "end_bytes") - said).abs() <= 0.1 * said, "{v:#}");

@@ -5,6 +5,7 @@
 //! Golden files live in `fixtures/expected/`; `MEMPROF_BLESS=1` rewrites them.
 #![cfg(feature = "report")]
 
+use crate::programs::blessing;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -349,10 +350,6 @@ fn close(a: f64, b: f64) -> bool {
 
 // ---------------------------------------------------------------------------------------------
 // Golden files
-
-fn blessing() -> bool {
-    std::env::var_os("MEMPROF_BLESS").is_some_and(|v| v == "1")
-}
 
 /// Compares `actual` with the golden file, or rewrites it under `MEMPROF_BLESS=1`.
 fn golden(relative: &str, actual: &[u8]) {
