@@ -9,7 +9,7 @@
 //! since the link check may have read a page while it was being rewritten.
 
 use crate::programs::blessing;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -313,6 +313,51 @@ fn the_crate_docs_name_every_source_file() {
     assert!(
         missing.is_empty() && stale.is_empty(),
         "src/lib.rs's map is out of date: missing {missing:?}, gone {stale:?}"
+    );
+}
+
+/// The job of each file, as `src/lib.rs`'s map gives it (rustdoc's links made code), by
+/// its path from the crate root.
+fn crate_map_jobs() -> BTreeMap<String, String> {
+    read("src/lib.rs")
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `")?.split_once("` | "))
+        .filter(|(f, _)| f.ends_with(".rs"))
+        .map(|(f, job)| (format!("src/{f}"), without_intra_doc_links(job.trim_end_matches(" |"))))
+        .collect()
+}
+
+/// The map is written once: each `src/` row of docs/architecture.md gives its file the job
+/// that `src/lib.rs`'s map gives it (`src/lib.rs`'s own row apart: each map says what it
+/// is), and `MEMPROF_BLESS=1` rewrites the rows that differ from the crate map.
+#[test]
+fn architecture_rows_are_the_crate_map() {
+    let jobs = crate_map_jobs();
+    let page = read("docs/architecture.md");
+    let mut differ = Vec::new();
+    let mut rewritten = String::new();
+    for line in page.lines() {
+        let row = line.strip_prefix("| `").and_then(|l| l.split_once("` | "));
+        match row.and_then(|(f, _)| Some((f, jobs.get(f)?))) {
+            Some((f, job)) if f != "src/lib.rs" && line != format!("| `{f}` | {job} |") => {
+                differ.push(f.to_owned());
+                rewritten.push_str(&format!("| `{f}` | {job} |\n"));
+            }
+            _ => {
+                rewritten.push_str(line);
+                rewritten.push('\n');
+            }
+        }
+    }
+    if blessing() {
+        std::fs::write(root().join("docs/architecture.md"), rewritten).unwrap();
+        return;
+    }
+    assert!(
+        differ.is_empty(),
+        "docs/architecture.md's rows differ from src/lib.rs's map for {differ:?}: the crate map \
+         is the one written; `MEMPROF_BLESS=1 cargo test --release --test commands -- docs::` \
+         copies its rows into the page"
     );
 }
 
