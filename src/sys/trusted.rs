@@ -173,7 +173,14 @@ pub(crate) fn open(path: &Path, kind: Kind) -> Result<Trusted, String> {
     let meta = cur.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
     match kind {
         Kind::File => judge_file(&meta, path)?,
-        Kind::Dir => judge_dir(&meta, &real, what).map_err(|why| format!("{shown}: {why}"))?,
+        // The reason names `real`; `path` too when a link made them differ.
+        Kind::Dir => judge_dir(&meta, &real, what).map_err(|why| {
+            if real == path {
+                why
+            } else {
+                format!("{shown}: {why}")
+            }
+        })?,
     }
     if kind == Kind::File {
         clear_nonblock(&cur);

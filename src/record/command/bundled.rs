@@ -218,9 +218,8 @@ impl<'a> Image<'a> {
         for dir in dirs {
             match self.install_at(dir) {
                 Ok(path) => return Ok(Installed { path, temp_dir: None, passed_over: tried }),
-                // The trusted walk's reasons name the path already.
-                Err(why) if why.starts_with(&*dir.to_string_lossy()) => tried.push(why),
-                Err(why) => tried.push(format!("{}: {why}", dir.display())),
+                // Every reason `install_at` gives names the path it is about.
+                Err(why) => tried.push(why),
             }
         }
         let passed_over = tried.clone();
@@ -235,7 +234,8 @@ impl<'a> Image<'a> {
         Err(LaunchError::PreloadNotWritten(tried).into())
     }
 
-    /// The cached file in `dir`, verified, written first if missing or wrong.
+    /// The cached file in `dir`, verified, written first if missing or wrong. Every reason
+    /// it gives names the path it is about (the directory, the file or a directory above).
     fn install_at(&self, dir: &Path) -> Result<PathBuf, String> {
         private_dir(dir, self.dir_mode)?;
         let path = dir.join(&self.name);
@@ -300,10 +300,14 @@ impl<'a> Image<'a> {
         // A FIFO put in its place must not block the run: `open_ours` never blocks.
         let mut f = match crate::sys::files::open_ours(path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Check::Missing),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Check::Missing(path.to_owned()))
+            }
             Err(e) => return Err(Check::Unsafe(format!("cannot use {}: {e}", path.display()))),
         };
-        let meta = f.metadata().map_err(|e| Check::Unsafe(e.to_string()))?;
+        let meta = f
+            .metadata()
+            .map_err(|e| Check::Unsafe(format!("cannot read {}: {e}", path.display())))?;
         owned_and_private(&meta, path).map_err(Check::Unsafe)?;
         if meta.len() != self.bytes.len() as u64 {
             return Err(Check::Differs(path.to_owned()));
@@ -311,14 +315,15 @@ impl<'a> Image<'a> {
         if !same_contents(&mut f, self.bytes) {
             return Err(Check::Differs(path.to_owned()));
         }
-        trusted::can_map_executable(&f).map_err(Check::Unsafe)
+        trusted::can_map_executable(&f)
+            .map_err(|why| Check::Unsafe(format!("{}: {why}", path.display())))
     }
 }
 
 /// Why a cached file cannot be used as it is.
 #[derive(Debug)]
 enum Check {
-    Missing,
+    Missing(PathBuf),
     Differs(PathBuf),
     Unsafe(String),
 }
@@ -326,7 +331,7 @@ enum Check {
 impl std::fmt::Display for Check {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Check::Missing => write!(f, "the file vanished after it was written"),
+            Check::Missing(p) => write!(f, "{} vanished after it was written", p.display()),
             Check::Differs(p) => {
                 write!(f, "{} does not hold the library just written", p.display())
             }
@@ -356,7 +361,7 @@ fn same_contents(f: &mut File, mut expected: &[u8]) -> bool {
 /// by descriptor.
 fn private_dir(dir: &Path, mode: u32) -> Result<(), String> {
     if let Err(e) = fs::DirBuilder::new().recursive(true).mode(mode).create(dir) {
-        return Err(format!("cannot create it: {e}"));
+        return Err(format!("cannot create {}: {e}", dir.display()));
     }
     let checked = trusted::open(dir, Kind::Dir)?;
     owned_and_private(&checked.meta, dir)
@@ -464,6 +469,34 @@ mod tests {
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
         drop((a, b));
         assert!(dir.join(lib().file_name()).is_file(), "a cached file outlives the run");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Every directory passed over is named in its reason, whichever step refused it: one
+    /// that cannot be created (a file in its way), one writable by others, one whose file
+    /// is a directory.
+    #[test]
+    fn every_reason_names_its_path() {
+        let root = scratch("reasons");
+        fs::write(root.join("file"), b"").unwrap();
+        let blocked = root.join("file/memprof");
+        let open = root.join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let taken = root.join("taken");
+        fs::create_dir_all(taken.join(lib().file_name()).join("x")).unwrap();
+        fs::set_permissions(&taken, fs::Permissions::from_mode(0o700)).unwrap();
+        let dirs = [blocked.clone(), open.clone(), taken.clone()];
+        let tmp = root.join("tmp");
+        fs::create_dir(&tmp).unwrap();
+        let got = lib().install_in(&dirs, std::slice::from_ref(&tmp)).unwrap();
+        assert!(got.is_temporary());
+        let said = got.passed_over.clone();
+        assert_eq!(said.len(), 3, "{said:?}");
+        for (why, dir) in said.iter().zip(&dirs) {
+            assert!(why.contains(&*dir.to_string_lossy()), "{why} does not name {}", dir.display());
+        }
+        drop(got);
         fs::remove_dir_all(&root).unwrap();
     }
 
