@@ -16,6 +16,50 @@
 //!        └─ .mprof stream → reports: top table · flamegraph · pprof · folded
 //! ```
 //!
+//! # Glossary
+//! The nouns the code and its documentation use, each in one sense:
+//! - **sample point**: a byte chosen by the sampler; every allocated byte is one with
+//!   probability 1/R, independently.
+//! - **interval** (R): the mean number of bytes between sample points (`--interval`;
+//!   [`config::DEFAULT_INTERVAL`]); R = 1 is the **exact mode**, every allocation recorded.
+//! - **sample**: an allocation holding at least one sample point; its **k** is how many it
+//!   holds, and it stands for k × R bytes in every estimate.
+//! - **countdown**: the per-thread count of bytes left to the next sample point: the whole
+//!   fast path is its subtraction and a branch.
+//! - **stack**: the return addresses captured for a sample, innermost first; a **frame** is
+//!   one of them, named through the **symbols** of its **module** (a loaded executable or
+//!   shared object, with its address range and build id).
+//! - **site**: the frame a report charges a sample to: the innermost one that is not
+//!   allocation **plumbing** (allocator wrappers, the standard library's growth paths,
+//!   `--site-skip`).
+//! - **live table**: the program's table of its sampled blocks by address, which tells a
+//!   free of a sampled block from all the others.
+//! - **event**: a sample, a free of a sampled block, a GC cycle or a process fact, as the
+//!   engine hands it on; the **queue** carries events inside a process, the **ring** (a
+//!   shared file mapping) from a program under `memprof record` to the **collector**, the
+//!   thread of `memprof` that drains every ring.
+//! - **session**: sampling from [`start`] to [`Session::stop`]; its events reach a
+//!   [`Tracker`] at **safe points** (a poll, the stop, the drain thread), never inside the
+//!   allocator; the **recorder** ([`Recorder`]) is the tracker that writes them to a file.
+//! - **agent**: the preload library's session inside a profiled program.
+//! - **profile** ([`profile::Profile`]): a recording folded into aggregates; the `.mprof`
+//!   **file** is its stream of events (the **format**).
+//! - **live heap**: the sampled blocks not freed, as an estimate of the bytes held; its
+//!   **peak** is its largest value over the run (exact, or the cross-fitted estimate).
+//! - **view**: what a report totals (alloc, live, peak, short-lived, gc); a **window** is a
+//!   moment or range of the recording a report is restricted to.
+//! - **exporter**: one output format of the reports (flamegraph, pprof, folded, HTML).
+//! - **image**: what one `exec` ran in a process; a **process tree** is a program with the
+//!   processes it started, each with its own file (`--follow-forks`).
+//! - **resident**: the process's resident memory as the kernel reads it; a **split** is
+//!   that memory by kind of mapping (`/proc/PID/smaps`), and the **gap** is what it holds
+//!   beyond the live heap (allocator free memory, heaps outside malloc, code).
+//! - **lost** events: ones that never reached the tracker (a full queue without
+//!   backpressure, a signal handler's allocation inside the profiler); **untracked**
+//!   blocks: sampled blocks whose free cannot be followed.
+//! - **label**: the span path a sample was taken under (`tracing`, a feature); a **GC cycle** is a
+//!   mark and sweep of the managed heap ([`gc`]), timed.
+//!
 //! # Map of the code
 //! The folders of `src/` are layers; each uses only the ones above it in this table (the
 //! engine never reaches the session, the recorder or the profile). Imports run downward:
