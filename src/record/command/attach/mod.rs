@@ -163,22 +163,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     let pid = args.pid;
     target::check(pid)?;
     let name = target::name(pid);
-    let preload = launcher::find_preload(Some(bundled))?;
-    if preload.is_temporary() {
-        return Err(Error::Other(
-            "no cache directory could take the preload library, and one in a temporary \
-             directory would be removed while the process still maps it; set XDG_CACHE_HOME \
-             to a writable directory"
-                .into(),
-        ));
-    }
-    // A process of another user (memprof is root) could not read this user's private
-    // cache: it gets a copy it can read and nobody but root can change (`bundled` §1).
-    let preload = match target::euid(pid) {
-        Some(uid) if uid != crate::sys::files::euid() => preload.shared()?,
-        _ => preload,
-    };
-    let lib = preload.path().to_path_buf();
+    let lib = preload_for(pid, bundled)?;
     // Every step from here on ends with a detach: a signal only asks for it.
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: `on_stop` only stores into an atomic (async-signal-safe).
@@ -187,28 +172,7 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     let output = create_output(args)?;
     let rings = RingDir::create()
         .ok_or_else(|| Error::Other("cannot create a directory for the shared ring".into()))?;
-    let published = std::sync::Arc::new(Published::default());
-    let server = match &args.serve {
-        Some(addr) => match super::run::serve_published(addr, published.clone()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                let _ = std::fs::remove_file(&output);
-                return Err(e);
-            }
-        },
-        None => None,
-    };
-    let plan = Plan {
-        dir: rings.0.clone(),
-        root_pid: pid,
-        root_output: output.clone(),
-        attached: true,
-        publish: server.is_some().then(|| published.clone()),
-        // Not our child: its way of ending is what it says, or its exit code as a zombie.
-        root_ended: None,
-    };
-    let collector =
-        Collector::start(plan).map_err(|e| Error::io("cannot start collecting the profile", e))?;
+    let collecting = Collecting::start(args, pid, &output, &rings)?;
     let mut vars = settings.to_env();
     vars.push((crate::record::env::ENV_RINGS, rings.0.display().to_string()));
     let (me, started) = crate::record::ring::this_process();
@@ -217,84 +181,18 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     let attached = match start(pid, &lib, &mut vars) {
         Ok(a) => a,
         Err(e) => {
-            for msg in collector.finish().messages {
-                eprintln!("memprof: {msg}");
-            }
-            if let Some(s) = server {
-                s.stop();
-            }
+            collecting.finish();
             let _ = std::fs::remove_file(&output);
             return Err(e);
         }
     };
-    let took = began.elapsed();
-    let rate = if settings.config.interval <= 1.0 {
-        "every allocation (exact mode)".to_owned()
-    } else {
-        format!("one sample every {} bytes on average", settings.config.interval)
-    };
-    let patched = match attached.patched {
-        0 => String::new(),
-        n => format!(", {n} allocator entry points patched"),
-    };
-    if attached.unpatched {
-        eprintln!(
-            "memprof: warning: the allocator's entry points in {pid} were left unpatched (a \
-             thread kept running their first instructions); what it allocates through them \
-             is not seen"
-        );
-    }
+    say_attached(pid, &name, settings.config.interval, &attached, began.elapsed());
     let unreached = unreached_note(&attached);
-    let nothing = if attached.objects == 0 && attached.patched == 0 {
-        "; no object of it calls the malloc family through the dynamic linker, so nothing \
-         may be seen"
-    } else {
-        ""
-    };
-    eprintln!(
-        "memprof: attached to {pid} ({}) in {} ms: {rate}; {} slots of {} objects \
-         rerouted{patched}{nothing}; Ctrl-C or SIGTERM detaches",
-        printable(&name),
-        took.as_millis(),
-        attached.written,
-        attached.objects
-    );
     let end = wait(pid, &lib, limit);
-    let detached = match end {
-        End::Exited | End::Executed => Ok(0),
-        _ => inject::detach(pid, &lib).map_err(|e| {
-            // The library's stop did not run: its writes are undone from outside, so the
-            // process is left as it was but for a session nothing reaches (a later attach
-            // takes it over).
-            match inject::undo(pid, &attached.undo) {
-                Ok(_) => Error::Other(format!(
-                    "{e}; the calls memprof rerouted were put back from outside"
-                )),
-                Err(u) => Error::Other(format!("{e}; putting back its calls failed: {u}")),
-            }
-        }),
-    };
-    let finished = collector.finish();
-    for msg in &finished.messages {
-        eprintln!("memprof: {msg}");
-    }
-    if let Some(s) = server {
-        s.stop();
-    }
+    let detached = detach(pid, &lib, &attached, &end);
+    let finished = collecting.finish();
     drop(rings);
-    let shown = printable(&name);
-    match (&end, &detached) {
-        (End::Asked(sig), _) => eprintln!("memprof: detaching from {pid} (signal {sig})"),
-        (End::Elapsed, _) => eprintln!("memprof: detaching from {pid} (--duration elapsed)"),
-        (End::Exited, _) => eprintln!("memprof: {shown} (process {pid}) exited while attached"),
-        (End::Executed, _) => eprintln!(
-            "memprof: {shown} (process {pid}) executed another program while attached; the \
-             profile ends there"
-        ),
-    }
-    if let Err(e) = &detached {
-        eprintln!("memprof: error: could not detach cleanly from {pid}: {e}");
-    }
+    say_end(pid, &name, &end, &detached);
     if !finished.profiles.iter().any(|(path, _)| *path == output) {
         // The collector never tied a ring to the process (§4): no profile, and no empty
         // file left to look like one.
@@ -308,6 +206,148 @@ pub fn run(args: &AttachRequest, bundled: &Bundled) -> Result<i32, Error> {
     }
     report(args, &output, finished.profiles, skip, unreached)?;
     Ok(if detached.is_ok() { 0 } else { 1 })
+}
+
+/// Step 2: the preload library the process will map, from a cache directory (a temporary
+/// one would be removed while the process still maps it); for a process of another user
+/// (memprof is root), which could not read this user's private cache, a copy it can read
+/// and nobody but root can change (`bundled` §1).
+fn preload_for(pid: u32, bundled: &Bundled) -> Result<PathBuf, Error> {
+    let preload = launcher::find_preload(Some(bundled))?;
+    if preload.is_temporary() {
+        return Err(Error::Other(
+            "no cache directory could take the preload library, and one in a temporary \
+             directory would be removed while the process still maps it; set XDG_CACHE_HOME \
+             to a writable directory"
+                .into(),
+        ));
+    }
+    let preload = match target::euid(pid) {
+        Some(uid) if uid != crate::sys::files::euid() => preload.shared()?,
+        _ => preload,
+    };
+    Ok(preload.path().to_path_buf())
+}
+
+/// The collector of the process's ring, and the server that publishes its profile
+/// (`--serve`), running until [`Collecting::finish`].
+struct Collecting {
+    collector: Collector,
+    server: Option<crate::serve::Running>,
+}
+
+impl Collecting {
+    /// Starts both before the process is attached: its first events find them. On an
+    /// error, the (empty) output is removed.
+    fn start(
+        args: &AttachRequest,
+        pid: u32,
+        output: &Path,
+        rings: &RingDir,
+    ) -> Result<Collecting, Error> {
+        let published = std::sync::Arc::new(Published::default());
+        let server = match &args.serve {
+            Some(addr) => match super::run::serve_published(addr, published.clone()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    let _ = std::fs::remove_file(output);
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        let plan = Plan {
+            dir: rings.0.clone(),
+            root_pid: pid,
+            root_output: output.to_path_buf(),
+            attached: true,
+            publish: server.is_some().then(|| published.clone()),
+            // Not our child: its way of ending is what it says, or its exit code as a zombie.
+            root_ended: None,
+        };
+        let collector = Collector::start(plan)
+            .map_err(|e| Error::io("cannot start collecting the profile", e))?;
+        Ok(Collecting { collector, server })
+    }
+
+    /// Collects what is left, says the collector's messages and stops the server.
+    fn finish(self) -> super::collect::Finished {
+        let finished = self.collector.finish();
+        for msg in &finished.messages {
+            eprintln!("memprof: {msg}");
+        }
+        if let Some(s) = self.server {
+            s.stop();
+        }
+        finished
+    }
+}
+
+/// The line that says the attach is done: how long it took, the sampling, what was
+/// rerouted, and a warning for entry points left unpatched.
+fn say_attached(pid: u32, name: &str, interval: f64, attached: &inject::Attached, took: Duration) {
+    let rate = if interval <= 1.0 {
+        "every allocation (exact mode)".to_owned()
+    } else {
+        format!("one sample every {interval} bytes on average")
+    };
+    let patched = match attached.patched {
+        0 => String::new(),
+        n => format!(", {n} allocator entry points patched"),
+    };
+    if attached.unpatched {
+        eprintln!(
+            "memprof: warning: the allocator's entry points in {pid} were left unpatched (a \
+             thread kept running their first instructions); what it allocates through them \
+             is not seen"
+        );
+    }
+    let nothing = if attached.objects == 0 && attached.patched == 0 {
+        "; no object of it calls the malloc family through the dynamic linker, so nothing \
+         may be seen"
+    } else {
+        ""
+    };
+    eprintln!(
+        "memprof: attached to {pid} ({}) in {} ms: {rate}; {} slots of {} objects \
+         rerouted{patched}{nothing}; Ctrl-C or SIGTERM detaches",
+        printable(name),
+        took.as_millis(),
+        attached.written,
+        attached.objects
+    );
+}
+
+/// Step 5: the library's stop is called in the process (not when it exited or executed
+/// another program). If it cannot run, its writes are undone from outside, so the process
+/// is left as it was but for a session nothing reaches (a later attach takes it over).
+fn detach(pid: u32, lib: &Path, attached: &inject::Attached, end: &End) -> Result<usize, Error> {
+    match end {
+        End::Exited | End::Executed => Ok(0),
+        _ => inject::detach(pid, lib).map_err(|e| match inject::undo(pid, &attached.undo) {
+            Ok(_) => {
+                Error::Other(format!("{e}; the calls memprof rerouted were put back from outside"))
+            }
+            Err(u) => Error::Other(format!("{e}; putting back its calls failed: {u}")),
+        }),
+    }
+}
+
+/// The line that says why the session ended, and the error of a detach that failed.
+fn say_end(pid: u32, name: &str, end: &End, detached: &Result<usize, Error>) {
+    let shown = printable(name);
+    match end {
+        End::Asked(sig) => eprintln!("memprof: detaching from {pid} (signal {sig})"),
+        End::Elapsed => eprintln!("memprof: detaching from {pid} (--duration elapsed)"),
+        End::Exited => eprintln!("memprof: {shown} (process {pid}) exited while attached"),
+        End::Executed => eprintln!(
+            "memprof: {shown} (process {pid}) executed another program while attached; the \
+             profile ends there"
+        ),
+    }
+    if let Err(e) = detached {
+        eprintln!("memprof: error: could not detach cleanly from {pid}: {e}");
+    }
 }
 
 /// Step 3, with §5's one profiler a process: the session of a live attacher is refused;
