@@ -111,31 +111,7 @@ pub(crate) fn start_on<T: Tracker>(
     // The profiler's own setup allocations are not sampled (no session yet) nor counted.
     let unwinder = crate::engine::callstack::select(config.unwinder);
     let external = shared.is_some();
-    let q = match (shared, queue()) {
-        (Some(q), _) => {
-            let q: &'static Queue = Box::leak(Box::new(q));
-            sample_path::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
-            q
-        }
-        (None, Some(q))
-            if !q.is_external()
-                && q.capacity() >= config.queue_capacity
-                && q.depth() >= config.depth =>
-        {
-            q
-        }
-        _ => {
-            let q = Queue::new(config.queue_capacity, config.depth).ok_or_else(|| {
-                Error::Other(format!(
-                    "cannot allocate the event queue ({} events × {} frames)",
-                    config.queue_capacity, config.depth
-                ))
-            })?;
-            let q: &'static Queue = Box::leak(Box::new(q));
-            sample_path::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
-            q
-        }
-    };
+    let q = session_queue(&config, shared)?;
     // Discard leftovers of an earlier session; a reused ring keeps this session's capacity.
     let _ = q.drain(|_, _| {});
     q.set_limit(config.queue_capacity);
@@ -166,56 +142,7 @@ pub(crate) fn start_on<T: Tracker>(
     // runs its own code: the allocations of the thread's start-up (the standard library's
     // thread-local bookkeeping) are not the program's and must not be sampled.
     let drain = if config.drain_thread {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
-        let half = config.queue_capacity / 2;
-        // The thread starts with every signal blocked (inherited from this thread's mask,
-        // set around the spawn): a process-directed signal — a daemon's SIGTERM that its
-        // own `sigwait` thread should take, a SIGXFSZ when the profile reaches
-        // RLIMIT_FSIZE — is never delivered to it.
-        let blocked = crate::sys::signals::block_all();
-        let spawned = std::thread::Builder::new().name("memprof-drain".into()).spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            DRAIN_TID.store(unsafe { libc::gettid() } as u64, Ordering::Release);
-            let _ = ready_tx.send(());
-            drop(ready_tx);
-            let mut polls = 0u32;
-            while !flag.load(Ordering::Acquire) {
-                if CRASH_FLUSH.load(Ordering::Acquire) == 1 {
-                    // Another thread is dying of a fatal signal and waits for this.
-                    sync(Poll::Sync);
-                    CRASH_FLUSH.store(2, Ordering::Release);
-                }
-                // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
-                // that was half full again at once. The pause keeps the consumer well
-                // behind the producers: a consumer that catches up reads the slots they
-                // are about to write (see `Queue::drain`).
-                let n = poll();
-                if n < 1024 {
-                    std::thread::sleep(Duration::from_millis(5));
-                } else if n < half {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                polls = polls.wrapping_add(1);
-                if polls % 20 == 0 && {
-                    // Reading /proc allocates: not the program's allocations.
-                    let _busy = Busy::enter();
-                    crate::sys::signals::only_this_thread_left()
-                } {
-                    // `main` ended with `pthread_exit` and every other thread is gone:
-                    // the process would have exited with status 0 (POSIX: as if by
-                    // `exit(0)` when its last thread ends) but for this thread. Do it.
-                    // SAFETY: `exit` runs the exit handlers on this thread; the session's
-                    // stop does not wait for the thread it runs on (see `stop_inner`).
-                    unsafe { libc::exit(0) };
-                }
-            }
-        });
-        drop(blocked);
-        let handle = spawned.map_err(|e| Error::io("cannot start the drain thread", e))?;
-        let _ = ready_rx.recv();
-        Some((stop, handle))
+        Some(start_drain_thread(config.queue_capacity / 2)?)
     } else {
         None
     };
@@ -238,6 +165,100 @@ pub(crate) fn start_on<T: Tracker>(
         drain,
     });
     Ok(Session { epoch, info, _tracker: PhantomData })
+}
+
+/// The queue of a new session: the one given (`memprof record`'s shared ring), else the
+/// last session's when it is large and deep enough, else a new one; published to the
+/// sample path.
+fn session_queue(config: &Config, shared: Option<Queue>) -> Result<&'static Queue, Error> {
+    Ok(match (shared, queue()) {
+        (Some(q), _) => {
+            let q: &'static Queue = Box::leak(Box::new(q));
+            sample_path::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
+            q
+        }
+        (None, Some(q))
+            if !q.is_external()
+                && q.capacity() >= config.queue_capacity
+                && q.depth() >= config.depth =>
+        {
+            q
+        }
+        _ => {
+            let q = Queue::new(config.queue_capacity, config.depth).ok_or_else(|| {
+                Error::Other(format!(
+                    "cannot allocate the event queue ({} events × {} frames)",
+                    config.queue_capacity, config.depth
+                ))
+            })?;
+            let q: &'static Queue = Box::leak(Box::new(q));
+            sample_path::QUEUE.store(q as *const Queue as *mut Queue, Ordering::Release);
+            q
+        }
+    })
+}
+
+/// The thread that drains the queue of a session started with `drain_thread`, which
+/// sampling waits for (it runs its own code first). Returns its stop flag and handle.
+fn start_drain_thread(
+    half: usize,
+) -> Result<(Arc<AtomicBool>, std::thread::JoinHandle<()>), Error> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    // The thread starts with every signal blocked (inherited from this thread's mask,
+    // set around the spawn): a process-directed signal — a daemon's SIGTERM that its
+    // own `sigwait` thread should take, a SIGXFSZ when the profile reaches
+    // RLIMIT_FSIZE — is never delivered to it.
+    let blocked = crate::sys::signals::block_all();
+    let spawned = std::thread::Builder::new().name("memprof-drain".into()).spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        DRAIN_TID.store(unsafe { libc::gettid() } as u64, Ordering::Release);
+        let _ = ready_tx.send(());
+        drop(ready_tx);
+        drain_loop(&flag, half);
+    });
+    drop(blocked);
+    let handle = spawned.map_err(|e| Error::io("cannot start the drain thread", e))?;
+    let _ = ready_rx.recv();
+    Ok((stop, handle))
+}
+
+/// The drain thread's loop until `flag` is set: the crash flush another thread waits for,
+/// the polls at a pace set by how full the queue was, and the process's exit when only
+/// this thread is left.
+fn drain_loop(flag: &AtomicBool, half: usize) {
+    let mut polls = 0u32;
+    while !flag.load(Ordering::Acquire) {
+        if CRASH_FLUSH.load(Ordering::Acquire) == 1 {
+            // Another thread is dying of a fatal signal and waits for this.
+            sync(Poll::Sync);
+            CRASH_FLUSH.store(2, Ordering::Release);
+        }
+        // An idle queue is drained every 5 ms, a busy one every 1 ms, and one
+        // that was half full again at once. The pause keeps the consumer well
+        // behind the producers: a consumer that catches up reads the slots they
+        // are about to write (see `Queue::drain`).
+        let n = poll();
+        if n < 1024 {
+            std::thread::sleep(Duration::from_millis(5));
+        } else if n < half {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        polls = polls.wrapping_add(1);
+        if polls % 20 == 0 && {
+            // Reading /proc allocates: not the program's allocations.
+            let _busy = Busy::enter();
+            crate::sys::signals::only_this_thread_left()
+        } {
+            // `main` ended with `pthread_exit` and every other thread is gone:
+            // the process would have exited with status 0 (POSIX: as if by
+            // `exit(0)` when its last thread ends) but for this thread. Do it.
+            // SAFETY: `exit` runs the exit handlers on this thread; the session's
+            // stop does not wait for the thread it runs on (see `stop_inner`).
+            unsafe { libc::exit(0) };
+        }
+    }
 }
 
 /// Runs pending callbacks now, on this thread. Returns the number of events handled (0 when
