@@ -18,7 +18,9 @@
 //! state a tree's peak as "at most", without an interval, and have no live set at it.
 #![forbid(unsafe_code)]
 
-use super::{Profile, StackId, Symbol};
+use std::collections::HashMap;
+
+use super::{IdHash, Profile, StackId, Symbol, Totals};
 use crate::error::Error;
 
 /// Bits of an address left to the process; the profile's index goes above.
@@ -53,84 +55,11 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
                 p.header.interval
             )));
         }
-        let tag = (i as u64) << TAG_SHIFT;
-        let t = |a: u64| if a >> TAG_SHIFT == 0 { a | tag } else { a };
-        let stack_base = out.stacks.len() as StackId;
-        out.modules.extend(p.modules.iter().map(|m| {
-            let mut m = m.clone();
-            m.base = t(m.base);
-            m.start = t(m.start);
-            m.end = t(m.end);
-            m
-        }));
-        let root = tag | ROOT;
-        out.symbols
-            .insert(root, vec![Symbol { function: process_name(&p), file: None, line: None }]);
-        // Labels are texts: the same span path in two processes is one label.
-        let relabel: Vec<u32> = p.labels.iter().map(|l| out.intern_label(l)).collect();
-        out.stacks.extend(p.stacks.iter().map(|s| {
-            let mut s = s.clone();
-            s.frames.iter_mut().for_each(|f| *f = t(*f));
-            s.frames.push(root);
-            s.label = s.label.checked_sub(1).map_or(0, |i| relabel[i as usize]);
-            s
-        }));
-        out.symbols.extend(p.symbols.iter().map(|(a, s)| (t(*a), s.clone())));
-        for (&(stack, size), tot) in &p.allocated {
-            let e = out.allocated.entry((stack + stack_base, size)).or_default();
-            e.samples += tot.samples;
-            e.k += tot.k;
-        }
-        for (&(stack, size), tot) in &p.live {
-            let e = out.live.entry((stack + stack_base, size)).or_default();
-            e.samples += tot.samples;
-            e.k += tot.k;
-        }
-        let life = &mut out.lifetimes;
-        life.short_lived_ns = p.lifetimes.short_lived_ns;
-        for (&(stack, size), tot) in &p.lifetimes.short {
-            let e = life.short.entry((stack + stack_base, size)).or_default();
-            e.samples += tot.samples;
-            e.k += tot.k;
-        }
-        for (&(stack, bucket), tot) in &p.lifetimes.histogram {
-            let e = life.histogram.entry((stack + stack_base, bucket)).or_default();
-            e.samples += tot.samples;
-            e.k += tot.k;
-        }
-        // Allocation times are on each process's clock: the tree's GC cycles are each
-        // process's own, attributed when its profile was read.
-        for (&(stack, size, unit), tot) in &p.live_by_time.index {
-            out.live_by_time.index.insert((stack + stack_base, size, unit), *tot);
-        }
-        out.live_bytes += p.live_bytes;
+        let stack_base = add_code(&mut out, &p, i);
+        add_totals(&mut out, &p, stack_base);
         let offset = p.header.start_unix_ns.saturating_sub(start);
-        for (c, marked) in p.gc_cycles.iter().zip(p.gc_marked) {
-            out.gc_cycles.push(super::GcCycle {
-                start_ns: c.start_ns.saturating_add(offset),
-                end_ns: c.end_ns.saturating_add(offset),
-                ..*c
-            });
-            out.gc_marked.push(marked.into_iter().map(|(s, m)| (s + stack_base, m)).collect());
-        }
-        out.series.add(&p.series, offset);
-        out.end_ns = out.end_ns.max(p.end_ns.saturating_add(offset));
-        out.counts.samples += p.counts.samples;
-        out.counts.frees += p.counts.frees;
-        out.counts.moves += p.counts.moves;
-        out.counts.orphans += p.counts.orphans;
-        out.lost.events += p.lost.events;
-        out.lost.untracked += p.lost.untracked;
-        out.lost.callback_panics += p.lost.callback_panics;
-        out.lost.frees_replayed += p.lost.frees_replayed;
-        out.lost.frees_unknown += p.lost.frees_unknown;
-        out.warnings.extend(p.warnings.iter().map(|w| format!("{label}: {w}")));
-        // A note names its program itself; the same note of two processes is said once.
-        for n in &p.notes {
-            if !out.notes.contains(n) {
-                out.notes.push(n.clone());
-            }
-        }
+        add_timing(&mut out, &p, stack_base, offset);
+        add_counts(&mut out, &p, &label);
         // A child that ended by `_exit` or `exec` (it said so last) left a whole file; the
         // root's own way of ending is the tree's.
         if i == 0 {
@@ -142,6 +71,102 @@ pub fn merge(profiles: Vec<Profile>, labels: &[String]) -> Result<Profile, Error
     out.peak = out.series.peak();
     out.since_peak.unknown = true;
     Ok(out)
+}
+
+/// Adds the code of the `i`-th profile `p` (its modules, symbols and stacks, under a root
+/// frame naming its process) in an address space of its own, so that the same address in
+/// two processes stays two places (module documentation); returns the id its first stack
+/// has in `out`, by which its aggregates are renumbered.
+fn add_code(out: &mut Profile, p: &Profile, i: usize) -> StackId {
+    let tag = (i as u64) << TAG_SHIFT;
+    let t = |a: u64| if a >> TAG_SHIFT == 0 { a | tag } else { a };
+    let stack_base = out.stacks.len() as StackId;
+    out.modules.extend(p.modules.iter().map(|m| {
+        let mut m = m.clone();
+        m.base = t(m.base);
+        m.start = t(m.start);
+        m.end = t(m.end);
+        m
+    }));
+    let root = tag | ROOT;
+    out.symbols.insert(root, vec![Symbol { function: process_name(p), file: None, line: None }]);
+    // Labels are texts: the same span path in two processes is one label.
+    let relabel: Vec<u32> = p.labels.iter().map(|l| out.intern_label(l)).collect();
+    out.stacks.extend(p.stacks.iter().map(|s| {
+        let mut s = s.clone();
+        s.frames.iter_mut().for_each(|f| *f = t(*f));
+        s.frames.push(root);
+        s.label = s.label.checked_sub(1).map_or(0, |i| relabel[i as usize]);
+        s
+    }));
+    out.symbols.extend(p.symbols.iter().map(|(a, s)| (t(*a), s.clone())));
+    stack_base
+}
+
+/// Adds what `p` sampled, by stack (allocated, live, short-lived, lifetimes, the live
+/// blocks by allocation time), its stacks numbered from `stack_base`.
+fn add_totals(out: &mut Profile, p: &Profile, stack_base: StackId) {
+    add_renumbered(&mut out.allocated, &p.allocated, stack_base);
+    add_renumbered(&mut out.live, &p.live, stack_base);
+    let life = &mut out.lifetimes;
+    life.short_lived_ns = p.lifetimes.short_lived_ns;
+    add_renumbered(&mut life.short, &p.lifetimes.short, stack_base);
+    add_renumbered(&mut life.histogram, &p.lifetimes.histogram, stack_base);
+    // Allocation times are on each process's clock: the tree's GC cycles are each
+    // process's own, attributed when its profile was read.
+    for (&(stack, size, unit), tot) in &p.live_by_time.index {
+        out.live_by_time.index.insert((stack + stack_base, size, unit), *tot);
+    }
+    out.live_bytes += p.live_bytes;
+}
+
+/// Adds `from`'s totals into `into`, their stacks numbered from `stack_base`.
+fn add_renumbered<K: Copy + Eq + std::hash::Hash>(
+    into: &mut HashMap<(StackId, K), Totals, IdHash>,
+    from: &HashMap<(StackId, K), Totals, IdHash>,
+    stack_base: StackId,
+) {
+    for (&(stack, key), tot) in from {
+        let e = into.entry((stack + stack_base, key)).or_default();
+        e.samples += tot.samples;
+        e.k += tot.k;
+    }
+}
+
+/// Adds what `p` saw over time (GC cycles, the series, its end) on the first profile's
+/// clock: `offset` is how much later than the first it started.
+fn add_timing(out: &mut Profile, p: &Profile, stack_base: StackId, offset: u64) {
+    for (c, marked) in p.gc_cycles.iter().zip(&p.gc_marked) {
+        out.gc_cycles.push(super::GcCycle {
+            start_ns: c.start_ns.saturating_add(offset),
+            end_ns: c.end_ns.saturating_add(offset),
+            ..*c
+        });
+        out.gc_marked.push(marked.iter().map(|(&s, &m)| (s + stack_base, m)).collect());
+    }
+    out.series.add(&p.series, offset);
+    out.end_ns = out.end_ns.max(p.end_ns.saturating_add(offset));
+}
+
+/// Adds `p`'s event counts and losses, and what it says of itself: its warnings, prefixed
+/// with `label` (which process), and its notes, once for the tree.
+fn add_counts(out: &mut Profile, p: &Profile, label: &str) {
+    out.counts.samples += p.counts.samples;
+    out.counts.frees += p.counts.frees;
+    out.counts.moves += p.counts.moves;
+    out.counts.orphans += p.counts.orphans;
+    out.lost.events += p.lost.events;
+    out.lost.untracked += p.lost.untracked;
+    out.lost.callback_panics += p.lost.callback_panics;
+    out.lost.frees_replayed += p.lost.frees_replayed;
+    out.lost.frees_unknown += p.lost.frees_unknown;
+    out.warnings.extend(p.warnings.iter().map(|w| format!("{label}: {w}")));
+    // A note names its program itself; the same note of two processes is said once.
+    for n in &p.notes {
+        if !out.notes.contains(n) {
+            out.notes.push(n.clone());
+        }
+    }
 }
 
 /// `program [pid N]`: the executable's file name (else the first argument) and the pid.

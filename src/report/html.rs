@@ -395,33 +395,9 @@ pub fn write_tree_html(
         if i > 0 {
             procs.raw(",");
         }
-        procs.raw("{");
-        procs.key("exe");
-        procs.str(&pr.executable);
-        procs.key("cmd");
-        procs.strs(own.cmdline.iter().map(String::as_str));
-        procs.key("pid");
-        procs.num(f64::from(pr.pid));
-        procs.key("ppid");
-        procs.num(f64::from(pr.ppid));
-        procs.key("file");
-        procs.str(&pr.file.display().to_string());
-        procs.key("node");
-        procs.num(root.map_or(-1.0, f64::from));
-        procs.key("samples");
-        procs.num(pr.samples as f64);
-        procs.key("allocated");
-        procs.num(pr.allocated);
-        procs.key("peak");
         let ci = confidence::peak_ci95(own.peak.bytes, profile.header.interval);
-        procs.nums([own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64, ci]);
-        // Its own timeline, on the tree's buckets.
-        let n = grid.buckets as usize;
-        procs.key("max");
-        procs.nums(moved.live_max().into_iter().take(n));
-        procs.key("alloc");
-        procs.nums(moved.alloc.iter().copied().take(n));
-        procs.raw("}");
+        let peak = [own.peak.bytes, own.peak.time_ns.saturating_add(offset) as f64, ci];
+        process_json(&mut procs, pr, &own.cmdline, root, peak, &moved, grid.buckets as usize);
         base += own.stacks;
     }
     procs.raw("]");
@@ -437,6 +413,45 @@ pub fn write_tree_html(
     let exe = profile.header.executable.rsplit('/').next().unwrap_or_default();
     let title = format!("memprof: {exe} and {} other processes", processes.len() - 1);
     write_page(&title, &json, out)
+}
+
+/// One process of a tree's page (§4): who it is, its root node (the page shows the
+/// flamegraph and sites under it), its peak (bytes, time on the tree's clock, 95 % half
+/// width) and its own timeline on the tree's `buckets`, so the page can show it alone.
+fn process_json(
+    j: &mut Json,
+    pr: &crate::profile::load::Process,
+    cmdline: &[String],
+    root: Option<u32>,
+    peak: [f64; 3],
+    moved: &Timeline,
+    buckets: usize,
+) {
+    j.raw("{");
+    j.key("exe");
+    j.str(&pr.executable);
+    j.key("cmd");
+    j.strs(cmdline.iter().map(String::as_str));
+    j.key("pid");
+    j.num(f64::from(pr.pid));
+    j.key("ppid");
+    j.num(f64::from(pr.ppid));
+    j.key("file");
+    j.str(&pr.file.display().to_string());
+    j.key("node");
+    j.num(root.map_or(-1.0, f64::from));
+    j.key("samples");
+    j.num(pr.samples as f64);
+    j.key("allocated");
+    j.num(pr.allocated);
+    j.key("peak");
+    j.nums(peak);
+    // Its own timeline, on the tree's buckets.
+    j.key("max");
+    j.nums(moved.live_max().into_iter().take(buckets));
+    j.key("alloc");
+    j.nums(moved.alloc.iter().copied().take(buckets));
+    j.raw("}");
 }
 
 /// The page with `json` as its data. The template is filled in one pass over its own text:
@@ -512,6 +527,8 @@ fn resident_per_bucket(profile: &Profile, w: u64, buckets: u64) -> Vec<f64> {
         .collect()
 }
 
+/// The page's data (the module documentation's §1–§3) as one JSON object: the recording's
+/// facts, its timeline and its frame tree with the cells and per-node values.
 fn data_json(
     profile: &Profile,
     p: &Pass,
@@ -519,9 +536,20 @@ fn data_json(
     peak: &std::collections::BTreeMap<u32, u64>,
     gc: &std::collections::BTreeMap<u32, f64>,
 ) -> String {
-    let h = &profile.header;
     let mut j = Json(String::with_capacity(1 << 20));
     j.raw("{");
+    recording_json(&mut j, profile);
+    facts_json(&mut j, profile);
+    timeline_json(&mut j, profile, p);
+    tree_json(&mut j, p, tree, peak, gc);
+    j.raw("}");
+    j.0
+}
+
+/// The recording's identity, sampling, clock and peak: what the page's header states and
+/// what its numbers are scaled and bounded by.
+fn recording_json(j: &mut Json, profile: &Profile) {
+    let h = &profile.header;
     j.key("exe");
     j.str(&h.executable);
     j.key("cmd");
@@ -553,6 +581,11 @@ fn data_json(
     j.nums([profile.peak.bytes, profile.peak.time_ns as f64, ci]);
     j.key("short_ns");
     j.num(DEFAULT_SHORT_LIVED_NS as f64);
+}
+
+/// What qualifies the numbers, as the top table's header lines say it: how it sampled,
+/// resident memory, notes, warnings and wrapper hints.
+fn facts_json(j: &mut Json, profile: &Profile) {
     // The summary's first fact: how it sampled and what it lost (`report::sampling_summary`),
     // marked as a warning when the numbers lack something.
     j.key("sampling");
@@ -579,6 +612,10 @@ fn data_json(
     j.key("hints");
     let hints: Vec<String> = profile.wrappers().iter().take(20).map(|w| w.suggestion()).collect();
     j.strs(hints.iter().map(String::as_str));
+}
+
+/// The timeline's per-bucket figures (§1), from which the page draws the heap over time.
+fn timeline_json(j: &mut Json, profile: &Profile, p: &Pass) {
     j.key("w");
     j.num(p.w as f64);
     j.key("n");
@@ -593,6 +630,18 @@ fn data_json(
     j.nums(resident_per_bucket(profile, p.w, p.buckets));
     j.key("gcc");
     j.ints(profile.gc_cycles.iter().flat_map(|c| [c.start_ns, c.end_ns]));
+}
+
+/// The frame tree (§2) and what each node holds: the cells from which the page sums any
+/// moment or range, and the per-node values of the views it cannot sum from them (the
+/// peak, short-lived blocks, GC mark time). Sorted, so that the page is the same each time.
+fn tree_json(
+    j: &mut Json,
+    p: &Pass,
+    tree: &Tree,
+    peak: &std::collections::BTreeMap<u32, u64>,
+    gc: &std::collections::BTreeMap<u32, f64>,
+) {
     j.key("names");
     j.strs(tree.names.iter().map(String::as_str));
     j.key("nodes");
@@ -613,8 +662,6 @@ fn data_json(
     j.ints(short.iter().flat_map(|(&n, &k)| [n as u64, k]));
     j.key("gcv");
     j.ints(gc.iter().filter(|(_, &v)| v >= 0.5).flat_map(|(&n, &v)| [n as u64, v.round() as u64]));
-    j.raw("}");
-    j.0
 }
 
 /// A recording with the event times of `events`, for the tests.

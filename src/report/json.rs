@@ -38,6 +38,7 @@ use super::confidence::{ci95, peak_ci95};
 use super::resident::{
     allocator_name, as_told, gap_lines, last_split, peak_split, resident_readings,
 };
+use super::top::SiteTotal;
 use super::{GroupBy, TopOptions};
 use crate::profile::load::Process;
 use crate::profile::{Ended, Profile, ResidentSplit};
@@ -46,6 +47,7 @@ use serde_json::{json, Value};
 /// The name of the schema the summary follows.
 pub const SCHEMA: &str = "memprof-report/1";
 
+/// `ended`: how a process ended, or null when its recording does not say.
 fn ended(e: Option<Ended>) -> Value {
     match e {
         Some(e) => json!({
@@ -67,105 +69,13 @@ pub fn summary(
     let h = &profile.header;
     let interval = h.interval;
     let exact = interval <= 1.0;
-    let allocated: f64 =
-        profile.allocated.values().map(|t| t.k as f64).sum::<f64>() * interval.max(1.0);
-    let readings = resident_readings(profile);
-    let rss = match (readings.last(), readings.iter().max_by_key(|r| r.bytes)) {
-        (Some(last), Some(most)) => {
-            let near_peak = readings
-                .iter()
-                .min_by_key(|r| r.time_ns.abs_diff(profile.peak.time_ns))
-                .map(|r| r.bytes);
-            json!({
-                "end_bytes": last.bytes,
-                "end_ns": last.time_ns,
-                "peak_bytes": most.bytes,
-                "peak_ns": most.time_ns,
-                "at_heap_peak_bytes": near_peak,
-                "readings": readings.len(),
-            })
-        }
-        _ => Value::Null,
-    };
     let hint =
         gap_lines(profile).into_iter().find_map(|l| l.strip_prefix("hint: ").map(str::to_owned));
-    let split = |r: &ResidentSplit, hint: Option<String>| {
-        let r = &as_told(profile, r);
-        json!({
-            "at_ns": r.time_ns,
-            "resident_bytes": r.resident,
-            "live_heap_bytes": r.live_bytes,
-            "live_heap_resident_bytes": r.live_bytes.min(r.allocator as f64),
-            "live_heap_ci95_bytes": ci95(r.live_bytes, interval),
-            "allocator_retained_bytes": r.allocator_free(),
-            "outside_malloc_bytes": r.outside,
-            "other_bytes": r.stacks + r.files + r.own + r.other,
-            "stacks_bytes": r.stacks,
-            "files_bytes": r.files,
-            "memprof_bytes": r.own,
-            "special_bytes": r.other,
-            "allocator": allocator_name(profile),
-            "hint": hint,
-        })
-    };
-    let gap = last_split(profile).map_or(Value::Null, |r| split(r, hint));
-    let gap_at_peak = peak_split(profile).map_or(Value::Null, |r| split(r, None));
-    let peak_known = profile.since_peak_known();
+    let gap = last_split(profile).map_or(Value::Null, |r| split(profile, r, hint));
+    let gap_at_peak = peak_split(profile).map_or(Value::Null, |r| split(profile, r, None));
     let mut shown = super::top::site_totals_grouped(profile, group_by);
     super::top::sort_sites(&mut shown, options.view);
     shown.truncate(options.limit);
-    let sites: Vec<Value> = shown
-        .iter()
-        .map(|s| {
-            json!({
-                "site": s.site,
-                "location": s.location,
-                "alloc_bytes": s.alloc_bytes,
-                "alloc_ci95_bytes": ci95(s.alloc_bytes, interval),
-                "alloc_objects": s.alloc_objects,
-                "live_bytes": s.live_bytes,
-                "live_ci95_bytes": ci95(s.live_bytes, interval),
-                "live_objects": s.live_objects,
-                "peak_bytes": peak_known.then_some(s.peak_bytes),
-                "peak_ci95_bytes": peak_known.then(|| peak_ci95(s.peak_bytes, interval)),
-            })
-        })
-        .collect();
-    let suggestions: Vec<Value> = super::top::wrapper_suggestions(profile, &shown)
-        .iter()
-        .map(|w| {
-            json!({
-                "site": w.site,
-                "callers": w.callers,
-                "largest_caller_share": w.largest_share,
-                "site_skip": w.site_skip(),
-                "text": w.suggestion(),
-            })
-        })
-        .collect();
-    let processes: Vec<Value> = if processes.len() > 1 {
-        processes
-            .iter()
-            .map(|p| {
-                json!({
-                    "pid": p.pid,
-                    "ppid": p.ppid,
-                    "executable": p.executable,
-                    "file": p.file.display().to_string(),
-                    "allocated_bytes": p.allocated,
-                    "peak_bytes": p.peak,
-                    "peak_ci95_bytes": peak_ci95(p.peak, interval),
-                    "live_end_bytes": p.live,
-                    "rss_end_bytes": p.resident.map(|r| r.0),
-                    "rss_peak_bytes": p.resident.map(|r| r.1),
-                    "allocator_retained_bytes": p.allocator_free,
-                    "ended": ended(p.ended),
-                })
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
     json!({
         "schema": SCHEMA,
         "program": {
@@ -183,19 +93,8 @@ pub fn summary(
             "to_ns": (w.to_ns != u64::MAX).then_some(w.to_ns),
         })),
         "complete": profile.complete || profile.stopped.is_some(),
-        "heap": {
-            "live_end_bytes": profile.live_bytes,
-            "live_end_ci95_bytes": ci95(profile.live_bytes, interval),
-            "peak_bytes": profile.peak.bytes,
-            "peak_ci95_bytes": peak_known.then(|| peak_ci95(profile.peak.bytes, interval)),
-            "peak_ns": profile.peak.time_ns,
-            "peak_moments_ns": profile.peak.moments_ns,
-            "allocated_bytes": allocated,
-            "allocated_ci95_bytes": ci95(allocated, interval),
-            "samples": profile.counts.samples,
-            "frees": profile.counts.frees,
-        },
-        "rss": rss,
+        "heap": heap(profile),
+        "rss": rss(profile),
         "gap": gap,
         "gap_at_peak": gap_at_peak,
         "ended": ended(profile.ended),
@@ -205,10 +104,144 @@ pub fn summary(
             "untracked": profile.lost.untracked,
             "frees_unknown": profile.lost.frees_unknown,
         },
-        "sites": sites,
-        "suggestions": suggestions,
-        "processes": processes,
+        "sites": sites(profile, &shown),
+        "suggestions": suggestions(profile, &shown),
+        "processes": tree(processes, interval),
     })
+}
+
+/// `heap`: the live heap at the end and at its peak, and what was allocated, each with its
+/// interval (a tree's peak, an upper bound, has none).
+fn heap(profile: &Profile) -> Value {
+    let interval = profile.header.interval;
+    let allocated: f64 =
+        profile.allocated.values().map(|t| t.k as f64).sum::<f64>() * interval.max(1.0);
+    let peak_known = profile.since_peak_known();
+    json!({
+        "live_end_bytes": profile.live_bytes,
+        "live_end_ci95_bytes": ci95(profile.live_bytes, interval),
+        "peak_bytes": profile.peak.bytes,
+        "peak_ci95_bytes": peak_known.then(|| peak_ci95(profile.peak.bytes, interval)),
+        "peak_ns": profile.peak.time_ns,
+        "peak_moments_ns": profile.peak.moments_ns,
+        "allocated_bytes": allocated,
+        "allocated_ci95_bytes": ci95(allocated, interval),
+        "samples": profile.counts.samples,
+        "frees": profile.counts.frees,
+    })
+}
+
+/// `rss`: the process's resident size at the end, at its largest and beside the heap's
+/// peak; null without readings, so that a tool cannot take a missing figure for zero.
+fn rss(profile: &Profile) -> Value {
+    let readings = resident_readings(profile);
+    match (readings.last(), readings.iter().max_by_key(|r| r.bytes)) {
+        (Some(last), Some(most)) => {
+            let near_peak = readings
+                .iter()
+                .min_by_key(|r| r.time_ns.abs_diff(profile.peak.time_ns))
+                .map(|r| r.bytes);
+            json!({
+                "end_bytes": last.bytes,
+                "end_ns": last.time_ns,
+                "peak_bytes": most.bytes,
+                "peak_ns": most.time_ns,
+                "at_heap_peak_bytes": near_peak,
+                "readings": readings.len(),
+            })
+        }
+        _ => Value::Null,
+    }
+}
+
+/// `gap` and `gap_at_peak`: one reading of the mappings, what of the resident memory is
+/// the live heap and what is not, as the top table's gap lines tell it.
+fn split(profile: &Profile, r: &ResidentSplit, hint: Option<String>) -> Value {
+    let r = &as_told(profile, r);
+    json!({
+        "at_ns": r.time_ns,
+        "resident_bytes": r.resident,
+        "live_heap_bytes": r.live_bytes,
+        "live_heap_resident_bytes": r.live_bytes.min(r.allocator as f64),
+        "live_heap_ci95_bytes": ci95(r.live_bytes, profile.header.interval),
+        "allocator_retained_bytes": r.allocator_free(),
+        "outside_malloc_bytes": r.outside,
+        "other_bytes": r.stacks + r.files + r.own + r.other,
+        "stacks_bytes": r.stacks,
+        "files_bytes": r.files,
+        "memprof_bytes": r.own,
+        "special_bytes": r.other,
+        "allocator": allocator_name(profile),
+        "hint": hint,
+    })
+}
+
+/// `sites`: the shown sites, with their intervals (the peak's null when the live set at the
+/// peak is not known: a tree's).
+fn sites(profile: &Profile, shown: &[SiteTotal]) -> Vec<Value> {
+    let interval = profile.header.interval;
+    let peak_known = profile.since_peak_known();
+    shown
+        .iter()
+        .map(|s| {
+            json!({
+                "site": s.site,
+                "location": s.location,
+                "alloc_bytes": s.alloc_bytes,
+                "alloc_ci95_bytes": ci95(s.alloc_bytes, interval),
+                "alloc_objects": s.alloc_objects,
+                "live_bytes": s.live_bytes,
+                "live_ci95_bytes": ci95(s.live_bytes, interval),
+                "live_objects": s.live_objects,
+                "peak_bytes": peak_known.then_some(s.peak_bytes),
+                "peak_ci95_bytes": peak_known.then(|| peak_ci95(s.peak_bytes, interval)),
+            })
+        })
+        .collect()
+}
+
+/// `suggestions`: the shown sites that look like allocation wrappers, with the
+/// `--site-skip` that would name their callers instead (the top table's hints).
+fn suggestions(profile: &Profile, shown: &[SiteTotal]) -> Vec<Value> {
+    super::top::wrapper_suggestions(profile, shown)
+        .iter()
+        .map(|w| {
+            json!({
+                "site": w.site,
+                "callers": w.callers,
+                "largest_caller_share": w.largest_share,
+                "site_skip": w.site_skip(),
+                "text": w.suggestion(),
+            })
+        })
+        .collect()
+}
+
+/// `processes`: one per process of a tree, the program's first; empty for one process,
+/// whose figures are the summary's own.
+fn tree(processes: &[Process], interval: f64) -> Vec<Value> {
+    if processes.len() <= 1 {
+        return Vec::new();
+    }
+    processes
+        .iter()
+        .map(|p| {
+            json!({
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "executable": p.executable,
+                "file": p.file.display().to_string(),
+                "allocated_bytes": p.allocated,
+                "peak_bytes": p.peak,
+                "peak_ci95_bytes": peak_ci95(p.peak, interval),
+                "live_end_bytes": p.live,
+                "rss_end_bytes": p.resident.map(|r| r.0),
+                "rss_peak_bytes": p.resident.map(|r| r.1),
+                "allocator_retained_bytes": p.allocator_free,
+                "ended": ended(p.ended),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

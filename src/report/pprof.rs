@@ -128,7 +128,46 @@ struct Tables<'p> {
     mappings: Vec<protos::Mapping>,
 }
 
-impl Tables<'_> {
+impl<'p> Tables<'p> {
+    /// Empty tables for `profile`'s stacks, the string table holding only its `""`.
+    fn new(profile: &'p Profile) -> Self {
+        Tables {
+            profile,
+            strings: Strings::new(),
+            functions: Vec::new(),
+            function_ids: HashMap::new(),
+            locations: Vec::new(),
+            location_ids: HashMap::new(),
+            mappings: Vec::new(),
+        }
+    }
+
+    /// One mapping per module of the profile, with its build id, so that viewers and
+    /// symbolization services can find the code.
+    fn add_mappings(&mut self) {
+        let profile = self.profile;
+        let symbolized = !profile.symbols.is_empty();
+        for (i, m) in profile.modules.iter().enumerate() {
+            let filename = self.strings.get(&m.path);
+            // pprof's build id is a string: the GNU build id in hex, as `go tool pprof` and the
+            // symbolization services that read pprof expect it (empty when unknown).
+            let hex: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
+            let build_id = self.strings.get(&hex);
+            self.mappings.push(protos::Mapping {
+                id: i as u64 + 1,
+                memory_start: m.start,
+                memory_limit: m.end,
+                file_offset: 0,
+                filename,
+                build_id,
+                has_functions: true,
+                has_filenames: symbolized,
+                has_line_numbers: symbolized,
+                has_inline_frames: symbolized,
+            });
+        }
+    }
+
     fn function(&mut self, name: &str, file: Option<&str>) -> u64 {
         let key = (name.to_owned(), file.map(str::to_owned));
         if let Some(&id) = self.function_ids.get(&key) {
@@ -221,64 +260,81 @@ fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Builds the pprof profile of `profile`.
+/// Builds the pprof profile of `profile`. The string table is insertion-ordered, so the
+/// stages below run in the order that fills it (sample types, mappings, samples, comments).
 pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
-    let mut t = Tables {
-        profile,
-        strings: Strings::new(),
-        functions: Vec::new(),
-        function_ids: HashMap::new(),
-        locations: Vec::new(),
-        location_ids: HashMap::new(),
-        mappings: Vec::new(),
-    };
-    let value_type = |s: &mut Strings, ty: &str, unit: &str| protos::ValueType {
-        ty: s.get(ty),
-        unit: s.get(unit),
-    };
-    let mut sample_type = vec![
-        value_type(&mut t.strings, "alloc_objects", "count"),
-        value_type(&mut t.strings, "alloc_space", "bytes"),
-        value_type(&mut t.strings, "inuse_objects", "count"),
-        value_type(&mut t.strings, "inuse_space", "bytes"),
-    ];
-    let gc = options.default_view == View::Gc;
-    if gc {
-        sample_type.push(value_type(&mut t.strings, "gc_mark", "nanoseconds"));
+    let mut t = Tables::new(profile);
+    let types = SampleTypes::new(&mut t.strings, options.default_view);
+    t.add_mappings();
+    let merged = merged_values(profile, options.default_view);
+    let width = types.sample_type.len();
+    let samples = samples(&mut t, merged, width, options.size_labels.then_some(types.bytes_key));
+    let comment = comments(profile).iter().map(|c| t.strings.get(c)).collect();
+    let drop_frames = t.strings.get(&crate::profile::site::drop_frames_pattern(&profile.site_skip));
+    let h = &profile.header;
+    protos::Profile {
+        sample_type: types.sample_type,
+        sample: samples,
+        mapping: t.mappings,
+        location: t.locations,
+        function: t.functions,
+        string_table: t.strings.table,
+        drop_frames,
+        keep_frames: 0,
+        time_nanos: clamp_i64(h.start_unix_ns),
+        duration_nanos: clamp_i64(profile.end_ns),
+        period_type: Some(types.period_type),
+        period: h.interval.round().max(1.0) as i64,
+        comment,
+        default_sample_type: types.default_sample_type,
     }
-    let period_type = value_type(&mut t.strings, "space", "bytes");
-    let default_sample_type = match options.default_view {
-        View::Alloc | View::ShortLived => t.strings.get("alloc_space"),
-        View::Live | View::Peak => t.strings.get("inuse_space"),
-        View::Gc => t.strings.get("gc_mark"),
-    };
-    let bytes_key = t.strings.get("bytes");
+}
 
-    let symbolized = !profile.symbols.is_empty();
-    for (i, m) in profile.modules.iter().enumerate() {
-        let filename = t.strings.get(&m.path);
-        // pprof's build id is a string: the GNU build id in hex, as `go tool pprof` and the
-        // symbolization services that read pprof expect it (empty when unknown).
-        let hex: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
-        let build_id = t.strings.get(&hex);
-        t.mappings.push(protos::Mapping {
-            id: i as u64 + 1,
-            memory_start: m.start,
-            memory_limit: m.end,
-            file_offset: 0,
-            filename,
-            build_id,
-            has_functions: true,
-            has_filenames: symbolized,
-            has_line_numbers: symbolized,
-            has_inline_frames: symbolized,
-        });
+/// The sample types of Go's heap profiles (and `gc_mark` for the GC view), and which one
+/// viewers open first: what makes viewers treat the profile as a heap profile.
+struct SampleTypes {
+    sample_type: Vec<protos::ValueType>,
+    period_type: protos::ValueType,
+    default_sample_type: i64,
+    /// The string of Go's numeric label of the allocation size.
+    bytes_key: i64,
+}
+
+impl SampleTypes {
+    /// The types of a profile whose viewers should open `view` first. Their strings are
+    /// the table's first after `""`, as in Go's own heap profiles.
+    fn new(strings: &mut Strings, view: View) -> SampleTypes {
+        let mut value_type = |ty: &str, unit: &str| protos::ValueType {
+            ty: strings.get(ty),
+            unit: strings.get(unit),
+        };
+        let mut sample_type = vec![
+            value_type("alloc_objects", "count"),
+            value_type("alloc_space", "bytes"),
+            value_type("inuse_objects", "count"),
+            value_type("inuse_space", "bytes"),
+        ];
+        if view == View::Gc {
+            sample_type.push(value_type("gc_mark", "nanoseconds"));
+        }
+        let period_type = value_type("space", "bytes");
+        let default_sample_type = match view {
+            View::Alloc | View::ShortLived => strings.get("alloc_space"),
+            View::Live | View::Peak => strings.get("inuse_space"),
+            View::Gc => strings.get("gc_mark"),
+        };
+        let bytes_key = strings.get("bytes");
+        SampleTypes { sample_type, period_type, default_sample_type, bytes_key }
     }
+}
 
-    // Merge samples by (stack, size): [alloc objects, alloc bytes, inuse objects, inuse bytes].
-    // The short-lived view's profile holds the short-lived allocations (none in use).
+/// The sample values by (stack, size): [alloc objects, alloc bytes, inuse objects, inuse
+/// bytes, GC mark ns]. Merged so that a stack allocating one size many times is one sample,
+/// as in Go's profiles. The short-lived view's profile holds the short-lived allocations
+/// (none in use); the peak view's in-use values are the live set at the peak.
+fn merged_values(profile: &Profile, view: View) -> BTreeMap<(StackId, u64), [f64; 5]> {
     let other;
-    let (allocated, inuse) = match options.default_view {
+    let (allocated, inuse) = match view {
         View::ShortLived => {
             other = HashMap::default();
             (&profile.lifetimes.short, &other)
@@ -301,15 +357,26 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         v[2] += profile.estimated_objects(t.k, size);
         v[3] += profile.estimated_bytes(t.k);
     }
-
-    if gc {
+    if view == View::Gc {
         // Mark time is known per stack, not per size: the stack's first sample carries it.
         for st in stack_totals(profile, View::Gc) {
             let first = merged.range((st.stack, 0)..=(st.stack, u64::MAX)).next().map(|(k, _)| *k);
             merged.entry(first.unwrap_or((st.stack, 0))).or_default()[4] += st.bytes;
         }
     }
-    let width = if gc { 5 } else { 4 };
+    merged
+}
+
+/// The samples of `merged` (their first `width` values, rounded; all-zero ones left out),
+/// each with its stack's locations, the size label under `bytes_key` when given, and its
+/// span path as a `span` label.
+fn samples(
+    t: &mut Tables<'_>,
+    merged: BTreeMap<(StackId, u64), [f64; 5]>,
+    width: usize,
+    bytes_key: Option<i64>,
+) -> Vec<protos::Sample> {
+    let profile = t.profile;
     let mut span_key: Option<i64> = None;
     let mut stack_locations: HashMap<StackId, Vec<u64>> = HashMap::new();
     let mut samples = Vec::with_capacity(merged.len());
@@ -319,10 +386,9 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
             continue;
         }
         let location_id = stack_locations.entry(stack).or_insert_with(|| t.stack(stack)).clone();
-        let mut label = if options.size_labels {
-            vec![protos::Label { key: bytes_key, str: 0, num: clamp_i64(size), num_unit: 0 }]
-        } else {
-            Vec::new()
+        let mut label = match bytes_key {
+            Some(key) => vec![protos::Label { key, str: 0, num: clamp_i64(size), num_unit: 0 }],
+            None => Vec::new(),
         };
         if let Some(span) = profile.stack_label(stack) {
             // The key's string goes in at the first labelled sample only: a profile without
@@ -332,7 +398,12 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
         }
         samples.push(protos::Sample { location_id, value, label });
     }
+    samples
+}
 
+/// The profile's comments (`go tool pprof -comments`): what was recorded and how, and what
+/// qualifies the numbers, as the top table's header says it.
+fn comments(profile: &Profile) -> Vec<String> {
     let h = &profile.header;
     let mut comments = vec![format!("memprof recording of {}", h.executable)];
     if !h.cmdline.is_empty() {
@@ -359,27 +430,7 @@ pub fn pprof(profile: &Profile, options: &PprofOptions) -> protos::Profile {
     if !profile.lost.is_none() {
         comments.push(format!("lost: {}", profile.lost.describe()));
     }
-    let comment = comments.iter().map(|c| t.strings.get(c)).collect();
-
-    let end = profile.end_ns;
-    let drop_frames = t.strings.get(&crate::profile::site::drop_frames_pattern(&profile.site_skip));
-
-    protos::Profile {
-        sample_type,
-        sample: samples,
-        mapping: t.mappings,
-        location: t.locations,
-        function: t.functions,
-        string_table: t.strings.table,
-        drop_frames,
-        keep_frames: 0,
-        time_nanos: clamp_i64(h.start_unix_ns),
-        duration_nanos: clamp_i64(end),
-        period_type: Some(period_type),
-        period: h.interval.round().max(1.0) as i64,
-        comment,
-        default_sample_type,
-    }
+    comments
 }
 
 /// Writes the pprof profile of `profile`, gzip-compressed (what `go tool pprof` reads).

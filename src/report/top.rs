@@ -300,13 +300,48 @@ fn site_cell(s: &SiteTotal) -> String {
 /// The summary printed by `memprof report` and at the end of `memprof record`: a few header
 /// lines about the recording, then the top sites and a totals line.
 pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
-    let exact = is_exact(profile);
-    let h = &profile.header;
     let mut out = String::new();
+    describe_recording(&mut out, profile);
+    describe_outcome(&mut out, profile);
+    let order = match options.view {
+        View::Live => Some("live bytes at the end"),
+        View::Peak => Some("bytes live at the peak"),
+        View::ShortLived => Some("short-lived bytes"),
+        View::Alloc | View::Gc => None,
+    };
+    if let Some(order) = order {
+        let _ = writeln!(out, "sites ordered by {order} (--view {})", options.view.name());
+    }
+    out.push('\n');
 
-    // Header lines.
+    let mut sites = site_totals_grouped(profile, options.group_by);
+    sort_sites(&mut sites, options.view);
+    if sites.is_empty() {
+        out.push_str("no samples\n");
+        return out;
+    }
+    let shown = sites.len().min(options.limit);
+    write_sites(&mut out, profile, options, &sites, shown);
+    for w in wrapper_suggestions(profile, &sites[..shown]) {
+        let _ = writeln!(out, "hint: {}", printable(&w.suggestion()));
+    }
+    if options.backtrace > 0 {
+        out.push_str(&backtraces(profile, &sites[..shown], options.backtrace));
+    }
+    out.push_str(&short_lived_table(profile, &sites, options));
+    if !profile.gc_cycles.is_empty() {
+        out.push('\n');
+        out.push_str(&gc_table(profile, options));
+    }
+    out
+}
+
+/// The header's first lines: which program was recorded, how it was sampled, how much, over
+/// which window and how high its heap went: what a reader needs to weigh the table.
+fn describe_recording(out: &mut String, profile: &Profile) {
     const ATTACHED: &str = "attached: recorded in a running process (memprof attach); blocks \
          allocated before the attach are not in it, and their frees are not counted";
+    let h = &profile.header;
     let exe = if h.executable.is_empty() { "(unknown executable)" } else { &h.executable };
     // The program's name and arguments are the program's strings: escaped for the terminal.
     let _ = write!(out, "memprof profile of {}", printable(exe));
@@ -350,6 +385,11 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
             peak_text(profile)
         );
     }
+}
+
+/// The header's last lines: resident memory beside the heap, how the program ended, and
+/// what qualifies the numbers (notes, a recording cut short, warnings), before the numbers.
+fn describe_outcome(out: &mut String, profile: &Profile) {
     if let Some(line) = resident_line(profile) {
         let _ = writeln!(out, "{line}");
     }
@@ -368,7 +408,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         Some(why) => {
             let _ = writeln!(out, "status: ended where {} (no end record)", why.describe());
         }
-        None if h.collected => {
+        None if profile.header.collected => {
             let _ = writeln!(
                 out,
                 "status: INCOMPLETE (no end record): {}",
@@ -382,23 +422,16 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     for w in &profile.warnings {
         let _ = writeln!(out, "warning: {}", printable(w));
     }
-    let order = match options.view {
-        View::Live => Some("live bytes at the end"),
-        View::Peak => Some("bytes live at the peak"),
-        View::ShortLived => Some("short-lived bytes"),
-        View::Alloc | View::Gc => None,
-    };
-    if let Some(order) = order {
-        let _ = writeln!(out, "sites ordered by {order} (--view {})", options.view.name());
-    }
-    out.push('\n');
+}
 
-    let mut sites = site_totals_grouped(profile, options.group_by);
-    sort_sites(&mut sites, options.view);
-    if sites.is_empty() {
-        out.push_str("no samples\n");
-        return out;
-    }
+/// Writes the table of the first `shown` of `sites` and the totals line of them all.
+fn write_sites(
+    out: &mut String,
+    profile: &Profile,
+    options: &TopOptions,
+    sites: &[SiteTotal],
+    shown: usize,
+) {
     let total = sites.iter().fold(SiteTotal::default(), |mut t, s| {
         t.alloc_bytes += s.alloc_bytes;
         t.alloc_objects += s.alloc_objects;
@@ -408,84 +441,126 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
         t.short_bytes += s.short_bytes;
         t
     });
-    let interval = h.interval;
+    let numbers = Numbers {
+        human: options.human_bytes,
+        exact: is_exact(profile),
+        interval: profile.header.interval,
+    };
     // The peak column exists when the live set at the peak is known (not for a tree of
     // processes, which peak each on its own).
-    let peak = profile.since_peak_known();
-
-    let bytes = |v: f64| if options.human_bytes { human_bytes(v) } else { format!("{v:.0}") };
-    // ± the 95 % interval of a sampled estimate (see `report::confidence`); nothing when exact.
-    // A site without samples in a column has no estimate to bound: `-`.
-    let pm = |v: f64| if v > 0.0 { format!("±{}", bytes(ci95(v, interval))) } else { "-".into() };
-    let pm_peak =
-        |v: f64| if v > 0.0 { format!("±{}", bytes(peak_ci95(v, interval))) } else { "-".into() };
-    let objects = |v: f64| if exact { format!("{v:.0}") } else { format!("{v:.1}") };
-    let percent = |v: f64, of: f64| {
-        if of > 0.0 {
-            format!("{:.1}%", 100.0 * v / of)
-        } else {
-            "-".to_owned()
-        }
-    };
-    // Columns: (header, cell of a site); the ± columns only for sampled profiles, the peak
-    // column only when known.
-    type Cell<'a> = Box<dyn Fn(&SiteTotal) -> String + 'a>;
-    let mut columns: Vec<(&str, Cell)> = Vec::new();
-    columns.push(("alloc bytes", Box::new(|s| bytes(s.alloc_bytes))));
-    if !exact {
-        columns.push(("±95%", Box::new(|s| pm(s.alloc_bytes))));
-    }
-    columns.push(("alloc%", Box::new(|s| percent(s.alloc_bytes, total.alloc_bytes))));
-    columns.push(("alloc objs", Box::new(|s| objects(s.alloc_objects))));
-    columns.push(("live bytes", Box::new(|s| bytes(s.live_bytes))));
-    if !exact {
-        columns.push(("±95%", Box::new(|s| pm(s.live_bytes))));
-    }
-    columns.push(("live%", Box::new(|s| percent(s.live_bytes, total.live_bytes))));
-    columns.push(("live objs", Box::new(|s| objects(s.live_objects))));
-    if peak {
-        columns.push(("peak bytes", Box::new(|s| bytes(s.peak_bytes))));
-        if !exact {
-            columns.push(("±95%", Box::new(|s| pm_peak(s.peak_bytes))));
-        }
-    }
+    let columns = columns(&numbers, &total, profile.since_peak_known());
     let row = |s: &SiteTotal, name: &str| -> Vec<String> {
         columns.iter().map(|(_, f)| f(s)).chain(std::iter::once(name.to_owned())).collect()
     };
-
     let mut rows: Vec<Vec<String>> = Vec::new();
     rows.push(columns.iter().map(|(h, _)| h.to_string()).chain(["site".to_owned()]).collect());
-    let shown = sites.len().min(options.limit);
     for s in sites.iter().take(shown) {
         rows.push(row(s, &site_cell(s)));
     }
-    let mut label = format!("total ({} sites", sites.len());
-    if shown < sites.len() {
+    // The totals' intervals are those of the sums (every sample point is independent).
+    let totals = row(&total, &totals_label(profile, sites.len(), shown));
+    let rule: Vec<String> =
+        (0..columns.len()).map(|_| "-".to_owned()).chain([String::new()]).collect();
+    write_table(out, &rows, Some(&rule), &totals);
+}
+
+/// How the table writes its numbers: bytes in binary units or as integers, objects as
+/// integers when exact, and the 95 % intervals of sampled estimates.
+struct Numbers {
+    human: bool,
+    exact: bool,
+    interval: f64,
+}
+
+impl Numbers {
+    /// Bytes as the options ask: `1.50 MiB`, or the integer for tools that read the table.
+    fn bytes(&self, v: f64) -> String {
+        if self.human {
+            human_bytes(v)
+        } else {
+            format!("{v:.0}")
+        }
+    }
+
+    /// ± the 95 % interval of a sampled estimate (see `report::confidence`). A site without
+    /// samples in a column has no estimate to bound: `-`.
+    fn pm(&self, v: f64) -> String {
+        if v > 0.0 {
+            format!("±{}", self.bytes(ci95(v, self.interval)))
+        } else {
+            "-".into()
+        }
+    }
+
+    /// [`Numbers::pm`] of a share of the peak, whose interval is the peak's own.
+    fn pm_peak(&self, v: f64) -> String {
+        if v > 0.0 {
+            format!("±{}", self.bytes(peak_ci95(v, self.interval)))
+        } else {
+            "-".into()
+        }
+    }
+
+    /// Objects: estimates are fractional when sampled, so they keep a decimal then.
+    fn objects(&self, v: f64) -> String {
+        if self.exact {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.1}")
+        }
+    }
+}
+
+/// `v` as a share of `of`, or `-` when there is nothing to share.
+fn percent(v: f64, of: f64) -> String {
+    if of > 0.0 {
+        format!("{:.1}%", 100.0 * v / of)
+    } else {
+        "-".to_owned()
+    }
+}
+
+/// A column of the table: its header and how it writes a site's cell.
+type Column<'a> = (&'static str, Box<dyn Fn(&SiteTotal) -> String + 'a>);
+
+/// The table's columns: the ± columns only for sampled profiles (nothing to bound when
+/// exact), the peak column only when `peak` (the live set at the peak is known).
+fn columns<'a>(n: &'a Numbers, total: &'a SiteTotal, peak: bool) -> Vec<Column<'a>> {
+    let mut columns: Vec<Column<'a>> = Vec::new();
+    columns.push(("alloc bytes", Box::new(|s| n.bytes(s.alloc_bytes))));
+    if !n.exact {
+        columns.push(("±95%", Box::new(|s| n.pm(s.alloc_bytes))));
+    }
+    columns.push(("alloc%", Box::new(|s| percent(s.alloc_bytes, total.alloc_bytes))));
+    columns.push(("alloc objs", Box::new(|s| n.objects(s.alloc_objects))));
+    columns.push(("live bytes", Box::new(|s| n.bytes(s.live_bytes))));
+    if !n.exact {
+        columns.push(("±95%", Box::new(|s| n.pm(s.live_bytes))));
+    }
+    columns.push(("live%", Box::new(|s| percent(s.live_bytes, total.live_bytes))));
+    columns.push(("live objs", Box::new(|s| n.objects(s.live_objects))));
+    if peak {
+        columns.push(("peak bytes", Box::new(|s| n.bytes(s.peak_bytes))));
+        if !n.exact {
+            columns.push(("±95%", Box::new(|s| n.pm_peak(s.peak_bytes))));
+        }
+    }
+    columns
+}
+
+/// The totals line's label: how many sites there are and are shown, and what was lost,
+/// since the totals are short of it: said where they are read.
+fn totals_label(profile: &Profile, sites: usize, shown: usize) -> String {
+    let mut label = format!("total ({sites} sites");
+    if shown < sites {
         let _ = write!(label, ", {shown} shown");
     }
-    // The totals are short of what was lost: said where they are read.
     let lost = profile.lost.brief();
     if !lost.is_empty() {
         let _ = write!(label, "; {lost}");
     }
     label.push(')');
-    // The totals' intervals are those of the sums (every sample point is independent).
-    let totals = row(&total, &label);
-    let rule: Vec<String> =
-        (0..columns.len()).map(|_| "-".to_owned()).chain([String::new()]).collect();
-    write_table(&mut out, &rows, Some(&rule), &totals);
-    for w in wrapper_suggestions(profile, &sites[..shown]) {
-        let _ = writeln!(out, "hint: {}", printable(&w.suggestion()));
-    }
-    if options.backtrace > 0 {
-        out.push_str(&backtraces(profile, &sites[..shown], options.backtrace));
-    }
-    out.push_str(&short_lived_table(profile, &sites, options));
-    if !profile.gc_cycles.is_empty() {
-        out.push('\n');
-        out.push_str(&gc_table(profile, options));
-    }
-    out
+    label
 }
 
 /// The sites of `sites` (a report's rows, named `span › site` when grouped by span) that

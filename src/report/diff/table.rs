@@ -117,12 +117,45 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
         let _ = writeln!(out, "{line}");
     }
     let exact_both = is_exact(base) && is_exact(new);
+    explain_test(&mut out, base, new, d.tests);
+    out.push('\n');
+    if d.sites.is_empty() {
+        out.push_str("no samples in either recording\n");
+        return out;
+    }
+    let shown: Vec<&SiteDiff> = d.sites.iter().filter(|s| options.all || s.flagged()).collect();
+    let mut rows: Vec<Row> =
+        vec![["base alloc", "new alloc", "Δ alloc", "Δ live", "Δ peak", "change", "site"]
+            .map(str::to_owned)];
+    rows.extend(
+        shown
+            .iter()
+            .map(|s| row(&s.changes, words(s), printable(&s.site).into_owned(), exact_both)),
+    );
+    let total =
+        row(&d.total, String::new(), format!("total ({} sites)", d.sites.len()), exact_both);
+    if shown.is_empty() {
+        let _ = writeln!(out, "no significant change\n");
+    }
+    write_rows(&mut out, &rows, &total);
+    let hidden = d.sites.len() - shown.len();
+    if hidden > 0 {
+        let _ =
+            writeln!(out, "{hidden} sites without a significant change hidden (--all shows them)");
+    }
+    out
+}
+
+/// The legend of the columns and what a `*` means: which test, over how many differences,
+/// so that a reader can weigh a flag (none when both recordings are exact: every difference
+/// is then real).
+fn explain_test(out: &mut String, base: &Profile, new: &Profile, tests: usize) {
     let _ = writeln!(
         out,
         "alloc = bytes allocated, live = live at the end, peak = live at each recording's \
          peak; ± = 95 % interval"
     );
-    if exact_both {
+    if is_exact(base) && is_exact(new) {
         let _ = writeln!(out, "significance: both recordings are exact: every difference is real");
     } else {
         let _ = writeln!(
@@ -130,7 +163,7 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
             "significance: * marks a change that is not sampling noise: two-sided tests with \
              Holm's correction over the {} (site, quantity) differences, family-wise \
              false-positive rate 5 %{}",
-            d.tests,
+            tests,
             if is_exact(base) || is_exact(new) {
                 " (exact on one side: its values are the truth)"
             } else {
@@ -138,64 +171,61 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
             }
         );
     }
-    out.push('\n');
-    if d.sites.is_empty() {
-        out.push_str("no samples in either recording\n");
-        return out;
-    }
+}
 
-    let cell = |c: &Change| {
-        let mut s = signed_bytes(c.delta);
-        if !exact_both {
-            let _ = write!(s, " ± {}", human_bytes(c.ci95));
-        }
-        if c.significant {
-            s.push_str(" *");
-        }
-        s
-    };
-    let words = |s: &SiteDiff| {
-        let said: Vec<String> = METRICS
-            .iter()
-            .zip(&s.changes)
-            .filter(|(_, c)| c.significant)
-            .map(|(v, c)| format!("{} {}", v.name(), if c.delta > 0.0 { "more" } else { "less" }))
-            .collect();
-        said.join(", ")
-    };
-    let mut rows: Vec<[String; 7]> =
-        vec![["base alloc", "new alloc", "Δ alloc", "Δ live", "Δ peak", "change", "site"]
-            .map(str::to_owned)];
-    let shown: Vec<&SiteDiff> = d.sites.iter().filter(|s| options.all || s.flagged()).collect();
-    for s in &shown {
-        let c = &s.changes;
-        rows.push([
-            human_bytes(c[0].base),
-            human_bytes(c[0].new),
-            cell(&c[0]),
-            cell(&c[1]),
-            cell(&c[2]),
-            words(s),
-            printable(&s.site).into_owned(),
-        ]);
+/// One line of the table: BASE's and NEW's allocated bytes, the changes of allocated, live
+/// and peak bytes, the words (`change`) and the site.
+type Row = [String; 7];
+
+/// The row of a site's (or the totals') `changes`, in [`METRICS`] order.
+fn row(changes: &[Change; 3], words: String, site: String, exact_both: bool) -> Row {
+    let c = changes;
+    [
+        human_bytes(c[0].base),
+        human_bytes(c[0].new),
+        cell(&c[0], exact_both),
+        cell(&c[1], exact_both),
+        cell(&c[2], exact_both),
+        words,
+        site,
+    ]
+}
+
+/// A change as a cell: `+1.50 MiB ± 12.00 KiB *`, the interval only when a side is sampled,
+/// the `*` when the change is significant.
+fn cell(c: &Change, exact_both: bool) -> String {
+    let mut s = signed_bytes(c.delta);
+    if !exact_both {
+        let _ = write!(s, " ± {}", human_bytes(c.ci95));
     }
-    let t = &d.total;
-    let total = [
-        human_bytes(t[0].base),
-        human_bytes(t[0].new),
-        cell(&t[0]),
-        cell(&t[1]),
-        cell(&t[2]),
-        String::new(),
-        format!("total ({} sites)", d.sites.len()),
-    ];
+    if c.significant {
+        s.push_str(" *");
+    }
+    s
+}
+
+/// The significant changes of a site in words (`alloc more, live less`), for a reader who
+/// skims the signs.
+fn words(s: &SiteDiff) -> String {
+    let said: Vec<String> = METRICS
+        .iter()
+        .zip(&s.changes)
+        .filter(|(_, c)| c.significant)
+        .map(|(v, c)| format!("{} {}", v.name(), if c.delta > 0.0 { "more" } else { "less" }))
+        .collect();
+    said.join(", ")
+}
+
+/// Writes `rows` in aligned columns (the numbers right-aligned, the words left-aligned, the
+/// site as is), then a rule and `total`.
+fn write_rows(out: &mut String, rows: &[Row], total: &Row) {
     let mut width = [0usize; 6];
-    for r in rows.iter().chain(std::iter::once(&total)) {
+    for r in rows.iter().chain(std::iter::once(total)) {
         for (w, c) in width.iter_mut().zip(r.iter()) {
             *w = (*w).max(c.chars().count());
         }
     }
-    let line = |out: &mut String, r: &[String; 7]| {
+    let line = |out: &mut String, r: &Row| {
         let mut text = String::new();
         for (i, (w, c)) in width.iter().zip(r.iter()).enumerate() {
             // The words are left-aligned, the numbers right-aligned.
@@ -209,20 +239,11 @@ pub fn diff_table(base: &Profile, new: &Profile, options: &DiffOptions) -> Strin
         out.push_str(text.trim_end());
         out.push('\n');
     };
-    if shown.is_empty() {
-        let _ = writeln!(out, "no significant change\n");
+    for r in rows {
+        line(out, r);
     }
-    for r in &rows {
-        line(&mut out, r);
-    }
-    let rule: [String; 7] =
+    let rule: Row =
         std::array::from_fn(|i| if i < 6 { "-".repeat(width[i]) } else { String::new() });
-    line(&mut out, &rule);
-    line(&mut out, &total);
-    let hidden = d.sites.len() - shown.len();
-    if hidden > 0 {
-        let _ =
-            writeln!(out, "{hidden} sites without a significant change hidden (--all shows them)");
-    }
-    out
+    line(out, &rule);
+    line(out, total);
 }
