@@ -292,8 +292,8 @@ impl Whole<'_> {
                     ) + " iterations",
                     memprof: format!("{cpu:.2}× plain CPU (wall {:.2}×)", median(&i800.vs_plain)),
                     peer: format!(
-                        "hand-set preload {:.2}× plain wall",
-                        median(&c.preload_vs_plain)
+                        "hand-set preload {:.2}× plain CPU",
+                        median(&c.preload_cpu_vs_plain)
                     ),
                     target: format!("≤ {I800_CPU_VS_PLAIN}×"),
                     ok: Some(cpu <= I800_CPU_VS_PLAIN),
@@ -352,11 +352,11 @@ impl Whole<'_> {
             order: 5,
             workload: memory,
             memprof: if known {
-                format!("{} ({:.2}× heaptrack's)", mb(ours), ours / theirs)
+                format!("{} ({:.2}× heaptrack's)", mib(ours), ours / theirs)
             } else {
                 "n/a (no vmhwm_kib line)".into()
             },
-            peer: format!("heaptrack: {} (plain {})", mb(theirs), mb(median(&self.plain_hwm))),
+            peer: format!("heaptrack: {} (plain {})", mib(theirs), mib(median(&self.plain_hwm))),
             target: "≤ heaptrack's".into(),
             ok: known.then_some(ours <= theirs),
         });
