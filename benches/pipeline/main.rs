@@ -227,6 +227,22 @@ fn c_workload(quick: bool, dir: &Path) -> Workload {
     }
 }
 
+/// The `cpython` part's rows when there is no Python (the run said why at its start).
+fn no_python_rows() -> Vec<IssueRow> {
+    let row = |order: usize, workload: &str, target: &str| IssueRow {
+        order,
+        workload: workload.into(),
+        memprof: "skipped (no python3)".into(),
+        peer: "-".into(),
+        target: target.into(),
+        ok: None,
+    };
+    vec![
+        row(4, "CPython JSON, exact mode, whole command", "≤ 0.7× both"),
+        row(5, "CPython JSON: the program's peak RSS, exact mode", "≤ heaptrack's"),
+    ]
+}
+
 /// Every row gathered, in the order of the cost table, as Markdown.
 fn print_issue_table(mut rows: Vec<IssueRow>) {
     rows.sort_by_key(|r| r.order);
@@ -290,7 +306,7 @@ fn main() {
                     let w = cpython_workload(exe, version, opts.quick, &dir.0);
                     whole::bench(&w, &tools, opts.rounds, &dir.0)
                 }
-                None => vec![],
+                None => no_python_rows(),
             },
             "threads" => rows::threads(&part),
             "pandas" => rows::pandas(&part),
