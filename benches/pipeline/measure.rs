@@ -1,7 +1,11 @@
 //! Running the commands measured: their CPU and memory from `wait4`, scratch directories,
-//! and the tools' files.
+//! the tools' files, the figures the programs print, and the rows of the issue's table.
 
-use super::*;
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Instant, SystemTime};
 
 /// A scratch directory, removed when dropped (also when a run panics).
 pub(crate) struct TempDir(pub(crate) PathBuf);
@@ -24,10 +28,11 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// One finished child: its wall time, its peak RSS, and the CPU time (user + system) of
-/// it and of the descendants it waited for, every thread of each: for `memprof record`,
-/// its own threads and the program's; for `heaptrack`, the script, the program and
-/// `heaptrack_interpret`.
+/// One finished child: its wall time, its peak RSS (the largest of its own and of each
+/// descendant's it waited for: `wait4` keeps the maximum, not a sum), and the CPU time
+/// (user + system) of it and of the descendants it waited for, every thread of each: for
+/// `memprof record`, its own threads and the program's; for `heaptrack`, the script, the
+/// program and `heaptrack_interpret`.
 pub(crate) struct Measured {
     pub(crate) secs: f64,
     /// The wall clock when `wait4` returned.
@@ -45,8 +50,8 @@ pub(crate) enum Out<'a> {
     Log,
 }
 
-/// Waits for child `pid` with `wait4`, which also returns the child's own resource usage
-/// (its peak RSS, not that of other children).
+/// Waits for child `pid` with `wait4`, which also returns the child's resource usage (with
+/// that of the descendants it waited for, not that of this process's other children).
 pub(crate) fn wait4(pid: libc::pid_t) -> (ExitStatus, libc::rusage) {
     let mut status: libc::c_int = 0;
     // SAFETY: `rusage` is a C struct of integers (two `timeval`s and `c_long`s), for which
@@ -141,143 +146,27 @@ pub(crate) fn parse_events(summary: &str) -> Option<u64> {
     (numbers.len() == 3).then(|| numbers.iter().sum())
 }
 
-/// Where an event count came from.
-#[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Counted {
-    /// The summary of `memprof record` or `memprof report`.
-    Summary,
-    /// The allocations and frees the workload is known to make (exact mode only).
-    Known,
-    /// Neither.
-    Unknown,
+/// The number after the last line of `text` that starts with `key` and a space: a figure a
+/// workload prints of itself (`vmhwm_kib N`, `allocations_done N`), found in a log where
+/// other lines (memprof's summary, heaptrack's messages) come before and after it.
+pub(crate) fn parse_marker(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .rev()
+        .filter_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .find_map(|rest| rest.trim().parse().ok())
 }
 
-pub(crate) struct Workload {
-    /// Its heading.
-    pub(crate) title: String,
-    /// For `--only`.
-    pub(crate) key: &'static str,
-    pub(crate) program: PathBuf,
-    pub(crate) args: Vec<OsString>,
-    pub(crate) env: Vec<(&'static str, &'static str)>,
-    /// Allocations + frees of one run (every one an event in exact mode), when known.
-    pub(crate) known_events: Option<u64>,
-    /// The C program only: the file named by `WORST_CASE_EXIT_STAMP` in every run of it,
-    /// where it writes the wall clock just before `main` returns; and the runs that only it
-    /// has (the hand-set preload library, two copies at once, exit to exit: [`CRuns`]).
-    pub(crate) exit_stamp: Option<PathBuf>,
-}
-
-impl Workload {
-    /// The program's own environment (also through `memprof record` and heaptrack, which
-    /// pass theirs on to it).
-    pub(crate) fn envs(&self, c: &mut Command) {
-        c.envs(self.env.iter().copied());
-        if let Some(stamp) = &self.exit_stamp {
-            c.env(EXIT_STAMP, stamp);
-        }
-    }
-
-    pub(crate) fn plain(&self) -> Command {
-        let mut c = Command::new(&self.program);
-        c.args(&self.args);
-        self.envs(&mut c);
-        c
-    }
-
-    pub(crate) fn memprof(&self, memprof: &Path, flags: &[&str], out: &Path) -> Command {
-        let mut c = Command::new(memprof);
-        c.arg("record").arg("--force").args(flags).arg("-o").arg(out).arg("--");
-        c.arg(&self.program).args(&self.args);
-        self.envs(&mut c);
-        c
-    }
-
-    /// The program under the preload library set by hand, as a user would without `memprof
-    /// record`: `LD_PRELOAD` and the `MEMPROF_*` settings (`src/record/env.rs`), with no
-    /// `MEMPROF_RINGS`, so the library runs an in-process session (its own drain thread)
-    /// and writes the profile `out` itself. Any other `MEMPROF_*` variable of this process
-    /// is removed, so the rest are the library's defaults, the same as `record`'s.
-    pub(crate) fn preloaded(
-        &self,
-        preload: &Path,
-        settings: &[(&str, &str)],
-        out: &Path,
-    ) -> Command {
-        let mut c = self.plain();
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("MEMPROF_") {
-                c.env_remove(k);
-            }
-        }
-        c.env("LD_PRELOAD", preload).envs(settings.iter().copied()).env("MEMPROF_OUTPUT", out);
-        c
-    }
-
-    pub(crate) fn heaptrack(&self, prefix: &Path) -> Command {
-        let mut c = Command::new("heaptrack");
-        c.arg("-o").arg(prefix).arg(&self.program).args(&self.args);
-        self.envs(&mut c);
-        c
-    }
-}
-
-/// The figures of one memprof mode, one entry per round.
-#[derive(Default)]
-pub(crate) struct ModeRuns {
-    pub(crate) secs: Vec<f64>,
-    /// CPU of the whole run less the plain program's, per event (µs).
-    pub(crate) cpu_per_event: Vec<f64>,
-    pub(crate) vs_plain: Vec<f64>,
-    pub(crate) vs_heaptrack: Vec<f64>,
-    pub(crate) file_bytes: Vec<f64>,
-    pub(crate) events: Vec<f64>,
-    pub(crate) bytes_per_event: Vec<f64>,
-    pub(crate) counted: Vec<Counted>,
-    /// Exact mode: `memprof report FILE`'s wall time and peak RSS.
-    pub(crate) report_secs: Vec<f64>,
-    pub(crate) report_rss: Vec<f64>,
-}
-
-#[derive(Default)]
-pub(crate) struct HeaptrackRuns {
-    /// CPU of record + print less the plain program's, per exact-mode event (µs).
-    pub(crate) cpu_per_event: Vec<f64>,
-    pub(crate) record_secs: Vec<f64>,
-    pub(crate) print_secs: Vec<f64>,
-    pub(crate) print_rss: Vec<f64>,
-    pub(crate) file_bytes: Vec<f64>,
-}
-
-/// The C program's runs beside the memprof modes, one entry per round.
-#[derive(Default)]
-pub(crate) struct CRuns {
-    /// The hand-set preload library at 800 B, depth 10.
-    pub(crate) preload_secs: Vec<f64>,
-    pub(crate) preload_vs_plain: Vec<f64>,
-    /// `record --interval 800 --depth 10` over the hand-set preload run.
-    pub(crate) i800_vs_preload: Vec<f64>,
-    /// The hand-set preload library forwarding only.
-    pub(crate) floor_secs: Vec<f64>,
-    pub(crate) floor_vs_plain: Vec<f64>,
-    /// `record` at the default interval over the floor.
-    pub(crate) default_vs_floor: Vec<f64>,
-    /// Two plain copies started together: wall time until both exited, CPU of both.
-    pub(crate) two_plain_secs: Vec<f64>,
-    pub(crate) two_plain_cpu: Vec<f64>,
-    /// Two `record --interval 800 --depth 10` started together, likewise.
-    pub(crate) two_record_secs: Vec<f64>,
-    pub(crate) two_record_cpu: Vec<f64>,
-    pub(crate) two_vs_plain: Vec<f64>,
-    /// The program's exit stamp to `wait4` on `record` (800 B, depth 10) returning.
-    pub(crate) exit_to_exit_ms: Vec<f64>,
-}
-
-pub(crate) struct Tools {
-    pub(crate) memprof: PathBuf,
-    /// `memprof preload-path`: the preload library that `record` uses.
-    pub(crate) preload: PathBuf,
-    pub(crate) heaptrack: bool,
+/// One row of the issue's table, printed together at the end of the run: the workload,
+/// memprof's figure, the peer's in the same run, the target, and whether it was met (`None`:
+/// not measured, the figure says why).
+pub(crate) struct IssueRow {
+    /// The row's place in the issue's table (0 first).
+    pub(crate) order: usize,
+    pub(crate) workload: String,
+    pub(crate) memprof: String,
+    pub(crate) peer: String,
+    pub(crate) target: String,
+    pub(crate) ok: Option<bool>,
 }
 
 pub(crate) fn read(path: &Path) -> String {
@@ -286,6 +175,10 @@ pub(crate) fn read(path: &Path) -> String {
 
 pub(crate) fn mb(bytes: f64) -> String {
     format!("{:.1} MB", bytes / 1e6)
+}
+
+pub(crate) fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
 }
 
 /// A file size in MB, kB or bytes (heaptrack's files can be a few kB).
@@ -326,30 +219,6 @@ pub(crate) fn heaptrack_file(prefix: &Path) -> PathBuf {
 pub(crate) fn remove_profile(path: &Path) {
     let _ = std::fs::remove_file(path);
     remove_heaptrack_files(path);
-}
-
-/// Runs the C program under the hand-set preload library (`settings`, profile `out`), and
-/// panics unless the library wrote a profile (else the program ran unprofiled).
-pub(crate) fn run_preloaded(
-    what: &str,
-    w: &Workload,
-    tools: &Tools,
-    settings: &[(&str, &str)],
-    out: &Path,
-    log: &Path,
-) -> Measured {
-    // The library writes into an empty or new file only.
-    remove_profile(out);
-    let measured = run(what, &mut w.preloaded(&tools.preload, settings, out), Out::Null, log);
-    let written = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
-    assert!(
-        written > 0,
-        "{what} wrote no profile at {}: the preload library did not run\n--- its stderr ---\n{}",
-        out.display(),
-        read(log)
-    );
-    remove_profile(out);
-    measured
 }
 
 /// The wall clock (ns since the epoch) that worst_case.c wrote at `path` before exiting.
