@@ -369,6 +369,7 @@ pub mod __private {
     pub use crate::engine::forked::after_child as after_clone_child;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
+    pub use crate::engine::thread::alt_stack_changed;
     pub use crate::record::attach_abi;
     pub use crate::record::program::agent::{
         around_dlclose, before_exec, before_quick_exit, forking_word, in_fork, init,

@@ -70,12 +70,15 @@
 //!   handler that runs on the thread's alternate stack: on the walk stack, a second
 //!   `SA_ONSTACK` handler would be put at the top of the alternate stack (the kernel
 //!   tells whether a thread is on it by its stack pointer alone), over the frames of the
-//!   first. So the thread's alternate stack is looked up once, at its first switch (one
-//!   `sigaltstack` call), and a switch made from inside it blocks signals for the call as
-//!   before: two `rt_sigprocmask` calls for walks made in such handlers only. An
-//!   alternate stack that disarms itself while in use (`SS_AUTODISARM`) needs none. One
-//!   installed, or moved, after the thread's first switch is not known: a sample in a
-//!   handler on it, whose walk needs framehop, while a second signal with an
+//!   first. So the thread's alternate stack is looked up at its first switch (one
+//!   `sigaltstack` call), and again at its next switch after the thread sets one (the
+//!   preload library's `sigaltstack` and `syscall` say so: [`alt_stack_changed`]); a
+//!   switch made from inside it blocks signals for the call as before: two
+//!   `rt_sigprocmask` calls, for walks made in such handlers only. An alternate stack that
+//!   disarms itself while in use (`SS_AUTODISARM`) needs none. One set where nothing tells
+//!   (a raw system call; a program that profiles itself through `Sampled`, or one
+//!   `memprof attach` reached, setting it after the thread's first switch) is not known: a
+//!   sample in a handler on it whose walk needs framehop, while a second signal with an
 //!   `SA_ONSTACK` handler arrives, is left unguarded. Under a seccomp filter, which may
 //!   refuse the calls (`sys::seccomp`), neither the lookup nor the mask is made.
 
@@ -108,7 +111,7 @@ pub(crate) struct Blocks {
     /// The walk stack is in use on this thread (a signal handler's sample runs on its own
     /// stack instead).
     walk_stack_taken: Cell<bool>,
-    /// The thread's alternate signal stack, as its first switch found it (§3).
+    /// The thread's alternate signal stack, as a switch found it (§3).
     alt_stack: AltStack,
     /// The sampler's (generator, ids, thread number).
     pub(crate) sampler: ThreadState,
@@ -120,10 +123,10 @@ pub(crate) struct Blocks {
 #[repr(C, align(16))]
 struct WalkStack([u8; WALK_STACK]);
 
-/// A thread's alternate signal stack as its first switch to the walk stack found it:
-/// where a switch must block signals (§3). All zero: not looked up yet.
+/// A thread's alternate signal stack as a switch to the walk stack found it: where a
+/// switch must block signals (§3). All zero: not looked up yet.
 struct AltStack {
-    /// Looked up.
+    /// Looked up, and not set since ([`alt_stack_changed`]).
     known: Cell<bool>,
     /// Its lowest address.
     lo: Cell<usize>,
@@ -143,10 +146,9 @@ impl AltStack {
         // local.
         let ok = unsafe { libc::sigaltstack(core::ptr::null(), &mut ss) } == 0;
         saved.restore();
-        if ok && ss.ss_flags & (libc::SS_DISABLE | SS_AUTODISARM) == 0 {
-            self.lo.set(ss.ss_sp as usize);
-            self.size.set(ss.ss_size);
-        }
+        let armed = ok && ss.ss_flags & (libc::SS_DISABLE | SS_AUTODISARM) == 0;
+        self.lo.set(if armed { ss.ss_sp as usize } else { 0 });
+        self.size.set(if armed { ss.ss_size } else { 0 });
     }
 
     /// Whether stack pointer `sp` lies in the thread's alternate signal stack (as the
@@ -162,6 +164,18 @@ impl AltStack {
         }
         let off = sp.wrapping_sub(self.lo.get());
         off != 0 && off <= self.size.get()
+    }
+}
+
+/// The calling thread has set its alternate signal stack (the preload library's
+/// `sigaltstack` and `syscall`, after the call): its next switch to the walk stack looks
+/// it up again (§3). Maps nothing; a thread without a block has nothing to forget.
+pub fn alt_stack_changed() {
+    // SAFETY: the slot is this thread's own.
+    let p = unsafe { &*slot() }.get();
+    // SAFETY: a non-null slot holds this thread's mapped, live block (as in `blocks`).
+    if let Some(b) = unsafe { p.as_ref() } {
+        b.alt_stack.known.set(false);
     }
 }
 

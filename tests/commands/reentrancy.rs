@@ -146,6 +146,33 @@ fn a_handler_that_lands_on_the_walk_stack_runs_as_on_its_own() {
     }
 }
 
+/// A SIGUSR1 handler on an alternate signal stack (set after the program's first
+/// allocations, so after the profiler first looked for one) allocates from many sites, so
+/// samples whose walks need framehop are taken inside it; a SIGALRM handler, also on the
+/// alternate stack and not blocked in the first, fires every 50 µs and writes 8 KiB of its
+/// stack (`fixtures/c/many_sites.c` with "altstack"). Had a walk run on the walk stack with
+/// signals deliverable, the kernel would have put the second handler at the top of the
+/// alternate stack, over the first one's frames (a SIGSEGV, or a broken canary: exit 7):
+/// the preload library's `sigaltstack` tells the profiler of the new stack, and walks from
+/// inside it block signals (`engine::thread` §3). Three exact runs and a default one, each
+/// as the plain run.
+#[test]
+fn a_handler_on_the_alternate_stack_keeps_its_frames() {
+    let dir = scratch("altstack-signal");
+    let prog = fixture("many_sites");
+    let args = ["1", "64000", "2", "altstack"];
+    let p = plain(&dir, &prog, &args);
+    assert_eq!(p.status.code(), Some(0), "plain: {}", text(&p.stderr));
+    let runs = [("exact", &["--interval", "1"][..]); 3].into_iter().chain([("default", &[][..])]);
+    for (run, (mode, opts)) in runs.enumerate() {
+        let file = format!("alt-{run}.mprof");
+        let opts: Vec<&str> = opts.iter().copied().chain(["--force", "-o", &file]).collect();
+        let out = record_within(&dir, &opts, &prog, &args);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), text(&p.stdout), "{mode} run {run}: output differs");
+    }
+}
+
 /// One block realloc'ed 5 M times between 1000 and 3000 bytes, plus a 100 × 1000-byte leak
 /// (`fixtures/c/realloc_loop.c`), at the default interval. Each reallocation ends its old
 /// block (`engine::sampler` §5): a sample of the loop's block dies at the next realloc, so
