@@ -76,10 +76,13 @@
 //!   switch made from inside it blocks signals for the call as before: two
 //!   `rt_sigprocmask` calls, for walks made in such handlers only. An alternate stack that
 //!   disarms itself while in use (`SS_AUTODISARM`) needs none. One set where nothing tells
-//!   (a raw system call; a program that profiles itself through `Sampled`, or one
-//!   `memprof attach` reached, setting it after the thread's first switch) is not known: a
-//!   sample in a handler on it whose walk needs framehop, while a second signal with an
-//!   `SA_ONSTACK` handler arrives, is left unguarded. Under a seccomp filter, which may
+//!   (a raw system call, as Go's runtime makes; a program that profiles itself through
+//!   `Sampled`, or one `memprof attach` reached, setting it after the thread's first
+//!   switch) is not known; but a switch made with the stack pointer off the thread's own
+//!   stack (above its top, or more than [`OWN_STACK_SPAN`] below it) blocks signals too, so
+//!   only such a stack carved out of the thread's own stack is left unguarded: a sample in
+//!   a handler on it whose walk needs framehop, while a second signal with an
+//!   `SA_ONSTACK` handler arrives. Under a seccomp filter, which may
 //!   refuse the calls (`sys::seccomp`), neither the lookup nor the mask is made.
 
 use crate::engine::callstack::per_thread::PerThread;
@@ -177,6 +180,21 @@ pub fn alt_stack_changed() {
     if let Some(b) = unsafe { p.as_ref() } {
         b.alt_stack.known.set(false);
     }
+}
+
+/// How far below the top of its stack a thread's own frames may lie, as far as the switch
+/// trusts (§3): the default thread stack and main stack limit. Deeper (a larger stack), or
+/// above the top, is taken for another stack.
+const OWN_STACK_SPAN: usize = 8 << 20;
+
+/// Whether `sp` lies off the thread's own stack (§3): above its top, or more than
+/// [`OWN_STACK_SPAN`] below it. An alternate signal stack set where nothing told the
+/// profiler lies there unless it was carved out of the thread's own stack; so does a
+/// coroutine's stack, whose switches then pay the mask. False while the top is not known.
+#[inline(always)]
+fn off_own_stack(t: &PerThread, sp: usize) -> bool {
+    let hi = crate::engine::callstack::per_thread::known_hi(t);
+    hi != 0 && (sp > hi || hi - sp > OWN_STACK_SPAN)
 }
 
 /// `SS_AUTODISARM` (Linux 4.7), which the `libc` crate does not name: the kernel disarms
@@ -300,7 +318,8 @@ pub(crate) fn on_walk_stack<R>(f: impl FnOnce() -> R) -> R {
         if !b.walk_stack_taken.replace(true) {
             let here = 0u8;
             let sp = core::hint::black_box(&here) as *const u8 as usize;
-            let masked = b.alt_stack.holds(sp) && !crate::sys::seccomp::filtered();
+            let masked = (b.alt_stack.holds(sp) || off_own_stack(&b.callstack, sp))
+                && !crate::sys::seccomp::filtered();
             let old_mask = if masked { Some(block_signals()) } else { None };
             let mut f = Some(f);
             let mut result = None;

@@ -171,6 +171,18 @@ fn a_handler_on_the_alternate_stack_keeps_its_frames() {
         assert_ok(&out, 0);
         assert_eq!(text(&out.stdout), text(&p.stdout), "{mode} run {run}: output differs");
     }
+    // The same stack set by the raw system call, which nothing tells the profiler of: the
+    // switch finds its stack pointer off the thread's own stack and blocks signals all the
+    // same.
+    let raw = ["1", "64000", "2", "altstack-raw"];
+    let p = plain(&dir, &prog, &raw);
+    assert_eq!(p.status.code(), Some(0), "plain, raw: {}", text(&p.stderr));
+    for run in 0..3 {
+        let file = format!("alt-raw-{run}.mprof");
+        let out = record_within(&dir, &["--interval", "1", "--force", "-o", &file], &prog, &raw);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), text(&p.stdout), "raw run {run}: output differs");
+    }
 }
 
 /// One block realloc'ed 5 M times between 1000 and 3000 bytes, plus a 100 × 1000-byte leak
