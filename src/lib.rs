@@ -90,6 +90,7 @@
 //! | `sys/own_file.rs` | a file the profiler opened in the profiled process, proven to be that file before each read and write |
 //! | `sys/smaps.rs` | a process's memory files read at a pace bounded by their cost (the pace's constants, which `profile` re-exports): resident size (`statm`), and resident memory by kind of mapping (`smaps`: the allocator's, outside malloc, stacks, files, memprof's own) |
 //! | `sys/monotonic.rs` | the monotonic clock in nanoseconds, for every layer (`engine::clock` re-exports it) |
+//! | `sys/on_stack.rs` | a call on another stack (x86-64) whose frame unwinders and debuggers walk back through: the switch in assembly with its call frame information |
 //! | `sys/malloc_maps.rs` | which anonymous mappings glibc's malloc made (an arena's heap, a large block), told by their first words read with `process_vm_readv` |
 //! | `sys/procfs.rs` | fields of `/proc/<pid>/stat`, and the decimals of paths built without allocating |
 //! | `sys/signals.rs` | signal masks and thread counts for the threads the profiler keeps in a program |
@@ -414,6 +415,7 @@ pub mod __private {
     pub use crate::engine::forked::after_child as after_clone_child;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
+<<<<<<< HEAD
     /// The attach ABI, shared with the preload library: `record::attach_abi`.
     pub mod attach_abi {
         pub use crate::record::attach_abi::*;
@@ -423,6 +425,10 @@ pub mod __private {
     pub mod http_parse {
         pub use crate::serve::parse::*;
     }
+=======
+    pub use crate::engine::thread::alt_stack_changed;
+    pub use crate::record::attach_abi;
+>>>>>>> nosys
     pub use crate::record::program::agent::{
         around_dlclose, before_exec, before_quick_exit, forking_word, in_fork, init,
         start_attached, stop_attached, Refusal,

@@ -1,5 +1,5 @@
 //! The hot path neither allocates through the profiled allocator, nor loses errno, nor
-//! panics.
+//! panics, nor makes a system call (counted by `strace`, around this binary run again).
 //!
 //! The global allocator is `Sampled<Counting>`: `Counting` wraps `System` and counts the
 //! calls that reach it. The profiler sits in front of it, so any allocation the profiler made
@@ -475,4 +475,140 @@ fn a_wait_for_room_is_not_in_the_blocks_life() {
     assert!(lives.len() > 380, "{} of 400 blocks told", lives.len());
     let long = lives.iter().filter(|&&l| l >= 40_000).count();
     assert!(long < lives.len() / 2, "{long} of {} blocks lived ≥ 40 µs", lives.len());
+}
+
+/// One of [`SITES`]: allocates and frees `64 + i % 256` bytes; each `N` a function of its
+/// own, with its own return address into it.
+#[inline(never)]
+fn site<const N: usize>(i: usize) -> usize {
+    let size = 64 + ((i ^ N) & 255);
+    let p = alloc(size);
+    free(p, size);
+    black_box(N) + 1
+}
+
+macro_rules! four {
+    ($b:expr) => {
+        [site::<{ $b }>, site::<{ $b + 1 }>, site::<{ $b + 2 }>, site::<{ $b + 3 }>]
+    };
+}
+macro_rules! sixteen {
+    ($b:expr) => {
+        [four!($b), four!($b + 4), four!($b + 8), four!($b + 12)]
+    };
+}
+macro_rules! sixty_four {
+    ($b:expr) => {
+        [sixteen!($b), sixteen!($b + 16), sixteen!($b + 32), sixteen!($b + 48)]
+    };
+}
+macro_rules! two_fifty_six {
+    ($b:expr) => {
+        [sixty_four!($b), sixty_four!($b + 64), sixty_four!($b + 128), sixty_four!($b + 192)]
+    };
+}
+
+/// 2,048 call sites: more return addresses than the DWARF unwinder's compiled rules hold,
+/// so that most sampled walks derive a rule again through framehop, on the walk stack.
+#[allow(clippy::type_complexity)]
+static SITES: [[[[[fn(usize) -> usize; 4]; 4]; 4]; 4]; 8] = [
+    two_fifty_six!(0),
+    two_fifty_six!(256),
+    two_fifty_six!(512),
+    two_fifty_six!(768),
+    two_fifty_six!(1024),
+    two_fifty_six!(1280),
+    two_fifty_six!(1536),
+    two_fifty_six!(1792),
+];
+
+/// Tells the profiler every block, to keep its frees.
+struct Keep;
+
+impl Tracker for Keep {
+    type Token = ();
+
+    fn alloc(&mut self, _: &Allocation<'_>) -> Option<()> {
+        Some(())
+    }
+}
+
+/// The child of [`the_sample_path_makes_no_system_call_in_process`] (this binary run again
+/// under `strace`, with `MEMPROF_TEST_SYSCALLS` set to the interval): a session with a drain
+/// thread (and backpressure in the exact mode), a warm-up over every site (the thread's
+/// first-time costs: at the default interval long enough to sample at every address the
+/// loop's blocks take, so that their live-table shards have their first tables), then
+/// 100,000 calls of sites drawn at random between two marks.
+#[test]
+#[ignore = "a child of the_sample_path_makes_no_system_call_in_process"]
+fn sites_between_marks() {
+    let Some(interval) = std::env::var_os("MEMPROF_TEST_SYSCALLS") else { return };
+    let interval: f64 = interval.to_str().and_then(|v| v.parse().ok()).expect("an interval");
+    let _g = serial();
+    let sites: Vec<fn(usize) -> usize> =
+        SITES.as_flattened().as_flattened().as_flattened().as_flattened().to_vec();
+    let config = Config {
+        unwinder: Unwinder::Dwarf,
+        drain_thread: true,
+        backpressure: interval == 1.0,
+        ..Config::with_interval(interval)
+    };
+    let session = memprof::start(config, Keep).unwrap();
+    let mut x: u32 = 12345;
+    let mut next = || {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        (x >> 8) as usize
+    };
+    let mut sum = 0;
+    let warm = if interval == 1.0 { 2 } else { 1300 };
+    for _ in 0..warm {
+        for s in &sites {
+            sum += s(next());
+        }
+    }
+    let mark = |m: &[u8]| {
+        // SAFETY: a write to no descriptor: it fails with EBADF and does nothing else.
+        assert_eq!(unsafe { libc::write(-1, m.as_ptr().cast(), m.len()) }, -1);
+    };
+    mark(b"begin");
+    for _ in 0..100_000 {
+        let i = next();
+        sum += sites[i % sites.len()](i);
+    }
+    mark(b"end");
+    black_box(sum);
+    session.stop().unwrap();
+}
+
+/// The sample path makes no system call in a program that profiles itself (`Sampled`):
+/// this binary's [`sites_between_marks`] under `strace -f`, in the exact mode and at the
+/// default interval, with the DWARF unwinder (this crate keeps frame pointers; the DWARF
+/// unwinder still hands most of these walks to framehop). Between its marks the thread
+/// makes no system call but `futex` (waiting for the drain thread to make room).
+#[test]
+fn the_sample_path_makes_no_system_call_in_process() {
+    if !common::have_strace("the in-process sample path's system calls") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("memprof-hot-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (mode, interval) in [("exact", "1"), ("default", "524288")] {
+        let file = dir.join(format!("{mode}.strace"));
+        let out = std::process::Command::new("strace")
+            .arg("-f")
+            .arg("-o")
+            .arg(&file)
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "sites_between_marks", "--include-ignored", "--nocapture"])
+            .env("MEMPROF_TEST_SYSCALLS", interval)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        let trace = std::fs::read_to_string(&file).unwrap();
+        let (left, marked, futexes) = common::syscalls_between_marks(&trace);
+        eprintln!("{mode}: {futexes} futex calls between the marks");
+        assert_eq!(marked, 1, "{mode}: the marks are in the trace");
+        assert!(left.is_empty(), "{mode}: system calls on the sample path: {left:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,6 +7,8 @@
 //! `exec`, `posix_spawn`), `stack` (`pthread_attr_setstacksize`: a thread's stack gets
 //! back what the library takes from it), `seccomp` (`prctl` and `syscall`: a seccomp
 //! filter being installed, after which the profiler makes no system call it can avoid),
+//! `altstack` (`sigaltstack`: a thread's alternate signal stack set, which the profiler's
+//! unwinder must know of),
 //! where the allocating ones forward to
 //! (`next`), and the patcher that sends allocators the symbol lookup never sends here to
 //! those exports or to hooks of their own (`patch`, x86-64, §5), and the two calls `memprof
@@ -97,6 +99,7 @@
 #![deny(missing_docs)]
 
 #[cfg(target_arch = "x86_64")]
+mod altstack;
 mod attach;
 mod entry;
 mod fast;
@@ -136,6 +139,7 @@ fn start() {
     // Before anything can sample: the forwarding of `syscall`, which the waits' futex
     // takes, is settled off the sample path.
     seccomp::resolve();
+    altstack::resolve();
     // A child made by a raw `clone`, found by the agent's mark (`memprof`'s
     // `engine/forked.rs`), gets the same after its handler.
     memprof::__private::after_clone_child(reset_countdown);
@@ -187,6 +191,7 @@ fn keep_counting() {
 extern "C" fn init() {
     next::resolve_once();
     seccomp::resolve();
+    altstack::resolve();
     if !preloaded() {
         // `dlopen`ed into a running process (§6): `memprof attach` starts the session.
         return;

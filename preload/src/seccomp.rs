@@ -13,7 +13,9 @@
 //! if one comes earlier.
 //!
 //! `syscall` is also how the profiler's own code makes some calls (the futex), and Rust's
-//! standard library some of its: those pass through here too, with one comparison.
+//! standard library some of its: those pass through here too, with two comparisons. One
+//! that sets a thread's alternate signal stack is told to the profiler, as `sigaltstack`
+//! tells it (`altstack`).
 
 use core::ffi::{c_int, c_long, c_ulong, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -98,6 +100,15 @@ pub unsafe extern "C" fn syscall(
     if number == libc::SYS_seccomp && matches!(a1, SET_MODE_STRICT | SET_MODE_FILTER) {
         // SAFETY: as the caller's contract.
         return installing(|| unsafe { f(number, a1, a2, a3, a4, a5, a6) });
+    }
+    if number == libc::SYS_sigaltstack && a1 != 0 {
+        // A new alternate signal stack for this thread (`altstack`).
+        // SAFETY: as the caller's contract.
+        let r = unsafe { f(number, a1, a2, a3, a4, a5, a6) };
+        if r == 0 {
+            memprof::__private::alt_stack_changed();
+        }
+        return r;
     }
     // SAFETY: as the caller's contract.
     unsafe { f(number, a1, a2, a3, a4, a5, a6) }

@@ -1,5 +1,5 @@
 //! Process primitives the engine is built on: memory from glibc's own entry points,
-//! per-thread blocks without destructors, cache-line padding, errno, futexes, hashing, the loader's
+//! per-thread blocks without destructors, a call on another stack, cache-line padding, errno, futexes, hashing, the loader's
 //! list of objects, the next definition of a symbol in it, whether a seccomp filter may refuse
 //! the profiler's system calls (`seccomp.rs`), and the one policy for the files the
 //! profiler opens or writes (`files.rs`). Nothing here knows about sampling.
@@ -15,6 +15,8 @@ pub(crate) mod hash;
 pub(crate) mod loader;
 pub(crate) mod malloc_maps;
 pub(crate) mod monotonic;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod on_stack;
 pub(crate) mod own_file;
 pub(crate) mod padded;
 pub(crate) mod private_dir;

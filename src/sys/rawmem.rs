@@ -14,8 +14,9 @@
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-/// Bytes mapped by [`map`] and not unmapped: memprof's own memory in the process, which a
-/// reading of its resident memory counts beside the program's.
+/// Bytes mapped by [`map`] and not unmapped (less the reserves of [`map_reserving`]):
+/// memprof's own memory in the process, which a reading of its resident memory counts
+/// beside the program's.
 static MAPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Where [`MAPPED`] is copied at each change, when set: the shared ring's header, which
@@ -35,7 +36,7 @@ pub(crate) unsafe fn copy_mapped_to(sink: *mut AtomicU64) {
     }
 }
 
-/// Bytes mapped by [`map`] and not unmapped.
+/// Bytes mapped by [`map`] and not unmapped, less the reserves of [`map_reserving`].
 pub(crate) fn mapped() -> u64 {
     MAPPED.load(Ordering::Relaxed)
 }
@@ -62,6 +63,13 @@ pub(crate) fn alloc_zeroed(bytes: usize) -> *mut u8 {
 /// Maps `bytes` of zeroed memory straight from the kernel (no lock of glibc's, see the
 /// module documentation), or returns null. May set errno when it fails.
 pub(crate) fn map(bytes: usize) -> *mut u8 {
+    map_reserving(bytes, 0)
+}
+
+/// [`map`], with the first `reserve` bytes left out of [`mapped`]: memory mapped in case,
+/// which the kernel backs only if it is ever touched (a guard page, the depth of a stack
+/// below what its user takes), so not counted as resident.
+pub(crate) fn map_reserving(bytes: usize, reserve: usize) -> *mut u8 {
     // SAFETY: an anonymous private mapping at an address the kernel chooses has no
     // preconditions; failure is reported as MAP_FAILED.
     let p = unsafe {
@@ -77,7 +85,7 @@ pub(crate) fn map(bytes: usize) -> *mut u8 {
     if p == libc::MAP_FAILED {
         core::ptr::null_mut()
     } else {
-        count_mapped(bytes as u64);
+        count_mapped(bytes.saturating_sub(reserve) as u64);
         p as *mut u8
     }
 }
@@ -87,8 +95,18 @@ pub(crate) fn map(bytes: usize) -> *mut u8 {
 /// # Safety
 /// `ptr` came from [`map`] with the same `bytes` and is not used afterwards.
 pub(crate) unsafe fn unmap(ptr: *mut u8, bytes: usize) {
+    // SAFETY: the caller's guarantees.
+    unsafe { unmap_reserving(ptr, bytes, 0) }
+}
+
+/// Unmaps memory from [`map_reserving`].
+///
+/// # Safety
+/// `ptr` came from [`map_reserving`] with the same `bytes` and `reserve`, and is not used
+/// afterwards.
+pub(crate) unsafe fn unmap_reserving(ptr: *mut u8, bytes: usize, reserve: usize) {
     // SAFETY: the caller guarantees the range is a mapping of ours, no longer used. munmap
     // of a valid mapping does not fail (errno is left alone).
     unsafe { libc::munmap(ptr as *mut core::ffi::c_void, bytes) };
-    count_mapped((bytes as u64).wrapping_neg());
+    count_mapped((bytes.saturating_sub(reserve) as u64).wrapping_neg());
 }

@@ -6,8 +6,9 @@
 //! kills the process (`SECCOMP_RET_KILL_PROCESS`, `SIGSYS`) or fails the call
 //! (`SECCOMP_RET_ERRNO`) for any other. The profiler's code runs on the program's threads,
 //! inside its `malloc`: a `futex` sleep while the queue is full, a `kill` and an `open` of
-//! `/proc` to look the collector up, an `rt_sigprocmask` around the unwinder's own stack,
-//! `getpid` at exit. Once a filter is on, those are not made: waits spin
+//! `/proc` to look the collector up, a thread's alternate signal stack looked up and, for a
+//! sample taken in a handler running on it, `rt_sigprocmask` around the unwinder's own
+//! stack (`engine::thread` §3), `getpid` at exit. Once a filter is on, those are not made: waits spin
 //! (`core::hint::spin_loop`) instead of sleeping, the collector's liveness is judged by its
 //! heartbeat alone (with a long bound: `engine::consumer` §2), and the rest is done without
 //! them or skipped (each place says how). What stays is what the sample path cannot do

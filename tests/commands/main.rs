@@ -27,7 +27,9 @@
 //! refused, and its program run to its end), `docs` (the README and `docs/` kept true: the
 //! README's size and quick start, the pages generated from the binary's `--help` and from
 //! the modules' documentation, the crate map, every link), `imports` (the library's imports
-//! run downward: no circle between its files, no arrow up out of `sys/`).
+//! run downward: no circle between its files, no arrow up out of `sys/`), `syscalls` (no
+//! system call on the sample path, counted with `strace` in both modes, with and without
+//! frame pointers).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
@@ -58,5 +60,6 @@ mod report;
 mod sandbox;
 mod serve;
 mod sites;
+mod syscalls;
 mod time;
 mod unwinder;

@@ -105,6 +105,86 @@ fn signal_handlers_that_allocate_never_deadlock() {
     eprintln!("signal_alloc: {lost} events lost over 20 runs");
 }
 
+/// The landings of a handler on the interrupted stack, read from the stderr line of
+/// `fixtures/c/many_sites.c` with "alarm": (handled, on another stack, traced, reaching the
+/// loop).
+fn landings(stderr: &str) -> [u64; 4] {
+    let line = stderr.lines().find(|l| l.starts_with("handled ")).expect("the fixture's line");
+    let n: Vec<u64> = line.split([' ', ',']).filter_map(|w| w.parse().ok()).collect();
+    n.try_into().unwrap_or_else(|_| panic!("four numbers in {line:?}"))
+}
+
+/// A SIGALRM handler (no alternate stack) lands every 100 µs in a program whose walks need
+/// framehop at most samples (`fixtures/c/many_sites.c` with "alarm": 2,048 call sites), so
+/// in the exact mode many land while the profiler runs on its walk stack, where signals
+/// stay deliverable (`engine::thread` §3). There the handler allocates (skipped: the thread
+/// is in the sample path), writes 96 KiB of stack (a handler's business on its own stack;
+/// the walk stack's room for it) and keeps backtraces (libgcc's unwinder) that must reach
+/// the program's loop through the profiler's frames and its stack switch. The run exits
+/// as the plain one does (the fixture exits 6 for a backtrace that stopped short), with
+/// the same output, in both modes; in the exact mode some landings were on the walk stack.
+#[test]
+fn a_handler_that_lands_on_the_walk_stack_runs_as_on_its_own() {
+    let dir = scratch("walk-stack-signal");
+    let prog = fixture("many_sites");
+    let args = ["1", "300000", "2", "alarm"];
+    let p = plain(&dir, &prog, &args);
+    assert_eq!(p.status.code(), Some(0), "plain: {}", text(&p.stderr));
+    assert_eq!(landings(&text(&p.stderr))[1], 0, "plain: nothing runs on another stack");
+    for (mode, opts) in [("exact", &["--interval", "1"][..]), ("default", &[][..])] {
+        let file = format!("walk-{mode}.mprof");
+        let opts: Vec<&str> = opts.iter().copied().chain(["--force", "-o", &file]).collect();
+        let out = record_within(&dir, &opts, &prog, &args);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), text(&p.stdout), "{mode}: output differs");
+        let [handled, elsewhere, traced, reaching] = landings(&text(&out.stderr));
+        eprintln!("{mode}: {handled} signals, {elsewhere} on the walk stack, {reaching}/{traced}");
+        assert_eq!(reaching, traced, "{mode}");
+        if mode == "exact" {
+            assert!(elsewhere > 0 && traced > 0, "{mode}: no handler landed on the walk stack");
+        }
+    }
+}
+
+/// A SIGUSR1 handler on an alternate signal stack (set after the program's first
+/// allocations, so after the profiler first looked for one) allocates from many sites, so
+/// samples whose walks need framehop are taken inside it; a SIGALRM handler, also on the
+/// alternate stack and not blocked in the first, fires every 50 µs and writes 8 KiB of its
+/// stack (`fixtures/c/many_sites.c` with "altstack"). Had a walk run on the walk stack with
+/// signals deliverable, the kernel would have put the second handler at the top of the
+/// alternate stack, over the first one's frames (a SIGSEGV, or a broken canary: exit 7):
+/// the preload library's `sigaltstack` tells the profiler of the new stack, and walks from
+/// inside it block signals (`engine::thread` §3). Three exact runs and a default one, each
+/// as the plain run.
+#[test]
+fn a_handler_on_the_alternate_stack_keeps_its_frames() {
+    let dir = scratch("altstack-signal");
+    let prog = fixture("many_sites");
+    let args = ["1", "64000", "2", "altstack"];
+    let p = plain(&dir, &prog, &args);
+    assert_eq!(p.status.code(), Some(0), "plain: {}", text(&p.stderr));
+    let runs = [("exact", &["--interval", "1"][..]); 3].into_iter().chain([("default", &[][..])]);
+    for (run, (mode, opts)) in runs.enumerate() {
+        let file = format!("alt-{run}.mprof");
+        let opts: Vec<&str> = opts.iter().copied().chain(["--force", "-o", &file]).collect();
+        let out = record_within(&dir, &opts, &prog, &args);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), text(&p.stdout), "{mode} run {run}: output differs");
+    }
+    // The same stack set by the raw system call, which nothing tells the profiler of: the
+    // switch finds its stack pointer off the thread's own stack and blocks signals all the
+    // same.
+    let raw = ["1", "64000", "2", "altstack-raw"];
+    let p = plain(&dir, &prog, &raw);
+    assert_eq!(p.status.code(), Some(0), "plain, raw: {}", text(&p.stderr));
+    for run in 0..3 {
+        let file = format!("alt-raw-{run}.mprof");
+        let out = record_within(&dir, &["--interval", "1", "--force", "-o", &file], &prog, &raw);
+        assert_ok(&out, 0);
+        assert_eq!(text(&out.stdout), text(&p.stdout), "raw run {run}: output differs");
+    }
+}
+
 /// One block realloc'ed 5 M times between 1000 and 3000 bytes, plus a 100 × 1000-byte leak
 /// (`fixtures/c/realloc_loop.c`), at the default interval. Each reallocation ends its old
 /// block (`engine::sampler` §5): a sample of the loop's block dies at the next realloc, so

@@ -6,8 +6,9 @@
 //!
 //! A helper two or more binaries use: the session lock, scratch directories, the paths of
 //! `fixtures/`, output as text, the one-line error check, the fuzz binaries' case count,
-//! and `go tool pprof` (the independent decoder the pprof checks use). A helper only one
-//! binary needs stays in it.
+//! `go tool pprof` (the independent decoder the pprof checks use), and `strace`'s count of
+//! the system calls a program's threads made between two marks. A helper only one binary
+//! needs stays in it.
 //!
 //! # 2. Why dead code is allowed
 //!
@@ -153,4 +154,92 @@ pub fn decode_pprof(gz: &[u8]) -> pprof::protos::Profile {
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(gz).read_to_end(&mut raw).unwrap();
     pprof::protos::Profile::decode(&raw[..]).unwrap()
+}
+
+/// Whether `strace` runs here; without it the `what` check is skipped (said on the
+/// terminal), unless CI is set, where its absence fails.
+pub fn have_strace(what: &str) -> bool {
+    let out = std::process::Command::new("strace").arg("-V").output();
+    let ok = out.is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "CI is set but strace is missing");
+        skipped(what, "`strace` is not on PATH; Debian: apt-get install strace");
+    }
+    ok
+}
+
+/// The system calls each marked thread of `trace` (an `strace -f -o` file) made between its
+/// marks (`write(-1, "begin", 5)` and `write(-1, "end", 3)`, which fail and do nothing
+/// else), by name, less what a wait for the collector makes: `futex`, and the collector
+/// looked up during the wait (`kill(PID, 0)`, its `/proc/PID/stat` opened, read, closed);
+/// with how many threads were marked and how many futex calls were left out.
+pub fn syscalls_between_marks(
+    trace: &str,
+) -> (std::collections::BTreeMap<String, u64>, usize, u64) {
+    use std::collections::BTreeMap;
+    /// Per marked thread inside its loop: the descriptors of `/proc/PID/stat` it opened
+    /// there, and whether such an open is unfinished (its result on a later line).
+    #[derive(Default)]
+    struct Window {
+        fds: Vec<String>,
+        opening: bool,
+    }
+    // The `n`th argument of a call, as strace wrote it.
+    let arg = |call: &str, n: usize| -> String {
+        let inside = call.split_once('(').map_or("", |(_, rest)| rest);
+        let inside = inside.split([')', '<']).next().unwrap_or("");
+        inside.split(", ").nth(n).unwrap_or("").trim().to_owned()
+    };
+    let result = |call: &str| -> String {
+        call.rsplit_once("= ").map_or("", |(_, r)| r).split(' ').next().unwrap_or("").to_owned()
+    };
+    let mut open: BTreeMap<&str, Window> = BTreeMap::new();
+    let mut left = BTreeMap::new();
+    let (mut marked, mut futexes) = (0, 0);
+    for line in trace.lines() {
+        let Some((tid, call)) = line.split_once(' ') else { continue };
+        let call = call.trim_start();
+        if call.starts_with("write(-1, \"begin\"") {
+            open.insert(tid, Window::default());
+            marked += 1;
+            continue;
+        }
+        if call.starts_with("write(-1, \"end\"") {
+            open.remove(tid);
+            continue;
+        }
+        let Some(w) = open.get_mut(tid) else { continue };
+        // A call strace split in two is counted at its start.
+        if call.starts_with("<... openat resumed>") && w.opening {
+            w.opening = false;
+            w.fds.push(result(call));
+        }
+        if call.starts_with("<...") || call.starts_with("---") || call.starts_with("+++") {
+            continue;
+        }
+        let name = call.split('(').next().unwrap_or("").to_owned();
+        let explained = match name.as_str() {
+            "futex" => {
+                futexes += 1;
+                true
+            }
+            "kill" => arg(call, 1) == "0",
+            "openat"
+                if arg(call, 1).starts_with("\"/proc/") && arg(call, 1).ends_with("/stat\"") =>
+            {
+                if call.contains("<unfinished") {
+                    w.opening = true;
+                } else {
+                    w.fds.push(result(call));
+                }
+                true
+            }
+            "read" | "close" => w.fds.contains(&arg(call, 0)),
+            _ => false,
+        };
+        if !explained {
+            *left.entry(name).or_insert(0) += 1;
+        }
+    }
+    (left, marked, futexes)
 }

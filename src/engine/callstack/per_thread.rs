@@ -19,6 +19,13 @@ pub(crate) struct PerThread {
     pub(super) memo_taken: Cell<bool>,
 }
 
+/// The top of the thread's stack as far as it is known already (0: not yet), with no
+/// query: what the walk stack's switch compares the stack pointer with (`thread` §3).
+#[inline(always)]
+pub(crate) fn known_hi(t: &PerThread) -> usize {
+    t.hi.get()
+}
+
 /// The top of the thread's stack (0 when unknown), queried at its first use.
 #[inline(always)]
 pub(super) fn thread_hi(t: &PerThread) -> usize {
