@@ -415,7 +415,7 @@ pub mod __private {
     pub use crate::engine::forked::after_child as after_clone_child;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
-<<<<<<< HEAD
+    pub use crate::engine::thread::alt_stack_changed;
     /// The attach ABI, shared with the preload library: `record::attach_abi`.
     pub mod attach_abi {
         pub use crate::record::attach_abi::*;
@@ -425,10 +425,6 @@ pub mod __private {
     pub mod http_parse {
         pub use crate::serve::parse::*;
     }
-=======
-    pub use crate::engine::thread::alt_stack_changed;
-    pub use crate::record::attach_abi;
->>>>>>> nosys
     pub use crate::record::program::agent::{
         around_dlclose, before_exec, before_quick_exit, forking_word, in_fork, init,
         start_attached, stop_attached, Refusal,
