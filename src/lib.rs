@@ -120,6 +120,7 @@
 //! | `engine/queue/tests.rs` | the queue's tests, and the events other modules' tests build |
 //! | `engine/queue/event.rs` | the queue's wire event: what happened to a sampled block (its kind), with its time, ids and sizes, in 72 bytes |
 //! | `engine/queue/lost_frees.rs` | the queue's table of the frees it refused or deferred, replayed by the consumer |
+//! | `engine/queue/doorbell.rs` | the consumer's sleep on a word of the queue's block, and the producers' wake once enough events wait (one system call per sleep; a poll mark under a seccomp filter) |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
 //! | `engine/callstack/` | call-stack capture: choice of unwinder, capture at an entry point |
 //! | `engine/callstack/frames.rs` | the capture buffer (32 inline entries, then doubling) |
@@ -242,6 +243,7 @@
 //! | `record/env.rs` | the `MEMPROF_*` contract between the two processes |
 //! | `record/ring/mod.rs` | the shared ring between a profiled process and `record`: header (with the collector's pid, start time, heartbeat and verdict), side log (module lists, `dlclose` records), queue; the producer side runs in the program, the consumer side in `memprof`; a ring of another version refused, and its process told |
 //! | `record/ring/records.rs` | the side log's records: the process's facts and module lists as bytes |
+//! | `record/ring/bell.rs` | the ring directory's bell: a shared word each process rings once its ring is ready, so the sleeping collector attaches at once (§7) |
 //! | `record/ring/tests.rs` | the ring's tests |
 //! | `record/unfollowed.rs` | the programs a process started unfollowed: written in the program, read by `record` |
 //! | `record/program/` | runs inside the profiled program, called by the preload library |
@@ -259,14 +261,15 @@
 //! | `record/command/launcher/program.rs` | the program found as `execvp` finds it (or behind a rustup proxy) and checked: executable, not setuid, not static |
 //! | `record/command/launcher/output.rs` | the output file and the tree's directory created before the program runs, or in the child between `fork` and `exec` for a `%p` name, without allocating; `--force`'s atomic replacement |
 //! | `record/command/launcher/ring_dir.rs` | the private directory of a run's shared rings, and the stale ones of killed runs removed |
-//! | `record/command/collect/` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms and folds its mappings by kind (a last look at exit read itself); records how each process ended; its thread at nice −20 where it may |
+//! | `record/command/collect/` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms while it changes and folds its mappings by kind (a last look at exit read itself); records how each process ended; its thread at nice −20 where it may |
 //! | `record/command/collect/mod.rs` | the collector's loop (§1): what it is told, what it leaves, its thread at nice −20 where it may, the rings it holds; the folder's notes numbered across its files |
 //! | `record/command/collect/rings.rs` | the rings found in the ring directory, mapped and attached, each with the process that made it as this `/proc` names it, across PID namespaces (§7) |
 //! | `record/command/collect/files.rs` | a ring's profile opened once its session runs (the program's, or a child's `<pid>[.<n>].mprof` created exclusively), its recorder started (§2) |
 //! | `record/command/collect/deliver.rs` | a ring's events to its recorder: the queue drained, side events, module lists and modules missing from them (§4), frees named by their blocks, kept aside and replayed (§5) |
-//! | `record/command/collect/resident.rs` | each process's resident size every 10 ms and its mappings by kind (a last look at exit read itself) (§6) |
+//! | `record/command/collect/resident.rs` | each process's resident size every 10 ms while it changes (less often while it stays) and its mappings by kind (a last look at exit read itself) (§6) |
 //! | `record/command/collect/end.rs` | a ring whose process is gone, finished: its last events, how the process ended, its losses and what stderr is told (§3) |
 //! | `record/command/collect/publish.rs` | the root process's profile as folded so far, copied between two drains when `--serve` asks |
+//! | `record/command/collect/sleep.rs` | the collector's sleep between passes (§8): on its rings' words, the bell and its own (`futex_waitv`), until there is work or its own schedule is due; polling on old kernels |
 //! | `record/command/oom.rs` | whether the kernel's OOM killer ended the program: its memory cgroups' and the system's OOM-kill counts, before and after |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |
@@ -414,6 +417,7 @@ pub mod __private {
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::forked::after_child as after_clone_child;
     pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
+    pub use crate::engine::push::seccomp_installing;
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::engine::thread::alt_stack_changed;
     /// The attach ABI, shared with the preload library: `record::attach_abi`.
@@ -435,9 +439,7 @@ pub mod __private {
     };
     pub use crate::sys::errno::{errno, set_errno};
     pub use crate::sys::got;
-    pub use crate::sys::seccomp::{
-        install_failed as seccomp_failed, installing as seccomp_installing,
-    };
+    pub use crate::sys::seccomp::install_failed as seccomp_failed;
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! `attach`'s collector), as the producers see it: whether it is still there to make room.
 //!
 //! # 1. Signs of life
-//! The collector renews a heartbeat every few milliseconds, in the shared ring's header
+//! The collector renews a heartbeat at each of its passes, at least every 100 ms however
+//! long it sleeps (`record/command/collect` §8), in the shared ring's header
 //! ([`Consumer`]): a fresh one ([`STALE_NS`]) says it is alive at once. A stale one is not
 //! a sign of death (a collector stopped, or starved of CPU, is still coming back): the
 //! collector's pid and start time (written when the ring is made, from
@@ -63,7 +64,8 @@ pub(crate) const REFUSED: u32 = 1 << 31;
 #[repr(C)]
 #[derive(Debug)]
 pub(crate) struct Consumer {
-    /// Its last sign of life: a [`monotonic_ns`] reading it renews every few milliseconds.
+    /// Its last sign of life: a [`monotonic_ns`] reading it renews at each pass (at least
+    /// every 100 ms).
     pub(crate) heartbeat_ns: AtomicU64,
     /// Its process id, once it has attached (0: not yet).
     pub(crate) pid: AtomicU32,

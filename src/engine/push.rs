@@ -72,6 +72,18 @@ pub(crate) fn stop_waiting() {
     }
 }
 
+/// A seccomp filter is being installed (`sys::seccomp` §2): the profiler makes no more
+/// avoidable system calls, and the queue's consumer, which could no longer be woken, is
+/// asked to poll it (`queue` §6). Returns whether the process was marked before (for
+/// `sys::seccomp::install_failed`).
+pub fn seccomp_installing() -> bool {
+    let before = seccomp::installing();
+    if let Some(q) = queue() {
+        q.consumer_must_poll();
+    }
+    before
+}
+
 /// The session queue, when one exists.
 #[inline]
 pub(crate) fn queue() -> Option<&'static Queue> {
@@ -264,6 +276,8 @@ fn wait_for_room(
             counted[usize::from(spin)] = true;
             WAITS[usize::from(spin)].fetch_add(1, Ordering::Relaxed);
         }
+        // A consumer asleep is woken: room comes from its drain (`queue` §6).
+        q.wake_consumer();
         if spin {
             seccomp::spin(SPIN_ROUNDS);
         } else {

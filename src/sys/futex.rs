@@ -44,8 +44,74 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout_ns: u64) -> i32 {
     }
 }
 
-/// Wakes up to `n` threads (of any process mapping the word) sleeping in [`wait`] on
-/// `word`.
+/// The most words one [`wait_any`] sleeps on (the kernel's limit).
+pub(crate) const WAIT_ANY_MAX: usize = 128;
+
+/// One word of a [`wait_any`]: the kernel's `struct futex_waitv`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Waitv {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+/// `FUTEX2_SIZE_U32`: a 32-bit word, shared (no `FUTEX2_PRIVATE`), as [`wake`] wakes it.
+const FUTEX2_SIZE_U32: u32 = 2;
+
+/// Sleeps while every word of `words` holds its expected value, at most `timeout_ns` (0: no
+/// limit), or until a [`wake`] on any of them, a signal, or a spurious wake-up (the caller
+/// looks again either way): `futex_waitv`, Linux 5.16 and later. As with [`wait`], a wake
+/// after the caller last looked at a word is never lost. Words past [`WAIT_ANY_MAX`] are
+/// not waited on. Returns the call's errno (0: a word was woken): `ENOSYS` on a kernel
+/// without the call, `ETIMEDOUT`, `EAGAIN` (a word had moved), `EINTR`.
+pub(crate) fn wait_any(words: &[(&AtomicU32, u32)], timeout_ns: u64) -> i32 {
+    let mut list = [Waitv { val: 0, uaddr: 0, flags: 0, reserved: 0 }; WAIT_ANY_MAX];
+    let n = words.len().min(WAIT_ANY_MAX);
+    for (w, (word, expected)) in list.iter_mut().zip(words) {
+        *w = Waitv {
+            val: u64::from(*expected),
+            uaddr: word.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        };
+    }
+    // The timeout is absolute, on the monotonic clock.
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    if timeout_ns != 0 {
+        // SAFETY: `ts` is a valid out pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let at = (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64)
+            .saturating_add(timeout_ns);
+        ts.tv_sec = (at / 1_000_000_000) as libc::time_t;
+        ts.tv_nsec = (at % 1_000_000_000) as libc::c_long;
+    }
+    let timeout: *const libc::timespec = if timeout_ns == 0 { core::ptr::null() } else { &ts };
+    // SAFETY: `list` holds `n` valid entries, each naming a valid, aligned 32-bit word that
+    // outlives the call (borrowed from `words`); `timeout` is null or a valid absolute
+    // timespec on the clock named. The call only reads the words.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            list.as_ptr(),
+            n as libc::c_uint,
+            0 as libc::c_uint,
+            timeout,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if r >= 0 {
+        0
+    } else {
+        crate::sys::errno::errno()
+    }
+}
+
+/// Wakes up to `n` threads (of any process mapping the word) sleeping in [`wait`] or
+/// [`wait_any`] on `word`.
 pub(crate) fn wake(word: &AtomicU32, n: u32) {
     let n = n.min(i32::MAX as u32) as libc::c_int;
     // SAFETY: `word` is a valid, aligned 32-bit word; FUTEX_WAKE neither reads nor writes
@@ -195,6 +261,33 @@ mod tests {
             let t1 = std::time::Instant::now();
             while w.load(Ordering::Acquire) == 1 {
                 wait(&w, 1, 10_000_000_000);
+            }
+            assert!(t1.elapsed().as_secs() < 5, "woken");
+        });
+    }
+
+    /// A wait on several words ends at a wake of any of them, at once when one has moved,
+    /// and at the timeout otherwise (a kernel without `futex_waitv` says so).
+    #[test]
+    fn a_wait_on_several_words_ends_on_any() {
+        let (a, b) = (AtomicU32::new(0), AtomicU32::new(0));
+        let t0 = std::time::Instant::now();
+        let err = wait_any(&[(&a, 0), (&b, 0)], 20_000_000);
+        if err == libc::ENOSYS {
+            return;
+        }
+        assert_eq!(err, libc::ETIMEDOUT);
+        assert!(t0.elapsed().as_millis() >= 20);
+        assert_eq!(wait_any(&[(&a, 0), (&b, 1)], 5_000_000_000), libc::EAGAIN, "b had moved");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                b.store(2, Ordering::Release);
+                wake(&b, 1);
+            });
+            let t1 = std::time::Instant::now();
+            while b.load(Ordering::Acquire) == 0 {
+                wait_any(&[(&a, 0), (&b, 0)], 10_000_000_000);
             }
             assert!(t1.elapsed().as_secs() < 5, "woken");
         });

@@ -27,9 +27,21 @@ use crate::sys::own_file::OwnFile;
 use std::fs::File;
 
 /// How often `memprof record`'s collector reads each recorded process's resident memory
-/// ([`Profile::resident`](crate::profile::Profile::resident)): a `pread` of `/proc/PID/statm`, a few microseconds, so a
-/// hundredth of a percent of a core.
+/// ([`Profile::resident`](crate::profile::Profile::resident)) while it changes: a `pread` of `/proc/PID/statm`, a few microseconds, so a
+/// hundredth of a percent of a core. A reading that finds the size unchanged doubles the
+/// time to the next, up to [`RESIDENT_IDLE_MS`]; one that finds it changed brings it back
+/// to this.
 pub const RESIDENT_EVERY_MS: u64 = 10;
+
+/// The longest time between two readings of a process's resident size that stays the
+/// same ([`RESIDENT_EVERY_MS`]): a program that sleeps costs the collector a few wake-ups
+/// a second, not a hundred.
+pub const RESIDENT_IDLE_MS: u64 = 160;
+
+/// The longest time between two regular readings of `/proc/PID/smaps` that find the same
+/// resident memory by kind: each such reading doubles the time to the next, from
+/// [`SPLIT_EVERY_MS`] up to this.
+pub const SPLIT_IDLE_MS: u64 = 1600;
 
 /// The most of one core `memprof record`'s collector spends reading `/proc/PID/smaps` for
 /// [`Profile::splits`](crate::profile::Profile::splits), as a fraction: after a reading that took `d`, the next comes no
@@ -56,6 +68,13 @@ pub(crate) struct Memory {
     smaps: Option<OwnFile>,
     /// When `statm` was read last ([`monotonic_ns`]).
     resident_at: u64,
+    /// The time to the next reading of `statm` (ns), and what the last one read.
+    resident_every: u64,
+    resident_last: Option<u64>,
+    /// The least time to the next regular reading of `smaps` (ns), and what the last one
+    /// read.
+    split_every: u64,
+    split_last: Option<Kinds>,
     /// When `smaps` may be read next.
     split_next: u64,
     /// When its cost allows the next reading at a new peak of the heap
@@ -80,6 +99,10 @@ impl Memory {
             statm: open("statm"),
             smaps: open("smaps"),
             resident_at: 0,
+            resident_every: RESIDENT_EVERY_MS * 1_000_000,
+            resident_last: None,
+            split_every: SPLIT_EVERY_MS * 1_000_000,
+            split_last: None,
             split_next: 0,
             cost_next: 0,
             own_dir,
@@ -90,11 +113,24 @@ impl Memory {
     /// The resident bytes, when a reading is due at `now` or `force`d. `None` when not
     /// due, or the process is gone.
     pub(crate) fn resident(&mut self, now: u64, force: bool) -> Option<u64> {
-        if !force && now.saturating_sub(self.resident_at) < RESIDENT_EVERY_MS * 1_000_000 {
+        if !force && now < self.resident_due() {
             return None;
         }
         self.resident_at = now;
-        resident_bytes(self.statm.as_mut()?)
+        let bytes = resident_bytes(self.statm.as_mut()?);
+        let fastest = RESIDENT_EVERY_MS * 1_000_000;
+        self.resident_every = match bytes == self.resident_last {
+            true => (self.resident_every * 2).clamp(fastest, RESIDENT_IDLE_MS * 1_000_000),
+            false => fastest,
+        };
+        self.resident_last = bytes;
+        bytes
+    }
+
+    /// When the next reading of the resident size is due ([`monotonic_ns`]; see
+    /// [`RESIDENT_EVERY_MS`]).
+    pub(crate) fn resident_due(&self) -> u64 {
+        self.resident_at.saturating_add(self.resident_every)
     }
 
     /// The resident bytes by kind, when a reading is due at `now` or `force`d (and sets
@@ -139,10 +175,17 @@ impl Memory {
             None => (u64::MAX, u64::MAX),
         };
         self.cost_next = peak;
-        self.split_next = regular.max(after.saturating_add(SPLIT_EVERY_MS * 1_000_000));
-        let k = parse(&text?, &self.own_dir, Some(&self.malloc));
+        let k = text.map(|t| parse(&t, &self.own_dir, Some(&self.malloc)));
+        // The same memory as last time: the next regular reading waits twice as long.
+        let floor = SPLIT_EVERY_MS * 1_000_000;
+        self.split_every = match k.is_some() && k == self.split_last {
+            true => (self.split_every * 2).clamp(floor, SPLIT_IDLE_MS * 1_000_000),
+            false => floor,
+        };
+        self.split_last = k;
+        self.split_next = regular.max(after.saturating_add(self.split_every));
         // Nothing resident: the process is gone (its mappings with it).
-        (k.resident > 0).then_some(k)
+        k.filter(|k| k.resident > 0)
     }
 }
 

@@ -77,6 +77,9 @@
 //! lived longer than the program's others, and the live heap and its peak read high (three
 //! times the program's own count for 500 churning threads); a few woken at a time run at
 //! once.
+//!
+//! §6, the consumer's own sleep on a word of the block, which producers end once enough
+//! events wait, is in `doorbell.rs`.
 
 use crate::engine::entry::Entry;
 use crate::sys::padded::Padded;
@@ -113,6 +116,11 @@ struct Ctl {
     depth: u64,
     stride: u64,
     limit: AtomicUsize,
+    /// The word the consumer sleeps on (§6): odd while it sleeps, moved on by whoever
+    /// wakes it. Beside `limit`, on the line every push reads.
+    consumer_sleep: AtomicU32,
+    /// The events waiting at which a producer wakes the sleeping consumer (§6).
+    wake_fill: AtomicU32,
     lost: AtomicU64,
     draining: AtomicBool,
     /// Entries of the lost-free table published and not yet taken (§3): the consumer looks
@@ -132,6 +140,9 @@ struct Ctl {
     /// Producers registered as waiting for room (§5): the consumer wakes them only when
     /// some are.
     waiters: AtomicU32,
+    /// Set by a producer that could not wake the consumer (a seccomp filter may refuse the
+    /// call, §6): the consumer polls this queue instead of sleeping on it.
+    consumer_poll: AtomicU32,
     tail: Padded<AtomicUsize>,
     head: Padded<AtomicUsize>,
 }
@@ -145,14 +156,15 @@ fn owner_tag(pos: usize) -> usize {
     crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
 }
 
-/// [`Ctl::magic`] of an initialised block ("mpq5": the lost-free table follows the counters,
-/// its entries whole deaths; the counters hold the word waiting producers sleep on, §5, and
-/// the count of frees deferred to the table, §3).
-const CTL_MAGIC: u64 = 0x6d70_7135_0000_0001;
+/// [`Ctl::magic`] of an initialised block ("mpq6": the lost-free table follows the counters,
+/// its entries whole deaths; the counters hold the word waiting producers sleep on, §5, the
+/// count of frees deferred to the table, §3, and the consumer's own sleep, §6).
+const CTL_MAGIC: u64 = 0x6d70_7136_0000_0001;
 
 /// Producers a drain wakes at once (§5).
 const WAKE_AT_ONCE: u32 = 4;
 
+mod doorbell;
 mod lost_frees;
 use lost_frees::LostFree;
 pub use lost_frees::LOST_FREES;
@@ -253,6 +265,8 @@ impl Queue {
                 depth: depth as u64,
                 stride: stride as u64,
                 limit: AtomicUsize::new(capacity.clamp(1, cap)),
+                consumer_sleep: AtomicU32::new(0),
+                wake_fill: AtomicU32::new(0),
                 lost: AtomicU64::new(0),
                 draining: AtomicBool::new(false),
                 lost_frees_waiting: AtomicUsize::new(0),
@@ -261,6 +275,7 @@ impl Queue {
                 frees_deferred: AtomicU64::new(0),
                 room: AtomicU32::new(0),
                 waiters: AtomicU32::new(0),
+                consumer_poll: AtomicU32::new(0),
                 tail: Padded(AtomicUsize::new(0)),
                 head: Padded(AtomicUsize::new(0)),
             });
@@ -440,10 +455,13 @@ impl Queue {
                     }
                     return None;
                 }
+                // SeqCst: the claim and the look at the consumer's sleep below pair with the
+                // consumer's registration and its look at the tail (§6). On x86 the same
+                // locked instruction as a relaxed one.
                 match self.ctl().tail.compare_exchange_weak(
                     pos,
                     pos.wrapping_add(1),
-                    Ordering::Relaxed,
+                    Ordering::SeqCst,
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
@@ -475,6 +493,12 @@ impl Queue {
                         // for the lines asked for one push before (the previous push asked
                         // for this one's next slot).
                         self.prefetch(pos.wrapping_add(2), true);
+                        // A sleeping consumer is woken once enough events wait (§6): one
+                        // load of a line this push read already, while it is awake.
+                        let sleep = self.ctl().consumer_sleep.load(Ordering::SeqCst);
+                        if sleep & 1 != 0 {
+                            self.wake_if_filled(pos, sleep);
+                        }
                         return Some(time);
                     }
                     Err(actual) => pos = actual,

@@ -198,11 +198,17 @@ struct Image<'a> {
 }
 
 impl<'a> Image<'a> {
-    /// A copy of a library read from elsewhere, named by the FNV-1a digest of its bytes (as
-    /// `build.rs` names the bundled one).
+    /// A copy of a library read from elsewhere, named by a digest of its bytes: FNV-1a's
+    /// steps over eight bytes at a time (a few megabytes hashed at every run, eight times
+    /// faster than byte by byte). Only a name: the file's bytes are compared before use.
     fn copy_of(bytes: &'a [u8]) -> Image<'a> {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in bytes {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let w = u64::from_le_bytes(w.try_into().unwrap_or_default());
+            h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        for &b in words.remainder() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
         }
         let name = format!("{PREFIX}{}-copy-{h:016x}.so", env!("CARGO_PKG_VERSION"));

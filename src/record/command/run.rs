@@ -148,19 +148,25 @@ fn program_to_record(args: &RecordRequest) -> Result<(OsString, &[OsString]), Er
 
 /// Runs the program; while it runs, another thread reads the symbols of the objects it
 /// mapped, so that little is left to do once it exits (symbol reading was most of that).
-/// That thread is started only once the program runs, and told that it has ended by `done`
+/// That thread is started only once the program runs; it reads nothing before the
+/// collector has folded the run's first sample (a program that allocates nothing, or
+/// nothing sampled, needs no symbol), and is told that the program has ended by `done`
 /// closing; its priority is given back here once the program has ended.
 fn record_beside_symbols(
     opts: &RecordOptions,
     preload: &Path,
     publish: Option<Arc<Published>>,
 ) -> (Result<launcher::Recorded, Error>, Option<std::thread::JoinHandle<Loaders>>) {
+    // The collector tells the first sample through its own sender: the channel closes
+    // once both are dropped, after the program ended.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let first_sample = Some(done_tx.clone());
     let mut warm = None;
     // The thread's id, for its priority back once the program has ended.
     let warm_tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
     let tid = warm_tid.clone();
-    let run = launcher::record_publishing(opts, preload, publish, |pid| {
+    let run = launcher::record_publishing(opts, preload, publish, first_sample, |pid| {
+        let started_at = std::time::Instant::now();
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
             .spawn(move || {
@@ -173,7 +179,7 @@ fn record_beside_symbols(
                 if done_rx.try_recv() == Err(std::sync::mpsc::TryRecvError::Disconnected) {
                     normal_priority(me);
                 }
-                warm_symbols(pid, &done_rx)
+                warm_symbols(pid, &done_rx, started_at)
             })
             .ok();
     });
@@ -510,14 +516,23 @@ fn exec_hint(
     ))
 }
 
-/// Reads the symbols of the objects that program `pid` maps, once it has had 10 ms to map
-/// them, until `done` says the program has exited (what is loaded then is kept; the rest is
-/// read after the exit only if samples need it). A program that exits within 10 ms needs
-/// nothing loaded ahead.
-pub(super) fn warm_symbols(pid: u32, done: &std::sync::mpsc::Receiver<()>) -> Loaders {
+/// Reads the symbols of the objects that program `pid` maps, once the collector has folded
+/// a first sample (told through `done`) and the program has had 10 ms since `started` to
+/// map them, until `done` closes: the program has exited (what is loaded then is kept; the
+/// rest is read after the exit only if samples need it). A program that exits within
+/// 10 ms, or before its first sample, needs nothing loaded ahead.
+pub(super) fn warm_symbols(
+    pid: u32,
+    done: &std::sync::mpsc::Receiver<()>,
+    started: std::time::Instant,
+) -> Loaders {
     use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
     let mut loaders = Loaders::default();
-    if done.recv_timeout(std::time::Duration::from_millis(10)) != Err(RecvTimeoutError::Timeout) {
+    if done.recv().is_err() {
+        return loaders;
+    }
+    let settle = std::time::Duration::from_millis(10).saturating_sub(started.elapsed());
+    if done.recv_timeout(settle) == Err(RecvTimeoutError::Disconnected) {
         return loaders;
     }
     for path in launcher::mapped_objects(pid) {

@@ -14,7 +14,8 @@
 //! process stays the loop's own (the process waits for it, and has stopped allocating).
 //!
 //! A reading is given the moment it started, and the live heap the loop had folded when it
-//! saw that it started (it looks at every pass, every millisecond or two).
+//! saw that it started (it looks at every pass: often while the program allocates, a few
+//! times a second while it does not, `collect` §8).
 
 use crate::engine::clock::{monotonic_ns, Params};
 use crate::sys::smaps::{Kinds, Memory};

@@ -278,6 +278,10 @@ fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
         Ring::create(dir, config.queue_capacity, config.depth, settings.collector)
             .map_err(|e| format!("cannot share the profile with memprof record: {e}"))?;
     queue.set_external();
+    if crate::sys::seccomp::filtered() {
+        // The collector cannot be woken from here (`engine::queue` §6).
+        queue.consumer_must_poll();
+    }
     let exe =
         std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
     let cmdline = crate::session::recorder::command_line();
@@ -477,6 +481,8 @@ pub(crate) fn finish() {
                 let h = r.header();
                 h.exit_status.store(EXIT_STATUS.load(Ordering::Acquire), Ordering::Relaxed);
                 h.ending.store(ring::ENDING_EXIT, Ordering::Release);
+                // The collector, asleep, looks for the process's end from now on.
+                wake_collector();
                 last_look(h);
             }
             // The session stops (sampling ends); its queue and the ring stay mapped for
@@ -560,7 +566,17 @@ fn set_ending(how: u32) {
         // process ends (only a forked child unmaps its parent's, after clearing this).
         if let Some(h) = unsafe { r.as_ref() } {
             h.ending.store(how, Ordering::Release);
+            wake_collector();
         }
+    }
+}
+
+/// Wakes the collector if it sleeps (`engine::queue` §6): this process is ending, or
+/// waits for its last look. One system call at most; none under a seccomp filter.
+/// Async-signal-safe.
+fn wake_collector() {
+    if let Some(q) = crate::engine::sample_path::queue() {
+        q.wake_consumer();
     }
 }
 
@@ -750,6 +766,7 @@ fn last_look(h: &ring::RingHeader) {
     {
         return;
     }
+    wake_collector();
     let until = now + LAST_LOOK_WAIT_MS * 1_000_000;
     while h.last_look.load(Ordering::Acquire) != ring::LOOK_TAKEN
         && crate::engine::clock::monotonic_ns() < until

@@ -45,8 +45,8 @@
 //!
 //! # 4. A collector that goes away
 //! When it attaches, the collector writes its pid and start time into the header, and
-//! every few milliseconds it stores the time into the heartbeat beside them
-//! ([`Consumer`]). A sampling thread that finds the queue full sleeps (a futex on the
+//! at each of its passes (at least every 100 ms: `record/command/collect` §8) it stores the
+//! time into the heartbeat beside them ([`Consumer`]). A sampling thread that finds the queue full sleeps (a futex on the
 //! queue's room word, which the collector's drain advances: `engine::queue` §5; under a
 //! seccomp filter it spins, `engine::push` §1) until there is room, for as long as the
 //! collector exists: a fresh heartbeat says so at once,
@@ -111,8 +111,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// futex words of the queue's waiters and of the side log's, §4; 7: the pid in the
 /// process's own namespace, whether `pid` is the collector's view, when the ring was made,
 /// §5; 8: the collector's part right after the state, where it stays, with its verdict,
-/// §6).
-pub(crate) const VERSION: u32 = 8;
+/// §6; 9: the queue's block holds the word the collector sleeps on, `engine::queue` §6,
+/// and the ring directory a bell, §7).
+pub(crate) const VERSION: u32 = 9;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;
@@ -337,6 +338,7 @@ impl Ring {
         }
         let base = base as *mut u8;
         let ring = Ring { base, len };
+        bell::keep_bell(dir);
         let proc_start = own_start_time();
         // Tests of the refusal (§6) make a ring that says it is of another build.
         let version = std::env::var(crate::record::env::ENV_TEST_RING_VERSION)
@@ -482,6 +484,8 @@ impl Ring {
         h.start_ns.store(c.start_ns, Ordering::Relaxed);
         h.start_unix_ns.store(start_unix_ns, Ordering::Relaxed);
         h.state.store(1, Ordering::Release);
+        // The collector attaches at once, however long it sleeps otherwise (§7).
+        bell::ring_bell();
     }
 
     /// The clock of the process's session.
@@ -527,6 +531,10 @@ impl Ring {
             if !h.consumer.alive() {
                 h.log_waiters.fetch_sub(1, Ordering::Relaxed);
                 return None;
+            }
+            // A collector asleep is woken: room comes from its reading (`engine::queue` §6).
+            if let Some(q) = crate::engine::sample_path::queue() {
+                q.wake_consumer();
             }
             if crate::sys::seccomp::filtered() {
                 // No system call under a seccomp filter (`sys::seccomp` §1).
@@ -687,6 +695,9 @@ impl Drop for Ring {
     }
 }
 
+mod bell;
+#[cfg(feature = "cli")] // read by the collector, made by `record` and `attach`
+pub(crate) use bell::{create_bell, map_bell};
 mod records;
 // The collector (`record::command`, with the `cli` feature) decodes what the program
 // encodes; the ring's tests do both.

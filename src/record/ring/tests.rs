@@ -71,11 +71,12 @@ fn foreign_ring(version: u32, at: usize) -> (*mut u8, usize) {
 /// found this, live, process. The mapping is left to the caller.
 #[test]
 fn a_ring_of_another_version_is_refused_and_told() {
-    let (base, len) = foreign_ring(9, CONSUMER_AT);
+    let newer = VERSION + 1;
+    let (base, len) = foreign_ring(newer, CONSUMER_AT);
     // SAFETY: `base` maps `len` bytes, unmapped below.
     let got = unsafe { Ring::attach(base, len) }.err();
-    assert_eq!(got, Some(NotAttached::Refused { version: 9 }));
-    // SAFETY: the consumer of a version-9 header, inside the mapping.
+    assert_eq!(got, Some(NotAttached::Refused { version: newer }));
+    // SAFETY: the consumer of a newer version's header, inside the mapping.
     let c = unsafe { &*(base.add(CONSUMER_AT) as *const Consumer) };
     assert_eq!(c.verdict.load(Ordering::Relaxed), crate::engine::consumer::REFUSED | VERSION);
     assert!(!c.alive());

@@ -9,15 +9,16 @@
 //! ring's heartbeat (a ring of another version is refused and said: `ring` §6), drains
 //! each queue into a streaming
 //! [`Recorder`] (the tracker the in-process drain thread would run: the same interning,
-//! the same file, flushed at least every 50 ms) and checks whether its process is gone. A
-//! pass that found little to do sleeps 2 ms.
+//! the same file, flushed at least every 50 ms) and, now and then, checks whether its
+//! process is gone. Between passes it sleeps until there is work or something is due
+//! (§8): a program that does nothing costs it a few wake-ups a second.
 //!
 //! The notes that follow are numbered across the folder, each in the file of the code it
 //! describes: §2 the files written (`files.rs`), §3 the end of a process (`end.rs`), §4
 //! modules and §5 frees and lost events (`deliver.rs`, the events handed to the recorder),
 //! §6 resident memory (`resident.rs`), §7 which process made a ring, across PID namespaces
-//! (`rings.rs`, the rings found and attached). `publish.rs` holds the copy of the root
-//! process's profile that `--serve` reads.
+//! (`rings.rs`, the rings found and attached), §8 the sleep between passes (`sleep.rs`).
+//! `publish.rs` holds the copy of the root process's profile that `--serve` reads.
 
 mod deliver;
 mod end;
@@ -25,8 +26,10 @@ mod files;
 mod publish;
 mod resident;
 mod rings;
+mod sleep;
 
 pub(crate) use publish::Published;
+pub(crate) use sleep::Wake;
 
 use super::process;
 use super::split_reader::SplitReader;
@@ -42,11 +45,11 @@ use end::finish_ring;
 use files::open_output;
 use resident::{read_resident, read_split};
 use rings::attach_new;
+use sleep::{Pass, Sleep};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What the collector is told of the run.
 #[derive(Clone, Debug)]
@@ -64,16 +67,20 @@ pub(crate) struct Plan {
     /// How the root process ended, told by `record` once it waited for it (§3); `None`
     /// when it is not `record`'s child (`memprof attach`).
     pub(crate) root_ended: Option<Arc<RootEnded>>,
+    /// Told once, when the first sample of the run has been folded (`record` then reads
+    /// symbols ahead of the program's end).
+    pub(crate) first_sample: Option<std::sync::mpsc::Sender<()>>,
 }
 
 /// How the root process ended, as its parent learned it: set once.
 #[derive(Debug, Default)]
-pub(crate) struct RootEnded(std::sync::OnceLock<Option<Ended>>);
+pub(crate) struct RootEnded(std::sync::OnceLock<Option<Ended>>, Wake);
 
 impl RootEnded {
-    /// Tells the collector (`None`: no way of ending could be told).
+    /// Tells the collector (`None`: no way of ending could be told), and wakes it.
     pub(crate) fn set(&self, e: Option<Ended>) {
         let _ = self.0.set(e);
+        self.1.set();
     }
 }
 
@@ -90,7 +97,7 @@ pub(crate) struct Finished {
 
 /// A running collector.
 pub(crate) struct Collector {
-    stop: Arc<AtomicBool>,
+    stop: Arc<Wake>,
     thread: std::thread::JoinHandle<Finished>,
 }
 
@@ -99,7 +106,7 @@ impl Collector {
     pub(crate) fn start(plan: Plan) -> std::io::Result<Collector> {
         // Before the program runs: the TSC's rate is then measured over its whole run.
         crate::engine::clock::reference();
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Wake::default());
         let flag = stop.clone();
         let thread =
             std::thread::Builder::new().name("memprof-collect".into()).spawn(move || {
@@ -112,7 +119,7 @@ impl Collector {
     /// Collects what is left (every process of the run has ended), finishes every file and
     /// returns the messages for stderr and the profiles.
     pub(crate) fn finish(self) -> Finished {
-        self.stop.store(true, Ordering::Release);
+        self.stop.set();
         self.thread.join().unwrap_or_else(|_| Finished {
             messages: vec!["the profile collector failed".into()],
             ..Finished::default()
@@ -159,6 +166,8 @@ struct Attached {
     memory: Memory,
     /// The exit code of the process seen as a zombie (a wait status), when it was.
     zombie_status: Option<i32>,
+    /// When the collector first saw that the process said it is ending (0: not yet).
+    ending_seen: u64,
     /// A pidfd of the process, opened while it ran: what tells its exit code after its
     /// parent reaped it (§3).
     pidfd: Option<std::os::fd::OwnedFd>,
@@ -185,71 +194,38 @@ struct Output {
     split_reader: Option<SplitReader>,
 }
 
-fn run(plan: Plan, stop: &AtomicBool) -> Finished {
+fn run(plan: Plan, stop: &Wake) -> Finished {
     let mut done = Finished::default();
-    let messages = &mut done.messages;
     let mut rings: Vec<Attached> = Vec::new();
     let mut images: HashMap<u32, u32> = HashMap::new();
     let stem = env::tree_dir(&plan.root_output.display().to_string());
+    let mut sleep = Sleep::new(ring::map_bell(&plan.dir.display().to_string()));
+    // What wakes the collector in this process: the stop first (`Sleep::poll`).
+    let mut words = vec![stop];
+    words.extend(plan.root_ended.as_deref().map(|r| &r.1));
+    words.extend(plan.publish.as_deref().map(Published::wake));
     let mut last_look = 0u64;
+    let mut first_sample = plan.first_sample.clone();
     loop {
         // Read before the pass: a stop seen now follows the end of every process, so this
         // pass sees all they wrote.
-        let stopping = stop.load(Ordering::Acquire);
-        // New rings and ended processes are looked for every few milliseconds, not on every
-        // pass: a busy pass follows the last at once.
+        let stopping = stop.is_set();
+        // New rings and ended processes are looked for when the bell rang, when `record`
+        // saw its program end, and now and then (§8), not on every pass.
         let now = crate::engine::clock::monotonic_ns();
-        let look = stopping || now.saturating_sub(last_look) >= LOOK_EVERY_NS;
+        let look =
+            sleep.rang(&words) || stopping || now.saturating_sub(last_look) >= sleep::LOOK_EVERY_NS;
         if look {
             last_look = now;
-            attach_new(&plan.dir, &mut rings, &mut images, messages);
+            attach_new(&plan.dir, &mut rings, &mut images, &mut done.messages);
         }
-        let mut fullest = 0f64;
+        let mut pass = Pass::new(now);
+        pass.due_at(last_look.saturating_add(sleep::LOOK_EVERY_NS));
         for r in rings.iter_mut().filter(|r| !r.done) {
-            r.ring.header().consumer.heartbeat_ns.store(now, Ordering::Relaxed);
-            if r.out.is_none() {
-                open_output(r, &plan, &stem, messages);
-            }
-            let n = drain(r);
-            fullest = fullest.max(n as f64 / r.queue.capacity() as f64);
-            // The exiting process waits for this one (`RingHeader::last_look`).
-            let asked = r.ring.header().last_look.load(Ordering::Acquire) == ring::LOOK_ASKED;
-            read_resident(r, now, asked);
-            read_split(r, now, asked);
-            if asked {
-                r.ring.header().last_look.store(ring::LOOK_TAKEN, Ordering::Release);
-            }
-            let root = r.pid == plan.root_pid && r.image == 0;
-            let mut gone = look
-                && (stopping
-                    || r.replaced
-                    || process::process_gone(r.pid, r.proc_start, &mut r.zombie_status));
-            // The root process's way of ending comes from `record`, which waits for it right
-            // after it ended: its ring is finished once that is known (or at the stop).
-            if gone && root && !stopping && !r.replaced {
-                if let Some(told) = &plan.root_ended {
-                    gone = told.0.get().is_some();
-                }
-            }
-            if let (Some(publish), Some(out), true) = (&plan.publish, &r.out, root) {
-                publish.offer(out.recorder.profile(), false);
-            }
-            if gone {
-                let told = plan.root_ended.as_ref().filter(|_| root).and_then(|t| t.0.get());
-                finish_ring(r, told.copied().flatten(), messages);
-                if let Some(out) = &mut r.out {
-                    let rec = &mut out.recorder;
-                    if let (Some(_), Some(path)) = (rec.error(), rec.path()) {
-                        done.unwritten.push(path.to_path_buf());
-                    }
-                    if let (Some(publish), true) = (&plan.publish, root) {
-                        publish.offer(rec.profile(), true);
-                    }
-                    if let Some(path) = rec.path().map(Path::to_path_buf) {
-                        done.profiles.push((path, rec.take_profile()));
-                    }
-                }
-            }
+            pass_ring(r, &plan, &stem, now, look, stopping, &mut pass, &mut done);
+        }
+        if first_sample.is_some() && rings.iter().any(sampled) {
+            let _ = first_sample.take().map(|tell| tell.send(()));
         }
         rings.retain(|r| !r.done);
         if stopping {
@@ -258,16 +234,87 @@ fn run(plan: Plan, stop: &AtomicBool) -> Finished {
             }
             return done;
         }
-        // As the in-process drain thread does: an idle queue is drained every 2 ms, a busy
-        // one every millisecond, one that was half full again at once. The pause keeps the
-        // consumer well behind the producers: a consumer that catches up reads the slots
-        // they are about to write, and both slow down (`Queue::drain`).
-        if fullest < 1024.0 / 16384.0 {
-            std::thread::sleep(Duration::from_millis(2));
-        } else if fullest < 0.5 {
-            std::thread::sleep(Duration::from_millis(1));
+        sleep.between_passes(&rings, &words, &pass, now);
+    }
+}
+
+/// Whether a sample of the ring's process has been folded.
+fn sampled(r: &Attached) -> bool {
+    r.out.as_ref().is_some_and(|o| o.recorder.profile().counts.samples > 0)
+}
+
+/// One ring's part of a pass (§1): its heartbeat, its output opened, its queue drained, its
+/// memory read, its end looked for (when `look`s are due, or it said it is ending) and,
+/// once its process is gone, its file finished. What is due next goes to `pass`.
+#[allow(clippy::too_many_arguments)]
+fn pass_ring(
+    r: &mut Attached,
+    plan: &Plan,
+    stem: &str,
+    now: u64,
+    look: bool,
+    stopping: bool,
+    pass: &mut Pass,
+    done: &mut Finished,
+) {
+    let messages = &mut done.messages;
+    r.ring.header().consumer.heartbeat_ns.store(now, Ordering::Relaxed);
+    if r.out.is_none() {
+        open_output(r, plan, stem, messages);
+    }
+    let n = drain(r);
+    pass.fullest = pass.fullest.max(n as f64 / r.queue.capacity() as f64);
+    // The exiting process waits for this one (`RingHeader::last_look`).
+    let asked = r.ring.header().last_look.load(Ordering::Acquire) == ring::LOOK_ASKED;
+    let read = read_resident(r, now, asked);
+    read_split(r, now, asked);
+    if asked {
+        r.ring.header().last_look.store(ring::LOOK_TAKEN, Ordering::Release);
+    }
+    if n > 0 || read {
+        // Written, and flushed within `FLUSH_EVERY` of it.
+        pass.due_at(now.saturating_add(sleep::FLUSH_EVERY_NS));
+    }
+    if r.out.is_some() {
+        pass.due_at(r.memory.resident_due());
+    }
+    // A process that said it is ending is looked at often for a while (§8).
+    if r.ending_seen == 0 && r.ring.header().ending.load(Ordering::Acquire) != 0 {
+        r.ending_seen = now;
+    }
+    let ending = r.ending_seen != 0 && now.saturating_sub(r.ending_seen) < sleep::ENDING_FOR_NS;
+    if ending {
+        pass.due_at(now.saturating_add(sleep::ENDING_EVERY_NS));
+    }
+    let root = r.pid == plan.root_pid && r.image == 0;
+    let mut gone = (look || ending)
+        && (stopping
+            || r.replaced
+            || process::process_gone(r.pid, r.proc_start, &mut r.zombie_status));
+    // The root process's way of ending comes from `record`, which waits for it right
+    // after it ended: its ring is finished once that is known (or at the stop).
+    if gone && root && !stopping && !r.replaced {
+        if let Some(told) = &plan.root_ended {
+            gone = told.0.get().is_some();
+        }
+    }
+    if let (Some(publish), Some(out), true) = (&plan.publish, &r.out, root) {
+        publish.offer(out.recorder.profile(), false);
+    }
+    if gone {
+        let told = plan.root_ended.as_ref().filter(|_| root).and_then(|t| t.0.get());
+        finish_ring(r, told.copied().flatten(), messages);
+        if let Some(out) = &mut r.out {
+            let rec = &mut out.recorder;
+            if let (Some(_), Some(path)) = (rec.error(), rec.path()) {
+                done.unwritten.push(path.to_path_buf());
+            }
+            if let (Some(publish), true) = (&plan.publish, root) {
+                publish.offer(rec.profile(), true);
+            }
+            if let Some(path) = rec.path().map(Path::to_path_buf) {
+                done.profiles.push((path, rec.take_profile()));
+            }
         }
     }
 }
-/// How often the collector looks for new rings and ended processes.
-const LOOK_EVERY_NS: u64 = 5_000_000;

@@ -7,13 +7,16 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 /// The root process's profile as folded so far, for `--serve`. A request asks for it and
-/// waits; the collector copies its fold in between two drains (so serving costs the
-/// collector nothing until a request comes, and a snapshot is at most one pass old).
+/// waits, and wakes the collector, which copies its fold in between two drains (so serving
+/// costs the collector nothing until a request comes, and a snapshot is at most one pass
+/// old).
 #[derive(Debug, Default)]
 pub(crate) struct Published {
     state: Mutex<PublishedState>,
     wanted: AtomicBool,
     ready: Condvar,
+    /// Wakes the collector for a request (`collect` §8).
+    wake: super::Wake,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +41,7 @@ impl Published {
         if !s.ended {
             let seen = s.generation;
             self.wanted.store(true, Ordering::Release);
+            self.wake.ring();
             s = self
                 .ready
                 .wait_timeout_while(s, Duration::from_secs(1), |s| s.generation == seen && !s.ended)
@@ -64,6 +68,11 @@ impl Published {
         s.ended |= last;
         drop(s);
         self.ready.notify_all();
+    }
+
+    /// What wakes the collector for a request.
+    pub(super) fn wake(&self) -> &super::Wake {
+        &self.wake
     }
 
     /// No newer copy will come.

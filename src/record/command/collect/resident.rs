@@ -2,8 +2,8 @@
 //! by kind of mapping beside the live heap.
 //!
 //! # 6. Resident memory
-//! Every [`crate::sys::smaps::RESIDENT_EVERY_MS`] milliseconds the collector reads each process's
-//! resident size from its `/proc/PID/statm` (opened when its ring was attached, so a pid reused
+//! Every [`crate::sys::smaps::RESIDENT_EVERY_MS`] milliseconds while it changes (less often while it
+//! stays the same) the collector reads each process's resident size from its `/proc/PID/statm` (opened when its ring was attached, so a pid reused
 //! later reads nothing) and records it in the profile
 //! ([`Profile::resident`](crate::profile::Profile::resident)) with the time on the program's clock:
 //! nothing is added to the program's sample path. A process that has exited reads nothing, so the
@@ -30,13 +30,13 @@ use crate::record::ring;
 use std::sync::atomic::Ordering;
 
 /// Reads the process's resident memory into its profile when a reading is due at `now`
-/// or `force`d (§6).
-pub(super) fn read_resident(r: &mut Attached, now: u64, force: bool) {
+/// or `force`d (§6). True when one was recorded.
+pub(super) fn read_resident(r: &mut Attached, now: u64, force: bool) -> bool {
     let Some(out) = &mut r.out else {
-        return;
+        return false;
     };
     let Some(bytes) = r.memory.resident(now, force) else {
-        return;
+        return false;
     };
     let time_ns = out.clock.now_ns();
     out.recorder.resident(Resident { time_ns, bytes });
@@ -49,6 +49,7 @@ pub(super) fn read_resident(r: &mut Attached, now: u64, force: bool) {
         (ring::LOOK_WANTED, 0)
     };
     let _ = look.compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed);
+    true
 }
 
 /// Folds the process's resident memory by kind of mapping into its profile, beside the

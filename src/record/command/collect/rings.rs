@@ -92,6 +92,7 @@ pub(super) fn attach_new(
             // nothing through it (nor pid 0: no process).
             memory: Memory::open(Some(pid), dir.display().to_string()),
             zombie_status: None,
+            ending_seen: 0,
             pidfd: (pid != 0).then(|| process::open_pidfd(pid, proc_start)).flatten(),
         });
         *image += 1;

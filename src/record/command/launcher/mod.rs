@@ -140,15 +140,16 @@ pub fn record_with(
     preload: &Path,
     started: impl FnOnce(u32),
 ) -> Result<Recorded, Error> {
-    record_publishing(opts, preload, None, started)
+    record_publishing(opts, preload, None, None, started)
 }
 
 /// [`record_with`], the root process's profile published in `publish` as the collector
-/// folds it (`--serve`).
+/// folds it (`--serve`), and `first_sample` told when the first sample is folded.
 pub(crate) fn record_publishing(
     opts: &RecordOptions,
     preload: &Path,
     publish: Option<Arc<Published>>,
+    first_sample: Option<std::sync::mpsc::Sender<()>>,
     started: impl FnOnce(u32),
 ) -> Result<Recorded, Error> {
     let shown = Path::new(&opts.program).display().to_string();
@@ -174,8 +175,8 @@ pub(crate) fn record_publishing(
     let pid = child.id();
     let output = PathBuf::from(config::expand_output(&template, pid));
     let root_ended = Arc::new(RootEnded::default());
-    let collector =
-        rings.as_ref().and_then(|d| start_collector(d, pid, &output, publish, &root_ended));
+    let beside = Beside { publish, root_ended: root_ended.clone(), first_sample };
+    let collector = rings.as_ref().and_then(|d| start_collector(d, pid, &output, beside));
     started(pid);
 
     let old = ignore_interrupts();
@@ -319,22 +320,24 @@ fn spawn(
     Ok(child)
 }
 
+/// What the collector is told beside the run's rings (see [`Plan`]).
+struct Beside {
+    publish: Option<Arc<Published>>,
+    root_ended: Arc<RootEnded>,
+    first_sample: Option<std::sync::mpsc::Sender<()>>,
+}
+
 /// Starts the collector of the run's rings, the program's profile at `output`; `None`
 /// (said on stderr) when it cannot start.
-fn start_collector(
-    rings: &RingDir,
-    pid: u32,
-    output: &Path,
-    publish: Option<Arc<Published>>,
-    root_ended: &Arc<RootEnded>,
-) -> Option<Collector> {
+fn start_collector(rings: &RingDir, pid: u32, output: &Path, beside: Beside) -> Option<Collector> {
     let plan = Plan {
         dir: rings.0.clone(),
         root_pid: pid,
         root_output: output.to_path_buf(),
         attached: false,
-        publish,
-        root_ended: Some(root_ended.clone()),
+        publish: beside.publish,
+        root_ended: Some(beside.root_ended),
+        first_sample: beside.first_sample,
     };
     match Collector::start(plan) {
         Ok(c) => Some(c),

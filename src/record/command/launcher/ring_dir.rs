@@ -23,7 +23,12 @@ impl RingDir {
         for i in 0..100u32 {
             let dir = parent.join(format!("memprof-{}-{nanos:x}{i}", std::process::id()));
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => return Some(RingDir(dir)),
+                Ok(()) => {
+                    // Before any process looks for it (`record/ring` §7); without it the
+                    // collector finds new rings by listing the directory.
+                    let _ = crate::record::ring::create_bell(&dir);
+                    return Some(RingDir(dir));
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(_) => break,
             }

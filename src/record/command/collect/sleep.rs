@@ -1,0 +1,192 @@
+//! The collector's sleep between two passes (§1): on the futex words of its rings, the
+//! ring directory's bell and its own, until there is work or something is due.
+//!
+//! # 8. When the collector runs
+//! A pass that drained a queue half full is followed by the next at once. Otherwise the
+//! collector sleeps on every attached queue's word (`engine::queue` §6), asking the
+//! producers to wake it once a sixteenth of the queue waits (half of it after a pass that
+//! drained more than that: the consumer stays well behind the producers, `Queue::drain`),
+//! on the ring directory's bell (`record/ring` §7: a new ring is ready), and on words of
+//! this process ([`Wake`]: `record` stops the collector, or has seen its program end; a
+//! `--serve` request wants a copy of the profile). It sleeps at most until the next thing
+//! due on its own schedule: a process's resident size (`sys::smaps::RESIDENT_EVERY_MS`,
+//! less often while it stays the same), a look for new rings and ended processes
+//! ([`LOOK_EVERY_NS`]; every [`ENDING_EVERY_NS`] for a process that said it is ending), a
+//! flush of what it wrote ([`FLUSH_EVERY_NS`]), and its heartbeat, which the program
+//! reads as a sign of life ([`HEARTBEAT_EVERY_NS`], well within `engine::consumer::STALE_NS`).
+//! A queue whose events it could not take (a slot claimed and not published) or whose
+//! producers asked to be polled (a seccomp filter) is looked at again after a millisecond
+//! or two, as the collector did at every pass before it could sleep. So a program that
+//! does nothing costs the collector a few wake-ups a second.
+//!
+//! The words are waited on together (`futex_waitv`, Linux 5.16 and later, at most
+//! [`futex::WAIT_ANY_MAX`]): on an older kernel, or past that many rings, the collector
+//! sleeps [`POLL_NS`] at a time without saying so, as it always did.
+
+use super::Attached;
+use crate::sys::futex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// How often the collector looks for new rings (the bell rings for most) and ended
+/// processes (§8).
+pub(super) const LOOK_EVERY_NS: u64 = 100_000_000;
+/// How often it looks at a process that said it is ending, for [`ENDING_FOR_NS`] after.
+pub(super) const ENDING_EVERY_NS: u64 = 2_000_000;
+/// How long after a process said it is ending the collector looks at it every
+/// [`ENDING_EVERY_NS`] (an `exec` that failed says so and runs on).
+pub(super) const ENDING_FOR_NS: u64 = 1_000_000_000;
+/// The longest sleep after a pass that wrote something: the recorder flushes at least
+/// this often (`session::recorder::FLUSH_EVERY`, and a little more).
+pub(super) const FLUSH_EVERY_NS: u64 = 51_000_000;
+/// The longest sleep: the heartbeat the program reads is renewed at least this often.
+pub(super) const HEARTBEAT_EVERY_NS: u64 = 100_000_000;
+/// The sleep when the collector cannot be woken (§8), and after a pass that found a queue
+/// held up or polled.
+pub(super) const POLL_NS: u64 = 2_000_000;
+/// The sleep after a pass that drained more than a sixteenth of a queue.
+const BUSY_NS: u64 = 1_000_000;
+
+/// A word of this process the collector sleeps on, and what it says.
+#[derive(Debug, Default)]
+pub(crate) struct Wake {
+    word: AtomicU32,
+    set: AtomicBool,
+}
+
+impl Wake {
+    /// Says it, and wakes the collector.
+    pub(crate) fn set(&self) {
+        self.set.store(true, Ordering::Release);
+        self.ring();
+    }
+
+    /// Wakes the collector (without saying anything).
+    pub(crate) fn ring(&self) {
+        self.word.fetch_add(1, Ordering::SeqCst);
+        futex::wake(&self.word, 1);
+    }
+
+    /// Whether it was said.
+    pub(crate) fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+}
+
+/// The collector's sleep: what it sleeps on, and whether the kernel lets it sleep on many
+/// words at once.
+pub(super) struct Sleep {
+    bell: Option<&'static AtomicU32>,
+    /// The bell and this process's words as last seen.
+    seen: Vec<u32>,
+    /// `futex_waitv` was refused (§8): sleeps of [`POLL_NS`].
+    polling: bool,
+}
+
+/// What a pass found, for the sleep after it.
+#[derive(Debug)]
+pub(super) struct Pass {
+    /// The largest share of a queue's capacity drained.
+    pub(super) fullest: f64,
+    /// When the next thing on the collector's own schedule is due
+    /// ([`crate::engine::clock::monotonic_ns`]).
+    pub(super) due: u64,
+}
+
+impl Pass {
+    /// A pass starting at `now`: nothing due before the heartbeat.
+    pub(super) fn new(now: u64) -> Pass {
+        Pass { fullest: 0.0, due: now.saturating_add(HEARTBEAT_EVERY_NS) }
+    }
+
+    /// Something is due at `at`.
+    pub(super) fn due_at(&mut self, at: u64) {
+        self.due = self.due.min(at);
+    }
+}
+
+impl Sleep {
+    /// Sleeps on the bell `bell` (when the directory has one) and on this process's words.
+    pub(super) fn new(bell: Option<&'static AtomicU32>) -> Sleep {
+        Sleep { bell, seen: Vec::new(), polling: false }
+    }
+
+    /// True when the bell or one of `words` moved since the last sleep (a look is due).
+    pub(super) fn rang(&mut self, words: &[&Wake]) -> bool {
+        let now: Vec<u32> = self
+            .bell
+            .into_iter()
+            .chain(words.iter().map(|w| &w.word))
+            .map(|w| w.load(Ordering::Acquire))
+            .collect();
+        let moved = now != self.seen;
+        self.seen = now;
+        moved
+    }
+
+    /// Sleeps after `pass` (§8) on the queues of `rings`, the bell and `words`, at most
+    /// until `pass.due`; `now` is when the pass started.
+    pub(super) fn between_passes(
+        &mut self,
+        rings: &[Attached],
+        words: &[&Wake],
+        pass: &Pass,
+        now: u64,
+    ) {
+        if pass.fullest >= 0.5 {
+            return;
+        }
+        let busy = pass.fullest >= 1.0 / 16.0;
+        let mut timeout = match busy {
+            true => BUSY_NS,
+            false => pass.due.saturating_sub(now).min(HEARTBEAT_EVERY_NS),
+        };
+        if self.polling {
+            self.poll(words, timeout.min(POLL_NS));
+            return;
+        }
+        let mut list: Vec<(&AtomicU32, u32)> = self
+            .bell
+            .into_iter()
+            .chain(words.iter().map(|w| &w.word))
+            .zip(self.seen.iter().copied())
+            .collect();
+        let mut asleep = Vec::new();
+        for r in rings.iter().filter(|r| !r.done) {
+            let q = &r.queue;
+            if list.len() >= futex::WAIT_ANY_MAX || q.consumer_polls() {
+                timeout = timeout.min(POLL_NS);
+                continue;
+            }
+            let fill = if busy { q.limit() / 2 } else { q.limit() / 16 };
+            match q.consumer_sleeps(fill) {
+                Some(v) => {
+                    list.push((q.consumer_word(), v));
+                    asleep.push(q);
+                }
+                // Enough waits already, and the pass did not take it: a slot claimed and
+                // not published holds the queue up.
+                None => timeout = timeout.min(BUSY_NS),
+            }
+        }
+        if timeout > 0 && futex::wait_any(&list, timeout) == libc::ENOSYS {
+            self.polling = true;
+        }
+        for q in asleep {
+            q.consumer_awake();
+        }
+        if self.polling {
+            self.poll(words, timeout.min(POLL_NS));
+        }
+    }
+
+    /// A sleep of `timeout` that only this process's first word (the stop) ends.
+    fn poll(&self, words: &[&Wake], timeout: u64) {
+        match words.first() {
+            Some(stop) => {
+                let seen = self.seen.get(usize::from(self.bell.is_some())).copied();
+                futex::wait(&stop.word, seen.unwrap_or(0), timeout);
+            }
+            None => std::thread::sleep(std::time::Duration::from_nanos(timeout)),
+        }
+    }
+}
