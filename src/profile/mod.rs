@@ -61,6 +61,8 @@ mod frame;
 pub mod load;
 pub mod merge;
 #[cfg(feature = "report")]
+pub(crate) mod dwarf_units;
+#[cfg(feature = "report")]
 pub(crate) mod object_file;
 pub mod replay;
 #[cfg(test)]

@@ -13,9 +13,11 @@
 //! # 2. What is read
 //! The object is parsed through a read cache over its descriptor (`pread` of the ranges
 //! the parser asks for, no mapping: a file truncated meanwhile gives a read error, not a
-//! `SIGBUS`). Each DWARF section is copied, decompressed where compressed, into shared
-//! bytes that the addr2line context keeps, and the symbol table into owned names, so
-//! nothing borrows the file once it is loaded. The split DWARF of the object comes the
+//! `SIGBUS`). Each DWARF section a lookup reads (not the location lists, macros or type
+//! units) is read by `pread` from a second descriptor of the same file (so the cache
+//! does not keep it) straight into shared bytes, decompressed there where compressed, and
+//! the symbol table into owned names, so nothing borrows the file once it is loaded. The
+//! DWARF is then looked up a unit at a time ([`crate::profile::dwarf_units`]). The split DWARF of the object comes the
 //! same way: its DWARF package (`prog.dwp` beside `prog`, read at load) and the `.dwo`
 //! files its units name (read when a lookup needs one; a `.dwo` whose id is not the
 //! unit's is not used). A file that is not a regular file is not read: its frames stay
@@ -24,15 +26,14 @@
 use std::borrow::Cow;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use addr2line::gimli;
 use object::{Object as _, ObjectSection as _};
 
-/// The DWARF reader: shared bytes, so the context owns what it reads.
-type Reader = gimli_dwarf::EndianArcSlice<gimli::RunTimeEndian>;
+use crate::profile::dwarf_units::{Reader, Units, NEEDED};
 
 /// One symbol table entry, its name owned.
 #[derive(Debug)]
@@ -60,7 +61,7 @@ pub(crate) struct ObjectFile {
     pub(crate) identity: (u64, u64),
     /// Device and inode from `fstat`: the same file under another name.
     pub(crate) file_id: (u64, u64),
-    ctx: addr2line::Context<Reader>,
+    units: Units,
     symbols: object::SymbolMap<Named>,
     dwp: Option<gimli::DwarfPackage<Reader>>,
 }
@@ -88,8 +89,50 @@ fn endian<'a>(object: &object::File<'a, &'a object::ReadCache<File>>) -> gimli::
     }
 }
 
-/// The bytes of the section `name` (uncompressed), or none when the object has no such
-/// section; a section that cannot be read is an error.
+/// The largest section decompressed (a hostile file may claim anything).
+const MOST_BYTES: u64 = 1 << 32;
+
+/// The bytes of the section `name` of `object` (read from `file`, §2), uncompressed, or
+/// none when the object has no such section; a section that cannot be read is an error.
+fn load_section<'a>(
+    file: &File,
+    object: &object::File<'a, &'a object::ReadCache<File>>,
+    name: &str,
+    endian: gimli::RunTimeEndian,
+) -> Result<Reader, gimli::Error> {
+    use object::CompressionFormat as F;
+    let Some(s) = object.section_by_name(name) else {
+        return Ok(Reader::new(Arc::from(&[][..]), endian));
+    };
+    let range = s.compressed_file_range().map_err(|_| gimli::Error::Io)?;
+    let size = range.uncompressed_size;
+    if size > MOST_BYTES || !matches!(range.format, F::None | F::Zlib) {
+        // Zstandard, rare in practice: read through the cache.
+        return section(object, Some(name), endian);
+    }
+    // SAFETY: zeroed bytes are valid `u8`s.
+    let mut bytes: Arc<[u8]> = unsafe { Arc::new_zeroed_slice(size as usize).assume_init() };
+    let Some(out) = Arc::get_mut(&mut bytes) else {
+        return Err(gimli::Error::Io);
+    };
+    let mut stored = match range.format {
+        F::None => Vec::new(),
+        _ => vec![0u8; range.compressed_size.min(MOST_BYTES) as usize],
+    };
+    let into: &mut [u8] = if range.format == F::None { out } else { &mut stored };
+    file.read_exact_at(into, range.offset).map_err(|_| gimli::Error::Io)?;
+    if range.format == F::Zlib {
+        let mut inflate = flate2::Decompress::new(true);
+        let done = inflate.decompress(&stored, out, flate2::FlushDecompress::Finish);
+        if !matches!(done, Ok(flate2::Status::StreamEnd)) || inflate.total_out() != size {
+            return Err(gimli::Error::Io);
+        }
+    }
+    Ok(Reader::new(bytes, endian))
+}
+
+/// The bytes of the section `name` (uncompressed), read through the object's cache, or
+/// none when the object has no such section; a section that cannot be read is an error.
 fn section<'a>(
     object: &object::File<'a, &'a object::ReadCache<File>>,
     name: Option<&str>,
@@ -112,13 +155,18 @@ impl ObjectFile {
         let (file, meta) = open_regular(path)?;
         let bad =
             |e: &dyn std::fmt::Display| format!("cannot read symbols of {}: {e}", path.display());
+        // The sections' bytes are read through this one, not kept by the cache (§2).
+        let direct = file.try_clone().map_err(|e| bad(&e))?;
         let cache = object::ReadCache::new(file);
         let object = object::File::parse(&cache).map_err(|e| bad(&e))?;
         let endian = endian(&object);
         let build_id = object.build_id().ok().flatten().map(<[u8]>::to_vec);
-        let dwarf = gimli::Dwarf::load(|id| section(&object, Some(id.name()), endian))
-            .map_err(|e| bad(&e))?;
-        let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| bad(&e))?;
+        let mut sections = Vec::with_capacity(NEEDED.len());
+        for id in NEEDED {
+            let bytes = load_section(&direct, &object, id.name(), endian).map_err(|e| bad(&e))?;
+            sections.push((id, bytes));
+        }
+        let units = Units::new(sections, endian);
         let symbols = object::SymbolMap::new(
             object
                 .symbol_map()
@@ -134,7 +182,7 @@ impl ObjectFile {
             build_id,
             identity: (meta.size(), ns),
             file_id: (meta.dev(), meta.ino()),
-            ctx,
+            units,
             symbols,
             dwp: dwarf_package(&dwp_path(path)),
         })
@@ -145,16 +193,20 @@ impl ObjectFile {
         self.symbols.containing(probe).map(|s| s.name.as_str())
     }
 
-    /// The frames at `probe`, innermost first, loading the split DWARF a unit needs.
+    /// The frames at `probe`, innermost first, loading the split DWARF a unit needs; `None`
+    /// when no unit of the object's DWARF covers it.
     pub(crate) fn find_frames(
         &self,
         probe: u64,
-    ) -> Result<addr2line::FrameIter<'_, Reader>, gimli::Error> {
+    ) -> Result<Option<addr2line::FrameIter<'_, Reader>>, gimli::Error> {
         use addr2line::LookupContinuation as _;
-        let mut lookup = self.ctx.find_frames(probe);
+        let Some(ctx) = self.units.context_for(probe) else {
+            return Ok(None);
+        };
+        let mut lookup = ctx.find_frames(probe);
         loop {
             match lookup {
-                addr2line::LookupResult::Output(frames) => return frames,
+                addr2line::LookupResult::Output(frames) => return frames.map(Some),
                 addr2line::LookupResult::Load { load, continuation } => {
                     lookup = continuation.resume(self.split_dwarf(load));
                 }
@@ -182,7 +234,8 @@ impl ObjectFile {
         let cache = object::ReadCache::new(file);
         let object = object::File::parse(&cache).ok()?;
         let endian = endian(&object);
-        let mut dwo = gimli::Dwarf::load(|id| section(&object, id.dwo_name(), endian)).ok()?;
+        let needed = |id: gimli::SectionId| NEEDED.contains(&id).then(|| id.dwo_name()).flatten();
+        let mut dwo = gimli::Dwarf::load(|id| section(&object, needed(id), endian)).ok()?;
         let header = dwo.units().next().ok()??;
         if dwo.unit(header).ok()?.dwo_id != Some(load.dwo_id) {
             return None;

@@ -49,7 +49,7 @@ pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders)
                 if !chain.is_empty() {
                     break;
                 }
-                let Ok(mut frames) = loader.find_frames(probe) else {
+                let Ok(Some(mut frames)) = loader.find_frames(probe) else {
                     continue;
                 };
                 while let Ok(Some(frame)) = frames.next() {
