@@ -66,7 +66,10 @@ struct Unit {
 
 impl Units {
     /// The sections `sections` (by id; a missing one is empty) of an object of `endian`.
-    pub(crate) fn new(sections: Vec<(gimli::SectionId, Reader)>, endian: gimli::RunTimeEndian) -> Units {
+    pub(crate) fn new(
+        sections: Vec<(gimli::SectionId, Reader)>,
+        endian: gimli::RunTimeEndian,
+    ) -> Units {
         Units { sections, endian, index: OnceCell::new(), whole: OnceCell::new() }
     }
 
@@ -118,7 +121,8 @@ impl Units {
         let mut units = Vec::new();
         let mut headers = dwarf.units();
         while let Some(h) = headers.next().ok()? {
-            if matches!(h.type_(), gimli::UnitType::Type { .. } | gimli::UnitType::SplitType { .. }) {
+            if matches!(h.type_(), gimli::UnitType::Type { .. } | gimli::UnitType::SplitType { .. })
+            {
                 continue;
             }
             let (offset, len) = (h.offset().0, h.length_including_self());
@@ -142,7 +146,8 @@ impl Units {
             }
         }
         for (i, u) in units.iter().enumerate().filter(|(i, _)| !covered[*i]) {
-            let Ok(header) = dwarf.debug_info.header_from_offset(gimli::DebugInfoOffset(u.offset)) else {
+            let Ok(header) = dwarf.debug_info.header_from_offset(gimli::DebugInfoOffset(u.offset))
+            else {
                 continue;
             };
             // Read for its root entry's ranges, then let go.
@@ -231,5 +236,85 @@ fn stands_alone(mut abbrev: Reader, offset: usize) -> Option<bool> {
                 return Some(false);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::object_file::ObjectFile;
+
+    /// A frame as addr2line gives it: the raw function name, the file and the line.
+    type Frame = (Option<String>, Option<String>, Option<u32>);
+
+    fn frames(ctx: Option<&addr2line::Context<Reader>>, probe: u64) -> Vec<Frame> {
+        let mut out = Vec::new();
+        let Some(Ok(mut iter)) = ctx.map(|c| c.find_frames(probe).skip_all_loads()) else {
+            return out;
+        };
+        while let Ok(Some(f)) = iter.next() {
+            let name = f.function.as_ref().and_then(|n| n.raw_name().ok()).map(|n| n.into_owned());
+            let file = f.location.as_ref().and_then(|l| l.file.map(str::to_owned));
+            out.push((name, file, f.location.as_ref().and_then(|l| l.line)));
+        }
+        out
+    }
+
+    /// Every address of `object` among `probes` has the same frames (inlined ones, files,
+    /// lines) looked up in its unit alone as in the whole object's context. Returns how
+    /// many had frames, and how many of those were answered by a unit alone.
+    fn same_frames(object: &ObjectFile, probes: &[u64]) -> (usize, usize) {
+        let units = object.units();
+        let (mut named, mut alone) = (0, 0);
+        for &probe in probes {
+            let whole = frames(units.whole(), probe);
+            let own = frames(units.context_for(probe), probe);
+            assert_eq!(own, whole, "at {probe:#x}");
+            if !whole.is_empty() {
+                named += 1;
+                let by_unit = units
+                    .index
+                    .get()
+                    .and_then(|i| i.as_ref())
+                    .and_then(|i| i.units[i.unit_of(probe)?].ctx.get().map(Option::is_some));
+                alone += usize::from(by_unit == Some(true));
+            }
+        }
+        (named, alone)
+    }
+
+    /// The middle of every function of the object's symbol table, at most `most` of them.
+    fn probes(object: &ObjectFile, most: usize) -> Vec<u64> {
+        let all = object.function_addresses();
+        let step = (all.len() / most).max(1);
+        all.into_iter().step_by(step).collect()
+    }
+
+    /// This test program (Rust, inlined generics, many units): a unit alone answers as the
+    /// whole object does. (Most of its units refer to others, by `DW_FORM_ref_addr`: the
+    /// whole object's context answers for those.)
+    #[test]
+    fn a_unit_alone_answers_as_the_whole_object() {
+        let exe = std::env::current_exe().unwrap();
+        let object = ObjectFile::open(&exe).unwrap();
+        let (named, alone) = same_frames(&object, &probes(&object, 3000));
+        assert!(named > 500, "{named} addresses named");
+        assert!(alone > 50, "{alone} of {named} by their unit alone");
+    }
+
+    /// The C library's separate debug file, when installed: the same, and most addresses
+    /// are answered by their unit alone.
+    #[test]
+    fn the_c_library_a_unit_at_a_time() {
+        let libc = std::path::Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let Some(debug) =
+            crate::profile::symbolize::debug_candidates(libc).into_iter().find(|p| p.is_file())
+        else {
+            return;
+        };
+        let object = ObjectFile::open(&debug).unwrap();
+        let (named, alone) = same_frames(&object, &probes(&object, 2000));
+        assert!(named > 200, "{named} addresses named");
+        assert!(alone * 2 > named, "{alone} of {named} by their unit alone");
     }
 }

@@ -55,13 +55,13 @@
 //! (what it is folded into), `fold.rs` (the folding: live sets, lifetimes, GC attribution,
 //! the series and the peak); this file holds [`Profile`] and its invariants.
 
+#[cfg(feature = "report")]
+pub(crate) mod dwarf_units;
 pub mod format;
 mod frame;
 #[cfg(feature = "report")]
 pub mod load;
 pub mod merge;
-#[cfg(feature = "report")]
-pub(crate) mod dwarf_units;
 #[cfg(feature = "report")]
 pub(crate) mod object_file;
 pub mod replay;

@@ -188,6 +188,23 @@ impl ObjectFile {
         })
     }
 
+    /// The object's DWARF, for tests that look it up both ways.
+    #[cfg(test)]
+    pub(crate) fn units(&self) -> &Units {
+        &self.units
+    }
+
+    /// The middle of each function of the symbol table that has a size, in address order.
+    #[cfg(test)]
+    pub(crate) fn function_addresses(&self) -> Vec<u64> {
+        self.symbols
+            .symbols()
+            .iter()
+            .filter(|s| s.size > 1)
+            .map(|s| s.address + s.size / 2)
+            .collect()
+    }
+
     /// The name of the symbol table entry that contains `probe`.
     pub(crate) fn find_symbol(&self, probe: u64) -> Option<&str> {
         self.symbols.containing(probe).map(|s| s.name.as_str())

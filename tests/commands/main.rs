@@ -29,7 +29,9 @@
 //! the modules' documentation, the crate map, every link), `imports` (the library's imports
 //! run downward: no circle between its files, no arrow up out of `sys/`), `syscalls` (no
 //! system call on the sample path, counted with `strace` in both modes, with and without
-//! frame pointers).
+//! frame pointers), `own_cost` (what `record` costs beside the program: a program that
+//! sleeps, one that allocates once, and bursts after pauses in the exact mode, recorded
+//! whole and promptly).
 //! What they share with each other and with the other test binaries is in `tests/common/`.
 
 mod allocators;
@@ -53,6 +55,7 @@ mod forwarding;
 mod harm;
 mod heaps;
 mod imports;
+mod own_cost;
 mod programs;
 mod record;
 mod reentrancy;

@@ -91,9 +91,10 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
                 return Ok(code);
             }
         };
-    // The process ends right after the report: freeing the parsed debug information (tens of
-    // MB for a C library) would only add tens of milliseconds to the user's wait.
-    std::mem::forget(loaders);
+    // The symbols are all read: their sections are let go before the report, the
+    // flamegraph and the page are made, which would otherwise come on top of them (read a
+    // unit at a time, they are a few large buffers and small tables, freed in no time).
+    drop(loaders);
     profile.site_skip = skip;
     // What the executable says of its allocator (read once, now that the run is over): an
     // allocator the preload library cannot reach is said whatever was seen.

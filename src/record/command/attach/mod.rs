@@ -490,7 +490,8 @@ fn report(
                 return Ok(());
             }
         };
-    std::mem::forget(loaders);
+    // Let go before the report is made (as `record` does).
+    drop(loaders);
     profile.site_skip = skip;
     let mut notes = attach_notes(&profile);
     notes.extend(unreached);
