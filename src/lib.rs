@@ -161,7 +161,8 @@
 //! | `profile/symbolize/offline.rs` | addresses resolved from the recorded modules' files; `Loaders` |
 //! | `profile/symbolize/debug_file.rs` | where an object's separate debug file is looked for |
 //! | `profile/symbolize/stripped.rs` | the notes on objects whose frames stayed unnamed (stripped, no debug file) |
-//! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor |
+//! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor; the sections a lookup reads, straight into shared buffers |
+//! | `profile/dwarf_units.rs` | an object's DWARF looked up a compilation unit at a time: the units covering an address (from `.debug_aranges`, else their root entries), a context over one unit's bytes, the whole object's for a unit that refers to others |
 //! | `profile/tree.rs` | the files of a process tree: `app.mprof` and `app.mprof.d/` |
 //! | `profile/format/mod.rs` | the `.mprof` stream's spec (versions 1 to 4) and the folder's face |
 //! | `profile/format/spec.rs` | the format's limits, record tags, [`profile::format::Event`] and the coding helpers reader and writer share |

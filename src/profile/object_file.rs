@@ -110,8 +110,12 @@ fn load_section<'a>(
         // Zstandard, rare in practice: read through the cache.
         return section(object, Some(name), endian);
     }
-    // SAFETY: zeroed bytes are valid `u8`s.
-    let mut bytes: Arc<[u8]> = unsafe { Arc::new_zeroed_slice(size as usize).assume_init() };
+    let mut raw = Arc::<[u8]>::new_uninit_slice(size as usize);
+    if let Some(all) = Arc::get_mut(&mut raw) {
+        all.fill(std::mem::MaybeUninit::new(0));
+    }
+    // SAFETY: every byte was written just above (the Arc was just made: `get_mut` gave it).
+    let mut bytes: Arc<[u8]> = unsafe { raw.assume_init() };
     let Some(out) = Arc::get_mut(&mut bytes) else {
         return Err(gimli::Error::Io);
     };

@@ -51,7 +51,7 @@ pub fn installing() -> bool {
     FILTERED.swap(true, Ordering::SeqCst)
 }
 
-/// The installation [`installing`] announced failed: the mark goes back to `before`.
+/// The installation `installing` announced failed: the mark goes back to `before`.
 pub fn install_failed(before: bool) {
     if !before {
         FILTERED.store(false, Ordering::SeqCst);

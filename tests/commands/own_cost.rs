@@ -22,6 +22,8 @@ struct Cost {
     stderr: String,
 }
 
+// The child is reaped by `wait4` (for its rusage), which `Child` cannot do.
+#[allow(clippy::zombie_processes)]
 fn cost_of(dir: &Path, args: &[&str]) -> Cost {
     let child = Command::new(MEMPROF)
         .current_dir(dir)
