@@ -207,14 +207,15 @@ fn run(plan: Plan, stop: &Wake) -> Finished {
     let mut last_look = 0u64;
     let mut first_sample = plan.first_sample.clone();
     loop {
-        // Read before the pass: a stop seen now follows the end of every process, so this
-        // pass sees all they wrote.
-        let stopping = stop.is_set();
         // New rings and ended processes are looked for when the bell rang, when `record`
         // saw its program end, and now and then (§8), not on every pass.
+        let rang = sleep.rang(&words);
+        // Read before the pass: a stop seen now follows the end of every process, so this
+        // pass sees all they wrote. And read after the words: a stop said since they were
+        // read moves one again, and the sleep after this pass returns at once.
+        let stopping = stop.is_set();
         let now = crate::engine::clock::monotonic_ns();
-        let look =
-            sleep.rang(&words) || stopping || now.saturating_sub(last_look) >= sleep::LOOK_EVERY_NS;
+        let look = rang || stopping || now.saturating_sub(last_look) >= sleep::LOOK_EVERY_NS;
         if look {
             last_look = now;
             attach_new(&plan.dir, &mut rings, &mut images, &mut done.messages);
