@@ -344,7 +344,7 @@
 //! readers that follow a growing profile, the symbol loaders and the time parsers are
 //! private to the crate.
 //! ```compile_fail,E0603
-//! let _ = memprof::record::command::launcher::mapped_objects(1);
+//! let _ = memprof::record::command::launcher::find_preload(None);
 //! ```
 //! ```compile_fail,E0624
 //! let _ = memprof::record::Bundled::cache_dirs();

@@ -68,8 +68,14 @@ fn main() {
     };
     let result = match cli.command {
         // The program's exit status, or 1 when memprof itself failed.
-        Command::Record(args) => memprof::record::run(&args, &PRELOAD),
-        Command::Attach(args) => memprof::record::attach(&args, &PRELOAD),
+        Command::Record(args) => {
+            big_blocks_mapped();
+            memprof::record::run(&args, &PRELOAD)
+        }
+        Command::Attach(args) => {
+            big_blocks_mapped();
+            memprof::record::attach(&args, &PRELOAD)
+        }
         Command::Report(args) => memprof::report::command::report(&args).map(|()| 0),
         Command::Diff(args) => memprof::report::command::diff(&args).map(|()| 0),
         Command::Demo(args) => demo::run(&args, &PRELOAD).map(|()| 0),
@@ -86,4 +92,16 @@ fn main() {
             1
         }
     });
+}
+
+/// `record` and `attach` hold large buffers for a while (an object's debug sections, the
+/// profile's blocks) and let them go: each is mapped for itself, at glibc's first threshold
+/// kept fixed (glibc raises it to the largest block freed so far, and later blocks up to
+/// that size then come from the heap, where freed they stay beside what follows), so a
+/// block freed goes back to the kernel. memprof's own peak resident size is one of the
+/// rows of the pipeline bench (`benches/pipeline.rs`).
+fn big_blocks_mapped() {
+    // SAFETY: mallopt only sets a parameter of glibc's allocator; called before this
+    // process starts any thread.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
 }

@@ -1,7 +1,7 @@
 //! `memprof record` after its arguments are parsed: the program run under the preload
 //! library ([`super::launcher`]) while two threads work beside it (the collector, which
 //! writes the profile and folds it as it goes: [`super::collect`]; and symbols read ahead
-//! from the objects the program maps), then, once it exits, the collector's fold
+//! from the modules its sampled stacks pass through), then, once it exits, the collector's fold
 //! symbolized, summarised on stderr, its companions written (`.svg`, `.html`) from that same
 //! fold, and every diagnosis of a run that went wrong
 //! (an empty or removed profile, a wrapper that executed another program, no samples, an
@@ -147,27 +147,25 @@ fn program_to_record(args: &RecordRequest) -> Result<(OsString, &[OsString]), Er
     Ok((proxied.unwrap_or_else(|| program.clone()), rest))
 }
 
-/// Runs the program; while it runs, another thread reads the symbols of the objects it
-/// mapped, so that little is left to do once it exits (symbol reading was most of that).
-/// That thread is started only once the program runs; it reads nothing before the
-/// collector has folded the run's first sample (a program that allocates nothing, or
-/// nothing sampled, needs no symbol), and is told that the program has ended by `done`
-/// closing; its priority is given back here once the program has ended.
+/// Runs the program; while it runs, another thread reads the symbols of the modules its
+/// sampled stacks pass through, each once, as the collector folds them (told through a
+/// channel), so that little is left to do once it exits (symbol reading was most of that).
+/// A program that allocates nothing sampled needs no symbol, and a module no sample passes
+/// through is never read. The thread is told that the program has ended by the channel
+/// closing (`record` and the collector each hold a sender); its priority is given back
+/// here once the program has ended.
 fn record_beside_symbols(
     opts: &RecordOptions,
     preload: &Path,
     publish: Option<Arc<Published>>,
 ) -> (Result<launcher::Recorded, Error>, Option<std::thread::JoinHandle<Loaders>>) {
-    // The collector tells the first sample through its own sender: the channel closes
-    // once both are dropped, after the program ended.
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let first_sample = Some(done_tx.clone());
+    let (tell, modules) = std::sync::mpsc::channel::<String>();
+    let sampled_modules = Some(tell.clone());
     let mut warm = None;
     // The thread's id, for its priority back once the program has ended.
     let warm_tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
     let tid = warm_tid.clone();
-    let run = launcher::record_publishing(opts, preload, publish, first_sample, |pid| {
-        let started_at = std::time::Instant::now();
+    let run = launcher::record_publishing(opts, preload, publish, sampled_modules, |_| {
         warm = std::thread::Builder::new()
             .name("memprof-symbols".into())
             .spawn(move || {
@@ -176,15 +174,16 @@ fn record_beside_symbols(
                 let me = unsafe { libc::gettid() };
                 tid.store(me, std::sync::atomic::Ordering::Release);
                 // Published after the change: a program that ended before is seen here
-                // (`done` closed before `record` read the id), and the class undone.
-                if done_rx.try_recv() == Err(std::sync::mpsc::TryRecvError::Disconnected) {
+                // (the channel closed before `record` read the id), and the class undone.
+                let first = modules.try_recv();
+                if first == Err(std::sync::mpsc::TryRecvError::Disconnected) {
                     normal_priority(me);
                 }
-                warm_symbols(pid, &done_rx, started_at)
+                warm_symbols(first.ok(), &modules)
             })
             .ok();
     });
-    drop(done_tx);
+    drop(tell);
     // The program has ended: the reading thread need not yield to anything any more. On a
     // machine whose cores other work keeps busy, a SCHED_IDLE thread would not run at all,
     // and `record` would wait for it until that work ended.
@@ -517,29 +516,15 @@ fn exec_hint(
     ))
 }
 
-/// Reads the symbols of the objects that program `pid` maps, once the collector has folded
-/// a first sample (told through `done`) and the program has had 10 ms since `started` to
-/// map them, until `done` closes: the program has exited (what is loaded then is kept; the
-/// rest is read after the exit only if samples need it). A program that exits within
-/// 10 ms, or before its first sample, needs nothing loaded ahead.
+/// Reads the symbols of each module told (`first`, then what `modules` brings) until the
+/// channel closes: the program has exited, and the collector has told all it will (what
+/// it folds after is read after the exit).
 pub(super) fn warm_symbols(
-    pid: u32,
-    done: &std::sync::mpsc::Receiver<()>,
-    started: std::time::Instant,
+    first: Option<String>,
+    modules: &std::sync::mpsc::Receiver<String>,
 ) -> Loaders {
-    use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
     let mut loaders = Loaders::default();
-    if done.recv().is_err() {
-        return loaders;
-    }
-    let settle = std::time::Duration::from_millis(10).saturating_sub(started.elapsed());
-    if done.recv_timeout(settle) == Err(RecvTimeoutError::Disconnected) {
-        return loaders;
-    }
-    for path in launcher::mapped_objects(pid) {
-        if done.try_recv() != Err(TryRecvError::Empty) {
-            break;
-        }
+    for path in first.into_iter().chain(modules.iter()) {
         loaders.load(&path);
     }
     loaders

@@ -264,7 +264,7 @@ impl Collecting {
             publish: server.is_some().then(|| published.clone()),
             // Not our child: its way of ending is what it says, or its exit code as a zombie.
             root_ended: None,
-            first_sample: None,
+            sampled_modules: None,
         };
         let collector = Collector::start(plan)
             .map_err(|e| Error::io("cannot start collecting the profile", e))?;

@@ -100,6 +100,7 @@ pub(super) fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &
         interval,
         log_read: read,
         split_peak: 0.0,
+        warmed_stacks: 0,
     });
     r.ring.log_consumed(read);
 }

@@ -46,7 +46,7 @@ use files::open_output;
 use resident::{read_resident, read_split};
 use rings::attach_new;
 use sleep::{Pass, Sleep};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -67,9 +67,10 @@ pub(crate) struct Plan {
     /// How the root process ended, told by `record` once it waited for it (§3); `None`
     /// when it is not `record`'s child (`memprof attach`).
     pub(crate) root_ended: Option<Arc<RootEnded>>,
-    /// Told once, when the first sample of the run has been folded (`record` then reads
-    /// symbols ahead of the program's end).
-    pub(crate) first_sample: Option<std::sync::mpsc::Sender<()>>,
+    /// Told the path of each module a sampled stack passes through, once each, as stacks
+    /// are folded: `record` reads their symbols ahead of the program's end (those of a
+    /// module no sample passes through are never needed).
+    pub(crate) sampled_modules: Option<std::sync::mpsc::Sender<String>>,
 }
 
 /// How the root process ended, as its parent learned it: set once.
@@ -192,6 +193,8 @@ struct Output {
     split_peak: f64,
     /// The thread that reads the process's `/proc/PID/smaps` (§6).
     split_reader: Option<SplitReader>,
+    /// Stacks whose modules were told for their symbols to be read ahead.
+    warmed_stacks: usize,
 }
 
 fn run(plan: Plan, stop: &Wake) -> Finished {
@@ -205,7 +208,7 @@ fn run(plan: Plan, stop: &Wake) -> Finished {
     words.extend(plan.root_ended.as_deref().map(|r| &r.1));
     words.extend(plan.publish.as_deref().map(Published::wake));
     let mut last_look = 0u64;
-    let mut first_sample = plan.first_sample.clone();
+    let mut warm = plan.sampled_modules.clone().map(|tell| (tell, HashSet::new()));
     loop {
         // New rings and ended processes are looked for when the bell rang, when `record`
         // saw its program end, and now and then (§8), not on every pass.
@@ -225,8 +228,10 @@ fn run(plan: Plan, stop: &Wake) -> Finished {
         for r in rings.iter_mut().filter(|r| !r.done) {
             pass_ring(r, &plan, &stem, now, look, stopping, &mut pass, &mut done);
         }
-        if first_sample.is_some() && rings.iter().any(sampled) {
-            let _ = first_sample.take().map(|tell| tell.send(()));
+        if let Some((tell, told)) = &mut warm {
+            for r in rings.iter_mut() {
+                tell_modules(r, tell, told);
+            }
         }
         rings.retain(|r| !r.done);
         if stopping {
@@ -239,9 +244,30 @@ fn run(plan: Plan, stop: &Wake) -> Finished {
     }
 }
 
-/// Whether a sample of the ring's process has been folded.
-fn sampled(r: &Attached) -> bool {
-    r.out.as_ref().is_some_and(|o| o.recorder.profile().counts.samples > 0)
+/// Tells `tell` the path of each module that the stacks folded since the last call pass
+/// through, unless `told` holds it already (the symbols read ahead: `record/command/run`).
+fn tell_modules(
+    r: &mut Attached,
+    tell: &std::sync::mpsc::Sender<String>,
+    told: &mut HashSet<String>,
+) {
+    let Some(out) = &mut r.out else {
+        return;
+    };
+    let p = out.recorder.profile();
+    for stack in p.stacks.get(out.warmed_stacks..).unwrap_or_default() {
+        for &addr in &stack.frames {
+            let at = addr.saturating_sub(1);
+            let Some(m) = p.modules.iter().find(|m| m.start <= at && at < m.end) else {
+                continue;
+            };
+            if !told.contains(&m.path) {
+                told.insert(m.path.clone());
+                let _ = tell.send(m.path.clone());
+            }
+        }
+    }
+    out.warmed_stacks = p.stacks.len();
 }
 
 /// One ring's part of a pass (§1): its heartbeat, its output opened, its queue drained, its

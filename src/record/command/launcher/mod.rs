@@ -144,12 +144,13 @@ pub fn record_with(
 }
 
 /// [`record_with`], the root process's profile published in `publish` as the collector
-/// folds it (`--serve`), and `first_sample` told when the first sample is folded.
+/// folds it (`--serve`), and `sampled_modules` told the path of each module a sampled stack
+/// passes through, once each, as the collector folds them.
 pub(crate) fn record_publishing(
     opts: &RecordOptions,
     preload: &Path,
     publish: Option<Arc<Published>>,
-    first_sample: Option<std::sync::mpsc::Sender<()>>,
+    sampled_modules: Option<std::sync::mpsc::Sender<String>>,
     started: impl FnOnce(u32),
 ) -> Result<Recorded, Error> {
     let shown = Path::new(&opts.program).display().to_string();
@@ -175,7 +176,7 @@ pub(crate) fn record_publishing(
     let pid = child.id();
     let output = PathBuf::from(config::expand_output(&template, pid));
     let root_ended = Arc::new(RootEnded::default());
-    let beside = Beside { publish, root_ended: root_ended.clone(), first_sample };
+    let beside = Beside { publish, root_ended: root_ended.clone(), sampled_modules };
     let collector = rings.as_ref().and_then(|d| start_collector(d, pid, &output, beside));
     started(pid);
 
@@ -324,7 +325,7 @@ fn spawn(
 struct Beside {
     publish: Option<Arc<Published>>,
     root_ended: Arc<RootEnded>,
-    first_sample: Option<std::sync::mpsc::Sender<()>>,
+    sampled_modules: Option<std::sync::mpsc::Sender<String>>,
 }
 
 /// Starts the collector of the run's rings, the program's profile at `output`; `None`
@@ -337,7 +338,7 @@ fn start_collector(rings: &RingDir, pid: u32, output: &Path, beside: Beside) -> 
         attached: false,
         publish: beside.publish,
         root_ended: Some(beside.root_ended),
-        first_sample: beside.first_sample,
+        sampled_modules: beside.sampled_modules,
     };
     match Collector::start(plan) {
         Ok(c) => Some(c),
@@ -388,29 +389,6 @@ fn exit_code(status: &ExitStatus) -> (i32, Option<i32>) {
         (None, Some(s)) => (128 + s, Some(s)),
         (None, None) => (1, None),
     }
-}
-
-/// The object files mapped executable in process `pid` (from `/proc/<pid>/maps`), in the
-/// kernel's order (the program first), without the preload library: what its profile's
-/// modules will name, known while it runs.
-pub fn mapped_objects(pid: u32) -> Vec<String> {
-    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    let mut out: Vec<String> = Vec::new();
-    for line in maps.lines() {
-        let mut fields = line.split_ascii_whitespace();
-        let perms = fields.nth(1).unwrap_or("");
-        let Some(path) = fields.nth(3) else { continue };
-        if perms.contains('x')
-            && path.starts_with('/')
-            && !path.rsplit('/').next().unwrap_or("").starts_with("libmemprof_preload")
-            && !out.iter().any(|p| p == path)
-        {
-            out.push(path.to_owned());
-        }
-    }
-    out
 }
 
 /// After the program's exit, with `--follow-forks`: waits for the processes it left running
