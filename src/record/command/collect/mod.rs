@@ -291,6 +291,7 @@ fn pass_ring(
     }
     let n = drain(r);
     pass.fullest = pass.fullest.max(n as f64 / r.queue.capacity() as f64);
+    pass.drained += n;
     // The exiting process waits for this one (`RingHeader::last_look`).
     let asked = r.ring.header().last_look.load(Ordering::Acquire) == ring::LOOK_ASKED;
     let read = read_resident(r, now, asked);

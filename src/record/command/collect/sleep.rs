@@ -2,22 +2,26 @@
 //! ring directory's bell and its own, until there is work or something is due.
 //!
 //! # 8. When the collector runs
-//! A pass that drained a queue half full is followed by the next at once. Otherwise the
-//! collector sleeps on every attached queue's word (`engine::queue` §6), asking the
-//! producers to wake it once a sixteenth of the queue waits (half of it after a pass that
-//! drained more than that: the consumer stays well behind the producers, `Queue::drain`),
-//! on the ring directory's bell (`record/ring` §7: a new ring is ready), and on words of
-//! this process ([`Wake`]: `record` stops the collector, or has seen its program end; a
-//! `--serve` request wants a copy of the profile). It sleeps at most until the next thing
-//! due on its own schedule: a process's resident size (`sys::smaps::RESIDENT_EVERY_MS`,
-//! less often while it stays the same), a look for new rings and ended processes
-//! ([`LOOK_EVERY_NS`]; every [`ENDING_EVERY_NS`] for a process that said it is ending), a
-//! flush of what it wrote ([`FLUSH_EVERY_NS`]), and its heartbeat, which the program
-//! reads as a sign of life ([`HEARTBEAT_EVERY_NS`], well within `engine::consumer::STALE_NS`).
-//! A queue whose events it could not take (a slot claimed and not published) or whose
-//! producers asked to be polled (a seccomp filter) is looked at again after a millisecond
-//! or two, as the collector did at every pass before it could sleep. So a program that
-//! does nothing costs the collector a few wake-ups a second.
+//! While events come, the collector follows them as it always did: a pass that drained a
+//! queue half full is followed by the next at once, one that drained more than a sixteenth
+//! of one by the next a millisecond later, one that drained less two milliseconds later;
+//! the producers are not asked to wake it (they make no system call), and one that waits
+//! for room is drained within those milliseconds. A pass that drained nothing is followed
+//! by a sleep on every attached queue's word (`engine::queue` §6), the producers asked to
+//! wake it once a sixteenth of the queue waits, on the ring directory's bell (`record/ring`
+//! §7: a new ring is ready), and on words of this process ([`Wake`]: `record` stops the
+//! collector, or has seen its program end; a `--serve` request wants a copy of the
+//! profile); the bell and those words end the shorter sleeps too. Every sleep ends at the
+//! latest when the next thing on the collector's own schedule is due: a process's resident
+//! size (`sys::smaps::RESIDENT_EVERY_MS`, less often while it stays the same), a look for
+//! new rings and ended processes ([`LOOK_EVERY_NS`]; every [`ENDING_EVERY_NS`] for a
+//! process that said it is ending), a flush of what it wrote ([`FLUSH_EVERY_NS`]), and its
+//! heartbeat, which the program reads as a sign of life ([`HEARTBEAT_EVERY_NS`], well
+//! within `engine::consumer::STALE_NS`). A queue whose events it could not take (a slot
+//! claimed and not published) or whose producers asked to be polled (a seccomp filter) is
+//! looked at again after a millisecond or two. So a program that does nothing costs the
+//! collector a few wake-ups a second, and one that allocates costs its producers one
+//! system call each time it starts again after a pause.
 //!
 //! The words are waited on together (`futex_waitv`, Linux 5.16 and later, at most
 //! [`futex::WAIT_ANY_MAX`]): on an older kernel, or past that many rings, the collector
@@ -40,10 +44,10 @@ pub(super) const ENDING_FOR_NS: u64 = 1_000_000_000;
 pub(super) const FLUSH_EVERY_NS: u64 = 51_000_000;
 /// The longest sleep: the heartbeat the program reads is renewed at least this often.
 pub(super) const HEARTBEAT_EVERY_NS: u64 = 100_000_000;
-/// The sleep when the collector cannot be woken (§8), and after a pass that found a queue
-/// held up or polled.
+/// The sleep after a pass that drained a little (§8), or found a queue held up or polled,
+/// and every sleep when the collector cannot be woken.
 pub(super) const POLL_NS: u64 = 2_000_000;
-/// The sleep after a pass that drained more than a sixteenth of a queue.
+/// The sleep after a pass that drained more than a sixteenth of a queue (§8).
 const BUSY_NS: u64 = 1_000_000;
 
 /// A word of this process the collector sleeps on, and what it says.
@@ -87,6 +91,8 @@ pub(super) struct Sleep {
 pub(super) struct Pass {
     /// The largest share of a queue's capacity drained.
     pub(super) fullest: f64,
+    /// Events drained, from every queue.
+    pub(super) drained: usize,
     /// When the next thing on the collector's own schedule is due
     /// ([`crate::engine::clock::monotonic_ns`]).
     pub(super) due: u64,
@@ -95,7 +101,7 @@ pub(super) struct Pass {
 impl Pass {
     /// A pass starting at `now`: nothing due before the heartbeat.
     pub(super) fn new(now: u64) -> Pass {
-        Pass { fullest: 0.0, due: now.saturating_add(HEARTBEAT_EVERY_NS) }
+        Pass { fullest: 0.0, drained: 0, due: now.saturating_add(HEARTBEAT_EVERY_NS) }
     }
 
     /// Something is due at `at`.
@@ -135,11 +141,12 @@ impl Sleep {
         if pass.fullest >= 0.5 {
             return;
         }
-        let busy = pass.fullest >= 1.0 / 16.0;
-        let mut timeout = match busy {
-            true => BUSY_NS,
-            false => pass.due.saturating_sub(now).min(HEARTBEAT_EVERY_NS),
-        };
+        // Events came: the next pass follows shortly, the queues not slept on (§8).
+        let flowing = pass.drained > 0;
+        let mut timeout = pass.due.saturating_sub(now).min(HEARTBEAT_EVERY_NS);
+        if flowing {
+            timeout = timeout.min(if pass.fullest >= 1.0 / 16.0 { BUSY_NS } else { POLL_NS });
+        }
         if self.polling {
             self.poll(words, timeout.min(POLL_NS));
             return;
@@ -151,14 +158,13 @@ impl Sleep {
             .zip(self.seen.iter().copied())
             .collect();
         let mut asleep = Vec::new();
-        for r in rings.iter().filter(|r| !r.done) {
+        for r in rings.iter().filter(|r| !r.done && !flowing) {
             let q = &r.queue;
             if list.len() >= futex::WAIT_ANY_MAX || q.consumer_polls() {
                 timeout = timeout.min(POLL_NS);
                 continue;
             }
-            let fill = if busy { q.limit() / 2 } else { q.limit() / 16 };
-            match q.consumer_sleeps(fill) {
+            match q.consumer_sleeps(q.limit() / 16) {
                 Some(v) => {
                     list.push((q.consumer_word(), v));
                     asleep.push(q);
