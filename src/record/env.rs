@@ -50,7 +50,8 @@ pub const ENV_UNWIND_CHECK: &str = "MEMPROF_UNWIND_CHECK";
 pub const ENV_TEST_RING_VERSION: &str = "MEMPROF_TEST_RING_VERSION";
 
 /// Tests only: set to 1, the preload library says at exit how many of its waits for room
-/// in a full queue slept and how many spun (`engine::push` §1).
+/// in a full queue slept and how many spun (`engine::push` §1), and how many times it woke
+/// the sleeping collector (`engine::queue` §6).
 pub const ENV_TEST_WAITS: &str = "MEMPROF_TEST_WAITS";
 
 /// Default output path template of `memprof record`.

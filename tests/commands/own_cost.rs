@@ -95,7 +95,8 @@ fn one_allocation_costs_little_memory() {
 /// Bursts of allocations in the exact mode after pauses that let the collector sleep: each
 /// burst is more events than the queue holds, so the program waits for room in a queue
 /// whose consumer was asleep. Everything is recorded, and the waits end as the collector,
-/// woken by the queue, drains it: the run takes about its pauses and its work (2 s here,
+/// woken by the queue (the preload library counts its wakes), drains it: the run takes
+/// about its pauses and its work (2 s here,
 /// 1 s of it pauses). A collector left asleep until its own schedule woke it (a tenth of a
 /// second) adds more than half a second to each burst (a dozen queues full): 14 s here
 /// with the producers' wakes taken out. 8 s leaves a loaded 2-core machine four times the
@@ -122,6 +123,13 @@ fn bursts_after_pauses_are_recorded_whole_and_promptly() {
         .and_then(|l| l.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("the waits are told:\n{err}"));
     assert!(slept > 0, "the program waited for room:\n{err}");
+    // Most bursts find the collector asleep on the queue, and the burst's producer wakes it.
+    let woken: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("memprof: collector woken: "))
+        .and_then(|l| l.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("the wakes are told:\n{err}"));
+    assert!(woken >= 5, "the producers woke the collector {woken} times in 20 bursts:\n{err}");
     let p = read(&dir.join("b.mprof"));
     assert_eq!(p.lost.events, 0);
     assert_eq!(totals(&p, "burst_site"), (128_000_000.0, 2_000_000.0, 0.0, 0.0));

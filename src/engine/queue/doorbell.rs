@@ -22,7 +22,17 @@
 //! ([`Ctl::consumer_poll`]), and the consumer then sleeps only briefly, without saying so.
 
 use super::{Ctl, Queue};
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Wakes of a sleeping consumer this process made since it began (§6): what
+/// `MEMPROF_TEST_WAITS` has the agent print at exit, for tests that must know the
+/// producers woke the collector.
+static WAKES: AtomicU64 = AtomicU64::new(0);
+
+/// Wakes of a sleeping consumer so far (§6).
+pub(crate) fn consumer_wakes() -> u64 {
+    WAKES.load(Ordering::Relaxed)
+}
 
 impl Queue {
     /// The consumer is about to sleep until `wake_fill` events wait (clamped to the
@@ -111,6 +121,7 @@ fn ring(c: &Ctl, seen: u32) {
     }
     let w = &c.consumer_sleep;
     if w.compare_exchange(seen, seen.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+        WAKES.fetch_add(1, Ordering::Relaxed);
         let saved = crate::sys::errno::SavedErrno::save();
         crate::sys::futex::wake(w, 1);
         saved.restore();

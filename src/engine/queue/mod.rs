@@ -165,6 +165,7 @@ const CTL_MAGIC: u64 = 0x6d70_7136_0000_0001;
 const WAKE_AT_ONCE: u32 = 4;
 
 mod doorbell;
+pub(crate) use doorbell::consumer_wakes;
 mod lost_frees;
 use lost_frees::LostFree;
 pub use lost_frees::LOST_FREES;

@@ -524,11 +524,12 @@ pub(crate) fn finish() {
 
 /// With `MEMPROF_UNWIND_CHECK=1`: the DWARF walks checked against framehop alone, how many
 /// differed, and how many captures fell back to libgcc; with `MEMPROF_TEST_WAITS=1`, how
-/// the waits for room went.
+/// the waits for room went and how often the collector was woken.
 fn report_unwind_check() {
     if getenv(env::ENV_TEST_WAITS) == Some("1") {
         let (slept, spun) = crate::engine::push::waits();
         say(&format!("waits for room: {slept} slept, {spun} spun"));
+        say(&format!("collector woken: {} times", crate::engine::queue::consumer_wakes()));
     }
     if getenv(env::ENV_UNWIND_CHECK) == Some("1") {
         let (walks, differed) = crate::engine::callstack::unwind_check_stats();

@@ -6,8 +6,8 @@
 //! queue half full is followed by the next at once, one that drained more than a sixteenth
 //! of one by the next a millisecond later, one that drained less two milliseconds later;
 //! the producers are not asked to wake it (they make no system call), and one that waits
-//! for room is drained within those milliseconds. A pass that drained nothing is followed
-//! by a sleep on every attached queue's word (`engine::queue` §6), the producers asked to
+//! for room is drained within those milliseconds. The second pass in a row that drained
+//! nothing is followed by a sleep on every attached queue's word (`engine::queue` §6), the producers asked to
 //! wake it once a sixteenth of the queue waits, on the ring directory's bell (`record/ring`
 //! §7: a new ring is ready), and on words of this process ([`Wake`]: `record` stops the
 //! collector, or has seen its program end; a `--serve` request wants a copy of the
@@ -84,6 +84,8 @@ pub(super) struct Sleep {
     seen: Vec<u32>,
     /// `futex_waitv` was refused (§8): sleeps of [`POLL_NS`].
     polling: bool,
+    /// Passes in a row that drained nothing.
+    empty: u32,
 }
 
 /// What a pass found, for the sleep after it.
@@ -113,7 +115,7 @@ impl Pass {
 impl Sleep {
     /// Sleeps on the bell `bell` (when the directory has one) and on this process's words.
     pub(super) fn new(bell: Option<&'static AtomicU32>) -> Sleep {
-        Sleep { bell, seen: Vec::new(), polling: false }
+        Sleep { bell, seen: Vec::new(), polling: false, empty: 0 }
     }
 
     /// True when the bell or one of `words` moved since the last sleep (a look is due).
@@ -138,11 +140,14 @@ impl Sleep {
         pass: &Pass,
         now: u64,
     ) {
+        self.empty = if pass.drained > 0 { 0 } else { self.empty.saturating_add(1) };
         if pass.fullest >= 0.5 {
             return;
         }
-        // Events came: the next pass follows shortly, the queues not slept on (§8).
-        let flowing = pass.drained > 0;
+        // Events came, or came until the pass before: the next pass follows shortly, the
+        // queues not slept on (§8). (A queue just drained empty is often filled again at
+        // once, by producers that waited for the room this drain made.)
+        let flowing = self.empty < 2;
         let mut timeout = pass.due.saturating_sub(now).min(HEARTBEAT_EVERY_NS);
         if flowing {
             timeout = timeout.min(if pass.fullest >= 1.0 / 16.0 { BUSY_NS } else { POLL_NS });
