@@ -15,6 +15,7 @@ use crate::profile::replay::{parse_duration, parse_moment, Window};
 use crate::profile::site::SiteSkip;
 use crate::profile::symbolize::Loaders;
 use crate::profile::Profile;
+use crate::record::command::bundled::Bundled;
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use std::path::PathBuf;
 
@@ -114,8 +115,13 @@ fn site_skip(patterns: &[String]) -> Result<SiteSkip, Error> {
 /// stderr; `recorded`: just recorded (their symbols are resolved and written into them).
 pub fn read_profiles(files: &[PathBuf], recorded: bool) -> Result<(Profile, Vec<String>), Error> {
     let options = LoadOptions { recorded, timeline: false };
-    read_profiles_folded(files, options, &mut Loaders::default(), Vec::new())
-        .map(|(p, l, _)| (p, l))
+    read_profiles_folded(
+        files,
+        options,
+        &mut Loaders::cached(Bundled::symbol_cache_dir()),
+        Vec::new(),
+    )
+    .map(|(p, l, _)| (p, l))
 }
 
 /// [`read_profiles`] with `options`, the profiles of some files already folded (`memprof
@@ -155,8 +161,12 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
     // Before anything is read or written: a recording is never replaced by its report.
     outputs.check_not_inputs(&files)?;
     let options = LoadOptions { recorded: false, timeline: outputs.whole_recording() };
-    let (mut profile, _, processes) =
-        read_profiles_folded(&files, options, &mut Loaders::default(), Vec::new())?;
+    let (mut profile, _, processes) = read_profiles_folded(
+        &files,
+        options,
+        &mut Loaders::cached(Bundled::symbol_cache_dir()),
+        Vec::new(),
+    )?;
     profile.site_skip = skip;
     check_view(&profile, args.view)?;
     let window = report_window(args, &profile)?;
@@ -334,7 +344,7 @@ pub fn diff(args: &DiffRequest) -> Result<(), Error> {
     let view: View = args.view.parse()?;
     let skip = site_skip(&args.site_skip)?;
     args.outputs.0.check_not_inputs(&[args.base.clone(), args.new.clone()])?;
-    let mut loaders = Loaders::default();
+    let mut loaders = Loaders::cached(Bundled::symbol_cache_dir());
     let mut read = |file: &PathBuf| -> Result<Profile, Error> {
         let one = std::slice::from_ref(file);
         let options = LoadOptions::default();

@@ -53,11 +53,15 @@
 //!   names read from their prefix), every other name kept as it is;
 //! - `offline.rs`: addresses resolved from the recorded modules' files, and `Loaders` (each file opened once per run);
 //! - `debug_file.rs`: where an object's separate debug file is looked for;
-//! - `stripped.rs`: the notes on objects whose frames stayed unnamed.
+//! - `stripped.rs`: the notes on objects whose frames stayed unnamed;
+//! - `cache.rs`: the frames resolved for each offset of a build, kept on disk by build id
+//!   so that the next run of the same program reads no DWARF for them.
 //!
 //! The frames' names themselves (trimming, [`TRUNCATED`], [`FrameLocation`]) are
 //! `profile/frame.rs`'s, which the site rules read too.
 
+#[cfg(feature = "report")]
+mod cache;
 #[cfg(feature = "report")]
 mod debug_file;
 mod elf;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::cache::SymbolCache;
 use super::debug_file::debug_candidates;
 use super::names::demangle;
 use crate::profile::object_file::ObjectFile;
@@ -30,7 +31,30 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
 pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
     let mut notes = Vec::new();
-    for (i, addrs) in by_module {
+    // Out of `loaders` while they are borrowed; put back at the end.
+    let mut cache = loaders.cache.take();
+    for (i, mut addrs) in by_module {
+        let module = &profile.modules[i];
+        let (base, build_id) = (module.base, module.build_id.clone());
+        // Offsets resolved by an earlier run of the same build: no file is read for them.
+        if let Some(entry) = cache.as_mut().and_then(|c| c.module(&build_id)) {
+            let before = addrs.len();
+            addrs.retain(|&addr| match entry.get(probe(addr, base)) {
+                Some(chain) => {
+                    if !chain.is_empty() {
+                        profile.symbols.insert(addr, chain.clone());
+                    }
+                    false
+                }
+                None => true,
+            });
+            if let Some(c) = cache.as_mut() {
+                c.hits += (before - addrs.len()) as u64;
+            }
+        }
+        if addrs.is_empty() {
+            continue;
+        }
         let module = &profile.modules[i];
         let loaded = match loaders.for_module(module) {
             Ok(l) => l,
@@ -40,52 +64,78 @@ pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders)
             }
         };
         // The separate debug file has the same addresses as the module.
-        let loaders: Vec<&ObjectFile> = loaded.debug.iter().chain([&loaded.main]).collect();
-        let base = module.base;
-        for addr in addrs {
-            let probe = addr.saturating_sub(1).wrapping_sub(base);
-            let mut chain = Vec::new();
-            for loader in &loaders {
-                if !chain.is_empty() {
-                    break;
-                }
-                let Ok(Some(mut frames)) = loader.find_frames(probe) else {
-                    continue;
-                };
-                while let Ok(Some(frame)) = frames.next() {
-                    // The raw name, demangled by the one rule of every path (`names.rs`):
-                    // not addr2line's, which hands any name to both demanglers.
-                    let Some(raw) = frame.function.as_ref().and_then(|f| f.raw_name().ok()) else {
-                        continue;
-                    };
-                    let (file, line) = match &frame.location {
-                        Some(l) => (l.file.map(str::to_owned), l.line),
-                        None => (None, None),
-                    };
-                    let function = demangle(&raw);
-                    chain.push(Symbol { function, file, line });
-                }
-                // Line-tables-only DWARF names the function without its path: the symbol
-                // table has the full name of the outermost frame's function.
-                if let Some(outer) = chain.last_mut() {
-                    if let Some(full) = loader.find_symbol(probe).map(demangle) {
-                        if qualifies(&outer.function, &full) {
-                            outer.function = full;
-                        }
-                    }
-                }
-            }
-            if chain.is_empty() {
-                if let Some(name) = loaders.iter().find_map(|l| l.find_symbol(probe)) {
-                    chain.push(Symbol { function: demangle(name), file: None, line: None });
-                }
+        let objects: Vec<&ObjectFile> = loaded.debug.iter().chain([&loaded.main]).collect();
+        let mut entry = cache.as_mut().and_then(|c| c.module(&build_id));
+        for &addr in &addrs {
+            let chain = resolve_one(&objects, probe(addr, base));
+            if let Some(e) = entry.as_deref_mut() {
+                e.insert(probe(addr, base), &chain);
             }
             if !chain.is_empty() {
                 profile.symbols.insert(addr, chain);
             }
         }
+        if let Some(c) = cache.as_mut() {
+            c.misses += addrs.len() as u64;
+        }
     }
+    if let Some(c) = cache.as_mut() {
+        c.flush();
+        if std::env::var_os("MEMPROF_DEBUG_SYMBOL_CACHE").is_some() {
+            eprintln!("memprof: symbol cache: {} from the cache, {} resolved", c.hits, c.misses);
+        }
+    }
+    loaders.cache = cache;
     notes
+}
+
+/// The address looked up for return address `addr` of a module loaded at `base`: the
+/// call's own (`addr - 1`), as an offset into the object (what the cache is keyed by).
+fn probe(addr: u64, base: u64) -> u64 {
+    addr.saturating_sub(1).wrapping_sub(base)
+}
+
+/// The inline chain (innermost first) of `probe` in the first of `objects` that names
+/// it: DWARF's frames, the outermost named in full from the symbol table; else the
+/// symbol table's name alone; empty when nothing names it.
+fn resolve_one(objects: &[&ObjectFile], probe: u64) -> Vec<Symbol> {
+    let mut chain = Vec::new();
+    for loader in objects {
+        if !chain.is_empty() {
+            break;
+        }
+        let Ok(Some(mut frames)) = loader.find_frames(probe) else {
+            continue;
+        };
+        while let Ok(Some(frame)) = frames.next() {
+            // The raw name, demangled by the one rule of every path (`names.rs`): not
+            // addr2line's, which hands any name to both demanglers.
+            let Some(raw) = frame.function.as_ref().and_then(|f| f.raw_name().ok()) else {
+                continue;
+            };
+            let (file, line) = match &frame.location {
+                Some(l) => (l.file.map(str::to_owned), l.line),
+                None => (None, None),
+            };
+            let function = demangle(&raw);
+            chain.push(Symbol { function, file, line });
+        }
+        // Line-tables-only DWARF names the function without its path: the symbol table
+        // has the full name of the outermost frame's function.
+        if let Some(outer) = chain.last_mut() {
+            if let Some(full) = loader.find_symbol(probe).map(demangle) {
+                if qualifies(&outer.function, &full) {
+                    outer.function = full;
+                }
+            }
+        }
+    }
+    if chain.is_empty() {
+        if let Some(name) = objects.iter().find_map(|l| l.find_symbol(probe)) {
+            chain.push(Symbol { function: demangle(name), file: None, line: None });
+        }
+    }
+    chain
 }
 
 /// True when `full` (a symbol table's name) is the full path of the DWARF name `short`, a
@@ -133,6 +183,8 @@ pub(super) fn unnamed_by_module(profile: &Profile) -> std::collections::BTreeMap
 #[derive(Default)]
 pub(crate) struct Loaders {
     by_path: HashMap<String, Loaded>,
+    /// Frames resolved by earlier runs, by build id (`cache.rs`); none unless asked for.
+    cache: Option<SymbolCache>,
 }
 
 struct Loaded {
@@ -144,14 +196,29 @@ struct Loaded {
 
 impl std::fmt::Debug for Loaders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loaders").field("paths", &self.by_path.keys()).finish()
+        f.debug_struct("Loaders")
+            .field("paths", &self.by_path.keys())
+            .field("cache", &self.cache)
+            .finish()
     }
 }
 
 impl Loaders {
+    /// Loaders that take frames from, and add them to, the symbol cache in `dir` (a
+    /// private directory the caller has checked: `cache.rs` §2); `None`: no cache.
+    pub fn cached(dir: Option<std::path::PathBuf>) -> Loaders {
+        Loaders { by_path: HashMap::new(), cache: dir.map(SymbolCache::new) }
+    }
+
     /// Reads the symbols of the object at `path` unless they are loaded; an object that
-    /// cannot be read is skipped (resolution reports it).
+    /// cannot be read is skipped (resolution reports it), and one whose build has frames
+    /// in the cache is left until an offset the cache lacks needs it.
     pub fn load(&mut self, path: &str) {
+        if let Some(cache) = &self.cache {
+            if super::elf::build_id(Path::new(path)).is_some_and(|id| cache.knows(&id)) {
+                return;
+            }
+        }
         if let std::collections::hash_map::Entry::Vacant(e) = self.by_path.entry(Self::key(path)) {
             if let Ok(l) = Self::read(path) {
                 e.insert(l);

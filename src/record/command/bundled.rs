@@ -61,6 +61,8 @@ const STALE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// pruning removes only what no run has used.
 const REFRESH: Duration = Duration::from_secs(24 * 3600);
 const PREFIX: &str = "libmemprof_preload-";
+/// Set (to anything but `0`), `record`, `attach` and `report` keep no symbol cache.
+pub(crate) const ENV_NO_SYMBOL_CACHE: &str = "MEMPROF_NO_SYMBOL_CACHE";
 
 /// A preload library carried as bytes (see the module doc).
 #[derive(Clone, Copy, Debug)]
@@ -143,6 +145,21 @@ impl Bundled {
             dirs.push(r.join("memprof"));
         }
         dirs
+    }
+
+    /// The directory of the symbol cache (`profile/symbolize/cache.rs`): `symbols` inside
+    /// the first of [`Bundled::cache_dirs`] that is private as the library's directory
+    /// must be (§2), created with mode 0700; `None` when none is, or when
+    /// `MEMPROF_NO_SYMBOL_CACHE` is set to anything but `0` or nothing (no cache).
+    pub(crate) fn symbol_cache_dir() -> Option<PathBuf> {
+        let off = std::env::var_os(ENV_NO_SYMBOL_CACHE).is_some_and(|v| !v.is_empty() && v != "0");
+        if off {
+            return None;
+        }
+        Self::cache_dirs()
+            .into_iter()
+            .map(|d| d.join("symbols"))
+            .find(|d| private_dir(d, 0o700).is_ok())
     }
 
     /// Installs the library in the first of [`Bundled::cache_dirs`] that works, else in a

@@ -67,7 +67,9 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     if let Some(server) = server {
         server.stop();
     }
-    let mut loaders = warm.and_then(|t| t.join().ok()).unwrap_or_default();
+    let mut loaders = warm
+        .and_then(|t| t.join().ok())
+        .unwrap_or_else(|| Loaders::cached(Bundled::symbol_cache_dir()));
     let mut run = run?;
     // The program's name as the notes and messages show it: escaped for the terminal.
     let shown = printable_os(program);
@@ -441,7 +443,8 @@ pub(super) fn serve_published(
     published: std::sync::Arc<Published>,
 ) -> Result<crate::serve::Running, Error> {
     let bound = crate::serve::Server::bind(addr)?;
-    let mirror = std::sync::Mutex::new((Profile::default(), Loaders::default()));
+    let loaders = Loaders::cached(Bundled::symbol_cache_dir());
+    let mirror = std::sync::Mutex::new((Profile::default(), loaders));
     let handler = crate::serve::Handler::new(move || {
         let mut guard = mirror.lock().unwrap_or_else(|p| p.into_inner());
         let (profile, loaders) = &mut *guard;
@@ -523,7 +526,7 @@ pub(super) fn warm_symbols(
     first: Option<String>,
     modules: &std::sync::mpsc::Receiver<String>,
 ) -> Loaders {
-    let mut loaders = Loaders::default();
+    let mut loaders = Loaders::cached(Bundled::symbol_cache_dir());
     for path in first.into_iter().chain(modules.iter()) {
         loaders.load(&path);
     }

@@ -479,7 +479,8 @@ fn report(
     skip: crate::profile::site::SiteSkip,
     unreached: Option<String>,
 ) -> Result<(), Error> {
-    let mut loaders = crate::profile::symbolize::Loaders::default();
+    let dir = crate::record::command::bundled::Bundled::symbol_cache_dir();
+    let mut loaders = crate::profile::symbolize::Loaders::cached(dir);
     let files = vec![output.to_path_buf()];
     let options = LoadOptions { recorded: true, timeline: true };
     let (mut profile, labels, processes) =
