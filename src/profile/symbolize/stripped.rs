@@ -2,7 +2,7 @@
 //! and which package would have one.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::debug_file::{debug_candidates, debug_file};
 use super::elf::{build_id, naming};
@@ -17,11 +17,10 @@ use crate::profile::Profile;
 /// tables miss a few addresses are not named.
 pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
-    let mut notes = Vec::new();
-    let mut stripped: Vec<(&str, Option<String>)> = Vec::new();
-    let mut packages = HashMap::new();
+    // The stripped objects first, then one question to dpkg for all of them (each
+    // `dpkg-query` reads its whole database: a tenth of a second).
+    let mut found: Vec<(usize, usize, bool)> = Vec::new();
     for (i, addrs) in by_module {
-        let frames = addrs.len();
         let module = &profile.modules[i];
         let path = Path::new(&module.path);
         if !module.build_id.is_empty() && build_id(path).as_deref() != Some(&module.build_id[..]) {
@@ -31,7 +30,17 @@ pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
         if n.symtab || n.debug_info || debug_file(path).is_some() {
             continue;
         }
-        let what = if n.dynsym {
+        found.push((i, addrs.len(), n.dynsym));
+    }
+    let paths: Vec<&Path> =
+        found.iter().map(|&(i, ..)| Path::new(&profile.modules[i].path)).collect();
+    let packages = debian_packages(&paths);
+    let mut notes = Vec::new();
+    let mut stripped: Vec<(&str, Option<String>)> = Vec::new();
+    for (i, frames, dynsym) in found {
+        let module = &profile.modules[i];
+        let path = Path::new(&module.path);
+        let what = if dynsym {
             "has no symbols but its exported ones (stripped)"
         } else {
             "has no symbols (stripped)"
@@ -44,14 +53,16 @@ pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
             let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
             format!("no debug file at {}", list.join(" nor "))
         };
-        let hint = debian_package_cached(&mut packages, path)
+        let package = package_of(&packages, path);
+        let hint = package
+            .as_ref()
             .map(|p| format!(" (Debian: apt install {p}-dbgsym, from the debug archive)"))
             .unwrap_or_default();
         notes.push(format!(
             "{} {what}: {frames} frame{s} shown as offsets; {looked}{hint}",
             module.path
         ));
-        stripped.push((module.path.as_str(), debian_package_cached(&mut packages, path)));
+        stripped.push((module.path.as_str(), package));
     }
     // A process tree (a compiler driver and its passes) can name many: then one line.
     if notes.len() > MAX_STRIPPED_NOTES {
@@ -79,33 +90,48 @@ pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
 /// Above this many stripped objects, [`unresolved_objects`] says it in one line.
 const MAX_STRIPPED_NOTES: usize = 3;
 
-/// [`debian_package`], asked once per path.
-fn debian_package_cached(
-    cache: &mut HashMap<std::path::PathBuf, Option<String>>,
-    path: &Path,
-) -> Option<String> {
-    cache.entry(path.to_owned()).or_insert_with(|| debian_package(path)).clone()
+/// The package of `path` in `packages` ([`debian_packages`]), by its name or its
+/// canonical name.
+fn package_of(packages: &HashMap<PathBuf, String>, path: &Path) -> Option<String> {
+    packages.get(path).or_else(|| packages.get(&std::fs::canonicalize(path).ok()?)).cloned()
 }
 
-/// The Debian package that installed `path`, when `dpkg-query` knows it.
-fn debian_package(path: &Path) -> Option<String> {
-    let query = |p: &Path| -> Option<String> {
-        let out = std::process::Command::new("dpkg-query")
-            .arg("-S")
-            .arg(p)
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8(out.stdout).ok()?;
-        let line = text.lines().next()?;
-        let (package, _) = line.split_once(": ")?;
-        // `libc6:amd64` → `libc6`; a diversion or a list of packages is not a name.
-        let package = package.split(':').next()?.trim();
-        (out.status.success()
-            && !package.is_empty()
-            && package.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
-        .then(|| package.to_owned())
+/// The Debian packages that installed `paths` (each also by its canonical name), from one
+/// `dpkg-query -S`, by the path dpkg names; paths it does not know are left out.
+fn debian_packages(paths: &[&Path]) -> HashMap<PathBuf, String> {
+    let mut asked: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        asked.push(p.to_path_buf());
+        asked.extend(std::fs::canonicalize(p).ok().filter(|c| c != p));
+    }
+    asked.sort();
+    asked.dedup();
+    let mut out = HashMap::new();
+    if asked.is_empty() {
+        return out;
+    }
+    // It exits non-zero when any path is unknown, and still names the others.
+    let Ok(done) = std::process::Command::new("dpkg-query")
+        .arg("-S")
+        .args(&asked)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return out;
     };
-    query(path).or_else(|| query(&std::fs::canonicalize(path).ok()?))
+    for line in String::from_utf8_lossy(&done.stdout).lines() {
+        if line.starts_with("diversion ") {
+            continue;
+        }
+        let Some((package, file)) = line.split_once(": ") else { continue };
+        // `libc6:amd64` → `libc6`; a list of packages is not a name.
+        let Some(package) = package.split(':').next().map(str::trim) else { continue };
+        let plain = !package.is_empty()
+            && package.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+        if plain {
+            out.insert(PathBuf::from(file), package.to_owned());
+        }
+    }
+    out
 }
