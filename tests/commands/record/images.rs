@@ -76,7 +76,13 @@ fn offline_symbols_come_only_from_the_binary_that_ran() {
     // As a profile whose process died before its symbols were written.
     strip_symbols(&file);
 
-    let report = || Command::new(MEMPROF).arg("report").arg(&file).output().unwrap();
+    // The files alone, without the symbol cache (which keeps the frames of the build that
+    // ran, by its build id: checked last).
+    let report = || {
+        let mut c = Command::new(MEMPROF);
+        c.env("MEMPROF_NO_SYMBOL_CACHE", "1").arg("report").arg(&file);
+        c.output().unwrap()
+    };
     build("ffeeddccbbaa99887766554433221100");
     let out = report();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -87,6 +93,22 @@ fn offline_symbols_come_only_from_the_binary_that_ran() {
     );
     assert!(!text(&out.stdout).contains("small_site"), "no name from the rebuilt program");
     assert!(text(&out.stdout).contains("sites+0x"), "module+offset instead");
+
+    // The symbol cache names the frames of the build that ran, whatever the file is now.
+    build("ffeeddccbbaa99887766554433221100");
+    let cache = dir.join("cache");
+    let cached = || {
+        let mut c = Command::new(MEMPROF);
+        c.env("XDG_CACHE_HOME", &cache).arg("report").arg(&file);
+        c.output().unwrap()
+    };
+    build(first);
+    assert!(text(&cached().stdout).contains("small_site"), "the cache filled");
+    strip_symbols(&file);
+    build("ffeeddccbbaa99887766554433221100");
+    let out = cached();
+    assert!(out.status.success() && text(&out.stdout).contains("small_site"));
+    assert!(!text(&out.stderr).contains("has changed"), "no file read: {}", text(&out.stderr));
 
     build(first);
     let out = report();
@@ -197,6 +219,66 @@ fn exec_keeps_what_the_image_allocated() {
     }
 }
 
+/// The symbol cache: a second run of the same program takes every frame from the cache
+/// (`MEMPROF_DEBUG_SYMBOL_CACHE` counts them) and names them exactly as the first run's
+/// fresh resolution did; a cache whose files are cut short is a miss, resolved again to
+/// the same names; `MEMPROF_NO_SYMBOL_CACHE=1` reads and writes none.
+#[test]
+fn a_second_run_names_its_frames_from_the_symbol_cache() {
+    let dir = scratch("symbol-cache");
+    let cache = dir.join("cache");
+    let run = |out: &str, env: &[(&str, &str)]| {
+        let o = Command::new(MEMPROF)
+            .current_dir(&dir)
+            .env("XDG_CACHE_HOME", &cache)
+            .env("MEMPROF_DEBUG_SYMBOL_CACHE", "1")
+            .envs(env.iter().copied())
+            .args(["record", "--interval", "1", "-o", out, "--"])
+            .arg(fixture("sites"))
+            .output()
+            .unwrap();
+        assert_ok(&o, 0);
+        let err = text(&o.stderr);
+        let counts = err.lines().find_map(|l| {
+            let rest = l.strip_prefix("memprof: symbol cache: ")?;
+            let (hits, rest) = rest.split_once(" from the cache, ")?;
+            let misses = rest.strip_suffix(" resolved")?;
+            Some((hits.parse::<u64>().ok()?, misses.parse::<u64>().ok()?))
+        });
+        // Every chain of the profile as written, whatever the addresses (ASLR).
+        let p = Profile::read_file(&dir.join(out)).unwrap();
+        let mut chains: Vec<_> = p.symbols.values().cloned().collect();
+        chains.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        (counts, chains)
+    };
+    let (first, fresh) = run("a.mprof", &[]);
+    let (hits, resolved) = first.expect("the first run counts");
+    assert!(resolved > 0 && hits == 0, "a new cache: {first:?}");
+    assert!(fresh.iter().flatten().any(|s| s.function == "small_site"));
+    let symbols = cache.join("memprof").join("symbols");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&symbols).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "private: {mode:o}");
+
+    let (second, cached) = run("b.mprof", &[]);
+    assert_eq!(second, Some((resolved, 0)), "every frame from the cache");
+    assert_eq!(cached, fresh, "the cache names frames as a fresh resolution does");
+
+    // Every file cut in half: misses, resolved again.
+    for e in std::fs::read_dir(&symbols).unwrap() {
+        let path = e.unwrap().path();
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
+    }
+    let (third, again) = run("c.mprof", &[]);
+    assert_eq!(third, Some((0, resolved)), "damaged files are misses");
+    assert_eq!(again, fresh);
+
+    let (off, plain) = run("d.mprof", &[("MEMPROF_NO_SYMBOL_CACHE", "1")]);
+    assert_eq!(off, None, "no cache: {off:?}");
+    assert_eq!(plain, fresh);
+}
+
 /// A copy of `memprof` alone in a directory of its own, with none of the build's files
 /// beside it (what `cargo install` or copying `target/release/memprof` gives), run from
 /// another directory: `record` writes the library it carries to the cache directory, runs
@@ -228,8 +310,12 @@ fn a_lone_copy_of_the_executable_records() {
     let cache = root.join("cache");
     let out = run(&cache, "a.mprof");
     assert_ok(&out, 0);
-    let libs: Vec<PathBuf> =
-        std::fs::read_dir(cache.join("memprof")).unwrap().map(|e| e.unwrap().path()).collect();
+    // The library's files (the symbol cache's directory is beside them).
+    let libs: Vec<PathBuf> = std::fs::read_dir(cache.join("memprof"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "so"))
+        .collect();
     assert_eq!(libs.len(), 1, "{libs:?}");
     let name = libs[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("libmemprof_preload-") && name.ends_with(".so"), "{name}");
@@ -263,7 +349,8 @@ fn a_lone_copy_of_the_executable_records() {
         let p = read(&work.join(format!("c{i}.mprof")));
         assert_eq!(totals(&p, "leak_site"), (2_331.0, 3.0, 2_331.0, 3.0));
     }
-    assert_eq!(std::fs::read_dir(fresh.join("memprof")).unwrap().count(), 1);
+    let libs = std::fs::read_dir(fresh.join("memprof")).unwrap().map(|e| e.unwrap().path());
+    assert_eq!(libs.filter(|p| p.extension().is_some_and(|e| e == "so")).count(), 1);
 
     // A cache path that cannot be a directory: a private temporary copy, removed afterwards.
     let not_a_dir = root.join("a-file");
