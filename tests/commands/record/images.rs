@@ -246,7 +246,7 @@ fn a_second_run_names_its_frames_from_the_symbol_cache() {
             Some((hits.parse::<u64>().ok()?, misses.parse::<u64>().ok()?))
         });
         // Every chain of the profile as written, whatever the addresses (ASLR).
-        let p = Profile::read_file(&dir.join(out)).unwrap();
+        let p = Profile::read_file(dir.join(out)).unwrap();
         let mut chains: Vec<_> = p.symbols.values().cloned().collect();
         chains.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
         (counts, chains)
