@@ -18,7 +18,7 @@ use crate::profile::Profile;
 pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
     // The stripped objects first, then one question to dpkg for all of them (each
-    // `dpkg-query` reads its whole database: a tenth of a second).
+    // `dpkg-query` reads its whole database, however few paths it is asked about).
     let mut found: Vec<(usize, usize, bool)> = Vec::new();
     for (i, addrs) in by_module {
         let module = &profile.modules[i];
