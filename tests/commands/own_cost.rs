@@ -12,8 +12,8 @@ use crate::common::{text, MEMPROF};
 use crate::programs::{assert_ok, fixture, read, scratch, totals};
 
 /// The CPU time (user + system) and voluntary context switches of a command and every
-/// process it waited for, and its peak resident size (bytes, the largest of them), from
-/// `wait4`; with its stderr.
+/// process it waited for, from `wait4`; memprof's own peak resident size (bytes); with its
+/// stderr.
 struct Cost {
     cpu: Duration,
     sleeps: i64,
@@ -28,6 +28,7 @@ fn cost_of(dir: &Path, args: &[&str]) -> Cost {
     let child = Command::new(MEMPROF)
         .current_dir(dir)
         .args(args)
+        .env("MEMPROF_DEBUG_PEAK", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -47,13 +48,16 @@ fn cost_of(dir: &Path, args: &[&str]) -> Cost {
     let got = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
     assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    Cost {
-        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
-        sleeps: ru.ru_nvcsw,
-        peak_rss: ru.ru_maxrss as u64 * 1024,
-        status,
-        stderr: reader.join().unwrap_or_default(),
-    }
+    let stderr = reader.join().unwrap_or_default();
+    // memprof's own peak, as it read it at its end (`MEMPROF_DEBUG_PEAK`): `ru_maxrss`
+    // keeps the peak of this test process, which it was forked from, and this one runs
+    // beside the whole suite.
+    let peak_rss = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("memprof: own peak resident "))
+        .and_then(|l| l.trim_end_matches(" bytes").parse().ok())
+        .unwrap_or_else(|| panic!("no own peak said:\n{stderr}"));
+    Cost { cpu: tv(ru.ru_utime) + tv(ru.ru_stime), sleeps: ru.ru_nvcsw, peak_rss, status, stderr }
 }
 
 /// `record -- sleep 1`: the whole command (start, the collector, the report that there is

@@ -85,6 +85,9 @@ fn main() {
         }),
         Command::Workload { name, size } => demo::workload(&name, size).map(|()| 0),
     };
+    if std::env::var_os("MEMPROF_DEBUG_PEAK").is_some() {
+        say_own_peak();
+    }
     std::process::exit(match result {
         Ok(code) => code,
         Err(e) => {
@@ -104,4 +107,19 @@ fn big_blocks_mapped() {
     // SAFETY: mallopt only sets a parameter of glibc's allocator; called before this
     // process starts any thread.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
+}
+
+/// `MEMPROF_DEBUG_PEAK=1`: memprof's own peak resident size, to stderr. The kernel's
+/// `VmHWM` belongs to this process's memory since its `exec`; `wait4`'s `ru_maxrss` does
+/// not (it keeps the peak of the parent it was forked from), so a test of memprof's own
+/// memory asks this.
+fn say_own_peak() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(kib) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    {
+        eprintln!("memprof: own peak resident {} bytes", kib * 1024);
+    }
 }

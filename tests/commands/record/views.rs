@@ -197,11 +197,13 @@ fn the_gap_is_read_near_the_peak_and_at_the_end() {
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let held = 150_000.0 * 1008.0;
     let f = |a: &str, b: &str| v[a][b].as_f64().unwrap_or_else(|| panic!("{a}.{b} in {v:#}"));
-    // Sampled at the default interval: the live heap within its interval (and a margin for
-    // the blocks allocated while the mappings were read).
+    // Sampled at the default interval: the live heap within twice its 95 % interval (≈ 3.9
+    // standard errors: a false failure about once in 10,000 runs; the interval alone failed
+    // one run in twenty), with a margin below for the blocks allocated while the mappings
+    // were read.
     let live = f("gap_at_peak", "live_heap_bytes");
     let ci = f("gap_at_peak", "live_heap_ci95_bytes");
-    assert!(live > 0.8 * held - ci && live < held + ci, "{v:#}");
+    assert!(live > 0.8 * held - 2.0 * ci && live < held + 2.0 * ci, "{v:#}");
     assert!(f("gap_at_peak", "resident_bytes") > 0.8 * held, "{v:#}");
     // At the end: one block live, the rest kept by glibc.
     assert!(f("gap", "live_heap_bytes") < f("gap", "live_heap_ci95_bytes") + 1e6, "{v:#}");
