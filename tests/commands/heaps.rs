@@ -58,12 +58,7 @@ fn a_go_program_is_named_and_its_note_kept() {
     let report =
         Command::new(MEMPROF).current_dir(&dir).args(["report", "g.mprof"]).output().unwrap();
     assert!(text(&report.stdout).lines().any(|l| l == note), "{}", text(&report.stdout));
-    let json = Command::new(MEMPROF)
-        .current_dir(&dir)
-        .args(["report", "g.mprof", "--json"])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let v = crate::programs::report_json(&dir, "g.mprof");
     let notes = v["notes"].as_array().unwrap_or_else(|| panic!("{v:#}"));
     assert_eq!(notes.len(), 1, "{v:#}");
     assert_eq!(format!("note: {}", notes[0].as_str().unwrap()), note);

@@ -265,12 +265,7 @@ fn an_oom_kill_is_named_with_its_limit() {
     // The profile says so too, with the limit.
     let e = p.ended.unwrap_or_else(|| panic!("no way of ending in the profile: {err}"));
     assert_eq!((e.how.name(), e.status, e.limit_bytes), ("oom-kill", libc::SIGKILL, 100 << 20));
-    let json = Command::new(MEMPROF)
-        .current_dir(&dir)
-        .args(["report", "g.mprof", "--json"])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let v = crate::programs::report_json(&dir, "g.mprof");
     assert_eq!(v["ended"]["how"], "oom-kill", "{v:#}");
     assert_eq!(v["ended"]["limit_bytes"], 100u64 << 20, "{v:#}");
     assert!(v["rss"]["end_bytes"].as_u64().is_some_and(|b| b > 20 << 20), "{v:#}");

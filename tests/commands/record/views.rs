@@ -189,12 +189,7 @@ fn the_gap_is_read_near_the_peak_and_at_the_end() {
     let dir = scratch("peak-gap");
     let out = record(&dir, &["-o", "p.mprof"], &fixture("peak_then_free"), &[]);
     assert_ok(&out, 0);
-    let json = Command::new(MEMPROF)
-        .current_dir(&dir)
-        .args(["report", "p.mprof", "--json"])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let v = crate::programs::report_json(&dir, "p.mprof");
     let held = 150_000.0 * 1008.0;
     let f = |a: &str, b: &str| v[a][b].as_f64().unwrap_or_else(|| panic!("{a}.{b} in {v:#}"));
     // Sampled at the default interval: the live heap within twice its 95 % interval (≈ 3.9
