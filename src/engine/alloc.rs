@@ -104,8 +104,8 @@ fn record_hit(addr: usize, size: usize, hit: Hit) {
 /// returned, so a concurrent reuse of the address cannot be confused with this block.
 #[inline(always)]
 pub fn on_dealloc(addr: *mut u8) {
-    if let Some(entry) = live::remove_freed(addr as usize) {
-        sample_path::record_free(entry);
+    if let Some(freed) = live::remove_freed(addr as usize) {
+        sample_path::record_free(addr as usize, freed);
     }
 }
 
@@ -113,8 +113,8 @@ pub fn on_dealloc(addr: *mut u8) {
 /// set (the preload library's `free`): the live-table lookup and the event are inlined.
 #[inline(always)]
 pub fn on_dealloc_counted(addr: *mut u8) {
-    if let Some(entry) = live::remove_counted(addr as usize) {
-        sample_path::record_free_inline(entry);
+    if let Some(freed) = live::remove_counted(addr as usize) {
+        sample_path::record_free_inline(addr as usize, freed);
     }
 }
 
@@ -124,7 +124,8 @@ pub struct ReallocPlan {
     /// The sampler's hit for the new size, if any (a sample when `k > 0`; `k == 0` is a
     /// measuring thread's allocation that the session did not sample, `engine::measure`).
     hit: Option<Hit>,
-    /// The old block's sample, taken out of the live table: it dies at the realloc (§4).
+    /// The old block's sample, taken out of the live table (or its free's reading, in a
+    /// session that names frees by address): it dies at the realloc (§4).
     old: Option<Freed>,
 }
 
@@ -201,15 +202,17 @@ fn finish_realloc(
     entry: Option<(usize, usize)>,
 ) {
     if new.is_null() {
-        if let Some(e) = plan.old {
-            sample_path::restore(e.entry, old as usize);
+        // A block named by its address had no event yet: it lives on as it was.
+        if let Some(Freed::Sampled { entry, .. }) = plan.old {
+            sample_path::restore(entry, old as usize);
         }
         return;
     }
     // The old block's sample dies now, before the new block's can be born (its event
-    // then follows the death in the queue, also when the address is the same).
-    if let Some(e) = plan.old {
-        sample_path::record_free(e);
+    // then follows the death in the queue, also when the address is the same). One named
+    // by its address has the reading taken before the real `realloc` (`live` §6).
+    if let Some(freed) = plan.old {
+        sample_path::record_free(old as usize, freed);
     }
     if let Some(hit) = plan.hit {
         realloc_hit(new as usize, new_size, hit, entry);

@@ -79,9 +79,26 @@
 //! the allocation's clock reading, the sampled size and the sample points. They travel
 //! with the death's event ([`Event::death`](crate::engine::queue::Event::death)), so
 //! `memprof record`'s collector keeps no map from sample ids to blocks of its own: in the
-//! exact mode, where every block is sampled, that map held every live block of the
-//! program a second time, outside it. Packed ([`Packed`]), the slot is 40 bytes instead of
-//! 24; the table holds sampled blocks only.
+//! sampled mode the program's table is small (sampled blocks only) and a second map
+//! outside it would double it for nothing. Packed ([`Packed`]), the slot is 40 bytes instead
+//! of 24.
+//!
+//! # 6. The exact mode under a collector: no table
+//! In the exact mode every block is sampled, and the table held every live block of the
+//! program: it doubled the memory of a program with many small blocks (CPython's), and its
+//! insertions and removals, each under a shard's lock, were the largest part of the sample
+//! path. So when the consumer is another process ([`by_address`]: `memprof record`'s or
+//! `attach`'s collector, which keeps the one map from address to block, out of the
+//! program), the exact mode keeps no table: an allocation's event carries its address as
+//! always, and a free's event carries only its address and the clock reading at the free's
+//! start ([`Freed::Unnamed`], `EventKind::Free`). Every counter of the filter is saturated
+//! for the session, so every `free` takes the slow path, which pushes that event. The
+//! collector pairs a free with the block at its address that was allocated before it (its
+//! allocation's reading is not later than the free's); a free it finds no such block for is
+//! of a block it never saw (allocated before the session, or lost) or one already ended by
+//! a reuse of its address (a `realloc`'s free is pushed once the real `realloc` returned,
+//! with the reading taken before it, and another thread may have been given the address
+//! and pushed its allocation first: the new allocation then ends the old block).
 
 pub use crate::engine::entry::Entry;
 use core::cell::{Cell, UnsafeCell};
@@ -450,6 +467,47 @@ fn wake_one(shard: &Shard) {
 /// Set once any counter has saturated (then `clear` must sweep the whole filter).
 static SATURATED: AtomicBool = AtomicBool::new(false);
 
+/// The session names its frees by address and keeps no table (§6).
+static BY_ADDRESS: AtomicBool = AtomicBool::new(false);
+
+/// Whether a session of mean interval `interval` whose consumer is in another process
+/// (`external`) names its frees by address and keeps no table (§6): an exact one. The
+/// collector asks the same question of the ring's settings.
+pub(crate) fn names_by_address(interval: f64, external: bool) -> bool {
+    external && interval <= 1.0
+}
+
+/// Whether the session names its frees by address and keeps no table (§6).
+#[inline(always)]
+pub(crate) fn by_address() -> bool {
+    BY_ADDRESS.load(Ordering::Relaxed)
+}
+
+/// Starts (`true`) or ends naming frees by address (§6). Started before the session
+/// samples, with the table empty: every counter is saturated, so every free reaches the
+/// slow path; ended before `clear`, which then sweeps them.
+pub(crate) fn name_by_address(on: bool) {
+    BY_ADDRESS.store(on, Ordering::Relaxed);
+    if on {
+        for c in FILTER.iter() {
+            c.store(u8::MAX, Ordering::Relaxed);
+        }
+        SATURATED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A free when frees are named by address (§6): its clock reading, or `None` when the
+/// process is a child that no fork handler told of and the parent's session cannot be
+/// left here (`forked` §2).
+#[cold]
+#[inline(never)]
+fn unnamed(time: u64) -> Option<Freed> {
+    if crate::engine::forked::unhandled() && !crate::engine::forked::handle() {
+        return None;
+    }
+    Some(Freed::Unnamed { time })
+}
+
 /// Counts a block in at counter `i`; the caller holds the lock of `i`'s shard, which
 /// serialises every update of the counter (§2).
 #[inline(always)]
@@ -574,15 +632,18 @@ pub fn remove_freed(addr: usize) -> Option<Freed> {
 #[inline(never)]
 fn remove_freed_slow(addr: usize, fi: usize) -> Option<Freed> {
     let time = crate::engine::clock::now();
+    if BY_ADDRESS.load(Ordering::Relaxed) {
+        return unnamed(time);
+    }
     let found = remove_at(addr, fi);
     // A block a measuring thread counts raised its counter too.
     if let Some(hook) = MARKED_FREE.with(Cell::get) {
         hook(addr);
     }
-    found.map(|entry| Freed { entry, time })
+    found.map(|entry| Freed::Sampled { entry, time })
 }
 
-/// A sampled block taken out of the table by its free, and the clock reading at the free's
+/// A block's free as the sample path reports it, with the clock reading at the free's
 /// start. The reading is taken before the shard's lock, not after: under hundreds of threads
 /// on a few cores the lock's holder can be preempted for hundreds of milliseconds, and a
 /// death stamped after that wait would keep the block live, in the profile, for as long.
@@ -590,11 +651,20 @@ fn remove_freed_slow(addr: usize, fi: usize) -> Option<Freed> {
 /// estimate would count sampled blocks as longer-lived than the program's blocks are, and
 /// read high: the calibration suite's churn under load showed peaks twice the truth.
 #[derive(Clone, Copy, Debug)]
-pub struct Freed {
-    /// The block's table entry.
-    pub entry: Entry,
-    /// The clock reading ([`crate::engine::clock::now`]) at the free's start.
-    pub time: u64,
+pub enum Freed {
+    /// A sampled block taken out of the table: its entry names it.
+    Sampled {
+        /// The block's table entry.
+        entry: Entry,
+        /// The clock reading ([`crate::engine::clock::now`]) at the free's start.
+        time: u64,
+    },
+    /// A block of a session that names its frees by address (§6): the collector finds
+    /// the block from its address.
+    Unnamed {
+        /// The clock reading at the free's start.
+        time: u64,
+    },
 }
 
 thread_local! {
@@ -638,7 +708,10 @@ pub(crate) fn unmark(addr: usize) {
 #[inline(always)]
 pub fn remove_counted(addr: usize) -> Option<Freed> {
     let time = crate::engine::clock::now();
-    remove_at(addr, filter_index(addr)).map(|entry| Freed { entry, time })
+    if BY_ADDRESS.load(Ordering::Relaxed) {
+        return unnamed(time);
+    }
+    remove_at(addr, filter_index(addr)).map(|entry| Freed::Sampled { entry, time })
 }
 
 /// Removes `addr`'s entry. From a signal handler that interrupted this thread inside the

@@ -157,10 +157,7 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
     // A free does not wait: the table takes it at once and the consumer replays it at its
     // own time, where a wait would leave its block live in the profile's stream for as long
     // as this thread then took to run again (`queue` §3).
-    if event.kind == EventKind::Dealloc
-        && DEFER_FREES.load(Ordering::Relaxed)
-        && q.defer_free(event)
-    {
+    if event.is_free() && DEFER_FREES.load(Ordering::Relaxed) && q.defer_free(event) {
         return Some(event.time_ns);
     }
     // A signal handler whose thread's own push holds the consumer up: no wait frees room.
@@ -176,7 +173,7 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
     }
     // A free that did not fit: kept for the consumer to replay, so that its block does not
     // stay live forever in the profile (`queue` §3).
-    if event.kind == EventKind::Dealloc {
+    if event.is_free() {
         q.keep_lost_free(event);
     }
     None
@@ -318,6 +315,17 @@ pub(crate) fn push_death(entry: &Entry, time: u64) {
         return;
     };
     push_frameless(q, Event::death(entry, time));
+}
+
+/// Queues the free, at clock reading `time`, of the block at `addr`, named by its address
+/// (`live` §6), in the sampler's session.
+#[inline(always)]
+pub(crate) fn push_unnamed_free(addr: usize, time: u64) {
+    let Some(q) = queue() else {
+        return;
+    };
+    let epoch = crate::engine::sampler::EPOCH.load(Ordering::Relaxed);
+    push_frameless(q, Event::free_at(addr, epoch, time));
 }
 
 /// Pushes an event without frames (a death).

@@ -33,7 +33,7 @@ use crate::engine::callstack::{self, Captured};
 use crate::engine::clock;
 use crate::engine::live::{self, Entry, Freed, Insert};
 use crate::engine::lost::skipped;
-use crate::engine::push::{push_alloc, push_death};
+use crate::engine::push::{push_alloc, push_death, push_unnamed_free};
 use crate::engine::queue::{Event, EventKind};
 use crate::engine::sampler::Hit;
 use crate::sys::errno::SavedErrno;
@@ -91,6 +91,26 @@ pub(crate) fn record_alloc_inline(
         }
         let id = hit.id;
         let truncated = frames.truncated();
+        if live::by_address() {
+            // No table: the collector keeps the block by its address (`live` §6). The
+            // clock is read once the block is the program's (the real allocation ran), so
+            // a free of the address before this one has an earlier reading.
+            let event = Event {
+                kind: EventKind::Alloc,
+                epoch: hit.epoch,
+                id,
+                thread: hit.thread,
+                label: crate::engine::label::current(),
+                time_ns: clock::now(),
+                addr,
+                size,
+                k: hit.k,
+                truncated,
+            };
+            let _ = push_alloc(q, event, frames.frames());
+            saved.restore();
+            return;
+        }
         // What the block's free will name (`live` §5); only a consumer in another process
         // reads the stack's key (one in this process keeps a token per block).
         let stack = match q.is_external() {
@@ -141,13 +161,14 @@ pub(crate) fn record_alloc_inline(
     saved.restore();
 }
 
-/// Queues the death of a sampled block, at the clock reading its free took before the
-/// table's lock ([`Freed`]). Keeps errno: it pushes, which neither allocates nor touches
-/// errno (a full queue's wait restores it, see [`push_full`]), so it needs no errno saved.
+/// Queues the free of the block at `addr`, at the clock reading its free took before the
+/// table's lock ([`Freed`]): a sampled block's death, or a free named by its address
+/// (`live` §6). Keeps errno: it pushes, which neither allocates nor touches errno (a full
+/// queue's wait restores it, see [`push_full`]), so it needs no errno saved.
 #[cold]
 #[inline(never)]
-pub(crate) fn record_free(freed: Freed) {
-    record_free_inline(freed)
+pub(crate) fn record_free(addr: usize, freed: Freed) {
+    record_free_inline(addr, freed)
 }
 
 /// Queues the death, at clock reading `time`, of a sampled block.
@@ -159,8 +180,11 @@ pub(crate) fn record_death(entry: Entry, time: u64) {
 /// [`record_free`], inlined: for a caller that is a slow path already (the preload
 /// library's `free` of a block whose filter counter is set).
 #[inline(always)]
-pub(crate) fn record_free_inline(freed: Freed) {
-    record_death(freed.entry, freed.time)
+pub(crate) fn record_free_inline(addr: usize, freed: Freed) {
+    match freed {
+        Freed::Sampled { entry, time } => record_death(entry, time),
+        Freed::Unnamed { time } => push_unnamed_free(addr, time),
+    }
 }
 
 /// A reallocation failed: the old block, taken out of the table before it, is still live

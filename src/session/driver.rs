@@ -94,8 +94,9 @@ impl<T: Tracker> Drive for Driver<T> {
                     }
                 }
             }
-            // Read by the collector of a shared queue before events reach a driver.
-            EventKind::Side => {}
+            // Read by the collector of a shared queue before events reach a driver; frees
+            // named by address come only through a shared queue too (`live` §6).
+            EventKind::Side | EventKind::Free => {}
         }
     }
 

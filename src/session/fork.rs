@@ -58,6 +58,7 @@ pub(crate) fn fork_child() {
     SESSION_EPOCH.store(0, Ordering::Release);
     // Slots claimed by threads that the child lacks would never be published.
     sample_path::QUEUE.store(core::ptr::null_mut(), Ordering::Release);
+    live::name_by_address(false);
     live::clear();
 }
 
@@ -76,6 +77,7 @@ pub(crate) fn clone_child() -> bool {
     sampler::end();
     sample_path::WAIT_WHEN_FULL.store(false, Ordering::Relaxed);
     SESSION_EPOCH.store(0, Ordering::Release);
+    live::name_by_address(false);
     live::reset_in_child();
     callstack::fork_child();
     // As in `fork_child`, the drain thread (which the child lacks) and the tracker (whose

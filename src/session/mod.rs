@@ -116,6 +116,11 @@ pub(crate) fn start_on<T: Tracker>(
     let _ = q.drain(|_, _| {});
     q.set_limit(config.queue_capacity);
     crate::engine::live::clear();
+    // An exact session under a collector keeps no table (`live` §6).
+    crate::engine::live::name_by_address(crate::engine::live::names_by_address(
+        config.interval,
+        external,
+    ));
     sample_path::UNTRACKED.store(0, Ordering::Relaxed);
     sample_path::DEPTH.store(config.depth, Ordering::Relaxed);
     INTERVAL_BITS.store(config.interval.to_bits(), Ordering::Relaxed);
@@ -471,6 +476,7 @@ impl<T: Tracker> Session<T> {
         }
         let stats = current_stats(Some(c.lost_at_start));
         SESSION_EPOCH.store(0, Ordering::Release);
+        crate::engine::live::name_by_address(false);
         crate::engine::live::clear();
         let mut driver =
             lock(&DRIVER).take().ok_or_else(|| Error::Other("session has no tracker".into()))?;

@@ -138,8 +138,11 @@ fn a_wait_for_a_shard_is_the_profilers_time() {
             let freed = remove_freed(b).expect("b is in the table");
             assert_eq!(crate::sys::errno::errno(), 4242, "errno kept through the wait");
             let released = holder.join().unwrap();
-            assert!(before <= freed.time && freed.time < released, "{freed:?} {released}");
-            assert_eq!(freed.entry.id, 7);
+            let Freed::Sampled { entry, time } = freed else {
+                panic!("a sampled block's free names it: {freed:?}")
+            };
+            assert!(before <= time && time < released, "{freed:?} {released}");
+            assert_eq!(entry.id, 7);
         } else {
             let (done, time) = insert_stamped(a, entry(8, 0));
             let released = holder.join().unwrap();

@@ -16,6 +16,10 @@ pub enum EventKind {
     /// [`crate::record::ring`]): `id` says which, the frames carry its words. Its byte in
     /// a slot stays 3, as when 2 named a move (no longer queued: `alloc` §4).
     Side = 3,
+    /// A block was freed (or reallocated) in a session that names its frees by address
+    /// (`live` §6): `addr` and `time_ns` say which block and when; the consumer, which
+    /// keeps the blocks, finds it.
+    Free = 4,
 }
 
 impl EventKind {
@@ -24,6 +28,7 @@ impl EventKind {
             0 => EventKind::Alloc,
             1 => EventKind::Dealloc,
             3 => EventKind::Side,
+            4 => EventKind::Free,
             _ => return None,
         })
     }
@@ -81,6 +86,31 @@ impl Event {
             k: e.k,
             truncated: false,
         }
+    }
+
+    /// The free, at clock reading `time`, of the block at `addr`, in session `epoch`, named
+    /// by its address only (`live` §6).
+    #[inline(always)]
+    pub(crate) fn free_at(addr: usize, epoch: u64, time: u64) -> Event {
+        Event {
+            kind: EventKind::Free,
+            epoch,
+            id: 0,
+            thread: 0,
+            label: 0,
+            time_ns: time,
+            addr,
+            size: 0,
+            k: 0,
+            truncated: false,
+        }
+    }
+
+    /// Whether the event ends a block (a `Dealloc` or a `Free`): one the queue's table of
+    /// lost frees keeps when it does not fit (`queue` §3).
+    #[inline(always)]
+    pub fn is_free(&self) -> bool {
+        matches!(self.kind, EventKind::Dealloc | EventKind::Free)
     }
 
     /// The stack key of a `Dealloc`'s block (see [`Event`]).

@@ -18,6 +18,9 @@ const FREE_WRITING: u64 = 1;
 const FREE_PUBLISHED: u64 = 2;
 /// [`LostFree::state`]: a consumer is reading the entry.
 const FREE_TAKING: u64 = 3;
+/// [`LostFree::state`]: written, waiting for the consumer, and a free named by its address
+/// (an `EventKind::Free`, `live` §6) rather than a death.
+const FREE_PUBLISHED_UNNAMED: u64 = 4;
 
 /// One entry of the lost-free table: a free the ring refused. Atomics only (the table may
 /// be shared with another process), zero (empty) in a fresh block.
@@ -27,7 +30,8 @@ pub(super) struct LostFree {
     epoch: AtomicU64,
     id: AtomicU64,
     time: AtomicU64,
-    /// The block as [`Event::death`] names it.
+    /// The block as [`Event::death`] names it (for an unnamed free: `alloc` holds the
+    /// block's address, the rest is 0).
     stack: AtomicU64,
     alloc: AtomicU64,
     size: AtomicU64,
@@ -101,7 +105,11 @@ impl Queue {
                 e.alloc.store(death.addr as u64, Ordering::Relaxed);
                 e.size.store(death.size as u64, Ordering::Relaxed);
                 e.k.store(death.k, Ordering::Relaxed);
-                e.state.store(FREE_PUBLISHED, Ordering::Release);
+                let published = match death.kind {
+                    super::EventKind::Free => FREE_PUBLISHED_UNNAMED,
+                    _ => FREE_PUBLISHED,
+                };
+                e.state.store(published, Ordering::Release);
                 c.lost_frees_waiting.fetch_add(1, Ordering::Release);
                 return true;
             }
@@ -110,7 +118,7 @@ impl Queue {
     }
 
     /// Takes the frees kept in the lost-free table (§3) and runs `f` on each (a `Dealloc`
-    /// event, as it was refused), in no particular order. The consumer replays each once the block's allocation
+    /// or `Free` event, as it was refused), in no particular order. The consumer replays each once the block's allocation
     /// has been delivered (it may still wait in the ring, behind a slot not yet published).
     pub fn take_lost_frees(&self, mut f: impl FnMut(&Event)) {
         let c = self.ctl();
@@ -119,16 +127,23 @@ impl Queue {
         }
         for i in 0..LOST_FREES {
             let e = self.lost_free(i);
-            if e.state.load(Ordering::Relaxed) != FREE_PUBLISHED
+            let state = e.state.load(Ordering::Relaxed);
+            if !matches!(state, FREE_PUBLISHED | FREE_PUBLISHED_UNNAMED)
                 || e.state
-                    .compare_exchange(
-                        FREE_PUBLISHED,
-                        FREE_TAKING,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
+                    .compare_exchange(state, FREE_TAKING, Ordering::Acquire, Ordering::Relaxed)
                     .is_err()
             {
+                continue;
+            }
+            if state == FREE_PUBLISHED_UNNAMED {
+                let free = Event::free_at(
+                    e.alloc.load(Ordering::Relaxed) as usize,
+                    e.epoch.load(Ordering::Relaxed),
+                    e.time.load(Ordering::Relaxed),
+                );
+                e.state.store(FREE_EMPTY, Ordering::Release);
+                c.lost_frees_waiting.fetch_sub(1, Ordering::Relaxed);
+                f(&free);
                 continue;
             }
             let entry = Entry::new(

@@ -112,8 +112,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// process's own namespace, whether `pid` is the collector's view, when the ring was made,
 /// §5; 8: the collector's part right after the state, where it stays, with its verdict,
 /// §6; 9: the queue's block holds the word the collector sleeps on, `engine::queue` §6,
-/// and the ring directory a bell, §7).
-pub(crate) const VERSION: u32 = 9;
+/// and the ring directory a bell, §7; 10: an exact session's frees name only their
+/// addresses, `engine::live` §6).
+pub(crate) const VERSION: u32 = 10;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;

@@ -1,6 +1,7 @@
 //! What `memprof record`'s collector hands a recorder from another process: readings of
 //! its resident memory, how it ended, its allocations, and the frees that name their
-//! blocks (`live` §5) instead of a token.
+//! blocks (`live` §5) or whose blocks the collector found by address (`live` §6) instead
+//! of a token.
 
 use super::Recorder;
 use crate::profile::format::spec;
@@ -44,8 +45,10 @@ impl Recorder {
     /// Folds an allocation of another process (`memprof record`'s collector, with
     /// [`Recorder::of_process`] and [`Recorder::folding`]): no token is kept, as its free
     /// names the block itself ([`Recorder::collected_free`]).
-    pub(crate) fn collected_alloc(&mut self, a: &Allocation<'_>) {
-        self.sample(a);
+    /// Returns the stack it was interned as, which a collector that keeps the blocks by
+    /// address (`live` §6) hands back with the block's free ([`Recorder::collected_end`]).
+    pub(crate) fn collected_alloc(&mut self, a: &Allocation<'_>) -> StackId {
+        self.sample(a).stack
     }
 
     /// The stack a free of another process names by `key` (`live` §5), of a
@@ -75,7 +78,14 @@ impl Recorder {
         let Some(stack) = self.collected_stack(key, size, k, alloc_ns) else {
             return false;
         };
-        let f = Free { id, time_ns, stack, size, k, alloc_ns, life_ns: None };
+        self.collected_end(&Free { id, time_ns, stack, size, k, alloc_ns, life_ns: None })
+    }
+
+    /// Folds free `f` of another process's block whose stack the collector knows (it keeps
+    /// the blocks by address, `live` §6) and writes it. False, with nothing changed, when
+    /// no such block is live.
+    pub(crate) fn collected_end(&mut self, f: &Free) -> bool {
+        let f = *f;
         let folded = match self.stored_unit {
             Some(unit) => self.profile.try_free(&spec::free_as_stored(&f, unit)),
             None => self.profile.try_free(&f),

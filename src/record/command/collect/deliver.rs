@@ -7,7 +7,7 @@
 //! named there give the missing modules ([`process::modules_of`]).
 //!
 //! # 5. Frees, and lost events
-//! The collector keeps no map of the program's live blocks. A free's event names its block as the
+//! In the sampled mode the collector keeps no map of the program's live blocks. A free's event names its block as the
 //! program's live table holds it (`engine::live` §5): the key of its stack, its size, sample points
 //! and allocation time. The recorder keys the stacks it interns by the same function of their raw
 //! frames, so the key finds the stack, and the block is taken out of the aggregates by (stack,
@@ -19,6 +19,10 @@
 //! allocation was never read (a free before the allocation never comes through the ring: the
 //! program frees a block only after its allocation's event was published).
 //!
+//! In the exact mode the program keeps no table and its frees name only their addresses
+//! (`engine::live` §6): the collector then keeps the process's live blocks by address
+//! itself ([`super::blocks`]) and finds each free's block there.
+//!
 //! After each drain the collector takes the frees the queue kept aside because they did not
 //! fit (`engine::queue` §3) and folds each once its block's allocation has been read (its
 //! block is live). The file's Lost record counts what was lost, how many of those were
@@ -26,6 +30,7 @@
 //! blocks may show as live); `record` says the same on stderr when anything was lost.
 
 use super::super::process;
+use super::blocks::Block;
 use super::{Attached, Output};
 use crate::engine::queue::{Event, EventKind, Queue};
 use crate::profile::GcCycle;
@@ -71,26 +76,46 @@ pub(super) fn deliver(
         }
         let rec = &mut out.recorder;
         let clock = &mut out.clock;
+        let blocks = &mut out.blocks;
         let time_ns = clock.session_ns(e.time_ns);
         // The recorder is ours, but what it is handed was written by the program: a
         // panic on a damaged event loses that event, not the collector.
         let _ = catch_unwind(AssertUnwindSafe(|| match e.kind {
-            EventKind::Alloc => rec.collected_alloc(&Allocation {
-                id: e.id,
-                size: e.size,
-                k: e.k,
-                estimated_bytes: e.k as f64 * interval,
-                thread: e.thread,
-                time_ns,
-                addr: e.addr,
-                callstack: Callstack { frames, truncated: e.truncated },
-                // Label ids are the other process's (and its preload library never sets
-                // one): they name nothing here.
-                label: None,
-            }),
+            EventKind::Alloc => {
+                let stack = rec.collected_alloc(&Allocation {
+                    id: e.id,
+                    size: e.size,
+                    k: e.k,
+                    estimated_bytes: e.k as f64 * interval,
+                    thread: e.thread,
+                    time_ns,
+                    addr: e.addr,
+                    callstack: Callstack { frames, truncated: e.truncated },
+                    // Label ids are the other process's (and its preload library never sets
+                    // one): they name nothing here.
+                    label: None,
+                });
+                if let Some(blocks) = blocks {
+                    let b = Block {
+                        id: e.id,
+                        stack,
+                        size: e.size as u64,
+                        k: e.k,
+                        alloc_raw: e.time_ns,
+                    };
+                    if let Some((old, at)) = blocks.allocated(e.addr, b) {
+                        rec.collected_end(&old.free(at, |t| clock.session_ns(t)));
+                    }
+                }
+            }
             EventKind::Dealloc => {
                 let alloc_ns = clock.session_ns(e.addr as u64);
                 rec.collected_free(&named(e, alloc_ns), time_ns);
+            }
+            EventKind::Free => {
+                if let Some(b) = blocks.as_mut().and_then(|b| b.freed(e.addr, e.time_ns)) {
+                    rec.collected_end(&b.free(e.time_ns, |t| clock.session_ns(t)));
+                }
             }
             EventKind::Side => {}
         }));
@@ -122,12 +147,33 @@ fn named(e: &Event, alloc_ns: u64) -> Named {
 /// block's allocation is in (§5 here).
 fn replay_table(q: &Queue, out: &mut Output) {
     let epoch = out.epoch;
+    let mut unnamed = 0;
     q.take_lost_frees(|e| {
-        if e.epoch == epoch {
-            let b = named(e, out.clock.session_ns(e.addr as u64));
-            out.waiting.push((b, out.clock.session_ns(e.time_ns)));
+        if e.epoch != epoch {
+            return;
         }
+        if e.kind == EventKind::Free {
+            let (rec, clock) = (&mut out.recorder, &mut out.clock);
+            if let Some(b) = out.blocks.as_mut().and_then(|b| b.freed_later(e.addr, e.time_ns)) {
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    rec.collected_end(&b.free(e.time_ns, |t| clock.session_ns(t)))
+                }));
+                unnamed += 1;
+            }
+            return;
+        }
+        let b = named(e, out.clock.session_ns(e.addr as u64));
+        out.waiting.push((b, out.clock.session_ns(e.time_ns)));
     });
+    if let Some(blocks) = &mut out.blocks {
+        let (rec, clock) = (&mut out.recorder, &mut out.clock);
+        unnamed += blocks.retry(|b, time_raw| {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                rec.collected_end(&b.free(time_raw, |t| clock.session_ns(t)))
+            }));
+        });
+    }
+    out.replayed += unnamed;
     if !out.waiting.is_empty() {
         replay_waiting(out);
     }

@@ -96,6 +96,7 @@ pub(super) fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &
         clock: Stable::new(r.ring.clock()),
         waiting: Vec::new(),
         replayed: 0,
+        blocks: crate::engine::live::names_by_address(interval, true).then(Default::default),
         epoch: h.epoch.load(Ordering::Relaxed),
         interval,
         log_read: read,

@@ -20,6 +20,7 @@
 //! (`rings.rs`, the rings found and attached), §8 the sleep between passes (`sleep.rs`).
 //! `publish.rs` holds the copy of the root process's profile that `--serve` reads.
 
+mod blocks;
 mod deliver;
 mod end;
 mod files;
@@ -185,6 +186,9 @@ struct Output {
     waiting: Vec<(Named, u64)>,
     /// Frees kept aside and folded since.
     replayed: u64,
+    /// The process's live blocks by address, when its session names its frees by address
+    /// (the exact mode: `engine::live` §6).
+    blocks: Option<blocks::Blocks>,
     epoch: u64,
     interval: f64,
     /// Bytes of the side log read so far.
