@@ -110,7 +110,7 @@
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
-//! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter; the hook an open `measure` scope sets for its frees |
+//! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter; the hook an open `measure` scope sets for its frees; the exact mode under a collector, which keeps no table and names frees by address |
 //! | `engine/entry.rs` | a sampled block's entry: what the live table keeps and a death's event carries |
 //! | `engine/live/fork.rs` | the table around `fork` (every shard taken, released) and its reset in a raw `clone` child |
 //! | `engine/live/packed.rs` | a live-table slot: a block's address and its entry packed into 32 bytes, and back |
@@ -268,6 +268,7 @@
 //! | `record/command/collect/rings.rs` | the rings found in the ring directory, mapped and attached, each with the process that made it as this `/proc` names it, across PID namespaces (§7) |
 //! | `record/command/collect/files.rs` | a ring's profile opened once its session runs (the program's, or a child's `<pid>[.<n>].mprof` created exclusively), its recorder started (§2) |
 //! | `record/command/collect/deliver.rs` | a ring's events to its recorder: the queue drained, side events, module lists and modules missing from them (§4), frees named by their blocks, kept aside and replayed (§5) |
+//! | `record/command/collect/blocks.rs` | the exact mode's live blocks by address (the program keeps none: `engine::live` §6): a free paired with the block allocated no later than it, a reuse of the address ending the block |
 //! | `record/command/collect/resident.rs` | each process's resident size every 10 ms while it changes (less often while it stays) and its mappings by kind (a last look at exit read itself) (§6) |
 //! | `record/command/collect/end.rs` | a ring whose process is gone, finished: its last events, how the process ended, its losses and what stderr is told (§3) |
 //! | `record/command/collect/publish.rs` | the root process's profile as folded so far, copied between two drains when `--serve` asks |

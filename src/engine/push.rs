@@ -318,13 +318,12 @@ pub(crate) fn push_death(entry: &Entry, time: u64) {
 }
 
 /// Queues the free, at clock reading `time`, of the block at `addr`, named by its address
-/// (`live` §6), in the sampler's session.
+/// (`live` §6), in session `epoch`.
 #[inline(always)]
-pub(crate) fn push_unnamed_free(addr: usize, time: u64) {
+pub(crate) fn push_unnamed_free(addr: usize, epoch: u64, time: u64) {
     let Some(q) = queue() else {
         return;
     };
-    let epoch = crate::engine::sampler::EPOCH.load(Ordering::Relaxed);
     push_frameless(q, Event::free_at(addr, epoch, time));
 }
 

@@ -183,7 +183,9 @@ pub(crate) fn record_death(entry: Entry, time: u64) {
 pub(crate) fn record_free_inline(addr: usize, freed: Freed) {
     match freed {
         Freed::Sampled { entry, time } => record_death(entry, time),
-        Freed::Unnamed { time } => push_unnamed_free(addr, time),
+        Freed::Unnamed { time } => {
+            push_unnamed_free(addr, crate::engine::sampler::EPOCH.load(Ordering::Relaxed), time)
+        }
     }
 }
 
