@@ -118,7 +118,7 @@
 //! | `engine/forked.rs` | the wiped mark: a child made by a raw `clone` (no fork handler ran) found on the sample and free paths, and its handler run first |
 //! | `engine/queue/mod.rs` | the bounded queue of events waiting for a safe point, and the futex word full-queue waiters sleep on |
 //! | `engine/queue/tests.rs` | the queue's tests, and the events other modules' tests build |
-//! | `engine/queue/event.rs` | the queue's wire event: what happened to a sampled block (its kind), with its time, ids and sizes, in 72 bytes |
+//! | `engine/queue/event.rs` | the queue's wire event, a typed enum (an allocation, a death, a free named by address, a side record), each kind with its own named fields, and its 72 bytes in a slot |
 //! | `engine/queue/lost_frees.rs` | the queue's table of the frees it refused or deferred, replayed by the consumer |
 //! | `engine/queue/doorbell.rs` | the consumer's sleep on a word of the queue's block, and the producers' wake once enough events wait (one system call per sleep; a poll mark under a seccomp filter) |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |

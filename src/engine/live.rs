@@ -77,7 +77,7 @@
 //! An entry holds, besides the sample's id and epoch, what the block's free must
 //! say for a consumer to take it out of its aggregates: the key of the allocating stack,
 //! the allocation's clock reading, the sampled size and the sample points. They travel
-//! with the death's event ([`Event::death`](crate::engine::queue::Event::death)), so
+//! with the death's event ([`WireEvent::Death`](crate::engine::queue::WireEvent::Death)), so
 //! `memprof record`'s collector keeps no map from sample ids to blocks of its own: in the
 //! sampled mode the program's table is small (sampled blocks only) and a second map
 //! outside it would double it for nothing. Packed ([`Packed`]), the slot is 40 bytes instead
@@ -91,7 +91,7 @@
 //! `attach`'s collector, which keeps the one map from address to block, out of the
 //! program), the exact mode keeps no table: an allocation's event carries its address as
 //! always, and a free's event carries only its address and the clock reading at the free's
-//! start ([`Freed::Unnamed`], `EventKind::Free`). Every counter of the filter is saturated
+//! start ([`Freed::Unnamed`], a `WireEvent::Free`). Every counter of the filter is saturated
 //! for the session, so every `free` takes the slow path, which pushes that event. The
 //! collector pairs a free with the block at its address that was allocated before it (its
 //! allocation's reading is not later than the free's); a free it finds no such block for is

@@ -51,7 +51,7 @@
 use crate::engine::clock::{self, monotonic_ns};
 use crate::engine::consumer::{consumer_alive, CONSUMER, LOOK_EVERY_NS};
 use crate::engine::entry::Entry;
-use crate::engine::queue::{Event, EventKind, Queue};
+use crate::engine::queue::{AllocEvent, FreeEvent, Queue, WireEvent};
 use crate::sys::errno::SavedErrno;
 use crate::sys::seccomp;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -97,14 +97,15 @@ pub(crate) fn queue() -> Option<&'static Queue> {
 /// queue. No allocation, no lock held while waiting. Inlined, so that the event's
 /// fields go straight from registers into the slot (see [`Queue::try_push`]).
 #[inline(always)]
-pub(crate) fn push(q: &Queue, event: Event, frames: &[usize]) -> bool {
+pub(crate) fn push(q: &Queue, event: WireEvent, frames: &[usize]) -> bool {
     q.try_push(event, frames) || push_full(q, &event, frames).is_some()
 }
 
 /// [`push`] for an allocation: the clock reading its event was pushed with (a later one
 /// than `event`'s after a wait for room, see [`retimed`]), `None` when it was lost.
 #[inline(always)]
-pub(crate) fn push_alloc(q: &Queue, event: Event, frames: &[usize]) -> Option<u64> {
+pub(crate) fn push_alloc(q: &Queue, event: AllocEvent, frames: &[usize]) -> Option<u64> {
+    let event = WireEvent::Alloc(event);
     if let Some(time) = q.try_push_stamped(event, frames, restamped) {
         return Some(time);
     }
@@ -120,13 +121,13 @@ const HELD_UP: u64 = 100_000;
 /// since its first reading (§2); any other as it is. Called by the queue with the slot
 /// claimed and its frames written, just before the slot is published.
 #[inline(always)]
-fn restamped(event: Event) -> Event {
-    if event.kind != EventKind::Alloc {
+fn restamped(event: WireEvent) -> WireEvent {
+    let WireEvent::Alloc(a) = event else {
         return event;
-    }
+    };
     let now = clock::now();
-    match now.saturating_sub(event.time_ns) > HELD_UP {
-        true => Event { time_ns: now, ..event },
+    match now.saturating_sub(a.time) > HELD_UP {
+        true => WireEvent::Alloc(AllocEvent { time: now, ..a }),
         false => event,
     }
 }
@@ -134,7 +135,7 @@ fn restamped(event: Event) -> Event {
 /// [`push`] when the queue is full: the time of the event pushed.
 #[cold]
 #[inline(never)]
-fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
+fn push_full(q: &Queue, event: &WireEvent, frames: &[usize]) -> Option<u64> {
     // The clock and the sleep below may set errno; the sample path keeps it.
     let saved = SavedErrno::save();
     let pushed = push_waiting(q, event, frames);
@@ -146,19 +147,19 @@ fn push_full(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
 /// gets the block: a wait here for room is the profiler's, and counted in the block's life
 /// it would make a block freed at once look milliseconds old. So its time is read again at
 /// each try (a free's stays when the program let go of the block).
-fn retimed(e: &Event) -> Event {
-    match e.kind {
-        EventKind::Alloc => Event { time_ns: clock::now(), ..*e },
-        _ => *e,
+fn retimed(e: &WireEvent) -> WireEvent {
+    match *e {
+        WireEvent::Alloc(a) => WireEvent::Alloc(AllocEvent { time: clock::now(), ..a }),
+        other => other,
     }
 }
 
-fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
+fn push_waiting(q: &Queue, event: &WireEvent, frames: &[usize]) -> Option<u64> {
     // A free does not wait: the table takes it at once and the consumer replays it at its
     // own time, where a wait would leave its block live in the profile's stream for as long
     // as this thread then took to run again (`queue` §3).
     if event.is_free() && DEFER_FREES.load(Ordering::Relaxed) && q.defer_free(event) {
-        return Some(event.time_ns);
+        return Some(event.time());
     }
     // A signal handler whose thread's own push holds the consumer up: no wait frees room.
     if WAIT_WHEN_FULL.load(Ordering::Relaxed) && !q.waits_for_me() {
@@ -169,7 +170,7 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
     }
     let last = retimed(event);
     if q.push(&last, frames) {
-        return Some(last.time_ns);
+        return Some(last.time());
     }
     // A free that did not fit: kept for the consumer to replay, so that its block does not
     // stay live forever in the profile (`queue` §3).
@@ -182,7 +183,7 @@ fn push_waiting(q: &Queue, event: &Event, frames: &[usize]) -> Option<u64> {
 /// Pushes an event from outside the allocator (a side event of the agent's, for the
 /// collector), waiting for room while the consumer lives, backpressure or not (§1). False
 /// when it was dropped (counted as lost).
-pub(crate) fn push_patiently(q: &Queue, event: &Event, frames: &[usize]) -> bool {
+pub(crate) fn push_patiently(q: &Queue, event: &WireEvent, frames: &[usize]) -> bool {
     if q.try_push(*event, frames) {
         return true;
     }
@@ -235,7 +236,7 @@ const SPIN_ROUNDS: u32 = 256;
 /// consumer is not stuck (§1). The event's time once pushed.
 fn wait_for_room(
     q: &Queue,
-    event: &Event,
+    event: &WireEvent,
     frames: &[usize],
     wait: &Wait,
     waiting: impl Fn() -> bool,
@@ -314,7 +315,7 @@ pub(crate) fn push_death(entry: &Entry, time: u64) {
     let Some(q) = queue() else {
         return;
     };
-    push_frameless(q, Event::death(entry, time));
+    push_frameless(q, WireEvent::death(entry, time));
 }
 
 /// Queues the free, at clock reading `time`, of the block at `addr`, named by its address
@@ -324,12 +325,12 @@ pub(crate) fn push_unnamed_free(addr: usize, epoch: u64, time: u64) {
     let Some(q) = queue() else {
         return;
     };
-    push_frameless(q, Event::free_at(addr, epoch, time));
+    push_frameless(q, WireEvent::Free(FreeEvent { epoch, addr, time }));
 }
 
 /// Pushes an event without frames (a death).
 #[inline(always)]
-pub(crate) fn push_frameless(q: &Queue, event: Event) {
+pub(crate) fn push_frameless(q: &Queue, event: WireEvent) {
     push(q, event, &[]);
 }
 

@@ -34,7 +34,7 @@ use crate::engine::clock;
 use crate::engine::live::{self, Entry, Freed, Insert};
 use crate::engine::lost::skipped;
 use crate::engine::push::{push_alloc, push_death, push_unnamed_free};
-use crate::engine::queue::{Event, EventKind};
+use crate::engine::queue::AllocEvent;
 use crate::engine::sampler::Hit;
 use crate::sys::errno::SavedErrno;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -95,13 +95,12 @@ pub(crate) fn record_alloc_inline(
             // No table: the collector keeps the block by its address (`live` §6). The
             // clock is read once the block is the program's (the real allocation ran), so
             // a free of the address before this one has an earlier reading.
-            let event = Event {
-                kind: EventKind::Alloc,
+            let event = AllocEvent {
                 epoch: hit.epoch,
                 id,
                 thread: hit.thread,
                 label: crate::engine::label::current(),
-                time_ns: clock::now(),
+                time: clock::now(),
                 addr,
                 size,
                 k: hit.k,
@@ -124,14 +123,13 @@ pub(crate) fn record_alloc_inline(
         // The allocation's clock is read with the shard's lock held: a wait for the lock
         // is the profiler's, not the block's (`push` §2).
         let (tracked, time) = live::insert_stamped(addr, entry);
-        let event = Event {
-            kind: EventKind::Alloc,
+        let event = AllocEvent {
             epoch: hit.epoch,
             id,
             thread: hit.thread,
             // The one thread-local word the sample path reads for the span (label.rs).
             label: crate::engine::label::current(),
-            time_ns: time,
+            time,
             addr,
             size,
             k: hit.k,

@@ -2,7 +2,7 @@
 //! callbacks, each behind `catch_unwind`, with the tokens the tracker returned.
 
 use super::tracker::{Allocation, Callstack, Deallocation, Poll, SessionCounters, Tracker};
-use crate::engine::queue::{Event, EventKind};
+use crate::engine::queue::WireEvent;
 use crate::profile::GcCycle;
 use crate::sys::hash::FastHash;
 use crate::sys::padded::Padded;
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The type-erased consumer side of a session.
 pub(crate) trait Drive: Send {
     fn gc(&mut self, cycle: &GcCycle);
-    fn event(&mut self, event: &Event, frames: &[usize], interval: f64);
+    fn event(&mut self, event: &WireEvent, frames: &[usize], interval: f64);
     fn finish(&mut self, stats: &SessionCounters);
     fn after_poll(&mut self, why: Poll);
     /// Frees the queue kept aside because they did not fit (`queue` §3), as (sample id,
@@ -40,6 +40,18 @@ impl<T: Tracker> Driver<T> {
     pub(crate) fn new(tracker: T) -> Self {
         Driver { tracker, tokens: HashMap::default(), waiting_frees: Vec::new(), replayed: 0 }
     }
+
+    /// Sample `id`'s block died at `time_ns`: its tracker hears of it, once.
+    fn dealloc(&mut self, id: u64, time_ns: u64) {
+        if let Some(token) = self.tokens.remove(&id) {
+            count(&DELIVERED_FREES);
+            let d = Deallocation { id, thread: 0, time_ns };
+            let tracker = &mut self.tracker;
+            if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
+                count(&CALLBACK_PANICS);
+            }
+        }
+    }
 }
 
 // Delivery counters of the running session. Atomics rather than fields of the driver, so
@@ -59,10 +71,10 @@ pub(super) fn count(counter: &AtomicU64) {
 }
 
 impl<T: Tracker> Drive for Driver<T> {
-    fn event(&mut self, e: &Event, frames: &[usize], interval: f64) {
+    fn event(&mut self, e: &WireEvent, frames: &[usize], interval: f64) {
         let tracker = &mut self.tracker;
-        match e.kind {
-            EventKind::Alloc => {
+        match e {
+            WireEvent::Alloc(e) => {
                 count(&DELIVERED_SAMPLES);
                 let a = Allocation {
                     id: e.id,
@@ -70,7 +82,7 @@ impl<T: Tracker> Drive for Driver<T> {
                     k: e.k,
                     estimated_bytes: e.k as f64 * interval,
                     thread: e.thread,
-                    time_ns: e.time_ns,
+                    time_ns: e.time,
                     addr: e.addr,
                     callstack: Callstack { frames, truncated: e.truncated },
                     label: super::label::text(e.label),
@@ -83,20 +95,10 @@ impl<T: Tracker> Drive for Driver<T> {
                     Err(_) => count(&CALLBACK_PANICS),
                 }
             }
-            EventKind::Dealloc => {
-                if let Some(token) = self.tokens.remove(&e.id) {
-                    count(&DELIVERED_FREES);
-                    // A death's `thread` and `label` carry its block's stack key (`queue`),
-                    // not the freeing thread's number.
-                    let d = Deallocation { id: e.id, thread: 0, time_ns: e.time_ns };
-                    if catch_unwind(AssertUnwindSafe(|| tracker.dealloc(token, &d))).is_err() {
-                        count(&CALLBACK_PANICS);
-                    }
-                }
-            }
+            WireEvent::Death(d) => self.dealloc(d.id, d.time),
             // Read by the collector of a shared queue before events reach a driver; frees
             // named by address come only through a shared queue too (`live` §6).
-            EventKind::Side | EventKind::Free => {}
+            WireEvent::Side(_) | WireEvent::Free(_) => {}
         }
     }
 
@@ -110,19 +112,7 @@ impl<T: Tracker> Drive for Driver<T> {
             if !self.tokens.contains_key(&id) {
                 return true;
             }
-            let e = Event {
-                kind: EventKind::Dealloc,
-                epoch: 0,
-                id,
-                thread: 0,
-                label: 0,
-                time_ns,
-                addr: 0,
-                size: 0,
-                k: 0,
-                truncated: false,
-            };
-            self.event(&e, &[], 0.0);
+            self.dealloc(id, time_ns);
             count(&REPLAYED_FREES);
             self.replayed += 1;
             false
@@ -194,19 +184,32 @@ mod tests {
         }
     }
 
-    fn event(kind: EventKind, id: u64, size: usize, addr: usize) -> Event {
-        Event {
-            kind,
+    /// An allocation of sample `id` (`size` bytes at `addr`, two points).
+    fn alloc(id: u64, size: usize, addr: usize) -> WireEvent {
+        WireEvent::Alloc(crate::engine::queue::AllocEvent {
             epoch: 1,
             id,
             thread: 1,
             label: 0,
-            time_ns: 0,
+            time: 0,
             addr,
             size,
             k: 2,
             truncated: false,
-        }
+        })
+    }
+
+    /// The death of sample `id`'s block.
+    fn death(id: u64) -> WireEvent {
+        WireEvent::Death(crate::engine::queue::DeathEvent {
+            epoch: 1,
+            id,
+            stack: 0,
+            alloc_time: 0,
+            time: 0,
+            size: 0,
+            k: 0,
+        })
     }
 
     /// Frees whose allocations never come (a shared table scribbled over) are let go
@@ -226,7 +229,7 @@ mod tests {
         let mut d = Driver::new(Log::default());
         d.lost_frees(&[(5, 100)]);
         assert!(d.tracker.seen.is_empty(), "{:?}", d.tracker.seen);
-        d.event(&event(EventKind::Alloc, 5, 8, 0x10), &[1], 8.0);
+        d.event(&alloc(5, 8, 0x10), &[1], 8.0);
         d.lost_frees(&[]);
         assert_eq!(d.tracker.seen, ["alloc 5 [1] 2", "free 50 5"]);
         assert!(d.tokens.is_empty());
@@ -239,14 +242,14 @@ mod tests {
     fn tokens_follow_a_block_from_its_allocation_to_its_free() {
         let mut d = Driver::new(Log::default());
         let panics = CALLBACK_PANICS.load(Ordering::Relaxed);
-        d.event(&event(EventKind::Alloc, 1, 100, 0x10), &[0xa, 0xb], 8.0);
+        d.event(&alloc(1, 100, 0x10), &[0xa, 0xb], 8.0);
         // Not tracked (the tracker returned None): its free is not delivered.
-        d.event(&event(EventKind::Alloc, 2, 7, 0x30), &[], 8.0);
-        d.event(&event(EventKind::Dealloc, 2, 0, 0), &[], 8.0);
+        d.event(&alloc(2, 7, 0x30), &[], 8.0);
+        d.event(&death(2), &[], 8.0);
         // A panicking callback is caught and counted; the block is not tracked.
-        d.event(&event(EventKind::Alloc, 3, 13, 0x50), &[], 8.0);
-        d.event(&event(EventKind::Dealloc, 3, 0, 0), &[], 8.0);
-        d.event(&event(EventKind::Dealloc, 1, 0, 0), &[], 8.0);
+        d.event(&alloc(3, 13, 0x50), &[], 8.0);
+        d.event(&death(3), &[], 8.0);
+        d.event(&death(1), &[], 8.0);
         d.after_poll(Poll::BeforeExec);
         assert!(CALLBACK_PANICS.load(Ordering::Relaxed) > panics);
         assert!(d.tokens.is_empty());

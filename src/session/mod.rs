@@ -71,7 +71,7 @@ pub use tracker::{
 use crate::config::Config;
 use crate::engine::busy::Busy;
 use crate::engine::clock;
-use crate::engine::queue::{Event, Queue};
+use crate::engine::queue::{Queue, SideEvent, WireEvent};
 use crate::engine::sample_path::{self, queue};
 use crate::engine::sampler;
 use crate::error::Error;
@@ -328,24 +328,13 @@ pub(crate) const SIDE_MODULES: u64 = 1;
 /// A side event: a GC cycle, in the frames ([`crate::profile::GcCycle::to_words`]).
 pub(crate) const SIDE_GC: u64 = 2;
 
-/// Queues a side event (`EventKind::Side`: `what`, `addr`, the words as its frames) for
-/// the consumer of a shared queue, waiting for room while the consumer lives (as the
+/// Queues a side event ([`SideEvent`]: `what`, its word `word`, the words as its frames)
+/// for the consumer of a shared queue, waiting for room while the consumer lives (as the
 /// sample path does, `engine::push` §1). Returns false when it was dropped (counted as
 /// lost).
-pub(crate) fn push_side(q: &Queue, epoch: u64, what: u64, addr: usize, words: &[u64]) -> bool {
+pub(crate) fn push_side(q: &Queue, epoch: u64, what: u64, word: u64, words: &[u64]) -> bool {
     let frames: Vec<usize> = words.iter().map(|&w| w as usize).collect();
-    let e = Event {
-        kind: crate::engine::queue::EventKind::Side,
-        epoch,
-        id: what,
-        thread: 0,
-        label: 0,
-        time_ns: clock::now(),
-        addr,
-        size: frames.len(),
-        k: 0,
-        truncated: false,
-    };
+    let e = WireEvent::Side(SideEvent { epoch, what, word, time: clock::now() });
     crate::engine::push::push_patiently(q, &e, &frames)
 }
 

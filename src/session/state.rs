@@ -5,7 +5,7 @@
 
 use super::driver::Drive;
 use crate::engine::clock;
-use crate::engine::queue::{Event, Queue};
+use crate::engine::queue::{Queue, WireEvent};
 use crate::profile::GcCycle;
 use crate::sys::futex::{Mutex, MutexGuard};
 use crate::sys::padded::Padded;
@@ -54,9 +54,8 @@ pub(super) fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize
     let clock = clock::Converter::new();
     let n = q
         .drain(|e, frames| {
-            if e.epoch == epoch {
-                let e = Event { time_ns: clock.session_ns(e.time_ns), ..*e };
-                driver.event(&e, frames, interval);
+            if e.epoch() == epoch {
+                driver.event(&e.with_time(clock.session_ns(e.time())), frames, interval);
             }
         })
         .unwrap_or(0);
@@ -65,8 +64,11 @@ pub(super) fn drain_into(q: &Queue, driver: &mut dyn Drive, epoch: u64) -> usize
     let mut frees = Vec::new();
     if !q.is_external() {
         q.take_lost_frees(|e| {
-            if e.epoch == epoch {
-                frees.push((e.id, clock.session_ns(e.time_ns)));
+            // In this process every free names its sample (`live` §6 is for collectors).
+            if let WireEvent::Death(d) = e {
+                if d.epoch == epoch {
+                    frees.push((d.id, clock.session_ns(d.time)));
+                }
             }
         });
     }

@@ -2,7 +2,7 @@
 //! consumer to replay, and frees a sampled session defers to it instead of waiting for room.
 //! Claimed and published by a compare-and-swap on each entry's state word, on both sides.
 
-use super::{Entry, Event, Queue, CTL_HEAD_BYTES};
+use super::{Entry, Queue, WireEvent, CTL_HEAD_BYTES};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Entries of the lost-free table (§3), a power of two. At 64 bytes each the table takes
@@ -19,7 +19,7 @@ const FREE_PUBLISHED: u64 = 2;
 /// [`LostFree::state`]: a consumer is reading the entry.
 const FREE_TAKING: u64 = 3;
 /// [`LostFree::state`]: written, waiting for the consumer, and a free named by its address
-/// (an `EventKind::Free`, `live` §6) rather than a death.
+/// (a [`WireEvent::Free`], `live` §6) rather than a death.
 const FREE_PUBLISHED_UNNAMED: u64 = 4;
 
 /// One entry of the lost-free table: a free the ring refused. Atomics only (the table may
@@ -30,8 +30,8 @@ pub(super) struct LostFree {
     epoch: AtomicU64,
     id: AtomicU64,
     time: AtomicU64,
-    /// The block as [`Event::death`] names it (for an unnamed free: `alloc` holds the
-    /// block's address, the rest is 0).
+    /// The block as a death names it ([`super::DeathEvent`]: for an unnamed free, `alloc`
+    /// holds the block's address and the rest is 0).
     stack: AtomicU64,
     alloc: AtomicU64,
     size: AtomicU64,
@@ -52,7 +52,7 @@ impl Queue {
     /// no allocation; called only after a push failed.
     #[cold]
     #[inline(never)]
-    pub fn keep_lost_free(&self, death: &Event) -> bool {
+    pub fn keep_lost_free(&self, death: &WireEvent) -> bool {
         if self.put_free(death) {
             return true;
         }
@@ -65,7 +65,7 @@ impl Queue {
     /// consumer replays it at its own time. Lock-free, async-signal-safe, no allocation.
     #[cold]
     #[inline(never)]
-    pub fn defer_free(&self, death: &Event) -> bool {
+    pub fn defer_free(&self, death: &WireEvent) -> bool {
         if !self.put_free(death) {
             return false;
         }
@@ -79,8 +79,19 @@ impl Queue {
         self.ctl().frees_deferred.load(Ordering::Relaxed)
     }
 
-    /// Writes `death` into a free entry of the table; false when every entry is taken.
-    fn put_free(&self, death: &Event) -> bool {
+    /// Writes `death` (a death or a free) into a free entry of the table; false when every
+    /// entry is taken.
+    fn put_free(&self, death: &WireEvent) -> bool {
+        // The entry's words: (state, epoch, id, time, stack, alloc, size, k).
+        let words = match *death {
+            WireEvent::Death(d) => {
+                [FREE_PUBLISHED, d.epoch, d.id, d.time, d.stack, d.alloc_time, d.size, d.k]
+            }
+            WireEvent::Free(f) => {
+                [FREE_PUBLISHED_UNNAMED, f.epoch, 0, f.time, 0, f.addr as u64, 0, 0]
+            }
+            WireEvent::Alloc(_) | WireEvent::Side(_) => return false,
+        };
         let c = self.ctl();
         if c.lost_frees_waiting.load(Ordering::Relaxed) < LOST_FREES {
             let start = c.lost_frees_hint.fetch_add(1, Ordering::Relaxed);
@@ -98,18 +109,15 @@ impl Queue {
                 {
                     continue;
                 }
-                e.epoch.store(death.epoch, Ordering::Relaxed);
-                e.id.store(death.id, Ordering::Relaxed);
-                e.time.store(death.time_ns, Ordering::Relaxed);
-                e.stack.store(death.stack_key(), Ordering::Relaxed);
-                e.alloc.store(death.addr as u64, Ordering::Relaxed);
-                e.size.store(death.size as u64, Ordering::Relaxed);
-                e.k.store(death.k, Ordering::Relaxed);
-                let published = match death.kind {
-                    super::EventKind::Free => FREE_PUBLISHED_UNNAMED,
-                    _ => FREE_PUBLISHED,
-                };
-                e.state.store(published, Ordering::Release);
+                let [state, epoch, id, time, stack, alloc, size, k] = words;
+                e.epoch.store(epoch, Ordering::Relaxed);
+                e.id.store(id, Ordering::Relaxed);
+                e.time.store(time, Ordering::Relaxed);
+                e.stack.store(stack, Ordering::Relaxed);
+                e.alloc.store(alloc, Ordering::Relaxed);
+                e.size.store(size, Ordering::Relaxed);
+                e.k.store(k, Ordering::Relaxed);
+                e.state.store(state, Ordering::Release);
                 c.lost_frees_waiting.fetch_add(1, Ordering::Release);
                 return true;
             }
@@ -117,10 +125,10 @@ impl Queue {
         false
     }
 
-    /// Takes the frees kept in the lost-free table (§3) and runs `f` on each (a `Dealloc`
-    /// or `Free` event, as it was refused), in no particular order. The consumer replays each once the block's allocation
+    /// Takes the frees kept in the lost-free table (§3) and runs `f` on each (a death or a
+    /// free, as it was refused), in no particular order. The consumer replays each once the block's allocation
     /// has been delivered (it may still wait in the ring, behind a slot not yet published).
-    pub fn take_lost_frees(&self, mut f: impl FnMut(&Event)) {
+    pub fn take_lost_frees(&self, mut f: impl FnMut(&WireEvent)) {
         let c = self.ctl();
         if c.lost_frees_waiting.load(Ordering::Acquire) == 0 {
             return;
@@ -136,11 +144,11 @@ impl Queue {
                 continue;
             }
             if state == FREE_PUBLISHED_UNNAMED {
-                let free = Event::free_at(
-                    e.alloc.load(Ordering::Relaxed) as usize,
-                    e.epoch.load(Ordering::Relaxed),
-                    e.time.load(Ordering::Relaxed),
-                );
+                let free = WireEvent::Free(super::FreeEvent {
+                    epoch: e.epoch.load(Ordering::Relaxed),
+                    addr: e.alloc.load(Ordering::Relaxed) as usize,
+                    time: e.time.load(Ordering::Relaxed),
+                });
                 e.state.store(FREE_EMPTY, Ordering::Release);
                 c.lost_frees_waiting.fetch_sub(1, Ordering::Relaxed);
                 f(&free);
@@ -154,7 +162,7 @@ impl Queue {
                 e.size.load(Ordering::Relaxed),
                 e.k.load(Ordering::Relaxed),
             );
-            let death = Event::death(&entry, e.time.load(Ordering::Relaxed));
+            let death = WireEvent::death(&entry, e.time.load(Ordering::Relaxed));
             e.state.store(FREE_EMPTY, Ordering::Release);
             c.lost_frees_waiting.fetch_sub(1, Ordering::Relaxed);
             f(&death);
@@ -184,10 +192,10 @@ mod tests {
         assert_eq!(q.frees_unknown(), 2);
         let mut taken = Vec::new();
         q.take_lost_frees(|e| taken.push(*e));
-        taken.sort_unstable_by_key(|e| e.id);
+        taken.sort_unstable_by_key(id_of);
         let all: Vec<_> = (0..LOST_FREES as u64).map(|i| death(7, i, 1000 + i)).collect();
         assert_eq!(taken, all, "every kept free, once, whole");
-        q.take_lost_frees(|e| panic!("{} taken twice", e.id));
+        q.take_lost_frees(|e| panic!("{} taken twice", id_of(e)));
         assert!(q.keep_lost_free(&death(8, 5, 6)), "room again");
         let mut again = Vec::new();
         q.take_lost_frees(|e| again.push(*e));
@@ -209,5 +217,19 @@ mod tests {
         let mut seen = Vec::new();
         consumer.take_lost_frees(|e| seen.push(*e));
         assert_eq!(seen, [death(1, 42, 43)]);
+    }
+
+    /// A free named by its address (`live` §6) is kept and taken back as one.
+    #[test]
+    fn an_unnamed_free_is_kept_as_it_was() {
+        let q = Queue::new(2, 1).unwrap();
+        let free = WireEvent::Free(FreeEvent { epoch: 4, addr: 0x7f00_1230, time: 99 });
+        assert!(q.keep_lost_free(&free));
+        assert!(q.defer_free(&death(4, 1, 100)));
+        assert!(!q.keep_lost_free(&ev(3)), "an allocation is no free");
+        let mut seen = Vec::new();
+        q.take_lost_frees(|e| seen.push(*e));
+        seen.sort_unstable_by_key(|e| e.time());
+        assert_eq!(seen, [free, death(4, 1, 100)]);
     }
 }

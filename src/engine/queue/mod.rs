@@ -4,7 +4,7 @@
 //! An allocation is sampled deep inside `malloc` or `GlobalAlloc::alloc`, where user code
 //! must not run: it could allocate (recursion), take a lock the interrupted code holds
 //! (deadlock) or panic (unwinding through the allocator). So the sample path only records
-//! an [`Event`] here; callbacks run later at a safe point (`poll`, `stop`, the drain
+//! a [`WireEvent`] here; callbacks run later at a safe point (`poll`, `stop`, the drain
 //! thread), as statmemprof's postponed callbacks do.
 //!
 //! # 2. The queue
@@ -87,7 +87,8 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 mod event;
-pub use event::{Event, EventKind};
+use event::Wire;
+pub use event::{AllocEvent, DeathEvent, FreeEvent, SideEvent, WireEvent};
 
 #[repr(C)]
 struct SlotHead {
@@ -101,7 +102,7 @@ struct SlotHead {
     /// read as this lap's (a thread preempted between its claim and the store made a
     /// thread that had used the slot a lap before drop its events instead of waiting).
     owner: AtomicUsize,
-    event: UnsafeCell<Event>,
+    event: UnsafeCell<Wire>,
     nframes: UnsafeCell<usize>,
 }
 
@@ -399,7 +400,7 @@ impl Queue {
 
     /// Queues an event with its frames (at most `depth` are kept). Returns false, and counts
     /// the event as lost, when the queue is full. Lock-free; never allocates or panics.
-    pub fn push(&self, event: &Event, frames: &[usize]) -> bool {
+    pub fn push(&self, event: &WireEvent, frames: &[usize]) -> bool {
         self.push_inner(*event, frames, true, |e| e).is_some()
     }
 
@@ -408,7 +409,7 @@ impl Queue {
     /// registers (copying an event just written to the stack reads it back in wide loads
     /// that miss store forwarding).
     #[inline(always)]
-    pub fn try_push(&self, event: Event, frames: &[usize]) -> bool {
+    pub fn try_push(&self, event: WireEvent, frames: &[usize]) -> bool {
         self.push_inner(event, frames, false, |e| e).is_some()
     }
 
@@ -419,9 +420,9 @@ impl Queue {
     #[inline(always)]
     pub(crate) fn try_push_stamped(
         &self,
-        event: Event,
+        event: WireEvent,
         frames: &[usize],
-        stamp: impl FnOnce(Event) -> Event,
+        stamp: impl FnOnce(WireEvent) -> WireEvent,
     ) -> Option<u64> {
         self.push_inner(event, frames, false, stamp)
     }
@@ -429,10 +430,10 @@ impl Queue {
     #[inline(always)]
     fn push_inner(
         &self,
-        event: Event,
+        event: WireEvent,
         frames: &[usize],
         count_lost: bool,
-        stamp: impl FnOnce(Event) -> Event,
+        stamp: impl FnOnce(WireEvent) -> WireEvent,
     ) -> Option<u64> {
         let mut pos = self.ctl().tail.load(Ordering::Relaxed);
         loop {
@@ -480,12 +481,12 @@ impl Queue {
                                 n,
                             );
                             let event = stamp(event);
-                            (*slot).event.get().write(event);
+                            (*slot).event.get().write(event.to_wire());
                             (*slot).seq.store(
                                 pos.wrapping_add(1).wrapping_sub(pos & self.mask),
                                 Ordering::Release,
                             );
-                            event.time_ns
+                            event.time()
                         };
                         // The slots ahead were last written by the consumer, on another core
                         // (their sequence numbers, one lap ago): ask for their lines early,
@@ -622,7 +623,7 @@ impl Queue {
     /// at or past it, neither to look at its sequence number nor to prefetch it. Those are
     /// the lines a producer is about to write (it asked for them early, see `push_inner`);
     /// reading one would take it back to this core just before the producer's stores.
-    pub fn drain(&self, mut f: impl FnMut(&Event, &[usize])) -> Option<usize> {
+    pub fn drain(&self, mut f: impl FnMut(&WireEvent, &[usize])) -> Option<usize> {
         if self.external || self.ctl().draining.swap(true, Ordering::Acquire) {
             return None;
         }
@@ -656,7 +657,7 @@ impl Queue {
                 unsafe { (read_checked((*slot).event.get()), *(*slot).nframes.get()) }
             } else {
                 // SAFETY: as above; written by this process's own producers.
-                unsafe { (Some(*(*slot).event.get()), *(*slot).nframes.get()) }
+                unsafe { ((*(*slot).event.get()).event(), *(*slot).nframes.get()) }
             };
             // The producer wrote the next slots on its own core: overlap their transfer.
             if (end.wrapping_sub(pos) as isize) > 2 {
@@ -691,7 +692,7 @@ impl Queue {
     /// Runs `f` on every event left in a queue whose producers are all gone (their process
     /// ended): a slot claimed but never published (a thread killed inside a push) is
     /// skipped and counted as lost instead of ending the drain. Returns the number handled.
-    pub fn drain_abandoned(&self, mut f: impl FnMut(&Event, &[usize])) -> usize {
+    pub fn drain_abandoned(&self, mut f: impl FnMut(&WireEvent, &[usize])) -> usize {
         let mut n = 0;
         loop {
             let end = self.ctl().tail.load(Ordering::Acquire);
@@ -716,38 +717,31 @@ impl Queue {
     }
 }
 
-/// An event written by another process, copied out of its slot and taken as an
-/// [`Event`] only when its enum and bool fields hold valid values (anything else in a
-/// shared block would be undefined behaviour to read as an `Event`). `None`: not an event
-/// (counted as lost by the caller).
+/// An event written by another process, copied out of its slot and taken as a [`Wire`]
+/// only when its `bool` holds a valid value (anything else in a shared block would be
+/// undefined behaviour to read as one), then as an event only when its kind is one.
+/// `None`: not an event (counted as lost by the caller).
 ///
 /// # Safety
-/// `p` is valid for reads of an `Event`'s size.
-unsafe fn read_checked(p: *const Event) -> Option<Event> {
-    let mut raw = core::mem::MaybeUninit::<Event>::uninit();
+/// `p` is valid for reads of a `Wire`'s size.
+unsafe fn read_checked(p: *const Wire) -> Option<WireEvent> {
+    let mut raw = core::mem::MaybeUninit::<Wire>::uninit();
     // SAFETY: copies the slot's bytes (valid for reads, per the caller) into local storage.
     unsafe {
         core::ptr::copy_nonoverlapping(
             p as *const u8,
             raw.as_mut_ptr() as *mut u8,
-            size_of::<Event>(),
+            size_of::<Wire>(),
         )
     };
-    let bytes = raw.as_ptr() as *const u8;
-    // SAFETY: both offsets lie inside the copied event.
-    let (kind, truncated) = unsafe {
-        (
-            *bytes.add(core::mem::offset_of!(Event, kind)),
-            *bytes.add(core::mem::offset_of!(Event, truncated)),
-        )
-    };
-    EventKind::from_u8(kind)?;
+    // SAFETY: the offset lies inside the copied event.
+    let truncated = unsafe { *(raw.as_ptr() as *const u8).add(Wire::TRUNCATED_AT) };
     if truncated > 1 {
         return None;
     }
-    // SAFETY: every field is now valid: integers take any bits, `kind` and `truncated`
-    // were checked above. Padding bytes are not read as values.
-    Some(unsafe { raw.assume_init() })
+    // SAFETY: every field is now valid: integers take any bits, `truncated` was checked
+    // above. Padding bytes are not read as values.
+    unsafe { raw.assume_init() }.event()
 }
 
 #[cfg(test)]

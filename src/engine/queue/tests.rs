@@ -2,15 +2,15 @@
 
 use super::*;
 
-/// An allocation event of sample `id` (epoch 1, thread 1, 8 bytes) for the tests.
 /// The death at `time` of a block whose every field tells it from another id's.
-pub(crate) fn death(epoch: u64, id: u64, time: u64) -> Event {
+pub(crate) fn death(epoch: u64, id: u64, time: u64) -> WireEvent {
     let e = Entry::new(id, epoch, !id << 7 | 3, id * 5, id + 24, id % 5 + 1);
-    let d = Event::death(&e, time);
-    assert_eq!(
-        (d.stack_key(), d.addr, d.size, d.k),
-        (e.stack, e.time as usize, e.size as usize, e.k)
-    );
+    let d = WireEvent::death(&e, time);
+    let expected =
+        DeathEvent { epoch, id, stack: e.stack, alloc_time: e.time, time, size: e.size, k: e.k };
+    assert_eq!(d, WireEvent::Death(expected));
+    // Through a slot's words and back, unchanged.
+    assert_eq!(d.to_wire().event(), Some(d));
     d
 }
 
@@ -20,19 +20,62 @@ pub(crate) fn claim_without_publishing(q: &Queue) {
     q.ctl().tail.fetch_add(1, Ordering::Relaxed);
 }
 
-pub(crate) fn ev(id: u64) -> Event {
-    Event {
-        kind: EventKind::Alloc,
+/// An allocation event of sample `id` (epoch 1, thread 1, 8 bytes) for the tests.
+pub(crate) fn ev(id: u64) -> WireEvent {
+    WireEvent::Alloc(AllocEvent {
         epoch: 1,
         id,
         thread: 1,
         label: 0,
-        time_ns: 0,
+        time: 0,
         addr: 0,
         size: 8,
         k: 1,
         truncated: false,
+    })
+}
+
+/// The sample id of an allocation or a death.
+pub(crate) fn id_of(e: &WireEvent) -> u64 {
+    match e {
+        WireEvent::Alloc(a) => a.id,
+        WireEvent::Death(d) => d.id,
+        other => panic!("no sample id: {other:?}"),
     }
+}
+
+/// Every kind goes through a slot's words and comes back as it was; a slot whose kind is
+/// none of ours is no event.
+#[test]
+fn events_survive_the_slot() {
+    let alloc = AllocEvent {
+        epoch: 3,
+        id: 5,
+        thread: 7,
+        label: 9,
+        time: 11,
+        addr: 0x1234_5678,
+        size: 13,
+        k: 15,
+        truncated: true,
+    };
+    let events = [
+        WireEvent::Alloc(alloc),
+        death(3, 17, 19),
+        WireEvent::Free(FreeEvent { epoch: 3, addr: 0xdead_bee0, time: 21 }),
+        WireEvent::Side(SideEvent { epoch: 3, what: 2, word: 23, time: 25 }),
+    ];
+    for e in events {
+        assert_eq!(e.to_wire().event(), Some(e));
+    }
+    let mut bytes = [0u8; size_of::<Wire>()];
+    // SAFETY: `Wire` is plain data of this size; the bytes are a valid `Wire` (the kind
+    // is a plain byte, `truncated` stays 0).
+    let w: Wire = unsafe {
+        bytes[0] = 2;
+        core::mem::transmute(bytes)
+    };
+    assert_eq!(w.event(), None, "kind 2 is nothing now");
 }
 
 #[test]
@@ -44,7 +87,7 @@ fn fifo_and_full() {
     assert!(!q.push(&ev(9), &[]));
     assert_eq!(q.lost(), 1);
     let mut seen = Vec::new();
-    q.drain(|e, f| seen.push((e.id, f.to_vec()))).unwrap();
+    q.drain(|e, f| seen.push((id_of(e), f.to_vec()))).unwrap();
     assert_eq!(seen.len(), 4);
     assert_eq!(seen[2], (2, vec![2, 2, 3]));
     assert!(q.push(&ev(5), &[]));
@@ -55,9 +98,12 @@ fn fifo_and_full() {
 #[test]
 fn a_stamped_push_publishes_the_stamp() {
     let q = Queue::new(2, 2).unwrap();
-    let later = |e: Event| Event { time_ns: e.time_ns + 1_000, ..e };
-    assert_eq!(q.try_push_stamped(ev(1), &[7, 8], later), Some(ev(1).time_ns + 1_000));
-    assert_eq!(q.try_push_stamped(ev(2), &[], |e| e), Some(ev(2).time_ns));
+    let later = |e: WireEvent| match e {
+        WireEvent::Alloc(a) => WireEvent::Alloc(AllocEvent { time: a.time + 1_000, ..a }),
+        other => other,
+    };
+    assert_eq!(q.try_push_stamped(ev(1), &[7, 8], later), Some(ev(1).time() + 1_000));
+    assert_eq!(q.try_push_stamped(ev(2), &[], |e| e), Some(ev(2).time()));
     let called = core::cell::Cell::new(false);
     let stamp = |e| {
         called.set(true);
@@ -66,8 +112,8 @@ fn a_stamped_push_publishes_the_stamp() {
     assert_eq!(q.try_push_stamped(ev(3), &[], stamp), None);
     assert!(!called.get(), "a full queue stamps nothing");
     let mut seen = Vec::new();
-    q.drain(|e, f| seen.push((e.id, e.time_ns, f.to_vec()))).unwrap();
-    assert_eq!(seen, [(1, ev(1).time_ns + 1_000, vec![7, 8]), (2, ev(2).time_ns, vec![])]);
+    q.drain(|e, f| seen.push((id_of(e), e.time(), f.to_vec()))).unwrap();
+    assert_eq!(seen, [(1, ev(1).time() + 1_000, vec![7, 8]), (2, ev(2).time(), vec![])]);
 }
 
 #[test]
@@ -99,14 +145,14 @@ fn a_drain_stops_at_the_tail_it_began_with() {
     }
     let mut seen = Vec::new();
     let n = q.drain(|e, _| {
-        seen.push(e.id);
-        if e.id == 0 {
+        seen.push(id_of(e));
+        if id_of(e) == 0 {
             assert!(q.push(&ev(10), &[]));
         }
     });
     assert_eq!((n, seen.as_slice()), (Some(3), &[0, 1, 2][..]));
     assert!(q.has_unpublished());
-    assert_eq!(q.drain(|e, _| seen.push(e.id)), Some(1));
+    assert_eq!(q.drain(|e, _| seen.push(id_of(e))), Some(1));
     assert_eq!(seen, [0, 1, 2, 10]);
     assert!(!q.has_unpublished());
 }
@@ -178,10 +224,11 @@ fn many_producers_one_consumer() {
     let mut total = 0;
     while total < 80_000 {
         q.drain(|e, f| {
-            assert_eq!(f, &[e.id as usize]);
-            let last = seen.entry(e.id / 1_000_000).or_insert(-1i64);
-            assert!((e.id % 1_000_000) as i64 > *last, "per-producer order kept");
-            *last = (e.id % 1_000_000) as i64;
+            let id = id_of(e);
+            assert_eq!(f, &[id as usize]);
+            let last = seen.entry(id / 1_000_000).or_insert(-1i64);
+            assert!((id % 1_000_000) as i64 > *last, "per-producer order kept");
+            *last = (id % 1_000_000) as i64;
             total += 1;
         });
     }

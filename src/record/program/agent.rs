@@ -354,7 +354,7 @@ fn log_modules(agent: &mut Agent) {
         }
         if let Some(end) = ring.log_append(ring::LOG_MODULES, &ring::encode_modules(&modules)) {
             if let Some(q) = crate::engine::sample_path::queue() {
-                crate::session::push_side(q, epoch, ring::SIDE_MODULES, end as usize, &[]);
+                crate::session::push_side(q, epoch, ring::SIDE_MODULES, end, &[]);
             }
             *logged = key;
         }
@@ -715,7 +715,7 @@ fn log_side(agent: &mut Agent, kind: u8, payload: &[u8]) -> bool {
         return false;
     };
     if let Some(q) = crate::engine::sample_path::queue() {
-        crate::session::push_side(q, session.epoch(), ring::SIDE_MODULES, end as usize, &[]);
+        crate::session::push_side(q, session.epoch(), ring::SIDE_MODULES, end, &[]);
     }
     true
 }

@@ -29,7 +29,7 @@
 //!
 //! # 3. Order
 //! Events are the queue's (one order per producer thread, as in-process). Module lists go
-//! to the side log (they do not fit in a slot) and a side event (`EventKind::Side`,
+//! to the side log (they do not fit in a slot) and a side event (`WireEvent::Side`,
 //! [`SIDE_MODULES`]) in the queue says where the log ended when they were written, so the
 //! collector reads each list at its place among the events: the list written before a
 //! `dlclose` precedes every event after it. A `dlclose` also writes which objects it may

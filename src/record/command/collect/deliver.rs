@@ -32,7 +32,7 @@
 use super::super::process;
 use super::blocks::Block;
 use super::{Attached, Output};
-use crate::engine::queue::{Event, EventKind, Queue};
+use crate::engine::queue::{DeathEvent, Queue, WireEvent};
 use crate::profile::GcCycle;
 use crate::record::ring::{self, Ring};
 use crate::session::driver::MAX_WAITING_FREES;
@@ -60,64 +60,60 @@ pub(super) fn deliver(
     abandoned: bool,
 ) -> usize {
     let (epoch, interval) = (out.epoch, out.interval);
-    let mut handle = |e: &crate::engine::queue::Event, frames: &[usize]| {
-        if e.epoch != epoch {
+    let mut handle = |e: &WireEvent, frames: &[usize]| {
+        if e.epoch() != epoch {
             return;
         }
-        if e.kind == EventKind::Side {
+        if let WireEvent::Side(side) = e {
             // A cycle's sweep may have sent its deaths to the table (`queue` §3) before the
             // cycle's event: they are folded first, so the cycle does not count as marked
             // blocks it swept.
-            if e.id == ring::SIDE_GC {
+            if side.what == ring::SIDE_GC {
                 replay_table(q, out);
             }
-            side_event(ring, out, e.id, e.addr as u64, frames);
+            side_event(ring, out, side.what, side.word, frames);
             return;
         }
         let rec = &mut out.recorder;
         let clock = &mut out.clock;
         let blocks = &mut out.blocks;
-        let time_ns = clock.session_ns(e.time_ns);
         // The recorder is ours, but what it is handed was written by the program: a
         // panic on a damaged event loses that event, not the collector.
-        let _ = catch_unwind(AssertUnwindSafe(|| match e.kind {
-            EventKind::Alloc => {
+        let _ = catch_unwind(AssertUnwindSafe(|| match e {
+            WireEvent::Alloc(a) => {
                 let stack = rec.collected_alloc(&Allocation {
-                    id: e.id,
-                    size: e.size,
-                    k: e.k,
-                    estimated_bytes: e.k as f64 * interval,
-                    thread: e.thread,
-                    time_ns,
-                    addr: e.addr,
-                    callstack: Callstack { frames, truncated: e.truncated },
+                    id: a.id,
+                    size: a.size,
+                    k: a.k,
+                    estimated_bytes: a.k as f64 * interval,
+                    thread: a.thread,
+                    time_ns: clock.session_ns(a.time),
+                    addr: a.addr,
+                    callstack: Callstack { frames, truncated: a.truncated },
                     // Label ids are the other process's (and its preload library never sets
                     // one): they name nothing here.
                     label: None,
                 });
                 if let Some(blocks) = blocks {
-                    let b = Block {
-                        id: e.id,
-                        stack,
-                        size: e.size as u64,
-                        k: e.k,
-                        alloc_raw: e.time_ns,
-                    };
-                    if let Some((old, at)) = blocks.allocated(e.addr, b) {
+                    let b =
+                        Block { id: a.id, stack, size: a.size as u64, k: a.k, alloc_raw: a.time };
+                    if let Some((old, at)) = blocks.allocated(a.addr, b) {
                         rec.collected_end(&old.free(at, |t| clock.session_ns(t)));
                     }
                 }
             }
-            EventKind::Dealloc => {
-                let alloc_ns = clock.session_ns(e.addr as u64);
-                rec.collected_free(&named(e, alloc_ns), time_ns);
+            WireEvent::Death(d) => {
+                rec.collected_free(
+                    &named(d, clock.session_ns(d.alloc_time)),
+                    clock.session_ns(d.time),
+                );
             }
-            EventKind::Free => {
-                if let Some(b) = blocks.as_mut().and_then(|b| b.freed(e.addr, e.time_ns)) {
-                    rec.collected_end(&b.free(e.time_ns, |t| clock.session_ns(t)));
+            WireEvent::Free(f) => {
+                if let Some(b) = blocks.as_mut().and_then(|b| b.freed(f.addr, f.time)) {
+                    rec.collected_end(&b.free(f.time, |t| clock.session_ns(t)));
                 }
             }
-            EventKind::Side => {}
+            WireEvent::Side(_) => {}
         }));
     };
     let n =
@@ -139,8 +135,8 @@ pub(super) fn deliver(
 
 /// The block a death event names, allocated at `alloc_ns` (its event's clock reading
 /// converted).
-fn named(e: &Event, alloc_ns: u64) -> Named {
-    Named { id: e.id, key: e.stack_key(), size: e.size as u64, k: e.k, alloc_ns }
+fn named(d: &DeathEvent, alloc_ns: u64) -> Named {
+    Named { id: d.id, key: d.stack, size: d.size, k: d.k, alloc_ns }
 }
 
 /// Folds the frees in the queue's table (refused or deferred: `queue` §3), each once its
@@ -148,22 +144,21 @@ fn named(e: &Event, alloc_ns: u64) -> Named {
 fn replay_table(q: &Queue, out: &mut Output) {
     let epoch = out.epoch;
     let mut unnamed = 0;
-    q.take_lost_frees(|e| {
-        if e.epoch != epoch {
-            return;
-        }
-        if e.kind == EventKind::Free {
+    q.take_lost_frees(|e| match e {
+        WireEvent::Free(f) if f.epoch == epoch => {
             let (rec, clock) = (&mut out.recorder, &mut out.clock);
-            if let Some(b) = out.blocks.as_mut().and_then(|b| b.freed_later(e.addr, e.time_ns)) {
+            if let Some(b) = out.blocks.as_mut().and_then(|b| b.freed_later(f.addr, f.time)) {
                 let _ = catch_unwind(AssertUnwindSafe(|| {
-                    rec.collected_end(&b.free(e.time_ns, |t| clock.session_ns(t)))
+                    rec.collected_end(&b.free(f.time, |t| clock.session_ns(t)))
                 }));
                 unnamed += 1;
             }
-            return;
         }
-        let b = named(e, out.clock.session_ns(e.addr as u64));
-        out.waiting.push((b, out.clock.session_ns(e.time_ns)));
+        WireEvent::Death(d) if d.epoch == epoch => {
+            let b = named(d, out.clock.session_ns(d.alloc_time));
+            out.waiting.push((b, out.clock.session_ns(d.time)));
+        }
+        _ => {}
     });
     if let Some(blocks) = &mut out.blocks {
         let (rec, clock) = (&mut out.recorder, &mut out.clock);
@@ -210,9 +205,9 @@ impl Output {
 }
 
 /// A side event (see `ring.rs` §3).
-fn side_event(ring: &Ring, out: &mut Output, what: u64, addr: u64, frames: &[usize]) {
+fn side_event(ring: &Ring, out: &mut Output, what: u64, word: u64, frames: &[usize]) {
     match what {
-        ring::SIDE_MODULES => read_log(ring, out, addr),
+        ring::SIDE_MODULES => read_log(ring, out, word),
         ring::SIDE_GC => {
             let words: Vec<u64> = frames.iter().map(|&w| w as u64).collect();
             if let Some(c) = GcCycle::from_words(&words) {
