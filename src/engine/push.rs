@@ -155,6 +155,10 @@ fn retimed(e: &WireEvent) -> WireEvent {
 }
 
 fn push_waiting(q: &Queue, event: &WireEvent, frames: &[usize]) -> Option<u64> {
+    // The free of a block the consumer never heard of: nothing to wait or keep room for.
+    if frees_a_lost_block(event) {
+        return Some(event.time());
+    }
     // A free does not wait: the table takes it at once and the consumer replays it at its
     // own time, where a wait would leave its block live in the profile's stream for as long
     // as this thread then took to run again (`queue` §3).
@@ -316,6 +320,49 @@ pub(crate) fn push_death(entry: &Entry, time: u64) {
         return;
     };
     push_frameless(q, WireEvent::death(entry, time));
+}
+
+/// Slots of [`LOST_AT`].
+const LOST_AT_LEN: usize = 4096;
+
+/// Addresses of allocations whose events were lost in a session that names its frees by
+/// address (`live` §6), by a hash of the address: a free of one of them that finds the
+/// queue full is dropped, not kept in the queue's table of lost frees, whose room is for
+/// the frees of blocks the consumer knows (`queue` §3). Lossy: an address written over
+/// just keeps its free as any other's. Touched only when an allocation was lost, and then
+/// by every allocation until it is cleared ([`LOST_HELD`]).
+static LOST_AT: [AtomicUsize; LOST_AT_LEN] = [const { AtomicUsize::new(0) }; LOST_AT_LEN];
+/// Allocations put into [`LOST_AT`] since the process began (0: none to look at).
+static LOST_HELD: AtomicUsize = AtomicUsize::new(0);
+
+#[inline(always)]
+fn lost_slot(addr: usize) -> &'static AtomicUsize {
+    &LOST_AT[(addr >> 4).wrapping_mul(0x9e37_79b9) >> 7 & (LOST_AT_LEN - 1)]
+}
+
+/// The event of the allocation at `addr` (a session that names frees by address) was
+/// `pushed`, or lost: a lost one's free will be dropped when it does not fit, and a stale
+/// mark of the address (a lost block there before this one) is cleared.
+#[inline(always)]
+pub(crate) fn alloc_by_address_pushed(addr: usize, pushed: bool) {
+    if !pushed {
+        lost_slot(addr).store(addr, Ordering::Relaxed);
+        LOST_HELD.store(1, Ordering::Relaxed);
+    } else if LOST_HELD.load(Ordering::Relaxed) != 0 {
+        let _ = lost_slot(addr).compare_exchange(addr, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// Whether `event` frees a block whose allocation's event was lost (its mark taken).
+#[cold]
+fn frees_a_lost_block(event: &WireEvent) -> bool {
+    let WireEvent::Free(f) = event else {
+        return false;
+    };
+    LOST_HELD.load(Ordering::Relaxed) != 0
+        && lost_slot(f.addr)
+            .compare_exchange(f.addr, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
 }
 
 /// Queues the free, at clock reading `time`, of the block at `addr`, named by its address

@@ -106,7 +106,8 @@ pub(crate) fn record_alloc_inline(
                 k: hit.k,
                 truncated,
             };
-            let _ = push_alloc(q, event, frames.frames());
+            let pushed = push_alloc(q, event, frames.frames()).is_some();
+            crate::engine::push::alloc_by_address_pushed(addr, pushed);
             saved.restore();
             return;
         }

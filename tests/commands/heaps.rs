@@ -25,9 +25,11 @@ fn a_heap_of_its_own_is_outside_malloc() {
     let v = crate::programs::report_json(&dir, "h.mprof");
     let num = |k: &str| v["gap"][k].as_f64().unwrap_or_else(|| panic!("gap.{k} in {v:#}"));
     let mib = (1u64 << 20) as f64;
-    // The 256 MiB written, give or take what the process mapped besides (a few MiB).
+    // The 256 MiB written, give or take what the process mapped besides (a few MiB), and
+    // the pages of a mapping of malloc's that the kernel merged with it, which the split
+    // takes out by their share of its length.
     let outside = num("outside_malloc_bytes");
-    assert!(outside >= 256.0 * mib && outside < 264.0 * mib, "{v:#}");
+    assert!(outside >= 255.0 * mib && outside < 264.0 * mib, "{v:#}");
     // Exact mode: the 8 MiB kept is the live heap (with stdout's buffer), and malloc keeps
     // little beside it.
     let live = v["heap"]["live_end_bytes"].as_f64().unwrap();
