@@ -69,7 +69,8 @@
 //! read: a drain that made room after that read either moved the word (the sleep returns
 //! at once) or saw the registration (a full fence on each side between the registration
 //! or the slots handed back and the other side's read) and wakes it. Room another producer
-//! took first is waited for again. A drain wakes a few sleepers ([`WAKE_AT_ONCE`]), also
+//! took first is waited for again. A drain wakes a few sleepers ([`WAKE_AT_ONCE`]) each
+//! time it has taken an eighth of the ring ([`WAKE_PARTS`]) and at its end, also
 //! a drain that found the queue empty, and a sleeper looks again on its own after
 //! `push::LOOK_EVERY_NS`, not all of them at once: under hundreds of threads on two cores,
 //! waking every sleeper filled the run queue again, and a woken thread, which had just
@@ -164,6 +165,9 @@ const CTL_MAGIC: u64 = 0x6d70_7136_0000_0001;
 
 /// Producers a drain wakes at once (§5).
 const WAKE_AT_ONCE: u32 = 4;
+/// A drain wakes producers waiting for room each time it has taken this share of the
+/// ring's slots (§5).
+const WAKE_PARTS: usize = 8;
 
 mod doorbell;
 pub(crate) use doorbell::consumer_wakes;
@@ -638,6 +642,7 @@ impl Queue {
         // The consumer runs at a safe point and may allocate.
         let mut frames: Vec<usize> = Vec::with_capacity(self.depth);
         let end = self.ctl().tail.load(Ordering::Relaxed);
+        let wake_every = ((self.mask + 1) / WAKE_PARTS).max(16);
         loop {
             let pos = self.ctl().head.load(Ordering::Relaxed);
             if pos == end {
@@ -680,6 +685,12 @@ impl Queue {
                 }
             }
             n += 1;
+            // Producers asleep for room are woken as room is made, not once the drain is
+            // done: a drain of a full queue whose consumer folds every event takes
+            // milliseconds, and a producer that slept through it left its core idle (§5).
+            if n % wake_every == 0 && self.ctl().waiters.load(Ordering::Relaxed) != 0 {
+                self.wake_waiters();
+            }
         }
         // Room was made, or the queue is empty with producers still asleep (each drain
         // wakes a few: §5): they are woken.
