@@ -8,8 +8,11 @@ use crate::error::Error;
 pub const DEFAULT_INTERVAL: u64 = 512 * 1024;
 /// Default maximum call-stack depth.
 pub const DEFAULT_DEPTH: usize = 128;
-/// Default capacity of the postponed-event queue, in events.
-pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 16 * 1024;
+/// Default capacity of the postponed-event queue, in 128-byte cells (an event takes one, and
+/// one more for each 15 frames of its call stack past the first 4): 4 MiB, room for 16,384
+/// events of up to 19 frames between two polls. (`memprof record`'s ring, which its
+/// collector drains as it fills, is smaller: `record::ring::RING_CELLS`.)
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 32 * 1024;
 /// Largest depth accepted (a stack deeper than this is truncated).
 pub const MAX_DEPTH: usize = 4096;
 
@@ -41,7 +44,9 @@ pub struct Config {
     /// Seed for the sampler's random numbers. `None` draws a seed from the clock and pid;
     /// `Some` makes every thread's sequence deterministic (thread n uses `seed` mixed with n).
     pub seed: Option<u64>,
-    /// Capacity of the postponed-event queue; events beyond it are counted as lost.
+    /// Capacity of the postponed-event queue, in 128-byte cells (an event takes one, and one
+    /// more for each 15 frames of its call stack past the first 4); events beyond it are
+    /// counted as lost.
     pub queue_capacity: usize,
     /// Run callbacks on a background thread as well as at `poll`/`stop`.
     pub drain_thread: bool,

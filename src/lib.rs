@@ -117,6 +117,7 @@
 //! | `engine/live/tests.rs` | the table's tests |
 //! | `engine/forked.rs` | the wiped mark: a child made by a raw `clone` (no fork handler ran) found on the sample and free paths, and its handler run first |
 //! | `engine/queue/mod.rs` | the bounded queue of events waiting for a safe point, and the futex word full-queue waiters sleep on |
+//! | `engine/queue/cells.rs` | the queue's 128-byte cells: an event takes one, and one more for each 15 frames past its first 4; the frames written and read across them, the cells handed back in order |
 //! | `engine/queue/tests.rs` | the queue's tests, and the events other modules' tests build |
 //! | `engine/queue/event.rs` | the queue's wire event, a typed enum (an allocation, a death, a free named by address, a side record), each kind with its own named fields, and its 72 bytes in a slot |
 //! | `engine/queue/lost_frees.rs` | the queue's table of the frees it refused or deferred, replayed by the consumer |

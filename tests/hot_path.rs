@@ -211,8 +211,9 @@ fn sampled_paths_allocate_nothing(unwinder: Unwinder) {
     const DEEP: usize = 60;
     const SIZE: usize = 1000;
     let mut blocks = vec![std::ptr::null_mut::<u8>(); N];
+    // Room for every event between the polls: cells, ten for a stack of 128 frames.
     let config =
-        Config { seed: Some(2), unwinder, queue_capacity: 4 * N, depth: 128, ..Config::exact() };
+        Config { seed: Some(2), unwinder, queue_capacity: 16 * N, depth: 128, ..Config::exact() };
     let session = memprof::start(config, seen(SIZE..SIZE + 1)).unwrap();
 
     let ((), calls) = count(|| {

@@ -35,7 +35,7 @@ pub(crate) fn consumer_wakes() -> u64 {
 }
 
 impl Queue {
-    /// The consumer is about to sleep until `wake_fill` events wait (clamped to the
+    /// The consumer is about to sleep until `wake_fill` cells are taken (clamped to the
     /// queue's limit), or a producer wakes it (§6): the value of [`Queue::consumer_word`]
     /// to sleep on while the word holds it (then [`Queue::consumer_awake`]). `None` when it
     /// should not sleep on this queue: that many events are claimed already, or a producer

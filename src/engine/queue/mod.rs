@@ -8,15 +8,15 @@
 //! thread), as statmemprof's postponed callbacks do.
 //!
 //! # 2. The queue
-//! A bounded multi-producer queue (Vyukov's sequence-numbered ring): a producer claims a
-//! slot with one compare-and-swap on the tail, writes the event and its call stack into the
-//! slot in place, and publishes it by storing the slot's sequence number. No locks, no
-//! allocation, no panics. A full queue refuses the event and the refusal is counted as
-//! lost. "Full" means the session's limit: the ring has a power-of-two number of slots,
-//! but at most [`Queue::set_limit`] events (the configured capacity) wait at a time, also
-//! when a later session with a smaller capacity reuses a bigger ring. Slots are fixed-size
-//! (header plus `depth` frames) in one block from `rawmem`, so the frames are
-//! copied once, from the capture buffer.
+//! A bounded multi-producer queue (Vyukov's sequence-numbered ring): a producer claims an
+//! event's cells (its slot: one cell, and more for a deep stack, `cells.rs` §2a) with one
+//! compare-and-swap on the tail, writes the event and its call stack into them in place,
+//! and publishes it by storing the first cell's sequence number. No locks, no allocation,
+//! no panics. A full queue refuses the event and the refusal is counted as lost. "Full"
+//! means the session's limit: the ring has a power-of-two number of cells, but at most
+//! [`Queue::set_limit`] cells (the configured capacity) are taken at a time, also when a
+//! later session with a smaller capacity reuses a bigger ring. The cells are in one block
+//! from `rawmem`, so the frames are copied once, from the capture buffer.
 //!
 //! A signal handler may push on a thread that is in the middle of a push (between its claim
 //! and its publication): it claims the next slot and publishes it, and the consumer, which
@@ -87,16 +87,19 @@ use crate::sys::padded::Padded;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+mod cells;
 mod event;
+use cells::{cells_for, geometry, CELL};
 use event::Wire;
 pub use event::{AllocEvent, DeathEvent, FreeEvent, SideEvent, WireEvent};
 
+/// The head of an event's first cell (§2a); its first frames follow it in the cell.
 #[repr(C)]
 struct SlotHead {
-    /// Vyukov's sequence number minus the slot's index: the slot at position `pos` (index
+    /// Vyukov's sequence number minus the cell's index: the cell at position `pos` (index
     /// `pos & mask`) is free for the producer of `pos` when `seq + index == pos`, and
-    /// published for the consumer when it is `pos + 1`. Stored relative to the index so
-    /// that zeroed memory is a queue's initial state.
+    /// published for the consumer when it is `pos + 1` (an event's first cell only: §2a).
+    /// Stored relative to the index so that zeroed memory is a queue's initial state.
     seq: AtomicUsize,
     /// The thread that claimed the slot last, and for which position ([`owner_tag`]): a
     /// slot claimed but not yet named still holds its name of one lap ago, which must not
@@ -158,10 +161,11 @@ fn owner_tag(pos: usize) -> usize {
     crate::sys::tls::thread_id() ^ pos.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize)
 }
 
-/// [`Ctl::magic`] of an initialised block ("mpq6": the lost-free table follows the counters,
+/// [`Ctl::magic`] of an initialised block ("mpq7": the lost-free table follows the counters,
 /// its entries whole deaths; the counters hold the word waiting producers sleep on, §5, the
-/// count of frees deferred to the table, §3, and the consumer's own sleep, §6).
-const CTL_MAGIC: u64 = 0x6d70_7136_0000_0001;
+/// count of frees deferred to the table, §3, and the consumer's own sleep, §6; the events
+/// are in cells, §2a).
+const CTL_MAGIC: u64 = 0x6d70_7137_0000_0001;
 
 /// Producers a drain wakes at once (§5).
 const WAKE_AT_ONCE: u32 = 4;
@@ -188,7 +192,6 @@ const CTL_HEAD_BYTES: usize = (core::mem::size_of::<Ctl>() + 127) & !127;
 pub struct Queue {
     ctl: *const Ctl,
     base: *mut u8,
-    stride: usize,
     mask: usize,
     depth: usize,
     /// Another process consumes this queue: [`Queue::drain`] here does nothing.
@@ -205,16 +208,6 @@ unsafe impl Sync for Queue {}
 // SAFETY: the raw block is owned by the queue and has no thread affinity.
 unsafe impl Send for Queue {}
 
-/// The geometry of a queue: (slots, stride, bytes of the whole block).
-fn geometry(capacity: usize, depth: usize) -> Option<(usize, usize, usize)> {
-    let cap = capacity.max(2).checked_next_power_of_two()?;
-    let head = core::mem::size_of::<SlotHead>();
-    let stride = head.checked_add(depth.checked_mul(core::mem::size_of::<usize>())?)?;
-    let stride = stride.checked_add(63)? & !63;
-    let bytes = stride.checked_mul(cap)?.checked_add(CTL_BYTES)?;
-    Some((cap, stride, bytes))
-}
-
 /// Room for the [`Ctl`] and the lost-free table before the first slot (a multiple of the
 /// slots' alignment).
 const CTL_BYTES: usize = CTL_HEAD_BYTES + LOST_FREES * core::mem::size_of::<LostFree>();
@@ -224,7 +217,7 @@ impl Queue {
     /// A queue of `capacity` events (slots rounded up to a power of two), each with room
     /// for `depth` frames. `None` when memory is short.
     pub fn new(capacity: usize, depth: usize) -> Option<Queue> {
-        let (_, _, bytes) = geometry(capacity, depth)?;
+        let (_, bytes) = geometry(capacity, depth)?;
         let base = crate::sys::rawmem::alloc_zeroed(bytes + 127);
         if base.is_null() {
             return None;
@@ -238,7 +231,7 @@ impl Queue {
     /// Bytes a queue of `capacity` events of `depth` frames takes in a block of its own
     /// ([`Queue::init_in`]).
     pub fn bytes_for(capacity: usize, depth: usize) -> Option<usize> {
-        geometry(capacity, depth).map(|g| g.2)
+        geometry(capacity, depth).map(|g| g.1)
     }
 
     /// Lays a queue out in the zeroed block at `mem` (`len` bytes, 128-byte aligned, at
@@ -254,7 +247,7 @@ impl Queue {
         capacity: usize,
         depth: usize,
     ) -> Option<Queue> {
-        let (cap, stride, bytes) = geometry(capacity, depth)?;
+        let (cap, bytes) = geometry(capacity, depth)?;
         if bytes > len || mem as usize % 128 != 0 {
             return None;
         }
@@ -269,7 +262,7 @@ impl Queue {
                 magic: CTL_MAGIC,
                 slots: cap as u64,
                 depth: depth as u64,
-                stride: stride as u64,
+                stride: CELL as u64,
                 limit: AtomicUsize::new(capacity.clamp(1, cap)),
                 consumer_sleep: AtomicU32::new(0),
                 wake_fill: AtomicU32::new(0),
@@ -285,15 +278,7 @@ impl Queue {
                 tail: Padded(AtomicUsize::new(0)),
                 head: Padded(AtomicUsize::new(0)),
             });
-            Some(Queue {
-                ctl,
-                base,
-                stride,
-                mask: cap - 1,
-                depth,
-                external: false,
-                attached: false,
-            })
+            Some(Queue { ctl, base, mask: cap - 1, depth, external: false, attached: false })
         }
     }
 
@@ -313,15 +298,14 @@ impl Queue {
         let (magic, slots, depth, stride) =
             unsafe { ((*ctl).magic, (*ctl).slots, (*ctl).depth, (*ctl).stride) };
         let (slots, depth) = (usize::try_from(slots).ok()?, usize::try_from(depth).ok()?);
-        let (cap, want_stride, bytes) = geometry(slots, depth)?;
-        if magic != CTL_MAGIC || cap != slots || want_stride as u64 != stride || bytes > len {
+        let (cap, bytes) = geometry(slots, depth)?;
+        if magic != CTL_MAGIC || cap != slots || stride != CELL as u64 || bytes > len {
             return None;
         }
         Some(Queue {
             ctl,
-            // SAFETY: the slots follow the counters inside the block (checked above).
+            // SAFETY: the cells follow the counters inside the block (checked above).
             base: unsafe { mem.add(CTL_BYTES) },
-            stride: want_stride,
             mask: cap - 1,
             depth,
             external: false,
@@ -351,12 +335,13 @@ impl Queue {
         unsafe { &*self.ctl }
     }
 
-    /// Number of slots.
+    /// Number of cells (§2a).
     pub fn capacity(&self) -> usize {
         self.mask + 1
     }
 
-    /// Sets how many events may wait at a time (clamped to `1..=capacity()`).
+    /// Sets how many cells events may take at a time (clamped to `1..=capacity()`; an event
+    /// goes into an empty ring whatever the limit, §2a).
     pub fn set_limit(&self, limit: usize) {
         self.ctl().limit.store(limit.clamp(1, self.capacity()), Ordering::Relaxed);
     }
@@ -366,22 +351,22 @@ impl Queue {
         self.depth
     }
 
+    /// The head of the event whose first cell is at `pos`.
     fn slot(&self, pos: usize) -> *mut SlotHead {
         // SAFETY: (pos & mask) < capacity, so the offset stays inside the block.
-        unsafe { self.base.add((pos & self.mask) * self.stride) as *mut SlotHead }
+        unsafe { self.base.add((pos & self.mask) * CELL) as *mut SlotHead }
     }
 
-    /// Prefetches the first lines of the slot at `pos` (at most 4: a header and room for
-    /// about 24 frames), for writing (`write`) or for reading.
+    /// Prefetches the two cells from `pos` (four lines: a head and about 20 frames), for
+    /// writing (`write`) or for reading.
     #[inline(always)]
     fn prefetch(&self, pos: usize, write: bool) {
         #[cfg(target_arch = "x86_64")]
         {
-            let slot = self.slot(pos) as *const u8;
-            let lines = (self.stride / 64).min(4);
-            for i in 0..lines {
-                // SAFETY: the line lies inside the slot (stride is a multiple of 64).
-                let p = unsafe { slot.add(i * 64) };
+            for i in 0..4 {
+                let cell = self.slot(pos.wrapping_add(i / 2)) as *const u8;
+                // SAFETY: the line lies inside the cell (two lines each).
+                let p = unsafe { cell.add(i % 2 * 64) };
                 // SAFETY: a prefetch is a hint: it never faults and changes no
                 // architectural state (CPUs without PREFETCHW execute it as a NOP).
                 unsafe {
@@ -395,11 +380,6 @@ impl Queue {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (pos, write);
-    }
-
-    fn frames_ptr(slot: *mut SlotHead) -> *mut usize {
-        // SAFETY: the frames follow the head inside the same slot.
-        unsafe { (slot as *mut u8).add(core::mem::size_of::<SlotHead>()) as *mut usize }
     }
 
     /// Queues an event with its frames (at most `depth` are kept). Returns false, and counts
@@ -439,23 +419,23 @@ impl Queue {
         count_lost: bool,
         stamp: impl FnOnce(WireEvent) -> WireEvent,
     ) -> Option<u64> {
+        let frames = &frames[..frames.len().min(self.depth)];
+        let cells = cells_for(frames.len());
         let mut pos = self.ctl().tail.load(Ordering::Relaxed);
         loop {
-            let slot = self.slot(pos);
-            // SAFETY: slot points at an initialised SlotHead.
-            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) }.wrapping_add(pos & self.mask);
-            let diff = seq as isize - pos as isize;
+            // The event's last cell handed back a lap ago means all of them are (§2a).
+            let diff = self.free_from(pos, cells);
             if diff == 0 {
-                // Events waiting, were `pos` claimed now. Negative when `pos` is stale
+                // Cells taken, were `pos` claimed now. Negative when `pos` is stale
                 // (claimed and consumed meanwhile): the CAS below fails and retries. With
                 // the limit at the ring's capacity the sequence number alone tells a full
                 // ring (`diff < 0` below), and `head`, which the consumer writes for every
                 // event, is not read.
                 let limit = self.ctl().limit.load(Ordering::Relaxed);
-                if limit <= self.mask
-                    && pos.wrapping_sub(self.ctl().head.load(Ordering::Acquire)) as isize
-                        >= limit as isize
-                {
+                if limit <= self.mask && {
+                    let taken = pos.wrapping_sub(self.ctl().head.load(Ordering::Acquire)) as isize;
+                    taken > 0 && taken + cells as isize > limit as isize
+                } {
                     if count_lost {
                         self.ctl().lost.fetch_add(1, Ordering::Relaxed);
                     }
@@ -466,24 +446,20 @@ impl Queue {
                 // locked instruction as a relaxed one.
                 match self.ctl().tail.compare_exchange_weak(
                     pos,
-                    pos.wrapping_add(1),
+                    pos.wrapping_add(cells),
                     Ordering::SeqCst,
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        let n = frames.len().min(self.depth);
-                        // SAFETY: winning the CAS gives this thread exclusive use of the slot
-                        // until the Release store below; the frames area has `depth` words.
+                        let slot = self.slot(pos);
+                        // SAFETY: winning the CAS gives this thread exclusive use of the
+                        // cells until the Release store below publishes the first one.
                         // The event is written last, after the frames: what `stamp` makes
                         // of it is as late as the publication allows.
                         let time = unsafe {
                             (*slot).owner.store(owner_tag(pos), Ordering::Relaxed);
-                            (*slot).nframes.get().write(n);
-                            crate::engine::callstack::frames::copy_words(
-                                Self::frames_ptr(slot),
-                                frames.as_ptr(),
-                                n,
-                            );
+                            (*slot).nframes.get().write(frames.len());
+                            self.write_frames(pos, frames);
                             let event = stamp(event);
                             (*slot).event.get().write(event.to_wire());
                             (*slot).seq.store(
@@ -492,24 +468,27 @@ impl Queue {
                             );
                             event.time()
                         };
-                        // The slots ahead were last written by the consumer, on another core
+                        // The cells ahead were last written by the consumer, on another core
                         // (their sequence numbers, one lap ago): ask for their lines early,
-                        // so a push does not wait for them. Two ahead: a sampled block's
-                        // death often follows its allocation within tens of ns, too soon
-                        // for the lines asked for one push before (the previous push asked
-                        // for this one's next slot).
-                        self.prefetch(pos.wrapping_add(2), true);
-                        // A sleeping consumer is woken once enough events wait (§6): one
+                        // so a push does not wait for them.
+                        self.prefetch(pos.wrapping_add(cells), true);
+                        // A sleeping consumer is woken once enough cells wait (§6): one
                         // load of a line this push read already, while it is awake.
                         let sleep = self.ctl().consumer_sleep.load(Ordering::SeqCst);
                         if sleep & 1 != 0 {
-                            self.wake_if_filled(pos, sleep);
+                            self.wake_if_filled(pos.wrapping_add(cells - 1), sleep);
                         }
                         return Some(time);
                     }
                     Err(actual) => pos = actual,
                 }
             } else if diff < 0 {
+                // Not handed back yet: full, unless another producer moved the tail on.
+                let now = self.ctl().tail.load(Ordering::Relaxed);
+                if now != pos {
+                    pos = now;
+                    continue;
+                }
                 if count_lost {
                     self.ctl().lost.fetch_add(1, Ordering::Relaxed);
                 }
@@ -643,6 +622,7 @@ impl Queue {
         let mut frames: Vec<usize> = Vec::with_capacity(self.depth);
         let end = self.ctl().tail.load(Ordering::Relaxed);
         let wake_every = ((self.mask + 1) / WAKE_PARTS).max(16);
+        let mut since_wake = 0;
         loop {
             let pos = self.ctl().head.load(Ordering::Relaxed);
             if pos == end {
@@ -655,8 +635,8 @@ impl Queue {
                 break;
             }
             // SAFETY: the Acquire load saw the producer's Release store, so the event and
-            // frames are fully written; nobody writes the slot until we release it below.
-            // Copy out first so `f` can push more events (even into this slot's ring).
+            // frames are fully written; nobody writes the cells until we hand them back
+            // below. Copied out first so `f` can push more events (even into these cells).
             let (event, count) = if self.attached {
                 // SAFETY: as above; the bytes are checked before they are taken as an event.
                 unsafe { (read_checked((*slot).event.get()), *(*slot).nframes.get()) }
@@ -664,20 +644,23 @@ impl Queue {
                 // SAFETY: as above; written by this process's own producers.
                 unsafe { ((*(*slot).event.get()).event(), *(*slot).nframes.get()) }
             };
-            // The producer wrote the next slots on its own core: overlap their transfer.
-            if (end.wrapping_sub(pos) as isize) > 2 {
-                self.prefetch(pos.wrapping_add(2), false);
-            }
             let count = count.min(self.depth);
+            let cells = cells_for(count);
+            // A frame count another process wrote that claims cells past the tail: not an
+            // event of ours, and where the next one starts is unknown. The rest is left
+            // (counted lost) rather than read as events.
+            if end.wrapping_sub(pos) < cells {
+                self.ctl().lost.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            // The producer wrote the next cells on its own core: overlap their transfer.
+            if (end.wrapping_sub(pos) as isize) > (cells + 2) as isize {
+                self.prefetch(pos.wrapping_add(cells), false);
+            }
             frames.clear();
-            // SAFETY: `count` frames were written by the producer. They are copied out so
-            // the slot is recycled before `f` runs (which may push more events).
-            frames.extend_from_slice(unsafe {
-                core::slice::from_raw_parts(Self::frames_ptr(slot), count)
-            });
-            self.ctl().head.store(pos.wrapping_add(1), Ordering::Relaxed);
-            // SAFETY: hands the slot back to producers one lap later.
-            unsafe { (*slot).seq.store(self.lap_end(pos), Ordering::Release) };
+            self.read_frames(pos, count, &mut frames);
+            self.ctl().head.store(pos.wrapping_add(cells), Ordering::Relaxed);
+            self.hand_back(pos, cells);
             match event {
                 Some(event) => f(&event, &frames),
                 None => {
@@ -688,8 +671,12 @@ impl Queue {
             // Producers asleep for room are woken as room is made, not once the drain is
             // done: a drain of a full queue whose consumer folds every event takes
             // milliseconds, and a producer that slept through it left its core idle (§5).
-            if n % wake_every == 0 && self.ctl().waiters.load(Ordering::Relaxed) != 0 {
-                self.wake_waiters();
+            since_wake += cells;
+            if since_wake >= wake_every {
+                since_wake = 0;
+                if self.ctl().waiters.load(Ordering::Relaxed) != 0 {
+                    self.wake_waiters();
+                }
             }
         }
         // Room was made, or the queue is empty with producers still asleep (each drain
@@ -713,11 +700,21 @@ impl Queue {
             if pos == end || end.wrapping_sub(pos) > self.mask + 1 {
                 return n;
             }
-            // `pos` was claimed and never published: nobody will.
-            let slot = self.slot(pos);
-            self.ctl().head.store(pos.wrapping_add(1), Ordering::Relaxed);
-            // SAFETY: hands the dead producer's slot back, as `drain` does for a read one.
-            unsafe { (*slot).seq.store(self.lap_end(pos), Ordering::Release) };
+            // `pos` was claimed and never published: nobody will. Its cells are handed
+            // back one by one, up to the next published event (how many it claimed is
+            // not known): one event lost.
+            let mut p = pos;
+            loop {
+                self.ctl().head.store(p.wrapping_add(1), Ordering::Relaxed);
+                self.hand_back(p, 1);
+                p = p.wrapping_add(1);
+                let published =
+                    self.cell_seq(p).load(Ordering::Acquire).wrapping_add(p & self.mask)
+                        == p.wrapping_add(1);
+                if p == end || published {
+                    break;
+                }
+            }
             self.ctl().lost.fetch_add(1, Ordering::Relaxed);
         }
     }

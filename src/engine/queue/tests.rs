@@ -237,3 +237,81 @@ fn many_producers_one_consumer() {
     }
     assert_eq!(total, 80_000);
 }
+
+/// Events of every depth take their cells, wrap around the ring's end whole, and come
+/// back with their frames in order; a full ring refuses an event whose cells do not fit
+/// while a smaller one still goes in (§2a).
+#[test]
+fn events_take_cells_by_depth_and_wrap_whole() {
+    use super::cells::{cells_for, FIRST_FRAMES, MORE_FRAMES};
+    let depth = FIRST_FRAMES + 3 * MORE_FRAMES;
+    let q = Queue::new(16, depth).unwrap();
+    assert_eq!((cells_for(0), cells_for(FIRST_FRAMES), cells_for(FIRST_FRAMES + 1)), (1, 1, 2));
+    assert_eq!(cells_for(depth), 4);
+    let frames = |id: u64, n: usize| (0..n).map(|i| (id as usize) << 16 | i).collect::<Vec<_>>();
+    let mut seen = Vec::new();
+    let mut next = 0u64;
+    // Many laps of mixed depths, drained now and then: every wrap point is crossed.
+    for round in 0..200usize {
+        for _ in 0..(round % 3 + 1) {
+            let n = (next as usize * 7) % (depth + 5);
+            if q.push(&ev(next), &frames(next, n)) {
+                next += 1;
+            } else {
+                break;
+            }
+        }
+        if round % 2 == 0 {
+            q.drain(|e, f| seen.push((id_of(e), f.to_vec()))).unwrap();
+        }
+    }
+    q.drain(|e, f| seen.push((id_of(e), f.to_vec()))).unwrap();
+    assert_eq!(seen.len() as u64, next, "every event pushed came back");
+    for (id, f) in &seen {
+        let n = (*id as usize * 7) % (depth + 5);
+        assert_eq!(f, &frames(*id, n.min(depth)), "event {id}");
+    }
+    // Full: 15 of 16 cells taken by one-cell events; a four-cell one does not fit, a
+    // one-cell one does.
+    for i in 0..15 {
+        assert!(q.push(&ev(1000 + i), &[]));
+    }
+    assert!(!q.push(&ev(2000), &frames(2000, depth)));
+    assert!(q.push(&ev(2001), &[1]));
+    assert!(!q.push(&ev(2002), &[]));
+}
+
+/// A consumer in another process takes a frame count that claims cells past the tail as
+/// no event: counted lost, nothing read beyond what was published.
+#[test]
+fn a_frame_count_past_the_tail_is_no_event() {
+    let bytes = Queue::bytes_for(8, 40).unwrap();
+    let mem = crate::sys::rawmem::alloc_zeroed(bytes + 127);
+    let aligned = ((mem as usize + 127) & !127) as *mut u8;
+    // SAFETY: a zeroed block of `bytes` bytes, never freed, used by these handles only.
+    let (producer, consumer) = unsafe {
+        (Queue::init_in(aligned, bytes, 8, 40).unwrap(), Queue::attach(aligned, bytes).unwrap())
+    };
+    assert!(producer.push(&ev(1), &[1, 2, 3]));
+    // SAFETY: the first cell's head, written by the producer above and not read now.
+    unsafe { *(*producer.slot(0)).nframes.get() = 40 };
+    let mut seen = 0;
+    assert_eq!(consumer.drain(|_, _| seen += 1), Some(0));
+    assert_eq!((seen, consumer.lost()), (0, 1));
+}
+
+/// A limit below the deepest event's cells (a session's small capacity) lets such an
+/// event into an empty ring, and only then (§2a).
+#[test]
+fn a_deep_event_goes_into_an_empty_ring_whatever_the_limit() {
+    let q = Queue::new(2, 64).unwrap();
+    let deep: Vec<usize> = (0..64).collect();
+    assert!(q.capacity() >= super::cells::cells_for(64));
+    assert!(q.push(&ev(1), &deep));
+    assert!(!q.push(&ev(2), &[]), "the limit is taken");
+    let mut seen = Vec::new();
+    q.drain(|e, f| seen.push((id_of(e), f.len()))).unwrap();
+    assert_eq!(seen, [(1, 64)]);
+    assert!(q.push(&ev(3), &[]) && q.push(&ev(4), &[]));
+    assert!(!q.push(&ev(5), &deep), "not into a ring that holds events");
+}

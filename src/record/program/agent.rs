@@ -274,6 +274,7 @@ fn create_child(stem: &str, me: u32) -> Result<(std::path::PathBuf, File), crate
 fn start_collected(settings: EnvSettings, dir: &str) -> Result<Agent, String> {
     let mut config = settings.config.clone();
     config.drain_thread = false;
+    config.queue_capacity = ring::RING_CELLS;
     let (ring, mut queue) =
         Ring::create(dir, config.queue_capacity, config.depth, settings.collector)
             .map_err(|e| format!("cannot share the profile with memprof record: {e}"))?;

@@ -100,6 +100,12 @@ use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of the side log.
 pub(crate) const LOG_BYTES: usize = 1 << 20;
+/// Cells of a ring's queue (`engine::queue` §2a), whatever the session's capacity: 2 MiB.
+/// The collector drains it as it fills (a producer wakes it at a sixteenth full), so it
+/// holds a burst, not a run; and it is memory of the program's, which the exact mode of a
+/// program of many small blocks keeps to heaptrack's or less (the pipeline bench's
+/// `cpython` row).
+pub(crate) const RING_CELLS: usize = 16 * 1024;
 /// Bytes reserved for the header.
 const HEADER_BYTES: usize = 4096;
 /// [`RingHeader::magic`] ("mpring01").
@@ -113,8 +119,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// §5; 8: the collector's part right after the state, where it stays, with its verdict,
 /// §6; 9: the queue's block holds the word the collector sleeps on, `engine::queue` §6,
 /// and the ring directory a bell, §7; 10: an exact session's frees name only their
-/// addresses, `engine::live` §6).
-pub(crate) const VERSION: u32 = 10;
+/// addresses, `engine::live` §6; 11: the queue is of 128-byte cells, an event taking as
+/// many as its stack needs, `engine::queue` §2a).
+pub(crate) const VERSION: u32 = 11;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;

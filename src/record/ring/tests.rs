@@ -3,16 +3,16 @@
 use super::*;
 
 /// The address-space figures of `docs/how-it-works.md` (the ring's part of what a profiled
-/// program holds, for `RLIMIT_AS`): 19 MiB at the default depth, about 128 KiB less a frame
-/// (slots are laid out in steps of frames), 7 MiB at `--depth 32`.
+/// program holds, for `RLIMIT_AS`): 3 MiB (a 1 MiB side log and 16,384 cells of 128
+/// bytes), whatever the depth.
 #[test]
 fn ring_sizes_are_the_docs() {
-    use crate::config::{DEFAULT_DEPTH, DEFAULT_QUEUE_CAPACITY};
-    let at = |depth| Ring::bytes(DEFAULT_QUEUE_CAPACITY, depth).unwrap();
+    use crate::config::DEFAULT_DEPTH;
+    let at = |depth| Ring::bytes(RING_CELLS, depth).unwrap();
     assert_eq!(DEFAULT_DEPTH, 128);
-    assert_eq!(at(DEFAULT_DEPTH) >> 20, 19);
-    assert_eq!(at(32) >> 20, 7);
-    assert_eq!(at(96) - at(64), 32 * (128 << 10));
+    assert_eq!(RING_CELLS, 16_384);
+    assert_eq!(at(DEFAULT_DEPTH) >> 20, 3);
+    assert_eq!(at(32), at(DEFAULT_DEPTH));
 }
 
 #[test]

@@ -293,8 +293,11 @@ fn pass_ring(
     if r.out.is_none() {
         open_output(r, plan, stem, messages);
     }
+    // How full the ring was: the cells taken (an event takes one or more), of all.
+    let before = r.queue.head();
     let n = drain(r);
-    pass.fullest = pass.fullest.max(n as f64 / r.queue.capacity() as f64);
+    let cells = r.queue.head().wrapping_sub(before);
+    pass.fullest = pass.fullest.max(cells as f64 / r.queue.capacity() as f64);
     pass.drained += n;
     // The exiting process waits for this one (`RingHeader::last_look`).
     let asked = r.ring.header().last_look.load(Ordering::Acquire) == ring::LOOK_ASKED;
