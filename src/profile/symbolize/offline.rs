@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 use super::cache::SymbolCache;
-use super::debug_file::debug_candidates;
+use super::debug_file::{by_build_id, debug_candidates};
 use super::names::demangle;
 use crate::profile::object_file::ObjectFile;
 use crate::profile::{Module, Profile, Symbol};
@@ -396,12 +396,7 @@ impl Loaders {
                 Some(at) => at,
                 None => {
                     let loaded = self.by_path.remove(&key);
-                    // Reading a file costs about its size; looking up an address costs
-                    // about reading a few tens of kilobytes.
-                    let size = match &loaded {
-                        Some(_) => 0,
-                        None => std::fs::metadata(&module.path).map_or(0, |m| m.len()),
-                    };
+                    let size = if loaded.is_some() { 0 } else { read_weight(module) };
                     jobs.push(Job { key, loaded, modules: Vec::new(), weight: size });
                     jobs.len() - 1
                 }
@@ -415,6 +410,15 @@ impl Loaders {
 
 /// What one address's lookup is thought to cost, in bytes of file read (to order jobs).
 const LOOKUP_WEIGHT: u64 = 64 << 10;
+
+/// What reading `module`'s symbols is thought to cost, to order jobs: about the size of its
+/// file and of its debug file by build id, where one is installed (both only `stat`ed;
+/// what is read is judged when it is opened, `object_file.rs`).
+fn read_weight(module: &Module) -> u64 {
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let debug = by_build_id(&module.build_id).map_or(0, |p| size(&p));
+    size(Path::new(&module.path)) + debug
+}
 
 /// Whether `object` is the file `module` ran from: a module recorded with a build id only
 /// from a file with the same build id; one without, only from a file of the size and time
