@@ -23,16 +23,7 @@ pub(super) fn debug_file(path: &Path) -> Option<std::path::PathBuf> {
 /// directory.
 pub fn debug_candidates(path: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
-    if let Some(id) = build_id(path) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        if hex.len() >= 3 {
-            out.push(
-                Path::new("/usr/lib/debug/.build-id")
-                    .join(&hex[..2])
-                    .join(format!("{}.debug", &hex[2..])),
-            );
-        }
-    }
+    out.extend(build_id(path).as_deref().and_then(by_build_id));
     if let Some(link) = debug_link(path) {
         let dir = path.parent().unwrap_or(Path::new("/"));
         out.push(dir.join(&link));
@@ -42,4 +33,13 @@ pub fn debug_candidates(path: &Path) -> Vec<std::path::PathBuf> {
         );
     }
     out
+}
+
+/// Where the debug file of the build `id` is installed, as gdb looks for it:
+/// `/usr/lib/debug/.build-id/xx/yyyy.debug` (`None` for an id too short to name one).
+pub(super) fn by_build_id(id: &[u8]) -> Option<std::path::PathBuf> {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    (hex.len() >= 3).then(|| {
+        Path::new("/usr/lib/debug/.build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]))
+    })
 }

@@ -37,6 +37,11 @@
 //! `.dynsym` when there is no `.symtab`. [`unresolved_objects`] says, once per object, why
 //! frames stayed unnamed and where a debug file was looked for.
 //!
+//! Only the addresses the profile's stacks hold are looked up (those the symbol cache
+//! lacks). The files are read on a few threads at once (one per core, at most four: each
+//! file by one thread, the largest first), and what they found goes into the profile, the
+//! notes and the cache in the modules' order: the same profile as one thread would make.
+//!
 //! Every file is read through `object_file.rs`: opened once under the file policy (a
 //! regular file, never blocking on a FIFO), and judged by what that descriptor holds: the
 //! build id (or size and time) that must be the module's, and the debug file's build id

@@ -1,11 +1,12 @@
 //! Addresses resolved from the recorded modules' files: each module's file (and its
 //! separate debug file) read once by [`Loaders`], and only when it is the object that ran.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
 use super::cache::SymbolCache;
-use super::debug_file::debug_candidates;
+use super::debug_file::{by_build_id, debug_candidates};
 use super::names::demangle;
 use crate::profile::object_file::ObjectFile;
 use crate::profile::{Module, Profile, Symbol};
@@ -27,56 +28,81 @@ pub fn resolve_offline(profile: &mut Profile) -> Vec<String> {
 
 /// [`resolve_offline`] with symbol readers loaded earlier (by [`Loaders::load`], for example
 /// while the program still ran), which are used where they were read from the same file as
-/// the module's; others are loaded now and kept in `loaders` for the next profile.
+/// the module's; others are loaded now and kept in `loaders` for the next profile. The
+/// modules are read by up to [`reading_threads`] threads at once.
 pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders) -> Vec<String> {
-    let by_module = unnamed_by_module(profile);
-    let mut notes = Vec::new();
+    resolve_offline_threads(profile, loaders, reading_threads())
+}
+
+/// The most threads that read modules at once. Each reads one object at a time, and an
+/// object being read holds its sections twice over for a moment (compressed and not): this
+/// bounds what reading adds on top of the objects kept.
+const MOST_THREADS: usize = 4;
+
+/// The stack of a reading thread: the main thread's, since DWARF's inline trees are walked
+/// by recursion as deep as a file nests them.
+const READING_STACK: usize = 8 << 20;
+
+/// How many threads read the modules: `MEMPROF_DEBUG_SYMBOL_THREADS` when it is a
+/// positive number (1: one at a time, in the calling thread), else the cores this process
+/// may run on; at most [`MOST_THREADS`].
+fn reading_threads() -> usize {
+    let asked = std::env::var("MEMPROF_DEBUG_SYMBOL_THREADS").ok().and_then(|v| v.parse().ok());
+    let n = match asked {
+        Some(n) if n > 0 => n,
+        _ => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+    };
+    n.min(MOST_THREADS)
+}
+
+/// [`resolve_offline_with`] over `threads` threads (1: in the calling thread alone). The
+/// profile comes out the same whatever the number: each file is read by one thread, and
+/// what the threads found is put in the profile, the notes and the cache in the modules'
+/// order, as one thread would have.
+fn resolve_offline_threads(
+    profile: &mut Profile,
+    loaders: &mut Loaders,
+    threads: usize,
+) -> Vec<String> {
+    let mut by_module = unnamed_by_module(profile);
     // Out of `loaders` while they are borrowed; put back at the end.
     let mut cache = loaders.cache.take();
-    for (i, mut addrs) in by_module {
-        let module = &profile.modules[i];
-        let (base, build_id) = (module.base, module.build_id.clone());
-        // Offsets resolved by an earlier run of the same build: no file is read for them.
-        if let Some(entry) = cache.as_mut().and_then(|c| c.module(&build_id)) {
-            let before = addrs.len();
-            addrs.retain(|&addr| match entry.get(probe(addr, base)) {
-                Some(chain) => {
-                    if !chain.is_empty() {
-                        profile.symbols.insert(addr, chain.clone());
-                    }
-                    false
-                }
-                None => true,
-            });
-            if let Some(c) = cache.as_mut() {
-                c.hits += (before - addrs.len()) as u64;
-            }
+    if let Some(c) = cache.as_mut() {
+        from_cache(profile, c, &mut by_module);
+    }
+    let jobs = loaders.jobs(profile, by_module);
+    let mut found: Vec<(usize, Found)> = Vec::new();
+    for done in run_jobs(jobs, threads) {
+        if let Some(l) = done.loaded {
+            loaders.by_path.insert(done.key, l);
         }
-        if addrs.is_empty() {
-            continue;
-        }
-        let module = &profile.modules[i];
-        let loaded = match loaders.for_module(module) {
-            Ok(l) => l,
-            Err(e) => {
-                notes.push(e);
+        found.extend(done.found);
+    }
+    found.sort_unstable_by_key(|(i, _)| *i);
+    let mut notes = Vec::new();
+    for (i, chains) in found {
+        let chains = match chains {
+            Ok(chains) => chains,
+            Err(note) => {
+                notes.push(note);
                 continue;
             }
         };
-        // The separate debug file has the same addresses as the module.
-        let objects: Vec<&ObjectFile> = loaded.debug.iter().chain([&loaded.main]).collect();
-        let mut entry = cache.as_mut().and_then(|c| c.module(&build_id));
-        for &addr in &addrs {
-            let chain = resolve_one(&objects, probe(addr, base));
+        let base = profile.modules[i].base;
+        let build_id = &profile.modules[i].build_id;
+        let mut entry = cache.as_mut().and_then(|c| c.module(build_id));
+        for &(addr, ref chain) in &chains {
             if let Some(e) = entry.as_deref_mut() {
-                e.insert(probe(addr, base), &chain);
-            }
-            if !chain.is_empty() {
-                profile.symbols.insert(addr, chain);
+                e.insert(probe(addr, base), chain);
             }
         }
         if let Some(c) = cache.as_mut() {
-            c.misses += addrs.len() as u64;
+            c.misses += chains.len() as u64;
+        }
+        for (addr, chain) in chains {
+            if !chain.is_empty() {
+                profile.symbols.insert(addr, chain);
+            }
         }
     }
     if let Some(c) = cache.as_mut() {
@@ -87,6 +113,114 @@ pub(crate) fn resolve_offline_with(profile: &mut Profile, loaders: &mut Loaders)
     }
     loaders.cache = cache;
     notes
+}
+
+/// Names from `cache` the addresses of `by_module` that an earlier run of the same build
+/// resolved (no file is read for them), and leaves the others.
+fn from_cache(profile: &mut Profile, cache: &mut SymbolCache, by_module: &mut ByModule) {
+    for (&i, addrs) in by_module.iter_mut() {
+        let base = profile.modules[i].base;
+        let Some(entry) = cache.module(&profile.modules[i].build_id) else { continue };
+        let before = addrs.len();
+        addrs.retain(|&addr| match entry.get(probe(addr, base)) {
+            Some(chain) => {
+                if !chain.is_empty() {
+                    profile.symbols.insert(addr, chain.clone());
+                }
+                false
+            }
+            None => true,
+        });
+        cache.hits += (before - addrs.len()) as u64;
+    }
+}
+
+/// What one module's addresses resolved to (each with its chain, empty when nothing
+/// names it), or the note that says why its file could not be used.
+type Found = Result<Vec<(u64, Vec<Symbol>)>, String>;
+
+/// One file's work: the modules mapped from it with their addresses, and its readers when
+/// loaded earlier. One thread does all of it, so that each file is read once.
+struct Job<'p> {
+    key: String,
+    loaded: Option<Loaded>,
+    modules: Vec<(usize, &'p Module, Vec<u64>)>,
+    /// What the work is thought to cost, to start the largest first.
+    weight: u64,
+}
+
+/// A job done: the file's readers, to keep, and what its modules' addresses resolved to.
+struct Done {
+    key: String,
+    loaded: Option<Loaded>,
+    found: Vec<(usize, Found)>,
+}
+
+impl Job<'_> {
+    fn run(self) -> Done {
+        let mut loaded = self.loaded;
+        let mut found = Vec::with_capacity(self.modules.len());
+        for (i, module, addrs) in self.modules {
+            let l = match usable(&mut loaded, module) {
+                Ok(l) => l,
+                Err(e) => {
+                    found.push((i, Err(e)));
+                    continue;
+                }
+            };
+            // The separate debug file has the same addresses as the module.
+            let objects: Vec<&ObjectFile> = l.debug.iter().chain([&l.main]).collect();
+            let chains = addrs
+                .into_iter()
+                .map(|addr| (addr, resolve_one(&objects, probe(addr, module.base))))
+                .collect();
+            found.push((i, Ok(chains)));
+        }
+        Done { key: self.key, loaded, found }
+    }
+}
+
+/// The readers of `module`'s file: `loaded` unless it was read from another file than the
+/// module's (another build id, or size and time for an object without one), else read now
+/// into `loaded`. The error says why the file cannot be used: unreadable, or not the
+/// object that ran.
+fn usable<'l>(loaded: &'l mut Option<Loaded>, module: &Module) -> Result<&'l Loaded, String> {
+    if loaded.as_ref().is_none_or(|l| same_object(module, &l.main).is_err()) {
+        *loaded = Some(Loaders::read(&module.path)?);
+    }
+    let Some(l) = loaded.as_ref() else {
+        return Err(format!("cannot read symbols of {}", module.path));
+    };
+    same_object(module, &l.main)?;
+    Ok(l)
+}
+
+/// Runs `jobs` on `threads` threads (the calling one among them), the costliest first; a
+/// thread that cannot be started leaves its share to the others.
+fn run_jobs(mut jobs: Vec<Job<'_>>, threads: usize) -> Vec<Done> {
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.weight));
+    let threads = threads.clamp(1, MOST_THREADS).min(jobs.len());
+    let queue = Mutex::new(jobs.into_iter());
+    let done = Mutex::new(Vec::new());
+    let work = || loop {
+        let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+        let Some(job) = next else { break };
+        let d = job.run();
+        done.lock().unwrap_or_else(PoisonError::into_inner).push(d);
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            let spawned = std::thread::Builder::new()
+                .name("memprof-symbols".into())
+                .stack_size(READING_STACK)
+                .spawn_scoped(s, work);
+            if spawned.is_err() {
+                break;
+            }
+        }
+        work();
+    });
+    done.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The address looked up for return address `addr` of a module loaded at `base`: the
@@ -153,10 +287,13 @@ fn qualifies(short: &str, full: &str) -> bool {
         && (last == base || (base.starts_with("{closure") && last.starts_with("{{closure")))
 }
 
+/// Addresses by the index of the module that holds them.
+pub(super) type ByModule = BTreeMap<usize, Vec<u64>>;
+
 /// The return addresses of the profile's stacks that have no symbols yet, each once, by
 /// the index of the module that holds them (addresses outside every module are left out).
-pub(super) fn unnamed_by_module(profile: &Profile) -> std::collections::BTreeMap<usize, Vec<u64>> {
-    let mut by_module: std::collections::BTreeMap<usize, Vec<u64>> = Default::default();
+pub(super) fn unnamed_by_module(profile: &Profile) -> ByModule {
+    let mut by_module = ByModule::new();
     let mut seen = std::collections::HashSet::new();
     for stack in &profile.stacks {
         for &addr in &stack.frames {
@@ -244,19 +381,43 @@ impl Loaders {
         Ok(Loaded { main, debug })
     }
 
-    /// The readers of `module`'s file, loaded now unless loaded earlier from the same file
-    /// (same build id, or same size and time for an object without one). The error says
-    /// why the file cannot be used: unreadable, or not the object that ran.
-    fn for_module(&mut self, module: &Module) -> Result<&Loaded, String> {
-        let key = Self::key(&module.path);
-        if self.by_path.get(&key).is_none_or(|l| same_object(module, &l.main).is_err()) {
-            let l = Self::read(&module.path)?;
-            self.by_path.insert(key.clone(), l);
+    /// The work of resolving `by_module`: one job per file (modules mapped from the same
+    /// file share its readers), each with the readers loaded earlier, taken out of `self`
+    /// until the job is done.
+    fn jobs<'p>(&mut self, profile: &'p Profile, by_module: ByModule) -> Vec<Job<'p>> {
+        let mut jobs: Vec<Job<'p>> = Vec::new();
+        for (i, addrs) in by_module {
+            if addrs.is_empty() {
+                continue;
+            }
+            let module = &profile.modules[i];
+            let key = Self::key(&module.path);
+            let at = match jobs.iter().position(|j| j.key == key) {
+                Some(at) => at,
+                None => {
+                    let loaded = self.by_path.remove(&key);
+                    let size = if loaded.is_some() { 0 } else { read_weight(module) };
+                    jobs.push(Job { key, loaded, modules: Vec::new(), weight: size });
+                    jobs.len() - 1
+                }
+            };
+            jobs[at].weight += addrs.len() as u64 * LOOKUP_WEIGHT;
+            jobs[at].modules.push((i, module, addrs));
         }
-        let loaded = &self.by_path[&key];
-        same_object(module, &loaded.main)?;
-        Ok(loaded)
+        jobs
     }
+}
+
+/// What one address's lookup is thought to cost, in bytes of file read (to order jobs).
+const LOOKUP_WEIGHT: u64 = 64 << 10;
+
+/// What reading `module`'s symbols is thought to cost, to order jobs: about the size of its
+/// file and of its debug file by build id, where one is installed (both only `stat`ed;
+/// what is read is judged when it is opened, `object_file.rs`).
+fn read_weight(module: &Module) -> u64 {
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let debug = by_build_id(&module.build_id).map_or(0, |p| size(&p));
+    size(Path::new(&module.path)) + debug
 }
 
 /// Whether `object` is the file `module` ran from: a module recorded with a build id only
@@ -295,4 +456,92 @@ fn debug_object(path: &Path, main: &ObjectFile) -> Option<ObjectFile> {
             && (main.build_id.is_none() || d.build_id.is_none() || d.build_id == main.build_id);
         fits.then_some(d)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::symbolize::current_modules;
+    use crate::profile::Stack;
+
+    /// A profile of this test program's modules whose stacks pass through up to `most`
+    /// functions of each (one return address past each function's middle), plus a module
+    /// whose file is another build's and one whose file is gone, which give notes.
+    fn profile_of_this_process(most: usize) -> Profile {
+        let mut modules = current_modules();
+        let mut frames = Vec::new();
+        for m in &modules {
+            let Ok(object) = ObjectFile::open(Path::new(&m.path)) else { continue };
+            let all = object.function_addresses();
+            let step = (all.len() / most).max(1);
+            frames.extend(all.into_iter().step_by(step).map(|a| m.base + a + 1));
+        }
+        let top = modules.iter().map(|m| m.end).max().unwrap_or(0) + (1 << 20);
+        let exe = modules[0].path.clone();
+        for (n, path, id) in
+            [(0, exe, vec![7u8; 20]), (1, "/nonexistent/libgone.so".into(), vec![])]
+        {
+            let start = top + n * (1 << 20);
+            modules.push(Module {
+                path,
+                base: start,
+                start,
+                end: start + 4096,
+                build_id: id,
+                ..Module::default()
+            });
+            frames.push(start + 16);
+        }
+        let stacks = frames
+            .chunks(16)
+            .map(|f| Stack { frames: f.to_vec(), truncated: false, label: 0 })
+            .collect();
+        Profile { modules, stacks, ..Profile::default() }
+    }
+
+    fn private_dir(name: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let d = crate::sys::test_dir("offline", name);
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    }
+
+    /// The files of `dir`, by name, with their bytes.
+    fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
+            })
+            .collect()
+    }
+
+    /// Read by several threads, a profile gets the same symbols and notes, and the cache
+    /// the same files, as read by one.
+    #[test]
+    fn threads_resolve_as_one_does() {
+        let bare = profile_of_this_process(300);
+        let (one_dir, many_dir) = (private_dir("one"), private_dir("many"));
+        let mut one = bare.clone();
+        let notes_one =
+            resolve_offline_threads(&mut one, &mut Loaders::cached(Some(one_dir.clone())), 1);
+        let mut many = bare.clone();
+        let notes_many =
+            resolve_offline_threads(&mut many, &mut Loaders::cached(Some(many_dir.clone())), 3);
+        assert!(one.symbols.len() > 300, "{} addresses named", one.symbols.len());
+        assert_eq!(one.symbols, many.symbols);
+        assert_eq!(notes_one.len(), 2, "{notes_one:?}");
+        assert_eq!(notes_one, notes_many);
+        assert_eq!(files(&one_dir), files(&many_dir));
+        // Loaded once, the readers answer again (no file read) the same way.
+        let mut loaders = Loaders::default();
+        let mut first = bare.clone();
+        resolve_offline_threads(&mut first, &mut loaders, 3);
+        let mut again = bare.clone();
+        resolve_offline_threads(&mut again, &mut loaders, 2);
+        assert_eq!(again.symbols, one.symbols);
+        let _ = std::fs::remove_dir_all(&one_dir);
+        let _ = std::fs::remove_dir_all(&many_dir);
+    }
 }
