@@ -130,3 +130,79 @@ impl Profile {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Free, GcCycle, Profile, Sample};
+    use rand::{Rng, SeedableRng};
+
+    /// The same events folded into the maps and into the vectors (then settled) make the
+    /// same aggregates, exact and sampled, GC attribution and the timeline included, and a
+    /// mirror of the folding profile taken midway is the maps' profile of that moment.
+    #[test]
+    fn the_vectors_settle_into_the_maps_fold() {
+        for interval in [1.0, 64.0] {
+            let (mut maps, mut vecs) = (Profile::default(), Profile::default());
+            for p in [&mut maps, &mut vecs] {
+                p.header.interval = interval;
+                p.header.time_unit_ns = 1 << 10;
+                p.keep_timeline();
+            }
+            vecs.keep_pairs();
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+            let mut live: Vec<Sample> = Vec::new();
+            let (mut t, mut mirror) = (0u64, Profile::default());
+            for id in 0..20_000u64 {
+                t += rng.gen_range(0..3_000);
+                if !live.is_empty() && rng.gen_bool(0.45) {
+                    let s = live.swap_remove(rng.gen_range(0..live.len()));
+                    let f = Free::of(&s, t);
+                    maps.add_free(&f);
+                    assert!(vecs.try_free(&f));
+                } else {
+                    let size = 8 << rng.gen_range(0..6);
+                    let k = if interval == 1.0 { size } else { rng.gen_range(1..4) };
+                    let stack = rng.gen_range(0..40);
+                    // Threads' events come a little out of order.
+                    let time_ns = t.saturating_sub(rng.gen_range(0..3) * 2_000);
+                    let s = Sample { id, stack, time_ns, thread: 1, addr: 0, size, k };
+                    maps.add_sample(&s);
+                    assert!(vecs.fold_sample(&s).is_some());
+                    live.push(s);
+                }
+                if id % 5_000 == 2_500 {
+                    let c = GcCycle { cycle: id, start_ns: t / 2, end_ns: t, ..GcCycle::default() };
+                    maps.add_gc_cycle(&c);
+                    vecs.add_gc_cycle(&c);
+                }
+                if id == 10_000 {
+                    mirror.header = vecs.header.clone();
+                    mirror.clone_aggregates_from(&vecs);
+                    same(&maps, &mirror);
+                }
+            }
+            for p in [&mut maps, &mut vecs] {
+                p.finish_timeline();
+            }
+            vecs.settle_pairs();
+            same(&maps, &vecs);
+            assert_eq!(maps.timeline, vecs.timeline);
+            assert_eq!(maps.gc_marked, vecs.gc_marked);
+        }
+    }
+
+    fn same(a: &Profile, b: &Profile) {
+        assert_eq!(a.allocated, b.allocated);
+        assert_eq!(a.live, b.live);
+        assert_eq!(a.lifetimes.short, b.lifetimes.short);
+        assert_eq!(a.lifetimes.histogram, b.lifetimes.histogram);
+        assert_eq!(a.since_peak.generation, b.since_peak.generation);
+        assert_eq!(a.since_peak.changes, b.since_peak.changes);
+        assert_eq!(a.halves.live_a, b.halves.live_a);
+        for (x, y) in a.halves.since.iter().zip(&b.halves.since) {
+            assert_eq!((x.generation, &x.changes), (y.generation, &y.changes));
+        }
+        assert_eq!((a.peak, a.live_bytes, a.counts), (b.peak, b.live_bytes, b.counts));
+        assert_eq!(a.peak_live(), b.peak_live());
+    }
+}
