@@ -57,49 +57,6 @@ pub(crate) struct LiveByTime {
     pub(super) empty: usize,
 }
 
-impl LiveByTime {
-    /// A block of `(stack, size)` with `k` points allocated in `unit` is live.
-    pub(super) fn add(&mut self, stack: StackId, size: u64, unit: u64, k: u64) {
-        match self.index.entry((stack, size, unit)) {
-            std::collections::hash_map::Entry::Occupied(mut o) => {
-                let t = o.get_mut();
-                if t.samples == 0 {
-                    // Refilling an entry emptied earlier (not swept yet).
-                    self.empty = self.empty.saturating_sub(1);
-                }
-                t.samples += 1;
-                t.k = t.k.wrapping_add(k);
-            }
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Totals { samples: 1, k });
-            }
-        }
-    }
-
-    /// Takes a block of `(stack, size)` with `k` points allocated in `unit` out; false when
-    /// there is none.
-    pub(super) fn take(&mut self, stack: StackId, size: u64, unit: u64, k: u64) -> bool {
-        let Some(t) = self.index.get_mut(&(stack, size, unit)) else {
-            return false;
-        };
-        if t.samples == 0 || t.k < k {
-            return false;
-        }
-        t.samples -= 1;
-        t.k -= k;
-        if t.samples == 0 {
-            // Emptied entries are swept in bulk: a block that dies young empties the entry
-            // its allocation just made, and removing it each time cost a rehash per free.
-            self.empty += 1;
-            if self.empty > 4096 && self.empty > self.index.len() / 2 {
-                self.index.retain(|_, t| t.samples > 0);
-                self.empty = 0;
-            }
-        }
-        true
-    }
-}
-
 /// What changed in [`Profile::live`](crate::profile::Profile::live) since the peak, so that the
 /// live set at the peak is known without a second pass: `live at the peak = live now − changes
 /// since`. A new peak makes every change stale at once (a generation number, not a clear: a growing

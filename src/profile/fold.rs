@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use super::aggregate::{split_points, GcMarked, IdHash, Totals};
 use super::events::{Free, GcCycle, Move, Sample};
 use super::format;
-use super::pairs::each_live;
 use super::series::Peak;
 use super::tables::StackId;
 use super::timeline::Timeline;
@@ -26,11 +25,8 @@ impl Profile {
         let (end, unit) = (self.end_ns, self.header.time_unit_ns.max(1));
         if let Some(tl) = &mut self.timeline {
             // The blocks never freed are the live ones, by their allocation unit.
-            let mut live = Vec::new();
-            each_live(&self.live_by_time, self.pairs.as_deref(), |s, _, u, t| {
-                live.push((s, u * unit, t.k, t.samples));
-            });
-            tl.finish(end, unit, live.into_iter());
+            let live = self.live_by_time.index.iter().filter(|(_, t)| t.samples > 0);
+            tl.finish(end, unit, live.map(|(&(s, _, u), t)| (s, u * unit, t.k, t.samples)));
         }
     }
 
@@ -60,18 +56,30 @@ impl Profile {
             t.samples += 1;
             t.k = t.k.wrapping_add(s.k);
         };
-        let unit = s.time_ns / self.header.time_unit_ns.max(1);
         match (id, &mut self.pairs) {
             (Some(i), Some(p)) => {
                 let slot = &mut p.slots[i as usize];
                 add(&mut slot.allocated);
                 add(&mut slot.live);
-                slot.unit_add(unit, s.k, &mut self.live_by_time);
             }
             _ => {
                 add(self.allocated.entry((s.stack, s.size)).or_default());
                 add(self.live.entry((s.stack, s.size)).or_default());
-                self.live_by_time.add(s.stack, s.size, unit, s.k);
+            }
+        }
+        let unit = s.time_ns / self.header.time_unit_ns.max(1);
+        match self.live_by_time.index.entry((s.stack, s.size, unit)) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let t = o.get_mut();
+                if t.samples == 0 {
+                    // Refilling an entry emptied earlier (not swept yet).
+                    self.live_by_time.empty = self.live_by_time.empty.saturating_sub(1);
+                }
+                t.samples += 1;
+                t.k = t.k.wrapping_add(s.k);
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Totals { samples: 1, k: s.k });
             }
         }
         let bytes = self.estimated_bytes(s.k);
@@ -175,23 +183,29 @@ impl Profile {
         alloc_ns: u64,
     ) -> bool {
         let unit = alloc_ns / self.header.time_unit_ns.max(1);
+        let key = (stack, size, unit);
+        let Some(t) = self.live_by_time.index.get_mut(&key) else {
+            return false;
+        };
+        if t.samples == 0 || t.k < k {
+            return false;
+        }
+        t.samples -= 1;
+        t.k -= k;
+        if t.samples == 0 {
+            // Emptied entries are swept in bulk: a block that dies young empties the entry
+            // its allocation just made, and removing it each time cost a rehash per free.
+            let l = &mut self.live_by_time;
+            l.empty += 1;
+            if l.empty > 4096 && l.empty > l.index.len() / 2 {
+                l.index.retain(|_, t| t.samples > 0);
+                l.empty = 0;
+            }
+        }
         // Emptied pairs stay (as many as the pairs; reports skip them).
         let live = match (id, &mut self.pairs) {
-            (Some(i), Some(p)) => {
-                let slot = &mut p.slots[i as usize];
-                if !slot.unit_take(unit, k, &mut self.live_by_time) {
-                    return false;
-                }
-                Some(&mut slot.live)
-            }
-            // A pair never sampled has no live block.
-            (None, Some(_)) => return false,
-            (_, None) => {
-                if !self.live_by_time.take(stack, size, unit, k) {
-                    return false;
-                }
-                self.live.get_mut(&(stack, size))
-            }
+            (Some(i), Some(p)) => Some(&mut p.slots[i as usize].live),
+            _ => self.live.get_mut(&(stack, size)),
         };
         if let Some(t) = live {
             t.samples = t.samples.saturating_sub(1);
@@ -218,11 +232,7 @@ impl Profile {
     /// for.
     pub(crate) fn holds(&self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
         let unit = alloc_ns / self.header.time_unit_ns.max(1);
-        let map = &self.live_by_time;
-        let live = match &self.pairs {
-            Some(p) => p.get((stack, size)).and_then(|i| p.slots[i as usize].unit(unit, map)),
-            None => map.index.get(&(stack, size, unit)),
-        };
+        let live = self.live_by_time.index.get(&(stack, size, unit));
         live.is_some_and(|t| t.samples > 0 && t.k >= k)
     }
 
@@ -287,14 +297,14 @@ impl Profile {
         let half = unit / 2;
         let interval = self.header.interval;
         let mut marked: HashMap<StackId, GcMarked, IdHash> = HashMap::default();
-        each_live(&self.live_by_time, self.pairs.as_deref(), |stack, size, u, t| {
-            if u.saturating_mul(unit).saturating_add(half) < c.start_ns {
+        for (&(stack, size, u), t) in &self.live_by_time.index {
+            if t.samples > 0 && u.saturating_mul(unit).saturating_add(half) < c.start_ns {
                 let m = marked.entry(stack).or_default();
                 m.samples += t.samples;
                 m.bytes += t.k as f64 * interval;
                 m.objects += t.k as f64 * interval / size.max(1) as f64;
             }
-        });
+        }
         self.gc_cycles.push(*c);
         self.gc_marked.push(marked);
     }

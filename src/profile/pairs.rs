@@ -5,11 +5,6 @@
 //! interned once, at its first sample; then an event costs one lookup (its pair id) and the
 //! rest are indexes.
 //!
-//! The index of live blocks by allocation time (`LiveByTime`, keyed by pair and time unit)
-//! keeps each pair's latest unit in its slot: a block that dies young is allocated and
-//! freed in it, with no lookup in the map, which then holds only the pair's older units
-//! (all at most the slot's `floor`, below its latest).
-//!
 //! The maps are the profile's public face: [`Profile::settle_pairs`] writes the slots into
 //! them (each slot's entries as the maps' own fold would have made them), and
 //! [`Profile::clone_aggregates_from`] copies a folding profile's slots over its maps, so a
@@ -18,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use super::aggregate::{IdHash, LiveByTime, Totals};
+use super::aggregate::{IdHash, Totals};
 use super::tables::StackId;
 use super::Profile;
 
@@ -44,85 +39,6 @@ pub(crate) struct Slot {
     pub(super) since: [Change; 3],
     /// Half A's live points (`Halves::live_a`), once a sampled event touched it.
     pub(super) live_a: Option<u64>,
-    /// The pair's entry of the index by allocation time for its latest unit, kept here
-    /// rather than in the map.
-    latest: Option<(u64, Totals)>,
-    /// No unit above this has an entry in the map (none: no unit has).
-    floor: Option<u64>,
-}
-
-impl Slot {
-    /// A block of `k` points allocated in `unit` is live (`LiveByTime::add`); `map`: the
-    /// profile's index.
-    pub(super) fn unit_add(&mut self, unit: u64, k: u64, map: &mut LiveByTime) {
-        let (stack, size) = self.pair;
-        match &mut self.latest {
-            Some((u, t)) if *u == unit => {
-                t.samples += 1;
-                t.k = t.k.wrapping_add(k);
-            }
-            Some((u, _)) if unit < *u => map.add(stack, size, unit, k),
-            None if self.floor.is_some_and(|f| unit <= f) => map.add(stack, size, unit, k),
-            _ => {
-                // Above every unit of the pair: the latest moves to the map.
-                self.flush(map);
-                self.latest = Some((unit, Totals { samples: 1, k }));
-            }
-        }
-    }
-
-    /// The live blocks allocated in `unit` (`map`: the profile's index).
-    pub(super) fn unit<'a>(&'a self, unit: u64, map: &'a LiveByTime) -> Option<&'a Totals> {
-        match &self.latest {
-            Some((u, t)) if *u == unit => Some(t),
-            _ => map.index.get(&(self.pair.0, self.pair.1, unit)),
-        }
-    }
-
-    /// Takes a block of `k` points allocated in `unit` out (`LiveByTime::take`); false when
-    /// there is none.
-    pub(super) fn unit_take(&mut self, unit: u64, k: u64, map: &mut LiveByTime) -> bool {
-        match &mut self.latest {
-            Some((u, t)) if *u == unit => {
-                if t.samples == 0 || t.k < k {
-                    return false;
-                }
-                // An emptied latest entry stays until the pair's next unit (the map's stay
-                // until a sweep; neither is told from an absent one).
-                t.samples -= 1;
-                t.k -= k;
-                true
-            }
-            _ => map.take(self.pair.0, self.pair.1, unit, k),
-        }
-    }
-
-    /// Moves the latest unit's entry into the map (left out when empty).
-    fn flush(&mut self, map: &mut LiveByTime) {
-        if let Some((u, t)) = self.latest.take() {
-            if t.samples > 0 {
-                map.index.insert((self.pair.0, self.pair.1, u), t);
-            }
-            self.floor = Some(self.floor.map_or(u, |f| f.max(u)));
-        }
-    }
-}
-
-/// Calls `f` with each entry of the index of live blocks by allocation time that has
-/// blocks: those of `index`, and the latest units kept in `pairs`.
-pub(super) fn each_live(
-    index: &LiveByTime,
-    pairs: Option<&Pairs>,
-    mut f: impl FnMut(StackId, u64, u64, &Totals),
-) {
-    for (&(stack, size, u), t) in index.index.iter().filter(|(_, t)| t.samples > 0) {
-        f(stack, size, u, t);
-    }
-    for s in pairs.iter().flat_map(|p| &p.slots) {
-        if let Some((u, t)) = s.latest.as_ref().filter(|(_, t)| t.samples > 0) {
-            f(s.pair.0, s.pair.1, *u, t);
-        }
-    }
 }
 
 /// One pair's entry of a `SincePeak` map.
@@ -176,11 +92,8 @@ impl Profile {
     /// Writes the vectors into the maps keyed by pair, which then hold what folding into
     /// them would have made; the vectors stay the ones folded into.
     pub(crate) fn settle_pairs(&mut self) {
-        if let Some(mut pairs) = self.pairs.take() {
+        if let Some(pairs) = self.pairs.take() {
             self.write_slots(&pairs);
-            for s in &mut pairs.slots {
-                s.flush(&mut self.live_by_time);
-            }
             self.pairs = Some(pairs);
         }
     }
@@ -188,8 +101,9 @@ impl Profile {
     /// Settles the vectors and folds into the maps from now on (someone folds through the
     /// public methods, which know no pair ids).
     pub(super) fn leave_pairs(&mut self) {
-        self.settle_pairs();
-        self.pairs = None;
+        if let Some(pairs) = self.pairs.take() {
+            self.write_slots(&pairs);
+        }
     }
 
     /// Writes the slots of `pairs` over this profile's maps keyed by pair.
@@ -227,12 +141,11 @@ mod tests {
     /// mirror of the folding profile taken midway is the maps' profile of that moment.
     #[test]
     fn the_vectors_settle_into_the_maps_fold() {
-        // Units of about one event, and of about forty.
-        for (interval, unit) in [(1.0, 1 << 10), (64.0, 1 << 10), (1.0, 1 << 16), (64.0, 1 << 16)] {
+        for interval in [1.0, 64.0] {
             let (mut maps, mut vecs) = (Profile::default(), Profile::default());
             for p in [&mut maps, &mut vecs] {
                 p.header.interval = interval;
-                p.header.time_unit_ns = unit;
+                p.header.time_unit_ns = 1 << 10;
                 p.keep_timeline();
             }
             vecs.keep_pairs();
@@ -240,18 +153,18 @@ mod tests {
             let mut live: Vec<Sample> = Vec::new();
             let (mut t, mut mirror) = (0u64, Profile::default());
             for id in 0..20_000u64 {
-                t += rng.random_range(0..3_000);
-                if !live.is_empty() && rng.random_bool(0.45) {
-                    let s = live.swap_remove(rng.random_range(0..live.len()));
+                t += rng.gen_range(0..3_000);
+                if !live.is_empty() && rng.gen_bool(0.45) {
+                    let s = live.swap_remove(rng.gen_range(0..live.len()));
                     let f = Free::of(&s, t);
                     maps.add_free(&f);
                     assert!(vecs.try_free(&f));
                 } else {
-                    let size = 8 << rng.random_range(0..6);
-                    let k = if interval == 1.0 { size } else { rng.random_range(1..4) };
-                    let stack = rng.random_range(0..40);
+                    let size = 8 << rng.gen_range(0..6);
+                    let k = if interval == 1.0 { size } else { rng.gen_range(1..4) };
+                    let stack = rng.gen_range(0..40);
                     // Threads' events come a little out of order.
-                    let time_ns = t.saturating_sub(rng.random_range(0..3) * 2_000);
+                    let time_ns = t.saturating_sub(rng.gen_range(0..3) * 2_000);
                     let s = Sample { id, stack, time_ns, thread: 1, addr: 0, size, k };
                     maps.add_sample(&s);
                     assert!(vecs.fold_sample(&s).is_some());
@@ -275,26 +188,6 @@ mod tests {
             same(&maps, &vecs);
             assert_eq!(maps.timeline, vecs.timeline);
             assert_eq!(maps.gc_marked, vecs.gc_marked);
-            let index = |p: &Profile| {
-                let l = p.live_by_time.index.iter().filter(|(_, t)| t.samples > 0);
-                let mut v: Vec<_> = l.map(|(key, t)| (*key, *t)).collect();
-                v.sort_by_key(|e| e.0);
-                v
-            };
-            assert_eq!(index(&maps), index(&vecs));
-            // Folding goes on after a settle (a mirror, the stop).
-            for (i, s) in live.iter().enumerate().take(200) {
-                assert!(vecs.holds(s.stack, s.size, s.k, s.time_ns));
-                let f = Free::of(s, t + i as u64 * 700);
-                maps.add_free(&f);
-                assert!(vecs.try_free(&f));
-                let again = Sample { id: 1 << 40 | i as u64, time_ns: f.time_ns, ..*s };
-                maps.add_sample(&again);
-                vecs.fold_sample(&again);
-            }
-            vecs.settle_pairs();
-            same(&maps, &vecs);
-            assert_eq!(index(&maps), index(&vecs));
         }
     }
 
