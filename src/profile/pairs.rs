@@ -141,11 +141,12 @@ mod tests {
     /// mirror of the folding profile taken midway is the maps' profile of that moment.
     #[test]
     fn the_vectors_settle_into_the_maps_fold() {
-        for interval in [1.0, 64.0] {
+        // Units of about one event, and of about forty.
+        for (interval, unit) in [(1.0, 1 << 10), (64.0, 1 << 10), (1.0, 1 << 16), (64.0, 1 << 16)] {
             let (mut maps, mut vecs) = (Profile::default(), Profile::default());
             for p in [&mut maps, &mut vecs] {
                 p.header.interval = interval;
-                p.header.time_unit_ns = 1 << 10;
+                p.header.time_unit_ns = unit;
                 p.keep_timeline();
             }
             vecs.keep_pairs();
@@ -153,18 +154,18 @@ mod tests {
             let mut live: Vec<Sample> = Vec::new();
             let (mut t, mut mirror) = (0u64, Profile::default());
             for id in 0..20_000u64 {
-                t += rng.gen_range(0..3_000);
-                if !live.is_empty() && rng.gen_bool(0.45) {
-                    let s = live.swap_remove(rng.gen_range(0..live.len()));
+                t += rng.random_range(0..3_000);
+                if !live.is_empty() && rng.random_bool(0.45) {
+                    let s = live.swap_remove(rng.random_range(0..live.len()));
                     let f = Free::of(&s, t);
                     maps.add_free(&f);
                     assert!(vecs.try_free(&f));
                 } else {
-                    let size = 8 << rng.gen_range(0..6);
-                    let k = if interval == 1.0 { size } else { rng.gen_range(1..4) };
-                    let stack = rng.gen_range(0..40);
+                    let size = 8 << rng.random_range(0..6);
+                    let k = if interval == 1.0 { size } else { rng.random_range(1..4) };
+                    let stack = rng.random_range(0..40);
                     // Threads' events come a little out of order.
-                    let time_ns = t.saturating_sub(rng.gen_range(0..3) * 2_000);
+                    let time_ns = t.saturating_sub(rng.random_range(0..3) * 2_000);
                     let s = Sample { id, stack, time_ns, thread: 1, addr: 0, size, k };
                     maps.add_sample(&s);
                     assert!(vecs.fold_sample(&s).is_some());
@@ -188,6 +189,18 @@ mod tests {
             same(&maps, &vecs);
             assert_eq!(maps.timeline, vecs.timeline);
             assert_eq!(maps.gc_marked, vecs.gc_marked);
+            // Folding goes on after a settle (a mirror, the stop).
+            for (i, s) in live.iter().enumerate().take(200) {
+                assert!(vecs.holds(s.stack, s.size, s.k, s.time_ns));
+                let f = Free::of(s, t + i as u64 * 700);
+                maps.add_free(&f);
+                assert!(vecs.try_free(&f));
+                let again = Sample { id: 1 << 40 | i as u64, time_ns: f.time_ns, ..*s };
+                maps.add_sample(&again);
+                vecs.fold_sample(&again);
+            }
+            vecs.settle_pairs();
+            same(&maps, &vecs);
         }
     }
 
