@@ -1,9 +1,9 @@
 //! The per-(stack, size) aggregates of a folding recorder's profile in a vector indexed by
 //! pair id: what `memprof record`'s collector folds each event into, where the maps keyed by
-//! pair ([`Profile::allocated`], [`Profile::live`], [`Lifetimes::short`], the changes since
-//! the peak and a sampled profile's halves) cost one hash lookup each per event. A pair is
-//! interned once, at its first sample; then an event costs one lookup (its pair id) and the
-//! rest are indexes.
+//! pair ([`Profile::allocated`], [`Profile::live`],
+//! [`Lifetimes::short`](super::Lifetimes::short), the changes since the peak and a sampled
+//! profile's halves) cost one hash lookup each per event. A pair is interned once, at its
+//! first sample; then an event costs one lookup (its pair id) and the rest are indexes.
 //!
 //! The maps are the profile's public face: [`Profile::settle_pairs`] writes the slots into
 //! them (each slot's entries as the maps' own fold would have made them), and
