@@ -147,6 +147,7 @@
 //! | `profile/events.rs` | the events a profile folds in: samples, frees, moves, GC cycles |
 //! | `profile/aggregate.rs` | per (stack, size) totals, counts, the indexes by allocation time and since the peak, the halves of a sampled profile's points (the cross-fitted peak) and their split |
 //! | `profile/lifetime.rs` | how long sampled blocks lived: short-lived totals, the lifetime histogram |
+//! | `profile/pairs.rs` | the per-(stack, size) aggregates of a folding recorder (`memprof record`'s collector) in vectors indexed by pair id, settled into the maps when the profile is handed out |
 //! | `profile/series.rs` | the heap over time in bounded buckets, and its peak |
 //! | `profile/timeline.rs` | the heap over time by stack, folded in on a grid that widens as the run goes: what the HTML page reads |
 //! | `profile/fold.rs` | events folded into the aggregates: live sets, lifetimes, GC attribution, the peak (exact, or cross-fitted), and the peak's coverage tested on simulated programs |

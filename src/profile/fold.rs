@@ -42,14 +42,31 @@ impl Profile {
 
     /// Folds in an alloc sample.
     pub fn add_sample(&mut self, s: &Sample) {
+        self.leave_pairs();
+        self.fold_sample(s);
+    }
+
+    /// [`Profile::add_sample`] into the vectors by pair id when they are kept
+    /// ([`Profile::keep_pairs`]): the sample's pair id then.
+    pub(crate) fn fold_sample(&mut self, s: &Sample) -> Option<u32> {
         self.counts.samples += 1;
+        let id = self.pair_id(s.stack, s.size);
         // Sums wrap rather than panic: a damaged or hostile file may name any k.
-        let t = self.allocated.entry((s.stack, s.size)).or_default();
-        t.samples += 1;
-        t.k = t.k.wrapping_add(s.k);
-        let t = self.live.entry((s.stack, s.size)).or_default();
-        t.samples += 1;
-        t.k = t.k.wrapping_add(s.k);
+        let add = |t: &mut Totals| {
+            t.samples += 1;
+            t.k = t.k.wrapping_add(s.k);
+        };
+        match (id, &mut self.pairs) {
+            (Some(i), Some(p)) => {
+                let slot = &mut p.slots[i as usize];
+                add(&mut slot.allocated);
+                add(&mut slot.live);
+            }
+            _ => {
+                add(self.allocated.entry((s.stack, s.size)).or_default());
+                add(self.live.entry((s.stack, s.size)).or_default());
+            }
+        }
         let unit = s.time_ns / self.header.time_unit_ns.max(1);
         match self.live_by_time.index.entry((s.stack, s.size, unit)) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
@@ -72,11 +89,32 @@ impl Profile {
         }
         if self.exact() {
             if !self.note(s.time_ns, bytes, 0.0) {
-                self.since_peak.change((s.stack, s.size), 1, s.k);
+                self.change_since(0, (s.stack, s.size), id, 1, s.k);
             }
         } else {
             self.note(s.time_ns, bytes, 0.0);
-            self.halves_change((s.stack, s.size), unit, s.k, s.time_ns, false);
+            self.halves_change((s.stack, s.size), id, unit, s.k, s.time_ns, false);
+        }
+        id
+    }
+
+    /// `SincePeak::change` of `pair` (`id` in the vectors by pair id, when kept) in the
+    /// changes since the exact peak (`which` 0), since `t_A` (1) or since `t_B` (2).
+    fn change_since(
+        &mut self,
+        which: usize,
+        pair: (StackId, u64),
+        id: Option<u32>,
+        n: u64,
+        k: u64,
+    ) {
+        let since = match which {
+            0 => &mut self.since_peak,
+            half => &mut self.halves.since[half - 1],
+        };
+        match (id, &mut self.pairs) {
+            (Some(i), Some(p)) => p.slots[i as usize].since[which].change(since.generation, n, k),
+            _ => since.change(pair, n, k),
         }
     }
 
@@ -88,12 +126,26 @@ impl Profile {
     /// A sampled block of `pair`, allocated in time unit `unit` with `k` points, joins the
     /// live halves at `t` (or `leaves` them): the cross-fitted peak (§3 of the module
     /// documentation, `report::confidence` §1).
-    fn halves_change(&mut self, pair: (StackId, u64), unit: u64, k: u64, t: u64, leaves: bool) {
+    fn halves_change(
+        &mut self,
+        pair: (StackId, u64),
+        id: Option<u32>,
+        unit: u64,
+        k: u64,
+        t: u64,
+        leaves: bool,
+    ) {
         let a = split_points(pair.0, pair.1, unit, k);
         let b = k - a;
-        let h = &mut self.halves;
-        let live_a = h.live_a.entry(pair).or_default();
         let neg = |x: u64| if leaves { x.wrapping_neg() } else { x };
+        // Since t_A the other half's points (B) are what matters, since t_B half A's.
+        self.change_since(1, pair, id, neg(1), neg(b));
+        self.change_since(2, pair, id, neg(1), neg(a));
+        let h = &mut self.halves;
+        let live_a = match (id, &mut self.pairs) {
+            (Some(i), Some(p)) => p.slots[i as usize].live_a.get_or_insert(0),
+            _ => h.live_a.entry(pair).or_default(),
+        };
         // Saturating: a damaged file's free may name points its sample did not bring.
         if leaves {
             *live_a = live_a.saturating_sub(a);
@@ -104,9 +156,6 @@ impl Profile {
             h.total[0] = h.total[0].saturating_add(a);
             h.total[1] = h.total[1].saturating_add(b);
         }
-        // Since t_A the other half's points (B) are what matters, since t_B half A's.
-        h.since[0].change(pair, neg(1), neg(b));
-        h.since[1].change(pair, neg(1), neg(a));
         for (half, new) in h.fit.note(h.total).into_iter().enumerate() {
             // A new peak of a half (only an allocation makes one): the live sets now are
             // those at the new moment, so the changes just noted go stale with the rest.
@@ -125,7 +174,14 @@ impl Profile {
 
     /// Takes one block of `(stack, size)` allocated at `alloc_ns` with `k` points out of
     /// the live sets; false when there is none (an orphan).
-    fn unlive(&mut self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
+    fn unlive(
+        &mut self,
+        stack: StackId,
+        size: u64,
+        id: Option<u32>,
+        k: u64,
+        alloc_ns: u64,
+    ) -> bool {
         let unit = alloc_ns / self.header.time_unit_ns.max(1);
         let key = (stack, size, unit);
         let Some(t) = self.live_by_time.index.get_mut(&key) else {
@@ -147,7 +203,11 @@ impl Profile {
             }
         }
         // Emptied pairs stay (as many as the pairs; reports skip them).
-        if let Some(t) = self.live.get_mut(&(stack, size)) {
+        let live = match (id, &mut self.pairs) {
+            (Some(i), Some(p)) => Some(&mut p.slots[i as usize].live),
+            _ => self.live.get_mut(&(stack, size)),
+        };
+        if let Some(t) = live {
             t.samples = t.samples.saturating_sub(1);
             t.k = t.k.wrapping_sub(k);
         }
@@ -156,6 +216,12 @@ impl Profile {
 
     /// Folds in a free; a free of a block not live is counted as an orphan.
     pub fn add_free(&mut self, f: &Free) {
+        self.leave_pairs();
+        self.fold_free(f);
+    }
+
+    /// [`Profile::add_free`] into the vectors by pair id when they are kept.
+    pub(crate) fn fold_free(&mut self, f: &Free) {
         if !self.try_free(f) {
             self.counts.orphans += 1;
         }
@@ -174,16 +240,22 @@ impl Profile {
     /// false (a collector that was told of a block's free before its allocation keeps it
     /// for later).
     pub(crate) fn try_free(&mut self, f: &Free) -> bool {
-        if !self.unlive(f.stack, f.size, f.k, f.alloc_ns) {
+        let pair = (f.stack, f.size);
+        let id = self.pairs.as_ref().and_then(|p| p.get(pair));
+        if !self.unlive(f.stack, f.size, id, f.k, f.alloc_ns) {
             return false;
         }
         self.counts.frees += 1;
-        self.lifetimes.add(f);
+        let short = match (id, &mut self.pairs) {
+            (Some(i), Some(p)) => Some(&mut p.slots[i as usize].short),
+            _ => None,
+        };
+        self.lifetimes.add(f, short);
         if self.exact() {
-            self.since_peak.change((f.stack, f.size), 1u64.wrapping_neg(), f.k.wrapping_neg());
+            self.change_since(0, pair, id, 1u64.wrapping_neg(), f.k.wrapping_neg());
         } else {
             let unit = f.alloc_ns / self.header.time_unit_ns.max(1);
-            self.halves_change((f.stack, f.size), unit, f.k, f.time_ns, true);
+            self.halves_change(pair, id, unit, f.k, f.time_ns, true);
         }
         let bytes = self.estimated_bytes(f.k);
         self.live_bytes -= bytes;
@@ -352,6 +424,10 @@ impl Profile {
         self.end_ns = from.end_ns;
         self.counts = from.counts;
         self.live_bytes = from.live_bytes;
+        // A profile still folding into its vectors: they are newer than its maps.
+        if let Some(pairs) = &from.pairs {
+            self.write_slots(pairs);
+        }
     }
 
     /// Adds a warning for the orphans counted so far (after reading a stream).

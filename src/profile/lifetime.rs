@@ -78,14 +78,20 @@ impl Lifetimes {
         Lifetimes { short_lived_ns, short: HashMap::default(), histogram: HashMap::default() }
     }
 
-    pub(super) fn add(&mut self, f: &Free) {
+    /// Folds in a free; a short-lived block's totals go to `short` when given (the
+    /// pair's slot of a profile folding into vectors, `profile/pairs.rs`), else to
+    /// [`Lifetimes::short`].
+    pub(super) fn add(&mut self, f: &Free, short: Option<&mut Totals>) {
         let life = f.lifetime_ns();
         let add = |t: &mut Totals| {
             t.samples += 1;
             t.k = t.k.wrapping_add(f.k);
         };
         if life < self.short_lived_ns {
-            add(self.short.entry((f.stack, f.size)).or_default());
+            match short {
+                Some(t) => add(t),
+                None => add(self.short.entry((f.stack, f.size)).or_default()),
+            }
         }
         add(self.histogram.entry((f.stack, lifetime_bucket(life))).or_default());
     }

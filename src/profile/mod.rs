@@ -53,7 +53,8 @@
 //! `tables.rs` (modules, stacks, symbols), `header.rs` (the run: header, losses, an early
 //! stop), `events.rs` (what is folded in), `aggregate.rs`, `lifetime.rs` and `series.rs`
 //! (what it is folded into), `fold.rs` (the folding: live sets, lifetimes, GC attribution,
-//! the series and the peak); this file holds [`Profile`] and its invariants.
+//! the series and the peak), `pairs.rs` (the per-pair aggregates in vectors, as a
+//! recorder folds them); this file holds [`Profile`] and its invariants.
 
 #[cfg(feature = "report")]
 pub(crate) mod dwarf_units;
@@ -76,6 +77,7 @@ mod events;
 mod fold;
 mod header;
 mod lifetime;
+mod pairs;
 mod series;
 mod tables;
 pub(crate) mod timeline;
@@ -192,6 +194,9 @@ pub struct Profile {
     /// The heap over time by stack, folded in when asked for ([`Profile::keep_timeline`]):
     /// what the HTML page reads.
     pub(crate) timeline: Option<Box<timeline::Timeline>>,
+    /// The per-pair aggregates in vectors by pair id, while a recorder folds into them
+    /// ([`pairs`]): the maps keyed by pair are then current only once settled.
+    pub(crate) pairs: Option<Box<pairs::Pairs>>,
 }
 
 impl Profile {

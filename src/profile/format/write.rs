@@ -93,6 +93,9 @@ pub struct Writer<W: Write> {
     delta: Delta,
     /// (stack, size) pair ids, and the next one.
     pairs: std::collections::HashMap<(StackId, u64), u64, crate::sys::hash::FastHash>,
+    /// Pair ids by the caller's own dense id of the pair ([`Writer::write_sample_of`];
+    /// `u64::MAX`: not seen yet), so that a sample costs an index, not a lookup.
+    by_caller: Vec<u64>,
     interval: f64,
     unit: u64,
     stacks: u64,
@@ -134,6 +137,7 @@ impl<W: Write> Writer<W> {
             zstd,
             delta: Delta::default(),
             pairs: Default::default(),
+            by_caller: Vec::new(),
             interval: header.interval,
             unit: time_unit_ns(header.interval),
             stacks: 0,
@@ -369,13 +373,36 @@ impl<W: Write> Writer<W> {
 
     /// Writes an alloc sample; its stack must have been written.
     pub fn write_sample(&mut self, s: &Sample) -> Result<(), Error> {
+        self.write_sample_of(s, None)
+    }
+
+    /// [`Writer::write_sample`] of a sample whose (stack, size) pair the caller numbers
+    /// `caller_pair` (its own dense ids: one pair, one id, always).
+    pub(crate) fn write_sample_of(
+        &mut self,
+        s: &Sample,
+        caller_pair: Option<u32>,
+    ) -> Result<(), Error> {
         if u64::from(s.stack) >= self.stacks {
             return Err(Error::Format(format!(
                 "sample {} names stack {} which was never written",
                 s.id, s.stack
             )));
         }
-        let pair = self.pair(s.stack, s.size)?;
+        let pair = match caller_pair {
+            Some(c) => match self.by_caller.get(c as usize) {
+                Some(&p) if p != u64::MAX => p,
+                _ => {
+                    let p = self.pair(s.stack, s.size)?;
+                    if self.by_caller.len() <= c as usize {
+                        self.by_caller.resize(c as usize + 1, u64::MAX);
+                    }
+                    self.by_caller[c as usize] = p;
+                    p
+                }
+            },
+            None => self.pair(s.stack, s.size)?,
+        };
         let dt = self.time_delta(s.time_ns);
         let expected = expected_k(self.interval, s.size);
         let b = &mut self.block;

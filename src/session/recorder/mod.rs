@@ -357,7 +357,8 @@ impl Recorder {
     }
 
     /// The profile, and the first error met while writing the file (if any).
-    pub fn finish(self) -> Result<Profile, Error> {
+    pub fn finish(mut self) -> Result<Profile, Error> {
+        self.profile.settle_pairs();
         match self.error {
             Some(e) => Err(e),
             None => Ok(self.profile),
@@ -366,18 +367,21 @@ impl Recorder {
 
     /// The profile so far, while the session runs (`session/live.rs`); `None` for a
     /// streaming recorder, which keeps no aggregates in memory.
-    pub(crate) fn profile_so_far(&self) -> Option<&Profile> {
+    pub(crate) fn profile_so_far(&mut self) -> Option<&Profile> {
+        self.profile.settle_pairs();
         (!self.stream_only).then_some(&self.profile)
     }
 
     /// The profile, ignoring file errors.
-    pub fn into_profile(self) -> Profile {
+    pub fn into_profile(mut self) -> Profile {
+        self.profile.settle_pairs();
         self.profile
     }
 
     /// Takes the profile out, leaving an empty one (the collector's, once its process is
     /// finished).
     pub(crate) fn take_profile(&mut self) -> Profile {
+        self.profile.settle_pairs();
         std::mem::take(&mut self.profile)
     }
 
@@ -592,13 +596,13 @@ impl Recorder {
             size: a.size as u64,
             k: a.k,
         };
-        self.write(|w| w.write_sample(&sample));
-        if !self.stream_only {
-            match self.stored_unit {
-                Some(unit) => self.profile.add_sample(&spec::sample_as_stored(&sample, unit)),
-                None => self.profile.add_sample(&sample),
-            }
-        }
+        // Folded first: a folding profile numbers the pair, which the writer then indexes.
+        let pair = match (self.stream_only, self.stored_unit) {
+            (true, _) => None,
+            (false, Some(unit)) => self.profile.fold_sample(&spec::sample_as_stored(&sample, unit)),
+            (false, None) => self.profile.fold_sample(&sample),
+        };
+        self.write(|w| w.write_sample_of(&sample, pair));
         sample
     }
 }
@@ -668,6 +672,7 @@ impl Tracker for Recorder {
         }
         if self.timeline {
             self.profile.keep_timeline();
+            self.profile.keep_pairs();
         }
         self.open_output();
         self.refresh_modules();
@@ -717,8 +722,8 @@ impl Tracker for Recorder {
         self.write(|w| w.write_free(&f));
         if !self.stream_only {
             match self.stored_unit {
-                Some(unit) => self.profile.add_free(&spec::free_as_stored(&f, unit)),
-                None => self.profile.add_free(&f),
+                Some(unit) => self.profile.fold_free(&spec::free_as_stored(&f, unit)),
+                None => self.profile.fold_free(&f),
             }
         }
     }
@@ -757,6 +762,7 @@ impl Tracker for Recorder {
         }
         self.profile.complete = true;
         self.profile.finish_timeline();
+        self.profile.settle_pairs();
     }
 }
 
