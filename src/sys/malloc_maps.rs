@@ -132,9 +132,11 @@ mod tests {
     #[test]
     fn malloc_s_mappings_are_told_from_the_program_s() {
         let me = MallocMaps::of(std::process::id());
-        // SAFETY: malloc/free of a block this test owns; 32 MiB is above glibc's largest
-        // mmap threshold, so the block has a mapping of its own.
-        let big = unsafe { libc::malloc(32 << 20) } as u64;
+        // SAFETY: malloc/free of a block this test owns; 96 MiB is above glibc's largest
+        // mmap threshold and larger than an arena's heap, so the block has a mapping of its
+        // own (a 32 MiB one came from the top of a thread arena's heap when other tests'
+        // threads had freed that much there).
+        let big = unsafe { libc::malloc(96 << 20) } as u64;
         assert_ne!(big, 0);
         let (start, end) = mapping_of(big);
         // The block's mapping may have merged with neighbours: it is malloc's from its
