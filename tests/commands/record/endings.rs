@@ -145,8 +145,11 @@ fn lost_frees_are_replayed_and_losses_are_said_where_the_numbers_are() {
     let p = read(&file);
     let l = p.lost;
     let live = totals(&p, "keep_site").3 as u64;
-    // At most one more: the filler's last free may have been the first one refused.
-    let near = live == l.frees_unknown || live + 1 == l.frees_unknown;
+    // A few more: the filler's last free may have been the first one refused, and in the
+    // exact mode the program keeps no table of its blocks (`engine::live` §6), so a free
+    // at exit of a block allocated before the session (the loader's, libc's) is refused
+    // as any other, and counted in the bound.
+    let near = live <= l.frees_unknown && l.frees_unknown <= live + 64;
     assert!(l.frees_unknown >= 1000 && near, "{live} live, {l:?}");
     assert!(l.frees_replayed >= 1000, "{l:?}");
     let report = Command::new(MEMPROF).arg("report").arg(&file).output().unwrap();
