@@ -421,7 +421,9 @@ pub mod __private {
     pub use crate::engine::busy::Busy;
     pub use crate::engine::callstack::dwarf_fallbacks;
     pub use crate::engine::forked::after_child as after_clone_child;
-    pub use crate::engine::live::{Entry, FILTER, FILTER_MASK, FILTER_SHIFT};
+    pub use crate::engine::live::{
+        Entry, Filter, FILTER, FILTER_COUNTERS_AT, FILTER_MASK, FILTER_SHIFT,
+    };
     pub use crate::engine::push::seccomp_installing;
     pub use crate::engine::sampler::{sample, sample_in, skip_in, Countdown, EPOCH};
     pub use crate::engine::thread::alt_stack_changed;

@@ -16,8 +16,9 @@
 //!   `rbp`, which allocates, samples through `sample_in`, and starts the call stack at the
 //!   program's frame (the capture's `capture_at_entry`): none of the profiler's
 //!   frames is unwound, and `--depth` counts the program's frames only.
-//! - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::__private::FILTER`]) is
-//!   0, `p` is not a sampled block: jump to the next `free`; otherwise jump to `free_slow`.
+//! - `free(p)`: if `p`'s counter in the live table's filter ([`memprof::__private::FILTER`],
+//!   indexed with the filter's own mask word) is 0, `p` is not a sampled block: jump to the
+//!   next `free`; otherwise jump to `free_slow`.
 //!
 //! Neither touches the stack, so the slow paths and the next allocator see the caller's
 //! own frame and alignment. The other entry points reach the same countdown through [`countdown`].
@@ -160,15 +161,16 @@ mod imp {
         core::arch::naked_asm!(
             "mov rax, rdi",
             "shr rax, {shift}",
-            "and rax, {mask}",
             "mov rdx, qword ptr [rip + {filter}@GOTPCREL]",
-            "cmp byte ptr [rdx + rax], 0",
+            // The mask is the filter's first word: 0 sends every free to counter 0.
+            "and rax, qword ptr [rdx]",
+            "cmp byte ptr [rdx + rax + {counters}], 0",
             "jne 2f",
             "jmp qword ptr [rip + {next} + {slot}]",
             "2:",
             "jmp {slow}",
             shift = const memprof::__private::FILTER_SHIFT,
-            mask = const memprof::__private::FILTER_MASK,
+            counters = const memprof::__private::FILTER_COUNTERS_AT,
             filter = sym memprof::__private::FILTER,
             next = sym next::NEXT,
             slot = const next::FREE * 8,

@@ -91,8 +91,9 @@
 //! `attach`'s collector, which keeps the one map from address to block, out of the
 //! program), the exact mode keeps no table: an allocation's event carries its address as
 //! always, and a free's event carries only its address and the clock reading at the free's
-//! start ([`Freed::Unnamed`], a `WireEvent::Free`). Every counter of the filter is saturated
-//! for the session, so every `free` takes the slow path, which pushes that event. The
+//! start ([`Freed::Unnamed`], a `WireEvent::Free`). The filter's mask is 0 for the session
+//! and its counter 0 saturated, so every `free` takes the slow path, which pushes that
+//! event. The
 //! collector pairs a free with the block at its address that was allocated before it (its
 //! allocation's reading is not later than the free's); a free it finds no such block for is
 //! of a block it never saw (allocated before the session, or lost) or one already ended by
@@ -121,10 +122,36 @@ pub(crate) const DEFERRED: usize = 8;
 
 /// The counting filter in front of the table: a block whose counter is 0 is not in it.
 /// Public only for allocators that inline [`remove`]'s first test (the preload library's
-/// `free`, in assembly): `FILTER[(addr >> FILTER_SHIFT) & FILTER_MASK] == 0` means
-/// "not sampled", anything else calls [`remove`].
+/// `free`, in assembly): with `i = (addr >> FILTER_SHIFT) & FILTER.mask`, `FILTER.counters[i]
+/// == 0` means "not sampled", anything else calls [`remove`]. The mask is a word of the
+/// filter, beside its first counters (one load of a line every free reads), so that a
+/// session that names its frees by address (§6) sends every free to the slow path with
+/// one counter set and the mask 0, not two mebibytes of counters set in the program.
 #[doc(hidden)]
-pub static FILTER: [AtomicU8; FILTER_LEN] = [const { AtomicU8::new(0) }; FILTER_LEN];
+pub static FILTER: Filter = Filter {
+    mask: AtomicUsize::new(FILTER_MASK),
+    counters: [const { AtomicU8::new(0) }; FILTER_LEN],
+};
+
+/// The filter's layout (see [`FILTER`]): the mask, then the counters.
+#[doc(hidden)]
+#[repr(C, align(64))]
+pub struct Filter {
+    /// [`FILTER_MASK`], or 0 while frees are named by address (§6).
+    pub mask: AtomicUsize,
+    /// The counters.
+    pub counters: [AtomicU8; FILTER_LEN],
+}
+
+impl core::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Filter").field("mask", &self.mask).finish_non_exhaustive()
+    }
+}
+
+/// The offset of [`Filter::counters`] in the filter (for code in assembly).
+#[doc(hidden)]
+pub const FILTER_COUNTERS_AT: usize = core::mem::offset_of!(Filter, counters);
 
 /// What [`insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,7 +221,7 @@ fn hash(addr: usize) -> u64 {
 /// spread over the low bits already, and skipping the multiply keeps `free` short.
 #[inline]
 fn filter_index(addr: usize) -> usize {
-    (addr >> FILTER_SHIFT) & FILTER_MASK
+    (addr >> FILTER_SHIFT) & FILTER.mask.load(Ordering::Relaxed)
 }
 
 /// The shard of the blocks whose filter counter is `fi` (§2).
@@ -484,15 +511,17 @@ pub(crate) fn by_address() -> bool {
 }
 
 /// Starts (`true`) or ends naming frees by address (§6). Started before the session
-/// samples, with the table empty: every counter is saturated, so every free reaches the
-/// slow path; ended before `clear`, which then sweeps them.
+/// samples, with the table empty: the filter's mask is 0 and its counter 0 saturated, so
+/// every free reaches the slow path; ended before `clear`, which then sweeps the counter.
 pub(crate) fn name_by_address(on: bool) {
     BY_ADDRESS.store(on, Ordering::Relaxed);
     if on {
-        for c in FILTER.iter() {
-            c.store(u8::MAX, Ordering::Relaxed);
-        }
+        // Every free to counter 0, which is set: the slow path.
+        FILTER.counters[0].store(u8::MAX, Ordering::Relaxed);
         SATURATED.store(true, Ordering::Relaxed);
+        FILTER.mask.store(0, Ordering::Release);
+    } else {
+        FILTER.mask.store(FILTER_MASK, Ordering::Release);
     }
 }
 
@@ -512,7 +541,7 @@ fn unnamed(time: u64) -> Option<Freed> {
 /// serialises every update of the counter (§2).
 #[inline(always)]
 fn filter_inc(i: usize) {
-    let c = &FILTER[i];
+    let c = &FILTER.counters[i];
     let v = c.load(Ordering::Relaxed);
     if v < u8::MAX {
         c.store(v + 1, Ordering::Relaxed);
@@ -526,7 +555,7 @@ fn filter_inc(i: usize) {
 /// of `i`'s shard.
 #[inline(always)]
 fn filter_dec(i: usize) {
-    let c = &FILTER[i];
+    let c = &FILTER.counters[i];
     let v = c.load(Ordering::Relaxed);
     if v > 0 && v < u8::MAX {
         c.store(v - 1, Ordering::Relaxed);
@@ -601,7 +630,7 @@ pub(crate) fn retime(addr: usize, id: u64, time: u64) {
 #[inline]
 pub fn remove(addr: usize) -> Option<Entry> {
     let fi = filter_index(addr);
-    if FILTER[fi].load(Ordering::Relaxed) == 0 {
+    if FILTER.counters[fi].load(Ordering::Relaxed) == 0 {
         return None;
     }
     remove_slow(addr, fi)
@@ -622,7 +651,7 @@ fn remove_slow(addr: usize, fi: usize) -> Option<Entry> {
 #[inline]
 pub fn remove_freed(addr: usize) -> Option<Freed> {
     let fi = filter_index(addr);
-    if FILTER[fi].load(Ordering::Relaxed) == 0 {
+    if FILTER.counters[fi].load(Ordering::Relaxed) == 0 {
         return None;
     }
     remove_freed_slow(addr, fi)
@@ -774,7 +803,7 @@ pub(crate) fn clear() {
     // by a later `clear`.
     if SATURATED.swap(false, Ordering::Relaxed) {
         let mut left = false;
-        for (fi, c) in FILTER.iter().enumerate() {
+        for (fi, c) in FILTER.counters.iter().enumerate() {
             // Reading an untouched page maps the shared zero page; only dirty counters are
             // written.
             if c.load(Ordering::Relaxed) != 0 {
