@@ -206,13 +206,7 @@ mod tests {
     /// A consumer in another process (attached to the same block) sees the kept frees.
     #[test]
     fn lost_frees_reach_an_attached_consumer() {
-        let bytes = Queue::bytes_for(4, 1).unwrap();
-        let mem = crate::sys::rawmem::alloc_zeroed(bytes + 127);
-        let aligned = ((mem as usize + 127) & !127) as *mut u8;
-        // SAFETY: a zeroed block of `bytes` bytes, never freed, used by these handles only.
-        let (producer, consumer) = unsafe {
-            (Queue::init_in(aligned, bytes, 4, 1).unwrap(), Queue::attach(aligned, bytes).unwrap())
-        };
+        let (producer, consumer) = shared(4, 1);
         assert!(producer.keep_lost_free(&death(1, 42, 43)));
         let mut seen = Vec::new();
         consumer.take_lost_frees(|e| seen.push(*e));

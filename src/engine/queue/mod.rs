@@ -91,7 +91,10 @@ mod cells;
 mod event;
 use cells::{cells_for, geometry, CELL};
 use event::Wire;
-pub use event::{AllocEvent, DeathEvent, FreeEvent, SideEvent, WireEvent};
+// A death's fields are read by name by the collector only (and the tests).
+#[cfg(any(feature = "cli", test))]
+pub use event::DeathEvent;
+pub use event::{AllocEvent, FreeEvent, SideEvent, WireEvent};
 
 /// The head of an event's first cell (§2a); its first frames follow it in the cell.
 #[repr(C)]

@@ -35,6 +35,20 @@ pub(crate) fn ev(id: u64) -> WireEvent {
     })
 }
 
+/// A queue of `capacity` cells and `depth` frames laid out in a block of its own, and a
+/// consumer's handle on it as another process would attach it: (producer, consumer).
+pub(crate) fn shared(capacity: usize, depth: usize) -> (Queue, Queue) {
+    let bytes = Queue::bytes_for(capacity, depth).unwrap();
+    let mem = crate::sys::rawmem::alloc_zeroed(bytes + 127);
+    let aligned = ((mem as usize + 127) & !127) as *mut u8;
+    // SAFETY: a zeroed block of `bytes` bytes, 128-byte aligned, never freed, used by these
+    // two handles only.
+    unsafe {
+        let producer = Queue::init_in(aligned, bytes, capacity, depth).unwrap();
+        (producer, Queue::attach(aligned, bytes).unwrap())
+    }
+}
+
 /// The sample id of an allocation or a death.
 pub(crate) fn id_of(e: &WireEvent) -> u64 {
     match e {
@@ -285,13 +299,7 @@ fn events_take_cells_by_depth_and_wrap_whole() {
 /// no event: counted lost, nothing read beyond what was published.
 #[test]
 fn a_frame_count_past_the_tail_is_no_event() {
-    let bytes = Queue::bytes_for(8, 40).unwrap();
-    let mem = crate::sys::rawmem::alloc_zeroed(bytes + 127);
-    let aligned = ((mem as usize + 127) & !127) as *mut u8;
-    // SAFETY: a zeroed block of `bytes` bytes, never freed, used by these handles only.
-    let (producer, consumer) = unsafe {
-        (Queue::init_in(aligned, bytes, 8, 40).unwrap(), Queue::attach(aligned, bytes).unwrap())
-    };
+    let (producer, consumer) = shared(8, 40);
     assert!(producer.push(&ev(1), &[1, 2, 3]));
     // SAFETY: the first cell's head, written by the producer above and not read now.
     unsafe { *(*producer.slot(0)).nframes.get() = 40 };
