@@ -512,7 +512,12 @@ impl Queue {
         let (seq, owner) =
             unsafe { ((*slot).seq.load(Ordering::Acquire), (*slot).owner.load(Ordering::Relaxed)) };
         // The stored sequence number is relative to the slot's index (`SlotHead::seq`).
-        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1) && owner == owner_tag(pos)
+        // And the consumer is still there: an event of this thread's that it took since
+        // `head` was read is handed back with its owner left in place, which read as a
+        // claim not published (the push then dropped its event instead of waiting).
+        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1)
+            && owner == owner_tag(pos)
+            && self.ctl().head.load(Ordering::Acquire) == pos
     }
 
     /// Counts an event that was never pushed as lost (a sample skipped for reentrancy,
