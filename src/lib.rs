@@ -112,6 +112,7 @@
 //! | `engine/measure.rs` | exact counting of one thread's allocations inside a scope ([`testing::measure`]): its countdown held at 0, its blocks' filter counters raised, its own tables in mapped pages; sampled scopes ([`testing::measure_sampled`]): a Bernoulli process of the scope's own, the countdown armed with the nearer next point |
 //! | `engine/live.rs` | the live table of sampled blocks (address → sample, and what its free must name: stack key, size, points, time) and its filter; the hook an open `measure` scope sets for its frees; the exact mode under a collector, which keeps no table and names frees by address |
 //! | `engine/entry.rs` | a sampled block's entry: what the live table keeps and a death's event carries |
+//! | `engine/live/filter.rs` | the table's counting filter, which every free asks first (its mask a word beside its counters, for `free` in assembly), and the exact mode's naming of frees by address (the mask 0: every free to the slow path) |
 //! | `engine/live/fork.rs` | the table around `fork` (every shard taken, released) and its reset in a raw `clone` child |
 //! | `engine/live/packed.rs` | a live-table slot: a block's address and its entry packed into 32 bytes, and back |
 //! | `engine/live/tests.rs` | the table's tests |

@@ -104,54 +104,14 @@
 pub use crate::engine::entry::Entry;
 use core::cell::{Cell, UnsafeCell};
 use core::mem::size_of;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-const FILTER_LEN: usize = 1 << 21;
-/// The filter's index of `addr` is `(addr >> FILTER_SHIFT) & FILTER_MASK`.
-#[doc(hidden)]
-pub const FILTER_SHIFT: u32 = 4;
-/// See [`FILTER_SHIFT`].
-#[doc(hidden)]
-pub const FILTER_MASK: usize = FILTER_LEN - 1;
 const SHARD_BITS: u32 = 6;
 const SHARDS: usize = 1 << SHARD_BITS;
 /// A first table fits in one page (see [`Slot`]'s size).
 const MIN_CAP: usize = 64;
 /// Deferred frees a shard holds (§4).
 pub(crate) const DEFERRED: usize = 8;
-
-/// The counting filter in front of the table: a block whose counter is 0 is not in it.
-/// Public only for allocators that inline [`remove`]'s first test (the preload library's
-/// `free`, in assembly): with `i = (addr >> FILTER_SHIFT) & FILTER.mask`, `FILTER.counters[i]
-/// == 0` means "not sampled", anything else calls [`remove`]. The mask is a word of the
-/// filter, beside its first counters (one load of a line every free reads), so that a
-/// session that names its frees by address (§6) sends every free to the slow path with
-/// one counter set and the mask 0, not two mebibytes of counters set in the program.
-#[doc(hidden)]
-pub static FILTER: Filter = Filter {
-    mask: AtomicUsize::new(FILTER_MASK),
-    counters: [const { AtomicU8::new(0) }; FILTER_LEN],
-};
-
-/// The filter's layout (see [`FILTER`]): the mask, then the counters.
-#[doc(hidden)]
-#[repr(C, align(64))]
-pub struct Filter {
-    /// [`FILTER_MASK`], or 0 while frees are named by address (§6).
-    pub mask: AtomicUsize,
-    /// The counters.
-    pub counters: [AtomicU8; FILTER_LEN],
-}
-
-impl core::fmt::Debug for Filter {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Filter").field("mask", &self.mask).finish_non_exhaustive()
-    }
-}
-
-/// The offset of [`Filter::counters`] in the filter (for code in assembly).
-#[doc(hidden)]
-pub const FILTER_COUNTERS_AT: usize = core::mem::offset_of!(Filter, counters);
 
 /// What [`insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,13 +175,6 @@ static TABLE: [Shard; SHARDS] = [const {
 #[inline]
 fn hash(addr: usize) -> u64 {
     ((addr as u64) >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
-
-/// The filter is direct-mapped on the address: malloc's blocks are 16-byte aligned and
-/// spread over the low bits already, and skipping the multiply keeps `free` short.
-#[inline]
-fn filter_index(addr: usize) -> usize {
-    (addr >> FILTER_SHIFT) & FILTER.mask.load(Ordering::Relaxed)
 }
 
 /// The shard of the blocks whose filter counter is `fi` (§2).
@@ -491,40 +444,6 @@ fn wake_one(shard: &Shard) {
     saved.restore();
 }
 
-/// Set once any counter has saturated (then `clear` must sweep the whole filter).
-static SATURATED: AtomicBool = AtomicBool::new(false);
-
-/// The session names its frees by address and keeps no table (§6).
-static BY_ADDRESS: AtomicBool = AtomicBool::new(false);
-
-/// Whether a session of mean interval `interval` whose consumer is in another process
-/// (`external`) names its frees by address and keeps no table (§6): an exact one. The
-/// collector asks the same question of the ring's settings.
-pub(crate) fn names_by_address(interval: f64, external: bool) -> bool {
-    external && interval <= 1.0
-}
-
-/// Whether the session names its frees by address and keeps no table (§6).
-#[inline(always)]
-pub(crate) fn by_address() -> bool {
-    BY_ADDRESS.load(Ordering::Relaxed)
-}
-
-/// Starts (`true`) or ends naming frees by address (§6). Started before the session
-/// samples, with the table empty: the filter's mask is 0 and its counter 0 saturated, so
-/// every free reaches the slow path; ended before `clear`, which then sweeps the counter.
-pub(crate) fn name_by_address(on: bool) {
-    BY_ADDRESS.store(on, Ordering::Relaxed);
-    if on {
-        // Every free to counter 0, which is set: the slow path.
-        FILTER.counters[0].store(u8::MAX, Ordering::Relaxed);
-        SATURATED.store(true, Ordering::Relaxed);
-        FILTER.mask.store(0, Ordering::Release);
-    } else {
-        FILTER.mask.store(FILTER_MASK, Ordering::Release);
-    }
-}
-
 /// A free when frees are named by address (§6): its clock reading, or `None` when the
 /// process is a child that no fork handler told of and the parent's session cannot be
 /// left here (`forked` §2).
@@ -535,31 +454,6 @@ fn unnamed(time: u64) -> Option<Freed> {
         return None;
     }
     Some(Freed::Unnamed { time })
-}
-
-/// Counts a block in at counter `i`; the caller holds the lock of `i`'s shard, which
-/// serialises every update of the counter (§2).
-#[inline(always)]
-fn filter_inc(i: usize) {
-    let c = &FILTER.counters[i];
-    let v = c.load(Ordering::Relaxed);
-    if v < u8::MAX {
-        c.store(v + 1, Ordering::Relaxed);
-        if v + 1 == u8::MAX {
-            SATURATED.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Counts a block out at counter `i` (a saturated counter stays); the caller holds the lock
-/// of `i`'s shard.
-#[inline(always)]
-fn filter_dec(i: usize) {
-    let c = &FILTER.counters[i];
-    let v = c.load(Ordering::Relaxed);
-    if v > 0 && v < u8::MAX {
-        c.store(v - 1, Ordering::Relaxed);
-    }
 }
 
 /// Records that the block at `addr` is the sampled block `entry` (see [`Insert`]).
@@ -822,8 +716,12 @@ pub(crate) fn clear() {
     }
 }
 
+mod filter;
 mod fork;
 mod packed;
+pub(crate) use filter::{by_address, name_by_address, names_by_address};
+use filter::{filter_dec, filter_inc, filter_index, BY_ADDRESS, SATURATED};
+pub use filter::{Filter, FILTER, FILTER_COUNTERS_AT, FILTER_MASK, FILTER_SHIFT};
 pub(crate) use fork::{held_here, lock_all, reset_in_child, unlock_all, unlock_all_in_child};
 use packed::{Packed, Slot};
 
