@@ -40,10 +40,13 @@
 //!    program, `memprof record` at the default interval, and the program under jemalloc's
 //!    heap profiler (`LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2` from Debian's
 //!    `libjemalloc2`, `MALLOC_CONF=prof:true,lg_prof_sample:19`: a sample every 2^19 B =
-//!    512 KiB on average, jemalloc's default and memprof's; it writes no file), memprof's and
-//!    jemalloc's in turns first. Row: `record`'s CPU over the plain program's, beside
-//!    jemalloc's over the same (target ≤ 1.05×). A run in which jemalloc refused a setting
-//!    (`<jemalloc>:` on stderr) panics.
+//!    512 KiB on average, jemalloc's default and memprof's; it writes no file), jemalloc
+//!    without its profiler, and the program under `fixtures/c/libforward.c` (malloc, free,
+//!    calloc and realloc each one jump to glibc's: what interposing costs by itself, the
+//!    floor of any preload profiler over glibc), the four in turns first. Row: `record`'s
+//!    CPU over the plain program's, beside jemalloc's over the same, and the forwarder's
+//!    (target ≤ 1.05×). A run in which jemalloc refused a setting (`<jemalloc>:` on stderr)
+//!    panics.
 //! 2. **`sleep`**: `sleep 2` plain and under `memprof record`. Row: the CPU of the whole
 //!    `record` command, start and reports included (target ≤ 0.05 CPU-s).
 //! 3. **`c`**: the same C program (10 M iterations, 2 M with `--quick`), in the full table

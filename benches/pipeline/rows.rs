@@ -91,11 +91,13 @@ pub(crate) fn default_interval(p: &Part) -> Vec<IssueRow> {
     // iterations `record`'s start-up and reports weigh more than the row's program does.
     let iterations = 10_000_000u64;
     let program = build_c("worst_case", &[], p.dir);
+    let forward = build_c("libforward", &["-shared", "-fPIC"], p.dir);
     let w = Workload::simple("jemalloc", program, &[&iterations.to_string()]);
     let log = p.log();
     let mut plain = vec![];
-    // `record`, jemalloc's profiler, jemalloc alone (what its allocator changes by itself).
-    let mut runs: [Vec<Measured>; 3] = Default::default();
+    // `record`, jemalloc's profiler, jemalloc alone (what its allocator changes by itself),
+    // the one-jump forwarder (what interposing on glibc's allocator costs by itself).
+    let mut runs: [Vec<Measured>; 4] = Default::default();
     let title = format!(
         "worst_case.c, {iterations} iterations, default interval: whole `record` beside \
          jemalloc's profiler (LD_PRELOAD={JEMALLOC} MALLOC_CONF={JEMALLOC_CONF})"
@@ -115,6 +117,12 @@ pub(crate) fn default_interval(p: &Part) -> Vec<IssueRow> {
                     eprint!(", jemalloc prof");
                     jemalloc(&w, true, &log)
                 }
+                2 => {
+                    eprint!(", forwarder");
+                    let mut c = w.plain();
+                    c.env("LD_PRELOAD", &forward);
+                    run("the one-jump forwarder", &mut c, Out::Null, &log)
+                }
                 _ => {
                     eprint!(", jemalloc alone");
                     jemalloc(&w, false, &log)
@@ -128,7 +136,7 @@ pub(crate) fn default_interval(p: &Part) -> Vec<IssueRow> {
     };
     let cpu = |m: &Measured| m.cpu;
     let wall = |m: &Measured| m.secs;
-    let [ours, theirs, alone] = &runs;
+    let [ours, theirs, floor, alone] = &runs;
     let (ours_cpu, theirs_cpu) = (ratio(ours, &plain, cpu), ratio(theirs, &plain, cpu));
     let plain_cpu = median(&plain.iter().map(cpu).collect::<Vec<_>>());
     println!("  plain                     CPU {plain_cpu:.2} s");
@@ -142,13 +150,22 @@ pub(crate) fn default_interval(p: &Part) -> Vec<IssueRow> {
         "  jemalloc alone            CPU {c:.3}× plain, wall {t:.3}× (its profiler: {prof:.3}× \
          this CPU)"
     );
+    let (floor_cpu, floor_wall) = (ratio(floor, &plain, cpu), ratio(floor, &plain, wall));
+    let over_floor = ratio(ours, floor, cpu);
+    println!(
+        "  one-jump forwarder        CPU {floor_cpu:.3}× plain, wall {floor_wall:.3}× (memprof record: \
+         {over_floor:.3}× this CPU)"
+    );
     let ok = ours_cpu <= DEFAULT_CPU_VS_PLAIN;
     println!("  {} whole record CPU {target}: {ours_cpu:.3}×", mark(ok));
     vec![IssueRow {
         order: 0,
         workload: format!("{workload}, {iterations} iterations"),
         memprof: format!("{ours_cpu:.3}× plain CPU"),
-        peer: format!("jemalloc prof:true {theirs_cpu:.3}× (over jemalloc alone {prof:.3}×)"),
+        peer: format!(
+            "jemalloc prof:true {theirs_cpu:.3}× (over jemalloc alone {prof:.3}×); a one-jump \
+             forwarder {floor_cpu:.3}× (record over it {over_floor:.3}×)"
+        ),
         target,
         ok: Some(ok),
     }]

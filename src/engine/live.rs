@@ -465,6 +465,7 @@ pub fn insert(addr: usize, entry: Entry) -> Insert {
     let Some(packed) = Packed::of(&entry) else {
         return Insert::NoMemory;
     };
+    filter::ready();
     let fi = filter_index(addr);
     let done = with_shard(shard_index(fi), |t| {
         if (t.len + 1) * 2 > t.cap && !t.grow() {
@@ -486,6 +487,7 @@ pub(crate) fn insert_stamped(addr: usize, mut entry: Entry) -> (Insert, u64) {
     if addr == 0 {
         return (Insert::NoMemory, crate::engine::clock::now());
     }
+    filter::ready();
     let fi = filter_index(addr);
     let done = with_shard(shard_index(fi), |t| {
         entry.time = crate::engine::clock::now();
@@ -608,6 +610,7 @@ pub(crate) fn on_marked_free(hook: Option<fn(usize)>) {
 /// [`remove`]'s slow path (a measured block, `engine::measure` §2). `false` when this
 /// thread holds the block's shard already (a signal handler, §4).
 pub(crate) fn mark(addr: usize) -> bool {
+    filter::ready();
     let fi = filter_index(addr);
     with_shard(shard_index(fi), |t| {
         filter_inc(fi);

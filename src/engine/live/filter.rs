@@ -18,17 +18,22 @@ pub const FILTER_MASK: usize = FILTER_LEN - 1;
 /// filter, beside its first counters (one load of a line every free reads), so that a
 /// session that names its frees by address (§6) sends every free to the slow path with
 /// one counter set and the mask 0, not two mebibytes of counters set in the program.
+///
+/// The mask starts at 0 too, and is set to [`FILTER_MASK`] before the first block is
+/// counted in (a session's start, [`ready`]): an all-zero filter is in `.bss`, where its
+/// two mebibytes take no room in the file of the library or program that holds it (a
+/// non-zero word would put all of them in `.data`, to be read from disk and compared at
+/// every `record`). Until then every free asks counter 0, which is 0: not sampled.
 #[doc(hidden)]
-pub static FILTER: Filter = Filter {
-    mask: AtomicUsize::new(FILTER_MASK),
-    counters: [const { AtomicU8::new(0) }; FILTER_LEN],
-};
+pub static FILTER: Filter =
+    Filter { mask: AtomicUsize::new(0), counters: [const { AtomicU8::new(0) }; FILTER_LEN] };
 
 /// The filter's layout (see [`FILTER`]): the mask, then the counters.
 #[doc(hidden)]
 #[repr(C, align(64))]
 pub struct Filter {
-    /// [`FILTER_MASK`], or 0 while frees are named by address (§6).
+    /// [`FILTER_MASK`], or 0 while frees are named by address (§6) and before the first
+    /// block is counted in.
     pub mask: AtomicUsize,
     /// The counters.
     pub counters: [AtomicU8; FILTER_LEN],
@@ -81,6 +86,17 @@ pub(crate) fn name_by_address(on: bool) {
         SATURATED.store(true, Ordering::Relaxed);
         FILTER.mask.store(0, Ordering::Release);
     } else {
+        FILTER.mask.store(FILTER_MASK, Ordering::Release);
+    }
+}
+
+/// Sets the mask before a block is counted in outside a session (a scope's mark,
+/// `engine::measure` §2), where no session start set it: a block counted in at counter 0
+/// under the initial mask 0 would be looked for at another counter once the mask is set.
+/// Stores what `name_by_address(false)` stores, so a race with it is harmless; a session
+/// that names its frees by address keeps its mask 0.
+pub(super) fn ready() {
+    if FILTER.mask.load(Ordering::Relaxed) == 0 && !by_address() {
         FILTER.mask.store(FILTER_MASK, Ordering::Release);
     }
 }
