@@ -263,7 +263,8 @@
 //! | `record/command/bundled.rs` | [`record::Bundled`]: the preload library carried in the executable, cached on disk |
 //! | `record/command/launcher/` | runs a program under the preload library and waits for it |
 //! | `record/command/launcher/mod.rs` | the launcher's stages: the preload library found, the program's command and environment (the contract with the library), the program started and waited for beside the collector, its descendants waited for |
-//! | `record/command/launcher/program.rs` | the program found as `execvp` finds it (or behind a rustup proxy) and checked: executable, not setuid, not static |
+//! | `record/command/launcher/program.rs` | the program found as `execvp` finds it and checked: executable, not setuid, not static |
+//! | `record/command/launcher/through.rs` | launchers looked through (rustup's proxies, pyenv's shims, `env NAME`, a `#!` line naming one): the program they would run, with what they would set in its environment |
 //! | `record/command/launcher/output.rs` | the output file and the tree's directory created before the program runs, or in the child between `fork` and `exec` for a `%p` name, without allocating; `--force`'s atomic replacement |
 //! | `record/command/launcher/ring_dir.rs` | the private directory of a run's shared rings, and the stale ones of killed runs removed |
 //! | `record/command/collect/` | `record`'s collector: drains every ring, follows module lists and `dlclose` records, writes the profiles and folds them once, for every report and `--serve`; keeps no map of live blocks (a free names its block); reads each process's resident memory every 10 ms while it changes and folds its mappings by kind (a last look at exit read itself); records how each process ended; its thread at nice −20 where it may |

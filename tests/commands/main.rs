@@ -55,6 +55,7 @@ mod forwarding;
 mod harm;
 mod heaps;
 mod imports;
+mod launchers;
 mod own_cost;
 mod programs;
 mod record;

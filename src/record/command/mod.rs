@@ -63,7 +63,8 @@ pub fn record_program(
     let preload = launcher::find_preload(Some(bundled))?;
     let mut settings = EnvSettings::from_lookup(|_| None)?;
     settings.output = output.display().to_string();
-    let opts = RecordOptions { settings, force: true, program, args, keep_pymalloc: false };
+    let opts =
+        RecordOptions { settings, force: true, program, args, env: vec![], keep_pymalloc: false };
     let run = launcher::record(&opts, preload.path())?;
     Ok(Recorded { exit_code: run.exit_code, output: run.output })
 }

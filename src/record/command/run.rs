@@ -46,7 +46,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let settings = record_settings(args)?;
     // A bad expression is found before anything runs.
     let skip = args.sites.skip()?;
-    let (program, rest) = program_to_record(args)?;
+    let (program, rest, env) = program_to_record(args)?;
     let program = &program;
     let preload = launcher::find_preload(Some(bundled))?;
     // Bound before the program runs: a taken port is an error, and nothing runs.
@@ -59,7 +59,8 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
         settings,
         force: args.force,
         program: program.clone(),
-        args: rest.to_vec(),
+        args: rest,
+        env,
         keep_pymalloc: args.keep_pymalloc,
     };
     let publish = server.is_some().then(|| published.clone());
@@ -128,25 +129,25 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     Ok(code)
 }
 
-/// The program `record` runs and its arguments: the command's first word, or for rustup's
-/// `rustc`, `cargo` … proxies the toolchain's program (recorded, not the proxy that would
-/// exec it), said on stderr.
-fn program_to_record(args: &RecordRequest) -> Result<(OsString, &[OsString]), Error> {
+/// The program `record` runs, its arguments and what is set in its environment: the
+/// command's first word, or the program its launchers would run (rustup's proxies, pyenv's
+/// shims, `env NAME`, a `#!` line naming one: `launcher::through`), said on stderr.
+type ToRecord = (OsString, Vec<OsString>, Vec<(OsString, OsString)>);
+
+fn program_to_record(args: &RecordRequest) -> Result<ToRecord, Error> {
     let (program, rest) = args
         .command
         .split_first()
         .ok_or_else(|| Error::Config("no program given (memprof record -- PROG [ARGS…])".into()))?;
-    // rustup's `rustc`, `cargo` … proxies: the toolchain's program is recorded, not the
-    // proxy that would exec it.
-    let proxied = launcher::through_rustup(program, rest).map(OsString::from);
-    if let Some(real) = &proxied {
-        eprintln!(
-            "memprof: note: {} is rustup's proxy: recording the toolchain's {}",
-            printable_os(program),
-            printable_os(real)
-        );
-    }
-    Ok((proxied.unwrap_or_else(|| program.clone()), rest))
+    let Some(t) = launcher::look_through(program, rest) else {
+        return Ok((program.clone(), rest.to_vec(), vec![]));
+    };
+    eprintln!(
+        "memprof: note: recording {} (looked through {})",
+        printable_os(&t.program),
+        printable(&t.launchers.join(", then "))
+    );
+    Ok((t.program, t.args, t.env))
 }
 
 /// Runs the program; while it runs, another thread reads the symbols of the modules its

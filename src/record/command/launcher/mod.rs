@@ -24,11 +24,12 @@
 mod output;
 mod program;
 mod ring_dir;
+mod through;
 
 pub(crate) use output::{create_error, create_output};
-pub(crate) use program::through_rustup;
 pub use program::{check_profilable, resolve_program};
 pub(crate) use ring_dir::RingDir;
+pub(crate) use through::look_through;
 
 use super::bundled::{Bundled, Installed};
 use super::collect::{Collector, Plan, Published, RootEnded};
@@ -61,6 +62,9 @@ pub struct RecordOptions {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Variables set in its environment besides memprof's own (what the launchers `record`
+    /// looked through would have set: pyenv's `PATH` and `PYENV_VERSION`).
+    pub env: Vec<(OsString, OsString)>,
     /// Leave CPython's own small-object allocator (pymalloc) in place: without it, the
     /// program runs with `PYTHONMALLOC=malloc` (unless its environment sets `PYTHONMALLOC`),
     /// so that every Python object is a `malloc` call the profile sees, not a slice of an
@@ -235,6 +239,7 @@ fn program_command(
 ) -> (Command, bool) {
     let mut cmd = Command::new(program);
     cmd.arg0(&opts.program).args(&opts.args);
+    cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
     for (k, v) in opts.settings.to_env() {
         cmd.env(k, v);
     }

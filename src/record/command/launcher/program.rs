@@ -1,17 +1,16 @@
-//! The program to run, checked before it runs (§1): found as `execvp` finds it (or behind
-//! a rustup proxy), an executable regular file, neither setuid nor setgid, and an ELF
+//! The program to run, checked before it runs (§1): found as `execvp` finds it (its
+//! launchers looked through by `through.rs`), an executable regular file, neither setuid nor setgid, and an ELF
 //! program with a `PT_INTERP` header (a statically linked program never loads the preload
 //! library).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use crate::error::{Error, LaunchError};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Finds `program` the way `execvp` would: a name with a slash is a path, otherwise the
 /// first executable regular file of that name in `PATH`.
@@ -33,35 +32,6 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
         }
     }
     Err(LaunchError::NotInPath(shown).into())
-}
-
-/// The program a rustup proxy would run: `rustc`, `cargo`, `rustdoc` … are links to
-/// `rustup`, which executes the toolchain's program of that name (an `exec`, so without
-/// `--follow-forks` the profile would be the proxy's). Found as the proxy finds it, by
-/// `rustup which NAME` run in this directory (so a `rust-toolchain` file is obeyed). `None`
-/// for any other program, for a `+toolchain` first argument (the proxy's own syntax, left
-/// to it), or when rustup does not answer with an executable file.
-pub(crate) fn through_rustup(program: &OsStr, args: &[OsString]) -> Option<PathBuf> {
-    let named = resolve_program(program).ok()?;
-    let name = named.file_name()?;
-    let proxy = fs::canonicalize(&named).ok()?;
-    if proxy.file_name()? != "rustup" || name == "rustup" {
-        return None;
-    }
-    if args.first().is_some_and(|a| a.as_bytes().starts_with(b"+")) {
-        return None;
-    }
-    let out = Command::new(&proxy)
-        .arg("which")
-        .arg(name)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let line = out.stdout.strip_suffix(b"\n").unwrap_or(&out.stdout);
-    let target = PathBuf::from(OsStr::from_bytes(line));
-    let ok = out.status.success() && target.is_absolute() && target.file_name() == Some(name);
-    (ok && check_executable(&target, "").is_ok()).then_some(target)
 }
 
 fn check_executable(p: &Path, shown: &str) -> Result<(), Error> {
