@@ -27,6 +27,7 @@ pub(crate) mod live;
 pub(crate) mod lost;
 pub(crate) mod measure;
 pub(crate) mod push;
+pub(crate) mod python;
 pub(crate) mod queue;
 pub(crate) mod sample_path;
 pub(crate) mod sampler;

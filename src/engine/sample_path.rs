@@ -89,6 +89,8 @@ pub(crate) fn record_alloc_inline(
             }
             None => callstack::capture(&mut frames, depth, caller),
         }
+        // An interpreter's own frames, where it runs them (`python` §3).
+        crate::engine::python::splice(&mut frames, depth);
         let id = hit.id;
         let truncated = frames.truncated();
         if live::by_address() {

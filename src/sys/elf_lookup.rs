@@ -48,6 +48,7 @@ const DT_VERSYM: i64 = 0x6fff_fff0;
 const STB_GLOBAL: u8 = 1;
 const STB_WEAK: u8 = 2;
 const STB_GNU_UNIQUE: u8 = 10;
+const STT_OBJECT: u8 = 1;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
 const VERSYM_HIDDEN: u16 = 0x8000;
@@ -200,6 +201,32 @@ pub fn own_definitions(this: usize, names: &[&CStr], out: &mut [*mut c_void]) {
     });
 }
 
+/// For each name in `names`, its first definition in the loader's list of objects,
+/// function or data (`STT_OBJECT`), with its symbol's size: what an interpreter's
+/// profiler needs of it (CPython's `Py_Version`, `_PyEval_EvalFrameDefault`'s extent). An
+/// IFUNC is left out (its resolver is not the function). At most 16 names. Never
+/// allocates, never panics; takes the loader's (recursive) lock.
+pub fn first_symbols(names: &[&CStr], out: &mut [Option<Prior>]) {
+    let n = names.len().min(out.len()).min(16);
+    for_each_object(|o| {
+        if out.iter().take(n).all(Option::is_some) {
+            return;
+        }
+        let Some(mut table) = Symbols::of(o) else {
+            return;
+        };
+        table.data = true;
+        for (slot, name) in out.iter_mut().zip(names).take(n) {
+            if slot.is_none() {
+                *slot = table
+                    .lookup(name.to_bytes())
+                    .filter(|f| !f.ifunc)
+                    .map(|f| Prior { addr: f.addr, size: f.size });
+            }
+        }
+    });
+}
+
 /// The implementation an `STT_GNU_IFUNC` symbol's resolver at `addr` selects.
 fn call_resolver(addr: usize) -> *mut c_void {
     // SAFETY: `addr` is an STT_GNU_IFUNC symbol's value: a resolver function without
@@ -218,6 +245,8 @@ struct Symbols<'a> {
     versym: usize,
     gnu_hash: usize,
     hash: usize,
+    /// Data (`STT_OBJECT`) definitions count too ([`first_symbols`]).
+    data: bool,
 }
 
 impl<'a> Symbols<'a> {
@@ -233,6 +262,7 @@ impl<'a> Symbols<'a> {
             versym: 0,
             gnu_hash: 0,
             hash: 0,
+            data: false,
         };
         let start = bias.wrapping_add(dynamic.p_vaddr as usize);
         let at = |v: u64| {
@@ -284,7 +314,7 @@ impl<'a> Symbols<'a> {
         if sym.st_shndx == 0
             || sym.st_value == 0
             || !matches!(bind, STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE)
-            || !matches!(kind, STT_FUNC | STT_GNU_IFUNC)
+            || !(matches!(kind, STT_FUNC | STT_GNU_IFUNC) || (self.data && kind == STT_OBJECT))
         {
             return None;
         }

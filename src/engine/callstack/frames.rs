@@ -170,6 +170,18 @@ impl Captured {
         true
     }
 
+    /// [`Captured::push`] for a caller outside the unwinders (a stack rebuilt with an
+    /// interpreter's frames, `engine::python`).
+    #[inline]
+    pub(crate) fn push_frame(&mut self, ip: usize) -> bool {
+        self.push(ip)
+    }
+
+    /// Says whether the stack was cut at the requested depth.
+    pub(crate) fn set_truncated(&mut self, truncated: bool) {
+        self.truncated = truncated;
+    }
+
     #[cold]
     fn grow(&mut self) -> bool {
         let Some(want) = self.cap.checked_mul(2) else {

@@ -74,6 +74,7 @@ mod names;
 #[cfg(feature = "report")]
 mod offline;
 mod process;
+mod python;
 #[cfg(feature = "report")]
 mod stripped;
 
@@ -89,6 +90,7 @@ pub use offline::resolve_offline;
 #[cfg(feature = "report")]
 pub(crate) use offline::{resolve_offline_with, Loaders};
 pub use process::{current_modules, file_identity, resolve_in_process};
+pub(crate) use python::Reader as PythonReader;
 #[cfg(feature = "report")]
 pub use stripped::unresolved_objects;
 

@@ -26,6 +26,7 @@
 //! decoded again by `record`.
 
 mod collected;
+mod python;
 
 #[cfg(feature = "cli")] // its one user outside: the collector (`record::command`)
 pub(crate) use collected::Named;
@@ -98,6 +99,9 @@ pub struct Recorder {
     /// Recording another process (`memprof record`'s collector): its facts, and its
     /// modules come from [`Recorder::add_modules`] instead of this process's loader.
     other: Option<ProcessFacts>,
+    /// The reader of the process's CPython code objects, once a stack held a Python frame
+    /// and its modules named a CPython memprof knows (`python.rs`).
+    python: Option<crate::profile::symbolize::PythonReader>,
     /// A new stack had a frame outside every module known (only with `other`).
     unknown_frames: bool,
     /// Module generations of another process (see [`Generations`]).
@@ -420,7 +424,8 @@ impl Recorder {
     }
 
     fn in_known_module(&self, addr: u64) -> bool {
-        self.profile.modules.iter().any(|m| m.start <= addr && addr < m.end)
+        python::is_python_frame(addr)
+            || self.profile.modules.iter().any(|m| m.start <= addr && addr < m.end)
     }
 
     /// Return addresses of the recorded stacks whose symbols were not resolved yet.
@@ -582,8 +587,12 @@ impl Recorder {
                     self.refresh_modules();
                 }
                 self.write(|w| w.write_stack(id, &stack));
+                let python = stack.frames.iter().any(|&a| python::is_python_frame(a));
                 self.profile.stacks.push(stack);
                 self.interned.entry(key).or_default().push(id);
+                if python {
+                    self.name_python_frames(id);
+                }
                 id
             }
         };

@@ -1,0 +1,386 @@
+//! CPython's own frames in a sampled allocation's call stack (3.11, 3.12 and 3.13): read
+//! from the allocating thread's state on the sample path, and spliced into the native
+//! stack where the interpreter runs them.
+//!
+//! # 1. What is read, and when
+//! Only on a sampled allocation, and only in a process where the session found CPython
+//! ([`detect`], at its start: `Py_Version` and the functions below among the loaded
+//! objects' exports, found without `dlsym`). Nothing is added to the unsampled path and
+//! no hook is set in the interpreter. The thread's state comes from the interpreter's own
+//! accessor (`_PyThreadState_GetCurrent` in 3.12 and 3.13, `_PyThreadState_UncheckedGet`
+//! in 3.11, which reads the holder of the GIL: its `thread_id` must be this thread's, or
+//! the thread has no Python frames now). From it the chain of `_PyInterpreterFrame`s, the
+//! innermost first, by offsets of our own for each version ([`LAYOUTS`], measured with
+//! `offsetof` against each version's headers; 3.13's `_Py_DebugOffsets` publishes the
+//! same). A frame whose code is not a code object (`PyCode_Type`) ends the walk, as does a
+//! null or misaligned link: the walk reads what CPython's own `faulthandler` reads in a
+//! signal handler, the current thread's chain, which only that thread changes.
+//!
+//! # 2. The frames on the wire
+//! Each Python frame becomes one word of the stack: [`TAG`] (the top bit, never set in a
+//! user-space address), the instruction's index in code units (15 bits, saturated) and the
+//! code object's address (48 bits). The collector reads the code object in the program's
+//! memory once per such word (`record/command/collect/python.rs`): qualified name, file,
+//! and the line of that instruction from the location table.
+//!
+//! # 3. Where they go
+//! Each activation of `_PyEval_EvalFrameDefault` runs a run of Python frames: in 3.11 the
+//! run ends with the frame marked `is_entry`; in 3.12 and 3.13 the activation pushes a shim
+//! frame owned by the C stack (`FRAME_OWNED_BY_CSTACK`) below its first. The runs go, the
+//! innermost first, just inside the native frames whose return address is in
+//! `_PyEval_EvalFrameDefault` (its symbol's extent), also innermost first: the native frame
+//! stays, so a stack reads `PyUnicode_New`, …, `build (app.py:2)`, `<module> (app.py:3)`,
+//! `_PyEval_EvalFrameDefault`, …, `main`. Runs left over when the native stack was whole
+//! (its unwinding stopped early) go at its outer end. The whole is cut at the session's
+//! depth, as a native stack is.
+
+use crate::engine::callstack::Captured;
+use crate::sys::elf_lookup::{first_symbols, Prior};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+/// The mark of a Python frame's word (§2).
+pub const TAG: usize = 1 << 63;
+/// Where the instruction index sits in a Python frame's word, and its bits.
+pub const INDEX_SHIFT: u32 = 48;
+/// The largest instruction index a word holds.
+pub const INDEX_MAX: usize = (1 << 15) - 1;
+/// The code object's address bits of a Python frame's word.
+pub const CODE_MASK: usize = (1 << INDEX_SHIFT) - 1;
+
+/// Python frames read per sample at most.
+const MAX_PY_FRAMES: usize = 256;
+
+/// Where a version keeps what the walk and the collector read (byte offsets; x86-64,
+/// release builds, the default configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The minor version (11, 12, 13).
+    pub minor: u8,
+    /// `PyThreadState.thread_id` (`pthread_self()` of its thread).
+    pub ts_thread_id: usize,
+    /// `PyThreadState.cframe` (3.11, 3.12), then `_PyCFrame.current_frame`; or, with no
+    /// `cframe`, `PyThreadState.current_frame` (3.13).
+    pub ts_cframe: Option<usize>,
+    /// `_PyCFrame.current_frame`, or `PyThreadState.current_frame`.
+    pub current_frame: usize,
+    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13).
+    pub f_code: usize,
+    /// `_PyInterpreterFrame.previous`.
+    pub f_previous: usize,
+    /// `_PyInterpreterFrame.prev_instr` (`instr_ptr` in 3.13).
+    pub f_instr: usize,
+    /// `_PyInterpreterFrame.is_entry` (3.11 only).
+    pub f_is_entry: Option<usize>,
+    /// `_PyInterpreterFrame.owner`.
+    pub f_owner: usize,
+    /// `PyCodeObject.co_code_adaptive`: the first instruction.
+    pub co_code: usize,
+    /// `PyCodeObject.co_filename`, `co_name`, `co_qualname`, `co_firstlineno`,
+    /// `co_linetable`.
+    pub co_filename: usize,
+    pub co_name: usize,
+    pub co_qualname: usize,
+    pub co_firstlineno: usize,
+    pub co_linetable: usize,
+    /// `sizeof(PyASCIIObject)` and `sizeof(PyCompactUnicodeObject)`: where a compact
+    /// string's characters start.
+    pub ascii_size: usize,
+    pub compact_size: usize,
+}
+
+/// `FRAME_OWNED_BY_CSTACK` (3.12, 3.13): an activation's shim frame (§3).
+const OWNED_BY_CSTACK: u8 = 3;
+
+/// The layouts memprof knows, by minor version.
+pub const LAYOUTS: [Layout; 3] = [
+    Layout {
+        minor: 11,
+        ts_thread_id: 152,
+        ts_cframe: Some(56),
+        current_frame: 8,
+        f_code: 32,
+        f_previous: 48,
+        f_instr: 56,
+        f_is_entry: Some(68),
+        f_owner: 69,
+        co_code: 184,
+        co_filename: 112,
+        co_name: 120,
+        co_qualname: 128,
+        co_firstlineno: 72,
+        co_linetable: 136,
+        ascii_size: 48,
+        compact_size: 72,
+    },
+    Layout {
+        minor: 12,
+        ts_thread_id: 136,
+        ts_cframe: Some(56),
+        current_frame: 0,
+        f_code: 0,
+        f_previous: 8,
+        f_instr: 56,
+        f_is_entry: None,
+        f_owner: 70,
+        co_code: 192,
+        co_filename: 112,
+        co_name: 120,
+        co_qualname: 128,
+        co_firstlineno: 68,
+        co_linetable: 136,
+        ascii_size: 40,
+        compact_size: 56,
+    },
+    Layout {
+        minor: 13,
+        ts_thread_id: 152,
+        ts_cframe: None,
+        current_frame: 72,
+        f_code: 0,
+        f_previous: 8,
+        f_instr: 56,
+        f_is_entry: None,
+        f_owner: 70,
+        co_code: 200,
+        co_filename: 112,
+        co_name: 120,
+        co_qualname: 128,
+        co_firstlineno: 68,
+        co_linetable: 136,
+        ascii_size: 40,
+        compact_size: 56,
+    },
+];
+
+/// The layout of CPython 3.`minor`, if memprof knows it.
+pub fn layout(minor: u8) -> Option<&'static Layout> {
+    LAYOUTS.iter().find(|l| l.minor == minor)
+}
+
+/// The CPython the session found (§1): its layout's index + 1 (0: none).
+static FOUND: AtomicU8 = AtomicU8::new(0);
+/// The thread-state accessor's address.
+static GET_TSTATE: AtomicUsize = AtomicUsize::new(0);
+/// `PyCode_Type`'s address.
+static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
+/// `_PyEval_EvalFrameDefault`'s extent.
+static EVAL_START: AtomicUsize = AtomicUsize::new(0);
+static EVAL_END: AtomicUsize = AtomicUsize::new(0);
+
+/// Looks for CPython among the loaded objects (at a session's start: never on the sample
+/// path). Never allocates.
+pub(crate) fn detect() {
+    let names = [
+        c"Py_Version",
+        c"PyCode_Type",
+        c"_PyEval_EvalFrameDefault",
+        c"_PyThreadState_GetCurrent",
+        c"_PyThreadState_UncheckedGet",
+    ];
+    let mut found = [None::<Prior>; 5];
+    first_symbols(&names, &mut found);
+    FOUND.store(0, Ordering::Relaxed);
+    let [Some(version), Some(code), Some(eval), current, unchecked] = found else {
+        return;
+    };
+    // SAFETY: `Py_Version` is CPython's exported `const unsigned long`, mapped (the lookup
+    // checks every address against the object's loaded segments).
+    let hex = unsafe { (version.addr as *const u64).read() };
+    let (major, minor) = ((hex >> 24) & 0xff, ((hex >> 16) & 0xff) as u8);
+    let get = match minor {
+        11 => unchecked,
+        _ => current,
+    };
+    let (Some(l), Some(get), 3) = (LAYOUTS.iter().position(|l| l.minor == minor), get, major)
+    else {
+        // A version memprof does not know: native stacks only (`record` says so).
+        return;
+    };
+    if eval.size == 0 {
+        return;
+    }
+    GET_TSTATE.store(get.addr, Ordering::Relaxed);
+    CODE_TYPE.store(code.addr, Ordering::Relaxed);
+    EVAL_START.store(eval.addr, Ordering::Relaxed);
+    EVAL_END.store(eval.addr + eval.size, Ordering::Relaxed);
+    FOUND.store(l as u8 + 1, Ordering::Release);
+}
+
+/// The layout of the CPython in this process, if the session found one it knows.
+#[inline]
+pub(crate) fn found() -> Option<&'static Layout> {
+    match FOUND.load(Ordering::Acquire) {
+        0 => None,
+        i => LAYOUTS.get(i as usize - 1),
+    }
+}
+
+/// Reads a `T` at `addr`, which the caller vouches for (§1).
+///
+/// # Safety
+/// `addr` is a readable address of a `T` (the current thread's interpreter state).
+#[inline]
+unsafe fn at<T: Copy>(addr: usize) -> T {
+    // SAFETY: the caller's guarantee.
+    unsafe { (addr as *const T).read_unaligned() }
+}
+
+/// The calling thread's Python frames as words (§2), innermost first, with the index in
+/// `out` where each run ends (§3): returns how many frames, and how many runs.
+fn python_frames(l: &Layout, out: &mut [usize], ends: &mut [usize]) -> (usize, usize) {
+    let get = GET_TSTATE.load(Ordering::Relaxed);
+    // SAFETY: `get` is CPython's thread-state accessor, found by name at the session's
+    // start (`detect`), a function of no arguments returning a pointer: it reads a
+    // thread-local or an atomic and takes no lock.
+    let get: extern "C" fn() -> usize = unsafe { core::mem::transmute(get) };
+    let ts = get();
+    if ts == 0 || ts % 8 != 0 {
+        return (0, 0);
+    }
+    // SAFETY: a live thread state (the accessor's answer); `thread_id` is a field of it.
+    if unsafe { at::<u64>(ts + l.ts_thread_id) } != this_thread() {
+        // 3.11's accessor names the GIL's holder: another thread's frames are not ours.
+        return (0, 0);
+    }
+    let holder = match l.ts_cframe {
+        // SAFETY: `cframe` is a field of the thread state, pointing at a live `_PyCFrame`.
+        Some(off) => unsafe { at::<usize>(ts + off) },
+        None => ts,
+    };
+    if holder == 0 || holder % 8 != 0 {
+        return (0, 0);
+    }
+    // SAFETY: the current frame's field of a live `_PyCFrame` or thread state.
+    let mut f = unsafe { at::<usize>(holder + l.current_frame) };
+    let code_type = CODE_TYPE.load(Ordering::Relaxed);
+    let (mut n, mut runs) = (0, 0);
+    while f != 0 && f % 8 == 0 && n < out.len() {
+        // SAFETY: `f` is a frame of the current thread's chain (§1): its fields are read
+        // as CPython's faulthandler reads them.
+        let (code, instr, previous, owner) = unsafe {
+            (
+                at::<usize>(f + l.f_code),
+                at::<usize>(f + l.f_instr),
+                at::<usize>(f + l.f_previous),
+                at::<u8>(f + l.f_owner),
+            )
+        };
+        if l.f_is_entry.is_none() && owner == OWNED_BY_CSTACK {
+            // The shim of an activation: the run inside it ends here.
+            if n > 0 && (runs == 0 || ends[runs - 1] < n) && runs < ends.len() {
+                ends[runs] = n;
+                runs += 1;
+            }
+            f = previous;
+            continue;
+        }
+        // SAFETY: `code` is the frame's code field; its type word is read only once it is
+        // known not null and aligned.
+        if code == 0 || code % 8 != 0 || unsafe { at::<usize>(code + 8) } != code_type {
+            break;
+        }
+        let first = code + l.co_code;
+        let index = instr.saturating_sub(first) / 2;
+        out[n] = TAG | (index.min(INDEX_MAX) << INDEX_SHIFT) | (code & CODE_MASK);
+        n += 1;
+        if let Some(e) = l.f_is_entry {
+            // SAFETY: a field of the same frame.
+            if unsafe { at::<u8>(f + e) } != 0 && runs < ends.len() {
+                ends[runs] = n;
+                runs += 1;
+            }
+        }
+        f = previous;
+    }
+    if n > 0 && (runs == 0 || ends[runs - 1] < n) && runs < ends.len() {
+        ends[runs] = n;
+        runs += 1;
+    }
+    (n, runs)
+}
+
+/// `pthread_self()`, which CPython keeps as a thread state's `thread_id`.
+fn this_thread() -> u64 {
+    // SAFETY: no preconditions; it reads the thread pointer.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+/// Splices the calling thread's Python frames into `stack` (§3), cut at `max` frames.
+/// Does nothing outside CPython or in a thread running no Python code. Never allocates
+/// through the profiled allocator (a stack deeper than the inline buffer takes a pooled
+/// one, as a capture does).
+pub(crate) fn splice(stack: &mut Captured, max: usize) {
+    let Some(l) = found() else {
+        return;
+    };
+    let mut py = [0usize; MAX_PY_FRAMES];
+    let mut ends = [0usize; MAX_PY_FRAMES];
+    let (n, runs) = python_frames(l, &mut py, &mut ends);
+    if n == 0 {
+        return;
+    }
+    let (start, end) = (EVAL_START.load(Ordering::Relaxed), EVAL_END.load(Ordering::Relaxed));
+    let mut out = Captured::new();
+    let mut truncated = stack.truncated();
+    let (mut run, mut next) = (0, 0);
+    let mut room = max;
+    fn put(out: &mut Captured, w: usize, room: &mut usize) -> bool {
+        if *room == 0 || !out.push_frame(w) {
+            return false;
+        }
+        *room -= 1;
+        true
+    }
+    let mut full = false;
+    'native: for &ra in stack.frames() {
+        if run < runs && ra.wrapping_sub(1).wrapping_sub(start) < end - start {
+            while next < ends[run] {
+                if !put(&mut out, py[next], &mut room) {
+                    full = true;
+                    break 'native;
+                }
+                next += 1;
+            }
+            run += 1;
+        }
+        if !put(&mut out, ra, &mut room) {
+            full = true;
+            break;
+        }
+    }
+    if !full && !truncated {
+        while next < n {
+            if !put(&mut out, py[next], &mut room) {
+                full = true;
+                break;
+            }
+            next += 1;
+        }
+    }
+    truncated |= full;
+    out.set_truncated(truncated);
+    core::mem::swap(stack, &mut out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_word_holds_a_user_space_address_and_an_index() {
+        let code = 0x7f12_3456_7890usize;
+        let w = TAG | (300 << INDEX_SHIFT) | (code & CODE_MASK);
+        assert_eq!(w & CODE_MASK, code);
+        assert_eq!((w & !TAG) >> INDEX_SHIFT, 300);
+        assert!(w & TAG != 0 && code & TAG == 0);
+        assert_eq!(INDEX_MAX << INDEX_SHIFT & TAG, 0, "the index stays below the tag");
+    }
+
+    #[test]
+    fn every_known_version_has_one_layout() {
+        for minor in [11, 12, 13] {
+            assert_eq!(layout(minor).map(|l| l.minor), Some(minor));
+        }
+        assert!(layout(10).is_none() && layout(14).is_none());
+    }
+}
