@@ -106,6 +106,7 @@
 //! | `engine/thread.rs` | a thread's sample-path state, mapped at its first sample |
 //! | `engine/sample_path.rs` | a sampled allocation or death: capture, live entry, event |
 //! | `engine/push.rs` | the session's queue and the pushes into it: backpressure (a sleep until the consumer drains, a spin under a seccomp filter, for as long as the consumer is there), deaths |
+//! | `engine/python.rs` | CPython's frames (3.11 to 3.13) read from the allocating thread's state on a sampled allocation, by offsets of our own per version, and spliced as tagged words inside the `_PyEval_EvalFrameDefault` activations that ran them |
 //! | `engine/consumer.rs` | the queue's consumer in another process (the collector) as the producers see it: its heartbeat, its verdict on the ring, its process looked up (or, under a seccomp filter, not) |
 //! | `engine/lost.rs` | the lost-sample counters: samples skipped for reentrancy, untracked blocks |
 //! | `engine/label.rs` | the thread's label word (tracing span path id) a sample copies |
@@ -158,7 +159,8 @@
 //! | `profile/site/wrappers.rs` | sites that look like allocation wrappers no list knows (many callers, none holding most of the bytes), and the `--site-skip` that names their callers, escaped for the regex and quoted for a shell |
 //! | `profile/symbolize/` | [`profile::symbolize`]: modules and addresses to inline chains, in process and offline |
 //! | `profile/symbolize/mod.rs` | the folder's face and its design notes |
-//! | `profile/symbolize/process.rs` | this process's modules and in-process lookup (the folder's only `unsafe` block) |
+//! | `profile/symbolize/process.rs` | this process's modules and in-process lookup |
+//! | `profile/symbolize/python.rs` | a Python frame's word named (function, file, line) by reading its code object in the running process (`process_vm_readv`) and its location table |
 //! | `profile/symbolize/elf.rs` | what an ELF file says of itself (build id, segments, debug link, symbol tables), through `object` |
 //! | `profile/symbolize/names.rs` | [`profile::symbolize::demangle`], every path's one naming of a symbol: only a mangled name (Rust's legacy and v0, Itanium C++'s) demangled, others kept verbatim; legacy hashes, unreadable C++ names |
 //! | `profile/symbolize/offline.rs` | addresses resolved from the recorded modules' files; `Loaders` |
@@ -192,6 +194,7 @@
 //! | `session/recorder/` | [`Recorder`]: the built-in tracker, in memory or streaming |
 //! | `session/recorder/mod.rs` | [`Recorder`]: the built-in tracker, in memory or streaming: interning, the file, modules, symbols, the session's events |
 //! | `session/recorder/collected.rs` | what `record`'s collector hands a recorder from another process: resident readings, how it ended, allocations, frees that name their blocks |
+//! | `session/recorder/python.rs` | the Python frames of a new stack named as it is first seen, written with the other symbols |
 //! | `session/recorder/tests.rs` | the recorder's tests |
 //! | `session/generations.rs` | module generations of a recorded process: a library mapped where an unloaded one was gets addresses of its own |
 //! | `session/live.rs` | [`live_profile`]: the running session's profile, without stopping it |

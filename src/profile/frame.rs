@@ -185,7 +185,41 @@ impl Profile {
     /// The function names of a stack, innermost first, after trimming (borrowed where the
     /// profile holds them): [`Profile::frame_locations`]' functions.
     fn inner_names(&self, stack: StackId) -> Vec<Cow<'_, str>> {
-        self.frame_refs(stack).into_iter().map(|f| f.function).collect()
+        self.frame_refs(stack)
+            .into_iter()
+            .map(|f| match is_python_word(f.addr) && f.resolved {
+                true => Cow::Owned(python_frame_name(&f.function, f.file, f.line)),
+                false => f.function,
+            })
+            .collect()
+    }
+
+    /// The names [`Profile::frame_names`] gives the Python frames of the profile's stacks
+    /// (`engine::python`), each once: a flamegraph colours them apart.
+    pub fn python_frame_names(&self) -> std::collections::BTreeSet<String> {
+        self.symbols
+            .iter()
+            .filter(|(&addr, _)| is_python_word(addr))
+            .filter_map(|(_, chain)| chain.first())
+            .map(|s| python_frame_name(&s.function, s.file.as_deref(), s.line))
+            .collect()
+    }
+}
+
+/// True for a stack word that is a Python frame (`engine::python` §2), not an address.
+pub(crate) fn is_python_word(addr: u64) -> bool {
+    addr & crate::engine::python::TAG as u64 != 0
+}
+
+/// A Python frame's name where frames are named by one string (folded stacks,
+/// flamegraphs, trees): `function (file:line)`, the file by its last component, as py-spy
+/// names them, so that a Python function is told from a C function of the same name.
+pub(crate) fn python_frame_name(function: &str, file: Option<&str>, line: Option<u32>) -> String {
+    let file = file.map(|f| f.rsplit('/').next().unwrap_or(f));
+    match (file, line) {
+        (Some(f), Some(l)) => format!("{function} ({f}:{l})"),
+        (Some(f), None) => format!("{function} ({f})"),
+        _ => function.to_owned(),
     }
 }
 

@@ -122,7 +122,17 @@ pub fn flamegraph(
         w.write_all(empty_svg(&title, &subtitle, options.image_width).as_bytes()).map_err(io)?;
         return w.flush().map_err(io);
     }
+    // Python frames (`engine::python`) in shades of blue, apart from the native frames.
+    let mut python = inferno::flamegraph::color::PaletteMap::default();
+    for name in profile.python_frame_names() {
+        let h = name.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        let (r, g) = (60 + (h % 50) as u8, 140 + ((h >> 8) % 60) as u8);
+        python.insert(name, inferno::flamegraph::color::Color { r, g, b: 230 });
+    }
     let mut o = inferno_fg::Options::default();
+    if python.iter().next().is_some() {
+        o.palette_map = Some(&mut python);
+    }
     o.colors = Palette::Basic(BasicPalette::Mem);
     o.deterministic = true;
     o.title = title;

@@ -39,6 +39,11 @@
 //!    by several functions, none holding most of its bytes) is pointed out by the reports,
 //!    with the expression that would skip it (`wrappers.rs`, [`Profile::wrappers`]).
 //!
+//! 5. its module is the CPython interpreter (`libpython3.N`, a static `python3.N`) and a
+//!    Python frame lies further out with only the interpreter's frames between: what
+//!    `PyUnicode_New` or `list_resize` allocate for a line of Python is that line's. An
+//!    extension's frame in between (numpy's) is a site of its own.
+//!
 //! An address without symbols that plumbing calls is plumbing too: the inside of an
 //! allocator whose library is stripped (SQLite's static `sqlite3MemMalloc` under its
 //! exported `sqlite3Malloc`). When every frame is plumbing, the innermost is the site.
@@ -61,7 +66,7 @@
 
 use std::borrow::Cow;
 
-use super::frame::{FrameRef, UNKNOWN_STACK};
+use super::frame::{is_python_word, FrameRef, UNKNOWN_STACK};
 use super::{Profile, StackId};
 
 mod names;
@@ -259,7 +264,35 @@ struct Plumbing<'p, 'f> {
 impl<'p, 'f> Plumbing<'p, 'f> {
     fn new(profile: &'p Profile, frames: &'f [FrameRef<'p>]) -> Self {
         let n = frames.len();
-        Plumbing { profile, frames, modules: vec![None; n], known: vec![None; n] }
+        let mut p = Plumbing { profile, frames, modules: vec![None; n], known: vec![None; n] };
+        p.interpreter_plumbing();
+        p
+    }
+
+    /// Rule 5: a frame of the CPython interpreter's own module (`libpython3.N`, a static
+    /// `python3.N`) with a Python frame further out, and only the interpreter's frames
+    /// between, is the plumbing of that Python code (a string, list or dict it made). An
+    /// extension's frame (numpy's) between them is the extension's allocation: the
+    /// interpreter's frames inside it stay, and the extension's frame is the site.
+    fn interpreter_plumbing(&mut self) {
+        if !self.frames.iter().any(|f| is_python_word(f.addr)) {
+            return;
+        }
+        let mut python_outside = false;
+        for k in (0..self.frames.len()).rev() {
+            if is_python_word(self.frames[k].addr) {
+                python_outside = true;
+                continue;
+            }
+            let interpreter = self.module(k).is_some_and(|m| {
+                crate::profile::symbolize::python_minor_of_module(&m.path).is_some()
+            });
+            if interpreter && python_outside {
+                self.known[k] = Some(true);
+            } else if !interpreter {
+                python_outside = false;
+            }
+        }
     }
 
     fn module(&mut self, i: usize) -> Option<&'p super::Module> {

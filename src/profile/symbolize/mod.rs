@@ -90,7 +90,7 @@ pub use offline::resolve_offline;
 #[cfg(feature = "report")]
 pub(crate) use offline::{resolve_offline_with, Loaders};
 pub use process::{current_modules, file_identity, resolve_in_process};
-pub(crate) use python::Reader as PythonReader;
+pub(crate) use python::{minor_of_module as python_minor_of_module, Reader as PythonReader};
 #[cfg(feature = "report")]
 pub use stripped::unresolved_objects;
 
