@@ -11,8 +11,9 @@
 //! in 3.11, which reads the holder of the GIL: its `thread_id` must be this thread's, or
 //! the thread has no Python frames now). From it the chain of `_PyInterpreterFrame`s, the
 //! innermost first, by offsets of our own for each version ([`LAYOUTS`], measured with
-//! `offsetof` against each version's headers; 3.13's `_Py_DebugOffsets` publishes the
-//! same). A frame whose code is not a code object (`PyCode_Type`) ends the walk, as does a
+//! `offsetof` against each version's headers; in 3.13 they are checked against what the
+//! interpreter publishes in `_Py_DebugOffsets`, and a build that disagrees, such as a
+//! free-threaded one, gets native stacks only). A frame whose code is not a code object (`PyCode_Type`) ends the walk, as does a
 //! null or misaligned link: the walk reads what CPython's own `faulthandler` reads in a
 //! signal handler, the current thread's chain, which only that thread changes.
 //!
@@ -176,11 +177,12 @@ pub(crate) fn detect() {
         c"_PyEval_EvalFrameDefault",
         c"_PyThreadState_GetCurrent",
         c"_PyThreadState_UncheckedGet",
+        c"_PyRuntime",
     ];
-    let mut found = [None::<Prior>; 5];
+    let mut found = [None::<Prior>; 6];
     first_symbols(&names, &mut found);
     FOUND.store(0, Ordering::Relaxed);
-    let [Some(version), Some(code), Some(eval), current, unchecked] = found else {
+    let [Some(version), Some(code), Some(eval), current, unchecked, runtime] = found else {
         return;
     };
     // SAFETY: `Py_Version` is CPython's exported `const unsigned long`, mapped (the lookup
@@ -196,7 +198,7 @@ pub(crate) fn detect() {
         // A version memprof does not know: native stacks only (`record` says so).
         return;
     };
-    if eval.size == 0 {
+    if eval.size == 0 || (minor >= 13 && !debug_offsets_agree(&LAYOUTS[l], runtime)) {
         return;
     }
     GET_TSTATE.store(get.addr, Ordering::Relaxed);
@@ -204,6 +206,35 @@ pub(crate) fn detect() {
     EVAL_START.store(eval.addr, Ordering::Relaxed);
     EVAL_END.store(eval.addr + eval.size, Ordering::Relaxed);
     FOUND.store(l as u8 + 1, Ordering::Release);
+}
+
+/// Whether 3.13's `_Py_DebugOffsets` (the first member of `_PyRuntime`) publishes the
+/// offsets of `l`: a build whose layout differs (free-threaded, another configuration)
+/// gets no Python frames rather than a walk by wrong offsets.
+fn debug_offsets_agree(l: &Layout, runtime: Option<Prior>) -> bool {
+    let Some(runtime) = runtime.filter(|r| r.size >= 44 * 8) else {
+        return false;
+    };
+    // SAFETY: `_PyRuntime` is CPython's exported runtime state, mapped for at least its
+    // symbol's size (checked above), whose first 44 words are `_Py_DebugOffsets` in 3.13.
+    let word = |i: usize| unsafe { ((runtime.addr + 8 * i) as *const u64).read() } as usize;
+    let cookie = word(0).to_le_bytes();
+    let free_threaded = word(2);
+    let expected = [
+        (23, l.current_frame),
+        (24, l.ts_thread_id),
+        (29, l.f_previous),
+        (30, l.f_code),
+        (31, l.f_instr),
+        (33, l.f_owner),
+        (35, l.co_filename),
+        (36, l.co_name),
+        (37, l.co_qualname),
+        (38, l.co_linetable),
+        (39, l.co_firstlineno),
+        (43, l.co_code),
+    ];
+    &cookie == b"xdebugpy" && free_threaded == 0 && expected.iter().all(|&(i, v)| word(i) == v)
 }
 
 /// The layout of the CPython in this process, if the session found one it knows.

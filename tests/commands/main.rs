@@ -58,6 +58,7 @@ mod imports;
 mod launchers;
 mod own_cost;
 mod programs;
+mod python_frames;
 mod record;
 mod reentrancy;
 mod report;

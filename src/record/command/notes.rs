@@ -46,6 +46,38 @@ pub(crate) fn is_cpython<'a>(exe: &str, mut modules: impl Iterator<Item = &'a st
     named || modules.any(|m| base(m).starts_with("libpython"))
 }
 
+/// The note for a CPython whose Python frames memprof does not read (a version other than
+/// 3.11 to 3.13, or a free-threaded build), from its executable's and modules' names.
+pub(crate) fn python_frames<'a>(
+    exe: &'a str,
+    modules: impl Iterator<Item = &'a str>,
+) -> Option<String> {
+    fn version(path: &str) -> Option<(String, bool)> {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        let rest = base.strip_prefix("libpython3.").or_else(|| base.strip_prefix("python3."))?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let after = &rest[digits.len()..];
+        let t = after.starts_with('t');
+        let tail = after.trim_start_matches(['t', 'd']);
+        (!digits.is_empty() && (tail.is_empty() || tail.starts_with(".so")))
+            .then(|| (format!("3.{digits}"), t))
+    }
+    let (v, free_threaded) = std::iter::once(exe).chain(modules).find_map(version)?;
+    let minor: u8 = v.strip_prefix("3.")?.parse().ok()?;
+    let known = crate::engine::python::layout(minor).is_some();
+    match (known, free_threaded) {
+        (true, false) => None,
+        (_, true) => Some(format!(
+            "free-threaded CPython {v}t: its Python frames are not read; the stacks are the \
+             interpreter's C functions"
+        )),
+        (false, false) => Some(format!(
+            "CPython {v}: its Python frames are not read (memprof reads 3.11 to 3.13); the \
+             stacks are the interpreter's C functions"
+        )),
+    }
+}
+
 /// The note about CPython's allocator, for a run in which CPython ran: what `record` did
 /// (`bypassed`: it set `PYTHONMALLOC=malloc`; `kept`: `--keep-pymalloc` was given) and how
 /// to have the other behaviour.
@@ -97,5 +129,13 @@ mod tests {
         assert!(!is_cpython("/usr/bin/pypy3", none.clone()));
         assert!(is_cpython("/usr/bin/app", ["/usr/lib/libpython3.12.so.1.0"].into_iter()));
         assert!(!is_cpython("/usr/bin/app", ["/usr/lib/libc.so.6"].into_iter()));
+        let none = || std::iter::empty::<&str>();
+        assert_eq!(python_frames("/usr/bin/python3.12", none()), None);
+        assert_eq!(python_frames("/usr/bin/app", ["/x/libpython3.13.so.1.0"].into_iter()), None);
+        let old = python_frames("/usr/bin/app", ["/x/libpython3.10.so.1.0"].into_iter());
+        assert!(old.is_some_and(|n| n.starts_with("CPython 3.10: its Python frames are not read")));
+        let t = python_frames("/opt/bin/python3.13t", none());
+        assert!(t.is_some_and(|n| n.starts_with("free-threaded CPython 3.13t")));
+        assert_eq!(python_frames("/usr/bin/python3-config", none()), None);
     }
 }

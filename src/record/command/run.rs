@@ -433,6 +433,9 @@ fn run_notes(
     let any_named = processes.iter().any(|p| notes::is_cpython(&p.executable, [].into_iter()));
     if any_named || notes::is_cpython(root, modules()) {
         add(notes::cpython(run.pymalloc_bypassed, keep_pymalloc));
+        if let Some(n) = notes::python_frames(root, modules()) {
+            add(n);
+        }
     }
     notes
 }
