@@ -99,12 +99,18 @@ fn python_sites_are_the_python_lines_on_every_version() {
             // Each marked function allocates well over 10 MiB: at the default 512 KiB
             // interval, fewer than 4 MiB estimated is a miss (the chance of it for a
             // true 10 MiB is below 1e-3).
-            assert!(bytes > 4.0 * 1048576.0, "{label}: {name}: {bytes} B at its lines\n{by_site:#?}");
+            assert!(
+                bytes > 4.0 * 1048576.0,
+                "{label}: {name}: {bytes} B at its lines\n{by_site:#?}"
+            );
             named += bytes;
         }
         // The marked lines hold most of what the program allocated (the rest: the
         // interpreter's start-up, imports, `main`'s own list).
-        assert!(named > 0.6 * total, "{label}: {named} of {total} B on the marked lines\n{by_site:#?}");
+        assert!(
+            named > 0.6 * total,
+            "{label}: {named} of {total} B on the marked lines\n{by_site:#?}"
+        );
 
         // pprof: the functions with their files and lines, as go tool pprof reads them.
         let pb = dir.join(format!("{out_name}.pb.gz"));
@@ -137,7 +143,9 @@ fn a_python_memprof_does_not_know_gets_native_stacks_and_a_note() {
         return crate::common::skipped("an unknown CPython", "no HOME");
     };
     let Some(v) = std::fs::read_dir(root.join("versions")).ok().and_then(|d| {
-        d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).find(|v| v.starts_with("3.10."))
+        d.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|v| v.starts_with("3.10."))
     }) else {
         return crate::common::skipped("an unknown CPython", "no pyenv 3.10");
     };
@@ -161,4 +169,64 @@ fn a_python_memprof_does_not_know_gets_native_stacks_and_a_note() {
     let stacks = memprof::report::collapsed(&prof, memprof::report::View::Alloc);
     assert!(!stacks.iter().any(|l| l.contains("sites.py")), "{stacks:?}");
     assert!(stacks.iter().any(|l| l.contains("PyUnicode_New")), "native stacks");
+}
+
+/// `memprof attach` on a running Python service started without memprof (and with
+/// pymalloc, as services run): the sites are its Python lines, and the service carries on
+/// and ends cleanly after the detach.
+#[test]
+fn attach_to_a_running_python_service_names_its_lines() {
+    let all = interpreters();
+    if all.is_empty() {
+        return crate::common::skipped("attach to Python", "no CPython 3.11 to 3.13 here");
+    }
+    for (label, env, python) in all {
+        attach_once(&label, &env, &python);
+    }
+}
+
+fn attach_once(label: &str, env: &[(&str, String)], python: &Path) {
+    use std::io::BufRead;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/python/service.py");
+    let line = std::fs::read_to_string(&script)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("# site: handle"))
+        .unwrap() as u32
+        + 1;
+    let dir = scratch("python-frames-attach");
+    let mut service = Command::new(python)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("PYTHONMALLOC")
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let mut lines = std::io::BufReader::new(service.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"), "{label}");
+    let pid = service.id().to_string();
+    let out = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .args(["attach", "--duration", "2s", "--force", "-o", "a.mprof", &pid])
+        .output()
+        .expect("memprof runs");
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    let status = service.wait().unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_ok(&out, 0);
+    assert!(status.success(), "{label}: the service ended {status:?} after the detach");
+    assert_eq!(rest, ["bye"], "{label}");
+    let prof = read(&dir.join("a.mprof"));
+    let site = prof
+        .allocated
+        .iter()
+        .max_by_key(|(_, t)| t.k)
+        .and_then(|(&(stack, _), _)| prof.site(stack))
+        .expect("a site");
+    // 3.11 runs a comprehension as a function of its own (`handle.<locals>.<listcomp>`).
+    let base = site.name.split(".<locals>.<").next().unwrap_or(&site.name);
+    assert_eq!(base, "handle", "{label}: {site:?}\n{}", text(&out.stderr));
+    assert!(site.file.as_deref().is_some_and(|f| f.ends_with("/service.py")), "{site:?}");
+    assert_eq!(site.line, Some(line), "{label}: {site:?}");
 }
