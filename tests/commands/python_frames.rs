@@ -24,9 +24,12 @@ fn fixture() -> (PathBuf, BTreeMap<String, BTreeSet<u32>>) {
     (path, marked)
 }
 
+/// An interpreter to try: what the messages call it, its environment, its path.
+type Interpreter = (String, Vec<(&'static str, String)>, PathBuf);
+
 /// The interpreters to try: pyenv's 3.11 to 3.13 (a `PYENV_VERSION` for its shim each) and
 /// Debian's `/usr/bin/python3.11`.
-fn interpreters() -> Vec<(String, Vec<(&'static str, String)>, PathBuf)> {
+fn interpreters() -> Vec<Interpreter> {
     let mut out = vec![];
     let root = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
