@@ -78,6 +78,12 @@
 //!    peak RSS, under `record --interval 1`. Row: `ru_maxrss` from `wait4` on `record`, the
 //!    largest of memprof's own peak and the program's; printed beside the program's own, so
 //!    that it reads as memprof's whenever it is the larger (target ≤ 20 MiB).
+//! 8. **`python`**: what Python frames cost (`python.rs`): the JSON workload at 300 000
+//!    records, default interval, each round plain, `record`, `record --keep-pymalloc`, the
+//!    plain program with `PYTHONMALLOC=malloc` alone, and memray (installed once into
+//!    `target/release/pipeline-memray-venv`) by default and with
+//!    `--trace-python-allocators`, in turns first. Row: `record`'s CPU over plain's (target
+//!    ≤ 1.10×), beside memray's.
 //!
 //! # The full table of `c` and `cpython`
 //! Each round runs, for the program, one after the other: the plain program; `memprof record`
@@ -127,6 +133,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 mod measure;
+mod python;
 mod rows;
 mod whole;
 mod workloads;
@@ -136,11 +143,12 @@ use rows::Part;
 use workloads::{build_c, find_python, preload_path, Tools, Workload, JSON_SCRIPT};
 
 /// The parts `--only` selects, in the order they run.
-const PARTS: [&str; 7] = ["jemalloc", "sleep", "c", "cpython", "threads", "pandas", "own-memory"];
+const PARTS: [&str; 8] =
+    ["jemalloc", "sleep", "c", "cpython", "threads", "pandas", "own-memory", "python"];
 
 const USAGE: &str = "usage: cargo bench --bench pipeline -- [--quick] [--rounds N] [--only \
                      PART[,PART…]]... (parts: jemalloc, sleep, c, cpython, threads, pandas, \
-                     own-memory)";
+                     own-memory, python)";
 
 struct Options {
     quick: bool,
@@ -313,6 +321,7 @@ fn main() {
             },
             "threads" => rows::threads(&part),
             "pandas" => rows::pandas(&part),
+            "python" => python::python_frames(&part),
             _ => rows::own_memory(&part),
         });
     }

@@ -39,7 +39,7 @@ pub(crate) struct Part<'a> {
 
 impl Part<'_> {
     /// Runs `round` once per round, with the round's progress on stderr.
-    fn rounds(&self, title: &str, mut round: impl FnMut(usize)) {
+    pub(crate) fn rounds(&self, title: &str, mut round: impl FnMut(usize)) {
         println!();
         println!("== {title} ==");
         for r in 0..self.rounds {
@@ -49,12 +49,18 @@ impl Part<'_> {
         }
     }
 
-    fn log(&self) -> PathBuf {
+    pub(crate) fn log(&self) -> PathBuf {
         self.dir.join("stderr.log")
     }
 
     /// `memprof record FLAGS -o <scratch file> -- w`, timed, its profile removed.
-    fn record(&self, w: &Workload, flags: &[&str], out: Out, env: &[(&str, &Path)]) -> Measured {
+    pub(crate) fn record(
+        &self,
+        w: &Workload,
+        flags: &[&str],
+        out: Out,
+        env: &[(&str, &Path)],
+    ) -> Measured {
         let profile = self.dir.join("part.mprof");
         let mut cmd = w.memprof(&self.tools.memprof, flags, &profile);
         cmd.envs(env.iter().copied());

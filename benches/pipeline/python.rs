@@ -1,0 +1,173 @@
+//! The `python` part: what Python frames cost. The CPython JSON workload at the default
+//! interval, each round: plain (pymalloc, as the user runs it); `memprof record` (its
+//! default, `PYTHONMALLOC=malloc`, so that every object is seen, Python frames read on
+//! each sample); `record --keep-pymalloc` (objects seen only as pymalloc's arenas); the
+//! plain program with `PYTHONMALLOC=malloc` alone (what that setting costs by itself); and
+//! memray 1.x beside it (`python -m memray run`, installed once into a kept virtualenv), by
+//! default (pymalloc's arenas) and with `--trace-python-allocators` (every object, as
+//! `record`'s default sees them). CPU of every process, over plain's in the same round.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::measure::{mark, median, run, IssueRow, Measured, Out};
+use crate::rows::Part;
+use crate::workloads::{Workload, JSON_SCRIPT};
+
+/// `record` at the default interval over the plain program, CPU.
+const PYTHON_CPU_VS_PLAIN: f64 = 1.10;
+/// Records of the JSON workload (about 1.7 s plain on the bench's machine).
+const RECORDS: &str = "300000";
+
+pub(crate) fn python_frames(p: &Part) -> Vec<IssueRow> {
+    let workload = "CPython JSON, default interval, Python frames, whole `record`";
+    let target = format!("≤ {PYTHON_CPU_VS_PLAIN}× plain CPU");
+    let Some(python) = p.python else {
+        return skipped(workload, &target, "no python3".into());
+    };
+    let venv = crate::measure::target_dir().join("pipeline-memray-venv");
+    let memray = match memray_python(python, &venv) {
+        Ok(m) => m,
+        Err(why) => return skipped(workload, &target, format!("no memray: {why}")),
+    };
+    let script = p.dir.join("json_python_frames.py");
+    std::fs::write(&script, JSON_SCRIPT).unwrap();
+    let w = Workload::simple("python", python.to_owned(), &[]);
+    let w = Workload { args: vec![script.clone().into(), RECORDS.into()], ..w };
+    let log = p.log();
+    let capture = p.dir.join("memray.bin");
+    let memray_run = |trace: bool| {
+        let _ = std::fs::remove_file(&capture);
+        let mut c = Command::new(&memray);
+        c.args(["-m", "memray", "run", "-q", "--force", "-o"]).arg(&capture);
+        if trace {
+            c.arg("--trace-python-allocators");
+        }
+        c.arg(&script).arg(RECORDS);
+        let m = run("memray run", &mut c, Out::Null, &log);
+        let _ = std::fs::remove_file(&capture);
+        m
+    };
+    let mut runs: [Vec<Measured>; 6] = Default::default();
+    let title = format!("CPython ({}): JSON round trip of {RECORDS} records", python.display());
+    p.rounds(&title, |r| {
+        for k in 0..runs.len() {
+            let which = (k + r) % runs.len();
+            let m = match which {
+                0 => {
+                    eprint!("plain, ");
+                    run("plain", &mut w.plain(), Out::Null, &log)
+                }
+                1 => {
+                    eprint!("record, ");
+                    p.record(&w, &[], Out::Null, &[])
+                }
+                2 => {
+                    eprint!("record --keep-pymalloc, ");
+                    p.record(&w, &["--keep-pymalloc"], Out::Null, &[])
+                }
+                3 => {
+                    eprint!("PYTHONMALLOC=malloc, ");
+                    run(
+                        "PYTHONMALLOC=malloc",
+                        w.plain().env("PYTHONMALLOC", "malloc"),
+                        Out::Null,
+                        &log,
+                    )
+                }
+                4 => {
+                    eprint!("memray, ");
+                    memray_run(false)
+                }
+                _ => {
+                    eprint!("memray --trace-python-allocators, ");
+                    memray_run(true)
+                }
+            };
+            runs[which].push(m);
+        }
+    });
+    let [plain, ours, kept, malloc, memray_default, memray_traced] = &runs;
+    let ratio = |v: &[Measured]| {
+        median(&v.iter().zip(plain).map(|(m, p)| m.cpu / p.cpu).collect::<Vec<_>>())
+    };
+    let plain_cpu = median(&plain.iter().map(|m| m.cpu).collect::<Vec<_>>());
+    println!("  plain (pymalloc)                        CPU {plain_cpu:.2} s");
+    for (label, v) in [
+        ("memprof record (PYTHONMALLOC=malloc)", ours),
+        ("memprof record --keep-pymalloc", kept),
+        ("plain with PYTHONMALLOC=malloc", malloc),
+        ("memray run", memray_default),
+        ("memray run --trace-python-allocators", memray_traced),
+    ] {
+        println!("  {label:<39} CPU {:.3}× plain", ratio(v));
+    }
+    let (r, k) = (ratio(ours), ratio(kept));
+    let ok = r <= PYTHON_CPU_VS_PLAIN;
+    println!("  {} whole record CPU {target}: {r:.3}× (--keep-pymalloc {k:.3}×)", mark(ok));
+    vec![IssueRow {
+        order: 9,
+        workload: format!("{workload}, {RECORDS} records"),
+        memprof: format!(
+            "{r:.3}× plain CPU (every object: PYTHONMALLOC=malloc alone {:.3}×); \
+             --keep-pymalloc {k:.3}×",
+            ratio(malloc)
+        ),
+        peer: format!(
+            "memray run {:.3}×; with --trace-python-allocators (every object) {:.3}×",
+            ratio(memray_default),
+            ratio(memray_traced)
+        ),
+        target,
+        ok: Some(ok),
+    }]
+}
+
+fn skipped(workload: &str, target: &str, why: String) -> Vec<IssueRow> {
+    println!();
+    println!("{workload}: skipped ({why})");
+    vec![IssueRow {
+        order: 9,
+        workload: workload.into(),
+        memprof: format!("skipped ({why})"),
+        peer: "-".into(),
+        target: target.into(),
+        ok: None,
+    }]
+}
+
+/// A Python that imports memray: `python`'s own, or a virtualenv of it at `venv` with memray
+/// installed (once: the environment is kept).
+fn memray_python(python: &Path, venv: &Path) -> Result<PathBuf, String> {
+    let imports = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import memray"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if imports(python) {
+        return Ok(python.to_owned());
+    }
+    let venv_python = venv.join("bin/python");
+    if imports(&venv_python) {
+        return Ok(venv_python);
+    }
+    eprintln!("installing memray into {} (once: the environment is kept)", venv.display());
+    let made = Command::new(python).args(["-m", "venv", "--clear"]).arg(venv).output();
+    let made = made.map_err(|e| format!("{}: {e}", python.display()))?;
+    if !made.status.success() {
+        return Err(String::from_utf8_lossy(&made.stderr).trim().to_owned());
+    }
+    let pip = Command::new(&venv_python)
+        .args(["-m", "pip", "install", "--quiet", "memray"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", venv_python.display()))?;
+    if !pip.status.success() || !imports(&venv_python) {
+        return Err(String::from_utf8_lossy(&pip.stderr).trim().to_owned());
+    }
+    Ok(venv_python)
+}
