@@ -2,7 +2,8 @@
 //!
 //! The input is the [folded stacks](super::folded) of the view; colours come from inferno's
 //! `mem` palette with `deterministic` set, so a frame's colour depends only on its name and
-//! two renders of one profile are byte-identical.
+//! two renders of one profile are byte-identical. Python frames (`engine::python`) are
+//! drawn apart, in shades of blue from a hash of their name.
 //!
 //! A view with no samples (a live view where everything was freed, or an empty recording)
 //! still yields a small valid SVG that carries the title and says "no samples", rather than
