@@ -48,9 +48,6 @@ pub const INDEX_MAX: usize = (1 << 15) - 1;
 /// The code object's address bits of a Python frame's word.
 pub const CODE_MASK: usize = (1 << INDEX_SHIFT) - 1;
 
-/// Python frames read per sample at most.
-const MAX_PY_FRAMES: usize = 256;
-
 /// Where a version keeps what the walk and the collector read (byte offsets; x86-64,
 /// release builds, the default configuration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,9 +253,9 @@ unsafe fn at<T: Copy>(addr: usize) -> T {
     unsafe { (addr as *const T).read_unaligned() }
 }
 
-/// The calling thread's Python frames as words (§2), innermost first, with the index in
-/// `out` where each run ends (§3): returns how many frames, and how many runs.
-fn python_frames(l: &Layout, out: &mut [usize], ends: &mut [usize]) -> (usize, usize) {
+/// The current thread's innermost `_PyInterpreterFrame`, or 0 when the thread runs no
+/// Python code now.
+fn current_frame(l: &Layout) -> usize {
     let get = GET_TSTATE.load(Ordering::Relaxed);
     // SAFETY: `get` is CPython's thread-state accessor, found by name at the session's
     // start (`detect`), a function of no arguments returning a pointer: it reads a
@@ -266,12 +263,12 @@ fn python_frames(l: &Layout, out: &mut [usize], ends: &mut [usize]) -> (usize, u
     let get: extern "C" fn() -> usize = unsafe { core::mem::transmute(get) };
     let ts = get();
     if ts == 0 || ts % 8 != 0 {
-        return (0, 0);
+        return 0;
     }
     // SAFETY: a live thread state (the accessor's answer); `thread_id` is a field of it.
     if unsafe { at::<u64>(ts + l.ts_thread_id) } != this_thread() {
         // 3.11's accessor names the GIL's holder: another thread's frames are not ours.
-        return (0, 0);
+        return 0;
     }
     let holder = match l.ts_cframe {
         // SAFETY: `cframe` is a field of the thread state, pointing at a live `_PyCFrame`.
@@ -279,15 +276,46 @@ fn python_frames(l: &Layout, out: &mut [usize], ends: &mut [usize]) -> (usize, u
         None => ts,
     };
     if holder == 0 || holder % 8 != 0 {
-        return (0, 0);
+        return 0;
     }
     // SAFETY: the current frame's field of a live `_PyCFrame` or thread state.
-    let mut f = unsafe { at::<usize>(holder + l.current_frame) };
-    let code_type = CODE_TYPE.load(Ordering::Relaxed);
-    let (mut n, mut runs) = (0, 0);
-    while f != 0 && f % 8 == 0 && n < out.len() {
-        // SAFETY: `f` is a frame of the current thread's chain (§1): its fields are read
-        // as CPython's faulthandler reads them.
+    unsafe { at::<usize>(holder + l.current_frame) }
+}
+
+/// What the walk of a thread's frames finds next.
+enum Found {
+    /// A Python frame's word (§2).
+    Frame(usize),
+    /// The end of an activation's run (§3).
+    RunEnd,
+}
+
+/// The walk of the current thread's chain, innermost first (§1, §3).
+struct Walk<'l> {
+    l: &'l Layout,
+    frame: usize,
+    code_type: usize,
+    /// 3.11: the frame just given was its activation's first (`is_entry`).
+    run_ended: bool,
+    /// Frames left to read: a chain longer than this (a damaged one, a cycle) is cut.
+    left: usize,
+}
+
+/// The most frames a walk reads.
+const MAX_WALK: usize = 4096;
+
+impl Walk<'_> {
+    fn next(&mut self) -> Option<Found> {
+        if core::mem::take(&mut self.run_ended) {
+            return Some(Found::RunEnd);
+        }
+        let (l, f) = (self.l, self.frame);
+        if f == 0 || f % 8 != 0 || self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // SAFETY: `f` is a frame of the current thread's chain (§1): its fields are read as
+        // CPython's faulthandler reads them.
         let (code, instr, previous, owner) = unsafe {
             (
                 at::<usize>(f + l.f_code),
@@ -298,36 +326,23 @@ fn python_frames(l: &Layout, out: &mut [usize], ends: &mut [usize]) -> (usize, u
         };
         if l.f_is_entry.is_none() && owner == OWNED_BY_CSTACK {
             // The shim of an activation: the run inside it ends here.
-            if n > 0 && (runs == 0 || ends[runs - 1] < n) && runs < ends.len() {
-                ends[runs] = n;
-                runs += 1;
-            }
-            f = previous;
-            continue;
+            self.frame = previous;
+            return Some(Found::RunEnd);
         }
         // SAFETY: `code` is the frame's code field; its type word is read only once it is
         // known not null and aligned.
-        if code == 0 || code % 8 != 0 || unsafe { at::<usize>(code + 8) } != code_type {
-            break;
+        if code == 0 || code % 8 != 0 || unsafe { at::<usize>(code + 8) } != self.code_type {
+            self.frame = 0;
+            return None;
         }
-        let first = code + l.co_code;
-        let index = instr.saturating_sub(first) / 2;
-        out[n] = TAG | (index.min(INDEX_MAX) << INDEX_SHIFT) | (code & CODE_MASK);
-        n += 1;
         if let Some(e) = l.f_is_entry {
             // SAFETY: a field of the same frame.
-            if unsafe { at::<u8>(f + e) } != 0 && runs < ends.len() {
-                ends[runs] = n;
-                runs += 1;
-            }
+            self.run_ended = unsafe { at::<u8>(f + e) } != 0;
         }
-        f = previous;
+        self.frame = previous;
+        let index = instr.saturating_sub(code + l.co_code) / 2;
+        Some(Found::Frame(TAG | (index.min(INDEX_MAX) << INDEX_SHIFT) | (code & CODE_MASK)))
     }
-    if n > 0 && (runs == 0 || ends[runs - 1] < n) && runs < ends.len() {
-        ends[runs] = n;
-        runs += 1;
-    }
-    (n, runs)
 }
 
 /// `pthread_self()`, which CPython keeps as a thread state's `thread_id`.
@@ -340,55 +355,71 @@ fn this_thread() -> u64 {
 /// Does nothing outside CPython or in a thread running no Python code. Never allocates
 /// through the profiled allocator (a stack deeper than the inline buffer takes a pooled
 /// one, as a capture does).
+#[inline]
 pub(crate) fn splice(stack: &mut Captured, max: usize) {
-    let Some(l) = found() else {
-        return;
-    };
-    let mut py = [0usize; MAX_PY_FRAMES];
-    let mut ends = [0usize; MAX_PY_FRAMES];
-    let (n, runs) = python_frames(l, &mut py, &mut ends);
-    if n == 0 {
+    if let Some(l) = found() {
+        splice_with(l, stack, max);
+    }
+}
+
+/// [`splice`] in a process running CPython: a frame of its own, so that the sample path
+/// of any other program keeps its stack use (`tests/commands/forwarding.rs`).
+#[inline(never)]
+fn splice_with(l: &Layout, stack: &mut Captured, max: usize) {
+    let frame = current_frame(l);
+    if frame == 0 {
         return;
     }
+    let code_type = CODE_TYPE.load(Ordering::Relaxed);
+    let mut walk = Walk { l, frame, code_type, run_ended: false, left: MAX_WALK };
     let (start, end) = (EVAL_START.load(Ordering::Relaxed), EVAL_END.load(Ordering::Relaxed));
     let mut out = Captured::new();
-    let mut truncated = stack.truncated();
-    let (mut run, mut next) = (0, 0);
     let mut room = max;
-    fn put(out: &mut Captured, w: usize, room: &mut usize) -> bool {
-        if *room == 0 || !out.push_frame(w) {
+    let mut put = |out: &mut Captured, w: usize| -> bool {
+        if room == 0 || !out.push_frame(w) {
             return false;
         }
-        *room -= 1;
+        room -= 1;
         true
-    }
+    };
     let mut full = false;
+    let mut walked = false;
     'native: for &ra in stack.frames() {
-        if run < runs && ra.wrapping_sub(1).wrapping_sub(start) < end - start {
-            while next < ends[run] {
-                if !put(&mut out, py[next], &mut room) {
-                    full = true;
-                    break 'native;
+        if !walked && ra.wrapping_sub(1).wrapping_sub(start) < end - start {
+            // This activation's run.
+            loop {
+                match walk.next() {
+                    Some(Found::Frame(w)) => {
+                        if !put(&mut out, w) {
+                            full = true;
+                            break 'native;
+                        }
+                    }
+                    Some(Found::RunEnd) => break,
+                    None => {
+                        walked = true;
+                        break;
+                    }
                 }
-                next += 1;
             }
-            run += 1;
         }
-        if !put(&mut out, ra, &mut room) {
+        if !put(&mut out, ra) {
             full = true;
             break;
         }
     }
-    if !full && !truncated {
-        while next < n {
-            if !put(&mut out, py[next], &mut room) {
-                full = true;
-                break;
+    if !full && !walked && !stack.truncated() {
+        // Runs whose activations the native stack did not reach (its unwinding stopped).
+        while let Some(f) = walk.next() {
+            if let Found::Frame(w) = f {
+                if !put(&mut out, w) {
+                    full = true;
+                    break;
+                }
             }
-            next += 1;
         }
     }
-    truncated |= full;
+    let truncated = stack.truncated() || full;
     out.set_truncated(truncated);
     core::mem::swap(stack, &mut out);
 }
@@ -405,6 +436,124 @@ mod tests {
         assert_eq!((w & !TAG) >> INDEX_SHIFT, 300);
         assert!(w & TAG != 0 && code & TAG == 0);
         assert_eq!(INDEX_MAX << INDEX_SHIFT & TAG, 0, "the index stays below the tag");
+    }
+
+    /// A fake interpreter in memory: a thread state, a chain of frames and code objects laid
+    /// out by `l`, the accessor answering with it.
+    static FAKE_TSTATE: AtomicUsize = AtomicUsize::new(0);
+    static FAKE_TYPE: u64 = 0;
+
+    extern "C" fn fake_get() -> usize {
+        FAKE_TSTATE.load(Ordering::Relaxed)
+    }
+
+    /// A frame of a fake chain: a Python frame (code object, instruction index, 3.11's
+    /// `is_entry`) or 3.12's and 3.13's shim frame of an activation.
+    #[derive(Clone, Copy)]
+    enum Fake {
+        Py(usize, usize, bool),
+        Shim,
+    }
+
+    /// Splices `native` with the frames of `chain` (innermost first) laid out by `l`;
+    /// Python words come back as `0xc0de_0000 + code * 0x100 + index`.
+    fn splice_fake(l: &Layout, chain: &[Fake], native: &[usize]) -> Vec<usize> {
+        let codes: Vec<Box<[u64; 64]>> = (0..4).map(|_| Box::new([0u64; 64])).collect();
+        let code_addr = |c: usize| codes[c].as_ptr() as usize;
+        let put = |base: usize, off: usize, v: usize| {
+            // SAFETY: `off` + 8 is inside the box written to (frames 128 bytes, states 256,
+            // code objects 512), which outlives the splice.
+            unsafe { ((base + off) as *mut usize).write_unaligned(v) }
+        };
+        let put8 = |base: usize, off: usize, v: u8| {
+            // SAFETY: as above.
+            unsafe { ((base + off) as *mut u8).write(v) }
+        };
+        // Code objects 0 to 2 are code objects; 3's type is another.
+        for c in 0..3 {
+            put(code_addr(c), 8, &FAKE_TYPE as *const u64 as usize);
+        }
+        let frames: Vec<Box<[u64; 16]>> = chain.iter().map(|_| Box::new([0u64; 16])).collect();
+        for (i, f) in chain.iter().enumerate() {
+            let base = frames[i].as_ptr() as usize;
+            put(base, l.f_previous, frames.get(i + 1).map_or(0, |n| n.as_ptr() as usize));
+            match *f {
+                Fake::Py(c, index, entry) => {
+                    put(base, l.f_code, code_addr(c));
+                    put(base, l.f_instr, code_addr(c) + l.co_code + 2 * index);
+                    if let Some(e) = l.f_is_entry {
+                        put8(base, e, u8::from(entry));
+                    }
+                }
+                Fake::Shim => put8(base, l.f_owner, OWNED_BY_CSTACK),
+            }
+        }
+        let ts = Box::new([0u64; 32]);
+        let cframe = Box::new([0u64; 4]);
+        let tsa = ts.as_ptr() as usize;
+        put(tsa, l.ts_thread_id, this_thread() as usize);
+        let first = frames.first().map_or(0, |f| f.as_ptr() as usize);
+        match l.ts_cframe {
+            Some(off) => {
+                put(tsa, off, cframe.as_ptr() as usize);
+                put(cframe.as_ptr() as usize, l.current_frame, first);
+            }
+            None => put(tsa, l.current_frame, first),
+        }
+        let mut stack = Captured::new();
+        for &ra in native {
+            assert!(stack.push_frame(ra));
+        }
+        FAKE_TSTATE.store(tsa, Ordering::Relaxed);
+        GET_TSTATE.store(fake_get as usize, Ordering::Relaxed);
+        CODE_TYPE.store(&FAKE_TYPE as *const u64 as usize, Ordering::Relaxed);
+        EVAL_START.store(0x1000, Ordering::Relaxed);
+        EVAL_END.store(0x2000, Ordering::Relaxed);
+        let i = LAYOUTS.iter().position(|x| x == l).unwrap();
+        FOUND.store(i as u8 + 1, Ordering::Release);
+        splice(&mut stack, 64);
+        FOUND.store(0, Ordering::Release);
+        FAKE_TSTATE.store(0, Ordering::Relaxed);
+        let words = stack.frames().to_vec();
+        words
+            .into_iter()
+            .map(|w| match w & TAG {
+                0 => w,
+                _ => {
+                    let c = (0..codes.len()).position(|c| code_addr(c) == w & CODE_MASK);
+                    0xc0de_0000
+                        + c.expect("a fake code object") * 0x100
+                        + ((w & !TAG) >> INDEX_SHIFT)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn python_runs_go_inside_their_activations() {
+        use Fake::{Py, Shim};
+        // Native: a leaf, the inner activation's return address (in the eval function's
+        // extent), a C call, the outer activation, main.
+        let native = [0x500, 0x1010, 0x600, 0x1500, 0x700];
+        let py = |c: usize, i: usize| 0xc0de_0000 + c * 0x100 + i;
+        let want = vec![0x500, py(0, 3), py(1, 5), 0x1010, 0x600, py(2, 7), 0x1500, 0x700];
+        for minor in [12, 13] {
+            let chain = [Py(0, 3, false), Py(1, 5, false), Shim, Py(2, 7, false), Shim];
+            assert_eq!(splice_fake(layout(minor).unwrap(), &chain, &native), want, "3.{minor}");
+        }
+        // 3.11: no shim frames; each activation's first frame is marked `is_entry`.
+        let chain = [Py(0, 3, false), Py(1, 5, true), Py(2, 7, true)];
+        assert_eq!(splice_fake(layout(11).unwrap(), &chain, &native), want, "3.11");
+        // Fewer activations in the native stack than runs (its unwinding stopped early,
+        // not cut at the depth): the runs left go at the outer end.
+        let chain = [Py(0, 3, false), Shim, Py(1, 5, false), Shim];
+        let got = splice_fake(layout(12).unwrap(), &chain, &[0x500, 0x1010, 0x700]);
+        assert_eq!(got, vec![0x500, py(0, 3), 0x1010, 0x700, py(1, 5)]);
+        // An object of another type as a frame's code ends the walk: the frames before it
+        // stay, as the innermost run.
+        let chain = [Py(0, 3, false), Py(3, 1, false), Py(1, 5, false), Shim];
+        let got = splice_fake(layout(12).unwrap(), &chain, &native);
+        assert_eq!(got, vec![0x500, py(0, 3), 0x1010, 0x600, 0x1500, 0x700]);
     }
 
     #[test]

@@ -196,7 +196,7 @@ impl Profile {
 
     /// The names [`Profile::frame_names`] gives the Python frames of the profile's stacks
     /// (`engine::python`), each once: a flamegraph colours them apart.
-    pub fn python_frame_names(&self) -> std::collections::BTreeSet<String> {
+    pub(crate) fn python_frame_names(&self) -> std::collections::BTreeSet<String> {
         self.symbols
             .iter()
             .filter(|(&addr, _)| is_python_word(addr))

@@ -31,14 +31,14 @@ const MAX_TABLE: usize = 1 << 20;
 
 /// Reads code objects of one process.
 #[derive(Clone, Copy, Debug)]
-pub struct Reader {
+pub(crate) struct Reader {
     pid: i32,
     layout: &'static Layout,
 }
 
 /// The minor version of the CPython whose module is at `path` (`libpython3.12.so.1.0`,
 /// `python3.11`), if it is one.
-pub fn minor_of_module(path: &str) -> Option<u8> {
+pub(crate) fn minor_of_module(path: &str) -> Option<u8> {
     let base = path.rsplit('/').next().unwrap_or(path);
     let rest = base.strip_prefix("libpython3.").or_else(|| base.strip_prefix("python3."))?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
@@ -51,14 +51,17 @@ pub fn minor_of_module(path: &str) -> Option<u8> {
 impl Reader {
     /// A reader for process `pid`, whose modules' paths are `modules`, when one of them is
     /// a CPython memprof knows.
-    pub fn for_modules<'a>(pid: u32, modules: impl IntoIterator<Item = &'a str>) -> Option<Reader> {
+    pub(crate) fn for_modules<'a>(
+        pid: u32,
+        modules: impl IntoIterator<Item = &'a str>,
+    ) -> Option<Reader> {
         let minor = modules.into_iter().find_map(minor_of_module)?;
         Some(Reader { pid: i32::try_from(pid).ok()?, layout: layout(minor)? })
     }
 
     /// The frame a Python frame's word names: its function (`co_qualname`), file and line;
     /// `None` when `word` is not one or its code object cannot be read.
-    pub fn name(&self, word: u64) -> Option<Symbol> {
+    pub(crate) fn name(&self, word: u64) -> Option<Symbol> {
         if word & TAG as u64 == 0 {
             return None;
         }
@@ -136,7 +139,7 @@ impl Reader {
 /// `first_line` and whose location table is `table` (CPython 3.11 to 3.13's format:
 /// `Objects/locations.md`), as `PyCode_Addr2Line` computes it; `None` for an instruction
 /// without a line or past the table's end.
-pub fn line_of(table: &[u8], first_line: i32, addr: usize) -> Option<u32> {
+pub(crate) fn line_of(table: &[u8], first_line: i32, addr: usize) -> Option<u32> {
     let mut line = i64::from(first_line);
     let (mut end, mut i) = (0usize, 0usize);
     while i < table.len() {

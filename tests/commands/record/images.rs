@@ -362,14 +362,15 @@ fn a_lone_copy_of_the_executable_records() {
     assert_eq!(std::fs::read_dir(&root).unwrap().count(), before, "the temporary copy is gone");
 }
 
-/// A link to a multi-call program of another name (rustup's `rustc` proxy, here a link
-/// named `tool` to `env`) that executes the program the user meant: without
-/// `--follow-forks` the profile is the proxy's, and `record` says so, names the proxy and
-/// what to do, and names the program it executed.
+/// A link to a program of another name that executes the program the user meant (here a
+/// link named `tool` to `nice`; `env`, rustup's proxies and pyenv's shims are looked
+/// through instead, `launcher/through.rs`): without `--follow-forks` the profile is the
+/// proxy's, and `record` says so, names the proxy and what to do, and names the program it
+/// executed.
 #[test]
 fn a_proxy_link_is_explained() {
     let dir = scratch("proxy");
-    let env = std::fs::canonicalize("/usr/bin/env").unwrap();
+    let env = std::fs::canonicalize("/usr/bin/nice").unwrap();
     std::os::unix::fs::symlink(&env, dir.join("tool")).unwrap();
     let sites = fixture("sites");
     let out = record(
