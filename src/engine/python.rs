@@ -505,7 +505,7 @@ mod tests {
             assert!(stack.push_frame(ra));
         }
         FAKE_TSTATE.store(tsa, Ordering::Relaxed);
-        GET_TSTATE.store(fake_get as usize, Ordering::Relaxed);
+        GET_TSTATE.store(fake_get as *const () as usize, Ordering::Relaxed);
         CODE_TYPE.store(&FAKE_TYPE as *const u64 as usize, Ordering::Relaxed);
         EVAL_START.store(0x1000, Ordering::Relaxed);
         EVAL_END.store(0x2000, Ordering::Relaxed);
