@@ -7,12 +7,11 @@
 //! default (pymalloc's arenas) and with `--trace-python-allocators` (every object, as
 //! `record`'s default sees them). CPU of every process, over plain's in the same round.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::measure::{mark, median, run, IssueRow, Measured, Out};
 use crate::rows::Part;
-use crate::workloads::{Workload, JSON_SCRIPT};
+use crate::workloads::{python_with, Workload, JSON_SCRIPT};
 
 /// `record` at the default interval over the plain program, CPU.
 const PYTHON_CPU_VS_PLAIN: f64 = 1.10;
@@ -26,7 +25,7 @@ pub(crate) fn python_frames(p: &Part) -> Vec<IssueRow> {
         return skipped(workload, &target, "no python3".into());
     };
     let venv = crate::measure::target_dir().join("pipeline-memray-venv");
-    let memray = match memray_python(python, &venv) {
+    let memray = match python_with(python, &venv, "memray") {
         Ok(m) => m,
         Err(why) => return skipped(workload, &target, format!("no memray: {why}")),
     };
@@ -134,40 +133,4 @@ fn skipped(workload: &str, target: &str, why: String) -> Vec<IssueRow> {
         target: target.into(),
         ok: None,
     }]
-}
-
-/// A Python that imports memray: `python`'s own, or a virtualenv of it at `venv` with memray
-/// installed (once: the environment is kept).
-fn memray_python(python: &Path, venv: &Path) -> Result<PathBuf, String> {
-    let imports = |p: &Path| {
-        Command::new(p)
-            .args(["-c", "import memray"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if imports(python) {
-        return Ok(python.to_owned());
-    }
-    let venv_python = venv.join("bin/python");
-    if imports(&venv_python) {
-        return Ok(venv_python);
-    }
-    eprintln!("installing memray into {} (once: the environment is kept)", venv.display());
-    let made = Command::new(python).args(["-m", "venv", "--clear"]).arg(venv).output();
-    let made = made.map_err(|e| format!("{}: {e}", python.display()))?;
-    if !made.status.success() {
-        return Err(String::from_utf8_lossy(&made.stderr).trim().to_owned());
-    }
-    let pip = Command::new(&venv_python)
-        .args(["-m", "pip", "install", "--quiet", "memray"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", venv_python.display()))?;
-    if !pip.status.success() || !imports(&venv_python) {
-        return Err(String::from_utf8_lossy(&pip.stderr).trim().to_owned());
-    }
-    Ok(venv_python)
 }

@@ -229,9 +229,10 @@ pub(crate) fn find_python() -> Result<(PathBuf, String), String> {
     }
 }
 
-fn imports_pandas(python: &Path) -> bool {
+/// True when `python` imports `module`.
+fn imports(python: &Path, module: &str) -> bool {
     Command::new(python)
-        .args(["-c", "import pandas"])
+        .args(["-c", &format!("import {module}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -243,17 +244,24 @@ fn imports_pandas(python: &Path) -> bool {
 /// virtual environment at `venv` (kept between runs of the bench: a cache, which `cargo
 /// clean` removes), made with `python -m venv` and `pip install pandas` if it has none.
 pub(crate) fn pandas_python(python: &Path, venv: &Path) -> Result<PathBuf, String> {
-    if imports_pandas(python) {
+    python_with(python, venv, "pandas")
+}
+
+/// A Python that imports `package` (a module of the same name): `python` itself, or a
+/// virtual environment of it at `venv` with the package installed by pip (once: the
+/// environment is kept).
+pub(crate) fn python_with(python: &Path, venv: &Path, package: &str) -> Result<PathBuf, String> {
+    if imports(python, package) {
         return Ok(python.to_owned());
     }
     let venv_python = venv.join("bin/python");
-    if imports_pandas(&venv_python) {
+    if imports(&venv_python, package) {
         return Ok(venv_python);
     }
-    eprintln!("installing pandas into {} (once: the environment is kept)", venv.display());
+    eprintln!("installing {package} into {} (once: the environment is kept)", venv.display());
     let steps: [(&Path, &[&str]); 2] = [
         (python, &["-m", "venv", "--clear"]),
-        (&venv_python, &["-m", "pip", "install", "--quiet", "pandas"]),
+        (&venv_python, &["-m", "pip", "install", "--quiet", package]),
     ];
     for (exe, args) in steps {
         let mut cmd = Command::new(exe);
@@ -267,10 +275,10 @@ pub(crate) fn pandas_python(python: &Path, venv: &Path) -> Result<PathBuf, Strin
             return Err(format!("{cmd:?} failed ({}): {}", o.status, err.trim()));
         }
     }
-    if imports_pandas(&venv_python) {
+    if imports(&venv_python, package) {
         Ok(venv_python)
     } else {
-        Err(format!("{} does not import pandas after pip install", venv_python.display()))
+        Err(format!("{} does not import {package} after pip install", venv_python.display()))
     }
 }
 
