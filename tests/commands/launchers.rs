@@ -136,6 +136,16 @@ fn env_and_a_hash_bang_env_line_are_looked_through() {
     let cmd = prof.header.cmdline.join(" ");
     assert!(cmd.ends_with("fakepy ./app ARG"), "{cmd}");
 
+    // The same script found in `PATH` by its name: the interpreter gets its path, as the
+    // kernel passes it.
+    let in_path = shims.join("app");
+    std::fs::copy(&script, &in_path).unwrap();
+    let out = record_with_path(&dir, &shims, "n.mprof", &["app", "ARG"]);
+    assert_ok(&out, 0);
+    let cmd = read(&dir.join("n.mprof")).header.cmdline.join(" ");
+    let want = format!("fakepy {} ARG", in_path.display());
+    assert!(cmd.ends_with(&want), "{cmd}");
+
     // `env` with an option or an assignment is its own business: run as it is.
     let out = record_with_path(&dir, &shims, "o.mprof", &["/usr/bin/env", "-u", "X", "true"]);
     assert_ok(&out, 0);

@@ -106,7 +106,9 @@ fn step(program: &OsStr, args: &[OsString], path_var: Option<&OsStr>) -> Option<
     // A script: the kernel would run `interp [arg] script args…`.
     let (interp, arg) = shebang(&head)?;
     let mut interp_args: Vec<OsString> = arg.into_iter().collect();
-    interp_args.push(program.into());
+    // The kernel passes the path it executed: a name found in `PATH` goes as that path.
+    let script = if program.as_bytes().contains(&b'/') { program } else { named.as_os_str() };
+    interp_args.push(script.into());
     interp_args.extend(args.iter().cloned());
     let inner = step(&interp, &interp_args, path_var)?;
     let mut launchers = vec![format!("the #! line of {}", Path::new(program).display())];
