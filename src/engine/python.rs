@@ -4,7 +4,8 @@
 //!
 //! # 1. What is read, and when
 //! Only on a sampled allocation, and only in a process where the session found CPython
-//! ([`detect`], at its start: `Py_Version` and the functions below among the loaded
+//! and reads its frames (not in the exact mode unless asked: [`wanted`]) ([`detect`], at
+//! its start: `Py_Version` and the functions below among the loaded
 //! objects' exports, found without `dlsym`). Nothing is added to the unsampled path and
 //! no hook is set in the interpreter. The thread's state comes from the interpreter's own
 //! accessor (`_PyThreadState_GetCurrent` in 3.12 and 3.13, `_PyThreadState_UncheckedGet`
@@ -165,9 +166,26 @@ static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
 static EVAL_START: AtomicUsize = AtomicUsize::new(0);
 static EVAL_END: AtomicUsize = AtomicUsize::new(0);
 
-/// Looks for CPython among the loaded objects (at a session's start: never on the sample
-/// path). Never allocates.
-pub(crate) fn detect() {
+/// Whether a session of mean interval `interval` reads Python frames: `MEMPROF_PYTHON_FRAMES`
+/// `on` or `off` (`record --python-frames`), else at every interval but the exact mode's,
+/// where every allocation would walk the chain and every line would be a stack of its own
+/// (the exact mode's whole cost about 1.4× on the pipeline bench's JSON workload).
+fn wanted(interval: f64) -> bool {
+    // SAFETY: a NUL-terminated name; getenv reads the environment without allocating, and
+    // the pointer it returns is read at once.
+    let v = unsafe { libc::getenv(c"MEMPROF_PYTHON_FRAMES".as_ptr()) };
+    // SAFETY: a non-null answer of getenv is a NUL-terminated string.
+    let v = (!v.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes());
+    match v {
+        Some(b"on") => true,
+        Some(b"off") => false,
+        _ => interval > 1.0,
+    }
+}
+
+/// Looks for CPython among the loaded objects, if the session reads Python frames
+/// ([`wanted`]), at a session's start: never on the sample path. Never allocates.
+pub(crate) fn detect(interval: f64) {
     let names = [
         c"Py_Version",
         c"PyCode_Type",
@@ -177,8 +195,11 @@ pub(crate) fn detect() {
         c"_PyRuntime",
     ];
     let mut found = [None::<Prior>; 6];
-    first_symbols(&names, &mut found);
     FOUND.store(0, Ordering::Relaxed);
+    if !wanted(interval) {
+        return;
+    }
+    first_symbols(&names, &mut found);
     let [Some(version), Some(code), Some(eval), current, unchecked, runtime] = found else {
         return;
     };

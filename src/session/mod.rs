@@ -111,7 +111,7 @@ pub(crate) fn start_on<T: Tracker>(
     // The profiler's own setup allocations are not sampled (no session yet) nor counted.
     let unwinder = crate::engine::callstack::select(config.unwinder);
     // CPython's frames are read on the sample path when the process runs it (`python`).
-    crate::engine::python::detect();
+    crate::engine::python::detect(config.interval);
     let external = shared.is_some();
     let q = session_queue(&config, shared)?;
     // Discard leftovers of an earlier session; a reused ring keeps this session's capacity.

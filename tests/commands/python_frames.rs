@@ -233,3 +233,40 @@ fn attach_once(label: &str, env: &[(&str, String)], python: &Path) {
     assert!(site.file.as_deref().is_some_and(|f| f.ends_with("/service.py")), "{site:?}");
     assert_eq!(site.line, Some(line), "{label}: {site:?}");
 }
+
+/// `--python-frames`: off by default in the exact mode (a note says so and how to have
+/// them), on when asked there; off when asked at the default interval.
+#[test]
+fn python_frames_follow_the_option() {
+    let Some((label, env, python)) = interpreters().into_iter().next() else {
+        return crate::common::skipped("--python-frames", "no CPython 3.11 to 3.13 here");
+    };
+    let (script, _) = fixture();
+    let dir = scratch("python-frames-option");
+    let runs: [(&[&str], bool, bool); 3] = [
+        (&["--interval", "1"], false, true),
+        (&["--interval", "1", "--python-frames", "on"], true, false),
+        (&["--python-frames", "off"], false, false),
+    ];
+    for (i, (flags, frames, note)) in runs.into_iter().enumerate() {
+        let out_name = format!("o{i}.mprof");
+        let out = Command::new(MEMPROF)
+            .current_dir(&dir)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .arg("record")
+            .args(flags)
+            .args(["-o", &out_name, "--"])
+            .arg(&python)
+            .arg(&script)
+            .output()
+            .expect("memprof runs");
+        assert_ok(&out, 0);
+        let err = text(&out.stderr);
+        let said = err.contains("Python frames are not read in the exact mode unless asked");
+        assert_eq!(said, note, "{label} {flags:?}: {err}");
+        let prof = read(&dir.join(&out_name));
+        let stacks = memprof::report::collapsed(&prof, memprof::report::View::Alloc);
+        let python = stacks.iter().any(|l| l.contains("(sites.py:"));
+        assert_eq!(python, frames, "{label} {flags:?}");
+    }
+}

@@ -279,13 +279,24 @@ impl<'p, 'f> Plumbing<'p, 'f> {
             return;
         }
         let mut python_outside = false;
+        // Whether each module met is the interpreter's, asked once per module.
+        let mut seen: Vec<(*const super::Module, bool)> = Vec::new();
         for k in (0..self.frames.len()).rev() {
             if is_python_word(self.frames[k].addr) {
                 python_outside = true;
                 continue;
             }
             let interpreter = self.module(k).is_some_and(|m| {
-                crate::profile::symbolize::python_minor_of_module(&m.path).is_some()
+                let key = m as *const super::Module;
+                match seen.iter().find(|(p, _)| *p == key) {
+                    Some(&(_, known)) => known,
+                    None => {
+                        let is =
+                            crate::profile::symbolize::python_minor_of_module(&m.path).is_some();
+                        seen.push((key, is));
+                        is
+                    }
+                }
             });
             if interpreter && python_outside {
                 self.known[k] = Some(true);

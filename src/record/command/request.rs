@@ -35,6 +35,12 @@ pub struct RecordRequest {
     /// program's objects are seen one by one rather than as pymalloc's arenas.
     #[arg(long)]
     pub(crate) keep_pymalloc: bool,
+    /// Python frames in the stacks of a CPython 3.11 to 3.13 program: auto (at every
+    /// interval but the exact mode's, where walking them at every allocation costs the
+    /// whole command about 1.4×), on or off.
+    #[arg(long, value_name = "auto|on|off", default_value = "auto",
+          value_parser = ["auto", "on", "off"])]
+    pub(crate) python_frames: String,
     /// Number of sites in the summary.
     #[arg(long, default_value_t = 10)]
     pub(crate) top: usize,

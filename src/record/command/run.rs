@@ -46,7 +46,10 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let settings = record_settings(args)?;
     // A bad expression is found before anything runs.
     let skip = args.sites.skip()?;
-    let (program, rest, env) = program_to_record(args)?;
+    let (program, rest, mut env) = program_to_record(args)?;
+    if args.python_frames != "auto" {
+        env.push(("MEMPROF_PYTHON_FRAMES".into(), args.python_frames.clone().into()));
+    }
     let program = &program;
     let preload = launcher::find_preload(Some(bundled))?;
     // Bound before the program runs: a taken port is an error, and nothing runs.
@@ -105,8 +108,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p, nothing));
     // What qualifies the numbers: said above the table, and kept in the profile for
     // `report`, the HTML page and the JSON.
-    let notes =
-        run_notes(&profile, &processes, program, &run, reach.as_ref(), &shown, args.keep_pymalloc);
+    let notes = run_notes(&profile, &processes, program, &run, reach.as_ref(), &shown, args);
     keep_notes(&mut profile, &notes, &run);
     let profile = profile;
     // Without a table, after the line that says nothing was seen (which says itself why,
@@ -398,8 +400,9 @@ fn run_notes(
     run: &launcher::Recorded,
     reach: Option<&Executable>,
     shown: &str,
-    keep_pymalloc: bool,
+    args: &RecordRequest,
 ) -> Vec<String> {
+    let keep_pymalloc = args.keep_pymalloc;
     use super::runtimes::Runtime;
     let mut notes = Vec::new();
     let mut add = |n: String| {
@@ -435,6 +438,10 @@ fn run_notes(
         add(notes::cpython(run.pymalloc_bypassed, keep_pymalloc));
         if let Some(n) = notes::python_frames(root, modules()) {
             add(n);
+        } else if args.python_frames == "auto" && profile.header.interval <= 1.0 {
+            add("Python frames are not read in the exact mode unless asked (at every \
+                 allocation they cost it about 1.4×): --python-frames on reads them"
+                .to_owned());
         }
     }
     notes
