@@ -9,8 +9,10 @@
 //! objects' exports, found without `dlsym`). Nothing is added to the unsampled path and
 //! no hook is set in the interpreter. The thread's state comes from the interpreter's own
 //! accessor (`_PyThreadState_GetCurrent` in 3.12 and 3.13, `_PyThreadState_UncheckedGet`
-//! in 3.11, which reads the holder of the GIL: its `thread_id` must be this thread's, or
-//! the thread has no Python frames now). From it the chain of `_PyInterpreterFrame`s, the
+//! in 3.11, which reads the holder of the GIL: its `thread_id` must be this thread's); a
+//! thread that allocates with the GIL released (numpy's large arrays) has its state from
+//! the interpreter's per-thread key instead (`PyGILState_GetThisThreadState`, asked only
+//! while `Py_IsInitialized`). From it the chain of `_PyInterpreterFrame`s, the
 //! innermost first, by offsets of our own for each version ([`LAYOUTS`], measured with
 //! `offsetof` against each version's headers; in 3.13 they are checked against what the
 //! interpreter publishes in `_Py_DebugOffsets`, and a build that disagrees, such as a
@@ -160,6 +162,9 @@ pub fn layout(minor: u8) -> Option<&'static Layout> {
 static FOUND: AtomicU8 = AtomicU8::new(0);
 /// The thread-state accessor's address.
 static GET_TSTATE: AtomicUsize = AtomicUsize::new(0);
+/// `Py_IsInitialized` and `PyGILState_GetThisThreadState` (0: not found).
+static IS_INITIALIZED: AtomicUsize = AtomicUsize::new(0);
+static GET_OWN_TSTATE: AtomicUsize = AtomicUsize::new(0);
 /// `PyCode_Type`'s address.
 static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
 /// `_PyEval_EvalFrameDefault`'s extent.
@@ -193,14 +198,18 @@ pub(crate) fn detect(interval: f64) {
         c"_PyThreadState_GetCurrent",
         c"_PyThreadState_UncheckedGet",
         c"_PyRuntime",
+        c"Py_IsInitialized",
+        c"PyGILState_GetThisThreadState",
     ];
-    let mut found = [None::<Prior>; 6];
+    let mut found = [None::<Prior>; 8];
     FOUND.store(0, Ordering::Relaxed);
     if !wanted(interval) {
         return;
     }
     first_symbols(&names, &mut found);
-    let [Some(version), Some(code), Some(eval), current, unchecked, runtime] = found else {
+    let [Some(version), Some(code), Some(eval), current, unchecked, runtime, initialized, own] =
+        found
+    else {
         return;
     };
     // SAFETY: `Py_Version` is CPython's exported `const unsigned long`, mapped (the lookup
@@ -220,6 +229,13 @@ pub(crate) fn detect(interval: f64) {
         return;
     }
     GET_TSTATE.store(get.addr, Ordering::Relaxed);
+    // This thread's state however it holds the GIL (`current_frame`), when both are there.
+    let (initialized, own) = match (initialized, own) {
+        (Some(i), Some(o)) => (i.addr, o.addr),
+        _ => (0, 0),
+    };
+    IS_INITIALIZED.store(initialized, Ordering::Relaxed);
+    GET_OWN_TSTATE.store(own, Ordering::Relaxed);
     CODE_TYPE.store(code.addr, Ordering::Relaxed);
     EVAL_START.store(eval.addr, Ordering::Relaxed);
     EVAL_END.store(eval.addr + eval.size, Ordering::Relaxed);
@@ -282,14 +298,21 @@ fn current_frame(l: &Layout) -> usize {
     // start (`detect`), a function of no arguments returning a pointer: it reads a
     // thread-local or an atomic and takes no lock.
     let get: extern "C" fn() -> usize = unsafe { core::mem::transmute(get) };
-    let ts = get();
-    if ts == 0 || ts % 8 != 0 {
-        return 0;
-    }
-    // SAFETY: a live thread state (the accessor's answer); `thread_id` is a field of it.
-    if unsafe { at::<u64>(ts + l.ts_thread_id) } != this_thread() {
-        // 3.11's accessor names the GIL's holder: another thread's frames are not ours.
-        return 0;
+    let ours = |ts: usize| {
+        ts != 0
+            && ts % 8 == 0
+            // SAFETY: a live thread state (an accessor's answer) has `thread_id` as a field.
+            && unsafe { at::<u64>(ts + l.ts_thread_id) } == this_thread()
+    };
+    let mut ts = get();
+    if !ours(ts) {
+        // The thread does not hold the GIL now (3.11's accessor names the holder; 3.12's
+        // is null while detached): an extension that allocates with the GIL released
+        // (numpy's large arrays, lzma's encoder). Its own frames are still its chain.
+        ts = own_thread_state();
+        if !ours(ts) {
+            return 0;
+        }
     }
     let holder = match l.ts_cframe {
         // SAFETY: `cframe` is a field of the thread state, pointing at a live `_PyCFrame`.
@@ -301,6 +324,29 @@ fn current_frame(l: &Layout) -> usize {
     }
     // SAFETY: the current frame's field of a live `_PyCFrame` or thread state.
     unsafe { at::<usize>(holder + l.current_frame) }
+}
+
+/// This thread's state from the interpreter's own per-thread key
+/// (`PyGILState_GetThisThreadState`), whether or not it holds the GIL; asked only while
+/// the interpreter is initialized (`Py_IsInitialized`), when that key exists. 0 if unknown.
+fn own_thread_state() -> usize {
+    let (init, own) =
+        (IS_INITIALIZED.load(Ordering::Relaxed), GET_OWN_TSTATE.load(Ordering::Relaxed));
+    if init == 0 || own == 0 {
+        return 0;
+    }
+    // SAFETY: both are CPython's exported functions of no arguments, found by name at the
+    // session's start: `Py_IsInitialized` reads a flag; `PyGILState_GetThisThreadState`
+    // reads the thread's value of a key the runtime created before setting that flag
+    // (`pthread_getspecific`), taking no lock and allocating nothing.
+    unsafe {
+        let init: extern "C" fn() -> i32 = core::mem::transmute(init);
+        if init() == 0 {
+            return 0;
+        }
+        let own: extern "C" fn() -> usize = core::mem::transmute(own);
+        own()
+    }
 }
 
 /// What the walk of a thread's frames finds next.
