@@ -10,7 +10,7 @@
 use std::process::Command;
 
 use crate::measure::{mark, median, run, IssueRow, Measured, Out};
-use crate::rows::Part;
+use crate::rows::{skipped, Part};
 use crate::workloads::{python_with, Workload, JSON_SCRIPT};
 
 /// `record` at the default interval over the plain program, CPU.
@@ -22,12 +22,12 @@ pub(crate) fn python_frames(p: &Part) -> Vec<IssueRow> {
     let workload = "CPython JSON, default interval, Python frames, whole `record`";
     let target = format!("≤ {PYTHON_CPU_VS_PLAIN}× plain CPU");
     let Some(python) = p.python else {
-        return skipped(workload, &target, "no python3".into());
+        return skipped(9, workload, &target, "no python3".into());
     };
     let venv = crate::measure::target_dir().join("pipeline-memray-venv");
     let memray = match python_with(python, &venv, "memray") {
         Ok(m) => m,
-        Err(why) => return skipped(workload, &target, format!("no memray: {why}")),
+        Err(why) => return skipped(9, workload, &target, format!("no memray: {why}")),
     };
     let script = p.dir.join("json_python_frames.py");
     std::fs::write(&script, JSON_SCRIPT).unwrap();
@@ -119,18 +119,5 @@ pub(crate) fn python_frames(p: &Part) -> Vec<IssueRow> {
         ),
         target,
         ok: Some(ok),
-    }]
-}
-
-fn skipped(workload: &str, target: &str, why: String) -> Vec<IssueRow> {
-    println!();
-    println!("{workload}: skipped ({why})");
-    vec![IssueRow {
-        order: 9,
-        workload: workload.into(),
-        memprof: format!("skipped ({why})"),
-        peer: "-".into(),
-        target: target.into(),
-        ok: None,
     }]
 }

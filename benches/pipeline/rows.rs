@@ -71,7 +71,7 @@ impl Part<'_> {
     }
 }
 
-fn skipped(order: usize, workload: &str, target: &str, why: String) -> Vec<IssueRow> {
+pub(crate) fn skipped(order: usize, workload: &str, target: &str, why: String) -> Vec<IssueRow> {
     println!();
     println!("{workload}: skipped ({why})");
     vec![IssueRow {

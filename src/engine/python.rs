@@ -92,64 +92,52 @@ pub struct Layout {
 /// `FRAME_OWNED_BY_CSTACK` (3.12, 3.13): an activation's shim frame (§3).
 const OWNED_BY_CSTACK: u8 = 3;
 
+/// 3.12's layout; 3.11's and 3.13's are written as their differences from it.
+const PY312: Layout = Layout {
+    minor: 12,
+    ts_thread_id: 136,
+    ts_cframe: Some(56),
+    current_frame: 0,
+    f_code: 0,
+    f_previous: 8,
+    f_instr: 56,
+    f_is_entry: None,
+    f_owner: 70,
+    co_code: 192,
+    co_filename: 112,
+    co_name: 120,
+    co_qualname: 128,
+    co_firstlineno: 68,
+    co_linetable: 136,
+    ascii_size: 40,
+    compact_size: 56,
+};
+
 /// The layouts memprof knows, by minor version.
 pub const LAYOUTS: [Layout; 3] = [
     Layout {
         minor: 11,
         ts_thread_id: 152,
-        ts_cframe: Some(56),
         current_frame: 8,
         f_code: 32,
         f_previous: 48,
-        f_instr: 56,
         f_is_entry: Some(68),
         f_owner: 69,
         co_code: 184,
-        co_filename: 112,
-        co_name: 120,
-        co_qualname: 128,
         co_firstlineno: 72,
-        co_linetable: 136,
         ascii_size: 48,
         compact_size: 72,
+        ..PY312
     },
-    Layout {
-        minor: 12,
-        ts_thread_id: 136,
-        ts_cframe: Some(56),
-        current_frame: 0,
-        f_code: 0,
-        f_previous: 8,
-        f_instr: 56,
-        f_is_entry: None,
-        f_owner: 70,
-        co_code: 192,
-        co_filename: 112,
-        co_name: 120,
-        co_qualname: 128,
-        co_firstlineno: 68,
-        co_linetable: 136,
-        ascii_size: 40,
-        compact_size: 56,
-    },
+    PY312,
+    // No `_PyCFrame`: the thread state holds the current frame.
     Layout {
         minor: 13,
         ts_thread_id: 152,
         ts_cframe: None,
         current_frame: 72,
-        f_code: 0,
-        f_previous: 8,
-        f_instr: 56,
-        f_is_entry: None,
-        f_owner: 70,
         co_code: 200,
-        co_filename: 112,
-        co_name: 120,
-        co_qualname: 128,
-        co_firstlineno: 68,
-        co_linetable: 136,
-        ascii_size: 40,
-        compact_size: 56,
+        ..PY312
     },
 ];
 

@@ -72,6 +72,8 @@ pub mod site;
 pub mod symbolize;
 pub mod tree;
 
+pub(crate) use frame::is_python_word;
+
 mod aggregate;
 mod events;
 mod fold;

@@ -90,6 +90,8 @@ pub use offline::resolve_offline;
 #[cfg(feature = "report")]
 pub(crate) use offline::{resolve_offline_with, Loaders};
 pub use process::{current_modules, file_identity, resolve_in_process};
+#[cfg(feature = "cli")] // its one user outside the folder is `record`'s notes
+pub(crate) use python::cpython_module;
 pub(crate) use python::{minor_of_module as python_minor_of_module, Reader as PythonReader};
 #[cfg(feature = "report")]
 pub use stripped::unresolved_objects;

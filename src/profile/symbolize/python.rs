@@ -36,20 +36,29 @@ pub(crate) struct Reader {
     layout: &'static Layout,
 }
 
-/// The minor version of the CPython whose module is at `path` (`libpython3.12.so.1.0`,
-/// `python3.11`), if it is one.
-pub(crate) fn minor_of_module(path: &str) -> Option<u8> {
+/// The minor version of a CPython module named at `path` (`libpython3.12.so.1.0`,
+/// `python3.13t`) and what follows its digits (`.so.1.0`, `t`, `` ``), if it is one.
+/// One reading of the names for the reader and for `record`'s notes.
+pub(crate) fn cpython_module(path: &str) -> Option<(u8, &str)> {
     // Asked of every frame's module by the site rule: no allocation, one backward scan.
-    let base = path.rsplit_once('/').map_or(path, |(_, b)| b).as_bytes();
-    let rest = base.strip_prefix(b"libpython3.").or_else(|| base.strip_prefix(b"python3."))?;
-    let n = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let base = path.rsplit_once('/').map_or(path, |(_, b)| b);
+    let rest = base.strip_prefix("libpython3.").or_else(|| base.strip_prefix("python3."))?;
+    let n = rest.bytes().take_while(u8::is_ascii_digit).count();
     let (digits, after) = rest.split_at(n);
-    // `python3.12`, `python3.12d`, `libpython3.12.so…`; not `python3.12-config`.
-    let ok = after.is_empty() || after.starts_with(b".so") || after == b"d" || after == b"m";
-    if !ok || digits.is_empty() || digits.len() > 2 {
+    if digits.is_empty() || digits.len() > 2 {
         return None;
     }
-    Some(digits.iter().fold(0u8, |v, d| v * 10 + (d - b'0')))
+    Some((digits.bytes().fold(0u8, |v, d| v * 10 + (d - b'0')), after))
+}
+
+/// The minor version of the CPython whose module is at `path` (`libpython3.12.so.1.0`,
+/// `python3.11`), if it is one whose frames memprof reads the default build of.
+pub(crate) fn minor_of_module(path: &str) -> Option<u8> {
+    let (minor, after) = cpython_module(path)?;
+    // `python3.12`, `python3.12d`, `libpython3.12.so…`; not `python3.12-config`, nor a
+    // free-threaded `python3.13t`.
+    let ok = after.is_empty() || after.starts_with(".so") || after == "d" || after == "m";
+    ok.then_some(minor)
 }
 
 impl Reader {

@@ -52,18 +52,14 @@ pub(crate) fn python_frames<'a>(
     exe: &'a str,
     modules: impl Iterator<Item = &'a str>,
 ) -> Option<String> {
-    fn version(path: &str) -> Option<(String, bool)> {
-        let base = path.rsplit('/').next().unwrap_or(path);
-        let rest = base.strip_prefix("libpython3.").or_else(|| base.strip_prefix("python3."))?;
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        let after = &rest[digits.len()..];
-        let t = after.starts_with('t');
+    fn version(path: &str) -> Option<(u8, bool)> {
+        let (minor, after) = crate::profile::symbolize::cpython_module(path)?;
+        let free_threaded = after.starts_with('t');
         let tail = after.trim_start_matches(['t', 'd']);
-        (!digits.is_empty() && (tail.is_empty() || tail.starts_with(".so")))
-            .then(|| (format!("3.{digits}"), t))
+        (tail.is_empty() || tail.starts_with(".so")).then_some((minor, free_threaded))
     }
-    let (v, free_threaded) = std::iter::once(exe).chain(modules).find_map(version)?;
-    let minor: u8 = v.strip_prefix("3.")?.parse().ok()?;
+    let (minor, free_threaded) = std::iter::once(exe).chain(modules).find_map(version)?;
+    let v = format!("3.{minor}");
     let known = crate::engine::python::layout(minor).is_some();
     match (known, free_threaded) {
         (true, false) => None,

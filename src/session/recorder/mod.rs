@@ -424,7 +424,7 @@ impl Recorder {
     }
 
     fn in_known_module(&self, addr: u64) -> bool {
-        python::is_python_frame(addr)
+        crate::profile::is_python_word(addr)
             || self.profile.modules.iter().any(|m| m.start <= addr && addr < m.end)
     }
 
@@ -587,7 +587,7 @@ impl Recorder {
                     self.refresh_modules();
                 }
                 self.write(|w| w.write_stack(id, &stack));
-                let python = stack.frames.iter().any(|&a| python::is_python_frame(a));
+                let python = stack.frames.iter().any(|&a| crate::profile::is_python_word(a));
                 self.profile.stacks.push(stack);
                 self.interned.entry(key).or_default().push(id);
                 if python {

@@ -5,12 +5,7 @@
 
 use super::Recorder;
 use crate::profile::symbolize::PythonReader;
-use crate::profile::{StackId, Symbol};
-
-/// True for a stack word that is a Python frame (`engine::python` §2), not an address.
-pub(super) fn is_python_frame(word: u64) -> bool {
-    word & crate::engine::python::TAG as u64 != 0
-}
+use crate::profile::{is_python_word, StackId, Symbol};
 
 impl Recorder {
     /// Names the Python frames of stack `id` not named yet. A frame whose code object
@@ -23,7 +18,7 @@ impl Recorder {
             .frames
             .iter()
             .copied()
-            .filter(|&w| is_python_frame(w) && !self.profile.symbols.contains_key(&w))
+            .filter(|&w| is_python_word(w) && !self.profile.symbols.contains_key(&w))
             .collect();
         if words.is_empty() {
             return;

@@ -25,16 +25,26 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
         return Ok(p);
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    for dir in std::env::split_paths(&path) {
+    resolve_in_path(program, &path, &shown)
+}
+
+/// `program` (a name without a slash) found in the directories of `path`, as `execvp`
+/// finds it; `shown` names it in the error.
+pub(super) fn resolve_in_path(
+    program: &OsStr,
+    path: &OsStr,
+    shown: &str,
+) -> Result<PathBuf, Error> {
+    for dir in std::env::split_paths(path) {
         let candidate = dir.join(program);
-        if candidate.is_file() && check_executable(&candidate, &shown).is_ok() {
+        if candidate.is_file() && check_executable(&candidate, shown).is_ok() {
             return Ok(candidate);
         }
     }
-    Err(LaunchError::NotInPath(shown).into())
+    Err(LaunchError::NotInPath(shown.to_owned()).into())
 }
 
-fn check_executable(p: &Path, shown: &str) -> Result<(), Error> {
+pub(super) fn check_executable(p: &Path, shown: &str) -> Result<(), Error> {
     let meta = fs::metadata(p).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => LaunchError::NotFound(shown.to_owned()).into(),
         _ => Error::io(format!("cannot run {shown}"), e),

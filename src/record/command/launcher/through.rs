@@ -23,7 +23,7 @@
 //! A virtualenv's `bin/python` is a link to the interpreter itself, not a launcher: it is
 //! run by its own path (which is how Python finds the virtualenv), as any program is.
 
-use super::program::resolve_program;
+use super::program::{check_executable, resolve_in_path, resolve_program};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Read;
@@ -119,19 +119,16 @@ fn step(program: &OsStr, args: &[OsString], path_var: Option<&OsStr>) -> Option<
 /// `program` found as `execvp` finds it, in `path_var` when a launcher set `PATH`.
 fn resolve_in(program: &OsStr, path_var: Option<&OsStr>) -> Option<PathBuf> {
     match path_var {
-        Some(path) if !program.as_bytes().contains(&b'/') => std::env::split_paths(path)
-            .map(|d| d.join(program))
-            .find(|c| c.is_file() && is_executable(c)),
+        Some(path) if !program.as_bytes().contains(&b'/') => {
+            resolve_in_path(program, path, "").ok()
+        }
         _ => resolve_program(program).ok(),
     }
 }
 
+/// An executable regular file (`execvp`'s test, `check_executable`).
 fn is_executable(p: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a NUL-terminated path; `access` only reads it.
-    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+    check_executable(p, "").is_ok()
 }
 
 /// The first 4 KiB of a file (a `#!` line and a shim's text fit), read without blocking
@@ -245,7 +242,7 @@ impl PyenvShim {
         // pyenv's own commands are found in its libexec, whatever `PATH` holds.
         which.env("PYENV_ROOT", &self.root);
         let target = one_path(&which.output().ok()?)?;
-        if !is_executable(&target) || !target.is_file() {
+        if !is_executable(&target) {
             return None;
         }
         let bin = target.parent()?;
