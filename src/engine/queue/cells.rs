@@ -53,6 +53,15 @@ impl Queue {
         unsafe { &*(self.base.add((pos & self.mask) * CELL) as *const AtomicUsize) }
     }
 
+    /// True when the event whose first cell is at `pos` is published: its sequence number,
+    /// stored relative to the cell's index, is `pos + 1` (`SlotHead::seq`). An Acquire
+    /// load: a `true` makes the producer's writes of the event visible.
+    #[inline(always)]
+    pub(super) fn published(&self, pos: usize) -> bool {
+        let seq = self.cell_seq(pos).load(Ordering::Acquire);
+        seq.wrapping_add(pos & self.mask) == pos.wrapping_add(1)
+    }
+
     /// The `i`-th frame word of the event whose first cell is at `pos`.
     #[inline(always)]
     fn frame_word(&self, pos: usize, i: usize) -> *mut usize {

@@ -507,17 +507,13 @@ impl Queue {
     /// is then not worth waiting for (see the module documentation).
     pub fn waits_for_me(&self) -> bool {
         let pos = self.ctl().head.load(Ordering::Acquire);
-        let slot = self.slot(pos);
-        // SAFETY: slot points at an initialised SlotHead; only atomics are read.
-        let (seq, owner) =
-            unsafe { ((*slot).seq.load(Ordering::Acquire), (*slot).owner.load(Ordering::Relaxed)) };
-        // The stored sequence number is relative to the slot's index (`SlotHead::seq`).
+        let unpublished = !self.published(pos);
+        // SAFETY: slot points at an initialised SlotHead; only an atomic is read.
+        let owner = unsafe { (*self.slot(pos)).owner.load(Ordering::Relaxed) };
         // And the consumer is still there: an event of this thread's that it took since
         // `head` was read is handed back with its owner left in place, which read as a
         // claim not published (the push then dropped its event instead of waiting).
-        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1)
-            && owner == owner_tag(pos)
-            && self.ctl().head.load(Ordering::Acquire) == pos
+        unpublished && owner == owner_tag(pos) && self.ctl().head.load(Ordering::Acquire) == pos
     }
 
     /// Counts an event that was never pushed as lost (a sample skipped for reentrancy,
@@ -546,9 +542,7 @@ impl Queue {
         if self.ctl().tail.load(Ordering::Acquire) == pos {
             return false;
         }
-        // SAFETY: slot points at an initialised SlotHead; only an atomic is read.
-        let seq = unsafe { (*self.slot(pos)).seq.load(Ordering::Acquire) };
-        seq.wrapping_add(pos & self.mask) != pos.wrapping_add(1)
+        !self.published(pos)
     }
 
     /// The word producers waiting for room sleep on (§5): read before [`Queue::begin_wait`].
@@ -636,12 +630,10 @@ impl Queue {
             if pos == end {
                 break;
             }
-            let slot = self.slot(pos);
-            // SAFETY: slot points at an initialised SlotHead.
-            let seq = unsafe { (*slot).seq.load(Ordering::Acquire) }.wrapping_add(pos & self.mask);
-            if seq != pos.wrapping_add(1) {
+            if !self.published(pos) {
                 break;
             }
+            let slot = self.slot(pos);
             // SAFETY: the Acquire load saw the producer's Release store, so the event and
             // frames are fully written; nobody writes the cells until we hand them back
             // below. Copied out first so `f` can push more events (even into these cells).
@@ -716,10 +708,7 @@ impl Queue {
                 self.ctl().head.store(p.wrapping_add(1), Ordering::Relaxed);
                 self.hand_back(p, 1);
                 p = p.wrapping_add(1);
-                let published =
-                    self.cell_seq(p).load(Ordering::Acquire).wrapping_add(p & self.mask)
-                        == p.wrapping_add(1);
-                if p == end || published {
+                if p == end || self.published(p) {
                     break;
                 }
             }
