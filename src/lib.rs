@@ -78,7 +78,7 @@
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
 //! | `sys/futex.rs` | futex waits and wakes (the shared kind: a word may be in another process's mapping), a lock whose waiters sleep, and that lock with its data (the session's: a raw `clone` child takes it as free) |
-//! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys |
+//! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys, and the hash of a block's address its tables share |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` (checked by descriptor in `sys/trusted.rs`, then copied: the loader never opens the path checked) |
 //! | `sys/trusted.rs` | a file checked by its descriptor: the path walked one component at a time from `/`, every directory and the file yours or root's, none writable by group or others unless sticky, nothing renamed during the walk; what the preload library's copy is made from |

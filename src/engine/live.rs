@@ -106,6 +106,8 @@ use core::cell::{Cell, UnsafeCell};
 use core::mem::size_of;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use crate::sys::hash::address as hash;
+
 const SHARD_BITS: u32 = 6;
 const SHARDS: usize = 1 << SHARD_BITS;
 /// A first table fits in one page (see [`Slot`]'s size).
@@ -171,11 +173,6 @@ static TABLE: [Shard; SHARDS] = [const {
             DEFERRED],
     }
 }; SHARDS];
-
-#[inline]
-fn hash(addr: usize) -> u64 {
-    ((addr as u64) >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
 
 /// The shard of the blocks whose filter counter is `fi` (§2).
 #[inline]

@@ -337,7 +337,7 @@ static LOST_HELD: AtomicUsize = AtomicUsize::new(0);
 
 #[inline(always)]
 fn lost_slot(addr: usize) -> &'static AtomicUsize {
-    &LOST_AT[(addr >> 4).wrapping_mul(0x9e37_79b9) >> 7 & (LOST_AT_LEN - 1)]
+    &LOST_AT[(crate::sys::hash::address(addr) >> 7) as usize & (LOST_AT_LEN - 1)]
 }
 
 /// The event of the allocation at `addr` (a session that names frees by address) was

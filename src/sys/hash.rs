@@ -1,6 +1,14 @@
 //! Hashing of keys the profiler makes itself.
 #![forbid(unsafe_code)]
 
+/// A hash of a block's address for the tables indexed by it (the live table, the exact
+/// mode's marks of lost allocations): the address past malloc's 16-byte alignment times
+/// the golden ratio; a caller takes the bits it needs.
+#[inline(always)]
+pub fn address(addr: usize) -> u64 {
+    ((addr as u64) >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// A hasher for integer keys the profiler makes itself (sample ids, stack hashes): one
 /// multiply, no SipHash. Not for keys an adversary chooses.
 pub type FastHash = std::hash::BuildHasherDefault<IdHasher>;
