@@ -240,10 +240,16 @@ impl Profile {
     /// false (a collector that was told of a block's free before its allocation keeps it
     /// for later).
     pub(crate) fn try_free(&mut self, f: &Free) -> bool {
+        self.try_free_pair(f).is_some()
+    }
+
+    /// [`Profile::try_free`], saying which pair id the block's pair has in the vectors by
+    /// pair id (`Some(None)` when they are not kept): `None` when no such block is live.
+    pub(crate) fn try_free_pair(&mut self, f: &Free) -> Option<Option<u32>> {
         let pair = (f.stack, f.size);
         let id = self.pairs.as_ref().and_then(|p| p.get(pair));
         if !self.unlive(f.stack, f.size, id, f.k, f.alloc_ns) {
-            return false;
+            return None;
         }
         self.counts.frees += 1;
         let short = match (id, &mut self.pairs) {
@@ -279,7 +285,7 @@ impl Profile {
             }
         }
         self.note(f.time_ns, 0.0, bytes);
-        true
+        Some(id)
     }
 
     /// Folds in a move; a move of a block not live is counted as an orphan.

@@ -38,9 +38,12 @@ impl Default for Series {
 
 impl Series {
     /// The bucket of time `t`, widening the buckets as needed.
+    #[inline]
     fn bucket(&mut self, t: u64) -> &mut SeriesPoint {
-        while t / self.bucket_ns >= SERIES_POINTS as u64 {
-            self.widen();
+        // `t / bucket_ns >= SERIES_POINTS` by a multiply (saturating where it would
+        // overflow): this runs at every event, the widening rarely.
+        if t >= self.bucket_ns.saturating_mul(SERIES_POINTS as u64) {
+            self.widen_to(t);
         }
         let i = (t / self.bucket_ns) as usize;
         if self.points.len() <= i {
@@ -48,6 +51,14 @@ impl Series {
             self.points.resize(i + 1, SeriesPoint { live_end: last, ..SeriesPoint::default() });
         }
         &mut self.points[i]
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn widen_to(&mut self, t: u64) {
+        while t / self.bucket_ns >= SERIES_POINTS as u64 {
+            self.widen();
+        }
     }
 
     fn widen(&mut self) {

@@ -111,10 +111,9 @@ impl Timeline {
     }
 
     /// The bucket of time `t`, the grid widened first when `t` is past its last bucket.
+    #[inline]
     fn bucket(&mut self, t: u64) -> u32 {
-        while t / self.w >= BUCKETS {
-            self.widen();
-        }
+        self.reach(t);
         let b = (t / self.w) as usize;
         if self.alloc.len() <= b {
             self.grow(b + 1);
@@ -122,6 +121,26 @@ impl Timeline {
         b as u32
     }
 
+    /// Widens the grid until `t` is in one of its buckets. Folded at every event: the test
+    /// is a multiply (`t / w >= BUCKETS` exactly, the product saturating where it would
+    /// overflow), the divisions only in the rare widening.
+    #[inline]
+    fn reach(&mut self, t: u64) {
+        if t >= self.w.saturating_mul(BUCKETS) {
+            self.widen_to(t);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn widen_to(&mut self, t: u64) {
+        while t / self.w >= BUCKETS {
+            self.widen();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
     fn grow(&mut self, n: usize) {
         self.alloc.resize(n, 0.0);
         self.freed.resize(n, 0.0);
@@ -205,7 +224,7 @@ impl Timeline {
         live: f64,
     ) {
         // The later time first: the grid widened for it, the other's bucket stays right.
-        self.bucket(t.max(alloc_t));
+        self.reach(t.max(alloc_t));
         let (a, b) = (self.bucket(alloc_t), self.bucket(t));
         self.freed_cells.entry((stack, a, b)).or_default().add(k, 1);
         if short {

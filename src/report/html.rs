@@ -156,7 +156,7 @@ struct Tree {
     name_ids: HashMap<String, u32>,
     /// Node `i + 1`'s parent and name (node 0 is the root, which has neither).
     nodes: Vec<(u32, u32)>,
-    children: HashMap<(u32, u32), u32>,
+    children: HashMap<(u32, u32), u32, IdHash>,
     /// The leaf node of each stack, by stack id (`u32::MAX`: not seen yet).
     of_stack: Vec<u32>,
     /// The site name of each leaf node.

@@ -42,6 +42,24 @@ pub fn key(frames: &[usize], truncated: bool) -> u64 {
     h ^ (h >> 29)
 }
 
+/// True when `stored` (a stack's frames as a profile keeps them) and `frames` (as captured)
+/// are the same words: one comparison of memory on a 64-bit target, where a `usize` is a
+/// `u64` (a recorder compares every sample's frames with its interned stack's).
+pub(crate) fn same_words(stored: &[u64], frames: &[usize]) -> bool {
+    #[cfg(target_pointer_width = "64")]
+    {
+        // SAFETY: on a 64-bit target `usize` and `u64` have the same size and alignment and
+        // every bit pattern is a valid value of both: the same memory, read as as many u64s.
+        let words =
+            unsafe { core::slice::from_raw_parts(frames.as_ptr() as *const u64, frames.len()) };
+        stored == words
+    }
+    #[cfg(not(target_pointer_width = "64"))]
+    {
+        stored.len() == frames.len() && stored.iter().zip(frames).all(|(&x, &y)| x == y as u64)
+    }
+}
+
 /// Deep-stack buffers kept for reuse.
 const POOL_SLOTS: usize = 16;
 

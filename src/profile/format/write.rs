@@ -389,20 +389,7 @@ impl<W: Write> Writer<W> {
                 s.id, s.stack
             )));
         }
-        let pair = match caller_pair {
-            Some(c) => match self.by_caller.get(c as usize) {
-                Some(&p) if p != u64::MAX => p,
-                _ => {
-                    let p = self.pair(s.stack, s.size)?;
-                    if self.by_caller.len() <= c as usize {
-                        self.by_caller.resize(c as usize + 1, u64::MAX);
-                    }
-                    self.by_caller[c as usize] = p;
-                    p
-                }
-            },
-            None => self.pair(s.stack, s.size)?,
-        };
+        let pair = self.pair_of(s.stack, s.size, caller_pair)?;
         let dt = self.time_delta(s.time_ns);
         let expected = expected_k(self.interval, s.size);
         let b = &mut self.block;
@@ -413,6 +400,36 @@ impl<W: Write> Writer<W> {
         put_z(b, s.k.wrapping_sub(expected) as i64);
         self.samples += 1;
         self.maybe_seal()
+    }
+
+    /// The pair id of `(stack, size)`, which the caller numbers `caller_pair` (its own
+    /// dense ids: one pair, one id, always), if it does: then looked up by that number.
+    #[inline]
+    fn pair_of(
+        &mut self,
+        stack: StackId,
+        size: u64,
+        caller_pair: Option<u32>,
+    ) -> Result<u64, Error> {
+        let Some(c) = caller_pair else {
+            return self.pair(stack, size);
+        };
+        match self.by_caller.get(c as usize) {
+            Some(&p) if p != u64::MAX => Ok(p),
+            _ => self.pair_first(stack, size, c),
+        }
+    }
+
+    /// [`Writer::pair_of`] of a pair the caller's number does not name yet.
+    #[cold]
+    #[inline(never)]
+    fn pair_first(&mut self, stack: StackId, size: u64, c: u32) -> Result<u64, Error> {
+        let p = self.pair(stack, size)?;
+        if self.by_caller.len() <= c as usize {
+            self.by_caller.resize(c as usize + 1, u64::MAX);
+        }
+        self.by_caller[c as usize] = p;
+        Ok(p)
     }
 
     /// The pair id of `(stack, size)`, defined first if it is new.
@@ -435,8 +452,7 @@ impl<W: Write> Writer<W> {
         &mut self,
         tag: u8,
         time_ns: u64,
-        stack: StackId,
-        size: u64,
+        (stack, size, caller_pair): (StackId, u64, Option<u32>),
         k: u64,
         alloc_ns: u64,
         life_ns: u64,
@@ -446,7 +462,7 @@ impl<W: Write> Writer<W> {
                 "a free or move names stack {stack} which was never written"
             )));
         }
-        let pair = self.pair(stack, size)?;
+        let pair = self.pair_of(stack, size, caller_pair)?;
         let dt = self.time_delta(time_ns);
         let age =
             (self.delta.time as i64).wrapping_sub((alloc_ns >> self.unit.trailing_zeros()) as i64);
@@ -475,14 +491,25 @@ impl<W: Write> Writer<W> {
     /// Writes the free of a sampled block (named by its stack, size, points and
     /// allocation time; the id is not written).
     pub fn write_free(&mut self, f: &Free) -> Result<(), Error> {
-        self.block_of(EV_FREE, f.time_ns, f.stack, f.size, f.k, f.alloc_ns, f.lifetime_ns())?;
+        self.write_free_of(f, None)
+    }
+
+    /// [`Writer::write_free`] of a block whose (stack, size) pair the caller numbers
+    /// `caller_pair`, as [`Writer::write_sample_of`]'s.
+    pub(crate) fn write_free_of(
+        &mut self,
+        f: &Free,
+        caller_pair: Option<u32>,
+    ) -> Result<(), Error> {
+        let pair = (f.stack, f.size, caller_pair);
+        self.block_of(EV_FREE, f.time_ns, pair, f.k, f.alloc_ns, f.lifetime_ns())?;
         self.frees += 1;
         self.maybe_seal()
     }
 
     /// Writes the move (reallocation) of a sampled block (named as a free names it).
     pub fn write_move(&mut self, m: &Move) -> Result<(), Error> {
-        self.block_of(EV_MOVE, m.time_ns, m.stack, m.size, m.k, m.alloc_ns, 0)?;
+        self.block_of(EV_MOVE, m.time_ns, (m.stack, m.size, None), m.k, m.alloc_ns, 0)?;
         put_u(&mut self.block, m.new_size);
         self.moves += 1;
         self.maybe_seal()

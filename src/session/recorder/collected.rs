@@ -87,12 +87,13 @@ impl Recorder {
     pub(crate) fn collected_end(&mut self, f: &Free) -> bool {
         let f = *f;
         let folded = match self.stored_unit {
-            Some(unit) => self.profile.try_free(&spec::free_as_stored(&f, unit)),
-            None => self.profile.try_free(&f),
+            Some(unit) => self.profile.try_free_pair(&spec::free_as_stored(&f, unit)),
+            None => self.profile.try_free_pair(&f),
         };
-        if folded {
-            self.write(|w| w.write_free(&f));
+        // The writer numbers the pair as the fold does, with no lookup of its own.
+        if let Some(pair) = folded {
+            self.write(|w| w.write_free_of(&f, pair));
         }
-        folded
+        folded.is_some()
     }
 }

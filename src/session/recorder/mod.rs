@@ -31,7 +31,7 @@ mod python;
 #[cfg(feature = "cli")] // its one user outside: the collector (`record::command`)
 pub(crate) use collected::Named;
 
-use crate::engine::callstack::frames::key;
+use crate::engine::callstack::frames::{key, same_words};
 use crate::error::Error;
 use crate::profile::format::{spec, Writer};
 use crate::profile::{
@@ -568,10 +568,7 @@ impl Recorder {
             None => stack_hash(frames, truncated) ^ u64::from(label).wrapping_mul(0x9e37_79b9),
         };
         let same = |s: &Stack| {
-            s.truncated == truncated
-                && s.label == label
-                && s.frames.len() == frames.len()
-                && s.frames.iter().zip(frames).all(|(&x, &y)| x == y as u64)
+            s.truncated == truncated && s.label == label && same_words(&s.frames, frames)
         };
         let found = self.interned.get(&key).and_then(|ids| {
             ids.iter().copied().find(|&id| same(&self.profile.stacks[id as usize]))

@@ -34,6 +34,8 @@ pub(super) struct Block {
     pub(super) k: u64,
     /// The allocation's clock reading as the program took it (raw: the program's clock).
     pub(super) alloc_raw: u64,
+    /// The same converted to session nanoseconds, once, when the allocation was read.
+    pub(super) alloc_ns: u64,
 }
 
 impl Block {
@@ -46,7 +48,7 @@ impl Block {
             stack: self.stack,
             size: self.size,
             k: self.k,
-            alloc_ns: ns(self.alloc_raw),
+            alloc_ns: self.alloc_ns,
             life_ns: None,
         }
     }
@@ -247,7 +249,7 @@ mod tests {
     use super::*;
 
     fn block(id: u64, alloc_raw: u64) -> Block {
-        Block { id, stack: 0, size: 16, k: 16, alloc_raw }
+        Block { id, stack: 0, size: 16, k: 16, alloc_raw, alloc_ns: alloc_raw }
     }
 
     #[test]
