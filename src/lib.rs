@@ -78,7 +78,7 @@
 //! | `sys/padded.rs` | a value alone on its cache lines |
 //! | `sys/errno.rs` | errno saved and restored around the hooks |
 //! | `sys/futex.rs` | futex waits and wakes (the shared kind: a word may be in another process's mapping), a lock whose waiters sleep, and that lock with its data (the session's: a raw `clone` child takes it as free) |
-//! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys, and the hash of a block's address its tables share |
+//! | `sys/hash.rs` | the one-multiply hasher of the profiler's own integer keys, the seeded one (ahash) of keys a program or a profile chooses (return addresses, frame names), and the hash of a block's address its tables share |
 //! | `sys/loader.rs` | the loader's list of loaded objects and its load/unload counters |
 //! | `sys/files.rs` | [`files`]: the one policy for every file opened or written: outputs never through a symlink, never onto an input; inputs regular files opened without blocking; our own files read only as regular files of ours, never through a symlink; preloaded code only from files nobody else can change, up to `/` (checked by descriptor in `sys/trusted.rs`, then copied: the loader never opens the path checked) |
 //! | `sys/trusted.rs` | a file checked by its descriptor: the path walked one component at a time from `/`, every directory and the file yours or root's, none writable by group or others unless sticky, nothing renamed during the walk; what the preload library's copy is made from |
@@ -226,7 +226,7 @@
 //! | `report/html/page.html` | the page's skeleton, filled with the data and the two files below |
 //! | `report/html/page.css` | the page's styles |
 //! | `report/html/page.js` | the page's script: the timeline, ranges, the flamegraph and the sites table |
-//! | `report/write.rs` | a report's outputs written under the file policy: `report::write::Outputs` (what was asked for, none over an input), each export and its differential form written and said, the HTML page of `record` |
+//! | `report/write.rs` | a report's outputs written under the file policy: `report::write::Outputs` (what was asked for, none over an input), each export and its differential form written and said; what `record` and `attach` print after the run: the summary, the flamegraph and the HTML page made at once on the machine's cores, said in that order |
 //! | `report/command.rs` | `memprof report` and `memprof diff` as the terminal sees them (feature `cli`): arguments (the output flags made from the registry), files, window, tables |
 //! | `serve/` | `serve` feature: `/debug/pprof/` endpoints and their handler |
 //! | `serve/server.rs` | the built-in HTTP server: one `poll` thread for every connection (deadlines, a cap), a pool of workers |

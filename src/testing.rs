@@ -278,7 +278,7 @@ fn named_sites(stacks: &[LeftStack], interval: f64) -> Vec<Named> {
     p.modules = crate::profile::symbolize::current_modules();
     let addrs: std::collections::BTreeSet<u64> =
         stacks.iter().flat_map(|(f, _, _)| f.iter().map(|&a| a as u64)).collect();
-    p.symbols = crate::profile::symbolize::resolve_in_process(addrs);
+    p.symbols = crate::profile::symbolize::resolve_in_process(addrs).into_iter().collect();
     for (i, (frames, [blocks, weight, live_blocks, live], objects)) in stacks.iter().enumerate() {
         p.stacks.push(Stack {
             frames: frames.iter().map(|&a| a as u64).collect(),

@@ -13,6 +13,10 @@ use super::tables::StackId;
 pub type IdHash = crate::sys::hash::FastHash;
 pub use crate::sys::hash::IdHasher;
 
+/// The hash of [`Profile::symbols`](crate::profile::Profile::symbols), keyed by the
+/// addresses a program recorded: seeded per process, fast.
+pub type SymbolHash = crate::sys::hash::SeededHash;
+
 /// Totals of the samples of one (stack, size) pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {

@@ -19,33 +19,44 @@ pub const TRUNCATED: &str = "[truncated]";
 
 /// True for frames of the profiler itself, which are trimmed from the leaf end of stacks.
 pub fn is_profiler_frame(name: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        // The sample path (src/engine/) and the safe points (src/session/).
-        "memprof::engine::",
-        "<memprof::engine::",
-        "memprof::session::",
-        // The same code under its module paths before the layout of src/engine/, for
-        // profiles recorded by earlier versions.
-        "memprof::alloc::",
-        "<memprof::alloc::",
-        "memprof::callstack::",
-        "memprof::sampler::",
-        "memprof::tracker::",
-        "memprof::postponed::",
-        "memprof_preload::",
-        "memprof_preload_",
-        "backtrace::",
-        "__rustc::",
-        "__rust_alloc",
-        "__rust_realloc",
-        "__rust_alloc_zeroed",
-        "__rust_dealloc",
-        "__rg_",
-        "__rdl_",
-        "std::alloc::__default_lib_allocator",
-    ];
-    PREFIXES.iter().any(|p| name.starts_with(p)) || MALLOC_FAMILY.contains(&name)
+    // Every report asks this of the first frames of every stack: a name whose first byte
+    // begins none of the names below is answered without comparing it with each
+    // (`profiler_prefixes_begin_with_the_first_bytes` keeps the list in step).
+    if !name.as_bytes().first().is_some_and(|b| PROFILER_FIRST_BYTES.contains(b)) {
+        return false;
+    }
+    PROFILER_PREFIXES.iter().any(|p| name.starts_with(p)) || MALLOC_FAMILY.contains(&name)
 }
+
+/// The first bytes of [`PROFILER_PREFIXES`] and of [`MALLOC_FAMILY`].
+const PROFILER_FIRST_BYTES: &[u8] = b"m<b_scrpav";
+
+/// The beginnings of the profiler's own functions' names ([`is_profiler_frame`]).
+const PROFILER_PREFIXES: &[&str] = &[
+    // The sample path (src/engine/) and the safe points (src/session/).
+    "memprof::engine::",
+    "<memprof::engine::",
+    "memprof::session::",
+    // The same code under its module paths before the layout of src/engine/, for
+    // profiles recorded by earlier versions.
+    "memprof::alloc::",
+    "<memprof::alloc::",
+    "memprof::callstack::",
+    "memprof::sampler::",
+    "memprof::tracker::",
+    "memprof::postponed::",
+    "memprof_preload::",
+    "memprof_preload_",
+    "backtrace::",
+    "__rustc::",
+    "__rust_alloc",
+    "__rust_realloc",
+    "__rust_alloc_zeroed",
+    "__rust_dealloc",
+    "__rg_",
+    "__rdl_",
+    "std::alloc::__default_lib_allocator",
+];
 
 /// The allocating functions of the malloc family: the preload library's exports, and what
 /// an executable that defines the family itself (rustc, with jemalloc) names its own.
@@ -245,6 +256,15 @@ mod tests {
         for name in ["memprof::gc::Heap::alloc", "memprof::report::top_table", "app::main"] {
             assert!(!is_profiler_frame(name), "{name}");
         }
+    }
+
+    #[test]
+    fn profiler_prefixes_begin_with_the_first_bytes() {
+        for name in PROFILER_PREFIXES.iter().chain(MALLOC_FAMILY) {
+            assert!(PROFILER_FIRST_BYTES.contains(&name.as_bytes()[0]), "{name}");
+            assert!(is_profiler_frame(name), "{name}");
+        }
+        assert!(!is_profiler_frame(""));
     }
 
     fn sym(f: &str) -> Symbol {

@@ -86,7 +86,7 @@ pub(crate) mod timeline;
 
 use std::collections::HashMap;
 
-pub use aggregate::{split_points, Counts, GcMarked, IdHash, IdHasher, Totals};
+pub use aggregate::{split_points, Counts, GcMarked, IdHash, IdHasher, SymbolHash, Totals};
 pub(crate) use aggregate::{Halves, LiveByTime, SincePeak};
 pub(crate) use events::expected_k;
 pub use events::{Ended, EndedHow, Free, GcCycle, Move, Resident, ResidentSplit, Sample};
@@ -130,7 +130,7 @@ pub struct Profile {
     /// segments are separated by `;`, outermost first.
     pub labels: Vec<String>,
     /// Symbols by return address, innermost inline frame first.
-    pub symbols: HashMap<u64, Vec<Symbol>>,
+    pub symbols: HashMap<u64, Vec<Symbol>, SymbolHash>,
     /// Every sample, totalled per (stack, size).
     pub allocated: HashMap<(StackId, u64), Totals, IdHash>,
     /// The sampled blocks not freed (yet), totalled per (stack, size); pairs whose blocks

@@ -153,7 +153,7 @@ impl Json {
 #[derive(Default)]
 struct Tree {
     names: Vec<String>,
-    name_ids: HashMap<String, u32>,
+    name_ids: HashMap<String, u32, crate::sys::hash::SeededHash>,
     /// Node `i + 1`'s parent and name (node 0 is the root, which has neither).
     nodes: Vec<(u32, u32)>,
     children: HashMap<(u32, u32), u32, IdHash>,

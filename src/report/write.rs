@@ -3,7 +3,7 @@
 //! reports, and given its name only once complete; each said once written.
 
 use super::export::{ExportOptions, Exporter};
-use super::View;
+use super::{GroupBy, View};
 use crate::error::Error;
 use crate::profile::load::Process;
 use crate::profile::Profile;
@@ -78,12 +78,76 @@ pub fn write_outputs(
     outputs: &Outputs,
     replace: bool,
 ) -> Result<(), Error> {
+    write_each(profile, options, outputs, replace, &mut |line| eprintln!("{line}"))
+}
+
+/// [`write_outputs`], each file's line handed to `say`.
+fn write_each(
+    profile: &Profile,
+    options: &ExportOptions<'_>,
+    outputs: &Outputs,
+    replace: bool,
+    say: &mut dyn FnMut(String),
+) -> Result<(), Error> {
     for (exporter, path) in outputs.iter() {
         let started = Instant::now();
         write_file_with(path, replace, |w| exporter.write(profile, options, w))?;
-        say_wrote(exporter, &exporter.what(options), path, started);
+        say(wrote(exporter, &exporter.what(options), path, started));
     }
     Ok(())
+}
+
+/// What `record` and `attach` print once the run is over: `summary` (the top table, made
+/// by the caller), then the companions of the profile `output`, from the same fold:
+/// `<output>.svg`, a flamegraph of `view`, and, when `page`, `<output>.html`. The three
+/// are independent passes over the profile, made at once on the machine's cores (the
+/// program is gone and left them free) and said in that order; a companion that cannot
+/// be written is said as an error, and the rest go on. `replace`: an existing regular file
+/// of this user's is replaced.
+pub fn summary_and_companions(
+    profile: &Profile,
+    processes: &[Process],
+    output: &Path,
+    (view, page): (View, bool),
+    replace: bool,
+    summary: impl FnOnce() -> String + Send,
+) {
+    let svg = PathBuf::from(format!("{}.svg", output.display()));
+    let html = PathBuf::from(format!("{}.html", output.display()));
+    let (text, svg_lines, html_lines) = std::thread::scope(|s| {
+        let svg_job = s.spawn(|| {
+            let options = ExportOptions { view, group_by: GroupBy::Stack, ..Default::default() };
+            let out = Outputs::default().with(&super::FlamegraphExporter, &svg);
+            said(|say| write_each(profile, &options, &out, replace, say))
+        });
+        // The page replays each file by its stack ids (a tree's files into the merged
+        // profile's: report/html.rs §4).
+        let html_job = page.then(|| {
+            s.spawn(|| {
+                let options = ExportOptions { processes, ..Default::default() };
+                let out = Outputs::default().with(&super::html::HtmlExporter, &html);
+                said(|say| write_each(profile, &options, &out, replace, say))
+            })
+        });
+        let text = summary();
+        (text, svg_job.join(), html_job.map(|j| j.join()))
+    });
+    eprint!("{text}");
+    for lines in std::iter::once(svg_lines).chain(html_lines) {
+        match lines {
+            Ok(lines) => lines.iter().for_each(|l| eprintln!("{l}")),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+/// The lines `f` says, and its error last.
+fn said(f: impl FnOnce(&mut dyn FnMut(String)) -> Result<(), Error>) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Err(e) = f(&mut |line| lines.push(line)) {
+        lines.push(format!("memprof: error: {e}"));
+    }
+    lines
 }
 
 /// Writes the differential form ([`diff_of`](super::registry::diff_of)) of each output, comparing `base` and
@@ -103,23 +167,23 @@ pub fn write_diff_outputs(
         };
         let started = Instant::now();
         write_file(path, |w| diff.write(base, new, view, w))?;
-        say_wrote(exporter, &diff.what(view), path, started);
+        eprintln!("{}", wrote(exporter, &diff.what(view), path, started));
     }
     Ok(())
 }
 
 /// `memprof: wrote {what} {path}`, with the file's size and the time taken for a
 /// [timed](Exporter::timed) format.
-fn say_wrote(exporter: &dyn Exporter, what: &str, path: &Path, started: Instant) {
+fn wrote(exporter: &dyn Exporter, what: &str, path: &Path, started: Instant) -> String {
     if exporter.timed() {
-        eprintln!(
+        format!(
             "memprof: wrote {what} {} ({} KiB in {:.2} s)",
             path.display(),
             std::fs::metadata(path).map_or(0, |m| m.len()) / 1024,
             started.elapsed().as_secs_f64()
-        );
+        )
     } else {
-        eprintln!("memprof: wrote {what} {}", path.display());
+        format!("memprof: wrote {what} {}", path.display())
     }
 }
 

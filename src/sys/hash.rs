@@ -9,6 +9,11 @@ pub fn address(addr: usize) -> u64 {
     ((addr as u64) >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// The hash of maps keyed by what a program or a profile chooses (return addresses, frame
+/// names): per-process random keys, so that chosen keys cannot make a map's lookups
+/// collide, at a fraction of SipHash's cost.
+pub type SeededHash = ahash::RandomState;
+
 /// A hasher for integer keys the profiler makes itself (sample ids, stack hashes): one
 /// multiply, no SipHash. Not for keys an adversary chooses.
 pub type FastHash = std::hash::BuildHasherDefault<IdHasher>;

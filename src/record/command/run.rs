@@ -20,11 +20,11 @@ use crate::profile::symbolize::Loaders;
 use crate::profile::{Profile, Stopped};
 use crate::report::command::read_profiles_folded;
 use crate::report::text::{printable, printable_os};
-use crate::report::write::{write_html_of, write_outputs, Outputs};
+use crate::report::write::summary_and_companions;
 use crate::report::TopOptions;
-use crate::report::{GroupBy, View};
+use crate::report::View;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 fn record_settings(args: &RecordRequest) -> Result<EnvSettings, Error> {
@@ -125,8 +125,9 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
         return Ok(code);
     }
     let view = summary_view(&profile, args.view);
-    print_summary(&profile, &processes, args, view);
-    write_companions(&profile, &processes, &run, view, gone, args.force);
+    // The page is left out when the process is gone (as its file was).
+    let summary = || summary_text(&profile, &processes, args, view);
+    summary_and_companions(&profile, &processes, &run.output, (view, !gone), args.force, summary);
     say_where(&run, &profile, &processes, &labels);
     Ok(code)
 }
@@ -302,59 +303,31 @@ fn say_nothing_seen(
     eprintln!("memprof: note: no allocations were seen in {shown}: {why}");
 }
 
-/// The summary on stderr: the tree's table of processes, the top sites, the note on
+/// The summary for stderr: the tree's table of processes, the top sites, the note on
 /// shallow stacks.
-fn print_summary(profile: &Profile, processes: &[Process], args: &RecordRequest, view: View) {
-    if processes.len() > 1 {
-        eprint!("{}", crate::report::process_table(processes, &Default::default()));
-    }
-    eprint!(
-        "{}",
-        crate::report::top_table(
-            profile,
-            &TopOptions {
-                limit: args.top,
-                backtrace: args.sites.backtrace,
-                view,
-                ..Default::default()
-            }
-        )
-    );
-    if let Some(note) = crate::report::shallow_stacks_note(profile) {
-        eprintln!("memprof: note: {note}");
-    }
-}
-
-/// The companions of the profile, from the same fold: `<output>.svg`, and `<output>.html`
-/// unless the profile's file is gone.
-fn write_companions(
+fn summary_text(
     profile: &Profile,
     processes: &[Process],
-    run: &launcher::Recorded,
+    args: &RecordRequest,
     view: View,
-    gone: bool,
-    force: bool,
-) {
-    let svg = PathBuf::from(format!("{}.svg", run.output.display()));
-    // The companions follow `-o`'s rule: new files, or with --force this user's regular
-    // files replaced; a symlink, a FIFO or another user's file is left alone with an error.
-    let companion = Outputs::default().with(&crate::report::FlamegraphExporter, &svg);
-    let options = crate::report::export::ExportOptions {
-        view,
-        group_by: GroupBy::Stack,
-        ..Default::default()
-    };
-    if let Err(e) = write_outputs(profile, &options, &companion, force) {
-        eprintln!("memprof: error: {e}");
+) -> String {
+    let mut text = String::new();
+    if processes.len() > 1 {
+        text.push_str(&crate::report::process_table(processes, &Default::default()));
     }
-    // The page replays each file by its stack ids (a tree's files into the merged
-    // profile's: report/html.rs §4).
-    let html = PathBuf::from(format!("{}.html", run.output.display()));
-    if !gone {
-        if let Err(e) = write_html_of(profile, processes, &html, force) {
-            eprintln!("memprof: error: {e}");
-        }
+    text.push_str(&crate::report::top_table(
+        profile,
+        &TopOptions {
+            limit: args.top,
+            backtrace: args.sites.backtrace,
+            view,
+            ..Default::default()
+        },
+    ));
+    if let Some(note) = crate::report::shallow_stacks_note(profile) {
+        text.push_str(&format!("memprof: note: {note}\n"));
     }
+    text
 }
 
 /// The last line: where the profile is (a tree's directory, a file whose writing failed).

@@ -79,11 +79,9 @@ use crate::profile::load::LoadOptions;
 use crate::profile::replay::parse_duration;
 use crate::record::attach_abi::{encode_settings, TAKEOVER};
 use crate::report::command::read_profiles_folded;
-use crate::report::export::ExportOptions;
 use crate::report::text::{printable, printable_os};
-use crate::report::write::{write_html_of, write_outputs, Outputs};
-use crate::report::FlamegraphExporter;
-use crate::report::{GroupBy, TopOptions};
+use crate::report::write::summary_and_companions;
+use crate::report::TopOptions;
 use request::AttachRequest;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -517,28 +515,14 @@ fn report(
         }
     } else {
         let view = crate::record::command::run::summary_view(&profile, args.view);
-        eprint!(
-            "{}",
-            crate::report::top_table(
-                &profile,
-                &TopOptions {
-                    limit: args.top,
-                    backtrace: args.sites.backtrace,
-                    view,
-                    ..Default::default()
-                }
-            )
-        );
-        let svg = PathBuf::from(format!("{}.svg", output.display()));
-        let companion = Outputs::default().with(&FlamegraphExporter, &svg);
-        let options = ExportOptions { view, group_by: GroupBy::Stack, ..Default::default() };
-        if let Err(e) = write_outputs(&profile, &options, &companion, args.force) {
-            eprintln!("memprof: error: {e}");
-        }
-        let html = PathBuf::from(format!("{}.html", output.display()));
-        if let Err(e) = write_html_of(&profile, &processes, &html, args.force) {
-            eprintln!("memprof: error: {e}");
-        }
+        let top = TopOptions {
+            limit: args.top,
+            backtrace: args.sites.backtrace,
+            view,
+            ..Default::default()
+        };
+        let summary = || crate::report::top_table(&profile, &top);
+        summary_and_companions(&profile, &processes, output, (view, true), args.force, summary);
     }
     eprintln!(
         "memprof: profile {} ({})",
