@@ -24,6 +24,13 @@ fn exact_totals_of_known_sites() {
     let err = text(&out.stderr);
     assert!(err.contains("small_site") && err.contains("exact"), "summary: {err}");
     assert!(dir.join("s.mprof.svg").is_file(), "flamegraph next to the profile");
+    assert!(dir.join("s.mprof.html").is_file(), "page next to the profile");
+    // The table, the flamegraph and the page are made at once, and said in this order.
+    let at = |what: &str| err.find(what).unwrap_or_else(|| panic!("{what} in {err}"));
+    let (table, svg, page) =
+        (at("small_site"), at("wrote alloc flamegraph"), at("wrote HTML report"));
+    assert!(table < svg && svg < page, "order: {err}");
+    assert!(err.trim_end().lines().last().unwrap().starts_with("memprof: profile"), "{err}");
     let p = read(&dir.join("s.mprof"));
     assert!(p.complete && p.warnings.is_empty(), "{:?}", p.warnings);
     assert_eq!(p.lost.events, 0);
@@ -34,6 +41,24 @@ fn exact_totals_of_known_sites() {
     // Symbols carry files and lines.
     let sym = p.symbols.values().flatten().find(|s| s.function == "small_site").unwrap();
     assert!(sym.file.as_deref().is_some_and(|f| f.ends_with("sites.c")) && sym.line.is_some());
+}
+
+/// A companion that cannot be written (its name taken, no `--force`) is said as an error in
+/// its place, left as it was, and the page and the profile are written all the same.
+#[test]
+fn a_companion_that_cannot_be_written_is_said_and_the_rest_go_on() {
+    let dir = scratch("companion-taken");
+    std::fs::write(dir.join("s.mprof.svg"), "mine").unwrap();
+    let out = record(&dir, &["--interval", "1", "-o", "s.mprof"], &fixture("sites"), &[]);
+    assert_ok(&out, 0);
+    let err = text(&out.stderr);
+    let at = |what: &str| err.find(what).unwrap_or_else(|| panic!("{what} in {err}"));
+    let (table, refused, page) =
+        (at("small_site"), at("memprof: error: cannot create"), at("wrote HTML report"));
+    assert!(table < refused && refused < page, "order: {err}");
+    assert!(err[refused..].lines().next().unwrap().contains("s.mprof.svg"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("s.mprof.svg")).unwrap(), "mine");
+    assert!(dir.join("s.mprof.html").is_file() && read(&dir.join("s.mprof")).complete);
 }
 
 /// At the default interval R = 512 KiB, `big_site` allocates n = 1 GiB (64 × 256 blocks of
