@@ -23,6 +23,12 @@ pub fn shallow_stacks_note(profile: &Profile) -> Option<String> {
     }
     for (stack, samples) in by_stack {
         all += samples;
+        // The trim takes at most TRIM_WINDOW frames, each address's at least one: a stack of
+        // more addresses than that and one keeps two (no need to name its frames).
+        let addrs = profile.stacks.get(stack as usize).map_or(0, |s| s.frames.len());
+        if addrs > crate::profile::symbolize::TRIM_WINDOW + 1 {
+            continue;
+        }
         // Borrowed frames: nothing is copied to count them.
         let frames = profile.frame_refs(stack);
         if frames.iter().filter(|f| !f.inlined).count() <= 1 {
@@ -38,4 +44,32 @@ pub fn shallow_stacks_note(profile: &Profile) -> Option<String> {
          record again with --unwinder dwarf, the default",
         100.0 * shallow as f64 / all as f64
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::symbolize::TRIM_WINDOW;
+    use crate::profile::{Stack, StackId, Totals};
+
+    /// A profile of stacks of `n` unnamed frames, each with `samples` samples.
+    fn of(stacks: &[(usize, u64)]) -> Profile {
+        let mut p = Profile::default();
+        for (i, &(n, samples)) in stacks.iter().enumerate() {
+            let frames = (0..n as u64).map(|f| 0x1000 + 16 * f).collect();
+            p.stacks.push(Stack { frames, truncated: false, label: 0 });
+            p.allocated.insert((i as StackId, 16), Totals { samples, k: samples });
+        }
+        p
+    }
+
+    /// Stacks of one frame are shallow; stacks deeper than the trim window and one are
+    /// not, whether they are looked at frame by frame or (the deepest) by their length.
+    #[test]
+    fn shallow_is_one_frame_left_after_the_trim() {
+        assert!(shallow_stacks_note(&of(&[(1, 30), (2, 10)])).is_some());
+        assert!(shallow_stacks_note(&of(&[(1, 30), (TRIM_WINDOW + 2, 40)])).is_none());
+        assert!(shallow_stacks_note(&of(&[(1, 30), (TRIM_WINDOW + 1, 40)])).is_none());
+        assert!(shallow_stacks_note(&of(&[(1, 10)])).is_none(), "too few samples");
+    }
 }
