@@ -213,7 +213,12 @@ pub fn report(args: &ReportRequest) -> Result<(), Error> {
     if let Some(note) = super::unwinding::shallow_stacks_note(&profile) {
         eprintln!("memprof: note: {note}");
     }
-    let options = ExportOptions { view: args.view, group_by: args.group_by, processes: &processes };
+    let options = ExportOptions {
+        view: args.view,
+        group_by: args.group_by,
+        processes: &processes,
+        ..Default::default()
+    };
     write_outputs(&profile, &options, outputs, true)
 }
 

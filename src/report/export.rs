@@ -44,6 +44,10 @@ pub struct ExportOptions<'a> {
     /// (the profile is their merge), none when the profile is one recording not read from
     /// files (a session's).
     pub processes: &'a [Process],
+    /// The profile's allocation wrappers ([`Profile::wrappers`]), when another pass made at
+    /// the same time shows them too (`record`'s top table beside its page): whichever
+    /// needs them first makes them there, once. `None`: this export makes its own.
+    pub wrappers: Option<&'a std::sync::OnceLock<Vec<crate::profile::site::Wrapper>>>,
 }
 
 /// One output format of `memprof report` (and of `memprof diff`, through [`diff_of`](super::registry::diff_of)).

@@ -56,11 +56,13 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
+use std::sync::OnceLock;
 
 use super::confidence;
 use super::export::{ExportOptions, Exporter};
 use super::view::{sampling_summary, sorted, stack_totals, View};
 use crate::error::Error;
+use crate::profile::site::Wrapper;
 use crate::profile::timeline::{Cell, Grid, Timeline};
 use crate::profile::{IdHash, Profile, StackId, DEFAULT_SHORT_LIVED_NS};
 
@@ -295,8 +297,8 @@ impl Exporter for HtmlExporter {
         w: &mut dyn Write,
     ) -> Result<(), Error> {
         match options.processes {
-            [] | [_] => write_html(profile, w),
-            several => write_tree_html(profile, several, w),
+            [] | [_] => write_html(profile, options.wrappers, w),
+            several => write_tree_html(profile, several, options.wrappers, w),
         }
     }
     // The page replays the recording's timeline (§1): ranges are chosen on the page.
@@ -321,7 +323,14 @@ fn timeline_of(profile: &Profile) -> Result<&Timeline, Error> {
 
 /// Writes the HTML report of `profile`, one recording read or recorded with its timeline
 /// ([`crate::profile::load::LoadOptions::timeline`]), into `out`.
-pub fn write_html(profile: &Profile, out: impl Write) -> Result<(), Error> {
+///
+/// The page's hints are taken from `wrappers` when another pass shares them
+/// ([`ExportOptions::wrappers`]).
+pub fn write_html(
+    profile: &Profile,
+    wrappers: Option<&OnceLock<Vec<Wrapper>>>,
+    out: impl Write,
+) -> Result<(), Error> {
     if profile.window.is_some() {
         return Err(Error::Config(
             "the HTML report covers the whole recording (its timeline selects moments and \
@@ -345,7 +354,7 @@ pub fn write_html(profile: &Profile, out: impl Write) -> Result<(), Error> {
     for t in stack_totals(profile, View::Gc) {
         *gc.entry(tree.node(profile, t.stack)).or_default() += t.bytes;
     }
-    let json = data_json(profile, &p, &tree, &peak_k, &gc);
+    let json = data_json(profile, &p, &tree, (&peak_k, &gc), wrappers);
     let exe = profile.header.executable.rsplit('/').next().unwrap_or_default();
     let title =
         if exe.is_empty() { "memprof report".to_owned() } else { format!("memprof: {exe}") };
@@ -353,10 +362,11 @@ pub fn write_html(profile: &Profile, out: impl Write) -> Result<(), Error> {
 }
 
 /// Writes the page of a process tree (§4): `profile` is the merge of the files of
-/// `processes`, in that order (what [`crate::profile::load::load`] returns).
+/// `processes`, in that order (what [`crate::profile::load::load`] returns). Its hints are taken from `wrappers` as [`write_html`]'s are.
 pub fn write_tree_html(
     profile: &Profile,
     processes: &[crate::profile::load::Process],
+    wrappers: Option<&OnceLock<Vec<Wrapper>>>,
     out: impl Write,
 ) -> Result<(), Error> {
     if profile.window.is_some() {
@@ -405,7 +415,7 @@ pub fn write_tree_html(
     for t in stack_totals(profile, View::Gc) {
         *gc.entry(tree.node(profile, t.stack)).or_default() += t.bytes;
     }
-    let mut json = data_json(profile, &all, &tree, &peak_k, &gc);
+    let mut json = data_json(profile, &all, &tree, (&peak_k, &gc), wrappers);
     json.pop();
     json.push_str(",\"procs\":");
     json.push_str(&procs.0);
@@ -533,13 +543,13 @@ fn data_json(
     profile: &Profile,
     p: &Pass,
     tree: &Tree,
-    peak: &std::collections::BTreeMap<u32, u64>,
-    gc: &std::collections::BTreeMap<u32, f64>,
+    (peak, gc): (&std::collections::BTreeMap<u32, u64>, &std::collections::BTreeMap<u32, f64>),
+    wrappers: Option<&OnceLock<Vec<Wrapper>>>,
 ) -> String {
     let mut j = Json(String::with_capacity(1 << 20));
     j.raw("{");
     recording_json(&mut j, profile);
-    facts_json(&mut j, profile);
+    facts_json(&mut j, profile, wrappers);
     timeline_json(&mut j, profile, p);
     tree_json(&mut j, p, tree, peak, gc);
     j.raw("}");
@@ -585,7 +595,7 @@ fn recording_json(j: &mut Json, profile: &Profile) {
 
 /// What qualifies the numbers, as the top table's header lines say it: how it sampled,
 /// resident memory, notes, warnings and wrapper hints.
-fn facts_json(j: &mut Json, profile: &Profile) {
+fn facts_json(j: &mut Json, profile: &Profile, wrappers: Option<&OnceLock<Vec<Wrapper>>>) {
     // The summary's first fact: how it sampled and what it lost (`report::sampling_summary`),
     // marked as a warning when the numbers lack something.
     j.key("sampling");
@@ -610,7 +620,15 @@ fn facts_json(j: &mut Json, profile: &Profile) {
     // hints (`report::top`). The page has no one list of shown sites (each view and range
     // has its own), so it takes the 20 largest of them, as many as the top table shows.
     j.key("hints");
-    let hints: Vec<String> = profile.wrappers().iter().take(20).map(|w| w.suggestion()).collect();
+    let made;
+    let wrappers = match wrappers {
+        Some(shared) => shared.get_or_init(|| profile.wrappers()),
+        None => {
+            made = profile.wrappers();
+            &made
+        }
+    };
+    let hints: Vec<String> = wrappers.iter().take(20).map(|w| w.suggestion()).collect();
     j.strs(hints.iter().map(String::as_str));
 }
 
@@ -767,7 +785,7 @@ mod tests {
         }
         assert_eq!(got.values().sum::<u64>(), 110, "a and b at 50 units");
         let mut html = Vec::new();
-        write_html(&profile, &mut html).unwrap();
+        write_html(&profile, None, &mut html).unwrap();
         let html = String::from_utf8(html).unwrap();
         assert!(html.contains("<script type=\"application/json\" id=\"data\">{\"exe\":"));
         assert!(html.contains(r#""b\u003c\u0026\u003e\"x\""#), "names are escaped");

@@ -35,7 +35,7 @@ mod pprof;
 pub(crate) mod registry;
 mod resident;
 pub mod text;
-mod top;
+pub(crate) mod top;
 mod tree;
 mod unwinding;
 mod view;

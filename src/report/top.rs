@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 
 use super::confidence::{ci95, peak_ci95};
 use super::resident::{ended_line, gap_lines, resident_line};
@@ -300,6 +301,16 @@ fn site_cell(s: &SiteTotal) -> String {
 /// The summary printed by `memprof report` and at the end of `memprof record`: a few header
 /// lines about the recording, then the top sites and a totals line.
 pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
+    top_table_sharing(profile, options, &OnceLock::new())
+}
+
+/// [`top_table`], the profile's wrappers taken from `wrappers` (made there if no pass has
+/// yet: `record` makes the table and the page, which shows them too, at once).
+pub(crate) fn top_table_sharing(
+    profile: &Profile,
+    options: &TopOptions,
+    wrappers: &OnceLock<Vec<Wrapper>>,
+) -> String {
     let mut out = String::new();
     describe_recording(&mut out, profile);
     describe_outcome(&mut out, profile);
@@ -322,7 +333,7 @@ pub fn top_table(profile: &Profile, options: &TopOptions) -> String {
     }
     let shown = sites.len().min(options.limit);
     write_sites(&mut out, profile, options, &sites, shown);
-    for w in wrapper_suggestions(profile, &sites[..shown]) {
+    for w in shown_wrappers(wrappers.get_or_init(|| profile.wrappers()), &sites[..shown]) {
         let _ = writeln!(out, "hint: {}", printable(&w.suggestion()));
     }
     if options.backtrace > 0 {
@@ -567,12 +578,17 @@ fn totals_label(profile: &Profile, sites: usize, shown: usize) -> String {
 /// look like allocation wrappers ([`Profile::wrappers`]), the largest first: what the top
 /// table, `--json` and the HTML page suggest a `--site-skip` for.
 pub fn wrapper_suggestions(profile: &Profile, sites: &[SiteTotal]) -> Vec<Wrapper> {
-    let shown = |w: &Wrapper| {
+    shown_wrappers(&profile.wrappers(), sites)
+}
+
+/// Those of `wrappers` that are among `sites` ([`wrapper_suggestions`]).
+fn shown_wrappers(wrappers: &[Wrapper], sites: &[SiteTotal]) -> Vec<Wrapper> {
+    let shown = |w: &&Wrapper| {
         sites.iter().any(|s| {
             s.site == w.site || s.site.strip_suffix(&*w.site).is_some_and(|r| r.ends_with(" › "))
         })
     };
-    profile.wrappers().into_iter().filter(shown).collect()
+    wrappers.iter().filter(shown).cloned().collect()
 }
 
 /// Writes `rows` right-aligned in columns (the last column left as is), then a rule of

@@ -6,10 +6,12 @@ use super::export::{ExportOptions, Exporter};
 use super::{GroupBy, View};
 use crate::error::Error;
 use crate::profile::load::Process;
+use crate::profile::site::Wrapper;
 use crate::profile::Profile;
 use crate::sys::files::Output;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// The export files a report writes: the formats asked for, each with its path, in the
@@ -98,7 +100,7 @@ fn write_each(
 }
 
 /// What `record` and `attach` print once the run is over: `summary` (the top table, made
-/// by the caller), then the companions of the profile `output`, from the same fold:
+/// by the caller, with the profile's wrappers it is handed), then the companions of the profile `output`, from the same fold:
 /// `<output>.svg`, a flamegraph of `view`, and, when `page`, `<output>.html`. The three
 /// are independent passes over the profile, made at once on the machine's cores (the
 /// program is gone and left them free) and said in that order; a companion that cannot
@@ -110,10 +112,14 @@ pub fn summary_and_companions(
     output: &Path,
     (view, page): (View, bool),
     replace: bool,
-    summary: impl FnOnce() -> String + Send,
+    summary: impl FnOnce(&OnceLock<Vec<Wrapper>>) -> String + Send,
 ) {
     let svg = PathBuf::from(format!("{}.svg", output.display()));
     let html = PathBuf::from(format!("{}.html", output.display()));
+    // The table's hints and the page's are the same wrappers: made once, by whichever
+    // pass comes to them first.
+    let wrappers = OnceLock::new();
+    let wrappers = &wrappers;
     let (text, svg_lines, html_lines) = std::thread::scope(|s| {
         let svg_job = s.spawn(|| {
             let options = ExportOptions { view, group_by: GroupBy::Stack, ..Default::default() };
@@ -124,12 +130,13 @@ pub fn summary_and_companions(
         // profile's: report/html.rs §4).
         let html_job = page.then(|| {
             s.spawn(|| {
-                let options = ExportOptions { processes, ..Default::default() };
+                let options =
+                    ExportOptions { processes, wrappers: Some(wrappers), ..Default::default() };
                 let out = Outputs::default().with(&super::html::HtmlExporter, &html);
                 said(|say| write_each(profile, &options, &out, replace, say))
             })
         });
-        let text = summary();
+        let text = summary(wrappers);
         (text, svg_job.join(), html_job.map(|j| j.join()))
     });
     eprint!("{text}");

@@ -16,6 +16,7 @@ use super::request::RecordRequest;
 use crate::config;
 use crate::error::Error;
 use crate::profile::load::{LoadOptions, Process};
+use crate::profile::site::Wrapper;
 use crate::profile::symbolize::Loaders;
 use crate::profile::{Profile, Stopped};
 use crate::report::command::read_profiles_folded;
@@ -26,6 +27,7 @@ use crate::report::View;
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::OnceLock;
 
 fn record_settings(args: &RecordRequest) -> Result<EnvSettings, Error> {
     let mut settings = args.sampling.settings()?;
@@ -126,7 +128,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     }
     let view = summary_view(&profile, args.view);
     // The page is left out when the process is gone (as its file was).
-    let summary = || summary_text(&profile, &processes, args, view);
+    let summary = |wrappers: &_| summary_text(&profile, &processes, args, view, wrappers);
     summary_and_companions(&profile, &processes, &run.output, (view, !gone), args.force, summary);
     say_where(&run, &profile, &processes, &labels);
     Ok(code)
@@ -310,20 +312,15 @@ fn summary_text(
     processes: &[Process],
     args: &RecordRequest,
     view: View,
+    wrappers: &OnceLock<Vec<Wrapper>>,
 ) -> String {
     let mut text = String::new();
     if processes.len() > 1 {
         text.push_str(&crate::report::process_table(processes, &Default::default()));
     }
-    text.push_str(&crate::report::top_table(
-        profile,
-        &TopOptions {
-            limit: args.top,
-            backtrace: args.sites.backtrace,
-            view,
-            ..Default::default()
-        },
-    ));
+    let top =
+        TopOptions { limit: args.top, backtrace: args.sites.backtrace, view, ..Default::default() };
+    text.push_str(&crate::report::top::top_table_sharing(profile, &top, wrappers));
     if let Some(note) = crate::report::shallow_stacks_note(profile) {
         text.push_str(&format!("memprof: note: {note}\n"));
     }

@@ -521,7 +521,8 @@ fn report(
             view,
             ..Default::default()
         };
-        let summary = || crate::report::top_table(&profile, &top);
+        let summary =
+            |wrappers: &_| crate::report::top::top_table_sharing(&profile, &top, wrappers);
         summary_and_companions(&profile, &processes, output, (view, true), args.force, summary);
     }
     eprintln!(
