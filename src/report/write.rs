@@ -100,12 +100,12 @@ fn write_each(
 }
 
 /// What `record` and `attach` print once the run is over: `summary` (the top table, made
-/// by the caller, with the profile's wrappers it is handed), then the companions of the profile `output`, from the same fold:
-/// `<output>.svg`, a flamegraph of `view`, and, when `page`, `<output>.html`. The three
-/// are independent passes over the profile, made at once on the machine's cores (the
-/// program is gone and left them free) and said in that order; a companion that cannot
-/// be written is said as an error, and the rest go on. `replace`: an existing regular file
-/// of this user's is replaced.
+/// by the caller, with the profile's wrappers it is handed), then the companions of the
+/// profile `output`, from the same fold: `<output>.svg`, a flamegraph of `view`, and, when
+/// `page`, `<output>.html`. The three are independent passes over the profile, made at
+/// once on the machine's cores (the program is gone and left them free) and said in that
+/// order; a companion that cannot be written is said as an error, and the rest go on.
+/// `replace`: an existing regular file of this user's is replaced.
 pub fn summary_and_companions(
     profile: &Profile,
     processes: &[Process],
@@ -194,24 +194,12 @@ fn wrote(exporter: &dyn Exporter, what: &str, path: &Path, started: Instant) -> 
     }
 }
 
-/// Writes the HTML report of `profile`, read or recorded with the timelines of
-/// `processes` (one: its page; several: the tree's page), to `out`.
-pub fn write_html_of(
-    profile: &Profile,
-    processes: &[Process],
-    out: &Path,
-    replace: bool,
-) -> Result<(), Error> {
-    let options = ExportOptions { processes, ..Default::default() };
-    // `record`'s companion page and the demo's, written without a flag.
-    let page = Outputs::default().with(&super::html::HtmlExporter, out);
-    write_outputs(profile, &options, &page, replace)
-}
-
 /// Writes the HTML report of `profile`, one recording read with its timeline
-/// ([`crate::profile::load::LoadOptions::timeline`]), to `out`.
+/// ([`crate::profile::load::LoadOptions::timeline`]), to `out` (the demo's page, written
+/// without a flag).
 pub fn write_html(profile: &Profile, out: &Path) -> Result<(), Error> {
-    write_html_of(profile, &[], out, true)
+    let page = Outputs::default().with(&super::html::HtmlExporter, out);
+    write_outputs(profile, &ExportOptions::default(), &page, true)
 }
 
 /// Creates `path` (replacing an existing regular file of this user's: [`crate::sys::files`])
