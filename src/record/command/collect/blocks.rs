@@ -32,10 +32,11 @@ pub(super) struct Block {
     pub(super) stack: StackId,
     pub(super) size: u64,
     pub(super) k: u64,
-    /// The allocation's clock reading as the program took it (raw: the program's clock).
+    /// The allocation's clock reading as the program took it (raw: the program's clock),
+    /// converted again at the free (the conversion is a fixed function of the reading): a
+    /// second word per live block would be megabytes of the collector's memory in the
+    /// exact mode, for a conversion of a few instructions.
     pub(super) alloc_raw: u64,
-    /// The same converted to session nanoseconds, once, when the allocation was read.
-    pub(super) alloc_ns: u64,
 }
 
 impl Block {
@@ -48,7 +49,7 @@ impl Block {
             stack: self.stack,
             size: self.size,
             k: self.k,
-            alloc_ns: self.alloc_ns,
+            alloc_ns: ns(self.alloc_raw),
             life_ns: None,
         }
     }
@@ -249,7 +250,7 @@ mod tests {
     use super::*;
 
     fn block(id: u64, alloc_raw: u64) -> Block {
-        Block { id, stack: 0, size: 16, k: 16, alloc_raw, alloc_ns: alloc_raw }
+        Block { id, stack: 0, size: 16, k: 16, alloc_raw }
     }
 
     #[test]

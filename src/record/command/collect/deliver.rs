@@ -97,7 +97,7 @@ pub(super) fn deliver(
                 });
                 if let Some(blocks) = blocks {
                     let (size, k, alloc_raw) = (a.size as u64, a.k, a.time);
-                    let b = Block { id: a.id, stack, size, k, alloc_raw, alloc_ns };
+                    let b = Block { id: a.id, stack, size, k, alloc_raw };
                     if let Some((old, at)) = blocks.allocated(a.addr, b) {
                         rec.collected_end(&old.free(at, |t| clock.session_ns(t)));
                     }
