@@ -36,13 +36,20 @@ impl Default for Series {
     }
 }
 
+/// True when time `t` is past a grid of `buckets` buckets of `width` ns, which is then
+/// widened: `t / width >= buckets`, tested with a multiply (saturating where it would
+/// overflow, which answers the same), since it is asked at every event folded and the
+/// widening is rare (the series' and the timeline's grids).
+#[inline]
+pub(crate) fn past_grid(t: u64, width: u64, buckets: u64) -> bool {
+    t >= width.saturating_mul(buckets)
+}
+
 impl Series {
     /// The bucket of time `t`, widening the buckets as needed.
     #[inline]
     fn bucket(&mut self, t: u64) -> &mut SeriesPoint {
-        // `t / bucket_ns >= SERIES_POINTS` by a multiply (saturating where it would
-        // overflow): this runs at every event, the widening rarely.
-        if t >= self.bucket_ns.saturating_mul(SERIES_POINTS as u64) {
+        if past_grid(t, self.bucket_ns, SERIES_POINTS as u64) {
             self.widen_to(t);
         }
         let i = (t / self.bucket_ns) as usize;

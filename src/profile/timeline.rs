@@ -121,12 +121,10 @@ impl Timeline {
         b as u32
     }
 
-    /// Widens the grid until `t` is in one of its buckets. Folded at every event: the test
-    /// is a multiply (`t / w >= BUCKETS` exactly, the product saturating where it would
-    /// overflow), the divisions only in the rare widening.
+    /// Widens the grid until `t` is in one of its buckets.
     #[inline]
     fn reach(&mut self, t: u64) {
-        if t >= self.w.saturating_mul(BUCKETS) {
+        if super::series::past_grid(t, self.w, BUCKETS) {
             self.widen_to(t);
         }
     }

@@ -362,7 +362,8 @@ pub fn write_html(
 }
 
 /// Writes the page of a process tree (§4): `profile` is the merge of the files of
-/// `processes`, in that order (what [`crate::profile::load::load`] returns). Its hints are taken from `wrappers` as [`write_html`]'s are.
+/// `processes`, in that order (what [`crate::profile::load::load`] returns). Its hints are
+/// taken from `wrappers` as [`write_html`]'s are.
 pub fn write_tree_html(
     profile: &Profile,
     processes: &[crate::profile::load::Process],
@@ -620,14 +621,8 @@ fn facts_json(j: &mut Json, profile: &Profile, wrappers: Option<&OnceLock<Vec<Wr
     // hints (`report::top`). The page has no one list of shown sites (each view and range
     // has its own), so it takes the 20 largest of them, as many as the top table shows.
     j.key("hints");
-    let made;
-    let wrappers = match wrappers {
-        Some(shared) => shared.get_or_init(|| profile.wrappers()),
-        None => {
-            made = profile.wrappers();
-            &made
-        }
-    };
+    let own = OnceLock::new();
+    let wrappers = wrappers.unwrap_or(&own).get_or_init(|| profile.wrappers());
     let hints: Vec<String> = wrappers.iter().take(20).map(|w| w.suggestion()).collect();
     j.strs(hints.iter().map(String::as_str));
 }

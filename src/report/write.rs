@@ -105,7 +105,9 @@ fn write_each(
 /// `page`, `<output>.html`. The three are independent passes over the profile, made at
 /// once on the machine's cores (the program is gone and left them free) and said in that
 /// order; a companion that cannot be written is said as an error, and the rest go on.
-/// `replace`: an existing regular file of this user's is replaced.
+/// The companions follow `-o`'s rule: new files, or with `replace` (`--force`) this user's
+/// regular files replaced; a symlink, a FIFO or another user's file is left alone with an
+/// error.
 pub fn summary_and_companions(
     profile: &Profile,
     processes: &[Process],

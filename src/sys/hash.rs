@@ -1,4 +1,5 @@
-//! Hashing of keys the profiler makes itself.
+//! Hashing: of keys the profiler makes itself (one multiply), of block addresses, and of
+//! keys a program or a profile chooses (seeded).
 #![forbid(unsafe_code)]
 
 /// A hash of a block's address for the tables indexed by it (the live table, the exact

@@ -372,8 +372,8 @@ fn run_notes(
     shown: &str,
     args: &RecordRequest,
 ) -> Vec<String> {
-    let keep_pymalloc = args.keep_pymalloc;
     use super::runtimes::Runtime;
+    let keep_pymalloc = args.keep_pymalloc;
     let mut notes = Vec::new();
     let mut add = |n: String| {
         if !notes.contains(&n) {

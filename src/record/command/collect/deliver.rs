@@ -81,14 +81,13 @@ pub(super) fn deliver(
         // panic on a damaged event loses that event, not the collector.
         let _ = catch_unwind(AssertUnwindSafe(|| match e {
             WireEvent::Alloc(a) => {
-                let alloc_ns = clock.session_ns(a.time);
                 let stack = rec.collected_alloc(&Allocation {
                     id: a.id,
                     size: a.size,
                     k: a.k,
                     estimated_bytes: a.k as f64 * interval,
                     thread: a.thread,
-                    time_ns: alloc_ns,
+                    time_ns: clock.session_ns(a.time),
                     addr: a.addr,
                     callstack: Callstack { frames, truncated: a.truncated },
                     // Label ids are the other process's (and its preload library never sets
@@ -96,8 +95,8 @@ pub(super) fn deliver(
                     label: None,
                 });
                 if let Some(blocks) = blocks {
-                    let (size, k, alloc_raw) = (a.size as u64, a.k, a.time);
-                    let b = Block { id: a.id, stack, size, k, alloc_raw };
+                    let b =
+                        Block { id: a.id, stack, size: a.size as u64, k: a.k, alloc_raw: a.time };
                     if let Some((old, at)) = blocks.allocated(a.addr, b) {
                         rec.collected_end(&old.free(at, |t| clock.session_ns(t)));
                     }
