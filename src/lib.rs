@@ -118,10 +118,11 @@
 //! | `engine/live/packed.rs` | a live-table slot: a block's address and its entry packed into 32 bytes, and back |
 //! | `engine/live/tests.rs` | the table's tests |
 //! | `engine/forked.rs` | the wiped mark: a child made by a raw `clone` (no fork handler ran) found on the sample and free paths, and its handler run first |
+//! | `engine/known.rs` | the stacks a thread sent whole to a collector in another process (a table of keys per thread and session): its later allocations from the same place name their stack by key, so the queue carries the frames once |
 //! | `engine/queue/mod.rs` | the bounded queue of events waiting for a safe point, and the futex word full-queue waiters sleep on |
 //! | `engine/queue/cells.rs` | the queue's 128-byte cells: an event takes one, and one more for each 15 frames past its first 4; the frames written and read across them, the cells handed back in order |
 //! | `engine/queue/tests.rs` | the queue's tests, and the events other modules' tests build |
-//! | `engine/queue/event.rs` | the queue's wire event, a typed enum (an allocation, a death, a free named by address, a side record), each kind with its own named fields, and its 72 bytes in a slot |
+//! | `engine/queue/event.rs` | the queue's wire event, a typed enum (an allocation, a death, a free named by address, a side record), each kind with its own named fields, and its 80 bytes in a slot, each kind writing and reading its own fields only (a free is the first line of its cell); an allocation names its stack there or by the key of one sent before |
 //! | `engine/queue/lost_frees.rs` | the queue's table of the frees it refused or deferred, replayed by the consumer |
 //! | `engine/queue/doorbell.rs` | the consumer's sleep on a word of the queue's block, and the producers' wake once enough events wait (one system call per sleep; a poll mark under a seccomp filter) |
 //! | `engine/clock.rs` | the sample path's clock (TSC or `CLOCK_MONOTONIC`), and its readings to session time (a fixed function of the reading for the collector) |
@@ -280,6 +281,7 @@
 //! | `record/command/collect/end.rs` | a ring whose process is gone, finished: its last events, how the process ended, its losses and what stderr is told (§3) |
 //! | `record/command/collect/publish.rs` | the root process's profile as folded so far, copied between two drains when `--serve` asks |
 //! | `record/command/collect/sleep.rs` | the collector's sleep between passes (§8): on its rings' words, the bell and its own (`futex_waitv`), until there is work or its own schedule is due; polling on old kernels |
+//! | `record/command/collect/stacks.rs` | the stacks a process's threads sent whole, by key (`engine::known`): an allocation that names one is folded as the stack it was interned as, or with the frames kept |
 //! | `record/command/oom.rs` | whether the kernel's OOM killer ended the program: its memory cgroups' and the system's OOM-kill counts, before and after |
 //! | `record/command/request.rs` | [`record::RecordRequest`]: `record`'s arguments |
 //! | `record/command/run.rs` | [`record::run`]: the program run, the collector and the symbol reader beside it, then the summary and the companions from the collector's fold, and every diagnosis |

@@ -11,7 +11,7 @@
 //! busy guard (`busy`), the lost-sample counters (`lost`), the pushes into the session's
 //! queue (`push`, below the live table that reports deferred deaths through it), the
 //! capture buffer (`callstack::frames`) and the per-thread state types
-//! (`sampler::per_thread`, `callstack::per_thread`) that `thread` maps. `sample_path` composes
+//! (`sampler::per_thread`, `callstack::per_thread`, `known`) that `thread` maps. `sample_path` composes
 //! them into the sample path, and `alloc` calls it from the hooks; nothing below reaches
 //! back into either.
 
@@ -22,6 +22,7 @@ pub(crate) mod clock;
 pub(crate) mod consumer;
 pub(crate) mod entry;
 pub(crate) mod forked;
+pub(crate) mod known;
 pub(crate) mod label;
 pub(crate) mod live;
 pub(crate) mod lost;

@@ -34,7 +34,7 @@ use crate::engine::clock;
 use crate::engine::live::{self, Entry, Freed, Insert};
 use crate::engine::lost::skipped;
 use crate::engine::push::{push_alloc, push_death, push_unnamed_free};
-use crate::engine::queue::AllocEvent;
+use crate::engine::queue::{AllocEvent, StackRef};
 use crate::engine::sampler::Hit;
 use crate::sys::errno::SavedErrno;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -93,10 +93,15 @@ pub(crate) fn record_alloc_inline(
         crate::engine::python::splice(&mut frames, depth);
         let id = hit.id;
         let truncated = frames.truncated();
+        // A consumer in another process has the stack already when this thread sent it
+        // (`known`): the event then names it by its key.
+        let known = crate::engine::thread::blocks().map(|b| &b.known).filter(|_| q.is_external());
         if live::by_address() {
             // No table: the collector keeps the block by its address (`live` §6). The
             // clock is read once the block is the program's (the real allocation ran), so
             // a free of the address before this one has an earlier reading.
+            let stack = known
+                .map_or(StackRef::Here, |t| t.stack_ref(hit.epoch, frames.frames(), truncated));
             let event = AllocEvent {
                 epoch: hit.epoch,
                 id,
@@ -107,8 +112,12 @@ pub(crate) fn record_alloc_inline(
                 size,
                 k: hit.k,
                 truncated,
+                stack,
             };
-            let pushed = push_alloc(q, event, frames.frames()).is_some();
+            let pushed = push_alloc(q, event, sent_frames(stack, &frames)).is_some();
+            if let (Some(t), true) = (known, pushed) {
+                t.sent(stack);
+            }
             crate::engine::push::alloc_by_address_pushed(addr, pushed);
             saved.restore();
             return;
@@ -119,6 +128,7 @@ pub(crate) fn record_alloc_inline(
             true => crate::engine::callstack::frames::key(frames.frames(), truncated),
             false => 0,
         };
+        let stack_ref = known.map_or(StackRef::Here, |t| t.by_key(hit.epoch, stack));
         let entry = Entry::new(id, hit.epoch, stack, 0, size as u64, hit.k);
         // The live-table entry goes in before the event: its lock's exchange is a full
         // fence, which after the slot's ~200 bytes of stores would wait for all of them
@@ -137,10 +147,11 @@ pub(crate) fn record_alloc_inline(
             size,
             k: hit.k,
             truncated,
+            stack: stack_ref,
         };
         match tracked {
             Insert::Reentrant => skipped(),
-            tracked => match push_alloc(q, event, frames.frames()) {
+            tracked => match push_alloc(q, event, sent_frames(stack_ref, &frames)) {
                 // Lost event: no dealloc event must follow for it either.
                 None => {
                     if tracked == Insert::Done {
@@ -148,6 +159,9 @@ pub(crate) fn record_alloc_inline(
                     }
                 }
                 Some(pushed) => {
+                    if let Some(t) = known {
+                        t.sent(stack_ref);
+                    }
                     if tracked == Insert::NoMemory {
                         UNTRACKED.fetch_add(1, Ordering::Relaxed);
                     } else if pushed != time {
@@ -160,6 +174,15 @@ pub(crate) fn record_alloc_inline(
         }
     }
     saved.restore();
+}
+
+/// The frames an allocation's event carries: none when it names its stack by key.
+#[inline(always)]
+fn sent_frames(stack: StackRef, frames: &Captured) -> &[usize] {
+    match stack {
+        StackRef::Sent(_) => &[],
+        StackRef::Here | StackRef::Kept(_) => frames.frames(),
+    }
 }
 
 /// Queues the free of the block at `addr`, at the clock reading its free took before the

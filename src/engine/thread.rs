@@ -7,7 +7,7 @@
 //! memprof before it ran a line. So only what the fast path and the reentrancy check need
 //! stays there (the preload library's countdown, the sampler's busy flag, and the pointer
 //! below: a few words); the rest (the sampler's generator and ids, the unwinder's stack top
-//! and remembered walks, ~5.8 KB) is a [`Blocks`] allocated the first time the thread takes
+//! and remembered walks, the stacks sent to a collector: ~10 KB) is a [`Blocks`] allocated the first time the thread takes
 //! the sample path while a session runs. A thread that never samples never gets one.
 //!
 //! # 2. Memory and release
@@ -120,6 +120,8 @@ pub(crate) struct Blocks {
     pub(crate) sampler: ThreadState,
     /// The unwinder's (stack top, remembered walks).
     pub(crate) callstack: PerThread,
+    /// The stacks this thread sent whole to a consumer in another process (`known`).
+    pub(crate) known: crate::engine::known::Known,
 }
 
 /// The walk stack's bytes.

@@ -246,8 +246,17 @@ impl Profile {
     /// [`Profile::try_free`], saying which pair id the block's pair has in the vectors by
     /// pair id (`Some(None)` when they are not kept): `None` when no such block is live.
     pub(crate) fn try_free_pair(&mut self, f: &Free) -> Option<Option<u32>> {
+        self.try_free_pair_at(f, None)
+    }
+
+    /// [`Profile::try_free_pair`] of a block whose pair the caller remembers as `hint` (the
+    /// id [`Profile::fold_sample`] gave it), taken when it is that pair's.
+    pub(crate) fn try_free_pair_at(&mut self, f: &Free, hint: Option<u32>) -> Option<Option<u32>> {
         let pair = (f.stack, f.size);
-        let id = self.pairs.as_ref().and_then(|p| p.get(pair));
+        let id = self.pairs.as_ref().and_then(|p| {
+            hint.filter(|&i| p.slots.get(i as usize).is_some_and(|s| s.pair == pair))
+                .or_else(|| p.get(pair))
+        });
         if !self.unlive(f.stack, f.size, id, f.k, f.alloc_ns) {
             return None;
         }

@@ -196,6 +196,7 @@ mod tests {
             size,
             k: 2,
             truncated: false,
+            stack: crate::engine::queue::StackRef::Here,
         })
     }
 

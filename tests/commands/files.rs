@@ -40,12 +40,20 @@ fn chmod(p: &Path, mode: u32) {
 
 /// Runs `cmd` with a deadline: a command that hangs fails the test instead of hanging it.
 fn within(cmd: &mut Command) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command runs");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // A program just copied may still be open for writing in a child another test forked
+    // before its `exec` closed the copy's descriptor: `exec` then fails with ETXTBSY
+    // until that child has run on. Tried again for a while.
+    let mut tries = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            spawned => break spawned.expect("the command runs"),
+        }
+    };
     let start = Instant::now();
     loop {
         if child.try_wait().unwrap().is_some() {

@@ -1,12 +1,22 @@
 //! The queue's wire event ([`WireEvent`]): what happened to a sampled block, each kind
-//! with the fields it has, and its 72 bytes in a slot ([`Wire`]); the call stack of an
-//! allocation follows it in its slot.
+//! with the fields it has, and its 80 bytes in a slot ([`Wire`]); the call stack of an
+//! allocation follows it in its slot, unless the consumer has it already ([`StackRef`]).
 //!
 //! Producers build a [`WireEvent`] and the queue writes it into the slot's [`Wire`]; the
 //! consumer gets it back from the slot, checked when another process wrote it. The slot's
 //! layout is fixed (`repr(C)`, read by another build of this crate: the collector in
 //! `memprof record`), and its fields are the same words for every kind; what they hold
-//! is said once, in [`WireEvent::to_wire`] and [`Wire::event`], and nowhere else.
+//! is said once, in [`Wire::store`] and [`Wire::load`], and nowhere else.
+//!
+//! # The first line
+//! A slot's words are written by a producer on one core and read by the consumer on
+//! another: each cache line of it crosses between the cores twice a lap, and in the exact
+//! mode, where every allocation and free is an event, those crossings bound how many
+//! events a second the queue carries (the pipeline bench's 8-thread row). So a kind's
+//! fields are written and read one by one, never the whole [`Wire`], and a free's fields
+//! (with the kind, the frame count and the thread, in the first word) come first: with
+//! the slot's sequence number and owner, a free is the first 64 bytes of its cell, one
+//! line ([`FREE_ENDS_AT`]).
 
 use crate::engine::entry::Entry;
 
@@ -48,6 +58,26 @@ pub struct AllocEvent {
     pub k: u64,
     /// The call stack was deeper than the depth.
     pub truncated: bool,
+    /// Whether its frames follow it in the slot, or the consumer has them already.
+    pub stack: StackRef,
+}
+
+/// Where an allocation's call stack is. A producer whose consumer is another process
+/// (`memprof record`'s collector) sends each stack whole once per thread and names it
+/// by its key after that (`engine::known`): a stack of a dozen frames is two cells of the
+/// queue more, of a hundred (an interpreter's) seven, and each of their lines crosses
+/// between the cores twice (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackRef {
+    /// The frames follow the event in its slot.
+    Here,
+    /// The frames follow, and later events of this thread may name them by this key
+    /// ([`crate::engine::callstack::frames::key`] of the frames and `truncated`; never 0):
+    /// the consumer keeps them.
+    Kept(u64),
+    /// No frames follow: they are those an earlier event of the same thread, queue and
+    /// session carried with [`StackRef::Kept`] of this key.
+    Sent(u64),
 }
 
 /// A sampled block's death, with what a consumer that keeps no map of blocks needs to take
@@ -151,55 +181,9 @@ impl WireEvent {
     pub fn is_free(&self) -> bool {
         matches!(self, WireEvent::Death(_) | WireEvent::Free(_))
     }
-
-    /// The event in a slot's words.
-    #[inline(always)]
-    pub(super) fn to_wire(self) -> Wire {
-        let blank = Wire {
-            kind: 0,
-            epoch: self.epoch(),
-            id: 0,
-            thread: 0,
-            label: 0,
-            time: self.time(),
-            addr: 0,
-            size: 0,
-            k: 0,
-            truncated: false,
-        };
-        match self {
-            WireEvent::Alloc(a) => Wire {
-                kind: KIND_ALLOC,
-                id: a.id,
-                thread: a.thread,
-                label: a.label,
-                addr: a.addr,
-                size: a.size,
-                k: a.k,
-                truncated: a.truncated,
-                ..blank
-            },
-            // The stack key in `thread` and `label`, the allocation time in `addr`: the
-            // words an allocation uses for itself.
-            WireEvent::Death(d) => Wire {
-                kind: KIND_DEATH,
-                id: d.id,
-                thread: d.stack as u32,
-                label: (d.stack >> 32) as u32,
-                addr: d.alloc_time as usize,
-                size: d.size as usize,
-                k: d.k,
-                ..blank
-            },
-            WireEvent::Free(f) => Wire { kind: KIND_FREE, addr: f.addr, ..blank },
-            WireEvent::Side(s) => {
-                Wire { kind: KIND_SIDE, id: s.what, addr: s.word as usize, ..blank }
-            }
-        }
-    }
 }
 
-/// [`Wire::kind`] of an allocation.
+/// [`Wire::kind`] of an allocation whose frames follow it.
 const KIND_ALLOC: u8 = 0;
 /// [`Wire::kind`] of a death.
 const KIND_DEATH: u8 = 1;
@@ -208,64 +192,173 @@ const KIND_DEATH: u8 = 1;
 const KIND_SIDE: u8 = 3;
 /// [`Wire::kind`] of a free named by its address.
 const KIND_FREE: u8 = 4;
+/// [`Wire::kind`] of an allocation whose frames an earlier event carried
+/// ([`StackRef::Sent`]).
+const KIND_ALLOC_SENT: u8 = 5;
 
 /// An event as a slot holds it: `repr(C)`, the same words for every kind (a queue in
-/// shared memory is read by another build of this crate). Only [`WireEvent::to_wire`]
-/// writes one and [`Wire::event`] reads one.
-#[derive(Clone, Copy, Debug)]
+/// shared memory is read by another build of this crate), every field an integer (any
+/// bytes another process left are some value of it). Only [`Wire::store`] writes one and
+/// [`Wire::load`] reads one, each only the fields of the event's kind.
 #[repr(C)]
 pub(super) struct Wire {
     kind: u8,
-    epoch: u64,
-    id: u64,
+    /// 1: the call stack was deeper than the depth.
+    truncated: u8,
+    /// Frames that follow in the slot.
+    nframes: u16,
     thread: u32,
-    label: u32,
+    epoch: u64,
     time: u64,
-    addr: usize,
-    size: usize,
+    /// An allocation's or a free's block; a side record's word.
+    addr: u64,
+    /// A sample id; a side record's `what`.
+    id: u64,
+    size: u64,
     k: u64,
-    truncated: bool,
+    /// The key of an allocation's stack (0: none, [`StackRef::Here`]) or of a death's.
+    stack: u64,
+    alloc_time: u64,
+    label: u32,
+    _pad: u32,
+}
+
+/// Where a free's fields end in a slot whose head is `head` bytes: within the first
+/// line (see the module documentation).
+pub(super) const fn free_ends_at(head: usize) -> usize {
+    head + core::mem::offset_of!(Wire, addr) + 8
 }
 
 impl Wire {
-    /// The event the slot holds; `None` when its kind is none of ours (a slot another
-    /// process wrote over).
+    /// Writes `event`, followed by `nframes` frames (at most `u16::MAX`: the depth is at
+    /// most [`crate::config::MAX_DEPTH`]), into the slot's words at `w`: its kind's fields
+    /// only.
+    ///
+    /// # Safety
+    /// `w` is valid for writes of a `Wire` and owned by the caller (a claimed slot).
     #[inline(always)]
-    pub(super) fn event(&self) -> Option<WireEvent> {
-        let (epoch, time) = (self.epoch, self.time);
-        Some(match self.kind {
-            KIND_ALLOC => WireEvent::Alloc(AllocEvent {
-                epoch,
-                id: self.id,
-                thread: self.thread,
-                label: self.label,
-                time,
-                addr: self.addr,
-                size: self.size,
-                k: self.k,
-                truncated: self.truncated,
-            }),
-            KIND_DEATH => WireEvent::Death(DeathEvent {
-                epoch,
-                id: self.id,
-                stack: u64::from(self.thread) | u64::from(self.label) << 32,
-                alloc_time: self.addr as u64,
-                time,
-                size: self.size as u64,
-                k: self.k,
-            }),
-            KIND_FREE => WireEvent::Free(FreeEvent { epoch, addr: self.addr, time }),
-            KIND_SIDE => {
-                WireEvent::Side(SideEvent { epoch, what: self.id, word: self.addr as u64, time })
-            }
-            _ => return None,
-        })
+    pub(super) unsafe fn store(w: *mut Wire, event: WireEvent, nframes: usize) {
+        use core::ptr::addr_of_mut as at;
+        let nframes = nframes.min(u16::MAX as usize) as u16;
+        // SAFETY: the caller owns the `Wire` at `w`; each write is of one of its fields.
+        unsafe {
+            at!((*w).epoch).write(event.epoch());
+            at!((*w).time).write(event.time());
+            let (kind, truncated, thread) = match event {
+                WireEvent::Alloc(a) => {
+                    let (kind, stack) = match a.stack {
+                        StackRef::Here => (KIND_ALLOC, 0),
+                        StackRef::Kept(key) => (KIND_ALLOC, key),
+                        StackRef::Sent(key) => (KIND_ALLOC_SENT, key),
+                    };
+                    at!((*w).addr).write(a.addr as u64);
+                    at!((*w).id).write(a.id);
+                    at!((*w).size).write(a.size as u64);
+                    at!((*w).k).write(a.k);
+                    at!((*w).stack).write(stack);
+                    at!((*w).label).write(a.label);
+                    (kind, a.truncated, a.thread)
+                }
+                WireEvent::Death(d) => {
+                    at!((*w).id).write(d.id);
+                    at!((*w).size).write(d.size);
+                    at!((*w).k).write(d.k);
+                    at!((*w).stack).write(d.stack);
+                    at!((*w).alloc_time).write(d.alloc_time);
+                    (KIND_DEATH, false, 0)
+                }
+                WireEvent::Free(f) => {
+                    at!((*w).addr).write(f.addr as u64);
+                    (KIND_FREE, false, 0)
+                }
+                WireEvent::Side(s) => {
+                    at!((*w).id).write(s.what);
+                    at!((*w).addr).write(s.word);
+                    (KIND_SIDE, false, 0)
+                }
+            };
+            at!((*w).kind).write(kind);
+            at!((*w).truncated).write(u8::from(truncated));
+            at!((*w).nframes).write(nframes);
+            at!((*w).thread).write(thread);
+        }
     }
 
-    /// The offset of the one field not every byte is valid for (a `bool`), for reading a
-    /// slot another process wrote.
-    pub(super) const TRUNCATED_AT: usize = core::mem::offset_of!(Wire, truncated);
+    /// The event in the slot's words at `w` and the frames that follow it, reading its
+    /// kind's fields only; `None` for the event when its kind is none of ours or a flag
+    /// holds no flag's value (a slot another process wrote over).
+    ///
+    /// # Safety
+    /// `w` is valid for reads of a `Wire`, published (nobody writes it meanwhile).
+    #[inline(always)]
+    pub(super) unsafe fn load(w: *const Wire) -> (Option<WireEvent>, usize) {
+        use core::ptr::addr_of as at;
+        // SAFETY: the caller's `Wire` at `w` is readable; every field is an integer, valid
+        // whatever its bytes.
+        unsafe {
+            let kind = at!((*w).kind).read();
+            let nframes = usize::from(at!((*w).nframes).read());
+            let truncated = at!((*w).truncated).read();
+            let (epoch, time) = (at!((*w).epoch).read(), at!((*w).time).read());
+            if truncated > 1 {
+                return (None, nframes);
+            }
+            let event = match kind {
+                KIND_ALLOC | KIND_ALLOC_SENT => {
+                    let key = at!((*w).stack).read();
+                    WireEvent::Alloc(AllocEvent {
+                        epoch,
+                        id: at!((*w).id).read(),
+                        thread: at!((*w).thread).read(),
+                        label: at!((*w).label).read(),
+                        time,
+                        addr: at!((*w).addr).read() as usize,
+                        size: at!((*w).size).read() as usize,
+                        k: at!((*w).k).read(),
+                        truncated: truncated == 1,
+                        stack: match (kind, key) {
+                            (KIND_ALLOC_SENT, key) => StackRef::Sent(key),
+                            (_, 0) => StackRef::Here,
+                            (_, key) => StackRef::Kept(key),
+                        },
+                    })
+                }
+                KIND_DEATH => WireEvent::Death(DeathEvent {
+                    epoch,
+                    id: at!((*w).id).read(),
+                    stack: at!((*w).stack).read(),
+                    alloc_time: at!((*w).alloc_time).read(),
+                    time,
+                    size: at!((*w).size).read(),
+                    k: at!((*w).k).read(),
+                }),
+                KIND_FREE => {
+                    WireEvent::Free(FreeEvent { epoch, addr: at!((*w).addr).read() as usize, time })
+                }
+                KIND_SIDE => WireEvent::Side(SideEvent {
+                    epoch,
+                    what: at!((*w).id).read(),
+                    word: at!((*w).addr).read(),
+                    time,
+                }),
+                _ => return (None, nframes),
+            };
+            (Some(event), nframes)
+        }
+    }
+}
+
+#[cfg(test)]
+impl Wire {
+    /// Writes over the frame count of the event at `w` (as another process might).
+    ///
+    /// # Safety
+    /// As [`Wire::store`].
+    pub(super) unsafe fn set_nframes(w: *mut Wire, n: u16) {
+        // SAFETY: the caller owns the `Wire` at `w`.
+        unsafe { core::ptr::addr_of_mut!((*w).nframes).write(n) }
+    }
 }
 
 // The slots, and the shared rings of `memprof record`, keep their geometry.
-const _: () = assert!(size_of::<Wire>() == 72);
+const _: () = assert!(size_of::<Wire>() == 80);

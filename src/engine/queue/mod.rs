@@ -94,7 +94,7 @@ use event::Wire;
 // A death's fields are read by name by the collector only (and the tests).
 #[cfg(any(feature = "cli", test))]
 pub use event::DeathEvent;
-pub use event::{AllocEvent, FreeEvent, SideEvent, WireEvent};
+pub use event::{AllocEvent, FreeEvent, SideEvent, StackRef, WireEvent};
 
 /// The head of an event's first cell (§2a); its first frames follow it in the cell.
 #[repr(C)]
@@ -109,9 +109,12 @@ struct SlotHead {
     /// read as this lap's (a thread preempted between its claim and the store made a
     /// thread that had used the slot a lap before drop its events instead of waiting).
     owner: AtomicUsize,
+    /// The event, with the count of its frames.
     event: UnsafeCell<Wire>,
-    nframes: UnsafeCell<usize>,
 }
+
+// A free is the first line of its cell (`event` §1).
+const _: () = assert!(event::free_ends_at(core::mem::offset_of!(SlotHead, event)) <= 64);
 
 /// The queue's shared state, at the start of its memory block (the slots follow): in a
 /// block shared between processes, producers in one and the consumer in another see the
@@ -167,8 +170,9 @@ fn owner_tag(pos: usize) -> usize {
 /// [`Ctl::magic`] of an initialised block ("mpq7": the lost-free table follows the counters,
 /// its entries whole deaths; the counters hold the word waiting producers sleep on, §5, the
 /// count of frees deferred to the table, §3, and the consumer's own sleep, §6; the events
-/// are in cells, §2a).
-const CTL_MAGIC: u64 = 0x6d70_7137_0000_0001;
+/// are in cells, §2a). "mpq8": a slot's event holds its frame count, a free's fields in
+/// its first line, and an allocation may name a stack sent before (`event`).
+const CTL_MAGIC: u64 = 0x6d70_7138_0000_0001;
 
 /// Producers a drain wakes at once (§5).
 const WAKE_AT_ONCE: u32 = 4;
@@ -199,9 +203,6 @@ pub struct Queue {
     depth: usize,
     /// Another process consumes this queue: [`Queue::drain`] here does nothing.
     external: bool,
-    /// This side reads a block another process writes: events are checked as they are
-    /// copied out (see [`Queue::attach`]).
-    attached: bool,
 }
 
 // SAFETY: slots are handed between threads by the sequence-number protocol: a slot's
@@ -281,7 +282,7 @@ impl Queue {
                 tail: Padded(AtomicUsize::new(0)),
                 head: Padded(AtomicUsize::new(0)),
             });
-            Some(Queue { ctl, base, mask: cap - 1, depth, external: false, attached: false })
+            Some(Queue { ctl, base, mask: cap - 1, depth, external: false })
         }
     }
 
@@ -312,7 +313,6 @@ impl Queue {
             mask: cap - 1,
             depth,
             external: false,
-            attached: true,
         })
     }
 
@@ -461,10 +461,9 @@ impl Queue {
                         // of it is as late as the publication allows.
                         let time = unsafe {
                             (*slot).owner.store(owner_tag(pos), Ordering::Relaxed);
-                            (*slot).nframes.get().write(frames.len());
                             self.write_frames(pos, frames);
                             let event = stamp(event);
-                            (*slot).event.get().write(event.to_wire());
+                            Wire::store((*slot).event.get(), event, frames.len());
                             (*slot).seq.store(
                                 pos.wrapping_add(1).wrapping_sub(pos & self.mask),
                                 Ordering::Release,
@@ -637,13 +636,8 @@ impl Queue {
             // SAFETY: the Acquire load saw the producer's Release store, so the event and
             // frames are fully written; nobody writes the cells until we hand them back
             // below. Copied out first so `f` can push more events (even into these cells).
-            let (event, count) = if self.attached {
-                // SAFETY: as above; the bytes are checked before they are taken as an event.
-                unsafe { (read_checked((*slot).event.get()), *(*slot).nframes.get()) }
-            } else {
-                // SAFETY: as above; written by this process's own producers.
-                unsafe { ((*(*slot).event.get()).event(), *(*slot).nframes.get()) }
-            };
+            // Another process's bytes are checked as they are read (`Wire::load`).
+            let (event, count) = unsafe { Wire::load((*slot).event.get()) };
             let count = count.min(self.depth);
             let cells = cells_for(count);
             // A frame count another process wrote that claims cells past the tail: not an
@@ -720,33 +714,6 @@ impl Queue {
     pub fn has_unpublished(&self) -> bool {
         self.ctl().tail.load(Ordering::Acquire) != self.ctl().head.load(Ordering::Acquire)
     }
-}
-
-/// An event written by another process, copied out of its slot and taken as a [`Wire`]
-/// only when its `bool` holds a valid value (anything else in a shared block would be
-/// undefined behaviour to read as one), then as an event only when its kind is one.
-/// `None`: not an event (counted as lost by the caller).
-///
-/// # Safety
-/// `p` is valid for reads of a `Wire`'s size.
-unsafe fn read_checked(p: *const Wire) -> Option<WireEvent> {
-    let mut raw = core::mem::MaybeUninit::<Wire>::uninit();
-    // SAFETY: copies the slot's bytes (valid for reads, per the caller) into local storage.
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            p as *const u8,
-            raw.as_mut_ptr() as *mut u8,
-            size_of::<Wire>(),
-        )
-    };
-    // SAFETY: the offset lies inside the copied event.
-    let truncated = unsafe { *(raw.as_ptr() as *const u8).add(Wire::TRUNCATED_AT) };
-    if truncated > 1 {
-        return None;
-    }
-    // SAFETY: every field is now valid: integers take any bits, `truncated` was checked
-    // above. Padding bytes are not read as values.
-    unsafe { raw.assume_init() }.event()
 }
 
 #[cfg(test)]

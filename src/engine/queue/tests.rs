@@ -10,8 +10,33 @@ pub(crate) fn death(epoch: u64, id: u64, time: u64) -> WireEvent {
         DeathEvent { epoch, id, stack: e.stack, alloc_time: e.time, time, size: e.size, k: e.k };
     assert_eq!(d, WireEvent::Death(expected));
     // Through a slot's words and back, unchanged.
-    assert_eq!(d.to_wire().event(), Some(d));
+    assert_eq!(through_slot(d, 0), (Some(d), 0));
     d
+}
+
+/// A cell's bytes, aligned as the queue's.
+#[repr(C, align(128))]
+struct CellBytes([u8; 128]);
+
+/// The cell an event leaves when written over bytes all `0xAA`, and what is read back
+/// from it: (event, frame count).
+fn through_cell(e: WireEvent, nframes: usize) -> (CellBytes, Option<WireEvent>, usize) {
+    let mut cell = CellBytes([0xAA; 128]);
+    let at = core::mem::offset_of!(SlotHead, event);
+    // SAFETY: the `Wire` lies inside the cell at the slot's offset, aligned (the cell is
+    // 128-byte aligned, the offset a multiple of 8); every field is an integer.
+    let (read, n) = unsafe {
+        let w = cell.0.as_mut_ptr().add(at) as *mut Wire;
+        Wire::store(w, e, nframes);
+        Wire::load(w)
+    };
+    (cell, read, n)
+}
+
+/// What an event is read back as from a slot: (event, frame count).
+fn through_slot(e: WireEvent, nframes: usize) -> (Option<WireEvent>, usize) {
+    let (_, read, n) = through_cell(e, nframes);
+    (read, n)
 }
 
 /// Claims the next position of `q` and never publishes it, as a producer stuck inside
@@ -32,6 +57,7 @@ pub(crate) fn ev(id: u64) -> WireEvent {
         size: 8,
         k: 1,
         truncated: false,
+        stack: StackRef::Here,
     })
 }
 
@@ -58,8 +84,8 @@ pub(crate) fn id_of(e: &WireEvent) -> u64 {
     }
 }
 
-/// Every kind goes through a slot's words and comes back as it was; a slot whose kind is
-/// none of ours is no event.
+/// Every kind goes through a slot's words and comes back as it was, whatever the slot held
+/// before; a slot whose kind is none of ours, or whose flag is no flag, is no event.
 #[test]
 fn events_survive_the_slot() {
     let alloc = AllocEvent {
@@ -72,24 +98,44 @@ fn events_survive_the_slot() {
         size: 13,
         k: 15,
         truncated: true,
+        stack: StackRef::Here,
     };
     let events = [
         WireEvent::Alloc(alloc),
+        WireEvent::Alloc(AllocEvent { stack: StackRef::Kept(0xfeed), ..alloc }),
+        WireEvent::Alloc(AllocEvent { stack: StackRef::Sent(0xbeef), truncated: false, ..alloc }),
         death(3, 17, 19),
         WireEvent::Free(FreeEvent { epoch: 3, addr: 0xdead_bee0, time: 21 }),
         WireEvent::Side(SideEvent { epoch: 3, what: 2, word: 23, time: 25 }),
     ];
-    for e in events {
-        assert_eq!(e.to_wire().event(), Some(e));
+    for (i, e) in events.into_iter().enumerate() {
+        assert_eq!(through_slot(e, i), (Some(e), i));
     }
-    let mut bytes = [0u8; size_of::<Wire>()];
-    // SAFETY: `Wire` is plain data of this size; the bytes are a valid `Wire` (the kind
-    // is a plain byte, `truncated` stays 0).
-    let w: Wire = unsafe {
-        bytes[0] = 2;
-        core::mem::transmute(bytes)
-    };
-    assert_eq!(w.event(), None, "kind 2 is nothing now");
+    let free = WireEvent::Free(FreeEvent { epoch: 3, addr: 8, time: 21 });
+    let (mut cell, _, _) = through_cell(free, 0);
+    let at = core::mem::offset_of!(SlotHead, event);
+    cell.0[at] = 2;
+    // SAFETY: as in `through_cell`.
+    assert_eq!(unsafe { Wire::load(cell.0.as_ptr().add(at) as *const Wire) }.0, None, "kind 2");
+    cell.0[at] = 4;
+    cell.0[at + 1] = 2;
+    // SAFETY: as above.
+    assert_eq!(unsafe { Wire::load(cell.0.as_ptr().add(at) as *const Wire) }.0, None, "flag 2");
+}
+
+/// A free writes the first line of its cell only, and reads back from it alone (`event`
+/// §1): its second line is never the producer's to send to the consumer's core.
+#[test]
+fn a_free_is_one_line() {
+    let free = WireEvent::Free(FreeEvent { epoch: 9, addr: 0xdead_bee0, time: 21 });
+    let (mut cell, read, _) = through_cell(free, 0);
+    assert_eq!(read, Some(free));
+    assert!(cell.0[64..].iter().all(|&b| b == 0xAA), "the second line was written");
+    cell.0[64..].fill(0x55);
+    let at = core::mem::offset_of!(SlotHead, event);
+    // SAFETY: as in `through_cell`.
+    let again = unsafe { Wire::load(cell.0.as_ptr().add(at) as *const Wire) };
+    assert_eq!(again, (Some(free), 0), "the second line was read");
 }
 
 #[test]
@@ -302,7 +348,7 @@ fn a_frame_count_past_the_tail_is_no_event() {
     let (producer, consumer) = shared(8, 40);
     assert!(producer.push(&ev(1), &[1, 2, 3]));
     // SAFETY: the first cell's head, written by the producer above and not read now.
-    unsafe { *(*producer.slot(0)).nframes.get() = 40 };
+    unsafe { Wire::set_nframes((*producer.slot(0)).event.get(), 40) };
     let mut seen = 0;
     assert_eq!(consumer.drain(|_, _| seen += 1), Some(0));
     assert_eq!((seen, consumer.lost()), (0, 1));

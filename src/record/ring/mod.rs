@@ -120,8 +120,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"mpring01");
 /// §6; 9: the queue's block holds the word the collector sleeps on, `engine::queue` §6,
 /// and the ring directory a bell, §7; 10: an exact session's frees name only their
 /// addresses, `engine::live` §6; 11: the queue is of 128-byte cells, an event taking as
-/// many as its stack needs, `engine::queue` §2a).
-pub(crate) const VERSION: u32 = 11;
+/// many as its stack needs, `engine::queue` §2a; 12: a free is the first line of its
+/// cell, and an allocation may name a stack its thread sent before, `engine::known`).
+pub(crate) const VERSION: u32 = 12;
 // The side events' kinds belong to the session, which queues them (`session::push_side`).
 #[cfg(feature = "cli")] // read by the collector only
 pub(crate) use crate::session::SIDE_GC;

@@ -8,6 +8,15 @@ use crate::profile::format::spec;
 use crate::profile::{Ended, Free, Resident, ResidentSplit, StackId};
 use crate::session::tracker::Allocation;
 
+/// What a recorder made of another process's allocation: the stack it was interned as,
+/// and the id the fold gave its (stack, size) pair (`None` when the profile keeps no
+/// vectors by pair id).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Collected {
+    pub(crate) stack: StackId,
+    pub(crate) pair: Option<u32>,
+}
+
 /// Another process's sampled block as its free names it (`live` §5): its sample
 /// id, the key of its stack, its sampled size and points, and its allocation's time in
 /// session nanoseconds.
@@ -47,8 +56,33 @@ impl Recorder {
     /// names the block itself ([`Recorder::collected_free`]).
     /// Returns the stack it was interned as, which a collector that keeps the blocks by
     /// address (`live` §6) hands back with the block's free ([`Recorder::collected_end`]).
-    pub(crate) fn collected_alloc(&mut self, a: &Allocation<'_>) -> StackId {
-        self.sample(a).stack
+    pub(crate) fn collected_alloc(&mut self, a: &Allocation<'_>) -> Collected {
+        let (sample, pair) = self.sample(a);
+        Collected { stack: sample.stack, pair }
+    }
+
+    /// [`Recorder::collected_alloc`] of an allocation whose frames are those of stack
+    /// `stack`, as it was interned (the words as they came: `engine::known`), without
+    /// interning them again; `None`, with nothing done, when the frames might intern as
+    /// another stack now (a module generation shifts addresses: the caller hands them
+    /// whole).
+    pub(crate) fn collected_alloc_as(
+        &mut self,
+        a: &Allocation<'_>,
+        stack: StackId,
+    ) -> Option<Collected> {
+        if self.generations.shifting() || a.label.is_some() {
+            return None;
+        }
+        let s = self.profile.stacks.get(stack as usize)?;
+        if s.label != 0 || s.truncated != a.callstack.truncated() {
+            return None;
+        }
+        if self.deferred.is_some() {
+            self.open_deferred();
+        }
+        let (_, pair) = self.sample_as(a, stack);
+        Some(Collected { stack, pair })
     }
 
     /// The stack a free of another process names by `key` (`live` §5), of a
@@ -85,10 +119,16 @@ impl Recorder {
     /// the blocks by address, `live` §6) and writes it. False, with nothing changed, when
     /// no such block is live.
     pub(crate) fn collected_end(&mut self, f: &Free) -> bool {
+        self.collected_end_of(f, None)
+    }
+
+    /// [`Recorder::collected_end`] of a block whose allocation's fold gave its pair the id
+    /// `pair` ([`Collected::pair`]): the fold then need not look the pair up.
+    pub(crate) fn collected_end_of(&mut self, f: &Free, pair: Option<u32>) -> bool {
         let f = *f;
         let folded = match self.stored_unit {
-            Some(unit) => self.profile.try_free_pair(&spec::free_as_stored(&f, unit)),
-            None => self.profile.try_free_pair(&f),
+            Some(unit) => self.profile.try_free_pair_at(&spec::free_as_stored(&f, unit), pair),
+            None => self.profile.try_free_pair_at(&f, pair),
         };
         // The writer numbers the pair as the fold does, with no lookup of its own.
         if let Some(pair) = folded {

@@ -543,7 +543,7 @@ impl Recorder {
 impl Recorder {
     /// Interns an allocation's stack, writes its sample and folds it in: the work of an
     /// allocation, but for the token an in-process session keeps with the block.
-    fn sample(&mut self, a: &Allocation<'_>) -> Sample {
+    fn sample(&mut self, a: &Allocation<'_>) -> (Sample, Option<u32>) {
         // Another process's stacks are keyed as its live table keys them (`live` §5), from
         // the frames as recorded, so that a free's key finds its stack here.
         let raw_key =
@@ -593,6 +593,12 @@ impl Recorder {
                 id
             }
         };
+        self.sample_as(a, id)
+    }
+
+    /// Writes and folds allocation `a` as a sample of stack `id`: the sample, and the id
+    /// the fold gave its pair (`None` when the profile keeps no vectors by pair id).
+    fn sample_as(&mut self, a: &Allocation<'_>, id: StackId) -> (Sample, Option<u32>) {
         let sample = Sample {
             id: a.id,
             stack: id,
@@ -609,7 +615,7 @@ impl Recorder {
             (false, None) => self.profile.fold_sample(&sample),
         };
         self.write(|w| w.write_sample_of(&sample, pair));
-        sample
+        (sample, pair)
     }
 }
 
@@ -719,7 +725,7 @@ impl Tracker for Recorder {
     }
 
     fn alloc(&mut self, a: &Allocation<'_>) -> Option<Held> {
-        let sample = self.sample(a);
+        let (sample, _) = self.sample(a);
         Some(self.held(&sample))
     }
 

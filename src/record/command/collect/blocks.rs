@@ -30,6 +30,9 @@ use std::collections::HashMap;
 pub(super) struct Block {
     pub(super) id: u64,
     pub(super) stack: StackId,
+    /// The id the fold gave the block's (stack, size) pair ([`NO_PAIR`]: none), so that
+    /// its free need not look it up: in the padding after `stack`, no memory of its own.
+    pub(super) pair: u32,
     pub(super) size: u64,
     pub(super) k: u64,
     /// The allocation's clock reading as the program took it (raw: the program's clock),
@@ -39,7 +42,18 @@ pub(super) struct Block {
     pub(super) alloc_raw: u64,
 }
 
+/// [`Block::pair`] of a block whose pair has no id.
+pub(super) const NO_PAIR: u32 = u32::MAX;
+
+// The pair's id takes no room of its own (`Block::pair`).
+const _: () = assert!(size_of::<Block>() == 40);
+
 impl Block {
+    /// The id of the block's pair, when the fold gave it one.
+    pub(super) fn pair(&self) -> Option<u32> {
+        (self.pair != NO_PAIR).then_some(self.pair)
+    }
+
     /// The block's free at raw reading `time_raw`, times converted by `ns` (raw readings to
     /// session nanoseconds).
     pub(super) fn free(&self, time_raw: u64, mut ns: impl FnMut(u64) -> u64) -> Free {
@@ -250,7 +264,7 @@ mod tests {
     use super::*;
 
     fn block(id: u64, alloc_raw: u64) -> Block {
-        Block { id, stack: 0, size: 16, k: 16, alloc_raw }
+        Block { id, stack: 0, pair: NO_PAIR, size: 16, k: 16, alloc_raw }
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! blocks may show as live); `record` says the same on stderr when anything was lost.
 
 use super::super::process;
-use super::blocks::Block;
+use super::blocks::{Block, NO_PAIR};
 use super::{Attached, Output};
 use crate::engine::queue::{DeathEvent, Queue, WireEvent};
 use crate::profile::GcCycle;
@@ -77,11 +77,12 @@ pub(super) fn deliver(
         let rec = &mut out.recorder;
         let clock = &mut out.clock;
         let blocks = &mut out.blocks;
+        let sent = &mut out.sent;
         // The recorder is ours, but what it is handed was written by the program: a
         // panic on a damaged event loses that event, not the collector.
         let _ = catch_unwind(AssertUnwindSafe(|| match e {
             WireEvent::Alloc(a) => {
-                let stack = rec.collected_alloc(&Allocation {
+                let mut alloc = Allocation {
                     id: a.id,
                     size: a.size,
                     k: a.k,
@@ -93,12 +94,37 @@ pub(super) fn deliver(
                     // Label ids are the other process's (and its preload library never sets
                     // one): they name nothing here.
                     label: None,
-                });
+                };
+                // Frames sent before are named by key (`engine::known`): the stack they
+                // were interned as, or the frames kept.
+                let got = match sent.interned(a.stack) {
+                    Some(id) => rec.collected_alloc_as(&alloc, id),
+                    None => None,
+                };
+                let got = match got {
+                    Some(got) => got,
+                    None => {
+                        let Some(whole) = sent.frames(a.stack, frames, rec) else {
+                            q.note_lost();
+                            return;
+                        };
+                        alloc.callstack = Callstack { frames: whole, truncated: a.truncated };
+                        let got = rec.collected_alloc(&alloc);
+                        sent.keep(a.stack, frames, got.stack, rec);
+                        got
+                    }
+                };
                 if let Some(blocks) = blocks {
-                    let b =
-                        Block { id: a.id, stack, size: a.size as u64, k: a.k, alloc_raw: a.time };
+                    let b = Block {
+                        id: a.id,
+                        stack: got.stack,
+                        pair: got.pair.unwrap_or(NO_PAIR),
+                        size: a.size as u64,
+                        k: a.k,
+                        alloc_raw: a.time,
+                    };
                     if let Some((old, at)) = blocks.allocated(a.addr, b) {
-                        rec.collected_end(&old.free(at, |t| clock.session_ns(t)));
+                        rec.collected_end_of(&old.free(at, |t| clock.session_ns(t)), old.pair());
                     }
                 }
             }
@@ -110,7 +136,7 @@ pub(super) fn deliver(
             }
             WireEvent::Free(f) => {
                 if let Some(b) = blocks.as_mut().and_then(|b| b.freed(f.addr, f.time)) {
-                    rec.collected_end(&b.free(f.time, |t| clock.session_ns(t)));
+                    rec.collected_end_of(&b.free(f.time, |t| clock.session_ns(t)), b.pair());
                 }
             }
             WireEvent::Side(_) => {}
@@ -149,7 +175,7 @@ fn replay_table(q: &Queue, out: &mut Output) {
             let (rec, clock) = (&mut out.recorder, &mut out.clock);
             if let Some(b) = out.blocks.as_mut().and_then(|b| b.freed_later(f.addr, f.time)) {
                 let _ = catch_unwind(AssertUnwindSafe(|| {
-                    rec.collected_end(&b.free(f.time, |t| clock.session_ns(t)))
+                    rec.collected_end_of(&b.free(f.time, |t| clock.session_ns(t)), b.pair())
                 }));
                 unnamed += 1;
             }
@@ -164,7 +190,7 @@ fn replay_table(q: &Queue, out: &mut Output) {
         let (rec, clock) = (&mut out.recorder, &mut out.clock);
         unnamed += blocks.retry(|b, time_raw| {
             let _ = catch_unwind(AssertUnwindSafe(|| {
-                rec.collected_end(&b.free(time_raw, |t| clock.session_ns(t)))
+                rec.collected_end_of(&b.free(time_raw, |t| clock.session_ns(t)), b.pair())
             }));
         });
     }

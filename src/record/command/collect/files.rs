@@ -102,6 +102,7 @@ pub(super) fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &
         log_read: read,
         split_peak: 0.0,
         warmed_stacks: 0,
+        sent: Default::default(),
     });
     r.ring.log_consumed(read);
 }

@@ -28,6 +28,7 @@ mod publish;
 mod resident;
 mod rings;
 mod sleep;
+mod stacks;
 
 pub(crate) use publish::Published;
 pub(crate) use sleep::Wake;
@@ -199,6 +200,8 @@ struct Output {
     split_reader: Option<SplitReader>,
     /// Stacks whose modules were told for their symbols to be read ahead.
     warmed_stacks: usize,
+    /// The stacks the process's threads sent whole, by key (`engine::known`).
+    sent: stacks::SentStacks,
 }
 
 fn run(plan: Plan, stop: &Wake) -> Finished {
