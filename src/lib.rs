@@ -140,6 +140,7 @@
 //! | `engine/callstack/cfi/frame.rs` | the frame being unwound, the bounded stack reads, frames into the capture |
 //! | `engine/callstack/cfi/check.rs` | the `MEMPROF_UNWIND_CHECK` oracle: each walk again by framehop alone |
 //! | `engine/callstack/memo.rs` | repeated stacks replayed by checking the words they read |
+//! | `engine/callstack/trail.rs` | the last walk's steps of the compiled rules' loop, per thread (callstack §5): a walk that reaches a frame of them with the same stack pointer and address goes on as that walk did once the words its steps read are checked, and is the trail from then on |
 //! | `engine/callstack/dwarf.rs` | libgcc's walk, the fallback |
 //! | `engine/callstack/mod.rs` | capture at an entry point: the unwinder's choice, replay of repeated stacks, fallbacks |
 //! | `engine/mod.rs` | the folder's rules: no `std::sync` lock, no profiled allocation, no panic |

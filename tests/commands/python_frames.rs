@@ -270,3 +270,54 @@ fn python_frames_follow_the_option() {
         assert_eq!(python, frames, "{label} {flags:?}");
     }
 }
+
+/// An interpreter's walks in the exact mode: most of them go on as the thread's last walk
+/// did from where they meet it (`engine::callstack::trail`), and every one of them finds
+/// the frames framehop finds unwinding the same stack alone (`MEMPROF_UNWIND_CHECK`).
+#[test]
+fn exact_mode_walks_of_an_interpreter_agree_with_framehop() {
+    let Some((label, env, python)) = interpreters().into_iter().next() else {
+        return crate::common::skipped("Python walks", "no CPython 3.11 to 3.13 here");
+    };
+    let dir = scratch("python-walks");
+    let script = dir.join("round_trip.py");
+    std::fs::write(
+        &script,
+        "import json\n\
+         def records(n):\n    return [{'id': i, 'name': 'user%d' % i, 'tags': ['t', 'x']} for i in range(n)]\n\
+         back = json.loads(json.dumps(records(20000)))\n\
+         print(len(back))\n",
+    )
+    .unwrap();
+    let out = Command::new(MEMPROF)
+        .current_dir(&dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("MEMPROF_UNWIND_CHECK", "1")
+        .args(["record", "--force", "--interval", "1", "-o", "walks.mprof", "--"])
+        .arg(&python)
+        .arg(&script)
+        .output()
+        .expect("memprof runs");
+    assert_ok(&out, 0);
+    assert_eq!(text(&out.stdout), "20000\n", "{label}: {}", text(&out.stderr));
+    let err = text(&out.stderr);
+    let line = err.lines().find(|l| l.contains("unwind check:")).unwrap_or_else(|| {
+        panic!("{label}: no unwind check said: {err}");
+    });
+    // "memprof: unwind check: N walks, 0 differed ..."
+    let walks: u64 = line
+        .split("unwind check: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(walks > 50_000, "{label}: {line}");
+    let prof = read(&dir.join("walks.mprof"));
+    // The exact mode reads no Python frames unless asked: the interpreter's own sites, the
+    // round trip's strings among them.
+    let named = prof
+        .allocated
+        .keys()
+        .any(|&(stack, _)| prof.site(stack).is_some_and(|s| s.name == "PyUnicode_New"));
+    assert!(named, "{label}: no allocation at PyUnicode_New");
+}

@@ -18,6 +18,7 @@
 //! a program's `rbp` at `malloc` (a loop variable, say) does not make every walk a miss.
 
 use super::frames::{copy_words, Captured, INLINE_FRAMES};
+use super::trail::Trails;
 
 /// Walks remembered per thread.
 const WAYS: usize = 4;
@@ -109,13 +110,33 @@ impl Log {
         }
     }
 
+    /// The walk will not be remembered (it is too deep to be): nothing more need be noted.
+    #[inline(always)]
+    pub(super) fn give_up(&mut self) {
+        self.overflowed = true;
+    }
+
+    /// Whether the walk can no longer be remembered ([`Log::give_up`], or a read that did
+    /// not fit).
+    #[inline(always)]
+    pub(super) fn given_up(&self) -> bool {
+        self.overflowed
+    }
+
     /// Notes that `bp` was loaded from the word at `addr`: needed only if a rule uses it
     /// before the next load (see the module documentation). A previous load nobody used is
     /// dropped.
     #[inline(always)]
     pub(super) fn note_bp(&mut self, addr: u64, value: u64) {
-        self.drop_pending_bp();
         self.bp_is_start = false;
+        // The load nobody used gives its place to this one (the reads' order does not
+        // matter): moving the last read into it instead read back, as one wide load, the
+        // two words `note` had just stored, which waits for them to reach the cache.
+        let i = self.pending_bp;
+        if i < self.n {
+            self.reads[i] = (addr, value);
+            return;
+        }
         if self.n < READS {
             self.pending_bp = self.n;
         }
@@ -162,6 +183,8 @@ pub(super) struct Memo {
     entries: [Entry; WAYS],
     /// The entry the next remembered walk replaces.
     next: usize,
+    /// The last walk's steps, for walks that share its outer frames (`trail`).
+    trails: Trails,
     /// Replays so far (tests).
     #[cfg(test)]
     pub(super) hits: usize,
@@ -189,6 +212,7 @@ impl Memo {
             prints: [0; WAYS],
             entries: [EMPTY; WAYS],
             next: 0,
+            trails: Trails::new(),
             #[cfg(test)]
             hits: 0,
         }
@@ -260,6 +284,13 @@ impl Memo {
         e.log.start_bp_used = false;
         e.log.bp_is_start = true;
         &mut e.log
+    }
+
+    /// [`Memo::begin`], and the thread's trails of steps beside the log.
+    #[inline]
+    pub(super) fn begin_with_trails(&mut self) -> (&mut Log, &mut Trails) {
+        self.begin();
+        (&mut self.entries[self.next].log, &mut self.trails)
     }
 
     /// Remembers the walk just logged (after [`Memo::begin`]) as the one for `key`, with

@@ -45,6 +45,15 @@
 //! loads, where the walk is a chain of dependent ones, and the frames are copied. The
 //! frame-pointer walks and the DWARF walk use it; a walk that falls back to libgcc is not
 //! remembered. The thread's memo and its stack top share one thread-local (`PerThread`).
+//!
+//! # 5. Shared outer frames
+//! A walk replayed whole needs the same start; an interpreter allocates from hundreds of
+//! places below the same few dozen frames of its loop. So the DWARF walk's compiled rules
+//! also keep the thread's last walk step by step (`trail`), and a walk that reaches one of
+//! its frames (the same stack pointer and address, the same `bp` where the steps use it)
+//! checks the words those steps read and copies their frames instead of unwinding them.
+//! The memo's log notes those reads as the walk would have, so what it remembers stays a
+//! function of the words it checks.
 
 use crate::config::Unwinder;
 use core::mem::MaybeUninit;
@@ -59,6 +68,7 @@ mod fp_proof;
 pub(crate) mod frames;
 mod memo;
 pub(crate) mod per_thread;
+mod trail;
 
 use dwarf::{capture_dwarf, capture_dwarf_at, capture_dwarf_from};
 #[cfg(test)]

@@ -5,7 +5,10 @@
 use super::frame::{inline_limit, read_stack, record_cold, Frame};
 use super::table::{Cache, Table};
 use crate::engine::callstack::frames::Captured;
-use crate::engine::callstack::memo::Log;
+use crate::engine::callstack::memo::{Log, FRAMES as MEMO_FRAMES};
+use crate::engine::callstack::trail::{
+    holds, Step, Trails, CFA_FROM_BP, ENDS, LOADS_BP, LOAD_FROM_BP,
+};
 use framehop::x86_64::UnwindRegsX86_64;
 use framehop::FrameAddress;
 use framehop::Unwinder as _;
@@ -65,11 +68,14 @@ pub(super) fn rule_index(addr: u64) -> usize {
 /// Unwinds from `st` while the compiled rules cover the frames (the walk's common case:
 /// a few instructions a frame). Returns `Some(result of the walk)` when the walk ends,
 /// `None` at a frame without a compiled rule (`st` is that frame, already recorded). With
-/// `log`, every word read is noted there.
+/// `log`, every word read is noted there. With `trails`, the steps are recorded, and the
+/// walk goes on as the last one kept did from where it meets it (`trail`), when the words
+/// read from there still hold; `generation` is the rules'.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_rules(
     entries: &[Rule; RULES],
+    generation: u32,
     st: &mut Frame,
     out: &mut Captured,
     depth: usize,
@@ -77,6 +83,7 @@ pub(super) fn run_rules(
     lo: usize,
     last: usize,
     mut log: Option<&mut Log>,
+    mut trails: Option<&mut Trails>,
 ) -> Option<bool> {
     let (mut sp, mut bp) = (st.sp, st.bp);
     // The lookup address of the frame: its program counter for the first frame, its return
@@ -90,7 +97,23 @@ pub(super) fn run_rules(
     let mut limit = inline_limit(out, depth);
     // Recursion repeats return addresses: the rule found last is tried first.
     let mut prev = &Rule::EMPTY;
+    let mut cursor = trails.as_deref_mut().map(Trails::begin);
+    // The walk reached the stack's end here (not the depth): its steps may be kept.
+    let mut to_the_end = false;
+    // Where the walk met the last one and went on as it.
+    let mut met = None;
     let result = loop {
+        if let (Some(t), Some(c), 0) = (trails.as_deref(), cursor.as_mut(), sk) {
+            if let Some((from, steps)) = t.meet(c, generation, sp, key, bp) {
+                let read = |a: u64| read_stack(a, lo, last);
+                if steps.iter().all(|s| holds(s, read)) {
+                    (n, sk) =
+                        replay_steps(steps, out, n, depth, sk, limit, log.as_deref_mut(), read);
+                    met = Some(from);
+                    break Some(true);
+                }
+            }
+        }
         let rule = if prev.addr == key {
             prev
         } else {
@@ -101,7 +124,15 @@ pub(super) fn run_rules(
             e
         };
         if rule.kind > Kind::LoadFromBp {
-            break if rule.kind == Kind::End { Some(true) } else { None };
+            if rule.kind == Kind::End {
+                if let Some(t) = trails.as_deref_mut() {
+                    let s = Step { sp, key, bp, flags: ENDS, ..Step::EMPTY };
+                    t.record(s);
+                }
+                to_the_end = true;
+                break Some(true);
+            }
+            break None;
         }
         if rule.cfa_from_bp {
             if let Some(log) = log.as_deref_mut() {
@@ -120,6 +151,16 @@ pub(super) fn run_rules(
         if let Some(log) = log.as_deref_mut() {
             log.note(cfa.wrapping_sub(8), ra);
         }
+        let ra_off = u32::try_from(cfa.wrapping_sub(8).wrapping_sub(sp)).unwrap_or(u32::MAX);
+        let mut step = Step { sp, key, bp, ra, ra_off, ..Step::EMPTY };
+        if ra_off == u32::MAX {
+            if let Some(t) = trails.as_deref_mut() {
+                t.spoil();
+            }
+        }
+        if rule.cfa_from_bp {
+            step.flags |= CFA_FROM_BP;
+        }
         if rule.kind != Kind::Keep {
             let base = if rule.kind == Kind::LoadFromSp {
                 sp
@@ -127,6 +168,7 @@ pub(super) fn run_rules(
                 if let Some(log) = log.as_deref_mut() {
                     log.use_bp();
                 }
+                step.flags |= LOAD_FROM_BP;
                 bp
             };
             let at = base.wrapping_add(rule.bp_off as i64 as u64);
@@ -135,16 +177,22 @@ pub(super) fn run_rules(
                     if let Some(log) = log.as_deref_mut() {
                         log.note_bp(at, v);
                     }
+                    (step.bp_at, step.bp_val) = (at, v);
+                    step.flags |= LOADS_BP;
                     bp = v
                 }
                 None => break Some(false),
             }
+        }
+        if let Some(t) = trails.as_deref_mut() {
+            t.record(step);
         }
         sp = cfa;
         prev = rule;
         first = false;
         // A return address of 0 ends the stack (as framehop's `from_return_address`).
         if ra == 0 {
+            to_the_end = true;
             break Some(true);
         }
         key = ra - 1;
@@ -160,11 +208,79 @@ pub(super) fn run_rules(
             }
         }
     };
+    if let (Some(from), Some(t)) = (met, trails.as_deref_mut()) {
+        t.keep_met(from);
+    }
+    if to_the_end {
+        if let Some(t) = trails {
+            t.keep(generation);
+        }
+    }
     out.len = n;
     *skip = sk;
     let ip = if first { key } else { key + 1 };
     *st = Frame { ip, sp, bp, first };
     result
+}
+
+/// Goes on as the last walk's `steps` went, their words checked (`trail`): records their
+/// frames (up to the depth, as the loop does) and notes their reads in `log` as the loop
+/// would have. Returns (frames kept, still to skip).
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn replay_steps(
+    steps: &[Step],
+    out: &mut Captured,
+    mut n: usize,
+    depth: usize,
+    mut sk: usize,
+    mut limit: usize,
+    mut log: Option<&mut Log>,
+    read: impl Fn(u64) -> Option<u64>,
+) -> (usize, usize) {
+    // A walk of as many frames as the memo keeps at most is not remembered whole: its
+    // reads need no noting.
+    if let Some(l) = log.as_deref_mut() {
+        if n + steps.len() >= MEMO_FRAMES {
+            l.give_up();
+        }
+    }
+    let mut log = log.filter(|l| !l.given_up());
+    for s in steps {
+        if s.flags & ENDS != 0 {
+            break;
+        }
+        if let Some(log) = log.as_deref_mut() {
+            if s.flags & CFA_FROM_BP != 0 {
+                log.use_bp();
+            }
+            log.note(s.ra_at(), s.ra);
+            if s.flags & LOADS_BP != 0 {
+                if s.flags & LOAD_FROM_BP != 0 {
+                    log.use_bp();
+                }
+                // A load no later step uses was not checked: the word as it is now.
+                log.note_bp(s.bp_at, read(s.bp_at).unwrap_or(s.bp_val));
+            }
+        }
+        if s.ra == 0 {
+            break;
+        }
+        if sk == 0 && n < limit {
+            // SAFETY: n < limit <= INLINE_FRAMES, the inline buffer's length.
+            unsafe {
+                *out.inline.get_unchecked_mut(n) = core::mem::MaybeUninit::new(s.ra as usize)
+            };
+            n += 1;
+        } else {
+            let more;
+            (more, n, sk, limit) = record_cold(out, n, depth, sk, s.ra);
+            if !more {
+                break;
+            }
+        }
+    }
+    (n, sk)
 }
 
 /// Derives the compiled rule of the return address `frame` from framehop (`cfi` §4).

@@ -9,6 +9,7 @@ use super::slots::take_slot;
 use super::table::{Cache, Table, TABLE};
 use crate::engine::callstack::frames::Captured;
 use crate::engine::callstack::memo::{Key, Log, Memo};
+use crate::engine::callstack::trail::Trails;
 use crate::engine::thread::on_walk_stack;
 use core::sync::atomic::Ordering;
 use framehop::x86_64::UnwindRegsX86_64;
@@ -67,8 +68,11 @@ pub(in crate::engine::callstack) fn walk(
     // (allocated in `prepare`, never freed) are used by no one else meanwhile.
     let ok = match unsafe { (cache.as_mut(), rules.as_mut()) } {
         (Some(cache), Some(rules)) => {
-            let log = memo.as_deref_mut().map(Memo::begin);
-            let ok = walk_with(table, cache, rules, out, depth, skip, start, lo, hi, log);
+            let (log, trails) = match memo.as_deref_mut().map(Memo::begin_with_trails) {
+                Some((log, trails)) => (Some(log), Some(trails)),
+                None => (None, None),
+            };
+            let ok = walk_with(table, cache, rules, out, depth, skip, start, lo, hi, log, trails);
             if ok && CHECK.load(Ordering::Relaxed) {
                 check(table, cache, out, depth, skip, start, lo, hi);
             }
@@ -135,6 +139,7 @@ fn walk_with(
     lo: usize,
     hi: usize,
     mut log: Option<&mut Log>,
+    mut trails: Option<&mut Trails>,
 ) -> bool {
     let last = hi - 8;
     // The frame being unwound: its program counter (the first, when the walk starts from
@@ -151,9 +156,18 @@ fn walk_with(
     }
     loop {
         // As many frames as the compiled rules cover, in a loop of its own.
-        if let Some(done) =
-            run_rules(&rules.entries, &mut st, out, depth, &mut skip, lo, last, log.as_deref_mut())
-        {
+        if let Some(done) = run_rules(
+            &rules.entries,
+            rules.generation,
+            &mut st,
+            out,
+            depth,
+            &mut skip,
+            lo,
+            last,
+            log.as_deref_mut(),
+            trails.as_deref_mut(),
+        ) {
             return done;
         }
         // This frame has no rule yet, or its rule is framehop's.
