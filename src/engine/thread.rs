@@ -6,9 +6,10 @@
 //! stack: a thread created with a `PTHREAD_STACK_MIN` stack lost ~5.9 KB of its 16 KiB to
 //! memprof before it ran a line. So only what the fast path and the reentrancy check need
 //! stays there (the preload library's countdown, the sampler's busy flag, and the pointer
-//! below: a few words); the rest (the sampler's generator and ids, the unwinder's stack top
-//! and remembered walks, the stacks sent to a collector: ~15 KB) is a [`Blocks`] allocated the first time the thread takes
-//! the sample path while a session runs. A thread that never samples never gets one.
+//! below: a few words); the rest (the sampler's generator and ids, the unwinder's stack top,
+//! remembered walks and last walk's steps, the stacks sent to a collector: ~15 KB) is a
+//! [`Blocks`] allocated the first time the thread takes the sample path while a session
+//! runs. A thread that never samples never gets one.
 //!
 //! # 2. Memory and release
 //! A block is mapped from the kernel ([`rawmem::map`]): no lock, so a signal

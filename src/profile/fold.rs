@@ -240,18 +240,14 @@ impl Profile {
     /// false (a collector that was told of a block's free before its allocation keeps it
     /// for later).
     pub(crate) fn try_free(&mut self, f: &Free) -> bool {
-        self.try_free_pair(f).is_some()
+        self.try_free_pair(f, None).is_some()
     }
 
     /// [`Profile::try_free`], saying which pair id the block's pair has in the vectors by
     /// pair id (`Some(None)` when they are not kept): `None` when no such block is live.
-    pub(crate) fn try_free_pair(&mut self, f: &Free) -> Option<Option<u32>> {
-        self.try_free_pair_at(f, None)
-    }
-
-    /// [`Profile::try_free_pair`] of a block whose pair the caller remembers as `hint` (the
-    /// id [`Profile::fold_sample`] gave it), taken when it is that pair's.
-    pub(crate) fn try_free_pair_at(&mut self, f: &Free, hint: Option<u32>) -> Option<Option<u32>> {
+    /// `hint` is the id the caller remembers [`Profile::fold_sample`] gave the block's pair,
+    /// taken when it is that pair's.
+    pub(crate) fn try_free_pair(&mut self, f: &Free, hint: Option<u32>) -> Option<Option<u32>> {
         let pair = (f.stack, f.size);
         let id = self.pairs.as_ref().and_then(|p| {
             hint.filter(|&i| p.slots.get(i as usize).is_some_and(|s| s.pair == pair))

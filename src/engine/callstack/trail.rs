@@ -40,8 +40,8 @@ pub(super) struct Step {
     pub(super) flags: u8,
 }
 
-// Two trails, the remembered walks and the rest of a thread's state fit the pages its
-// block counts (`engine::thread`).
+// The trail, the steps being recorded, the remembered walks and the rest of a thread's
+// state fit the pages its block counts (`engine::thread`).
 const _: () = assert!(size_of::<Step>() == 56);
 
 /// [`Step::flags`]: the CFA was computed from `bp`.

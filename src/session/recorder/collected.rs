@@ -112,23 +112,18 @@ impl Recorder {
         let Some(stack) = self.collected_stack(key, size, k, alloc_ns) else {
             return false;
         };
-        self.collected_end(&Free { id, time_ns, stack, size, k, alloc_ns, life_ns: None })
+        self.collected_end(&Free { id, time_ns, stack, size, k, alloc_ns, life_ns: None }, None)
     }
 
     /// Folds free `f` of another process's block whose stack the collector knows (it keeps
     /// the blocks by address, `live` §6) and writes it. False, with nothing changed, when
-    /// no such block is live.
-    pub(crate) fn collected_end(&mut self, f: &Free) -> bool {
-        self.collected_end_of(f, None)
-    }
-
-    /// [`Recorder::collected_end`] of a block whose allocation's fold gave its pair the id
-    /// `pair` ([`Collected::pair`]): the fold then need not look the pair up.
-    pub(crate) fn collected_end_of(&mut self, f: &Free, pair: Option<u32>) -> bool {
+    /// no such block is live. `pair`: the id its allocation's fold gave the block's pair
+    /// ([`Collected::pair`]), when known: the fold then need not look the pair up.
+    pub(crate) fn collected_end(&mut self, f: &Free, pair: Option<u32>) -> bool {
         let f = *f;
         let folded = match self.stored_unit {
-            Some(unit) => self.profile.try_free_pair_at(&spec::free_as_stored(&f, unit), pair),
-            None => self.profile.try_free_pair_at(&f, pair),
+            Some(unit) => self.profile.try_free_pair(&spec::free_as_stored(&f, unit), pair),
+            None => self.profile.try_free_pair(&f, pair),
         };
         // The writer numbers the pair as the fold does, with no lookup of its own.
         if let Some(pair) = folded {

@@ -72,6 +72,30 @@ pub(super) fn inline_limit(out: &Captured, depth: usize) -> usize {
     }
 }
 
+/// Keeps return address `ra` as the next frame of the capture in the rules' loop (and its
+/// replay of a trail's steps): straight into the inline buffer while `n`, the frames kept
+/// so far, is below `limit` and nothing is left to skip, else through [`record_cold`],
+/// which updates the three. False when the capture is complete.
+#[inline(always)]
+pub(super) fn keep_frame(
+    out: &mut Captured,
+    depth: usize,
+    n: &mut usize,
+    skip: &mut usize,
+    limit: &mut usize,
+    ra: u64,
+) -> bool {
+    if *skip == 0 && *n < *limit {
+        // SAFETY: n < limit <= INLINE_FRAMES, the inline buffer's length.
+        unsafe { *out.inline.get_unchecked_mut(*n) = core::mem::MaybeUninit::new(ra as usize) };
+        *n += 1;
+        return true;
+    }
+    let more;
+    (more, *n, *skip, *limit) = record_cold(out, *n, depth, *skip, ra);
+    more
+}
+
 /// `record` for `run_rules`, out of its loop: `n` frames kept so far, `skip` still to drop.
 /// Returns (more frames wanted, frames kept, still to skip, the new inline limit).
 #[cold]

@@ -2,7 +2,7 @@
 //! derived from framehop once per address, kept per slot in a direct-mapped table and
 //! applied by the walk's own loop.
 
-use super::frame::{inline_limit, read_stack, record_cold, Frame};
+use super::frame::{inline_limit, keep_frame, read_stack, Frame};
 use super::table::{Cache, Table};
 use crate::engine::callstack::frames::Captured;
 use crate::engine::callstack::memo::{Log, FRAMES as MEMO_FRAMES};
@@ -196,16 +196,8 @@ pub(super) fn run_rules(
             break Some(true);
         }
         key = ra - 1;
-        if sk == 0 && n < limit {
-            // SAFETY: n < limit <= INLINE_FRAMES, the inline buffer's length.
-            unsafe { *out.inline.get_unchecked_mut(n) = core::mem::MaybeUninit::new(ra as usize) };
-            n += 1;
-        } else {
-            let more;
-            (more, n, sk, limit) = record_cold(out, n, depth, sk, ra);
-            if !more {
-                break Some(true);
-            }
+        if !keep_frame(out, depth, &mut n, &mut sk, &mut limit, ra) {
+            break Some(true);
         }
     };
     if let (Some(from), Some(t)) = (met, trails.as_deref_mut()) {
@@ -238,10 +230,10 @@ fn replay_steps(
     mut log: Option<&mut Log>,
     read: impl Fn(u64) -> Option<u64>,
 ) -> (usize, usize) {
-    // A walk of as many frames as the memo keeps at most is not remembered whole: its
-    // reads need no noting.
+    // A walk that ends with as many frames as the memo keeps at most (the steps' frames,
+    // up to the depth) is not remembered whole: its reads need no noting.
     if let Some(l) = log.as_deref_mut() {
-        if n + steps.len() >= MEMO_FRAMES {
+        if (n + steps.len()).min(depth) >= MEMO_FRAMES {
             l.give_up();
         }
     }
@@ -266,18 +258,8 @@ fn replay_steps(
         if s.ra == 0 {
             break;
         }
-        if sk == 0 && n < limit {
-            // SAFETY: n < limit <= INLINE_FRAMES, the inline buffer's length.
-            unsafe {
-                *out.inline.get_unchecked_mut(n) = core::mem::MaybeUninit::new(s.ra as usize)
-            };
-            n += 1;
-        } else {
-            let more;
-            (more, n, sk, limit) = record_cold(out, n, depth, sk, s.ra);
-            if !more {
-                break;
-            }
+        if !keep_frame(out, depth, &mut n, &mut sk, &mut limit, s.ra) {
+            break;
         }
     }
     (n, sk)

@@ -124,7 +124,7 @@ pub(super) fn deliver(
                         alloc_raw: a.time,
                     };
                     if let Some((old, at)) = blocks.allocated(a.addr, b) {
-                        rec.collected_end_of(&old.free(at, |t| clock.session_ns(t)), old.pair());
+                        rec.collected_end(&old.free(at, |t| clock.session_ns(t)), old.pair());
                     }
                 }
             }
@@ -136,7 +136,7 @@ pub(super) fn deliver(
             }
             WireEvent::Free(f) => {
                 if let Some(b) = blocks.as_mut().and_then(|b| b.freed(f.addr, f.time)) {
-                    rec.collected_end_of(&b.free(f.time, |t| clock.session_ns(t)), b.pair());
+                    rec.collected_end(&b.free(f.time, |t| clock.session_ns(t)), b.pair());
                 }
             }
             WireEvent::Side(_) => {}
@@ -175,7 +175,7 @@ fn replay_table(q: &Queue, out: &mut Output) {
             let (rec, clock) = (&mut out.recorder, &mut out.clock);
             if let Some(b) = out.blocks.as_mut().and_then(|b| b.freed_later(f.addr, f.time)) {
                 let _ = catch_unwind(AssertUnwindSafe(|| {
-                    rec.collected_end_of(&b.free(f.time, |t| clock.session_ns(t)), b.pair())
+                    rec.collected_end(&b.free(f.time, |t| clock.session_ns(t)), b.pair())
                 }));
                 unnamed += 1;
             }
@@ -190,7 +190,7 @@ fn replay_table(q: &Queue, out: &mut Output) {
         let (rec, clock) = (&mut out.recorder, &mut out.clock);
         unnamed += blocks.retry(|b, time_raw| {
             let _ = catch_unwind(AssertUnwindSafe(|| {
-                rec.collected_end_of(&b.free(time_raw, |t| clock.session_ns(t)), b.pair())
+                rec.collected_end(&b.free(time_raw, |t| clock.session_ns(t)), b.pair())
             }));
         });
     }
