@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::aggregate::{split_points, GcMarked, IdHash, Totals};
 use super::events::{Free, GcCycle, Move, Sample};
 use super::format;
-use super::series::Peak;
+use super::series::{div_width, Peak};
 use super::tables::StackId;
 use super::timeline::Timeline;
 use super::{Profile, DEFAULT_SHORT_LIVED_NS};
@@ -67,7 +67,7 @@ impl Profile {
                 add(self.live.entry((s.stack, s.size)).or_default());
             }
         }
-        let unit = s.time_ns / self.header.time_unit_ns.max(1);
+        let unit = div_width(s.time_ns, self.header.time_unit_ns);
         match self.live_by_time.index.entry((s.stack, s.size, unit)) {
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 let t = o.get_mut();
@@ -182,7 +182,7 @@ impl Profile {
         k: u64,
         alloc_ns: u64,
     ) -> bool {
-        let unit = alloc_ns / self.header.time_unit_ns.max(1);
+        let unit = div_width(alloc_ns, self.header.time_unit_ns);
         let key = (stack, size, unit);
         let Some(t) = self.live_by_time.index.get_mut(&key) else {
             return false;
@@ -231,7 +231,7 @@ impl Profile {
     /// sample points, is live: what [`Profile::add_free`] and [`Profile::add_move`] look
     /// for.
     pub(crate) fn holds(&self, stack: StackId, size: u64, k: u64, alloc_ns: u64) -> bool {
-        let unit = alloc_ns / self.header.time_unit_ns.max(1);
+        let unit = div_width(alloc_ns, self.header.time_unit_ns);
         let live = self.live_by_time.index.get(&(stack, size, unit));
         live.is_some_and(|t| t.samples > 0 && t.k >= k)
     }
@@ -265,7 +265,7 @@ impl Profile {
         if self.exact() {
             self.change_since(0, pair, id, 1u64.wrapping_neg(), f.k.wrapping_neg());
         } else {
-            let unit = f.alloc_ns / self.header.time_unit_ns.max(1);
+            let unit = div_width(f.alloc_ns, self.header.time_unit_ns);
             self.halves_change(pair, id, unit, f.k, f.time_ns, true);
         }
         let bytes = self.estimated_bytes(f.k);

@@ -114,7 +114,7 @@ impl Timeline {
     #[inline]
     fn bucket(&mut self, t: u64) -> u32 {
         self.reach(t);
-        let b = (t / self.w) as usize;
+        let b = super::series::div_width(t, self.w) as usize;
         if self.alloc.len() <= b {
             self.grow(b + 1);
         }

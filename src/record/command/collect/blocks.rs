@@ -80,12 +80,14 @@ pub(super) struct Blocks {
 impl Blocks {
     /// Block `b` was allocated at `addr`. Returns the block it ends there, if any, with the
     /// reading it ends at (the new block's).
+    #[inline]
     pub(super) fn allocated(&mut self, addr: usize, b: Block) -> Option<(Block, u64)> {
         let at = b.alloc_raw;
         self.live.insert(addr, b).map(|old| (old, at.max(old.alloc_raw)))
     }
 
     /// The block at `addr` was freed at reading `time_raw`: the block it ends, if any.
+    #[inline]
     pub(super) fn freed(&mut self, addr: usize, time_raw: u64) -> Option<Block> {
         self.live.remove_if(addr, |b| b.alloc_raw <= time_raw)
     }
@@ -201,6 +203,7 @@ impl ByAddress {
     }
 
     /// Puts `b` at `addr`: the block that was there, if any.
+    #[inline]
     fn insert(&mut self, addr: usize, b: Block) -> Option<Block> {
         let (c, s) = self.slot_of(addr, true).expect("made");
         match self.slots[c][s] {
@@ -235,6 +238,7 @@ impl ByAddress {
     }
 
     /// Takes the block at `addr` out when `take` says so.
+    #[inline]
     fn remove_if(&mut self, addr: usize, take: impl FnOnce(&Block) -> bool) -> Option<Block> {
         let (c, s) = self.slot_of(addr, false)?;
         match self.slots[c][s] {
