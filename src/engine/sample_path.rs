@@ -33,7 +33,7 @@ use crate::engine::callstack::{self, Captured};
 use crate::engine::clock;
 use crate::engine::live::{self, Entry, Freed, Insert};
 use crate::engine::lost::skipped;
-use crate::engine::push::{push_alloc, push_death, push_unnamed_free};
+use crate::engine::push::{push_alloc, push_alloc_stamped, push_death, push_unnamed_free};
 use crate::engine::queue::{AllocEvent, StackRef};
 use crate::engine::sampler::Hit;
 use crate::sys::errno::SavedErrno;
@@ -99,7 +99,8 @@ pub(crate) fn record_alloc_inline(
         if live::by_address() {
             // No table: the collector keeps the block by its address (`live` §6). The
             // clock is read once the block is the program's (the real allocation ran), so
-            // a free of the address before this one has an earlier reading.
+            // a free of the address before this one has an earlier reading: when the
+            // event is published, once (`push_alloc_stamped`).
             let stack = known
                 .map_or(StackRef::Here, |t| t.stack_ref(hit.epoch, frames.frames(), truncated));
             let event = AllocEvent {
@@ -107,14 +108,14 @@ pub(crate) fn record_alloc_inline(
                 id,
                 thread: hit.thread,
                 label: crate::engine::label::current(),
-                time: clock::now(),
+                time: 0,
                 addr,
                 size,
                 k: hit.k,
                 truncated,
                 stack,
             };
-            let pushed = push_alloc(q, event, sent_frames(stack, &frames)).is_some();
+            let pushed = push_alloc_stamped(q, event, sent_frames(stack, &frames)).is_some();
             if let (Some(t), true) = (known, pushed) {
                 t.sent(stack);
             }
