@@ -105,8 +105,19 @@ pub(crate) fn push(q: &Queue, event: WireEvent, frames: &[usize]) -> bool {
 /// than `event`'s after a wait for room, see [`retimed`]), `None` when it was lost.
 #[inline(always)]
 pub(crate) fn push_alloc(q: &Queue, event: AllocEvent, frames: &[usize]) -> Option<u64> {
+    push_alloc_as(q, event, frames, restamped)
+}
+
+/// An allocation's push, its event made by `stamp` just before its publication.
+#[inline(always)]
+fn push_alloc_as(
+    q: &Queue,
+    event: AllocEvent,
+    frames: &[usize],
+    stamp: impl FnOnce(WireEvent) -> WireEvent,
+) -> Option<u64> {
     let event = WireEvent::Alloc(event);
-    if let Some(time) = q.try_push_stamped(event, frames, restamped) {
+    if let Some(time) = q.try_push_stamped(event, frames, stamp) {
         return Some(time);
     }
     push_full(q, &event, frames)
@@ -120,11 +131,7 @@ pub(crate) fn push_alloc(q: &Queue, event: AllocEvent, frames: &[usize]) -> Opti
 /// this kind of machine (a virtual machine's TSC).
 #[inline(always)]
 pub(crate) fn push_alloc_stamped(q: &Queue, event: AllocEvent, frames: &[usize]) -> Option<u64> {
-    let event = WireEvent::Alloc(event);
-    if let Some(time) = q.try_push_stamped(event, frames, stamped) {
-        return Some(time);
-    }
-    push_full(q, &event, frames)
+    push_alloc_as(q, event, frames, stamped)
 }
 
 /// The event as published by [`push_alloc_stamped`]: an allocation stamped now.
