@@ -46,7 +46,9 @@
 //! preemption in the copy, or a wait for room (which reads the clock again at each try)
 //! all count as the profiler's time, not the block's. What is left after the publication is
 //! a few instructions. A free is stamped at its start, before the table's lock
-//! (`live::Freed`), for the same reason the other way round.
+//! (`live::Freed`), for the same reason the other way round. In a session that names
+//! frees by address no table keeps the allocation's reading, and its event is stamped at
+//! the publication only ([`push_alloc_stamped`]): one clock reading instead of two.
 
 use crate::engine::clock::{self, monotonic_ns};
 use crate::engine::consumer::{consumer_alive, CONSUMER, LOOK_EVERY_NS};
