@@ -221,9 +221,11 @@ impl Stable {
         self.at(ticks)
     }
 
-    /// The conversion of `ticks`, in a segment made already.
+    /// The conversion of `ticks`, in a segment made already: an old reading (a long-lived
+    /// block's allocation, converted again at its free), whose segment is found by its
+    /// index rather than searched for.
     fn at(&self, ticks: u64) -> u64 {
-        let i = self.segments.partition_point(|s| s.0 <= ticks).saturating_sub(1);
+        let i = segment_index(ticks).min(self.segments.len().saturating_sub(1));
         let (start, ns, scale) = self.segments[i];
         ns.wrapping_add(ticks_ns(ticks.saturating_sub(start), scale))
     }
@@ -267,6 +269,22 @@ impl Stable {
 #[inline(always)]
 fn segment_len(start: u64) -> u64 {
     start.clamp(FIRST_SEGMENT, LONGEST_SEGMENT)
+}
+
+/// The index of the [`Stable`] segment that holds `ticks`. The segments start at 0, then at
+/// each power of two from [`FIRST_SEGMENT`] to [`LONGEST_SEGMENT`] (each as long as the
+/// time before it), then every [`LONGEST_SEGMENT`] ticks ([`segment_len`]).
+#[inline]
+fn segment_index(ticks: u64) -> usize {
+    const FIRST: u32 = FIRST_SEGMENT.trailing_zeros();
+    const LONGEST: u32 = LONGEST_SEGMENT.trailing_zeros();
+    if ticks < FIRST_SEGMENT {
+        0
+    } else if ticks < LONGEST_SEGMENT {
+        (1 + ticks.ilog2() - FIRST) as usize
+    } else {
+        (1 + LONGEST - FIRST) as usize + ((ticks - LONGEST_SEGMENT) >> LONGEST) as usize
+    }
 }
 
 /// How far in the future (in ticks, about a second) a reading may be before [`Stable`]
@@ -314,6 +332,23 @@ mod tests {
         let before = stable.segments.len();
         stable.session_ns(u64::MAX);
         assert!(stable.segments.len() <= before + 1);
+    }
+
+    /// A segment's index, worked out, is the one the segments as made say, at every
+    /// boundary and between them.
+    #[test]
+    fn segment_index_is_where_the_segments_start() {
+        let mut starts = vec![0u64];
+        while *starts.last().unwrap() < 40 * LONGEST_SEGMENT {
+            let s = *starts.last().unwrap();
+            starts.push(s + segment_len(s));
+        }
+        let searched = |t: u64| starts.partition_point(|&s| s <= t) - 1;
+        for &s in &starts[..starts.len() - 1] {
+            for t in [s, s + 1, s + segment_len(s) / 2, s + segment_len(s) - 1] {
+                assert_eq!(segment_index(t), searched(t), "{t} ticks");
+            }
+        }
     }
 
     /// The fixed-point conversion agrees with the real-valued one to within a nanosecond
