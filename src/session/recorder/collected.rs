@@ -109,10 +109,24 @@ impl Recorder {
     /// by a full queue), or never will be.
     pub(crate) fn collected_free(&mut self, b: &Named, time_ns: u64) -> bool {
         let Named { id, key, size, k, alloc_ns } = *b;
-        let Some(stack) = self.collected_stack(key, size, k, alloc_ns) else {
+        let (stack, hint) = match self.death_hints.get(key, size) {
+            Some((stack, pair)) => (stack, Some(pair)),
+            None => match self.collected_stack(key, size, k, alloc_ns) {
+                Some(stack) => (stack, None),
+                None => return false,
+            },
+        };
+        let free = Free { id, time_ns, stack, size, k, alloc_ns, life_ns: None };
+        let Some(pair) = self.end(&free, hint) else {
             return false;
         };
-        self.collected_end(&Free { id, time_ns, stack, size, k, alloc_ns, life_ns: None }, None)
+        // Remembered only for a key that names one stack: `collected_stack`'s answer.
+        if let (None, Some(pair)) = (hint, pair) {
+            if self.interned.get(&key).is_some_and(|ids| ids.len() == 1) {
+                self.death_hints.put(key, size, stack, pair);
+            }
+        }
+        true
     }
 
     /// Folds free `f` of another process's block whose stack the collector knows (it keeps
@@ -120,6 +134,12 @@ impl Recorder {
     /// no such block is live. `pair`: the id its allocation's fold gave the block's pair
     /// ([`Collected::pair`]), when known: the fold then need not look the pair up.
     pub(crate) fn collected_end(&mut self, f: &Free, pair: Option<u32>) -> bool {
+        self.end(f, pair).is_some()
+    }
+
+    /// [`Recorder::collected_end`]: the id of the pair it folded into (`None` inside when
+    /// the profile keeps no vectors by pair id), `None` when no such block was live.
+    fn end(&mut self, f: &Free, pair: Option<u32>) -> Option<Option<u32>> {
         let f = *f;
         let folded = match self.stored_unit {
             Some(unit) => self.profile.try_free_pair(&spec::free_as_stored(&f, unit), pair),
@@ -129,6 +149,73 @@ impl Recorder {
         if let Some(pair) = folded {
             self.write(|w| w.write_free_of(&f, pair));
         }
-        folded.is_some()
+        folded
+    }
+}
+
+/// Slots of [`DeathHints`] (a power of two).
+const HINTS: usize = 256;
+
+/// The stack and pair of the last death folded for each of a few (stack key, size): a
+/// sampled block's death names its stack by the program's key and its pair by (stack,
+/// size), two hash lookups, and most deaths repeat a few of them (the sites that allocate
+/// the most). A slot is one (key, size); another takes it over. The pair is a hint the
+/// fold checks; the stack is the one [`Recorder::collected_stack`] finds for a key that
+/// names one stack, so every hint goes when a key comes to name a second (a module
+/// generation moved its frames).
+#[derive(Default)]
+pub(crate) struct DeathHints {
+    slots: Vec<(u64, u64, StackId, u32)>,
+}
+
+impl DeathHints {
+    fn slot(key: u64, size: u64) -> usize {
+        let h =
+            (key ^ size.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        (h >> 56) as usize % HINTS
+    }
+
+    /// The stack and pair of (`key`, `size`), when remembered.
+    #[inline]
+    fn get(&self, key: u64, size: u64) -> Option<(StackId, u32)> {
+        let &(k, s, stack, pair) = self.slots.get(Self::slot(key, size))?;
+        (k == key && s == size && pair != u32::MAX).then_some((stack, pair))
+    }
+
+    fn put(&mut self, key: u64, size: u64, stack: StackId, pair: u32) {
+        if self.slots.is_empty() {
+            self.slots = vec![(0, 0, 0, u32::MAX); HINTS];
+        }
+        self.slots[Self::slot(key, size)] = (key, size, stack, pair);
+    }
+
+    /// Forgets every hint.
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hint is what was put for that very (key, size), until another takes its slot or
+    /// all are cleared.
+    #[test]
+    fn death_hints_answer_only_for_what_they_hold() {
+        let mut h = DeathHints::default();
+        assert_eq!(h.get(7, 64), None);
+        h.put(7, 64, 3, 11);
+        assert_eq!(h.get(7, 64), Some((3, 11)));
+        assert_eq!(h.get(7, 65), None, "another size");
+        assert_eq!(h.get(8, 64), None, "another key");
+        // Another (key, size) in the same slot takes it over.
+        let other = (1..u64::MAX)
+            .find(|&k| DeathHints::slot(k, 64) == DeathHints::slot(7, 64) && k != 7)
+            .unwrap();
+        h.put(other, 64, 4, 12);
+        assert_eq!((h.get(7, 64), h.get(other, 64)), (None, Some((4, 12))));
+        h.clear();
+        assert_eq!(h.get(other, 64), None);
     }
 }

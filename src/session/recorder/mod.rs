@@ -64,6 +64,8 @@ pub struct Recorder {
     /// Stack ids by a hash of their frames (collisions compared against the stack table),
     /// so that a lookup neither allocates nor hashes with SipHash.
     interned: HashMap<u64, Vec<StackId>, crate::sys::hash::FastHash>,
+    /// Deaths' stacks and pairs by what they name (`collected.rs`).
+    death_hints: collected::DeathHints,
     /// Profile label ids by the address and length of the session's label text (the
     /// registry's texts are unique, so a lookup hashes two words, not the text).
     label_ids: HashMap<(usize, usize), u32, crate::sys::hash::FastHash>,
@@ -586,7 +588,12 @@ impl Recorder {
                 self.write(|w| w.write_stack(id, &stack));
                 let python = stack.frames.iter().any(|&a| crate::profile::is_python_word(a));
                 self.profile.stacks.push(stack);
-                self.interned.entry(key).or_default().push(id);
+                let ids = self.interned.entry(key).or_default();
+                if !ids.is_empty() {
+                    // A key that names two stacks: its deaths must choose (`collected.rs`).
+                    self.death_hints.clear();
+                }
+                ids.push(id);
                 if python {
                     self.name_python_frames(id);
                 }
