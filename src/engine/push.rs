@@ -133,16 +133,7 @@ fn push_alloc_as(
 /// this kind of machine (a virtual machine's TSC).
 #[inline(always)]
 pub(crate) fn push_alloc_stamped(q: &Queue, event: AllocEvent, frames: &[usize]) -> Option<u64> {
-    push_alloc_as(q, event, frames, stamped)
-}
-
-/// The event as published by [`push_alloc_stamped`]: an allocation stamped now.
-#[inline(always)]
-fn stamped(event: WireEvent) -> WireEvent {
-    match event {
-        WireEvent::Alloc(a) => WireEvent::Alloc(AllocEvent { time: clock::now(), ..a }),
-        other => other,
-    }
+    push_alloc_as(q, event, frames, |e| retimed(&e))
 }
 
 /// Clock units (TSC ticks or nanoseconds: 30 to 100 µs) by which a thread on the sample path
@@ -179,7 +170,9 @@ fn push_full(q: &Queue, event: &WireEvent, frames: &[usize]) -> Option<u64> {
 /// The event as pushed after a wait for room. An allocation's time is when its program
 /// gets the block: a wait here for room is the profiler's, and counted in the block's life
 /// it would make a block freed at once look milliseconds old. So its time is read again at
-/// each try (a free's stays when the program let go of the block).
+/// each try (a free's stays when the program let go of the block). Also the one stamp of
+/// an exact-mode allocation ([`push_alloc_stamped`]), on the sample path: inlined.
+#[inline(always)]
 fn retimed(e: &WireEvent) -> WireEvent {
     match *e {
         WireEvent::Alloc(a) => WireEvent::Alloc(AllocEvent { time: clock::now(), ..a }),
