@@ -91,15 +91,27 @@ impl Recorder {
     /// under two module generations (a library unloaded and another mapped at its place),
     /// or by a hash collision, and the live one is the block's (of two live candidates the
     /// aggregates, which count blocks by stack, size and allocation unit, cannot tell).
-    fn collected_stack(&self, key: u64, size: u64, k: u64, alloc_ns: u64) -> Option<StackId> {
+    /// With it, whether it is the only stack of its key.
+    fn collected_stack(
+        &self,
+        key: u64,
+        size: u64,
+        k: u64,
+        alloc_ns: u64,
+    ) -> Option<(StackId, bool)> {
         let ids = self.interned.get(&key)?;
         let stored = match self.stored_unit {
             Some(unit) => spec::stored_ns(alloc_ns, unit),
             None => alloc_ns,
         };
         match ids.as_slice() {
-            [only] => Some(*only),
-            _ => ids.iter().rev().copied().find(|&s| self.profile.holds(s, size, k, stored)),
+            [only] => Some((*only, true)),
+            _ => ids
+                .iter()
+                .rev()
+                .copied()
+                .find(|&s| self.profile.holds(s, size, k, stored))
+                .map(|s| (s, false)),
         }
     }
 
@@ -109,10 +121,11 @@ impl Recorder {
     /// by a full queue), or never will be.
     pub(crate) fn collected_free(&mut self, b: &Named, time_ns: u64) -> bool {
         let Named { id, key, size, k, alloc_ns } = *b;
-        let (stack, hint) = match self.death_hints.get(key, size) {
-            Some((stack, pair)) => (stack, Some(pair)),
+        // `only`: the key names one stack, and the hint may be remembered.
+        let (stack, hint, only) = match self.death_hints.get(key, size) {
+            Some((stack, pair)) => (stack, Some(pair), false),
             None => match self.collected_stack(key, size, k, alloc_ns) {
-                Some(stack) => (stack, None),
+                Some((stack, only)) => (stack, None, only),
                 None => return false,
             },
         };
@@ -121,10 +134,8 @@ impl Recorder {
             return false;
         };
         // Remembered only for a key that names one stack: `collected_stack`'s answer.
-        if let (None, Some(pair)) = (hint, pair) {
-            if self.interned.get(&key).is_some_and(|ids| ids.len() == 1) {
-                self.death_hints.put(key, size, stack, pair);
-            }
+        if let (true, Some(pair)) = (only, pair) {
+            self.death_hints.put(key, size, stack, pair);
         }
         true
     }
