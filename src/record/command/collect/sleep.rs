@@ -2,26 +2,30 @@
 //! ring directory's bell and its own, until there is work or something is due.
 //!
 //! # 8. When the collector runs
-//! While events come, the collector follows them as it always did: a pass that drained a
-//! queue half full is followed by the next at once, one that drained more than a sixteenth
-//! of one by the next a millisecond later, one that drained less two milliseconds later;
-//! the producers are not asked to wake it (they make no system call), and one that waits
-//! for room is drained within those milliseconds. The second pass in a row that drained
-//! nothing is followed by a sleep on every attached queue's word (`engine::queue` §6), the producers asked to
-//! wake it once a sixteenth of the queue waits, on the ring directory's bell (`record/ring`
-//! §7: a new ring is ready), and on words of this process ([`Wake`]: `record` stops the
-//! collector, or has seen its program end; a `--serve` request wants a copy of the
-//! profile); the bell and those words end the shorter sleeps too. Every sleep ends at the
-//! latest when the next thing on the collector's own schedule is due: a process's resident
-//! size (`sys::smaps::RESIDENT_EVERY_MS`, less often while it stays the same), a look for
-//! new rings and ended processes ([`LOOK_EVERY_NS`]; every [`ENDING_EVERY_NS`] for a
-//! process that said it is ending), a flush of what it wrote ([`FLUSH_EVERY_NS`]), and its
-//! heartbeat, which the program reads as a sign of life ([`HEARTBEAT_EVERY_NS`], well
-//! within `engine::consumer::STALE_NS`). A queue whose events it could not take (a slot
-//! claimed and not published) or whose producers asked to be polled (a seccomp filter) is
-//! looked at again after a millisecond or two. So a program that does nothing costs the
-//! collector a few wake-ups a second, and one that allocates costs its producers one
-//! system call each time it starts again after a pause.
+//! While many events come, the collector follows them: a pass that drained a queue half
+//! full is followed by the next at once, one that drained more than a sixteenth of one
+//! ([`TRICKLE_PART`]) by the next a millisecond later; the producers are not asked to wake
+//! it (they make no system call), and one that waits for room is drained within that
+//! millisecond. A pass that drained less (a trickle: a program sampled at the default
+//! interval, say) or nothing is followed by a sleep on every attached queue's word
+//! (`engine::queue` §6), the producers asked to wake it once a sixteenth of the queue
+//! waits, on the ring directory's bell (`record/ring` §7: a new ring is ready), and on
+//! words of this process ([`Wake`]: `record` stops the collector, or has seen its program
+//! end; a `--serve` request wants a copy of the profile); the bell and those words end the
+//! shorter sleeps too. A pass costs the collector tens of microseconds however little it
+//! drains (being woken, the pass's own work): a trickle followed every two milliseconds
+//! would make most of the collector's time at the default interval. Every sleep
+//! ends at the latest when the next thing on the collector's own schedule is due: a
+//! process's resident size (`sys::smaps::RESIDENT_EVERY_MS`, less often while it stays the
+//! same), a look for new rings and ended processes ([`LOOK_EVERY_NS`]; every
+//! [`ENDING_EVERY_NS`] for a process that said it is ending), a flush of what it wrote
+//! ([`FLUSH_EVERY_NS`]), and its heartbeat, which the program reads as a sign of life
+//! ([`HEARTBEAT_EVERY_NS`], well within `engine::consumer::STALE_NS`). A queue whose events
+//! it could not take (a slot claimed and not published) or whose producers asked to be
+//! polled (a seccomp filter) is looked at again after a millisecond or two. So a program
+//! that does nothing costs the collector a few wake-ups a second, and one that allocates
+//! costs its producers a system call for each sixteenth of a queue that fills while the
+//! collector sleeps, and none while it follows a flow.
 //!
 //! The words are waited on together (`futex_waitv`, Linux 5.16 and later, at most
 //! [`futex::WAIT_ANY_MAX`]): on an older kernel, or past that many rings, the collector
@@ -44,11 +48,14 @@ pub(super) const ENDING_FOR_NS: u64 = 1_000_000_000;
 pub(super) const FLUSH_EVERY_NS: u64 = 51_000_000;
 /// The longest sleep: the heartbeat the program reads is renewed at least this often.
 pub(super) const HEARTBEAT_EVERY_NS: u64 = 100_000_000;
-/// The sleep after a pass that drained a little (§8), or found a queue held up or polled,
-/// and every sleep when the collector cannot be woken.
+/// The sleep after a pass that found a queue held up or polled (§8), and every sleep when
+/// the collector cannot be woken.
 pub(super) const POLL_NS: u64 = 2_000_000;
-/// The sleep after a pass that drained more than a sixteenth of a queue (§8).
+/// The sleep after a pass that drained more than a [trickle](TRICKLE_PART) (§8).
 const BUSY_NS: u64 = 1_000_000;
+/// What a pass drained is a trickle below a queue's limit over this (§8): the collector
+/// then sleeps on the queue, and the producers wake it once as much waits.
+const TRICKLE_PART: usize = 16;
 
 /// A word of this process the collector sleeps on, and what it says.
 #[derive(Debug, Default)]
@@ -144,13 +151,14 @@ impl Sleep {
         if pass.fullest >= 0.5 {
             return;
         }
-        // Events came, or came until the pass before: the next pass follows shortly, the
-        // queues not slept on (§8). (A queue just drained empty is often filled again at
-        // once, by producers that waited for the room this drain made.)
-        let flowing = self.empty < 2;
+        // Many events came, or came until the pass before: the next pass follows shortly,
+        // the queues not slept on (§8). (A queue just drained empty is often filled again
+        // at once, by producers that waited for the room this drain made.) A trickle is
+        // slept on, as an idle queue is.
+        let flowing = self.empty < 2 && pass.fullest >= 1.0 / TRICKLE_PART as f64;
         let mut timeout = pass.due.saturating_sub(now).min(HEARTBEAT_EVERY_NS);
         if flowing {
-            timeout = timeout.min(if pass.fullest >= 1.0 / 16.0 { BUSY_NS } else { POLL_NS });
+            timeout = timeout.min(BUSY_NS);
         }
         if self.polling {
             self.poll(words, timeout.min(POLL_NS));
@@ -169,7 +177,7 @@ impl Sleep {
                 timeout = timeout.min(POLL_NS);
                 continue;
             }
-            match q.consumer_sleeps(q.limit() / 16) {
+            match q.consumer_sleeps(q.limit() / TRICKLE_PART) {
                 Some(v) => {
                     list.push((q.consumer_word(), v));
                     asleep.push(q);
