@@ -15,7 +15,7 @@ use std::io::Write;
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
 use super::export::{ExportOptions, Exporter};
-use super::folded::collapsed_grouped;
+use super::folded::merged_lines;
 use super::view::{human_bytes, is_exact, GroupBy, View};
 use crate::error::Error;
 use crate::profile::Profile;
@@ -61,7 +61,7 @@ pub struct FlameOptions {
     pub subtitle: Option<String>,
     /// Image width in pixels; `None` lets the SVG fill its container.
     pub image_width: Option<usize>,
-    /// [`GroupBy::Span`]: span paths as root frames (see [`collapsed_grouped`]).
+    /// [`GroupBy::Span`]: span paths as root frames (see [`super::folded::collapsed_grouped`]).
     pub group_by: GroupBy,
 }
 
@@ -117,7 +117,8 @@ pub fn flamegraph(
 ) -> Result<(), Error> {
     let title = options.title.clone().unwrap_or_else(|| default_title(profile, options.view));
     let subtitle = options.subtitle.clone().unwrap_or_else(|| default_subtitle(profile));
-    let lines = collapsed_grouped(profile, options.view, options.group_by);
+    // Unsorted: inferno sorts its lines.
+    let lines = merged_lines(profile, options.view, options.group_by);
     let io = |e| Error::io("writing flamegraph", e);
     if lines.is_empty() {
         w.write_all(empty_svg(&title, &subtitle, options.image_width).as_bytes()).map_err(io)?;

@@ -6,13 +6,14 @@
 //! out and lines are sorted. A `;` inside a function name (Rust's `[u8; 8]`) would split the
 //! frame, so it is written as `,`; line breaks and other control characters become spaces.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::io::Write;
 
 use super::export::{ExportOptions, Exporter};
 use super::view::{stack_totals, GroupBy, View};
 use crate::error::Error;
 use crate::profile::{Profile, StackId};
+use crate::sys::hash::SeededHash;
 
 /// `--collapsed`: the folded stacks of the chosen view ([`write_collapsed_grouped`]);
 /// `memprof diff`'s are the differential ones.
@@ -62,18 +63,34 @@ pub fn folded_frame(name: &str) -> String {
 
 /// The `root;…;leaf` key of a stack.
 pub(crate) fn folded_stack(profile: &Profile, stack: StackId) -> String {
-    let mut out = String::new();
-    for (i, name) in profile.frame_names_ref(stack).iter().enumerate() {
+    let names = profile.frame_names_ref(stack);
+    // Sized once: a CPython stack is dozens of names, each of dozens of bytes.
+    let mut out = String::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+    for (i, name) in names.iter().enumerate() {
         if i > 0 {
             out.push(';');
         }
-        if !name.is_empty() && !name.chars().any(|c| c == ';' || c.is_control()) {
+        if safe_as_is(name) {
             out.push_str(name);
         } else {
             out.push_str(&folded_frame(name));
         }
     }
     out
+}
+
+/// True when `name` goes into a folded line as it is: not empty, no `;`, no control
+/// character. Printable ASCII is told byte by byte; any other byte sends the name to the
+/// check by character (a C1 control is two bytes of UTF-8).
+fn safe_as_is(name: &str) -> bool {
+    // Every byte looked at, with no early exit, so that the compiler makes it a vector
+    // loop (names are most of a folded line's bytes).
+    let printable =
+        name.bytes().fold(true, |ok, b| ok & (b.wrapping_sub(0x20) < 0x5f) & (b != b';'));
+    if printable {
+        return !name.is_empty();
+    }
+    !name.is_empty() && !name.chars().any(|c| c == ';' || c.is_control())
 }
 
 /// Folded stacks of `profile` under `view`, merged by name and sorted.
@@ -84,28 +101,42 @@ pub fn collapsed(profile: &Profile, view: View) -> Vec<String> {
 /// [`collapsed`], grouped: with [`GroupBy::Span`] each stack's span path comes first, one
 /// root frame per span (`server;handle{endpoint=/upload};main;…;leaf bytes`).
 pub fn collapsed_grouped(profile: &Profile, view: View, group: GroupBy) -> Vec<String> {
-    let mut merged: BTreeMap<String, f64> = BTreeMap::new();
-    for t in stack_totals(profile, view) {
-        let mut key = String::new();
-        if group == GroupBy::Span {
-            for span in GroupBy::span(profile, t.stack).split(';') {
-                key.push_str(&folded_frame(span));
-                key.push(';');
-            }
-        }
-        key.push_str(&folded_stack(profile, t.stack));
-        *merged.entry(key).or_default() += t.bytes;
-    }
-    let mut lines: Vec<String> = merged
-        .into_iter()
-        .filter_map(|(stack, bytes)| {
-            let v = bytes.round();
-            (v >= 1.0).then(|| format!("{stack} {v:.0}"))
-        })
-        .collect();
+    let mut lines = merged_lines(profile, view, group);
     // Sorted as lines (not only by stack), which is what flamegraph tools expect.
     lines.sort_unstable();
     lines
+}
+
+/// [`collapsed_grouped`]'s lines in no order: for inferno, which sorts them itself.
+pub(crate) fn merged_lines(profile: &Profile, view: View, group: GroupBy) -> Vec<String> {
+    // Merged in a hash map: an ordered map compared whole stacks, which share long
+    // prefixes (an interpreter's loop), at every step of every insertion.
+    let mut merged: HashMap<String, f64, SeededHash> = HashMap::default();
+    for t in stack_totals(profile, view) {
+        let stack = folded_stack(profile, t.stack);
+        let key = match group {
+            GroupBy::Span => {
+                let mut key = String::new();
+                for span in GroupBy::span(profile, t.stack).split(';') {
+                    key.push_str(&folded_frame(span));
+                    key.push(';');
+                }
+                key + &stack
+            }
+            GroupBy::Stack => stack,
+        };
+        *merged.entry(key).or_default() += t.bytes;
+    }
+    merged
+        .into_iter()
+        .filter_map(|(mut line, bytes)| {
+            let v = bytes.round();
+            (v >= 1.0).then(|| {
+                line.push_str(&format!(" {v:.0}"));
+                line
+            })
+        })
+        .collect()
 }
 
 /// Writes [`collapsed`] lines, one per line.
@@ -129,6 +160,35 @@ pub fn write_collapsed_grouped(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The byte scan answers as the check by character does, for names of every kind: ASCII,
+    /// `;`, C0 and C1 controls, DEL, other UTF-8, empty.
+    #[test]
+    fn names_safe_as_is_are_those_the_characters_allow() {
+        let by_chars = |n: &str| !n.is_empty() && !n.chars().any(|c| c == ';' || c.is_control());
+        let mut names: Vec<String> = [
+            "",
+            "main",
+            "a;b",
+            "tab\there",
+            "del\u{7f}",
+            "c1\u{85}x",
+            "é",
+            "<[u8; 8] as F>::f",
+            "名前",
+            "\u{9f}",
+            "\u{a0}",
+            " ",
+            "~",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        // Every character below U+0100 alone and between letters.
+        names.extend((0u32..0x100).filter_map(char::from_u32).map(|c| format!("a{c}b")));
+        for n in &names {
+            assert_eq!(safe_as_is(n), by_chars(n), "{n:?}");
+        }
+    }
 
     #[test]
     fn frames_are_sanitized() {
