@@ -19,17 +19,23 @@ pub const TRUNCATED: &str = "[truncated]";
 
 /// True for frames of the profiler itself, which are trimmed from the leaf end of stacks.
 pub fn is_profiler_frame(name: &str) -> bool {
-    // Every report asks this of the first frames of every stack: a name whose first byte
-    // begins none of the names below is answered without comparing it with each
-    // (`profiler_prefixes_begin_with_the_first_bytes` keeps the list in step).
-    if !name.as_bytes().first().is_some_and(|b| PROFILER_FIRST_BYTES.contains(b)) {
+    // Every report asks this of the first frames of every stack: a name whose first two
+    // bytes begin none of the names below is answered without comparing it with each
+    // (`profiler_prefixes_begin_with_the_first_bytes` keeps the list in step). Two, not
+    // one: CPython's functions begin with `_P`, and the profiler's `__r`.
+    let [a, b, ..] = *name.as_bytes() else {
+        return false;
+    };
+    if !PROFILER_FIRST_BYTES.contains(&[a, b]) {
         return false;
     }
     PROFILER_PREFIXES.iter().any(|p| name.starts_with(p)) || MALLOC_FAMILY.contains(&name)
 }
 
-/// The first bytes of [`PROFILER_PREFIXES`] and of [`MALLOC_FAMILY`].
-const PROFILER_FIRST_BYTES: &[u8] = b"m<b_scrpav";
+/// The first two bytes of [`PROFILER_PREFIXES`] and of [`MALLOC_FAMILY`].
+const PROFILER_FIRST_BYTES: &[[u8; 2]] = &[
+    *b"me", *b"<m", *b"ba", *b"__", *b"st", *b"ma", *b"ca", *b"re", *b"po", *b"al", *b"va", *b"pv",
+];
 
 /// The beginnings of the profiler's own functions' names ([`is_profiler_frame`]).
 const PROFILER_PREFIXES: &[&str] = &[
@@ -135,7 +141,8 @@ impl Profile {
     /// [`Profile::frame_locations`], borrowing what the profile holds.
     pub(crate) fn frame_refs(&self, stack: StackId) -> Vec<FrameRef<'_>> {
         let Some(stack) = self.stacks.get(stack as usize) else { return Vec::new() };
-        let mut out = Vec::with_capacity(stack.frames.len());
+        // Room for a frame inlined into each, without growing on the way.
+        let mut out = Vec::with_capacity(2 * stack.frames.len());
         for &addr in &stack.frames {
             match self.symbols.get(&addr) {
                 Some(chain) if !chain.is_empty() => {
@@ -261,7 +268,10 @@ mod tests {
     #[test]
     fn profiler_prefixes_begin_with_the_first_bytes() {
         for name in PROFILER_PREFIXES.iter().chain(MALLOC_FAMILY) {
-            assert!(PROFILER_FIRST_BYTES.contains(&name.as_bytes()[0]), "{name}");
+            assert!(
+                PROFILER_FIRST_BYTES.contains(&[name.as_bytes()[0], name.as_bytes()[1]]),
+                "{name}"
+            );
             assert!(is_profiler_frame(name), "{name}");
         }
         assert!(!is_profiler_frame(""));
