@@ -174,6 +174,7 @@ impl Profile {
 
     /// Takes one block of `(stack, size)` allocated at `alloc_ns` with `k` points out of
     /// the live sets; false when there is none (an orphan).
+    #[inline]
     fn unlive(
         &mut self,
         stack: StackId,
@@ -322,6 +323,7 @@ impl Profile {
 
     /// Notes an event at `t` in the series and, in the exact mode, the peak; true when it
     /// made a new peak.
+    #[inline]
     fn note(&mut self, t: u64, alloc: f64, freed: f64) -> bool {
         self.end_ns = self.end_ns.max(t);
         self.series.record(t, alloc, freed, self.live_bytes);

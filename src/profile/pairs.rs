@@ -62,6 +62,7 @@ impl Change {
 
 impl Pairs {
     /// The id of `pair`, interned when new.
+    #[inline]
     pub(super) fn intern(&mut self, pair: (StackId, u64)) -> u32 {
         let next = self.slots.len() as u32;
         let id = *self.ids.entry(pair).or_insert(next);

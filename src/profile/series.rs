@@ -146,6 +146,7 @@ impl Series {
         best
     }
 
+    #[inline]
     pub(super) fn record(&mut self, t: u64, alloc: f64, freed: f64, live: f64) {
         let p = self.bucket(t);
         p.alloc_bytes += alloc;

@@ -202,6 +202,7 @@ impl Timeline {
 
     /// A sampled block allocated at `t` (`bytes` estimated); the live heap is `live` after
     /// it. Its cell is made by its free, or from the live blocks at the end.
+    #[inline]
     pub(crate) fn sample(&mut self, t: u64, bytes: f64, live: f64) {
         let a = self.bucket(t);
         self.alloc[a as usize] += bytes;
@@ -210,6 +211,7 @@ impl Timeline {
 
     /// The free at `t` of a block of `stack` allocated at `alloc_t`; `short`: it lived less
     /// than the short-lived threshold.
+    #[inline]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn free(
         &mut self,
