@@ -301,7 +301,6 @@ fn pass_ring(
     let n = drain(r);
     let cells = r.queue.head().wrapping_sub(before);
     pass.fullest = pass.fullest.max(cells as f64 / r.queue.capacity() as f64);
-    pass.drained += n;
     // The exiting process waits for this one (`RingHeader::last_look`).
     let asked = r.ring.header().last_look.load(Ordering::Acquire) == ring::LOOK_ASKED;
     let read = read_resident(r, now, asked);

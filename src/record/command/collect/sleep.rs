@@ -91,8 +91,6 @@ pub(super) struct Sleep {
     seen: Vec<u32>,
     /// `futex_waitv` was refused (§8): sleeps of [`POLL_NS`].
     polling: bool,
-    /// Passes in a row that drained nothing.
-    empty: u32,
 }
 
 /// What a pass found, for the sleep after it.
@@ -100,8 +98,6 @@ pub(super) struct Sleep {
 pub(super) struct Pass {
     /// The largest share of a queue's capacity drained.
     pub(super) fullest: f64,
-    /// Events drained, from every queue.
-    pub(super) drained: usize,
     /// When the next thing on the collector's own schedule is due
     /// ([`crate::engine::clock::monotonic_ns`]).
     pub(super) due: u64,
@@ -110,7 +106,7 @@ pub(super) struct Pass {
 impl Pass {
     /// A pass starting at `now`: nothing due before the heartbeat.
     pub(super) fn new(now: u64) -> Pass {
-        Pass { fullest: 0.0, drained: 0, due: now.saturating_add(HEARTBEAT_EVERY_NS) }
+        Pass { fullest: 0.0, due: now.saturating_add(HEARTBEAT_EVERY_NS) }
     }
 
     /// Something is due at `at`.
@@ -122,7 +118,7 @@ impl Pass {
 impl Sleep {
     /// Sleeps on the bell `bell` (when the directory has one) and on this process's words.
     pub(super) fn new(bell: Option<&'static AtomicU32>) -> Sleep {
-        Sleep { bell, seen: Vec::new(), polling: false, empty: 0 }
+        Sleep { bell, seen: Vec::new(), polling: false }
     }
 
     /// True when the bell or one of `words` moved since the last sleep (a look is due).
@@ -147,15 +143,13 @@ impl Sleep {
         pass: &Pass,
         now: u64,
     ) {
-        self.empty = if pass.drained > 0 { 0 } else { self.empty.saturating_add(1) };
         if pass.fullest >= 0.5 {
             return;
         }
-        // Many events came, or came until the pass before: the next pass follows shortly,
-        // the queues not slept on (§8). (A queue just drained empty is often filled again
-        // at once, by producers that waited for the room this drain made.) A trickle is
-        // slept on, as an idle queue is.
-        let flowing = self.empty < 2 && pass.fullest >= 1.0 / TRICKLE_PART as f64;
+        // Many events came: the next pass follows shortly, the queues not slept on (§8). A
+        // trickle or nothing is slept on; producers that wait for room wake the sleeper
+        // whatever waits (`engine::queue` §6).
+        let flowing = pass.fullest >= 1.0 / TRICKLE_PART as f64;
         let mut timeout = pass.due.saturating_sub(now).min(HEARTBEAT_EVERY_NS);
         if flowing {
             timeout = timeout.min(BUSY_NS);
