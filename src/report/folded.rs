@@ -87,10 +87,7 @@ fn safe_as_is(name: &str) -> bool {
     // loop (names are most of a folded line's bytes).
     let printable =
         name.bytes().fold(true, |ok, b| ok & (b.wrapping_sub(0x20) < 0x5f) & (b != b';'));
-    if printable {
-        return !name.is_empty();
-    }
-    !name.is_empty() && !name.chars().any(|c| c == ';' || c.is_control())
+    !name.is_empty() && (printable || !name.chars().any(|c| c == ';' || c.is_control()))
 }
 
 /// Folded stacks of `profile` under `view`, merged by name and sorted.
