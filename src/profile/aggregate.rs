@@ -138,7 +138,12 @@ pub fn split_points(stack: StackId, size: u64, unit: u64, k: u64) -> u64 {
             a += u64::from(next().count_ones());
             left -= 64;
         }
-        if left > 0 {
+        if left == 1 {
+            // The common case below the default interval (one point): the word's low bit, as
+            // the count below gives it, without the count (no `popcnt` in the baseline
+            // x86-64 this builds for: a dozen instructions).
+            a += next() & 1;
+        } else if left > 0 {
             a += u64::from((next() & ((1u64 << left) - 1)).count_ones());
         }
         a
@@ -152,4 +157,33 @@ pub fn split_points(stack: StackId, size: u64, unit: u64, k: u64) -> u64 {
         let a = k as f64 / 2.0 + z * (k as f64).sqrt() / 2.0;
         (a.round().max(0.0) as u64).min(k)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_points;
+
+    /// The splits are part of what a profile's peak is: the same file must give the same
+    /// peak whatever build folds it. So a faster way to draw them must draw the same
+    /// points: a digest of the splits of a grid of blocks (one point, a few, more than a
+    /// word's worth of coins, and past the normal approximation's bound), taken from the
+    /// build before the one-point path.
+    #[test]
+    fn the_splits_are_those_of_earlier_builds() {
+        let mut digest = 0u64;
+        for stack in 0..8 {
+            for size in [1, 16, 800, 1 << 20] {
+                for unit in 0..16 {
+                    for k in [1, 2, 3, 7, 63, 64, 65, 200, 4096, 4097, 1 << 20] {
+                        let a = split_points(stack, size, unit, k);
+                        assert!(a <= k);
+                        digest = digest.rotate_left(5) ^ a;
+                    }
+                }
+            }
+        }
+        assert_eq!(digest, GOLDEN);
+    }
+
+    const GOLDEN: u64 = 0x57f1_adc4_c3ec_ceb7;
 }
