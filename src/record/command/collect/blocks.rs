@@ -28,7 +28,6 @@ use std::collections::HashMap;
 /// A live block: what its free must name, and its allocation's raw clock reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Block {
-    pub(super) id: u64,
     pub(super) stack: StackId,
     /// The id the fold gave the block's (stack, size) pair ([`NO_PAIR`]: none), so that
     /// its free need not look it up: in the padding after `stack`, no memory of its own.
@@ -46,7 +45,7 @@ pub(super) struct Block {
 pub(super) const NO_PAIR: u32 = u32::MAX;
 
 // The pair's id takes no room of its own (`Block::pair`).
-const _: () = assert!(size_of::<Block>() == 40);
+const _: () = assert!(size_of::<Block>() == 32);
 
 impl Block {
     /// The id of the block's pair, when the fold gave it one.
@@ -58,7 +57,9 @@ impl Block {
     /// session nanoseconds).
     pub(super) fn free(&self, time_raw: u64, mut ns: impl FnMut(u64) -> u64) -> Free {
         Free {
-            id: self.id,
+            // The fold and the file name a block by the fields below (the file keeps no
+            // sample id), so the map keeps none: 0, as a version-2 stream's frees say.
+            id: 0,
             time_ns: ns(time_raw),
             stack: self.stack,
             size: self.size,
@@ -141,28 +142,78 @@ const GRANULE_BITS: u32 = 4;
 /// Slots of a chunk: a chunk covers 64 KiB of addresses, in 16 KiB of slot indexes.
 const CHUNK_SLOTS: usize = 1 << 12;
 
+/// A live block as the slab keeps it: 24 bytes, where the block and its address took 48.
+/// The exact mode's millions of live blocks made the slab most of the collector's memory
+/// (CPython: 250 MB of 311), and an entry that straddles two cache lines (half of the
+/// 48-byte ones did) costs the event two misses. What it leaves out is known otherwise:
+/// the points are the size (every exact-mode block's), and of the address only the bits
+/// below its granule are kept, since its slot names the rest. A block of other points, or
+/// too big for the bits left (a damaged event), goes to the spill whole.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    alloc_raw: u64,
+    /// The size, and the address's bits below its granule in the top [`GRANULE_BITS`].
+    size_low: u64,
+    stack: StackId,
+    pair: u32,
+}
+
+const _: () = assert!(size_of::<Kept>() == 24);
+
+/// Where [`Kept::size_low`] keeps the address's low bits.
+const LOW_SHIFT: u32 = 64 - GRANULE_BITS;
+
+/// The bits of `addr` below its granule.
+fn low_bits(addr: usize) -> u64 {
+    (addr & ((1 << GRANULE_BITS) - 1)) as u64
+}
+
+impl Kept {
+    /// Block `b` at `addr` kept so, when it can be (the type's documentation).
+    fn of(addr: usize, b: &Block) -> Option<Kept> {
+        (b.k == b.size && b.size >> LOW_SHIFT == 0).then_some(Kept {
+            alloc_raw: b.alloc_raw,
+            size_low: b.size | low_bits(addr) << LOW_SHIFT,
+            stack: b.stack,
+            pair: b.pair,
+        })
+    }
+
+    /// True for the block at `addr`, of the addresses of its granule.
+    fn at(&self, addr: usize) -> bool {
+        self.size_low >> LOW_SHIFT == low_bits(addr)
+    }
+
+    fn block(&self) -> Block {
+        let size = self.size_low & ((1 << LOW_SHIFT) - 1);
+        Block { stack: self.stack, pair: self.pair, size, k: size, alloc_raw: self.alloc_raw }
+    }
+}
+
 /// A map from address to block that is cheap where the collector's time goes: the live
 /// blocks of the exact mode are millions, each allocation inserts one and each free takes
 /// one out, and a hash table's every operation was a cache miss (a fifth of the
 /// collector's time on CPython). Here an address's slot is found by its bits: a chunk of
 /// slot indexes per 64 KiB of addresses (a small table of chunks, its last one remembered),
-/// one slot per 16-byte granule, holding the index of the block in a slab. Blocks
-/// allocated one after another sit side by side in the program's heap, so their slots
-/// share cache lines. Two live blocks in one granule (an allocator that aligns to 8 bytes,
-/// or to 1) cannot share the slot: the second goes to a hash table beside it.
+/// one slot per 16-byte granule, holding the index of the block in a slab ([`Kept`]).
+/// Blocks allocated one after another sit side by side in the program's heap, so their
+/// slots share cache lines. Two live blocks in one granule (an allocator that aligns to 8
+/// bytes, or to 1) cannot share the slot: the second goes to a hash table beside it, as
+/// does a block the slab cannot keep. An address is in the slab or the spill, never both.
 #[derive(Default)]
 struct ByAddress {
     /// Chunk indexes by `addr >> (GRANULE_BITS + 12)`.
     chunks: HashMap<usize, u32, FastHash>,
-    /// Each chunk's slots: 0 for none, else a slab index plus 1.
+    /// Each chunk's slots: 0 for none, else a slab index plus 1. A slot's entry is always
+    /// of an address in the slot's granule.
     slots: Vec<Box<[u32; CHUNK_SLOTS]>>,
     /// The chunk last used: (region, index).
     last: Option<(usize, u32)>,
-    /// The blocks, and their addresses.
-    slab: Vec<(usize, Block)>,
+    /// The blocks.
+    slab: Vec<Kept>,
     /// Slab entries free for reuse.
     free: Vec<u32>,
-    /// Blocks whose granule's slot holds another's.
+    /// Blocks whose granule's slot holds another's, and blocks the slab cannot keep.
     spill: HashMap<usize, Block, FastHash>,
     len: usize,
 }
@@ -193,12 +244,13 @@ impl ByAddress {
     }
 
     /// The block at `addr`.
-    fn get(&mut self, addr: usize) -> Option<&Block> {
+    fn get(&mut self, addr: usize) -> Option<Block> {
         let (c, s) = self.slot_of(addr, false)?;
         match self.slots[c][s] {
-            0 => self.spill.get(&addr),
-            i if self.slab[i as usize - 1].0 == addr => Some(&self.slab[i as usize - 1].1),
-            _ => self.spill.get(&addr),
+            i if i != 0 && self.slab[i as usize - 1].at(addr) => {
+                Some(self.slab[i as usize - 1].block())
+            }
+            _ => self.spill.get(&addr).copied(),
         }
     }
 
@@ -206,15 +258,16 @@ impl ByAddress {
     #[inline]
     fn insert(&mut self, addr: usize, b: Block) -> Option<Block> {
         let (c, s) = self.slot_of(addr, true).expect("made");
-        match self.slots[c][s] {
-            0 => {
+        let kept = Kept::of(addr, &b);
+        match (self.slots[c][s], kept) {
+            (0, Some(kept)) => {
                 let i = match self.free.pop() {
                     Some(i) => {
-                        self.slab[i as usize] = (addr, b);
+                        self.slab[i as usize] = kept;
                         i
                     }
                     None => {
-                        self.slab.push((addr, b));
+                        self.slab.push(kept);
                         self.slab.len() as u32 - 1
                     }
                 };
@@ -226,8 +279,19 @@ impl ByAddress {
                 self.len -= usize::from(old.is_some());
                 old
             }
-            i if self.slab[i as usize - 1].0 == addr => {
-                Some(std::mem::replace(&mut self.slab[i as usize - 1].1, b))
+            (i, kept) if i != 0 && self.slab[i as usize - 1].at(addr) => {
+                let at = i as usize - 1;
+                let old = self.slab[at].block();
+                match kept {
+                    Some(kept) => self.slab[at] = kept,
+                    None => {
+                        // The new block goes to the spill whole: the slot is let go.
+                        self.slots[c][s] = 0;
+                        self.free.push(at as u32);
+                        self.spill.insert(addr, b);
+                    }
+                }
+                Some(old)
             }
             _ => {
                 let old = self.spill.insert(addr, b);
@@ -242,8 +306,8 @@ impl ByAddress {
     fn remove_if(&mut self, addr: usize, take: impl FnOnce(&Block) -> bool) -> Option<Block> {
         let (c, s) = self.slot_of(addr, false)?;
         match self.slots[c][s] {
-            i if i != 0 && self.slab[i as usize - 1].0 == addr => {
-                let b = self.slab[i as usize - 1].1;
+            i if i != 0 && self.slab[i as usize - 1].at(addr) => {
+                let b = self.slab[i as usize - 1].block();
                 if !take(&b) {
                     return None;
                 }
@@ -267,8 +331,9 @@ impl ByAddress {
 mod tests {
     use super::*;
 
-    fn block(id: u64, alloc_raw: u64) -> Block {
-        Block { id, stack: 0, pair: NO_PAIR, size: 16, k: 16, alloc_raw }
+    /// Block `n` (its stack, so that tests tell blocks apart).
+    fn block(n: u32, alloc_raw: u64) -> Block {
+        Block { stack: n, pair: NO_PAIR, size: 16, k: 16, alloc_raw }
     }
 
     #[test]
@@ -300,7 +365,7 @@ mod tests {
         assert_eq!(b.retry(|_, _| panic!("nothing allocated yet")), 0);
         b.allocated(0x1000, block(1, 10));
         let mut ended = vec![];
-        assert_eq!(b.retry(|blk, t| ended.push((blk.id, t))), 1);
+        assert_eq!(b.retry(|blk, t| ended.push((blk.stack, t))), 1);
         assert_eq!(ended, [(1, 20)]);
         assert_eq!(b.retry(|_, _| panic!("taken")), 0);
         // A kept free older than the block now at its address is dropped, the block kept.
@@ -341,7 +406,15 @@ mod tests {
                 _ => 0x5500_0000 + 8 * rng.random_range(0..2_000usize),
             };
             if rng.random_bool(0.5) {
-                let blk = block(t, t);
+                // Mostly blocks the slab keeps; some it cannot (points other than the
+                // size, a size past its bits), which go to the spill.
+                let size = rng.random_range(1..4096u64);
+                let (size, k) = match rng.random_range(0..20) {
+                    0 => (size, size / 2),
+                    1 => (u64::MAX - size, u64::MAX - size),
+                    _ => (size, size),
+                };
+                let blk = Block { stack: t as u32, pair: t as u32, size, k, alloc_raw: t };
                 let ended = model.insert(addr, blk).map(|o| (o, t));
                 assert_eq!(b.allocated(addr, blk), ended, "allocation {t} at {addr:#x}");
             } else {

@@ -116,7 +116,6 @@ pub(super) fn deliver(
                 };
                 if let Some(blocks) = blocks {
                     let b = Block {
-                        id: a.id,
                         stack: got.stack,
                         pair: got.pair.unwrap_or(NO_PAIR),
                         size: a.size as u64,
