@@ -59,6 +59,9 @@ pub(crate) struct LiveByTime {
     pub(super) index: HashMap<(StackId, u64, u64), Totals, IdHash>,
     /// Entries emptied since the last sweep.
     pub(super) empty: usize,
+    /// The live blocks are kept outside ([`Profile::keep_live_outside`](crate::profile::Profile::keep_live_outside)):
+    /// the fold leaves the index alone, and it holds what was last handed over.
+    pub(super) outside: bool,
 }
 
 /// What changed in [`Profile::live`](crate::profile::Profile::live) since the peak, so that the

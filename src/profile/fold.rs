@@ -68,18 +68,20 @@ impl Profile {
             }
         }
         let unit = div_width(s.time_ns, self.header.time_unit_ns);
-        match self.live_by_time.index.entry((s.stack, s.size, unit)) {
-            std::collections::hash_map::Entry::Occupied(mut o) => {
-                let t = o.get_mut();
-                if t.samples == 0 {
-                    // Refilling an entry emptied earlier (not swept yet).
-                    self.live_by_time.empty = self.live_by_time.empty.saturating_sub(1);
+        if !self.live_by_time.outside {
+            match self.live_by_time.index.entry((s.stack, s.size, unit)) {
+                std::collections::hash_map::Entry::Occupied(mut o) => {
+                    let t = o.get_mut();
+                    if t.samples == 0 {
+                        // Refilling an entry emptied earlier (not swept yet).
+                        self.live_by_time.empty = self.live_by_time.empty.saturating_sub(1);
+                    }
+                    t.samples += 1;
+                    t.k = t.k.wrapping_add(s.k);
                 }
-                t.samples += 1;
-                t.k = t.k.wrapping_add(s.k);
-            }
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Totals { samples: 1, k: s.k });
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(Totals { samples: 1, k: s.k });
+                }
             }
         }
         let bytes = self.estimated_bytes(s.k);
@@ -183,24 +185,28 @@ impl Profile {
         k: u64,
         alloc_ns: u64,
     ) -> bool {
-        let unit = div_width(alloc_ns, self.header.time_unit_ns);
-        let key = (stack, size, unit);
-        let Some(t) = self.live_by_time.index.get_mut(&key) else {
-            return false;
-        };
-        if t.samples == 0 || t.k < k {
-            return false;
-        }
-        t.samples -= 1;
-        t.k -= k;
-        if t.samples == 0 {
-            // Emptied entries are swept in bulk: a block that dies young empties the entry
-            // its allocation just made, and removing it each time cost a rehash per free.
-            let l = &mut self.live_by_time;
-            l.empty += 1;
-            if l.empty > 4096 && l.empty > l.index.len() / 2 {
-                l.index.retain(|_, t| t.samples > 0);
-                l.empty = 0;
+        // Kept outside, the block was found live there.
+        if !self.live_by_time.outside {
+            let unit = div_width(alloc_ns, self.header.time_unit_ns);
+            let key = (stack, size, unit);
+            let Some(t) = self.live_by_time.index.get_mut(&key) else {
+                return false;
+            };
+            if t.samples == 0 || t.k < k {
+                return false;
+            }
+            t.samples -= 1;
+            t.k -= k;
+            if t.samples == 0 {
+                // Emptied entries are swept in bulk: a block that dies young empties the
+                // entry its allocation just made, and removing it each time cost a rehash
+                // per free.
+                let l = &mut self.live_by_time;
+                l.empty += 1;
+                if l.empty > 4096 && l.empty > l.index.len() / 2 {
+                    l.index.retain(|_, t| t.samples > 0);
+                    l.empty = 0;
+                }
             }
         }
         // Emptied pairs stay (as many as the pairs; reports skip them).
@@ -213,6 +219,34 @@ impl Profile {
             t.k = t.k.wrapping_sub(k);
         }
         true
+    }
+
+    /// Keeps no index of the live blocks by allocation time from the next event on: the
+    /// caller keeps every live block itself and finds each free's block before folding it
+    /// (`memprof record`'s collector in the exact mode, whose map by address holds them:
+    /// the index was a second hash map of millions of entries, touched by every event), and
+    /// hands them over ([`Profile::set_live_blocks`]) before the index is read (a GC
+    /// cycle, the end). A free is then taken as live.
+    pub(crate) fn keep_live_outside(&mut self) {
+        self.live_by_time.outside = true;
+    }
+
+    /// The index of the live blocks by allocation time, kept outside
+    /// ([`Profile::keep_live_outside`]), made again from `blocks`: (stack, size, allocation
+    /// time as folded, points) of each.
+    pub(crate) fn set_live_blocks(
+        &mut self,
+        blocks: impl Iterator<Item = (StackId, u64, u64, u64)>,
+    ) {
+        let width = self.header.time_unit_ns;
+        let l = &mut self.live_by_time;
+        l.index.clear();
+        l.empty = 0;
+        for (stack, size, alloc_ns, k) in blocks {
+            let t = l.index.entry((stack, size, div_width(alloc_ns, width))).or_default();
+            t.samples += 1;
+            t.k = t.k.wrapping_add(k);
+        }
     }
 
     /// Folds in a free; a free of a block not live is counted as an orphan.

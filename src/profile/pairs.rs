@@ -205,6 +205,62 @@ mod tests {
         }
     }
 
+    /// Live blocks kept outside the fold (`memprof record`'s collector in the exact mode,
+    /// `Profile::keep_live_outside`) and handed over before each GC cycle and at the end
+    /// make what the fold's own index makes: the same aggregates, GC attribution, timeline
+    /// and index of live blocks by time.
+    #[test]
+    fn live_blocks_kept_outside_make_the_same_profile() {
+        for unit in [1 << 10, 1 << 16] {
+            let (mut inside, mut outside) = (Profile::default(), Profile::default());
+            for p in [&mut inside, &mut outside] {
+                p.header.interval = 1.0;
+                p.header.time_unit_ns = unit;
+                p.keep_timeline();
+                p.keep_pairs();
+            }
+            outside.keep_live_outside();
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(46);
+            let mut live: Vec<Sample> = Vec::new();
+            let hand_over = |p: &mut Profile, live: &[Sample]| {
+                p.set_live_blocks(live.iter().map(|s| (s.stack, s.size, s.time_ns, s.k)));
+            };
+            let mut t = 0u64;
+            for id in 0..20_000u64 {
+                t += rng.random_range(0..3_000);
+                if !live.is_empty() && rng.random_bool(0.45) {
+                    let s = live.swap_remove(rng.random_range(0..live.len()));
+                    let f = Free::of(&s, t);
+                    assert!(inside.try_free(&f));
+                    assert!(outside.try_free(&f));
+                } else {
+                    let size = 8 << rng.random_range(0..6);
+                    let stack = rng.random_range(0..40);
+                    let s = Sample { id, stack, time_ns: t, thread: 1, addr: 0, size, k: size };
+                    inside.fold_sample(&s);
+                    outside.fold_sample(&s);
+                    live.push(s);
+                }
+                if id % 5_000 == 2_500 {
+                    let c = GcCycle { cycle: id, start_ns: t / 2, end_ns: t, ..GcCycle::default() };
+                    inside.add_gc_cycle(&c);
+                    hand_over(&mut outside, &live);
+                    outside.add_gc_cycle(&c);
+                }
+            }
+            hand_over(&mut outside, &live);
+            for p in [&mut inside, &mut outside] {
+                p.finish_timeline();
+                p.settle_pairs();
+            }
+            same(&inside, &outside);
+            assert_eq!(inside.timeline, outside.timeline);
+            assert_eq!(inside.gc_marked, outside.gc_marked);
+            inside.live_by_time.index.retain(|_, t| t.samples > 0);
+            assert_eq!(inside.live_by_time.index, outside.live_by_time.index);
+        }
+    }
+
     fn same(a: &Profile, b: &Profile) {
         assert_eq!(a.allocated, b.allocated);
         assert_eq!(a.live, b.live);

@@ -51,6 +51,25 @@ impl Recorder {
         self.profile.ended = Some(e);
     }
 
+    /// The collector keeps the process's live blocks itself (its map by address, `live`
+    /// §6): the fold keeps no index of its own ([`Profile::keep_live_outside`]).
+    ///
+    /// [`Profile::keep_live_outside`]: crate::profile::Profile::keep_live_outside
+    pub(crate) fn keep_live_outside(&mut self) {
+        self.profile.keep_live_outside();
+    }
+
+    /// Hands the fold the live blocks the collector keeps: (stack, size, allocation time in
+    /// session nanoseconds, points) of each, times taken as the file stores them.
+    pub(crate) fn set_live_blocks(
+        &mut self,
+        blocks: impl Iterator<Item = (StackId, u64, u64, u64)>,
+    ) {
+        let unit = self.stored_unit;
+        let stored = move |t| unit.map_or(t, |u| spec::stored_ns(t, u));
+        self.profile.set_live_blocks(blocks.map(|(stack, size, t, k)| (stack, size, stored(t), k)));
+    }
+
     /// Folds an allocation of another process (`memprof record`'s collector, with
     /// [`Recorder::of_process`] and [`Recorder::folding`]): no token is kept, as its free
     /// names the block itself ([`Recorder::collected_free`]).

@@ -130,6 +130,13 @@ impl Blocks {
         ended
     }
 
+    /// The live blocks, in no order.
+    pub(super) fn live(&self) -> impl Iterator<Item = Block> + '_ {
+        let l = &self.live;
+        let slots = l.slots.iter().flat_map(|chunk| chunk.iter().filter(|&&i| i != 0));
+        slots.map(|&i| l.slab[i as usize - 1].block()).chain(l.spill.values().copied())
+    }
+
     /// Live blocks.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
@@ -427,6 +434,11 @@ mod tests {
             }
             assert_eq!(b.len(), model.len());
         }
+        let mut live: Vec<_> = b.live().map(|blk| blk.alloc_raw).collect();
+        let mut want: Vec<_> = model.values().map(|blk| blk.alloc_raw).collect();
+        live.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(live, want);
     }
 
     #[test]

@@ -236,11 +236,25 @@ fn side_event(ring: &Ring, out: &mut Output, what: u64, word: u64, frames: &[usi
         ring::SIDE_GC => {
             let words: Vec<u64> = frames.iter().map(|&w| w as u64).collect();
             if let Some(c) = GcCycle::from_words(&words) {
+                // The cycle marks the live blocks allocated before it: the fold reads them.
+                lend_live_blocks(out);
                 out.recorder.gc_cycle(&c);
             }
         }
         _ => {}
     }
+}
+
+/// Hands the recorder's fold the live blocks the map by address keeps, when it keeps them
+/// (`Profile::keep_live_outside`): before a GC cycle and at the end, where the fold reads
+/// its index of them.
+pub(super) fn lend_live_blocks(out: &mut Output) {
+    let Some(blocks) = &out.blocks else {
+        return;
+    };
+    let clock = &mut out.clock;
+    let live = blocks.live().map(|b| (b.stack, b.size, clock.session_ns(b.alloc_raw), b.k));
+    out.recorder.set_live_blocks(live);
 }
 
 /// Reads the side log up to `to` and hands its module lists to the recorder.

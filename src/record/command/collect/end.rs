@@ -23,7 +23,7 @@
 //!
 
 use super::super::process;
-use super::deliver::{deliver, read_log};
+use super::deliver::{deliver, lend_live_blocks, read_log};
 use super::Attached;
 use crate::profile::{Ended, EndedHow, Stopped};
 use crate::record::ring::{self, Ring};
@@ -58,6 +58,9 @@ pub(super) fn finish_ring(r: &mut Attached, told: Option<Ended>, messages: &mut 
         ring::ENDING_QUICK => Some(Stopped::QuickExit),
         _ => None,
     };
+    // The fold's index of live blocks, kept by the map by address until now, is read
+    // when the recorder stops (the timeline's blocks never freed).
+    lend_live_blocks(out);
     match ending {
         Some(why) => out.recorder.stop_as(why, &stats),
         None => out.recorder.stopped(&stats),

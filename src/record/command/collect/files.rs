@@ -88,6 +88,11 @@ pub(super) fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &
     .of_process(facts)
     .folding();
     recorder.started(&info);
+    let by_address = crate::engine::live::names_by_address(interval, true);
+    if by_address {
+        // Its map by address keeps the live blocks (`deliver::lend_live_blocks`).
+        recorder.keep_live_outside();
+    }
     let memory = Memory::open(Some(r.pid), plan.dir.display().to_string());
     r.out = Some(Output {
         split_reader: SplitReader::start(memory, r.ring.clock(), r.pid),
@@ -96,7 +101,7 @@ pub(super) fn open_output(r: &mut Attached, plan: &Plan, stem: &str, messages: &
         clock: Stable::new(r.ring.clock()),
         waiting: Vec::new(),
         replayed: 0,
-        blocks: crate::engine::live::names_by_address(interval, true).then(Default::default),
+        blocks: by_address.then(Default::default),
         epoch: h.epoch.load(Ordering::Relaxed),
         interval,
         log_read: read,
