@@ -281,8 +281,12 @@ impl ByAddress {
                 self.slots[c][s] = i + 1;
                 self.len += 1;
                 // A block of this address may be in the spill (its granule was taken when
-                // it came): the slot's is the newer.
-                let old = self.spill.remove(&addr);
+                // it came): the slot's is the newer. The spill is mostly empty (malloc
+                // aligns to the granule), and then not hashed into.
+                let old = match self.spill.is_empty() {
+                    true => None,
+                    false => self.spill.remove(&addr),
+                };
                 self.len -= usize::from(old.is_some());
                 old
             }
