@@ -277,7 +277,7 @@
 //! | `record/command/collect/rings.rs` | the rings found in the ring directory, mapped and attached, each with the process that made it as this `/proc` names it, across PID namespaces (§7) |
 //! | `record/command/collect/files.rs` | a ring's profile opened once its session runs (the program's, or a child's `<pid>[.<n>].mprof` created exclusively), its recorder started (§2) |
 //! | `record/command/collect/deliver.rs` | a ring's events to its recorder: the queue drained, side events, module lists and modules missing from them (§4), frees named by their blocks, kept aside and replayed (§5) |
-//! | `record/command/collect/blocks.rs` | the exact mode's live blocks by address (the program keeps none: `engine::live` §6): a free paired with the block allocated no later than it, a reuse of the address ending the block |
+//! | `record/command/collect/blocks.rs` | the exact mode's live blocks by address (the program keeps none: `engine::live` §6), 24 bytes each: a free paired with the block allocated no later than it, a reuse of the address ending the block; the one index of live blocks, handed to the fold where it reads one (a GC cycle, the end) |
 //! | `record/command/collect/resident.rs` | each process's resident size every 10 ms while it changes (less often while it stays) and its mappings by kind (a last look at exit read itself) (§6) |
 //! | `record/command/collect/end.rs` | a ring whose process is gone, finished: its last events, how the process ended, its losses and what stderr is told (§3) |
 //! | `record/command/collect/publish.rs` | the root process's profile as folded so far, copied between two drains when `--serve` asks |
