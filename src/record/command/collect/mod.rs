@@ -262,12 +262,20 @@ fn tell_modules(
         return;
     };
     let p = out.recorder.profile();
+    // The range of the module last looked up, whose path `told` holds by then: a stack's
+    // frames run through few modules, mostly one after another, and a look-up is a scan
+    // of the modules and a hash of a path.
+    let mut last = None;
     for stack in p.stacks.get(out.warmed_stacks..).unwrap_or_default() {
         for &addr in &stack.frames {
             let at = addr.saturating_sub(1);
+            if last.is_some_and(|(start, end)| start <= at && at < end) {
+                continue;
+            }
             let Some(m) = p.modules.iter().find(|m| m.start <= at && at < m.end) else {
                 continue;
             };
+            last = Some((m.start, m.end));
             if !told.contains(&m.path) {
                 told.insert(m.path.clone());
                 let _ = tell.send(m.path.clone());
