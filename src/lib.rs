@@ -214,6 +214,7 @@
 //! | `report/registry.rs` | `report::registry::EXPORTERS`, the one list of formats that the output flags, the outputs and their messages follow |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
 //! | `report/flamegraph.rs` | SVG flamegraphs through inferno |
+//! | `report/flame_lines.rs` | the lines inferno draws a flamegraph from, each subtree too narrow to draw folded into one (the same picture from far fewer bytes) |
 //! | `report/pprof.rs` | gzip-compressed pprof protobuf (`go tool pprof`, Pyroscope, Parca) |
 //! | `report/confidence.rs` | sampling statistics: ± 95 % intervals and the diff's noise test |
 //! | `binomial.rs` | what the reports and the tests' sampled scopes share: an estimate's error, the exact binomial tail |

@@ -15,7 +15,9 @@ use std::io::Write;
 use inferno::flamegraph::{self as inferno_fg, color::BasicPalette, color::Palette};
 
 use super::export::{ExportOptions, Exporter};
-use super::folded::merged_lines;
+use super::flame_lines::drawn_lines;
+use super::folded::folded_names;
+use super::view::stack_totals;
 use super::view::{human_bytes, is_exact, GroupBy, View};
 use crate::error::Error;
 use crate::profile::Profile;
@@ -117,8 +119,14 @@ pub fn flamegraph(
 ) -> Result<(), Error> {
     let title = options.title.clone().unwrap_or_else(|| default_title(profile, options.view));
     let subtitle = options.subtitle.clone().unwrap_or_else(|| default_subtitle(profile));
-    // Unsorted: inferno sorts its lines.
-    let lines = merged_lines(profile, options.view, options.group_by);
+    let mut o = inferno_fg::Options::default();
+    // What inferno would not draw is folded away first (`flame_lines`). Unsorted: inferno
+    // sorts its lines.
+    let group = options.group_by;
+    let stacks = stack_totals(profile, options.view)
+        .into_iter()
+        .map(|t| (folded_names(profile, t.stack, group), t.bytes));
+    let lines = drawn_lines(stacks, o.min_width);
     let io = |e| Error::io("writing flamegraph", e);
     if lines.is_empty() {
         w.write_all(empty_svg(&title, &subtitle, options.image_width).as_bytes()).map_err(io)?;
@@ -131,7 +139,6 @@ pub fn flamegraph(
         let (r, g) = (60 + (h % 50) as u8, 140 + ((h >> 8) % 60) as u8);
         python.insert(name, inferno::flamegraph::color::Color { r, g, b: 230 });
     }
-    let mut o = inferno_fg::Options::default();
     if python.iter().next().is_some() {
         o.palette_map = Some(&mut python);
     }

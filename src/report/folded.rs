@@ -6,6 +6,7 @@
 //! out and lines are sorted. A `;` inside a function name (Rust's `[u8; 8]`) would split the
 //! frame, so it is written as `,`; line breaks and other control characters become spaces.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -70,13 +71,35 @@ pub(crate) fn folded_stack(profile: &Profile, stack: StackId) -> String {
         if i > 0 {
             out.push(';');
         }
-        if safe_as_is(name) {
-            out.push_str(name);
-        } else {
-            out.push_str(&folded_frame(name));
-        }
+        out.push_str(&folded_name(name));
     }
     out
+}
+
+/// `name` as a folded line has it ([`folded_frame`]), copied only when it must change.
+fn folded_name(name: &str) -> Cow<'_, str> {
+    match safe_as_is(name) {
+        true => Cow::Borrowed(name),
+        false => Cow::Owned(folded_frame(name)),
+    }
+}
+
+/// The frame names of a stack's folded line, root first: its span path's first under
+/// [`GroupBy::Span`], then its frames ([`merged_lines`] joins the same names).
+pub(crate) fn folded_names(profile: &Profile, stack: StackId, group: GroupBy) -> Vec<Cow<'_, str>> {
+    let mut names = Vec::new();
+    if group == GroupBy::Span {
+        let spans = GroupBy::span(profile, stack).split(';');
+        names.extend(spans.map(|span| Cow::Owned(folded_frame(span))));
+    }
+    for name in profile.frame_names_ref(stack) {
+        names.push(match name {
+            Cow::Borrowed(n) => folded_name(n),
+            Cow::Owned(n) if safe_as_is(&n) => Cow::Owned(n),
+            Cow::Owned(n) => Cow::Owned(folded_frame(&n)),
+        });
+    }
+    names
 }
 
 /// True when `name` goes into a folded line as it is: not empty, no `;`, no control

@@ -27,6 +27,7 @@ pub mod command;
 pub mod confidence;
 pub mod diff;
 pub(crate) mod export;
+mod flame_lines;
 mod flamegraph;
 mod folded;
 pub(crate) mod html;
