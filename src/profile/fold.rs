@@ -24,9 +24,15 @@ impl Profile {
     pub(crate) fn finish_timeline(&mut self) {
         let (end, unit) = (self.end_ns, self.header.time_unit_ns.max(1));
         if let Some(tl) = &mut self.timeline {
-            // The blocks never freed are the live ones, by their allocation unit.
+            // The blocks never freed are the live ones, by their allocation unit. In order:
+            // the index's own order is that of the way it was made (folded event by event,
+            // or handed over at once: `Profile::set_live_blocks`), and the page numbers
+            // its stacks in the order the timeline's cells come.
             let live = self.live_by_time.index.iter().filter(|(_, t)| t.samples > 0);
-            tl.finish(end, unit, live.map(|(&(s, _, u), t)| (s, u * unit, t.k, t.samples)));
+            let mut live: Vec<_> =
+                live.map(|(&(s, _, u), t)| (s, u * unit, t.k, t.samples)).collect();
+            live.sort_unstable();
+            tl.finish(end, unit, live.into_iter());
         }
     }
 

@@ -255,6 +255,12 @@ mod tests {
             }
             same(&inside, &outside);
             assert_eq!(inside.timeline, outside.timeline);
+            // In the same order too: the page numbers stacks in the order cells come.
+            let never = |p: &Profile| {
+                let tl = p.timeline.as_ref().unwrap();
+                tl.never.iter().map(|(&k, c)| (k, c.k, c.n)).collect::<Vec<_>>()
+            };
+            assert_eq!(never(&inside), never(&outside));
             assert_eq!(inside.gc_marked, outside.gc_marked);
             inside.live_by_time.index.retain(|_, t| t.samples > 0);
             assert_eq!(inside.live_by_time.index, outside.live_by_time.index);

@@ -70,7 +70,7 @@ pub(crate) struct Timeline {
     freed_cells: HashMap<(StackId, u32, u32), Cell, IdHash>,
     /// The blocks never freed by (stack, alloc bucket), taken from the profile's live
     /// blocks when the timeline is finished (nothing per allocation while folding).
-    never: HashMap<(StackId, u32), Cell, IdHash>,
+    pub(super) never: HashMap<(StackId, u32), Cell, IdHash>,
     /// Per stack, the sample points of short-lived blocks.
     pub(crate) short: HashMap<StackId, u64, IdHash>,
     /// Per bucket: estimated bytes allocated and freed, the largest live heap after an
