@@ -4,8 +4,9 @@
 //! inferno reads every folded line, sorts them, merges their frames and only then drops the
 //! frames narrower than its `min_width` (a share of the whole width). An interpreter's
 //! exact-mode profile has thousands of distinct stacks a hundred frames deep, most of them
-//! far too narrow to draw: CPython's JSON workload made 29 MB of lines, of which 3.7 MB
-//! reach anything drawn, and reading them was most of the flamegraph's time. So the stacks
+//! far too narrow to draw (the CPython workload of `cargo bench --bench pipeline`: most of
+//! its lines' bytes reach nothing drawn), and reading them was most of the flamegraph's
+//! time. So the stacks
 //! are merged into a tree of names here, and each subtree inferno would drop whole (its
 //! root narrower than `min_width`) becomes one of its own lines carrying the subtree's
 //! bytes. inferno then draws the same picture, byte for byte:

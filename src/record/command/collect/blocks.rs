@@ -151,8 +151,9 @@ const CHUNK_SLOTS: usize = 1 << 12;
 
 /// A live block as the slab keeps it: 24 bytes, where the block and its address took 48.
 /// The exact mode's millions of live blocks made the slab most of the collector's memory
-/// (CPython: 250 MB of 311), and an entry that straddles two cache lines (half of the
-/// 48-byte ones did) costs the event two misses. What it leaves out is known otherwise:
+/// (the CPython workload of `cargo bench --bench pipeline`), and an entry that straddles
+/// two cache lines costs the event two misses (half of the 48-byte entries did, a quarter
+/// of the 24-byte ones do). What it leaves out is known otherwise:
 /// the points are the size (every exact-mode block's), and of the address only the bits
 /// below its granule are kept, since its slot names the rest. A block of other points, or
 /// too big for the bits left (a damaged event), goes to the spill whole.
