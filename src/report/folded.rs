@@ -71,16 +71,16 @@ pub(crate) fn folded_stack(profile: &Profile, stack: StackId) -> String {
         if i > 0 {
             out.push(';');
         }
-        out.push_str(&folded_name(name));
+        out.push_str(&folded_name(Cow::Borrowed(name)));
     }
     out
 }
 
-/// `name` as a folded line has it ([`folded_frame`]), copied only when it must change.
-fn folded_name(name: &str) -> Cow<'_, str> {
-    match safe_as_is(name) {
-        true => Cow::Borrowed(name),
-        false => Cow::Owned(folded_frame(name)),
+/// `name` as a folded line has it ([`folded_frame`]), made again only when it must change.
+fn folded_name(name: Cow<'_, str>) -> Cow<'_, str> {
+    match safe_as_is(&name) {
+        true => name,
+        false => Cow::Owned(folded_frame(&name)),
     }
 }
 
@@ -92,13 +92,7 @@ pub(crate) fn folded_names(profile: &Profile, stack: StackId, group: GroupBy) ->
         let spans = GroupBy::span(profile, stack).split(';');
         names.extend(spans.map(|span| Cow::Owned(folded_frame(span))));
     }
-    for name in profile.frame_names_ref(stack) {
-        names.push(match name {
-            Cow::Borrowed(n) => folded_name(n),
-            Cow::Owned(n) if safe_as_is(&n) => Cow::Owned(n),
-            Cow::Owned(n) => Cow::Owned(folded_frame(&n)),
-        });
-    }
+    names.extend(profile.frame_names_ref(stack).into_iter().map(folded_name));
     names
 }
 
