@@ -13,10 +13,12 @@
 //! A library found outside (`MEMPROF_PRELOAD`, `libmemprof_preload.so` beside the
 //! executable) goes the same way: it is opened once and checked by its descriptor
 //! (`sys/trusted.rs`), its bytes are read from that descriptor, and they are written to
-//! `libmemprof_preload-<version>-copy-<digest>.so` in the same directories ([`install_copy`]).
-//! The loader is handed the copy, never the path that was checked: whoever could rename the
-//! original after the check (a member of its directory's group, say) cannot change what is
-//! loaded. `memprof attach` into a process of another user (memprof running as root) uses
+//! `libmemprof_preload-<version>-copy-<digest>.so` in the same directories ([`install_found`]).
+//! When they are the bundled library's bytes, as those of the copy that `build.rs` leaves
+//! beside the executable are, the bundled library's own file serves instead. Either way the
+//! loader is handed a file of ours holding the bytes read from the checked descriptor, never
+//! the path that was checked: whoever could rename the original after the check (a member
+//! of its directory's group, say) cannot change what is loaded. `memprof attach` into a process of another user (memprof running as root) uses
 //! `$TMPDIR/memprof-<uid>-attach` instead (mode 0711, the file 0555): the process must be
 //! able to read the file, and still nobody but root can change it.
 //!
@@ -49,7 +51,7 @@ use crate::error::{Error, LaunchError};
 use crate::sys::files::owned_and_private;
 use crate::sys::trusted::{self, Kind};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -194,16 +196,34 @@ fn temp_dirs() -> Vec<PathBuf> {
 }
 
 /// A library found outside (`MEMPROF_PRELOAD`, beside the executable), opened once and
-/// checked by its descriptor, installed as a copy of the bytes read from that descriptor
-/// (module doc, §1): the loader never opens `path` itself.
-pub(crate) fn install_copy(path: &Path) -> Result<Installed, Error> {
+/// checked by its descriptor (module doc, §1): the loader never opens `path` itself. When
+/// the descriptor holds exactly `bundled`'s bytes (the copy `build.rs` leaves beside the
+/// executable does), the bundled library's cached file is used; otherwise a copy of the
+/// bytes read from the descriptor.
+pub(crate) fn install_found(path: &Path, bundled: Option<&Bundled>) -> Result<Installed, Error> {
+    install_found_in(path, bundled, &Bundled::cache_dirs(), &temp_dirs())
+}
+
+/// [`install_found`] with explicit candidates ([`Image::install_in`]).
+fn install_found_in(
+    path: &Path,
+    bundled: Option<&Bundled>,
+    dirs: &[PathBuf],
+    tmps: &[PathBuf],
+) -> Result<Installed, Error> {
     let mut checked = trusted::open(path, Kind::File).map_err(LaunchError::PreloadUnsafe)?;
+    let cannot_read = |e| Error::io(format!("cannot read {}", path.display()), e);
+    if let Some(b) = bundled.filter(|b| checked.meta.len() == b.bytes.len() as u64) {
+        // Compared through a small buffer: reading the few megabytes into new memory and
+        // hashing them was most of `record`'s start in a cargo build (`record -- true`).
+        if same_contents(&mut checked.file, b.bytes) {
+            return b.image().install_in(dirs, tmps);
+        }
+        checked.file.seek(SeekFrom::Start(0)).map_err(cannot_read)?;
+    }
     let mut bytes = Vec::with_capacity(checked.meta.len() as usize);
-    checked
-        .file
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    Image::copy_of(&bytes).install()
+    checked.file.read_to_end(&mut bytes).map_err(cannot_read)?;
+    Image::copy_of(&bytes).install_in(dirs, tmps)
 }
 
 /// Bytes to install under a file name (module doc, §1).
@@ -472,6 +492,38 @@ mod tests {
 
     fn scratch(name: &str) -> PathBuf {
         crate::sys::test_dir("bundled", name)
+    }
+
+    /// A library found outside that holds the bundled bytes is served by the bundled
+    /// library's file; one that differs, also by a byte at the same length, by a copy of
+    /// its own bytes, also when the bundled file is already there.
+    #[test]
+    fn a_found_library_with_the_bundled_bytes_uses_the_bundled_file() {
+        let root = scratch("found");
+        let dir = root.join("cache/memprof");
+        let dirs = std::slice::from_ref(&dir);
+        let found = root.join("libmemprof_preload.so");
+        fs::write(&found, BYTES).unwrap();
+        let same = install_found_in(&found, Some(&lib()), dirs, &[]).unwrap();
+        assert_eq!(same.path(), dir.join(lib().file_name()));
+        assert_eq!(fs::read(same.path()).unwrap(), BYTES);
+        let mut other = BYTES.to_vec();
+        *other.last_mut().unwrap() ^= 1;
+        for bytes in [other.clone(), [BYTES, b"+"].concat()] {
+            fs::remove_file(&found).unwrap();
+            fs::write(&found, &bytes).unwrap();
+            let copy = install_found_in(&found, Some(&lib()), dirs, &[]).unwrap();
+            let name = copy.path().file_name().unwrap().to_string_lossy().into_owned();
+            assert!(name.starts_with("libmemprof_preload-") && name.contains("-copy-"), "{name}");
+            assert_eq!(fs::read(copy.path()).unwrap(), bytes);
+        }
+        // Without a bundled library, the bundled bytes get a copy too.
+        fs::remove_file(&found).unwrap();
+        fs::write(&found, BYTES).unwrap();
+        let copy = install_found_in(&found, None, dirs, &[]).unwrap();
+        assert_ne!(copy.path(), same.path());
+        assert_eq!(fs::read(copy.path()).unwrap(), BYTES);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
         if !p.is_file() {
             return Err(LaunchError::PreloadNotAFile(p.display().to_string()).into());
         }
-        return super::bundled::install_copy(&p);
+        return super::bundled::install_found(&p, bundled);
     }
     let exe =
         std::env::current_exe().map_err(|e| Error::io("cannot find the memprof executable", e))?;
@@ -123,7 +123,7 @@ pub fn find_preload(bundled: Option<&Bundled>) -> Result<Installed, Error> {
     if beside.is_file() {
         // Refused, not passed over for the bundled copy: a library that someone else could
         // have put there is worth an error (`sys/trusted.rs`, §1).
-        return super::bundled::install_copy(&beside);
+        return super::bundled::install_found(&beside, bundled);
     }
     match bundled {
         Some(b) => b.install(),
