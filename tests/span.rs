@@ -454,8 +454,10 @@ fn unsampled_path_instructions_with_the_layer() {
         }
         assert!((added[0] - added[1]).abs() < 0.05, "interval {interval}: {added:?}");
         // And the path itself stays within its budget (`cargo bench --bench overhead`
-        // prints the figure): a change that copies a hit's payload on the fast path, or
-        // reads a thread-local there, shows here as a doubling.
-        assert!(added[0] < 20.0, "interval {interval}: memprof adds {added:?} per pair");
+        // prints the figure), half an instruction above it: a change that copies a hit's
+        // payload on the fast path, or reads a thread-local there, shows here as a
+        // doubling, and a bounds check come back into `free`'s filter test (the mask
+        // read, `engine/live/filter.rs`) as a failure.
+        assert!(added[0] < 17.5, "interval {interval}: memprof adds {added:?} per pair");
     }
 }

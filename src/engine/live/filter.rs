@@ -51,9 +51,12 @@ pub const FILTER_COUNTERS_AT: usize = core::mem::offset_of!(Filter, counters);
 
 /// The filter is direct-mapped on the address: malloc's blocks are 16-byte aligned and
 /// spread over the low bits already, and skipping the multiply keeps `free` short.
+/// The mask read is also cut to [`FILTER_MASK`], which it never exceeds: the index is then
+/// known to be in bounds, and `free`'s test has no bounds check (an `and` where the check
+/// was a compare and a branch).
 #[inline]
 pub(super) fn filter_index(addr: usize) -> usize {
-    (addr >> FILTER_SHIFT) & FILTER.mask.load(Ordering::Relaxed)
+    (addr >> FILTER_SHIFT) & FILTER.mask.load(Ordering::Relaxed) & FILTER_MASK
 }
 
 /// Set once any counter has saturated (then `clear` must sweep the whole filter).
