@@ -226,7 +226,7 @@ pub(crate) fn load_with_folded(
     }
     let mut profile = super::merge::merge(profiles, &names)?;
     // Once per object, whichever of the files its frames came from.
-    for note in super::symbolize::unresolved_objects(&profile) {
+    for note in super::symbolize::unresolved_objects_in(&profile, loaders.cache_dir()) {
         messages.push(Message::Note(note));
     }
     if names.len() > 1 {

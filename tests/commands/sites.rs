@@ -404,3 +404,48 @@ fn sites_stripped_program_is_noted_once() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     check(&text(&o.stderr));
 }
+
+/// An installed, stripped Debian program (coreutils' `sort`) is noted with the package
+/// whose `-dbgsym` would name its frames. dpkg's answer is kept beside the symbol cache:
+/// a second run with no `dpkg-query` on its `PATH` still names the package.
+#[test]
+fn sites_a_stripped_debian_program_is_noted_with_its_package() {
+    let sort = Path::new("/usr/bin/sort");
+    let owner = Command::new("dpkg-query").arg("-S").arg(sort).output();
+    if !owner.is_ok_and(|o| o.status.success() && text(&o.stdout).starts_with("coreutils")) {
+        skipped("the Debian package note", "no dpkg-query, or /usr/bin/sort is not coreutils'");
+        return;
+    }
+    let dir = scratch("sites-debian-package");
+    let input: String = (0..2000).map(|i| format!("{}\n", (i * 7919) % 2000)).collect();
+    std::fs::write(dir.join("in.txt"), input).unwrap();
+    let cache = dir.join("cache");
+    let empty = dir.join("no-tools");
+    std::fs::create_dir(&empty).unwrap();
+    for (run, path) in [(1, std::env::var_os("PATH").unwrap_or_default()), (2, empty.into())] {
+        let o = Command::new(MEMPROF)
+            .current_dir(&dir)
+            .env("XDG_CACHE_HOME", &cache)
+            .env("PATH", path)
+            .args(["record", "--interval", "1", "-o", &format!("{run}.mprof"), "--"])
+            .arg(sort)
+            .arg("in.txt")
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let notes: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("memprof: note: /usr/bin/sort has no symbols"))
+            .collect();
+        if notes.is_empty() {
+            // A machine with coreutils' debug symbols installed names every frame.
+            skipped("the Debian package note", "/usr/bin/sort's frames were all named");
+            return;
+        }
+        assert_eq!(notes.len(), 1, "run {run}: {err}");
+        assert!(notes[0].contains("(Debian: apt install coreutils-dbgsym"), "run {run}: {err}");
+    }
+    let kept = std::fs::read_to_string(cache.join("memprof/symbols/packages.v1")).unwrap();
+    assert!(kept.lines().any(|l| l == "/usr/bin/sort\tcoreutils"), "{kept}");
+}

@@ -115,6 +115,11 @@ impl SymbolCache {
         self.modules.get_mut(build_id)
     }
 
+    /// The directory the files are in.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Whether a file is kept for `build_id` (its frames then need no symbols loaded ahead).
     pub(crate) fn knows(&self, build_id: &[u8]) -> bool {
         !build_id.is_empty()
@@ -280,13 +285,7 @@ fn decode(bytes: &[u8]) -> Option<Entry> {
 /// The entry in the file at `path`, opened only as a regular file of this user's that
 /// nobody else can write (§3); `None` for a missing, foreign, oversized or damaged file.
 fn read_file(path: &Path) -> Option<Entry> {
-    let file = crate::sys::files::open_ours(path).ok()?;
-    let meta = file.metadata().ok()?;
-    if meta.mode() & 0o022 != 0 || meta.size() > MOST_FILE {
-        return None;
-    }
-    let mut bytes = Vec::with_capacity(meta.size() as usize);
-    file.take(MOST_FILE + 1).read_to_end(&mut bytes).ok()?;
+    let (bytes, meta) = read_ours_with(path, MOST_FILE)?;
     let entry = decode(&bytes)?;
     let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|a| a > REFRESH);
     if old {
@@ -297,8 +296,30 @@ fn read_file(path: &Path) -> Option<Entry> {
     Some(entry)
 }
 
+/// The bytes of the file at `path`, opened only as a regular file of this user's that
+/// nobody else can write (§3), when it holds at most `most`; `None` otherwise.
+pub(super) fn read_ours(path: &Path, most: u64) -> Option<Vec<u8>> {
+    read_ours_with(path, most).map(|(bytes, _)| bytes)
+}
+
+/// [`read_ours`], with the file's metadata as read from its descriptor.
+fn read_ours_with(path: &Path, most: u64) -> Option<(Vec<u8>, fs::Metadata)> {
+    let file = crate::sys::files::open_ours(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if meta.mode() & 0o022 != 0 || meta.size() > most {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.size() as usize);
+    file.take(most + 1).read_to_end(&mut bytes).ok()?;
+    // Grown past the bound since it was measured.
+    if bytes.len() as u64 > most {
+        return None;
+    }
+    Some((bytes, meta))
+}
+
 /// Writes `bytes` to `path` in `dir` under a temporary name, then renames it into place.
-fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let tmp =
         dir.join(format!(".tmp-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));

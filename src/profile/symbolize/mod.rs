@@ -35,7 +35,8 @@
 //! the same way. A stripped object whose exported functions are in its dynamic symbol table
 //! (libstdc++'s `operator new`) still names them: addr2line's symbol map falls back to
 //! `.dynsym` when there is no `.symtab`. [`unresolved_objects`] says, once per object, why
-//! frames stayed unnamed and where a debug file was looked for.
+//! frames stayed unnamed and where a debug file was looked for, and which Debian package
+//! would have one (dpkg's answers kept beside the symbol cache: `packages.rs`).
 //!
 //! Only the addresses the profile's stacks hold are looked up (those the symbol cache
 //! lacks). The files are read on a few threads at once (one per core, at most four: each
@@ -73,6 +74,8 @@ mod elf;
 mod names;
 #[cfg(feature = "report")]
 mod offline;
+#[cfg(feature = "report")]
+mod packages;
 mod process;
 mod python;
 #[cfg(feature = "report")]
@@ -95,6 +98,8 @@ pub(crate) use python::cpython_module;
 pub(crate) use python::{minor_of_module as python_minor_of_module, Reader as PythonReader};
 #[cfg(feature = "report")]
 pub use stripped::unresolved_objects;
+#[cfg(feature = "report")]
+pub(crate) use stripped::unresolved_objects_in;
 
 #[cfg(doc)]
 use super::Profile;

@@ -347,6 +347,11 @@ impl Loaders {
         Loaders { by_path: HashMap::new(), cache: dir.map(SymbolCache::new) }
     }
 
+    /// The symbol cache's directory, when frames are cached.
+    pub(crate) fn cache_dir(&self) -> Option<&Path> {
+        self.cache.as_ref().map(SymbolCache::dir)
+    }
+
     /// Reads the symbols of the object at `path` unless they are loaded; an object that
     /// cannot be read is skipped (resolution reports it), and one whose build has frames
     /// in the cache is left until an offset the cache lacks needs it.

@@ -16,6 +16,12 @@ use crate::profile::Profile;
 /// [`resolve_offline`](super::resolve_offline); objects with symbols or debug info whose
 /// tables miss a few addresses are not named.
 pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
+    unresolved_objects_in(profile, None)
+}
+
+/// [`unresolved_objects`], the packages' names kept in the symbol cache's directory `dir`
+/// (`packages.rs`), when there is one.
+pub(crate) fn unresolved_objects_in(profile: &Profile, dir: Option<&Path>) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
     // The stripped objects first, then one question to dpkg for all of them (each
     // `dpkg-query` reads its whole database, however few paths it is asked about).
@@ -34,7 +40,7 @@ pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
     }
     let paths: Vec<&Path> =
         found.iter().map(|&(i, ..)| Path::new(&profile.modules[i].path)).collect();
-    let packages = debian_packages(&paths);
+    let packages = debian_packages(&paths, dir);
     let mut notes = Vec::new();
     let mut stripped: Vec<(&str, Option<String>)> = Vec::new();
     for (i, frames, dynsym) in found {
@@ -96,9 +102,9 @@ fn package_of(packages: &HashMap<PathBuf, String>, path: &Path) -> Option<String
     packages.get(path).or_else(|| packages.get(&std::fs::canonicalize(path).ok()?)).cloned()
 }
 
-/// The Debian packages that installed `paths` (each also by its canonical name), from one
-/// `dpkg-query -S`, by the path dpkg names; paths it does not know are left out.
-fn debian_packages(paths: &[&Path]) -> HashMap<PathBuf, String> {
+/// The Debian packages that installed `paths` (each also by its canonical name): dpkg's
+/// answers, kept in `dir` (`packages.rs`); paths it does not know are left out.
+fn debian_packages(paths: &[&Path], dir: Option<&Path>) -> HashMap<PathBuf, String> {
     let mut asked: Vec<PathBuf> = Vec::new();
     for p in paths {
         asked.push(p.to_path_buf());
@@ -106,32 +112,5 @@ fn debian_packages(paths: &[&Path]) -> HashMap<PathBuf, String> {
     }
     asked.sort();
     asked.dedup();
-    let mut out = HashMap::new();
-    if asked.is_empty() {
-        return out;
-    }
-    // It exits non-zero when any path is unknown, and still names the others.
-    let Ok(done) = std::process::Command::new("dpkg-query")
-        .arg("-S")
-        .args(&asked)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-    else {
-        return out;
-    };
-    for line in String::from_utf8_lossy(&done.stdout).lines() {
-        if line.starts_with("diversion ") {
-            continue;
-        }
-        let Some((package, file)) = line.split_once(": ") else { continue };
-        // `libc6:amd64` → `libc6`; a list of packages is not a name.
-        let Some(package) = package.split(':').next().map(str::trim) else { continue };
-        let plain = !package.is_empty()
-            && package.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
-        if plain {
-            out.insert(PathBuf::from(file), package.to_owned());
-        }
-    }
-    out
+    super::packages::debian_packages(&asked, dir)
 }

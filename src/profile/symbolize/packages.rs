@@ -1,0 +1,273 @@
+//! The Debian package that installed each stripped object, asked of `dpkg-query` and kept
+//! beside the symbol cache (`cache.rs`).
+//!
+//! # 1. Why kept
+//! `dpkg-query -S` reads dpkg's whole database, however few paths it is asked about: tens
+//! of milliseconds of CPU, more than a short program's whole run, at every `record` or
+//! `report` that meets a stripped object (most programs and libraries a Debian system
+//! installs are). Its answer changes only when a package is installed or removed, which
+//! rewrites `/var/lib/dpkg/status`.
+//!
+//! # 2. The file
+//! `packages.v1` in the symbol cache's directory. Its first line names the database the
+//! answers were given under: `dpkg <size> <modification time in ns> <inode>` of
+//! `/var/lib/dpkg/status`; a database with another identity makes the whole file a miss.
+//! Then one line per path asked: the path, a tab, the package (nothing when dpkg knows
+//! none). A path holding a tab or a newline is asked every time, never kept. Written under
+//! a temporary name and renamed into place; read as the symbol cache's files are (a regular
+//! file of this user's that nobody else can write, at most [`MOST`] bytes), and every
+//! package name in it checked as `dpkg-query`'s own answers are. A file past [`MOST`]
+//! starts over with the new answers.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use super::cache::{read_ours, write_file};
+
+/// The file's name in the symbol cache's directory.
+const FILE: &str = "packages.v1";
+/// The largest file read or written.
+const MOST: usize = 1 << 20;
+/// dpkg's database, whose identity the answers hold under.
+const STATUS: &str = "/var/lib/dpkg/status";
+
+/// The Debian packages that installed `paths`, by the path asked; paths no package owns
+/// are left out. Answers come from the file in `dir` (§2) when it holds them under the
+/// present database, from one `dpkg-query -S` for the others, which are then kept there.
+pub(super) fn debian_packages(paths: &[PathBuf], dir: Option<&Path>) -> HashMap<PathBuf, String> {
+    answers(paths, dir, database(), dpkg_query)
+}
+
+/// [`debian_packages`] under the database `status` (`None`: no dpkg, nothing kept), asking
+/// `ask` what the file does not answer.
+fn answers(
+    paths: &[PathBuf],
+    dir: Option<&Path>,
+    status: Option<String>,
+    ask: impl FnOnce(&[PathBuf]) -> Option<HashMap<PathBuf, String>>,
+) -> HashMap<PathBuf, String> {
+    let file = dir.map(|d| d.join(FILE));
+    let mut kept = match (&file, &status) {
+        (Some(f), Some(s)) => read_ours(f, MOST as u64).map(|b| decode(&b, s)).unwrap_or_default(),
+        _ => HashMap::new(),
+    };
+    let missing: Vec<PathBuf> = paths.iter().filter(|p| !kept.contains_key(*p)).cloned().collect();
+    if missing.is_empty() {
+        return known(&kept, paths);
+    }
+    // No dpkg here, or it failed: nothing learnt, nothing kept.
+    if let Some(answered) = ask(&missing) {
+        let new: HashMap<PathBuf, String> = missing
+            .into_iter()
+            .map(|p| {
+                let package = answered.get(&p).cloned().unwrap_or_default();
+                (p, package)
+            })
+            .collect();
+        if let (Some(d), Some(f), Some(s)) = (dir, &file, &status) {
+            let mut bytes = encode(kept.iter().chain(&new), s);
+            if bytes.len() > MOST {
+                bytes = encode(new.iter(), s);
+            }
+            if bytes.len() <= MOST {
+                // Best effort: an answer not kept is asked again next time.
+                let _ = write_file(d, f, &bytes);
+            }
+        }
+        kept.extend(new);
+    }
+    known(&kept, paths)
+}
+
+/// The answers for `paths` that name a package.
+fn known(kept: &HashMap<PathBuf, String>, paths: &[PathBuf]) -> HashMap<PathBuf, String> {
+    paths
+        .iter()
+        .filter_map(|p| kept.get(p).filter(|k| !k.is_empty()).map(|k| (p.clone(), k.clone())))
+        .collect()
+}
+
+/// The identity of dpkg's database (§2), or `None` where there is none.
+fn database() -> Option<String> {
+    let m = std::fs::metadata(STATUS).ok()?;
+    let ns = m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec());
+    Some(format!("dpkg {} {ns} {}", m.size(), m.ino()))
+}
+
+/// True for a package name as dpkg gives one (letters, digits, `+-.`), not a list.
+fn plain(package: &str) -> bool {
+    !package.is_empty() && package.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+}
+
+/// The answers a file holds under the database `status` (§2); empty for another database.
+fn decode(bytes: &[u8], status: &str) -> HashMap<PathBuf, String> {
+    let mut lines = bytes.split(|&b| b == b'\n');
+    if lines.next() != Some(status.as_bytes()) {
+        return HashMap::new();
+    }
+    let mut out = HashMap::new();
+    for line in lines {
+        let Some(tab) = line.iter().position(|&b| b == b'\t') else { continue };
+        let (path, package) = (&line[..tab], &line[tab + 1..]);
+        let Ok(package) = std::str::from_utf8(package) else { continue };
+        if path.is_empty() || !(package.is_empty() || plain(package)) {
+            continue;
+        }
+        out.insert(PathBuf::from(OsStr::from_bytes(path)), package.to_owned());
+    }
+    out
+}
+
+/// The file's bytes for `answers` under the database `status` (§2), paths in order; a
+/// path holding a tab or a newline is left out.
+fn encode<'a>(answers: impl Iterator<Item = (&'a PathBuf, &'a String)>, status: &str) -> Vec<u8> {
+    let mut entries: Vec<(&[u8], &String)> = answers
+        .map(|(p, k)| (p.as_os_str().as_bytes(), k))
+        .filter(|(p, k)| {
+            !p.is_empty()
+                && !p.iter().any(|&b| b == b'\t' || b == b'\n')
+                && (k.is_empty() || plain(k))
+        })
+        .collect();
+    entries.sort();
+    entries.dedup_by(|a, b| a.0 == b.0);
+    let mut out = Vec::new();
+    out.extend_from_slice(status.as_bytes());
+    out.push(b'\n');
+    for (path, package) in entries {
+        out.extend_from_slice(path);
+        out.push(b'\t');
+        out.extend_from_slice(package.as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// One `dpkg-query -S` for `paths`: the package of each path dpkg names; `None` when it
+/// could not be run.
+fn dpkg_query(paths: &[PathBuf]) -> Option<HashMap<PathBuf, String>> {
+    // It exits non-zero when any path is unknown, and still names the others.
+    let done = std::process::Command::new("dpkg-query")
+        .arg("-S")
+        .args(paths)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let mut out = HashMap::new();
+    for line in String::from_utf8_lossy(&done.stdout).lines() {
+        if line.starts_with("diversion ") {
+            continue;
+        }
+        let Some((package, file)) = line.split_once(": ") else { continue };
+        // `libc6:amd64` → `libc6`; a list of packages is not a name.
+        let Some(package) = package.split(':').next().map(str::trim) else { continue };
+        if plain(package) {
+            out.insert(PathBuf::from(file), package.to_owned());
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn paths(list: &[&str]) -> Vec<PathBuf> {
+        list.iter().map(PathBuf::from).collect()
+    }
+
+    /// dpkg as a table: counts its calls, and answers for the paths it knows.
+    fn dpkg<'a>(
+        calls: &'a Cell<u32>,
+        asked: &'a std::cell::RefCell<Vec<PathBuf>>,
+    ) -> impl FnOnce(&[PathBuf]) -> Option<HashMap<PathBuf, String>> + 'a {
+        move |ps: &[PathBuf]| {
+            calls.set(calls.get() + 1);
+            asked.borrow_mut().extend(ps.iter().cloned());
+            let table = [("/usr/bin/a", "pkg-a"), ("/usr/lib/b.so", "libb1")];
+            Some(
+                table
+                    .iter()
+                    .filter(|(p, _)| ps.iter().any(|q| q == Path::new(p)))
+                    .map(|(p, k)| (PathBuf::from(p), (*k).to_owned()))
+                    .collect(),
+            )
+        }
+    }
+
+    /// The second question about the same paths is answered from the file, also that a
+    /// path has no package; a new path alone is asked; another database asks again.
+    #[test]
+    fn answers_are_kept_until_the_database_changes() {
+        let dir = crate::sys::test_dir("packages", "kept");
+        let (calls, asked) = (Cell::new(0), std::cell::RefCell::new(Vec::new()));
+        let status = || Some("dpkg 10 20 30".to_owned());
+        let want: HashMap<PathBuf, String> =
+            [(PathBuf::from("/usr/bin/a"), "pkg-a".to_owned())].into_iter().collect();
+        let ps = paths(&["/usr/bin/a", "/opt/none"]);
+        assert_eq!(answers(&ps, Some(&dir), status(), dpkg(&calls, &asked)), want);
+        assert_eq!(answers(&ps, Some(&dir), status(), dpkg(&calls, &asked)), want);
+        assert_eq!(calls.get(), 1, "the second time from the file");
+        let more = paths(&["/usr/bin/a", "/opt/none", "/usr/lib/b.so"]);
+        let got = answers(&more, Some(&dir), status(), dpkg(&calls, &asked));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(calls.get(), 2);
+        assert_eq!(asked.borrow().last(), Some(&PathBuf::from("/usr/lib/b.so")));
+        assert_eq!(asked.borrow().len(), 3, "only the new path asked: {:?}", asked.borrow());
+        let _ = answers(&ps, Some(&dir), Some("dpkg 11 20 30".to_owned()), dpkg(&calls, &asked));
+        assert_eq!(calls.get(), 3, "another database");
+        // No dpkg: asked, nothing kept, and the file stays.
+        let before = std::fs::read(dir.join(FILE)).unwrap();
+        let none = answers(&paths(&["/x"]), Some(&dir), status(), |_: &[PathBuf]| None);
+        assert!(none.is_empty());
+        assert_eq!(std::fs::read(dir.join(FILE)).unwrap(), before);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What the file says is checked: lines that are not `path\tpackage`, package names
+    /// dpkg would not give, a file others can write, one past the bound: misses, never
+    /// wrong names. A path holding a tab or a newline is never kept.
+    #[test]
+    fn a_hostile_file_gives_no_names() {
+        let dir = crate::sys::test_dir("packages", "hostile");
+        let file = dir.join(FILE);
+        let status = "dpkg 1 2 3";
+        let body = format!(
+            "{status}\n/usr/bin/a\tpkg-a\n/x\tbad name\n/y\ta;rm -rf\nno tab\n\tempty\n/z\tpkg-z\n"
+        );
+        std::fs::write(&file, &body).unwrap();
+        let got = decode(&std::fs::read(&file).unwrap(), status);
+        let mut names: Vec<(&Path, &str)> =
+            got.iter().map(|(p, k)| (p.as_path(), k.as_str())).collect();
+        names.sort();
+        assert_eq!(names, [(Path::new("/usr/bin/a"), "pkg-a"), (Path::new("/z"), "pkg-z")]);
+        assert!(decode(body.as_bytes(), "dpkg 1 2 4").is_empty());
+        let calls = Cell::new(0);
+        let ask = |_: &[PathBuf]| {
+            calls.set(calls.get() + 1);
+            Some(HashMap::new())
+        };
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let got = answers(&paths(&["/z"]), Some(&dir), Some(status.to_owned()), ask);
+        assert!(got.is_empty() && calls.get() == 1, "a file others can write is not read");
+        std::fs::remove_file(&file).unwrap();
+        let big = format!("{status}\n/z\tpkg-z\n{}", "#".repeat(MOST));
+        std::fs::write(&file, big).unwrap();
+        assert_eq!(read_ours(&file, MOST as u64), None, "past the bound");
+        let odd: HashMap<PathBuf, String> = [
+            (PathBuf::from("/a\tb"), "p".to_owned()),
+            (PathBuf::from("/a\nb"), "p".to_owned()),
+            (PathBuf::from("/ok"), "p".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(encode(odd.iter(), status), format!("{status}\n/ok\tp\n").into_bytes());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
