@@ -41,6 +41,14 @@ use object::{Object as _, ObjectSection as _, ObjectSymbol as _, ObjectSymbolTab
 /// the first; a section this long is data, not strings worth the read).
 const MAX_SCANNED: u64 = 512 << 20;
 
+/// What the read-only data is read in (a buffer reused for every section).
+const SCAN_CHUNK: usize = 256 << 10;
+/// The messages searched for (§3): jemalloc's, mimalloc's, the standard library's paths.
+const JEMALLOC: &[u8] = b"<jemalloc>: ";
+const MIMALLOC: &[u8] = b"mimalloc: ";
+const RUST_STD: &[u8] = b"library/std/src/";
+const NEEDLES: [&[u8]; 3] = [JEMALLOC, MIMALLOC, RUST_STD];
+
 /// An allocator linked into an executable, recognised by its messages (§3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Allocator {
@@ -77,16 +85,7 @@ pub(crate) struct Executable {
 
 /// True when `needle` occurs in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    let Some((&first, rest)) = needle.split_first() else { return true };
-    let mut at = 0;
-    while let Some(i) = hay[at..].iter().position(|&b| b == first) {
-        let start = at + i + 1;
-        if hay.get(start..start + rest.len()) == Some(rest) {
-            return true;
-        }
-        at = start;
-    }
-    false
+    memchr::memmem::find(hay, needle).is_some()
 }
 
 impl Executable {
@@ -96,7 +95,7 @@ impl Executable {
     /// needs, without reading a large program's data after every run.
     pub(crate) fn read(path: &Path, whole: bool) -> Option<Executable> {
         let file = crate::sys::files::open_input_regular(path).ok()?;
-        let cache = object::ReadCache::new(file);
+        let cache = object::ReadCache::new(&file);
         let object = object::File::parse(&cache).ok()?;
         let mut found = Executable {
             symtab: object.symbol_table().is_some_and(|t| t.symbols().nth(1).is_some()),
@@ -113,6 +112,9 @@ impl Executable {
         if !whole && found.allocator_reached() {
             return Some(found);
         }
+        // Read through one buffer, not the read cache: that would keep every section's
+        // megabytes in new memory, which cost more than the search (a stripped CPython).
+        let mut buf = vec![0u8; SCAN_CHUNK];
         for section in object.sections() {
             use object::SectionKind::{ReadOnlyData, ReadOnlyString};
             if !matches!(section.kind(), ReadOnlyData | ReadOnlyString)
@@ -120,17 +122,41 @@ impl Executable {
             {
                 continue;
             }
-            let Ok(data) = section.data() else { continue };
-            if found.allocator.is_none() {
-                if contains(data, b"<jemalloc>: ") {
-                    found.allocator = Some(Allocator::Jemalloc);
-                } else if contains(data, b"mimalloc: ") {
-                    found.allocator = Some(Allocator::Mimalloc);
-                }
-            }
-            found.rust = found.rust || contains(data, b"library/std/src/");
+            let Some((start, len)) = section.file_range() else { continue };
+            found.scan(&file, start, len.min(MAX_SCANNED), &mut buf);
         }
         Some(found)
+    }
+
+    /// Searches `len` bytes of `file` from `start` for the messages of §3, a chunk at a
+    /// time through `buf`, each chunk beginning with the last bytes of the one before (a
+    /// message across two chunks is found).
+    fn scan(&mut self, file: &std::fs::File, start: u64, len: u64, buf: &mut [u8]) {
+        use std::os::unix::fs::FileExt as _;
+        let overlap = NEEDLES.iter().map(|n| n.len() - 1).max().unwrap_or(0);
+        let (mut at, end, mut kept) = (start, start.saturating_add(len), 0);
+        while at < end && !(self.allocator.is_some() && self.rust) {
+            let room = (buf.len() - kept).min(usize::try_from(end - at).unwrap_or(usize::MAX));
+            let n = match file.read_at(&mut buf[kept..kept + room], at) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            let data = &buf[..kept + n];
+            if self.allocator.is_none() {
+                if contains(data, JEMALLOC) {
+                    self.allocator = Some(Allocator::Jemalloc);
+                } else if contains(data, MIMALLOC) {
+                    self.allocator = Some(Allocator::Mimalloc);
+                }
+            }
+            self.rust = self.rust || contains(data, RUST_STD);
+            at += n as u64;
+            let keep = overlap.min(data.len());
+            buf.copy_within(data.len() - keep..data.len(), 0);
+            kept = keep;
+        }
     }
 
     /// True when the preload library can intercept the allocator linked into the
@@ -221,6 +247,34 @@ mod tests {
         assert!(!contains(b"<jemalloc>:", b"<jemalloc>: "));
         assert!(contains(b"abc", b""));
         assert!(!contains(b"", b"a"));
+    }
+
+    /// The data is searched a chunk at a time: a message across two chunks, or at the very
+    /// end of the range, is found; one just outside the range is not.
+    #[test]
+    fn messages_are_found_across_chunks_and_only_in_range() {
+        let dir = crate::sys::test_dir("interposable", "chunks");
+        let path = dir.join("data");
+        // The range starts at 200: chunk boundaries fall near 200 + k * SCAN_CHUNK.
+        for (at, inside) in [
+            (200 + SCAN_CHUNK - 5, true),
+            (200 + 2 * SCAN_CHUNK - 20, true),
+            (3 * SCAN_CHUNK - JEMALLOC.len(), true),
+            (3 * SCAN_CHUNK - JEMALLOC.len() + 1, false),
+            (100, false),
+        ] {
+            let mut bytes = vec![b'm'; 3 * SCAN_CHUNK + 64];
+            bytes[at..at + JEMALLOC.len()].copy_from_slice(JEMALLOC);
+            std::fs::write(&path, &bytes).unwrap();
+            let file = std::fs::File::open(&path).unwrap();
+            let mut found = Executable::default();
+            let mut buf = vec![0u8; SCAN_CHUNK];
+            found.scan(&file, 200, 3 * SCAN_CHUNK as u64 - 200, &mut buf);
+            let want = inside.then_some(Allocator::Jemalloc);
+            assert_eq!(found.allocator, want, "message at {at}");
+            assert!(!found.rust);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
