@@ -17,6 +17,8 @@
 //! units) is read by `pread` from a second descriptor of the same file (so the cache
 //! does not keep it) straight into shared bytes, decompressed there where compressed, and
 //! the symbol table into owned names, so nothing borrows the file once it is loaded. The
+//! symbol tables' strings are read from that descriptor in one go each, before the names
+//! are ([`Preread`]): through the cache each name was a read of its own. The
 //! DWARF is then looked up a unit at a time ([`crate::profile::dwarf_units`]). The split DWARF of the object comes the
 //! same way: its DWARF package (`prog.dwp` beside `prog`, read at load) and the `.dwo`
 //! files its units name (read when a lookup needs one; a `.dwo` whose id is not the
@@ -25,6 +27,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -81,7 +84,7 @@ fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
     Ok((file, meta))
 }
 
-fn endian<'a>(object: &object::File<'a, &'a object::ReadCache<File>>) -> gimli::RunTimeEndian {
+fn endian<'a, R: object::ReadRef<'a>>(object: &object::File<'a, R>) -> gimli::RunTimeEndian {
     if object.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
@@ -94,9 +97,9 @@ const MOST_BYTES: u64 = 1 << 32;
 
 /// The bytes of the section `name` of `object` (read from `file`, §2), uncompressed, or
 /// none when the object has no such section; a section that cannot be read is an error.
-fn load_section<'a>(
+fn load_section<'a, R: object::ReadRef<'a>>(
     file: &File,
-    object: &object::File<'a, &'a object::ReadCache<File>>,
+    object: &object::File<'a, R>,
     name: &str,
     endian: gimli::RunTimeEndian,
 ) -> Result<Reader, gimli::Error> {
@@ -137,8 +140,8 @@ fn load_section<'a>(
 
 /// The bytes of the section `name` (uncompressed), read through the object's cache, or
 /// none when the object has no such section; a section that cannot be read is an error.
-fn section<'a>(
-    object: &object::File<'a, &'a object::ReadCache<File>>,
+fn section<'a, R: object::ReadRef<'a>>(
+    object: &object::File<'a, R>,
     name: Option<&str>,
     endian: gimli::RunTimeEndian,
 ) -> Result<Reader, gimli::Error> {
@@ -153,6 +156,83 @@ fn section<'a>(
     Ok(Reader::new(bytes, endian))
 }
 
+/// A file read through `cache`, but for byte ranges read ahead in one go: its symbol
+/// tables' strings ([`string_tables`]). Through the read cache alone each symbol's name
+/// costs a seek and a read of its own, which for a program of a hundred thousand symbols
+/// (`node`, a large Rust or C++ binary) took longer than the program's whole run.
+#[derive(Clone, Copy)]
+pub(crate) struct Preread<'a, C> {
+    pub(crate) cache: C,
+    /// `(offset in the file, bytes)`, not overlapping.
+    pub(crate) ranges: &'a [(u64, Vec<u8>)],
+}
+
+impl<'a, C: object::ReadRef<'a>> Preread<'a, C> {
+    /// The range read ahead that holds `offset`, and `offset` within it.
+    fn holding(self, offset: u64) -> Option<(&'a [u8], usize)> {
+        self.ranges.iter().find_map(|(start, bytes)| {
+            let at = usize::try_from(offset.checked_sub(*start)?).ok()?;
+            (at < bytes.len()).then_some((bytes.as_slice(), at))
+        })
+    }
+}
+
+impl<'a, C: object::ReadRef<'a>> object::ReadRef<'a> for Preread<'a, C> {
+    fn len(self) -> Result<u64, ()> {
+        self.cache.len()
+    }
+
+    fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
+        if let Some((bytes, at)) = self.holding(offset) {
+            let end = usize::try_from(size).ok().and_then(|n| at.checked_add(n));
+            if let Some(b) = end.and_then(|end| bytes.get(at..end)) {
+                return Ok(b);
+            }
+        }
+        self.cache.read_bytes_at(offset, size)
+    }
+
+    fn read_bytes_at_until(self, range: Range<u64>, delimiter: u8) -> Result<&'a [u8], ()> {
+        let Some((bytes, at)) = self.holding(range.start) else {
+            return self.cache.read_bytes_at_until(range, delimiter);
+        };
+        let room = usize::try_from(range.end.saturating_sub(range.start)).unwrap_or(usize::MAX);
+        let end = bytes.len().min(at.saturating_add(room));
+        match memchr::memchr(delimiter, &bytes[at..end]) {
+            Some(n) => Ok(&bytes[at..at + n]),
+            // The string goes on past what was read ahead: the cache reads it.
+            None => self.cache.read_bytes_at_until(range, delimiter),
+        }
+    }
+}
+
+/// The sections `names` of `object` (string tables: `.strtab`, `.dynstr`), read from
+/// `file` in one go each, for [`Preread`]; a section that cannot be read, or lies past
+/// the file's end, is left to the cache.
+pub(crate) fn string_tables<'a, R: object::ReadRef<'a>>(
+    object: &object::File<'a, R>,
+    file: &File,
+    names: &[&str],
+) -> Vec<(u64, Vec<u8>)> {
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for &name in names {
+        let Some((start, size)) = object.section_by_name(name).and_then(|s| s.file_range()) else {
+            continue;
+        };
+        let inside = start.checked_add(size).is_some_and(|end| end <= len);
+        let overlaps = out.iter().any(|(s, b)| start < s + b.len() as u64 && *s < start + size);
+        if !inside || overlaps || size == 0 {
+            continue;
+        }
+        let mut bytes = vec![0u8; size as usize];
+        if file.read_exact_at(&mut bytes, start).is_ok() {
+            out.push((start, bytes));
+        }
+    }
+    out
+}
+
 impl ObjectFile {
     /// Reads the object file at `path` (§2). The error is one sentence naming the file.
     pub(crate) fn open(path: &Path) -> Result<ObjectFile, String> {
@@ -162,7 +242,10 @@ impl ObjectFile {
         // The sections' bytes are read through this one, not kept by the cache (§2).
         let direct = file.try_clone().map_err(|e| bad(&e))?;
         let cache = object::ReadCache::new(file);
-        let object = object::File::parse(&cache).map_err(|e| bad(&e))?;
+        let first = object::File::parse(&cache).map_err(|e| bad(&e))?;
+        let tables = string_tables(&first, &direct, &[".strtab", ".dynstr"]);
+        let object =
+            object::File::parse(Preread { cache: &cache, ranges: &tables }).map_err(|e| bad(&e))?;
         let endian = endian(&object);
         let build_id = object.build_id().ok().flatten().map(<[u8]>::to_vec);
         let mut sections = Vec::with_capacity(NEEDED.len());
@@ -285,4 +368,73 @@ fn dwarf_package(path: &Path) -> Option<gimli::DwarfPackage<Reader>> {
     let endian = endian(&object);
     let empty = Reader::new(Arc::from(&[][..]), endian);
     gimli::DwarfPackage::load(|id| section(&object, id.dwo_name(), endian), empty).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::ObjectSymbol as _;
+    use object::ReadRef as _;
+
+    /// Read ahead or through the cache alone, an object gives the same symbols with the
+    /// same names: this test binary's (tens of thousands, `.strtab`) and libc's dynamic
+    /// ones (`.dynstr`).
+    #[test]
+    fn names_read_ahead_are_the_cache_s() {
+        let exe = std::env::current_exe().unwrap();
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| p.is_file());
+        for path in std::iter::once(exe.as_path()).chain(libc) {
+            let file = File::open(path).unwrap();
+            let cache = object::ReadCache::new(&file);
+            let plain = object::File::parse(&cache).unwrap();
+            let tables = string_tables(&plain, &file, &[".strtab", ".dynstr"]);
+            assert!(!tables.is_empty(), "{}", path.display());
+            let ahead = object::File::parse(Preread { cache: &cache, ranges: &tables }).unwrap();
+            let (a, b) = (names(&plain), names(&ahead));
+            assert!(a.len() > 100, "{}: {}", path.display(), a.len());
+            assert_eq!(a, b, "{}", path.display());
+            assert_eq!(map(&plain), map(&ahead), "{}", path.display());
+        }
+    }
+
+    /// Every symbol's address and name, static then dynamic.
+    fn names<'a, R: object::ReadRef<'a>>(o: &object::File<'a, R>) -> Vec<(u64, String)> {
+        o.symbols()
+            .chain(o.dynamic_symbols())
+            .map(|s| (s.address(), s.name().unwrap_or("<none>").to_owned()))
+            .collect()
+    }
+
+    /// The symbol map's addresses and names.
+    fn map<'a, R: object::ReadRef<'a>>(o: &object::File<'a, R>) -> Vec<(u64, String)> {
+        o.symbol_map().symbols().iter().map(|s| (s.address(), s.name().to_owned())).collect()
+    }
+
+    /// A string read ahead ends at its delimiter, at the end of the range asked (then it is
+    /// the cache's answer), or past the bytes read ahead (the cache reads on).
+    #[test]
+    fn a_string_past_what_was_read_ahead_is_read_through_the_cache() {
+        let dir = crate::sys::test_dir("object_file", "preread");
+        let path = dir.join("f");
+        std::fs::write(&path, b"xxxxabc\0def\0ghijkl\0").unwrap(); // 19 bytes
+        let file = File::open(&path).unwrap();
+        let cache = object::ReadCache::new(&file);
+        // Bytes 4..14 read ahead ("abc\0def\0gh"): "ghijkl" runs past them.
+        let ranges = [(4u64, b"abc\0def\0gh".to_vec())];
+        let pre = Preread { cache: &cache, ranges: &ranges };
+        for (start, end) in [(4, 19), (8, 19), (12, 19), (0, 19), (4, 6), (12, 14)] {
+            assert_eq!(
+                pre.read_bytes_at_until(start..end, 0),
+                (&cache).read_bytes_at_until(start..end, 0),
+                "{start}..{end}"
+            );
+        }
+        assert_eq!(pre.read_bytes_at(5, 3), Ok(&b"bc\0"[..]));
+        assert_eq!(pre.read_bytes_at(12, 4), (&cache).read_bytes_at(12, 4));
+        assert_eq!(pre.read_bytes_at(12, 40), Err(()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -35,6 +35,8 @@
 
 use std::path::Path;
 
+use crate::profile::object_file::{string_tables, Preread};
+
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, ObjectSymbolTable as _};
 
 /// Read-only data sections longer than this are not searched (a program's messages are in
@@ -96,7 +98,10 @@ impl Executable {
     pub(crate) fn read(path: &Path, whole: bool) -> Option<Executable> {
         let file = crate::sys::files::open_input_regular(path).ok()?;
         let cache = object::ReadCache::new(&file);
-        let object = object::File::parse(&cache).ok()?;
+        // The dynamic symbols' names read ahead in one go, not each by a read of its own
+        // (`object_file::Preread`): `node` exports tens of thousands.
+        let tables = string_tables(&object::File::parse(&cache).ok()?, &file, &[".dynstr"]);
+        let object = object::File::parse(Preread { cache: &cache, ranges: &tables }).ok()?;
         let mut found = Executable {
             symtab: object.symbol_table().is_some_and(|t| t.symbols().nth(1).is_some()),
             defines_malloc: object.dynamic_symbol_table().is_some_and(|t| {
