@@ -192,7 +192,10 @@ fn object_of(addr: usize) -> String {
 /// The executable's allocators under names of their own, or Rust's shim (§1).
 fn statics(log: &mut Log) {
     let shim = hooks::rust_shim();
-    let Some(functions) = symtab::functions(|n| {
+    // Every name `keep` below accepts begins so: `_rjem_`, `mi_`, `__rust_`/`__rdl_` and
+    // Rust's v0 mangling (`_R`).
+    let heads = [*b"_r", *b"mi", *b"__", *b"_R"];
+    let Some(functions) = symtab::functions(&heads, |n| {
         n.starts_with("_rjem_")
             || n.starts_with("mi_")
             || (n.contains("__r")

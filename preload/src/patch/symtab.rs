@@ -2,7 +2,7 @@
 //! functions of an allocator linked into it under names of its own are, which no dynamic
 //! symbol table lists.
 
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader as _, Sym as _};
 use object::{Endianness, Object, ObjectSymbol, SymbolKind};
 
 /// A function of the executable, at its run-time address.
@@ -13,9 +13,11 @@ pub(crate) struct Function {
     pub(crate) size: usize,
 }
 
-/// The executable's functions whose names `keep` accepts, or `None` when it cannot be read
-/// or has no symbol table (stripped).
-pub(crate) fn functions(keep: impl Fn(&str) -> bool) -> Option<Vec<Function>> {
+/// The executable's functions whose names begin with one of `heads` (two bytes each) and
+/// that `keep` accepts, or `None` when it cannot be read or has no symbol table
+/// (stripped). `heads` is looked at first, in the string table's bytes, so that the other
+/// names (a large C++ program's hundred thousand) are never read whole.
+pub(crate) fn functions(heads: &[[u8; 2]], keep: impl Fn(&str) -> bool) -> Option<Vec<Function>> {
     let file = Mapped::open(c"/proc/self/exe")?;
     let elf = ElfFile64::<Endianness>::parse(file.bytes()).ok()?;
     let bias = bias(&elf)?;
@@ -32,9 +34,23 @@ pub(crate) fn functions(keep: impl Fn(&str) -> bool) -> Option<Vec<Function>> {
             })
             .collect()
     };
+    let e = elf.endian();
+    let table = elf.elf_symbol_table();
+    // Empty when it cannot be read: then every name is read whole.
+    let strings: &[u8] = elf
+        .elf_section_table()
+        .section(table.string_section())
+        .ok()
+        .and_then(|s| s.data(e, file.bytes()).ok())
+        .unwrap_or_default();
     let mut out = Vec::new();
     for sym in elf.symbols() {
         if sym.kind() != SymbolKind::Text || !sym.is_definition() {
+            continue;
+        }
+        let at = sym.elf_symbol().st_name(e) as usize;
+        let head = at.checked_add(2).and_then(|end| strings.get(at..end));
+        if head.is_some_and(|h| !heads.iter().any(|w| w == h)) {
             continue;
         }
         let Ok(name) = sym.name() else { continue };
