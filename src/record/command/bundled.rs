@@ -18,9 +18,10 @@
 //! beside the executable are, the bundled library's own file serves instead. Either way the
 //! loader is handed a file of ours holding the bytes read from the checked descriptor, never
 //! the path that was checked: whoever could rename the original after the check (a member
-//! of its directory's group, say) cannot change what is loaded. `memprof attach` into a process of another user (memprof running as root) uses
-//! `$TMPDIR/memprof-<uid>-attach` instead (mode 0711, the file 0555): the process must be
-//! able to read the file, and still nobody but root can change it.
+//! of its directory's group, say) cannot change what is loaded. `memprof attach` into a
+//! process of another user (memprof running as root) uses `$TMPDIR/memprof-<uid>-attach`
+//! instead (mode 0711, the file 0555): the process must be able to read the file, and
+//! still nobody but root can change it.
 //!
 //! The first two are kept and reused by every later run of the same build; a new build
 //! writes a new file beside the old ones, and files not used for 30 days are removed when a
