@@ -62,20 +62,6 @@ pub fn folded_frame(name: &str) -> String {
         .collect()
 }
 
-/// The `root;…;leaf` key of a stack.
-pub(crate) fn folded_stack(profile: &Profile, stack: StackId) -> String {
-    let names = profile.frame_names_ref(stack);
-    // Sized once: a CPython stack is dozens of names, each of dozens of bytes.
-    let mut out = String::with_capacity(names.iter().map(|n| n.len() + 1).sum());
-    for (i, name) in names.iter().enumerate() {
-        if i > 0 {
-            out.push(';');
-        }
-        out.push_str(&folded_name(Cow::Borrowed(name)));
-    }
-    out
-}
-
 /// `name` as a folded line has it ([`folded_frame`]), made again only when it must change.
 fn folded_name(name: Cow<'_, str>) -> Cow<'_, str> {
     match safe_as_is(&name) {
@@ -85,7 +71,7 @@ fn folded_name(name: Cow<'_, str>) -> Cow<'_, str> {
 }
 
 /// The frame names of a stack's folded line, root first: its span path's first under
-/// [`GroupBy::Span`], then its frames ([`merged_lines`] joins the same names).
+/// [`GroupBy::Span`], then its frames ([`merged_lines`] joins them with `;`).
 pub(crate) fn folded_names(profile: &Profile, stack: StackId, group: GroupBy) -> Vec<Cow<'_, str>> {
     let mut names = Vec::new();
     if group == GroupBy::Span {
@@ -127,18 +113,7 @@ pub(crate) fn merged_lines(profile: &Profile, view: View, group: GroupBy) -> Vec
     // prefixes (an interpreter's loop), at every step of every insertion.
     let mut merged: HashMap<String, f64, SeededHash> = HashMap::default();
     for t in stack_totals(profile, view) {
-        let stack = folded_stack(profile, t.stack);
-        let key = match group {
-            GroupBy::Span => {
-                let mut key = String::new();
-                for span in GroupBy::span(profile, t.stack).split(';') {
-                    key.push_str(&folded_frame(span));
-                    key.push(';');
-                }
-                key + &stack
-            }
-            GroupBy::Stack => stack,
-        };
+        let key = folded_names(profile, t.stack, group).join(";");
         *merged.entry(key).or_default() += t.bytes;
     }
     merged
