@@ -168,7 +168,7 @@
 //! | `profile/symbolize/offline.rs` | addresses resolved from the recorded modules' files; `Loaders` |
 //! | `profile/symbolize/debug_file.rs` | where an object's separate debug file is looked for |
 //! | `profile/symbolize/stripped.rs` | the notes on objects whose frames stayed unnamed (stripped, no debug file) |
-//! | `profile/symbolize/packages.rs` | the Debian package of each stripped object, dpkg's answers kept beside the symbol cache until its database changes |
+//! | `profile/symbolize/packages.rs` | the Debian package of each stripped object, found in dpkg's lists of files (its other name on a merged `/usr` too) and kept beside the symbol cache until dpkg's database changes |
 //! | `profile/symbolize/cache.rs` | the frames resolved for each offset of a build, kept on disk by build id (private, bounded, atomic writes, hostile reads): the next run reads no DWARF for them |
 //! | `profile/object_file.rs` | an object file's symbols and DWARF (its debug file, `.dwp` and `.dwo` files too), each file opened once under the file policy and read from that descriptor; the sections a lookup reads, straight into shared buffers |
 //! | `profile/dwarf_units.rs` | an object's DWARF looked up a compilation unit at a time: the units covering an address (from `.debug_aranges`, else their root entries), a context over one unit's bytes, the whole object's for a unit that refers to others |

@@ -36,7 +36,8 @@
 //! (libstdc++'s `operator new`) still names them: addr2line's symbol map falls back to
 //! `.dynsym` when there is no `.symtab`. [`unresolved_objects`] says, once per object, why
 //! frames stayed unnamed and where a debug file was looked for, and which Debian package
-//! would have one (dpkg's answers kept beside the symbol cache: `packages.rs`).
+//! would have one (found in dpkg's lists of files and kept beside the symbol cache:
+//! `packages.rs`).
 //!
 //! Only the addresses the profile's stacks hold are looked up (those the symbol cache
 //! lacks). The files are read on a few threads at once (one per core, at most four: each

@@ -1,12 +1,22 @@
-//! The Debian package that installed each stripped object, asked of `dpkg-query` and kept
-//! beside the symbol cache (`cache.rs`).
+//! The Debian package that installed each stripped object, found in dpkg's lists of the
+//! files each package installed, and kept beside the symbol cache (`cache.rs`).
 //!
-//! # 1. Why kept
-//! `dpkg-query -S` reads dpkg's whole database, however few paths it is asked about: tens
-//! of milliseconds of CPU, more than a short program's whole run, at every `record` or
-//! `report` that meets a stripped object (most programs and libraries a Debian system
-//! installs are). Its answer changes only when a package is installed or removed, which
-//! rewrites `/var/lib/dpkg/status`.
+//! # 1. Why read the lists, and why keep the answers
+//! `dpkg-query -S` answers the question, but reads dpkg's whole database to do it,
+//! however few paths it is asked about: the status file parsed and every package's list
+//! of files read, 40 to 80 ms of CPU, more than a short program's whole run, at every
+//! `record` or `report` that meets a stripped object (most programs and libraries a
+//! Debian system installs are). The lists alone answer it: `info/<package>.list` (or
+//! `<package>:<arch>.list`) under dpkg's directory holds one path a line, every file the
+//! package installed, which is what `dpkg-query -S` searches. They are searched here for
+//! the paths asked (a few milliseconds), each list read once through one buffer ([`lists`]).
+//! A path a diversion moved is named as `dpkg-query` names it besides its `diversion`
+//! lines: by the package whose list holds it.
+//!
+//! The answer changes only when a package is installed or removed, which rewrites
+//! `/var/lib/dpkg/status`; reading the lists is still hundreds of files, each a wait for
+//! the disk when the page cache is cold. So the answers are kept (§2) and only paths not
+//! asked before are searched for.
 //!
 //! # 2. The file
 //! `packages.v1` in the symbol cache's directory. Its first line names the database the
@@ -16,8 +26,8 @@
 //! none). A path holding a tab or a newline is asked every time, never kept. Written under
 //! a temporary name and renamed into place; read as the symbol cache's files are (a regular
 //! file of this user's that nobody else can write, at most [`MOST`] bytes), and every
-//! package name in it checked as `dpkg-query`'s own answers are. A file past [`MOST`]
-//! starts over with the new answers.
+//! package name in it checked as the lists' names are. A file past [`MOST`] starts over
+//! with the new answers.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -33,12 +43,18 @@ const FILE: &str = "packages.v1";
 const MOST: usize = 1 << 20;
 /// dpkg's database, whose identity the answers hold under.
 const STATUS: &str = "/var/lib/dpkg/status";
+/// dpkg's directory of each installed package's list of files (§1).
+const INFO: &str = "/var/lib/dpkg/info";
+/// The most read of one list: the largest packages' lists (a kernel's modules) are a few
+/// mebibytes; a list past this is searched in its first part only.
+const LIST_MOST: u64 = 64 << 20;
 
 /// The Debian packages that installed `paths`, by the path asked; paths no package owns
 /// are left out. Answers come from the file in `dir` (§2) when it holds them under the
-/// present database, from one `dpkg-query -S` for the others, which are then kept there.
+/// present database, from dpkg's lists of files for the others (§1), which are then kept
+/// there.
 pub(super) fn debian_packages(paths: &[PathBuf], dir: Option<&Path>) -> HashMap<PathBuf, String> {
-    answers(paths, dir, database(), dpkg_query)
+    answers(paths, dir, database(), |asked| lists(Path::new(INFO), asked))
 }
 
 /// [`debian_packages`] under the database `status` (`None`: no dpkg, nothing kept), asking
@@ -146,27 +162,54 @@ fn encode<'a>(answers: impl Iterator<Item = (&'a PathBuf, &'a String)>, status: 
     out
 }
 
-/// One `dpkg-query -S` for `paths`: the package of each path dpkg names; `None` when it
-/// could not be run.
-fn dpkg_query(paths: &[PathBuf]) -> Option<HashMap<PathBuf, String>> {
-    // It exits non-zero when any path is unknown, and still names the others.
-    let done = std::process::Command::new("dpkg-query")
-        .arg("-S")
-        .args(paths)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
+/// The package of each of `paths` that a list of files in `info` holds (§1); `None` when
+/// there is no such directory (no dpkg). Lists are read in the order of their names, so
+/// the answer for a path two lists hold does not change from run to run. A list that is
+/// not a regular file, or that cannot be read, is passed over.
+fn lists(info: &Path, paths: &[PathBuf]) -> Option<HashMap<PathBuf, String>> {
+    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(info)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .filter(|n| n.as_bytes().ends_with(b".list"))
+        .collect();
+    names.sort();
+    // Each path a line of its own: searched for with the newlines around it.
+    let finders: Vec<(&PathBuf, memchr::memmem::Finder<'static>)> = paths
+        .iter()
+        .filter(|p| !p.as_os_str().as_bytes().contains(&b'\n'))
+        .map(|p| {
+            let mut line = vec![b'\n'];
+            line.extend_from_slice(p.as_os_str().as_bytes());
+            line.push(b'\n');
+            (p, memchr::memmem::Finder::new(&line).into_owned())
+        })
+        .collect();
     let mut out = HashMap::new();
-    for line in String::from_utf8_lossy(&done.stdout).lines() {
-        if line.starts_with("diversion ") {
+    let mut buf = Vec::new();
+    for name in names {
+        if out.len() == finders.len() {
+            break;
+        }
+        // `libc6:amd64.list` → `libc6`; a name dpkg would not give is passed over.
+        let stem = &name.as_bytes()[..name.len() - ".list".len()];
+        let package = stem.split(|&b| b == b':').next().unwrap_or_default();
+        let Some(package) = std::str::from_utf8(package).ok().filter(|p| plain(p)) else {
+            continue;
+        };
+        let Ok(f) = crate::sys::files::open_input_regular(&info.join(&name)) else { continue };
+        // A newline first: the list's first path is found as the others are.
+        buf.clear();
+        buf.push(b'\n');
+        if std::io::Read::read_to_end(&mut std::io::Read::take(f, LIST_MOST), &mut buf).is_err() {
             continue;
         }
-        let Some((package, file)) = line.split_once(": ") else { continue };
-        // `libc6:amd64` → `libc6`; a list of packages is not a name.
-        let Some(package) = package.split(':').next().map(str::trim) else { continue };
-        if plain(package) {
-            out.insert(PathBuf::from(file), package.to_owned());
+        if buf.last() != Some(&b'\n') {
+            buf.push(b'\n');
+        }
+        for (path, finder) in &finders {
+            if !out.contains_key(*path) && finder.find(&buf).is_some() {
+                out.insert((*path).clone(), package.to_owned());
+            }
         }
     }
     Some(out)
@@ -269,5 +312,40 @@ mod tests {
         .collect();
         assert_eq!(encode(odd.iter(), status), format!("{status}\n/ok\tp\n").into_bytes());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// dpkg's lists are searched as `dpkg-query -S` would: a path is found on any line of
+    /// a list (the first and a last without its newline too), never as part of a longer
+    /// path; the package is the list's name without its architecture; lists are taken in
+    /// the order of their names; a name dpkg would not give, a list that is a FIFO (never
+    /// waited on) or a directory, and a path holding a newline are passed over. No
+    /// directory: no dpkg.
+    #[test]
+    fn the_lists_name_the_packages_of_paths() {
+        let info = crate::sys::test_dir("packages", "lists");
+        std::fs::write(info.join("libc6:amd64.list"), "/.\n/lib\n/lib/libc.so.6\n").unwrap();
+        std::fs::write(info.join("coreutils.list"), "/bin\n/bin/sleep\n/usr/bin/sort").unwrap();
+        std::fs::write(info.join("a-first.list"), "/.\n/usr/bin/sort\n").unwrap();
+        std::fs::write(info.join("bad name.list"), "/opt/x\n").unwrap();
+        std::fs::write(info.join("other.md5sums"), "/opt/y\n").unwrap();
+        std::fs::create_dir(info.join("dir.list")).unwrap();
+        let fifo = std::ffi::CString::new(info.join("fifo.list").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let asked =
+            paths(&["/lib/libc.so.6", "/bin/sleep", "/usr/bin/sort", "/lib/libc.so", "/opt/x"]);
+        let mut got: Vec<(PathBuf, String)> = lists(&info, &asked).unwrap().into_iter().collect();
+        got.sort();
+        let want = [
+            ("/bin/sleep", "coreutils"),
+            ("/lib/libc.so.6", "libc6"),
+            ("/usr/bin/sort", "a-first"),
+        ];
+        let want: Vec<(PathBuf, String)> =
+            want.iter().map(|(p, k)| (PathBuf::from(p), (*k).to_owned())).collect();
+        assert_eq!(got, want);
+        assert!(lists(&info, &paths(&["/bin\n/bin/sleep"])).unwrap().is_empty());
+        assert_eq!(lists(&info.join("none"), &asked), None);
+        std::fs::remove_dir_all(&info).unwrap();
     }
 }

@@ -11,7 +11,7 @@ use crate::profile::Profile;
 
 /// One note for each object whose frames stayed unnamed because it is stripped and no
 /// separate debug file was found: what it lacks, where a debug file was looked for, and
-/// (where `dpkg-query` knows the file) the Debian package that would have one. Objects
+/// (where dpkg knows the file) the Debian package that would have one. Objects
 /// that changed since the run or cannot be read are left to the notes of
 /// [`resolve_offline`](super::resolve_offline); objects with symbols or debug info whose
 /// tables miss a few addresses are not named.
@@ -23,8 +23,8 @@ pub fn unresolved_objects(profile: &Profile) -> Vec<String> {
 /// (`packages.rs`), when there is one.
 pub(crate) fn unresolved_objects_in(profile: &Profile, dir: Option<&Path>) -> Vec<String> {
     let by_module = unnamed_by_module(profile);
-    // The stripped objects first, then one question to dpkg for all of them (each
-    // `dpkg-query` reads its whole database, however few paths it is asked about).
+    // The stripped objects first, then one search of dpkg's lists for all of them
+    // (`packages.rs` §1: hundreds of files, however few paths are asked about).
     let mut found: Vec<(usize, usize, bool)> = Vec::new();
     for (i, addrs) in by_module {
         let module = &profile.modules[i];
@@ -96,21 +96,81 @@ pub(crate) fn unresolved_objects_in(profile: &Profile, dir: Option<&Path>) -> Ve
 /// Above this many stripped objects, [`unresolved_objects`] says it in one line.
 const MAX_STRIPPED_NOTES: usize = 3;
 
-/// The package of `path` in `packages` ([`debian_packages`]), by its name or its
-/// canonical name.
+/// The package of `path` in `packages` ([`debian_packages`]), by its name, its canonical
+/// name, or either's other name on a merged `/usr`.
 fn package_of(packages: &HashMap<PathBuf, String>, path: &Path) -> Option<String> {
-    packages.get(path).or_else(|| packages.get(&std::fs::canonicalize(path).ok()?)).cloned()
+    names(path).iter().find_map(|p| packages.get(p)).cloned()
 }
 
-/// The Debian packages that installed `paths` (each also by its canonical name): dpkg's
-/// answers, kept in `dir` (`packages.rs`); paths it does not know are left out.
+/// The Debian packages that installed `paths` (each by all its [`names`]): dpkg's answers,
+/// kept in `dir` (`packages.rs`); paths it does not know are left out.
 fn debian_packages(paths: &[&Path], dir: Option<&Path>) -> HashMap<PathBuf, String> {
-    let mut asked: Vec<PathBuf> = Vec::new();
-    for p in paths {
-        asked.push(p.to_path_buf());
-        asked.extend(std::fs::canonicalize(p).ok().filter(|c| c != p));
-    }
+    let mut asked: Vec<PathBuf> = paths.iter().flat_map(|p| names(p)).collect();
     asked.sort();
     asked.dedup();
     super::packages::debian_packages(&asked, dir)
+}
+
+/// The directories a merged `/usr` makes links to (`/bin` → `usr/bin`).
+const MERGED: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// `path`, its canonical name, and each one's other name where `/usr` is merged: a
+/// package's list of files may hold `/bin/sleep` or `/lib/x86_64-linux-gnu/libc.so.6` (as
+/// Debian 12's do) while the process mapped, and the kernel canonicalizes to,
+/// `/usr/bin/sleep`, or the other way round. The other name is only taken where the link
+/// is there (`/bin` a symbolic link to `usr/bin`), so on a system with two directories a
+/// file of one is never named by a package of the other.
+fn names(path: &Path) -> Vec<PathBuf> {
+    let mut out = vec![path.to_path_buf()];
+    out.extend(std::fs::canonicalize(path).ok().filter(|c| c != path));
+    for i in 0..out.len() {
+        if let Some(other) = merged_name(&out[i]) {
+            out.push(other);
+        }
+    }
+    out.dedup();
+    out
+}
+
+/// `path`'s other name on a merged `/usr` ([`names`]), when the link is there.
+fn merged_name(path: &Path) -> Option<PathBuf> {
+    let (rest, other) = match path.strip_prefix("/usr") {
+        Ok(rest) => (rest, Path::new("/").join(rest)),
+        Err(_) => {
+            let rest = path.strip_prefix("/").ok()?;
+            (rest, Path::new("/usr").join(rest))
+        }
+    };
+    let dir = rest.components().next()?.as_os_str().to_str()?;
+    if !MERGED.contains(&dir) {
+        return None;
+    }
+    let link = std::fs::read_link(Path::new("/").join(dir)).ok()?;
+    let usr = Path::new("usr").join(dir);
+    (link == usr || link == Path::new("/").join(&usr)).then_some(other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path's other name on a merged `/usr`, both ways, only for the merged directories
+    /// and only where this machine has the link.
+    #[test]
+    fn merged_names_go_both_ways_where_the_link_is() {
+        let linked = |d: &str| {
+            std::fs::read_link(Path::new("/").join(d)).is_ok_and(|l| l == Path::new("usr").join(d))
+        };
+        let other = |p: &str| merged_name(Path::new(p));
+        let want = |linked: bool, p: &str| linked.then(|| PathBuf::from(p));
+        assert_eq!(other("/usr/bin/sleep"), want(linked("bin"), "/bin/sleep"));
+        assert_eq!(other("/bin/sleep"), want(linked("bin"), "/usr/bin/sleep"));
+        assert_eq!(other("/lib/x/libc.so.6"), want(linked("lib"), "/usr/lib/x/libc.so.6"));
+        for p in ["/usr/share/x", "/opt/bin/x", "/usr", "/", "bin/sleep", "/usr/binx/y"] {
+            assert_eq!(other(p), None, "{p}");
+        }
+        let names = names(Path::new("/usr/bin/sleep"));
+        assert_eq!(names[0], Path::new("/usr/bin/sleep"));
+        assert_eq!(names.contains(&PathBuf::from("/bin/sleep")), linked("bin"), "{names:?}");
+    }
 }

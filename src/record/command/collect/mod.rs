@@ -31,7 +31,7 @@ mod sleep;
 mod stacks;
 
 pub(crate) use publish::Published;
-pub(crate) use sleep::Wake;
+pub(crate) use sleep::{passes, Wake};
 
 use super::process;
 use super::split_reader::SplitReader;

@@ -33,7 +33,18 @@
 
 use super::Attached;
 use crate::sys::futex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// The collector's passes so far in this process, each followed by a sleep or the next
+/// pass (§8): what `MEMPROF_DEBUG_PEAK` prints, for tests that must tell a collector that
+/// polls from one that sleeps. A process's voluntary context switches cannot: they count
+/// every read that waits for the disk too (a cold page cache, the symbols' files).
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// The collector's passes so far in this process (see [`PASSES`]).
+pub(crate) fn passes() -> u64 {
+    PASSES.load(Ordering::Relaxed)
+}
 
 /// How often the collector looks for new rings (the bell rings for most) and ended
 /// processes (§8).
@@ -143,6 +154,7 @@ impl Sleep {
         pass: &Pass,
         now: u64,
     ) {
+        PASSES.fetch_add(1, Ordering::Relaxed);
         if pass.fullest >= 0.5 {
             return;
         }
