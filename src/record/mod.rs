@@ -33,11 +33,3 @@ pub use command::request::RecordRequest;
 pub use command::run::run;
 #[cfg(feature = "cli")]
 pub use command::{preload_path, record_program, Recorded};
-
-/// The collector's passes so far in this process: what `MEMPROF_DEBUG_PEAK` prints beside
-/// memprof's own peak, for the tests of its own cost (each pass is a wake-up).
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub fn collector_passes() -> u64 {
-    command::collect::passes()
-}

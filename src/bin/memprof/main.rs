@@ -109,8 +109,8 @@ fn big_blocks_mapped() {
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
 }
 
-/// `MEMPROF_DEBUG_PEAK=1`: memprof's own peak resident size, and its collector's passes
-/// (each a wake-up), to stderr. The kernel's
+/// `MEMPROF_DEBUG_PEAK=1`: memprof's own peak resident size, to stderr (the collector says
+/// how many passes it made at its end). The kernel's
 /// `VmHWM` belongs to this process's memory since its `exec`; `wait4`'s `ru_maxrss` does
 /// not (it keeps the peak of the parent it was forked from), so a test of memprof's own
 /// memory asks this.
@@ -123,5 +123,4 @@ fn say_own_peak() {
     {
         eprintln!("memprof: own peak resident {} bytes", kib * 1024);
     }
-    eprintln!("memprof: collector passes {}", memprof::record::collector_passes());
 }

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::debug_file::{debug_candidates, debug_file};
-use super::elf::{build_id, naming};
+use super::debug_file::{by_build_id, debug_file};
+use super::elf::{build_id, debug_link, naming};
 use super::offline::unnamed_by_module;
 use crate::profile::Profile;
 
@@ -52,13 +52,7 @@ pub(crate) fn unresolved_objects_in(profile: &Profile, dir: Option<&Path>) -> Ve
             "has no symbols (stripped)"
         };
         let s = if frames == 1 { "" } else { "s" };
-        let looked = debug_candidates(path);
-        let looked = if looked.is_empty() {
-            "it has no build id or debug link to find a debug file by".to_owned()
-        } else {
-            let list: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
-            format!("no debug file at {}", list.join(" nor "))
-        };
+        let looked = looked_for(path);
         let package = package_of(&packages, path);
         let hint = package
             .as_ref()
@@ -91,6 +85,23 @@ pub(crate) fn unresolved_objects_in(profile: &Profile, dir: Option<&Path>) -> Ve
         )];
     }
     notes
+}
+
+/// Where a debug file of `path` was looked for, as the note says it: the build id's path
+/// in full, and the debug link's name once for its three places (beside the object, in
+/// `.debug` beside it, and under `/usr/lib/debug`: `debug_file::debug_candidates`), so
+/// that the note stays a line a terminal shows.
+fn looked_for(path: &Path) -> String {
+    let by_id = build_id(path).as_deref().and_then(by_build_id);
+    let by_link = debug_link(path).map(|name| {
+        format!("by its debug link {name} (beside it, in .debug, under /usr/lib/debug)")
+    });
+    match (by_id, by_link) {
+        (Some(id), Some(link)) => format!("no debug file at {} nor {link}", id.display()),
+        (Some(id), None) => format!("no debug file at {}", id.display()),
+        (None, Some(link)) => format!("no debug file {link}"),
+        (None, None) => "it has no build id or debug link to find a debug file by".to_owned(),
+    }
 }
 
 /// Above this many stripped objects, [`unresolved_objects`] says it in one line.

@@ -31,7 +31,7 @@ mod sleep;
 mod stacks;
 
 pub(crate) use publish::Published;
-pub(crate) use sleep::{passes, Wake};
+pub(crate) use sleep::Wake;
 
 use super::process;
 use super::split_reader::SplitReader;
@@ -244,6 +244,9 @@ fn run(plan: Plan, stop: &Wake) -> Finished {
         if stopping {
             if let Some(publish) = &plan.publish {
                 publish.end();
+            }
+            if std::env::var_os("MEMPROF_DEBUG_PEAK").is_some() {
+                eprintln!("memprof: collector passes {}", sleep::passes());
             }
             return done;
         }

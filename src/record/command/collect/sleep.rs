@@ -36,8 +36,8 @@ use crate::sys::futex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The collector's passes so far in this process, each followed by a sleep or the next
-/// pass (§8): what `MEMPROF_DEBUG_PEAK` prints, for tests that must tell a collector that
-/// polls from one that sleeps. A process's voluntary context switches cannot: they count
+/// pass (§8): what the collector prints at its end under `MEMPROF_DEBUG_PEAK`, for tests
+/// that must tell a collector that polls from one that sleeps. A process's voluntary context switches cannot: they count
 /// every read that waits for the disk too (a cold page cache, the symbols' files).
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
