@@ -24,7 +24,7 @@
 //! answers were given under: `dpkg <size> <modification time in ns> <inode>` of
 //! `/var/lib/dpkg/status`; a database with another identity makes the whole file a miss.
 //! Then one line per path asked: the path, a tab, the package (nothing when dpkg knows
-//! none, or when the file was found under another of its names first). A path holding a tab or a newline is asked every time, never kept. Written under
+//! none under any of the file's names asked). A path holding a tab or a newline is asked every time, never kept. Written under
 //! a temporary name and renamed into place; read as the symbol cache's files are (a regular
 //! file of this user's that nobody else can write, at most [`MOST`] bytes), and every
 //! package name in it checked as the lists' names are. A file past [`MOST`] starts over
@@ -166,8 +166,8 @@ fn encode<'a>(answers: impl Iterator<Item = (&'a PathBuf, &'a String)>, status: 
 /// The package of each of `paths` that a list of files in `info` holds (§1); `None` when
 /// there is no such directory (no dpkg). Lists are read in the order of their names, so
 /// the answer for a path two lists hold does not change from run to run, and only until
-/// every file asked about is found under one of its names. A list that is not a regular
-/// file, or that cannot be read, is passed over.
+/// every file asked about is found under one of its names, which all get its package. A
+/// list that is not a regular file, or that cannot be read, is passed over.
 fn lists(info: &Path, paths: &[PathBuf]) -> Option<HashMap<PathBuf, String>> {
     let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(info)
         .ok()?
@@ -186,21 +186,17 @@ fn lists(info: &Path, paths: &[PathBuf]) -> Option<HashMap<PathBuf, String>> {
             (p, memchr::memmem::Finder::new(&line).into_owned())
         })
         .collect();
-    // The file each path names: once a list holds one of a file's names (`/bin/sleep`), its
-    // others (`/usr/bin/sleep`) are not searched for to the end of the lists. A path that
-    // names no file is its own.
+    // The file each path names: once a list holds one of a file's names (`/bin/sleep`), all
+    // its names asked (`/usr/bin/sleep`) have that package, and are not searched for to the
+    // end of the lists. A path that names no file is its own.
     let files: Vec<Option<(u64, u64)>> = finders
         .iter()
         .map(|(p, _)| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())))
         .collect();
-    let mut found: Vec<(u64, u64)> = Vec::new();
     let mut out = HashMap::new();
     let mut buf = Vec::new();
     for name in names {
-        let left = finders.iter().zip(&files).any(|((p, _), file)| {
-            !out.contains_key(*p) && !file.is_some_and(|f| found.contains(&f))
-        });
-        if !left {
+        if out.len() == finders.len() {
             break;
         }
         // `libc6:amd64.list` → `libc6`; a name dpkg would not give is passed over.
@@ -219,11 +215,17 @@ fn lists(info: &Path, paths: &[PathBuf]) -> Option<HashMap<PathBuf, String>> {
         if buf.last() != Some(&b'\n') {
             buf.push(b'\n');
         }
-        for ((path, finder), file) in finders.iter().zip(&files) {
-            let known = out.contains_key(*path) || file.is_some_and(|f| found.contains(&f));
-            if !known && finder.find(&buf).is_some() {
-                out.insert((*path).clone(), package.to_owned());
-                found.extend(*file);
+        for (i, (path, finder)) in finders.iter().enumerate() {
+            if out.contains_key(*path) || finder.find(&buf).is_none() {
+                continue;
+            }
+            out.insert((*path).clone(), package.to_owned());
+            // The file's other names asked.
+            let Some(file) = files[i] else { continue };
+            for ((other, _), f) in finders.iter().zip(&files) {
+                if *f == Some(file) && !out.contains_key(*other) {
+                    out.insert((*other).clone(), package.to_owned());
+                }
             }
         }
     }
@@ -364,10 +366,11 @@ mod tests {
         std::fs::remove_dir_all(&info).unwrap();
     }
 
-    /// Two names of one file (a merged `/usr`'s): once a list holds one, the lists after it
-    /// are not searched for the other; names of two files are each searched for.
+    /// Two names of one file (a merged `/usr`'s): once a list holds one, both have its
+    /// package, which a later list holding the other (`b`) does not change; names of two
+    /// files are each searched for.
     #[test]
-    fn a_file_found_under_one_name_ends_the_search_for_its_others() {
+    fn a_file_found_under_one_name_gives_all_its_names_the_package() {
         let dir = crate::sys::test_dir("packages", "names");
         let info = dir.join("info");
         std::fs::create_dir(&info).unwrap();
@@ -381,8 +384,8 @@ mod tests {
         let asked = vec![file.clone(), link.clone(), other.clone()];
         let mut got: Vec<(PathBuf, String)> = lists(&info, &asked).unwrap().into_iter().collect();
         got.sort();
-        let want = vec![(link, "a".to_owned()), (other, "b".to_owned())];
-        assert_eq!(got, want, "the file's other name is not searched for past `a`");
+        let want = vec![(file, "a".to_owned()), (link, "a".to_owned()), (other, "b".to_owned())];
+        assert_eq!(got, want, "the file's names by `a`, the first list holding one");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
