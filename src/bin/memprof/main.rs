@@ -110,10 +110,9 @@ fn big_blocks_mapped() {
 }
 
 /// `MEMPROF_DEBUG_PEAK=1`: memprof's own peak resident size, to stderr (the collector says
-/// how many passes it made at its end). The kernel's
-/// `VmHWM` belongs to this process's memory since its `exec`; `wait4`'s `ru_maxrss` does
-/// not (it keeps the peak of the parent it was forked from), so a test of memprof's own
-/// memory asks this.
+/// how many passes it made at its end). The kernel's `VmHWM` belongs to this process's
+/// memory since its `exec`; `wait4`'s `ru_maxrss` does not (it keeps the peak of the
+/// parent it was forked from), so a test of memprof's own memory asks this.
 fn say_own_peak() {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     if let Some(kib) = status

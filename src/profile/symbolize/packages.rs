@@ -24,9 +24,10 @@
 //! answers were given under: `dpkg <size> <modification time in ns> <inode>` of
 //! `/var/lib/dpkg/status`; a database with another identity makes the whole file a miss.
 //! Then one line per path asked: the path, a tab, the package (nothing when dpkg knows
-//! none under any of the file's names asked). A path holding a tab or a newline is asked every time, never kept. Written under
-//! a temporary name and renamed into place; read as the symbol cache's files are (a regular
-//! file of this user's that nobody else can write, at most [`MOST`] bytes), and every
+//! none under any of the file's names asked). A path holding a tab or a newline is asked
+//! every time, never kept. Written under a temporary name and renamed into place; read as
+//! the symbol cache's files are (a regular file of this user's that nobody else can write,
+//! at most [`MOST`] bytes), and every
 //! package name in it checked as the lists' names are. A file past [`MOST`] starts over
 //! with the new answers.
 

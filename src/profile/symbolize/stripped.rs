@@ -53,7 +53,7 @@ pub(crate) fn unresolved_objects_in(profile: &Profile, dir: Option<&Path>) -> Ve
         };
         let s = if frames == 1 { "" } else { "s" };
         let looked = looked_for(path);
-        let package = package_of(&packages, path);
+        let package = packages.get(path).cloned();
         let hint = package
             .as_ref()
             .map(|p| format!(" (Debian: apt install {p}-dbgsym, from the debug archive)"))
@@ -107,19 +107,21 @@ fn looked_for(path: &Path) -> String {
 /// Above this many stripped objects, [`unresolved_objects`] says it in one line.
 const MAX_STRIPPED_NOTES: usize = 3;
 
-/// The package of `path` in `packages` ([`debian_packages`]), by its name, its canonical
-/// name, or either's other name on a merged `/usr`.
-fn package_of(packages: &HashMap<PathBuf, String>, path: &Path) -> Option<String> {
-    names(path).iter().find_map(|p| packages.get(p)).cloned()
-}
-
-/// The Debian packages that installed `paths` (each by all its [`names`]): dpkg's answers,
-/// kept in `dir` (`packages.rs`); paths it does not know are left out.
+/// The Debian package that installed each of `paths` (asked by all its [`names`], each
+/// path's names worked out once): dpkg's answers, kept in `dir` (`packages.rs`), by the
+/// path given; paths it does not know are left out.
 fn debian_packages(paths: &[&Path], dir: Option<&Path>) -> HashMap<PathBuf, String> {
-    let mut asked: Vec<PathBuf> = paths.iter().flat_map(|p| names(p)).collect();
+    let named: Vec<(&Path, Vec<PathBuf>)> = paths.iter().map(|&p| (p, names(p))).collect();
+    let mut asked: Vec<PathBuf> = named.iter().flat_map(|(_, n)| n.iter().cloned()).collect();
     asked.sort();
     asked.dedup();
-    super::packages::debian_packages(&asked, dir)
+    let answers = super::packages::debian_packages(&asked, dir);
+    named
+        .into_iter()
+        .filter_map(|(p, n)| {
+            Some((p.to_path_buf(), n.iter().find_map(|q| answers.get(q))?.clone()))
+        })
+        .collect()
 }
 
 /// The directories a merged `/usr` makes links to (`/bin` → `usr/bin`).

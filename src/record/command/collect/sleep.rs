@@ -37,8 +37,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The collector's passes so far in this process, each followed by a sleep or the next
 /// pass (§8): what the collector prints at its end under `MEMPROF_DEBUG_PEAK`, for tests
-/// that must tell a collector that polls from one that sleeps. A process's voluntary context switches cannot: they count
-/// every read that waits for the disk too (a cold page cache, the symbols' files).
+/// that must tell a collector that polls from one that sleeps. A process's voluntary
+/// context switches cannot: they count every read that waits for the disk too (a cold
+/// page cache, the symbols' files).
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
 /// The collector's passes so far in this process (see [`PASSES`]).
