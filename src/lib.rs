@@ -210,7 +210,7 @@
 //! | `report/mod.rs` | the folder's face: the formats' public paths |
 //! | `report/view.rs` | what every format shares: [`report::View`], grouping, per-stack totals, GC mark estimates, the sampling summary, units |
 //! | `report/top.rs` | the top-sites table (± intervals, peak, sites ordered by `--view`, hints on wrappers, short-lived section, backtraces) |
-//! | `report/resident.rs` | the header lines on the process's memory: resident size, the readings of its mappings that explain the gap to the live heap (with a hint by allocator), how it ended |
+//! | `report/resident.rs` | the header lines on the process's memory: resident size, the readings of its mappings that explain the gap to the live heap (with a hint by allocator, named by modules, frames or `record`'s note), how it ended |
 //! | `report/export.rs` | the export interface: `report::export::Exporter`, one a format, with `report::export::ExportOptions` and the diff form (how to add a format) |
 //! | `report/registry.rs` | `report::registry::EXPORTERS`, the one list of formats that the output flags, the outputs and their messages follow |
 //! | `report/folded.rs` | folded stacks (`root;…;leaf bytes`) |
@@ -298,7 +298,7 @@
 //! | `record/command/attach/tracee.rs` | a seized thread: stops, its whole user state saved and restored, a function of the process called on it |
 //! | `record/command/attach/inject.rs` | `dlopen` on a borrowed thread, the library's plans, the writes made with every thread stopped |
 //! | `record/command/process.rs` | a process as the collector sees it through `/proc`: gone or not (a zombie's status, a pidfd's), its modules from its maps, which process made a ring (across PID namespaces) |
-//! | `record/command/interposable.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s note when it cannot |
+//! | `record/command/interposable.rs` | the program's executable read once for the allocator the preload library must reach (static, stripped with jemalloc or mimalloc linked in, defining `malloc`), and `record`'s notes: when it cannot reach it, and which allocator an executable defining `malloc` links (for the reports' naming of its memory) |
 //! | `bin/memprof/` | the `memprof` command: argument parsing and dispatch, the demo |
 //! | `bin/memprof/main.rs` | the `memprof` command: parse, dispatch, exit code |
 //! | `bin/memprof/demo.rs` | `memprof demo`: the bundled workloads profiled, their flamegraphs and pages written (`target/memprof-demo/`) |

@@ -99,7 +99,8 @@ fn a_forked_child_of_a_definer_keeps_its_patches() {
 /// through it. Under `record` (the default interval, and the exact mode with its DWARF
 /// unwinder, rustc having no frame pointers) the compiled program runs, the heap's peak is
 /// megabytes, and the allocating stacks name rustc's crates (all but a few of them do). Before the patching, the
-/// profile held a handful of samples and no `rustc_` frame.
+/// profile held a handful of samples and no `rustc_` frame. Its allocator is named in the
+/// profile (`record/command/interposable.rs` §4).
 #[test]
 fn rustc_compiling_a_small_program_is_profiled() {
     let sysroot = Command::new("rustc").args(["--print", "sysroot"]).output().expect("rustc");
@@ -116,6 +117,13 @@ fn rustc_compiling_a_small_program_is_profiled() {
         assert_eq!(text(&ran.stdout), "hello from rustc\n", "{label}");
         let prof = read(&dir.join(&opts[opts.len() - 1]));
         assert!(prof.complete, "{label}: {:?}", prof.warnings);
+        // Its jemalloc is named in the profile, so the reports tell jemalloc's mappings as
+        // the allocator's: not as memory outside malloc, with the live heap in none of it.
+        let named = "the program's allocator is jemalloc,";
+        assert!(prof.notes.iter().any(|n| n.starts_with(named)), "{label}: {:?}", prof.notes);
+        let v = crate::programs::report_json(&dir, &opts[opts.len() - 1]);
+        assert_eq!(v["gap"]["allocator"], "jemalloc", "{label}: {v:#}");
+        assert_eq!(v["gap"]["outside_malloc_bytes"].as_f64(), Some(0.0), "{label}: {v:#}");
         let peak: f64 = memprof::report::collapsed(&prof, memprof::report::View::Peak)
             .iter()
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

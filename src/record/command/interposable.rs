@@ -32,6 +32,15 @@
 //! By the messages it carries in its read-only data, which no build option removes:
 //! jemalloc's `<jemalloc>: ` prefix, mimalloc's `mimalloc: `. A Rust program by its
 //! `.comment` (`rustc version …`) or the standard library's paths in its panic locations.
+//!
+//! # 4. The allocator named in the profile
+//! An executable that defines `malloc` with an allocator recognised by §3 (rustc's
+//! jemalloc) gets a note in its profile naming it ([`Executable::linked_note`]). Its
+//! allocator's mappings have none of glibc's shapes, so without the note the reports would
+//! take them for memory outside malloc (a runtime's heap) and the live heap for barely
+//! resident; with it they tell them as the allocator's (`report::resident`). Such an
+//! executable's read-only data is read after every run that saw allocations, to name its
+//! allocator; the others' only when the allocator may be out of reach.
 
 use std::path::Path;
 
@@ -114,7 +123,7 @@ impl Executable {
         if let Some(comment) = object.section_by_name(".comment") {
             found.rust = comment.data().is_ok_and(|d| contains(d, b"rustc version"));
         }
-        if !whole && found.allocator_reached() {
+        if !whole && found.allocator_reached() && !found.defines_malloc {
             return Some(found);
         }
         // Read through one buffer, not the read cache: that would keep every section's
@@ -168,6 +177,14 @@ impl Executable {
     /// executable at its entry points (§2): it needs the symbol table, on x86-64.
     fn allocator_reached(&self) -> bool {
         (self.symtab || self.defines_malloc) && cfg!(target_arch = "x86_64")
+    }
+
+    /// The note naming the allocator the executable defines `malloc` with, when memprof
+    /// reached it (§4).
+    pub(crate) fn linked_note(&self) -> Option<String> {
+        let allocator = self.allocator?;
+        (self.defines_malloc && self.allocator_reached())
+            .then(|| crate::report::resident::linked_allocator_note(allocator.name()))
     }
 
     /// Why the allocations of the program `shown` (as the user named it, escaped; or "it")
@@ -313,5 +330,24 @@ mod tests {
         let stripped_rust = exe(None, false, false);
         assert!(stripped_rust.nothing_seen("./app").unwrap().contains("Rust program without"));
         assert_eq!(exe(None, true, false).nothing_seen("./app"), None);
+    }
+
+    /// §4: the allocator an executable defines `malloc` with is named in the profile when
+    /// memprof reached it, and only then; the reports read the note back.
+    #[test]
+    fn an_allocator_defining_malloc_is_named_for_the_reports() {
+        let rustc = exe(Some(Allocator::Jemalloc), false, true);
+        let note = rustc.linked_note();
+        assert_eq!(note.is_some(), cfg!(target_arch = "x86_64"));
+        if let Some(note) = note {
+            let mut p = crate::profile::Profile::default();
+            assert_eq!(crate::report::resident::allocator_name(&p), "glibc");
+            p.notes.push(note);
+            assert_eq!(crate::report::resident::allocator_name(&p), "jemalloc");
+        }
+        // Not defining malloc (its allocator under names of its own, or none): the frames
+        // and modules name it, or the C library's serves it.
+        assert_eq!(exe(Some(Allocator::Mimalloc), true, false).linked_note(), None);
+        assert_eq!(exe(None, false, true).linked_note(), None);
     }
 }

@@ -395,6 +395,9 @@ fn run_notes(
     if let Some(why) = reach.and_then(|e| e.unreached(shown)) {
         add(why);
     }
+    if let Some(linked) = reach.and_then(Executable::linked_note) {
+        add(linked);
+    }
     if profile.counts.samples > 0 {
         if let Some((true, hint)) = exec_hint(program, run, profile) {
             add(format!("this profile is the wrapper's, not {shown}'s: {hint}"));

@@ -455,7 +455,8 @@ fn unreached_note(attached: &inject::Attached) -> Option<String> {
 }
 
 /// The notes on an attached process that qualify its numbers: its runtime when its heap is
-/// not malloc's, and CPython's allocator, which an attach cannot switch off.
+/// not malloc's, CPython's allocator, which an attach cannot switch off, and the allocator
+/// its executable defines `malloc` with (`interposable` §4).
 fn attach_notes(profile: &crate::profile::Profile) -> Vec<String> {
     use crate::record::command::runtimes::{pymalloc_attached, Runtime};
     let exe = &profile.header.executable;
@@ -466,6 +467,8 @@ fn attach_notes(profile: &crate::profile::Profile) -> Vec<String> {
     if crate::record::command::notes::is_cpython(exe, modules()) {
         notes.push(pymalloc_attached());
     }
+    let read = crate::record::command::interposable::Executable::read(Path::new(exe), false);
+    notes.extend(read.and_then(|e| e.linked_note()));
     notes
 }
 
