@@ -149,6 +149,7 @@
 //! | `profile/tables.rs` | the interned tables: modules, stacks, symbols |
 //! | `profile/header.rs` | what a recording says of its run: [`profile::Header`], losses, an early stop |
 //! | `profile/events.rs` | the events a profile folds in: samples, frees, moves, GC cycles |
+//! | `profile/allocator.rs` | which allocator a recorded program used (by a module's path, a sampled frame's name, or `record`'s note for an executable that defines `malloc`), and its mappings told with it |
 //! | `profile/aggregate.rs` | per (stack, size) totals, counts, the indexes by allocation time and since the peak, the halves of a sampled profile's points (the cross-fitted peak) and their split |
 //! | `profile/lifetime.rs` | how long sampled blocks lived: short-lived totals, the lifetime histogram |
 //! | `profile/pairs.rs` | the per-(stack, size) aggregates of a folding recorder (`memprof record`'s collector) in vectors indexed by pair id, settled into the maps when the profile is handed out |

@@ -135,7 +135,10 @@ impl Process {
                 .resident
                 .last()
                 .map(|last| (last.bytes, p.resident.iter().map(|r| r.bytes).max().unwrap_or(0))),
-            allocator_free: p.splits.last().map(super::ResidentSplit::allocator_free),
+            allocator_free: p
+                .splits
+                .last()
+                .map(|r| super::allocator::as_told(p, r).allocator_free()),
             ended: p.ended,
             page,
         }

@@ -57,6 +57,8 @@
 //! recorder folds them); this file holds [`Profile`] and its invariants.
 
 #[cfg(feature = "report")]
+pub(crate) mod allocator;
+#[cfg(feature = "report")]
 pub(crate) mod dwarf_units;
 pub mod format;
 mod frame;

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use super::confidence::ci95;
 use super::view::{human_bytes, is_exact};
+pub(crate) use crate::profile::allocator::{allocator_name, as_told};
 use crate::profile::{Profile, ResidentSplit};
 
 /// The header line of the process's resident memory (`memprof record`'s readings, in the
@@ -37,63 +38,6 @@ pub(crate) fn resident_line(p: &Profile) -> Option<String> {
 pub(crate) fn last_split(p: &Profile) -> Option<&ResidentSplit> {
     let (from, to) = p.window.map_or((0, u64::MAX), |w| (w.from_ns, w.to_ns));
     p.splits.iter().rev().find(|r| r.time_ns >= from && r.time_ns < to)
-}
-
-/// The beginning of the note `record` keeps in the profile of an executable that defines
-/// `malloc` with an allocator of its own (`record/command/interposable.rs` §4), which no
-/// module's path or sampled frame names: rustc's jemalloc.
-const LINKED_ALLOCATOR: &str = "the program's allocator is ";
-
-/// The note naming `name`, the allocator linked into the executable ([`LINKED_ALLOCATOR`]).
-pub(crate) fn linked_allocator_note(name: &str) -> String {
-    format!(
-        "{LINKED_ALLOCATOR}{name}, linked into its executable, which defines malloc: the \
-         memory {name} holds is told as the allocator's, not as memory outside malloc"
-    )
-}
-
-/// The allocator a [`linked_allocator_note`] names, if `note` is one.
-fn linked_allocator(note: &str) -> Option<&'static str> {
-    let rest = note.strip_prefix(LINKED_ALLOCATOR)?;
-    ["jemalloc", "mimalloc"]
-        .into_iter()
-        .find(|a| rest.strip_prefix(a).is_some_and(|r| r.starts_with(',')))
-}
-
-/// The allocator the recorded program used, as far as its notes, modules and symbols tell:
-/// "jemalloc", "mimalloc", "tcmalloc", or "glibc" (the C library's, when none of them).
-pub(crate) fn allocator_name(p: &Profile) -> &'static str {
-    if let Some(name) = p.notes.iter().find_map(|n| linked_allocator(n)) {
-        return name;
-    }
-    let names = p
-        .modules
-        .iter()
-        .map(|m| m.path.as_str())
-        .chain(p.symbols.values().flatten().map(|s| s.function.as_str()))
-        .chain(p.symbols.values().flatten().filter_map(|s| s.file.as_deref()));
-    for name in names {
-        if name.contains("jemalloc") || name.starts_with("_rjem_") || name.starts_with("je_") {
-            return "jemalloc";
-        }
-        if name.contains("mimalloc") || name.starts_with("mi_") {
-            return "mimalloc";
-        }
-        if name.contains("tcmalloc") {
-            return "tcmalloc";
-        }
-    }
-    "glibc"
-}
-
-/// `r` as the report tells it: memory outside glibc's malloc's mappings is the allocator's
-/// when the program's allocator is not glibc's (its mappings have none of glibc's shapes,
-/// `sys::malloc_maps`, so they cannot be told from another heap's).
-pub(crate) fn as_told(p: &Profile, r: &ResidentSplit) -> ResidentSplit {
-    match allocator_name(p) {
-        "glibc" => *r,
-        _ => ResidentSplit { allocator: r.allocator + r.outside, outside: 0, ..*r },
-    }
 }
 
 /// What to try when the allocator holds much of the resident memory free, by allocator.
@@ -273,28 +217,6 @@ mod tests {
         let p = profile(512.0 * 1024.0, 150.0 * MIB, &[20.0 * MIB, 140.0 * MIB, 1.0 * MIB]);
         assert_eq!(peak_split(&p).map(|r| r.time_ns), Some(100_000_000));
         assert!(gap_lines(&p).iter().any(|l| l.starts_with("near the heap's peak")));
-    }
-
-    /// The note names the allocator only in its own words: any other text, or an allocator
-    /// it does not name, leaves the modules and frames to tell (here: glibc's).
-    #[test]
-    fn a_linked_allocator_is_read_from_its_note_alone() {
-        let with = |note: &str| {
-            let mut p = profile(1.0, 0.0, &[]);
-            p.notes.push(note.to_owned());
-            allocator_name(&p)
-        };
-        assert_eq!(with(&linked_allocator_note("jemalloc")), "jemalloc");
-        assert_eq!(with(&linked_allocator_note("mimalloc")), "mimalloc");
-        assert_eq!(with("the program's allocator is jemallocx, linked"), "glibc");
-        assert_eq!(with("the program's allocator is tcmalloc, linked"), "glibc");
-        assert_eq!(with("./app's allocator is jemalloc, linked"), "glibc");
-        // Told as the allocator's: what glibc's shapes would call outside malloc.
-        let mut p = profile(1.0, 0.0, &[]);
-        p.notes.push(linked_allocator_note("jemalloc"));
-        let r = ResidentSplit { allocator: 4096, outside: 89 << 20, ..Default::default() };
-        let told = as_told(&p, &r);
-        assert_eq!((told.allocator, told.outside), (4096 + (89 << 20), 0));
     }
 
     /// In the exact mode the share is the bound itself; sampled, the reading's interval

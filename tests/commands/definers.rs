@@ -17,18 +17,28 @@ use crate::programs::{assert_ok, fixture, read, record, scratch, totals};
 /// program "not executable").
 fn definer() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_definer).clone()
+    BUILT.get_or_init(|| build_definer(false)).clone()
 }
 
-fn build_definer() -> PathBuf {
+/// [`definer`] carrying jemalloc's message prefix (`-DNAMED_JEMALLOC`), as rustc's
+/// executable does: `record` takes its allocator for jemalloc.
+fn named_definer() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| build_definer(true)).clone()
+}
+
+fn build_definer(named: bool) -> PathBuf {
     let lib = fixture("libdefuse");
     let dir = lib.parent().expect("the build directory").to_owned();
-    let out = dir.join("definer");
+    let out = dir.join(if named { "definer-named" } else { "definer" });
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/c");
     let mut args: Vec<std::ffi::OsString> =
         ["-O2", "-g", "-fno-optimize-sibling-calls", "-pthread", "-rdynamic", "-o"]
             .map(Into::into)
             .to_vec();
+    if named {
+        args.insert(0, "-DNAMED_JEMALLOC".into());
+    }
     args.extend([
         out.clone().into(),
         src.join("definer.c").into(),
@@ -92,6 +102,31 @@ fn a_forked_child_of_a_definer_keeps_its_patches() {
     let child = read(&children[0]);
     assert_eq!(totals(&child, "def_child_site"), (5_000.0, 10.0, 5_000.0, 10.0));
     assert_eq!(totals(&child, "def_main_site").1, 0.0);
+}
+
+/// An executable that defines malloc with an allocator `record` recognises (jemalloc's
+/// messages, as in rustc's) gets the note naming it in its own profile and in its forked
+/// child's, so that their reports tell that allocator's mappings as the allocator's, not
+/// as memory outside malloc (`record/command/interposable.rs` §4); the definer without the
+/// messages gets none.
+#[test]
+fn the_allocator_a_definer_links_is_named_in_each_of_its_profiles() {
+    let dl = fixture("libdlfix");
+    let named = "the program's allocator is jemalloc,";
+    for (prog, want) in [(named_definer(), true), (definer(), false)] {
+        let dir = scratch(if want { "definer-named" } else { "definer-unnamed" });
+        let opts = ["--interval", "1", "--follow-forks", "-o", "dn.mprof"];
+        let out = record(&dir, &opts, &prog, &[dl.to_str().unwrap()]);
+        assert_ok(&out, 0);
+        let children = memprof::profile::tree::children(&dir.join("dn.mprof"));
+        assert_eq!(children.len(), 1, "{children:?}");
+        for file in [dir.join("dn.mprof"), children[0].clone()] {
+            let prof = read(&file);
+            let has = prof.notes.iter().filter(|n| n.starts_with(named)).count();
+            assert_eq!(has, usize::from(want), "{}: {:?}", file.display(), prof.notes);
+        }
+        assert_eq!(text(&out.stderr).contains(named), want, "{}", text(&out.stderr));
+    }
 }
 
 /// The real compiler (the toolchain's own `bin/rustc`, not rustup's proxy): its executable

@@ -184,7 +184,7 @@ impl Executable {
     pub(crate) fn linked_note(&self) -> Option<String> {
         let allocator = self.allocator?;
         (self.defines_malloc && self.allocator_reached())
-            .then(|| crate::report::resident::linked_allocator_note(allocator.name()))
+            .then(|| crate::profile::allocator::linked_allocator_note(allocator.name()))
     }
 
     /// Why the allocations of the program `shown` (as the user named it, escaped; or "it")
@@ -341,9 +341,9 @@ mod tests {
         assert_eq!(note.is_some(), cfg!(target_arch = "x86_64"));
         if let Some(note) = note {
             let mut p = crate::profile::Profile::default();
-            assert_eq!(crate::report::resident::allocator_name(&p), "glibc");
+            assert_eq!(crate::profile::allocator::allocator_name(&p), "glibc");
             p.notes.push(note);
-            assert_eq!(crate::report::resident::allocator_name(&p), "jemalloc");
+            assert_eq!(crate::profile::allocator::allocator_name(&p), "jemalloc");
         }
         // Not defining malloc (its allocator under names of its own, or none): the frames
         // and modules name it, or the C library's serves it.

@@ -91,7 +91,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // The collector's fold of every file it wrote: nothing is read again.
     let options = LoadOptions { recorded: true, timeline: true };
     let folded = std::mem::take(&mut run.folded);
-    let (mut profile, labels, processes) =
+    let (mut profile, labels, mut processes) =
         match read_profiles_folded(&files, options, &mut loaders, folded) {
             Ok(read) => read,
             Err(e) => {
@@ -111,6 +111,7 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     // What qualifies the numbers: said above the table, and kept in the profile for
     // `report`, the HTML page and the JSON.
     let notes = run_notes(&profile, &processes, program, &run, reach.as_ref(), &shown, args);
+    name_childrens_allocators(&mut processes, &run.output);
     keep_notes(&mut profile, &notes, &run);
     let profile = profile;
     // Without a table, after the line that says nothing was seen (which says itself why,
@@ -267,6 +268,41 @@ fn keep_notes(profile: &mut Profile, notes: &[String], run: &launcher::Recorded)
         if let Err(e) = crate::profile::format::append_notes(&run.output, &profile.header, notes) {
             eprintln!("memprof: warning: the notes were not kept in the profile: {e}");
         }
+    }
+}
+
+/// Each followed process (not the root, whose file is `root`) whose executable defines
+/// `malloc` with an allocator of its own (rustc under cargo) gets the note naming that
+/// allocator in its own file (`interposable` §4), as the root's gets it in [`keep_notes`]:
+/// so that its report, and its line in the tree's, tell that allocator's memory as the
+/// allocator's. Its file is read again for its header (such executables are rare); a file
+/// that does not end cleanly is left as it is.
+fn name_childrens_allocators(processes: &mut [Process], root: &Path) {
+    let mut read: Vec<(String, Option<String>)> = Vec::new();
+    for p in processes.iter_mut().filter(|p| p.file != root) {
+        let note = match read.iter().find(|(exe, _)| *exe == p.executable) {
+            Some((_, note)) => note.clone(),
+            None => {
+                let exe = Executable::read(Path::new(&p.executable), false);
+                let note = exe.and_then(|e| e.linked_note());
+                read.push((p.executable.clone(), note.clone()));
+                note
+            }
+        };
+        let Some(note) = note else { continue };
+        let Ok(mut child) = Profile::read_file_with(&p.file, false) else { continue };
+        let clean = (child.complete || child.stopped.is_some()) && child.warnings.is_empty();
+        if !clean || child.notes.contains(&note) {
+            continue;
+        }
+        let notes = [note];
+        if let Err(e) = crate::profile::format::append_notes(&p.file, &child.header, &notes) {
+            eprintln!("memprof: warning: the notes were not kept in {}: {e}", p.file.display());
+            continue;
+        }
+        child.notes.extend(notes);
+        let told = |r| crate::profile::allocator::as_told(&child, r).allocator_free();
+        p.allocator_free = child.splits.last().map(told);
     }
 }
 
