@@ -35,11 +35,10 @@
 //! the start of the recording. Strings are the program's, escaped only as JSON requires.
 
 use super::confidence::{ci95, peak_ci95};
-use super::resident::{
-    allocator_name, as_told, gap_lines, last_split, peak_split, resident_readings,
-};
+use super::resident::{gap_lines, last_split, peak_split, resident_readings};
 use super::top::SiteTotal;
 use super::{GroupBy, TopOptions};
+use crate::profile::allocator::{allocator_name, as_told};
 use crate::profile::load::Process;
 use crate::profile::{Ended, Profile, ResidentSplit};
 use serde_json::{json, Value};

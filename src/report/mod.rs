@@ -34,7 +34,7 @@ pub(crate) mod html;
 pub mod json;
 mod pprof;
 pub(crate) mod registry;
-pub(crate) mod resident;
+mod resident;
 pub mod text;
 pub(crate) mod top;
 mod tree;

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::confidence::ci95;
 use super::view::{human_bytes, is_exact};
-pub(crate) use crate::profile::allocator::{allocator_name, as_told};
+use crate::profile::allocator::{allocator_name, as_told};
 use crate::profile::{Profile, ResidentSplit};
 
 /// The header line of the process's resident memory (`memprof record`'s readings, in the

@@ -110,8 +110,9 @@ pub fn run(args: &RecordRequest, bundled: &Bundled) -> Result<i32, Error> {
     let reach = launcher::resolve_program(program).ok().and_then(|p| Executable::read(&p, nothing));
     // What qualifies the numbers: said above the table, and kept in the profile for
     // `report`, the HTML page and the JSON.
-    let notes = run_notes(&profile, &processes, program, &run, reach.as_ref(), &shown, args);
-    name_childrens_allocators(&mut processes, &run.output);
+    let followed = executables(&processes);
+    let notes = run_notes(&profile, &followed, program, &run, reach.as_ref(), &shown, args);
+    name_childrens_allocators(&mut processes, &run.output, &followed);
     keep_notes(&mut profile, &notes, &run);
     let profile = profile;
     // Without a table, after the line that says nothing was seen (which says itself why,
@@ -271,25 +272,34 @@ fn keep_notes(profile: &mut Profile, notes: &[String], run: &launcher::Recorded)
     }
 }
 
+/// The executables of the recorded processes, each read once (`interposable`), in the
+/// order the processes first name them: the notes on the followed processes' runtimes and
+/// allocators ask them.
+fn executables(processes: &[Process]) -> Vec<(String, Option<Executable>)> {
+    let mut read: Vec<(String, Option<Executable>)> = Vec::new();
+    for p in processes {
+        if !read.iter().any(|(exe, _)| *exe == p.executable) {
+            let exe = Executable::read(Path::new(&p.executable), false);
+            read.push((p.executable.clone(), exe));
+        }
+    }
+    read
+}
+
 /// Each followed process (not the root, whose file is `root`) whose executable defines
 /// `malloc` with an allocator of its own (rustc under cargo) gets the note naming that
 /// allocator in its own file (`interposable` §4), as the root's gets it in [`keep_notes`]:
 /// so that its report, and its line in the tree's, tell that allocator's memory as the
 /// allocator's. Its file is read again for its header (such executables are rare); a file
 /// that does not end cleanly is left as it is.
-fn name_childrens_allocators(processes: &mut [Process], root: &Path) {
-    let mut read: Vec<(String, Option<String>)> = Vec::new();
+fn name_childrens_allocators(
+    processes: &mut [Process],
+    root: &Path,
+    followed: &[(String, Option<Executable>)],
+) {
     for p in processes.iter_mut().filter(|p| p.file != root) {
-        let note = match read.iter().find(|(exe, _)| *exe == p.executable) {
-            Some((_, note)) => note.clone(),
-            None => {
-                let exe = Executable::read(Path::new(&p.executable), false);
-                let note = exe.and_then(|e| e.linked_note());
-                read.push((p.executable.clone(), note.clone()));
-                note
-            }
-        };
-        let Some(note) = note else { continue };
+        let read = followed.iter().find(|(exe, _)| *exe == p.executable);
+        let Some(note) = read.and_then(|(_, e)| e.as_ref()?.linked_note()) else { continue };
         let Ok(mut child) = Profile::read_file_with(&p.file, false) else { continue };
         let clean = (child.complete || child.stopped.is_some()) && child.warnings.is_empty();
         if !clean || child.notes.contains(&note) {
@@ -401,7 +411,7 @@ fn say_where(
 /// that exec'd the program, the programs started unprofiled, CPython's allocator.
 fn run_notes(
     profile: &Profile,
-    processes: &[crate::profile::load::Process],
+    followed: &[(String, Option<Executable>)],
     program: &std::ffi::OsStr,
     run: &launcher::Recorded,
     reach: Option<&Executable>,
@@ -422,10 +432,10 @@ fn run_notes(
     if let Some(rt) = Runtime::of(root, modules(), go) {
         add(rt.note(root));
     }
-    for p in processes.iter().filter(|p| &p.executable != root) {
-        let go = super::interposable::is_go(Path::new(&p.executable));
-        if let Some(rt) = Runtime::of(&p.executable, std::iter::empty(), go) {
-            add(rt.note(&p.executable));
+    for (exe, read) in followed.iter().filter(|(exe, _)| exe != root) {
+        let go = read.as_ref().is_some_and(|e| e.go);
+        if let Some(rt) = Runtime::of(exe, std::iter::empty(), go) {
+            add(rt.note(exe));
         }
     }
     if let Some(why) = reach.and_then(|e| e.unreached(shown)) {
@@ -442,7 +452,7 @@ fn run_notes(
     if let Some(n) = notes::unfollowed(shown, &run.unfollowed) {
         add(n);
     }
-    let any_named = processes.iter().any(|p| notes::is_cpython(&p.executable, [].into_iter()));
+    let any_named = followed.iter().any(|(exe, _)| notes::is_cpython(exe, [].into_iter()));
     if any_named || notes::is_cpython(root, modules()) {
         add(notes::cpython(run.pymalloc_bypassed, keep_pymalloc));
         if let Some(n) = notes::python_frames(root, modules()) {
