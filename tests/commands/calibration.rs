@@ -13,7 +13,8 @@
 //!    with a normal error that is 3.92 σ: a false failure has probability 9·10⁻⁵ per check,
 //!    under 1 % for the suite's checks together. A biased estimate (a realloc counted at
 //!    every size it passed through; the maximum of a noisy series as the peak) fails it by
-//!    far in every run.
+//!    far in every run. With hundreds of busy threads per core the peak spreads wider than
+//!    its interval: [`overloaded_churn_peak`] checks against the interval at the truth.
 //! 2. **Coverage near its nominal 95 %**: of the `n` (run, estimate) checks, at least the
 //!    number whose shortfall a binomial(n, 0.95) count reaches with probability ≤ 0.1 %
 //!    must lie within one interval ([`coverage_floor`]).
@@ -243,23 +244,57 @@ fn exact_mode_is_exact() {
 /// right after), sampled blocks would outlive the program's others and the peak read
 /// three to five intervals high in one run in five (`engine::push` §2, `engine::live`
 /// §4a), as they would be had the collector stopped draining while it read the program's
-/// `/proc/PID/smaps` (`record::command::split_reader`). Every figure within twice its
-/// interval, five seeds.
+/// `/proc/PID/smaps` (`record::command::split_reader`).
+///
+/// Under that load the estimates stay unbiased but the peak spreads more than its
+/// interval says (`docs/limits.md`): threads descheduled for seconds freeze the live
+/// sampled set, so a half's largest count can sit on one early excursion and be measured
+/// where the heap was lower. An interval computed from a low estimate is also narrower
+/// than the truth's, so a low draw would fail a check against its own interval by that
+/// narrowness alone (a CI run read 12 points against the truth's 33). So each figure is
+/// checked against the interval the report gives at the truth (`ci_t`, the estimate's
+/// interval had it read the truth exactly): the allocated and live bytes within twice it,
+/// the peak within two and a half times it, and the peak's mean error over the five seeds
+/// within one, which a bias of more than half the truth fails. False failures, with the
+/// peak's spread measured with three and four of these programs on the two cores at once
+/// (its standard deviation 1.22 times `ci_t / 1.96`, its largest error of 39 runs 1.7
+/// `ci_t`; smaller alone): a seed's peak beyond `2.5·ci_t` is 4 of those deviations,
+/// 6·10⁻⁵ per seed; the mean beyond `ci_t`, 3.6, 3·10⁻⁴; the live and allocated bytes,
+/// whose spread the load leaves as it is, 9·10⁻⁵ per check.
 #[test]
 fn overloaded_churn_peak() {
     let dir = scratch("calibration-overloaded");
     let calibrate = fixture("calibrate");
-    let mut outside = Vec::new();
+    let (mut outside, mut peak_errors) = (Vec::new(), Vec::new());
+    let mut peak_ci_t = 0.0;
     for seed in 1..=5u32 {
         let s = seed.to_string();
         let name = format!("churn-{seed}");
         let opts = ["--seed", s.as_str()];
         let r = run(&dir, &name, &calibrate, &["churn", "500", "200000"], &opts, 500);
+        let interval = r.json["sampling"]["interval_bytes"].as_f64().unwrap();
         for (what, est, ci, truth) in figures(&r) {
-            if (est - truth).abs() > 2.0 * ci + slack(500) {
-                outside.push(format!("{name} {what}: {est:.0} ± {ci:.0}, truth {truth:.0}"));
+            let ci_t = match what {
+                "peak" => memprof::report::confidence::peak_ci95(truth, interval),
+                _ => memprof::report::confidence::ci95(truth, interval),
+            };
+            if what == "peak" {
+                peak_errors.push(est - truth);
+                peak_ci_t = ci_t;
+            }
+            let times = if what == "peak" { 2.5 } else { 2.0 };
+            if (est - truth).abs() > times * ci_t + slack(500) {
+                outside.push(format!(
+                    "{name} {what}: {est:.0} ± {ci:.0}, truth {truth:.0} (its interval {ci_t:.0})"
+                ));
             }
         }
     }
+    let mean = peak_errors.iter().sum::<f64>() / peak_errors.len() as f64;
     assert!(outside.is_empty(), "{outside:#?}");
+    assert!(
+        mean.abs() <= peak_ci_t + slack(500),
+        "the peak's mean error over five seeds is {mean:.0} (the truth's interval {peak_ci_t:.0}): \
+         {peak_errors:?}"
+    );
 }
