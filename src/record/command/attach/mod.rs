@@ -461,13 +461,14 @@ fn attach_notes(profile: &crate::profile::Profile) -> Vec<String> {
     use crate::record::command::runtimes::{pymalloc_attached, Runtime};
     let exe = &profile.header.executable;
     let modules = || profile.modules.iter().map(|m| m.path.as_str());
-    let go = crate::record::command::interposable::is_go(Path::new(exe));
+    // Read once: for Go's build notes and for the allocator it defines `malloc` with.
+    let read = crate::record::command::interposable::Executable::read(Path::new(exe), false);
+    let go = read.as_ref().is_some_and(|e| e.go);
     let mut notes: Vec<String> =
         Runtime::of(exe, modules(), go).map(|r| r.note(exe)).into_iter().collect();
     if crate::record::command::notes::is_cpython(exe, modules()) {
         notes.push(pymalloc_attached());
     }
-    let read = crate::record::command::interposable::Executable::read(Path::new(exe), false);
     notes.extend(read.and_then(|e| e.linked_note()));
     notes
 }
