@@ -59,11 +59,13 @@ pub(crate) fn allocator_name(p: &Profile) -> &'static str {
     "glibc"
 }
 
-/// `r` as the reports tell it: memory outside glibc's malloc's mappings is the allocator's
-/// when the program's allocator is not glibc's (its mappings have none of glibc's shapes,
-/// so they cannot be told from another heap's).
-pub(crate) fn as_told(p: &Profile, r: &ResidentSplit) -> ResidentSplit {
-    match allocator_name(p) {
+/// `r` as the reports tell it for a program whose allocator is `allocator` (its
+/// [`allocator_name`], asked once by the caller: it walks every symbol): memory outside
+/// glibc's malloc's mappings is the allocator's when the program's allocator is not
+/// glibc's (its mappings have none of glibc's shapes, so they cannot be told from another
+/// heap's).
+pub(crate) fn as_told(allocator: &str, r: &ResidentSplit) -> ResidentSplit {
+    match allocator {
         "glibc" => *r,
         _ => ResidentSplit { allocator: r.allocator + r.outside, outside: 0, ..*r },
     }
@@ -91,7 +93,7 @@ mod tests {
         let mut p = Profile::default();
         p.notes.push(linked_allocator_note("jemalloc"));
         let r = ResidentSplit { allocator: 4096, outside: 89 << 20, ..Default::default() };
-        let told = as_told(&p, &r);
+        let told = as_told(allocator_name(&p), &r);
         assert_eq!((told.allocator, told.outside), (4096 + (89 << 20), 0));
     }
 }

@@ -138,7 +138,8 @@ impl Process {
             allocator_free: p
                 .splits
                 .last()
-                .map(|r| super::allocator::as_told(p, r).allocator_free()),
+                .map(|r| super::allocator::as_told(super::allocator::allocator_name(p), r))
+                .map(|r| r.allocator_free()),
             ended: p.ended,
             page,
         }

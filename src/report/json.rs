@@ -156,7 +156,8 @@ fn rss(profile: &Profile) -> Value {
 /// `gap` and `gap_at_peak`: one reading of the mappings, what of the resident memory is
 /// the live heap and what is not, as the top table's gap lines tell it.
 fn split(profile: &Profile, r: &ResidentSplit, hint: Option<String>) -> Value {
-    let r = &as_told(profile, r);
+    let allocator = allocator_name(profile);
+    let r = &as_told(allocator, r);
     json!({
         "at_ns": r.time_ns,
         "resident_bytes": r.resident,
@@ -170,7 +171,7 @@ fn split(profile: &Profile, r: &ResidentSplit, hint: Option<String>) -> Value {
         "files_bytes": r.files,
         "memprof_bytes": r.own,
         "special_bytes": r.other,
-        "allocator": allocator_name(profile),
+        "allocator": allocator,
         "hint": hint,
     })
 }

@@ -131,11 +131,13 @@ fn split_line(p: &Profile, r: &ResidentSplit) -> String {
 /// holds free, stacks, files, memprof's own and the rest; then a hint when the allocator's
 /// free share dominates in either. Empty without such a reading.
 pub(crate) fn gap_lines(p: &Profile) -> Vec<String> {
-    let Some(last) = last_split(p).map(|r| as_told(p, r)) else {
+    let Some(last) = last_split(p) else {
         return Vec::new();
     };
+    let allocator = allocator_name(p);
+    let last = as_told(allocator, last);
     let mut lines = vec![split_line(p, &last)];
-    let peak = peak_split(p).map(|r| as_told(p, r));
+    let peak = peak_split(p).map(|r| as_told(allocator, r));
     if let Some(r) = &peak {
         lines.push(format!("near the heap's peak: {}", split_line(p, r)));
     }
@@ -148,7 +150,7 @@ pub(crate) fn gap_lines(p: &Profile) -> Vec<String> {
     if let Some(share) = free(&last).or_else(|| peak.as_ref().and_then(free)) {
         lines.push(format!(
             "hint: the allocator holds {share:.0} % of the resident memory free; {}",
-            allocator_hint(allocator_name(p))
+            allocator_hint(allocator)
         ));
     }
     // Memory no malloc hint can return: named for what it is.

@@ -311,7 +311,8 @@ fn name_childrens_allocators(
             continue;
         }
         child.notes.extend(notes);
-        let told = |r| crate::profile::allocator::as_told(&child, r).allocator_free();
+        let allocator = crate::profile::allocator::allocator_name(&child);
+        let told = |r| crate::profile::allocator::as_told(allocator, r).allocator_free();
         p.allocator_free = child.splits.last().map(told);
     }
 }
