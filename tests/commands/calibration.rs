@@ -276,15 +276,14 @@ fn overloaded_churn_peak() {
         let r = run(&dir, &name, &calibrate, &["churn", "500", "200000"], &opts, 500);
         let interval = r.json["sampling"]["interval_bytes"].as_f64().unwrap();
         for (what, est, ci, truth) in figures(&r) {
-            let ci_t = match what {
-                "peak" => memprof::report::confidence::peak_ci95(truth, interval),
-                _ => memprof::report::confidence::ci95(truth, interval),
+            let (ci_t, times) = match what {
+                "peak" => (memprof::report::confidence::peak_ci95(truth, interval), 2.5),
+                _ => (memprof::report::confidence::ci95(truth, interval), 2.0),
             };
             if what == "peak" {
                 peak_errors.push(est - truth);
                 peak_ci_t = ci_t;
             }
-            let times = if what == "peak" { 2.5 } else { 2.0 };
             if (est - truth).abs() > times * ci_t + slack(500) {
                 outside.push(format!(
                     "{name} {what}: {est:.0} ± {ci:.0}, truth {truth:.0} (its interval {ci_t:.0})"
