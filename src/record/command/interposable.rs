@@ -243,15 +243,11 @@ impl Executable {
     }
 }
 
-/// For a statically linked executable (which `record` refuses): true when it is a Rust
-/// program, whose allocations `memprof::Sampled` as its global allocator would see.
-pub(crate) fn is_rust(path: &Path) -> bool {
-    Executable::read(path, true).is_some_and(|e| e.rust)
-}
-
-/// True when `path` is a Go program.
-pub(crate) fn is_go(path: &Path) -> bool {
-    Executable::read(path, false).is_some_and(|e| e.go)
+/// For a statically linked executable (which `record` refuses), read once: whether it is a
+/// Rust program, whose allocations `memprof::Sampled` as its global allocator would see,
+/// and whether it is a Go program.
+pub(crate) fn rust_and_go(path: &Path) -> (bool, bool) {
+    Executable::read(path, true).map_or((false, false), |e| (e.rust, e.go))
 }
 
 #[cfg(test)]

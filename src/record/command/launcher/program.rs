@@ -137,8 +137,7 @@ pub fn check_profilable(path: &Path, shown: &str) -> Result<(), Error> {
         return Err(LaunchError::SetId(shown.to_owned()).into());
     }
     if linkage(path)? == Linkage::Static {
-        let (rust, go) =
-            (super::super::interposable::is_rust(path), super::super::interposable::is_go(path));
+        let (rust, go) = super::super::interposable::rust_and_go(path);
         return Err(LaunchError::StaticallyLinked { program: shown.to_owned(), rust, go }.into());
     }
     Ok(())
